@@ -1,0 +1,68 @@
+# Lectern — run `make help` for the targets.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+PACKAGES := -e libs/common -e libs/cli -e services/ingest -e services/retriever \
+            -e services/reranker -e services/memory -e services/chat-gateway
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.DEFAULT_GOAL := help
+
+.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+$(STAMP): libs/*/pyproject.toml services/*/pyproject.toml requirements-dev.txt constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first and pinned: 2.13.0 is the local CPU wheel; any other spec pulls CUDA wheels
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -c constraints.txt $(PACKAGES) -r requirements-dev.txt
+	touch $(STAMP)
+
+install: $(STAMP) ## Install everything into .venv (torch pinned, then all packages editable)
+
+run: install ## Start the embedded stack (NATS, Postgres, five services) and serve the gateway on :8000
+	$(VENV)/bin/lectern up
+
+lint: install ## ruff + mypy --strict
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy libs/common/src libs/cli/src services/*/src tests bench
+
+format: install ## Format the code
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: install lint ## Install, lint, and run the whole test suite against real NATS + Postgres
+	$(VENV)/bin/pytest
+
+test-fast: install ## The suite without slow and e2e tests
+	$(VENV)/bin/pytest -m "not slow and not e2e"
+
+asyncapi: install ## Regenerate docs/asyncapi.yaml from the event contracts
+	$(PY) -m lectern_common.asyncapi > docs/asyncapi.yaml
+
+bench: bench-ingest bench-retrieval bench-rerank bench-chat ## Run every benchmark
+
+bench-ingest: install ## Ingest throughput vs the raw embedder (../shared/data/docs)
+	$(PY) bench/bench_ingest.py
+
+bench-retrieval: install ## Retrieval quality (BEIR sets) and latency at 100k chunks
+	$(PY) bench/bench_retrieval.py
+
+bench-rerank: install ## Re-rank latency and confidence bands
+	$(PY) bench/bench_rerank.py
+
+bench-chat: install ## Gateway overhead to first token
+	$(PY) bench/bench_chat.py
+
+clean: ## Remove the virtualenv, caches and local data
+	rm -rf $(VENV) .lectern .mypy_cache .ruff_cache .pytest_cache .hypothesis

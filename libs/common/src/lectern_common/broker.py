@@ -1,0 +1,246 @@
+"""NATS wiring: the broker factory, JetStream streams, the object store, request/reply."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from faststream.nats import JStream, NatsBroker
+from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import BadRequestError, NotFoundError
+from opentelemetry import trace
+from pydantic import BaseModel, ValidationError
+
+from lectern_common.errors import LecternError, RetryableError, UpstreamError
+from lectern_common.events.base import Reply, Request, Subjects
+
+log = logging.getLogger(__name__)
+
+DOCUMENTS_BUCKET = "lectern-documents"
+INGEST_DURABLE = "lectern-ingest"
+MAX_INGEST_DELIVERIES = 5
+
+DAY = 24 * 3600.0
+
+#: queue group of each request/reply subject (one responder per request, any replica count)
+QUEUE_GROUPS = {
+    Subjects.RETRIEVE: "lectern-retriever",
+    Subjects.RERANK: "lectern-reranker",
+    Subjects.MEMORY_RECALL: "lectern-memory",
+}
+
+
+@dataclass(frozen=True)
+class StreamSpec:
+    """A JetStream stream Lectern owns."""
+
+    name: str
+    subjects: list[str]
+    retention: RetentionPolicy = RetentionPolicy.LIMITS
+    max_age_s: float = 30 * DAY
+    description: str = ""
+    max_msg_size: int = 1024 * 1024
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+STREAMS: list[StreamSpec] = [
+    StreamSpec(
+        "LECTERN_DOCUMENTS",
+        [Subjects.DOCUMENTS_UPLOADED],
+        retention=RetentionPolicy.WORK_QUEUE,
+        max_age_s=7 * DAY,
+        description="uploads waiting for the ingest workers (work queue)",
+    ),
+    StreamSpec(
+        "LECTERN_DOCUMENT_EVENTS",
+        [Subjects.DOCUMENTS_INDEXED, Subjects.DOCUMENTS_FAILED, Subjects.DOCUMENTS_DELETED],
+        description="document outcomes, for anyone",
+    ),
+    StreamSpec(
+        "LECTERN_DOCUMENT_PROGRESS",
+        [Subjects.DOCUMENTS_PROGRESS],
+        max_age_s=3600.0,
+        description="progress of ingestion; short-lived",
+    ),
+    StreamSpec(
+        "LECTERN_CHAT",
+        [Subjects.CHAT_TURN_COMPLETED, Subjects.CHAT_SESSION_ENDED],
+        description="chat turns and ended sessions",
+    ),
+    StreamSpec("LECTERN_MEMORY", [Subjects.MEMORY_DISTILLED], description="distilled memories"),
+    StreamSpec(
+        "LECTERN_FEEDBACK",
+        [Subjects.FEEDBACK_FLAGGED, Subjects.KNOWLEDGE_GAP_DETECTED],
+        max_age_s=365 * DAY,
+        description="flags and knowledge gaps for teachers",
+    ),
+    StreamSpec(
+        "LECTERN_DEADLETTER",
+        [Subjects.DEAD_LETTER],
+        max_age_s=30 * DAY,
+        description="messages that exhausted their deliveries",
+    ),
+]
+
+
+def stream_for(subject: str) -> JStream:
+    """The FastStream handle of the stream holding ``subject`` (declared by ``ensure_streams``)."""
+    for spec in STREAMS:
+        if subject in spec.subjects:
+            return JStream(spec.name, declare=False)
+    raise KeyError(subject)
+
+
+def create_broker(
+    nats_url: str,
+    *,
+    service_name: str,
+    graceful_timeout: float | None = 30.0,
+    tracer_provider: trace.TracerProvider | None = None,
+) -> NatsBroker:
+    """A FastStream NATS broker with OpenTelemetry tracing (W3C context in message headers)."""
+    servers = [s.strip() for s in nats_url.split(",") if s.strip()]
+    return NatsBroker(
+        servers,
+        name=service_name,
+        graceful_timeout=graceful_timeout,
+        middlewares=[NatsTelemetryMiddleware(tracer_provider=tracer_provider)],
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=1,
+    )
+
+
+def _stream_config(spec: StreamSpec, replicas: int) -> StreamConfig:
+    return StreamConfig(
+        name=spec.name,
+        description=spec.description,
+        subjects=spec.subjects,
+        retention=spec.retention,
+        max_age=spec.max_age_s,
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        discard=DiscardPolicy.OLD,
+        max_msg_size=spec.max_msg_size,
+        duplicate_window=120.0,
+        **spec.extra,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
+    """Create or update every stream and the documents object-store bucket. Idempotent."""
+    for spec in STREAMS:
+        config = _stream_config(spec, replicas)
+        try:
+            await js.stream_info(spec.name)
+        except NotFoundError:
+            try:
+                await js.add_stream(config)
+                log.info("created stream %s", spec.name)
+            except BadRequestError:
+                # another replica created it between our look-up and our add
+                await js.update_stream(config)
+        else:
+            await js.update_stream(config)
+    try:
+        await js.object_store(DOCUMENTS_BUCKET)
+    except (NotFoundError, Exception) as exc:  # nats raises BucketNotFoundError (a NotFoundError)
+        if not isinstance(exc, NotFoundError) and "not found" not in str(exc).lower():
+            raise
+        from nats.js.api import ObjectStoreConfig
+
+        await js.create_object_store(
+            DOCUMENTS_BUCKET,
+            config=ObjectStoreConfig(
+                bucket=DOCUMENTS_BUCKET,
+                description="uploaded course material",
+                storage=StorageType.FILE,
+                replicas=replicas,
+            ),
+        )
+        log.info("created object store %s", DOCUMENTS_BUCKET)
+
+
+R = TypeVar("R", bound=Reply)
+
+
+async def request(
+    broker: NatsBroker,
+    message: Request,
+    reply_type: type[R],
+    *,
+    timeout: float,
+) -> R:
+    """Send a request to a queue group and decode its reply.
+
+    Raises ``UpstreamError`` on timeout or when nobody answers, and ``RetryableError`` when the
+    responder replied with an error.
+    """
+    try:
+        response = await broker.request(
+            message.model_dump(mode="json"), message.subject, timeout=timeout
+        )
+    except TimeoutError as exc:
+        raise UpstreamError(f"no reply on {message.subject} within {timeout} s") from exc
+    except Exception as exc:
+        if "no responders" in str(exc).lower() or type(exc).__name__ == "NoRespondersError":
+            raise UpstreamError(f"no service answers {message.subject}") from exc
+        raise
+    reply = reply_type.model_validate_json(response.body)
+    if reply.error:
+        raise RetryableError(reply.error_message or reply.error, reason=reply.error)
+    return reply
+
+
+def to_payload(model: BaseModel) -> dict[str, Any]:
+    """JSON-ready dict of a model (secrets revealed only where the model says so)."""
+    return model.model_dump(mode="json")
+
+
+Q = TypeVar("Q", bound=Request)
+
+
+def answer_errors(
+    request_type: type[Q],
+    reply_type: type[R],
+    handler: Callable[[Q], Awaitable[R]],
+) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
+    """Wrap a request handler: validate the body, and turn failures into error replies.
+
+    A responder must always answer (the caller is waiting), so invalid input answers
+    ``bad_input`` and a failure answers its reason instead of raising into the broker.
+    """
+
+    async def wrapped(body: dict[str, Any]) -> dict[str, Any]:
+        raw_id = body.get("request_id") if isinstance(body, dict) else None
+        try:
+            message = request_type.model_validate(body)
+        except ValidationError as exc:
+            return _error_reply(reply_type, raw_id, "bad_input", str(exc))
+        try:
+            reply = await handler(message)
+        except LecternError as exc:
+            log.warning("%s failed: %s", request_type.__name__, exc.message)
+            return _error_reply(reply_type, message.request_id, exc.reason, exc.message)
+        except Exception as exc:
+            log.exception("%s failed", request_type.__name__)
+            return _error_reply(reply_type, message.request_id, "internal", str(exc))
+        return reply.model_dump(mode="json")
+
+    return wrapped
+
+
+def _error_reply(
+    reply_type: type[Reply], request_id: Any, reason: str, message: str
+) -> dict[str, Any]:
+    try:
+        rid = uuid.UUID(str(request_id))
+    except ValueError:
+        rid = uuid.UUID(int=0)
+    return reply_type(request_id=rid, error=reason, error_message=message[:2000]).model_dump(
+        mode="json"
+    )

@@ -1,0 +1,78 @@
+"""Event and request/reply contracts, one module per producing domain.
+
+Subjects are ``lectern.<domain>.<event>.v<N>``. Adding an optional field keeps the version;
+a breaking change is a new class on a new ``.v{N+1}`` subject. Consumers ignore unknown fields.
+"""
+
+from lectern_common.events.base import (
+    ALL_EVENTS,
+    ALL_REQUESTS,
+    Event,
+    Reply,
+    Request,
+    Subjects,
+)
+from lectern_common.events.chat import ChatSessionEnded, ChatTurnCompleted, CitationRef
+from lectern_common.events.documents import (
+    DocumentDeleted,
+    DocumentFailed,
+    DocumentIndexed,
+    DocumentMetadata,
+    DocumentProgress,
+    DocumentUploaded,
+    FailureReason,
+    IngestStage,
+)
+from lectern_common.events.feedback import FeedbackFlagged, KnowledgeGapDetected
+from lectern_common.events.memory import (
+    MemoryDistilled,
+    MemoryRecallReply,
+    MemoryRecallRequest,
+    RecalledMemory,
+)
+from lectern_common.events.retrieval import (
+    Candidate,
+    Confidence,
+    RankedChunk,
+    RerankReply,
+    RerankRequest,
+    RetrievalFilters,
+    RetrieveReply,
+    RetrieveRequest,
+    StudentContext,
+)
+
+__all__ = [
+    "ALL_EVENTS",
+    "ALL_REQUESTS",
+    "Candidate",
+    "ChatSessionEnded",
+    "ChatTurnCompleted",
+    "CitationRef",
+    "Confidence",
+    "DocumentDeleted",
+    "DocumentFailed",
+    "DocumentIndexed",
+    "DocumentMetadata",
+    "DocumentProgress",
+    "DocumentUploaded",
+    "Event",
+    "FailureReason",
+    "FeedbackFlagged",
+    "IngestStage",
+    "KnowledgeGapDetected",
+    "MemoryDistilled",
+    "MemoryRecallReply",
+    "MemoryRecallRequest",
+    "RankedChunk",
+    "RecalledMemory",
+    "Reply",
+    "Request",
+    "RerankReply",
+    "RerankRequest",
+    "RetrievalFilters",
+    "RetrieveReply",
+    "RetrieveRequest",
+    "StudentContext",
+    "Subjects",
+]

@@ -1,0 +1,56 @@
+"""Chat events published by the gateway (and the idle sweep)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, Field
+
+from lectern_common.events.base import Event, Subjects, register_event
+
+ConfidenceBand = Literal["high", "medium", "low", "gap"]
+
+
+class CitationRef(BaseModel):
+    """One citation of an answer: a textbook chunk [T#] or a web page [W#]."""
+
+    label: str = Field(description="T1.., W1..")
+    chunk_id: uuid.UUID | None = None
+    document_id: uuid.UUID | None = None
+    url: str | None = None
+    title: str | None = None
+    support: float | None = Field(default=None, description="0..1 support of the cited span")
+
+
+@register_event
+class ChatTurnCompleted(Event):
+    """A question was answered (or met with the knowledge-gap message)."""
+
+    subject: ClassVar[str] = Subjects.CHAT_TURN_COMPLETED
+
+    session_id: uuid.UUID
+    user_id: str
+    user_message_id: uuid.UUID
+    assistant_message_id: uuid.UUID
+    mode: Literal["chat", "tutor"] = "chat"
+    question: str
+    answer: str
+    confidence: float = Field(ge=0.0, le=1.0)
+    band: ConfidenceBand
+    knowledge_gap: bool = False
+    topic: str | None = None
+    citations: list[CitationRef] = Field(default_factory=list)
+    answered_by: str = Field(default="offline", description="gemini, fallback, offline, gap")
+
+
+@register_event
+class ChatSessionEnded(Event):
+    """A session ended: explicitly, or by the idle sweep."""
+
+    subject: ClassVar[str] = Subjects.CHAT_SESSION_ENDED
+
+    session_id: uuid.UUID
+    user_id: str
+    reason: Literal["explicit", "idle"] = "explicit"
+    message_count: int = 0

@@ -1,0 +1,147 @@
+"""Document lifecycle events: uploaded -> progress* -> indexed | failed; deleted."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import date
+from enum import StrEnum
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lectern_common.events.base import Event, Subjects, register_event
+
+Collection = Literal["educational", "assessment"]
+
+
+class IngestStage(StrEnum):
+    """Where in the pipeline a document is (or failed)."""
+
+    FETCH = "fetch"
+    EXTRACT = "extract"
+    CHUNK = "chunk"
+    ENRICH = "enrich"
+    EMBED = "embed"
+    STORE = "store"
+
+
+class FailureReason(StrEnum):
+    """Machine-readable reasons carried by ``documents.failed``."""
+
+    OBJECT_MISSING = "object_missing"
+    UNSUPPORTED_TYPE = "unsupported_type"
+    EMPTY_FILE = "empty_file"
+    ENCRYPTED = "encrypted"
+    WRONG_PASSWORD = "wrong_password"  # noqa: S105
+    CORRUPT = "corrupt"
+    NO_TEXT = "no_text"
+    TIMEOUT = "timeout"
+    TOO_MANY_DELIVERIES = "too_many_deliveries"
+    EMBEDDING_FAILED = "embedding_failed"
+    STORE_FAILED = "store_failed"
+    INTERNAL = "internal"
+
+
+class DocumentMetadata(BaseModel):
+    """Teacher-supplied metadata; copied onto every chunk as filter columns."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    title: str | None = Field(default=None, max_length=500)
+    subject: str | None = Field(default=None, max_length=100)
+    grade_level: int | None = Field(default=None, ge=0, le=16)
+    module_tag: str | None = Field(default=None, max_length=100)
+    class_id: str | None = Field(default=None, max_length=100)
+    curriculum_standards: list[str] = Field(default_factory=list)
+    topic_tags: list[str] = Field(default_factory=list)
+    content_type: str | None = Field(
+        default=None, max_length=50, description="textbook, slides, notes, worksheet, video ..."
+    )
+    language: str | None = Field(
+        default=None, max_length=16, description="ISO 639-1; detected if unset"
+    )
+    collection: Collection = "educational"
+    source_priority: float | None = Field(
+        default=None, ge=0.0, le=1.0, description="1.0 teacher's own .. 0.1 web; derived if unset"
+    )
+    freshness_date: date | None = None
+
+
+@register_event
+class DocumentUploaded(Event):
+    """A file was accepted and stored in the object store; ingest should index it."""
+
+    subject: ClassVar[str] = Subjects.DOCUMENTS_UPLOADED
+
+    document_id: uuid.UUID
+    version: int = Field(ge=1)
+    object_name: str = Field(description="key in the lectern-documents object store bucket")
+    filename: str
+    mime_type: str = Field(description="type decided from the bytes, not the extension")
+    size_bytes: int = Field(ge=0)
+    file_sha256: str
+    uploaded_by: str
+    uploader_role: str = "teacher"
+    metadata: DocumentMetadata = Field(default_factory=DocumentMetadata)
+    replaces_document_id: uuid.UUID | None = Field(
+        default=None, description="previous version whose chunks this one replaces atomically"
+    )
+    pdf_password: str | None = Field(
+        default=None,
+        repr=False,
+        description="password for an encrypted PDF; the work-queue stream drops it once acked",
+    )
+
+
+@register_event
+class DocumentProgress(Event):
+    """Work is under way; drives progress bars. Short-lived (limits stream, small max age)."""
+
+    subject: ClassVar[str] = Subjects.DOCUMENTS_PROGRESS
+
+    document_id: uuid.UUID
+    stage: IngestStage
+    done: int = Field(ge=0)
+    total: int = Field(ge=0)
+    unit: Literal["pages", "chunks", "units"] = "pages"
+
+
+@register_event
+class DocumentIndexed(Event):
+    """Every chunk of the document is stored and searchable."""
+
+    subject: ClassVar[str] = Subjects.DOCUMENTS_INDEXED
+
+    document_id: uuid.UUID
+    version: int
+    page_count: int
+    skipped_pages: int = 0
+    chunk_count: int
+    qa_count: int = 0
+    language: str | None = None
+    enriched: bool = False
+    near_duplicate_of: uuid.UUID | None = None
+    duration_ms: float
+
+
+@register_event
+class DocumentFailed(Event):
+    """The document could not be indexed; nothing of it is searchable."""
+
+    subject: ClassVar[str] = Subjects.DOCUMENTS_FAILED
+
+    document_id: uuid.UUID
+    stage: IngestStage
+    reason: FailureReason
+    message: str = Field(description="what a person can do about it")
+    attempts: int = 1
+
+
+@register_event
+class DocumentDeleted(Event):
+    """The document and its chunks left retrieval; its bytes were removed."""
+
+    subject: ClassVar[str] = Subjects.DOCUMENTS_DELETED
+
+    document_id: uuid.UUID
+    deleted_by: str

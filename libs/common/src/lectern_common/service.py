@@ -1,0 +1,187 @@
+"""What every service process shares: start-up, health, readiness and graceful shutdown.
+
+A service is a FastAPI app (health endpoints for workers, the whole API for the gateway)
+served by uvicorn, with a FastStream broker started in its lifespan. Start-up order:
+telemetry -> NATS (streams declared idempotently) -> Postgres (schema present) -> the
+service's own resources (models) -> subscribers start taking work. On SIGTERM uvicorn runs
+the shutdown half: subscribers stop, in-flight handlers finish (FastStream's graceful
+timeout), then the pool closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from faststream.nats import NatsBroker
+
+from lectern_common.broker import ensure_streams
+from lectern_common.db import create_pool
+from lectern_common.db.migrate import applied_migrations, load_migrations
+from lectern_common.errors import ConfigurationError
+from lectern_common.settings import ServiceHttpSettings
+from lectern_common.telemetry import Telemetry, configure_logging, setup_telemetry
+
+log = logging.getLogger(__name__)
+
+ReadinessCheck = Callable[[], Awaitable[str | None]]
+
+
+@dataclass
+class ServiceState:
+    """Resources of a running service, kept on ``app.state.lectern``."""
+
+    settings: ServiceHttpSettings
+    broker: NatsBroker
+    pool: Any = None
+    telemetry: Telemetry | None = None
+    resources: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, ReadinessCheck] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.monotonic)
+    accepting: bool = False
+
+
+Hook = Callable[[ServiceState], Awaitable[None]]
+
+
+async def wait_for_schema(dsn: str, *, timeout: float) -> None:
+    """Wait until Postgres answers and every packaged migration is applied."""
+    wanted = {m.version for m in load_migrations()}
+    deadline = time.monotonic() + timeout
+    last_error = "not tried"
+    while time.monotonic() < deadline:
+        try:
+            conn = await asyncpg.connect(dsn, timeout=5)
+            try:
+                done = set(await applied_migrations(conn))
+            finally:
+                await conn.close()
+            if wanted <= done:
+                return
+            last_error = f"migrations pending: {sorted(wanted - done)} (run `lectern migrate`)"
+        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+            last_error = str(exc)
+        await asyncio.sleep(1.0)
+    raise ConfigurationError(f"Postgres not ready within {timeout} s: {last_error}")
+
+
+def create_service_app(
+    *,
+    settings: ServiceHttpSettings,
+    broker: NatsBroker,
+    title: str,
+    description: str = "",
+    on_startup: Hook | None = None,
+    on_shutdown: Hook | None = None,
+    startup_timeout: float = 120.0,
+    docs: bool = False,
+) -> FastAPI:
+    """A FastAPI app with ``/healthz`` and ``/readyz`` whose lifespan runs the broker."""
+    state = ServiceState(settings=settings, broker=broker)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        configure_logging(
+            level=settings.log_level,
+            json_logs=settings.log_json,
+            service_name=settings.service_name,
+        )
+        state.telemetry = setup_telemetry(settings)
+        await broker.connect()
+        await ensure_streams(
+            broker.config.connection_state.stream, replicas=settings.stream_replicas
+        )
+        await wait_for_schema(settings.database_url, timeout=startup_timeout)
+        state.pool = await create_pool(
+            settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
+        )
+        try:
+            if on_startup is not None:
+                await on_startup(state)
+            await broker.start()
+            state.accepting = True
+            log.info("%s ready", settings.service_name)
+            yield
+        finally:
+            state.accepting = False
+            await broker.stop()
+            if on_shutdown is not None:
+                await on_shutdown(state)
+            await state.pool.close()
+            if state.telemetry is not None:
+                state.telemetry.shutdown()
+
+    app = FastAPI(
+        title=title,
+        description=description,
+        version="0.1.0",
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs else None,
+    )
+    app.state.lectern = state
+
+    @app.get("/healthz", tags=["health"], summary="Liveness: the process is alive")
+    async def healthz() -> dict[str, str]:
+        return {"status": "alive", "service": settings.service_name}
+
+    @app.get("/readyz", tags=["health"], summary="Readiness: NATS, Postgres and models ready")
+    async def readyz() -> JSONResponse:
+        checks = await readiness(state)
+        ok = all(v == "ok" for v in checks.values())
+        return JSONResponse(
+            {"status": "ready" if ok else "not ready", "service": settings.service_name,
+             "checks": checks},
+            status_code=200 if ok else 503,
+        )  # fmt: skip
+
+    return app
+
+
+async def readiness(state: ServiceState) -> dict[str, str]:
+    """Run every readiness check; each gives ``ok`` or a reason."""
+    results: dict[str, str] = {}
+    if not state.accepting:
+        results["service"] = "starting or stopping"
+    try:
+        results["nats"] = "ok" if await state.broker.ping(timeout=1.0) else "unreachable"
+    except Exception as exc:
+        results["nats"] = f"error: {exc}"
+    try:
+        if state.pool is None:
+            results["postgres"] = "not connected"
+        else:
+            async with asyncio.timeout(2.0):
+                await state.pool.fetchval("SELECT 1")
+            results["postgres"] = "ok"
+    except Exception as exc:
+        results["postgres"] = f"error: {exc}"
+    for name, check in state.checks.items():
+        try:
+            problem = await check()
+        except Exception as exc:
+            problem = f"error: {exc}"
+        results[name] = problem or "ok"
+    return results
+
+
+def run_service(app: FastAPI, settings: ServiceHttpSettings) -> None:
+    """Serve the app until SIGTERM/SIGINT, then shut down gracefully."""
+    uvicorn.run(
+        app,
+        host=settings.health_host,
+        port=settings.http_port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.graceful_timeout_s),
+    )

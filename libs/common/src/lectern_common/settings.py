@@ -1,0 +1,126 @@
+"""Settings: one ``BaseServiceSettings`` shared by every service, one subclass per service.
+
+Shared values are read from ``LECTERN_*`` variables (``LECTERN_NATS_URL``,
+``LECTERN_DATABASE_URL`` ...). Each service's own values use its prefix
+(``LECTERN_INGEST_*``, ``LECTERN_GATEWAY_*`` ...). Every field can also be passed by name
+to the constructor, which is how tests build their own settings without touching the
+environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Environment = Literal["development", "test", "production"]
+EmbeddingProvider = Literal["local", "gemini"]
+
+DEV_JWT_SECRET = "lectern-development-secret-not-for-production"  # noqa: S105
+
+
+def shared(name: str, default: Any, description: str) -> Any:
+    """A field read from ``LECTERN_<NAME>`` whatever the subclass's prefix is."""
+    return Field(
+        default=default,
+        validation_alias=AliasChoices(f"LECTERN_{name.upper()}"),
+        description=description,
+    )
+
+
+class BaseServiceSettings(BaseSettings):
+    """What every Lectern process needs: identity, NATS, Postgres, telemetry, models."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LECTERN_",
+        extra="ignore",
+        populate_by_name=True,
+        case_sensitive=False,
+    )
+
+    service_name: str = shared("service_name", "lectern", "name in logs, traces and metrics")
+    environment: Environment = shared(
+        "environment", "development", "development relaxes secret checks; production enforces"
+    )
+    nats_url: str = shared(
+        "nats_url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated"
+    )
+    database_url: str = shared(
+        "database_url",
+        "postgresql://postgres@127.0.0.1:5432/postgres",
+        "Postgres DSN (a Unix socket via ?host=/path works)",
+    )
+    db_pool_min: int = shared("db_pool_min", 1, "asyncpg pool minimum size")
+    db_pool_max: int = shared("db_pool_max", 10, "asyncpg pool maximum size")
+    stream_replicas: int = shared(
+        "stream_replicas", 1, "JetStream stream replicas (3 in a cluster)"
+    )
+    request_timeout_s: float = shared("request_timeout_s", 10.0, "NATS request/reply timeout")
+    otlp_endpoint: str | None = shared(
+        "otlp_endpoint", None, "OTLP/HTTP endpoint; unset: no export"
+    )
+    log_level: str = shared("log_level", "INFO", "root log level")
+    log_json: bool = shared("log_json", True, "JSON logs with trace ids (false: human-readable)")
+    health_host: str = shared("health_host", "127.0.0.1", "address the health/HTTP server binds")
+
+    embedding_provider: EmbeddingProvider = shared(
+        "embedding_provider", "local", "local MiniLM (offline) or gemini (needs an API key)"
+    )
+    embedding_batch_size: int = shared("embedding_batch_size", 64, "texts per embedding call")
+    local_embedding_model: str | None = shared(
+        "local_embedding_model",
+        None,
+        "path of a sentence-transformers model; unset: packaged MiniLM",
+    )
+    gemini_api_key: SecretStr | None = shared("gemini_api_key", None, "enables Gemini models")
+    gemini_base_url: str | None = shared(
+        "gemini_base_url", None, "override the Gemini REST endpoint (tests, proxies)"
+    )
+    gemini_embedding_model: str = shared(
+        "gemini_embedding_model", "gemini-embedding-001", "Gemini embedding model"
+    )
+    gemini_embedding_dim: int = shared("gemini_embedding_dim", 768, "output_dimensionality")
+    gemini_chat_model: str = shared("gemini_chat_model", "gemini-2.5-flash", "Gemini chat model")
+
+    jwt_secret: SecretStr | None = shared(
+        "jwt_secret", None, "HS256 signing secret for bearer tokens"
+    )
+
+    @model_validator(mode="after")
+    def _secrets_required_outside_development(self) -> BaseServiceSettings:
+        if self.environment == "production":
+            secret = self.jwt_secret.get_secret_value() if self.jwt_secret else ""
+            if not secret or secret == DEV_JWT_SECRET or len(secret) < 32:
+                raise ValueError(
+                    "LECTERN_JWT_SECRET must be set to a random value of at least 32 characters "
+                    "in production (the development default is refused)"
+                )
+        if self.embedding_provider == "gemini" and self.gemini_api_key is None:
+            raise ValueError("LECTERN_EMBEDDING_PROVIDER=gemini needs LECTERN_GEMINI_API_KEY")
+        return self
+
+    @property
+    def effective_jwt_secret(self) -> str:
+        """The HS256 secret: the configured one, or the fixed development secret."""
+        if self.jwt_secret is not None:
+            return self.jwt_secret.get_secret_value()
+        return DEV_JWT_SECRET
+
+    @property
+    def gemini_enabled(self) -> bool:
+        """Whether a Gemini key is configured."""
+        return self.gemini_api_key is not None
+
+
+class ServiceHttpSettings(BaseServiceSettings):
+    """A service that serves HTTP (health for workers, the API for the gateway)."""
+
+    http_port: int = 8080
+    graceful_timeout_s: float = 30.0
+
+
+def default_data_dir() -> Path:
+    """Where the embedded runtime keeps its state unless told otherwise."""
+    return Path.cwd() / ".lectern"

@@ -1,0 +1,90 @@
+"""Tracing, metrics and JSON logs that carry trace ids.
+
+Traces cross HTTP (FastAPI instrumentation) and NATS (FastStream's telemetry middleware puts
+W3C ``traceparent`` in message headers), so one question is one trace from the gateway
+through retriever and reranker. Spans and metrics are exported over OTLP/HTTP when
+``LECTERN_OTLP_ENDPOINT`` is set.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from pythonjsonlogger.json import JsonFormatter
+
+from lectern_common.settings import BaseServiceSettings
+
+
+class TraceContextFilter(logging.Filter):
+    """Adds ``trace_id`` and ``span_id`` of the current span to every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        ctx = trace.get_current_span().get_span_context()
+        record.trace_id = f"{ctx.trace_id:032x}" if ctx.is_valid else None
+        record.span_id = f"{ctx.span_id:016x}" if ctx.is_valid else None
+        return True
+
+
+@dataclass
+class Telemetry:
+    """The providers a service uses; ``shutdown`` flushes exporters."""
+
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+
+    def shutdown(self) -> None:
+        """Flush and stop exporters."""
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+def configure_logging(*, level: str, json_logs: bool, service_name: str) -> None:
+    """Root logging: JSON lines with trace ids (or plain text for humans)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(TraceContextFilter())
+    if json_logs:
+        handler.setFormatter(
+            JsonFormatter(
+                "%(asctime)s %(levelname)s %(name)s %(message)s %(trace_id)s %(span_id)s",
+                rename_fields={"levelname": "level", "asctime": "time"},
+                static_fields={"service": service_name},
+            )
+        )
+    else:
+        handler.setFormatter(
+            logging.Formatter(f"%(asctime)s {service_name} %(levelname)s %(name)s: %(message)s")
+        )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def setup_telemetry(settings: BaseServiceSettings) -> Telemetry:
+    """Create providers for this service and install them globally (once per process)."""
+    resource = Resource.create({"service.name": settings.service_name})
+    tracer_provider = TracerProvider(resource=resource)
+    readers = []
+    if settings.otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        endpoint = settings.otlp_endpoint.rstrip("/")
+        tracer_provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces"))
+        )
+        readers.append(
+            PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics"))
+        )
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(tracer_provider)
+        metrics.set_meter_provider(meter_provider)
+    return Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)

@@ -1,0 +1,161 @@
+"""pytest plugin: real NATS (JetStream) and Postgres (pgvector) for the whole session.
+
+By default both are the embedded ones (the same code ``lectern up`` runs). When a Docker
+engine is reachable, or ``LECTERN_TEST_BACKEND=docker`` is set, testcontainers starts
+``pgvector/pgvector`` and ``nats`` (with JetStream) instead. ``LECTERN_TEST_BACKEND=embedded``
+forces the embedded ones. Migrations run once per session. Tests isolate themselves with
+the ``tenant_id`` fixture (a fresh tenant each) and unique subjects / durable names.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+LOCAL_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+LOCAL_EMBEDDING_DIM = 384
+
+
+@dataclass(frozen=True)
+class Servers:
+    """Where the session's servers listen."""
+
+    nats_url: str
+    database_url: str
+    backend: str
+
+
+def _docker_available() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=2)
+        client.ping()
+        return True
+    except Exception:
+        return False
+
+
+def shared_data_dir() -> Path:
+    """``../shared/data`` beside the repository (present in CI)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent.parent / "shared" / "data"
+        if (parent / ".git").exists() or (parent / "Makefile").exists():
+            return candidate
+    return Path.cwd().parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The shared test material; skips the test with a clear message where it is absent."""
+    path = shared_data_dir()
+    if not path.is_dir():
+        pytest.skip(f"shared test material not found at {path} (CI provides ../shared/data)")
+    return path
+
+
+def _start_docker(stack: list[Any]) -> Servers:
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
+    from testcontainers.postgres import PostgresContainer
+
+    pg = PostgresContainer("pgvector/pgvector:pg17", driver=None)
+    pg.start()
+    stack.append(pg)
+    nats = DockerContainer("nats:2.11").with_command("-js").with_exposed_ports(4222)
+    nats.start()
+    stack.append(nats)
+    wait_for_logs(nats, "Server is ready", timeout=30)
+    nats_url = f"nats://{nats.get_container_host_ip()}:{nats.get_exposed_port(4222)}"
+    return Servers(nats_url=nats_url, database_url=pg.get_connection_url(), backend="docker")
+
+
+def _start_embedded(stack: list[Any], base: Path) -> Servers:
+    from lectern_common.runtime import EmbeddedNats, EmbeddedPostgres
+
+    pg = EmbeddedPostgres(base / "pg", run_as=os.environ.get("LECTERN_EMBEDDED_PG_USER"))
+    pg.start()
+    stack.append(pg)
+    nats = EmbeddedNats(base / "nats")
+    nats.start()
+    stack.append(nats)
+    return Servers(nats_url=nats.url, database_url=pg.dsn, backend="embedded")
+
+
+@pytest.fixture(scope="session")
+def lectern_servers() -> Iterator[Servers]:
+    """Session-wide NATS + Postgres, migrated."""
+    import asyncio
+
+    from lectern_common.db import migrate
+
+    choice = os.environ.get("LECTERN_TEST_BACKEND", "auto")
+    use_docker = choice == "docker" or (choice == "auto" and _docker_available())
+    stack: list[Any] = []
+    base = Path(tempfile.mkdtemp(prefix="lectern-test-"))
+    os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it
+    try:
+        servers = _start_docker(stack) if use_docker else _start_embedded(stack, base)
+        asyncio.run(
+            migrate(
+                servers.database_url,
+                embedding_model=LOCAL_EMBEDDING_MODEL,
+                embedding_dim=LOCAL_EMBEDDING_DIM,
+            )
+        )
+        yield servers
+    finally:
+        for item in reversed(stack):
+            item.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def nats_url(lectern_servers: Servers) -> str:
+    """URL of the session's NATS server (JetStream on)."""
+    return lectern_servers.nats_url
+
+
+@pytest.fixture(scope="session")
+def database_url(lectern_servers: Servers) -> str:
+    """DSN of the session's migrated Postgres."""
+    return lectern_servers.database_url
+
+
+@pytest.fixture(scope="session")
+async def db_pool(database_url: str) -> AsyncIterator[Any]:
+    """A session-wide asyncpg pool with the pgvector codecs."""
+    from lectern_common.db import create_pool
+
+    pool = await create_pool(database_url, min_size=1, max_size=20)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture(scope="session")
+async def jetstream(nats_url: str) -> AsyncIterator[Any]:
+    """A raw nats-py JetStream context with Lectern's streams declared."""
+    import nats
+
+    from lectern_common.broker import ensure_streams
+
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    await ensure_streams(js)
+    yield js
+    await nc.drain()
+
+
+@pytest.fixture
+def tenant_id() -> str:
+    """A tenant no other test uses."""
+    return f"t-{uuid.uuid4().hex[:12]}"

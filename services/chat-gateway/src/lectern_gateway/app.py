@@ -1,0 +1,43 @@
+"""The gateway app: the only public HTTP entry (auth, documents, search, chat)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from lectern_common.broker import create_broker
+from lectern_common.service import ServiceState, create_service_app
+from lectern_gateway.auth import Principal, decode_token
+from lectern_gateway.config import Settings
+from lectern_gateway.problems import install_problem_handlers
+from lectern_gateway.routes import chat, documents, search
+
+DESCRIPTION = """Lectern's public API: upload course material, search it, and chat with a tutor
+that answers from it with citations. Authenticate with `Authorization: Bearer <JWT>`."""
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the broker and the FastAPI app with every route."""
+    broker = create_broker(settings.nats_url, service_name=settings.service_name)
+
+    async def startup(state: ServiceState) -> None:
+        state.resources["settings"] = settings
+
+    app = create_service_app(
+        settings=settings,
+        broker=broker,
+        title="Lectern gateway",
+        description=DESCRIPTION,
+        on_startup=startup,
+        docs=True,
+    )
+    secret = settings.effective_jwt_secret
+
+    async def authenticate(token: str) -> Principal:
+        return decode_token(token, secret=secret)
+
+    app.state.authenticator = authenticate
+    install_problem_handlers(app)
+    app.include_router(documents.router)
+    app.include_router(search.router)
+    app.include_router(chat.router)
+    return app

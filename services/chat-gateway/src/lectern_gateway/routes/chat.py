@@ -1,0 +1,5 @@
+"""chat routes."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

@@ -1,0 +1,5 @@
+"""documents routes."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

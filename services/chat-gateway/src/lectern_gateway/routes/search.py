@@ -1,0 +1,5 @@
+"""search routes."""
+
+from fastapi import APIRouter
+
+router = APIRouter()

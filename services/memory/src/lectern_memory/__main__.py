@@ -1,0 +1,15 @@
+"""Process entry: `python -m lectern_memory`."""
+
+from lectern_common.service import run_service
+from lectern_memory.app import create_app
+from lectern_memory.config import Settings
+
+
+def main() -> None:
+    """Build settings from the environment, build the app, serve until SIGTERM."""
+    settings = Settings()
+    run_service(create_app(settings), settings)
+
+
+if __name__ == "__main__":
+    main()

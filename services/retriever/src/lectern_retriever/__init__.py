@@ -1,0 +1,1 @@
+"""Lectern retriever service."""

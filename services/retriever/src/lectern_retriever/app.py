@@ -1,0 +1,34 @@
+"""Retriever app: answers ``lectern.retrieve.v1`` in the ``lectern-retriever`` queue group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from lectern_common.broker import QUEUE_GROUPS, answer_errors, create_broker
+from lectern_common.events import RetrieveReply, RetrieveRequest, Subjects
+from lectern_common.service import ServiceState, create_service_app
+from lectern_retriever.config import Settings
+from lectern_retriever.handlers import Retriever
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the broker, the subscriber and the health app."""
+    broker = create_broker(settings.nats_url, service_name=settings.service_name)
+    retriever = Retriever(settings=settings)
+
+    async def startup(state: ServiceState) -> None:
+        await retriever.start(state)
+        state.checks["embedder"] = retriever.readiness
+
+    app = create_service_app(
+        settings=settings, broker=broker, title="Lectern retriever", on_startup=startup
+    )
+
+    @broker.subscriber(Subjects.RETRIEVE, queue=QUEUE_GROUPS[Subjects.RETRIEVE])
+    async def on_retrieve(body: dict[str, Any]) -> dict[str, Any]:
+        """Ranked candidate chunks for a question."""
+        return await answer_errors(RetrieveRequest, RetrieveReply, retriever.retrieve)(body)
+
+    return app

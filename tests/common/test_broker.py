@@ -1,0 +1,142 @@
+"""Broker wiring against a real NATS server with JetStream."""
+
+import asyncio
+import uuid
+from typing import Any, ClassVar
+
+import nats
+import pytest
+from faststream.nats import NatsBroker, PullSub
+
+from lectern_common.broker import (
+    DOCUMENTS_BUCKET,
+    STREAMS,
+    answer_errors,
+    create_broker,
+    ensure_streams,
+    request,
+    stream_for,
+)
+from lectern_common.errors import NotFoundError, UpstreamError
+from lectern_common.events import (
+    DocumentUploaded,
+    MemoryRecallReply,
+    MemoryRecallRequest,
+    Subjects,
+)
+from lectern_common.events.base import Reply, Request
+
+pytestmark = pytest.mark.integration
+
+
+async def test_streams_and_bucket_are_created_idempotently(nats_url: str) -> None:
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        await ensure_streams(js)
+        for spec in STREAMS:
+            info = await js.stream_info(spec.name)
+            assert sorted(info.config.subjects or []) == sorted(spec.subjects)
+        store = await js.object_store(DOCUMENTS_BUCKET)
+        await store.put("probe", b"bytes")
+        assert (await store.get("probe")).data == b"bytes"
+        await store.delete("probe")
+    finally:
+        await nc.close()
+
+
+async def test_event_published_is_consumed_by_a_durable_pull_consumer(
+    nats_url: str, tenant_id: str
+) -> None:
+    received: asyncio.Queue[DocumentUploaded] = asyncio.Queue()
+    broker = create_broker(nats_url, service_name="test")
+    durable = f"test-{uuid.uuid4().hex[:8]}"
+    subject = Subjects.DOCUMENTS_UPLOADED
+
+    # a filtered durable on the work-queue stream: only this test's tenant reaches it
+    @broker.subscriber(
+        subject,
+        stream=stream_for(subject),
+        durable=durable,
+        pull_sub=PullSub(batch_size=1, timeout=1.0),
+    )
+    async def handle(body: dict[str, Any]) -> None:
+        event = DocumentUploaded.model_validate(body)
+        if event.tenant_id == tenant_id:
+            await received.put(event)
+
+    event = DocumentUploaded(
+        tenant_id=tenant_id,
+        document_id=uuid.uuid4(),
+        version=1,
+        object_name="x/1",
+        filename="a.pdf",
+        mime_type="application/pdf",
+        size_bytes=3,
+        file_sha256="abc",
+        uploaded_by="teacher-1",
+    )
+    async with broker:
+        await broker.start()
+        await broker.publish(event.model_dump(mode="json"), subject, stream="LECTERN_DOCUMENTS")
+        got = await asyncio.wait_for(received.get(), 10)
+        js = broker.config.connection_state.stream
+        await js.delete_consumer("LECTERN_DOCUMENTS", durable)
+    assert got.document_id == event.document_id
+    assert got.event_id == event.event_id
+
+
+async def test_request_reply_validates_and_answers_errors(nats_url: str, tenant_id: str) -> None:
+    subject = Subjects.MEMORY_RECALL
+    responder = NatsBroker(nats_url)
+    seen: list[str] = []
+
+    async def recall(message: MemoryRecallRequest) -> MemoryRecallReply:
+        seen.append(message.query)
+        if message.query == "boom":
+            raise NotFoundError("no such user")
+        return MemoryRecallReply(request_id=message.request_id, took_ms=1.0)
+
+    queue = f"q-{uuid.uuid4().hex[:6]}"
+    responder.subscriber(subject, queue=queue)(
+        answer_errors(MemoryRecallRequest, MemoryRecallReply, recall)
+    )
+    client = create_broker(nats_url, service_name="client")
+    async with responder, client:
+        await responder.start()
+        await responder.config.connection_state.connection.flush()
+        await client.start()
+        ok = await request(
+            client,
+            MemoryRecallRequest(tenant_id=tenant_id, user_id="u", query="mitosis"),
+            MemoryRecallReply,
+            timeout=5,
+        )
+        assert ok.error is None
+        with pytest.raises(Exception, match="no such user") as failed:
+            await request(
+                client,
+                MemoryRecallRequest(tenant_id=tenant_id, user_id="u", query="boom"),
+                MemoryRecallReply,
+                timeout=5,
+            )
+        assert getattr(failed.value, "reason", None) == "not_found"
+        raw = await client.request({"tenant_id": ""}, subject, timeout=5)
+        bad = MemoryRecallReply.model_validate_json(raw.body)
+        assert bad.error == "bad_input"
+    assert seen == ["mitosis", "boom"]
+
+
+async def test_request_without_responder_is_an_upstream_error(nats_url: str) -> None:
+    client = create_broker(nats_url, service_name="client")
+    async with client:
+        await client.start()
+        with pytest.raises(UpstreamError):
+            await request(client, Orphan(tenant_id="t"), Reply, timeout=0.5)
+
+
+class Orphan(Request):
+    """A request on a subject nobody serves."""
+
+    subject: ClassVar[str] = f"lectern.test.orphan.{uuid.uuid4().hex[:6]}.v1"
