@@ -9,7 +9,7 @@ from lectern_common.service import ServiceState, create_service_app
 from lectern_gateway.auth import Principal, decode_token
 from lectern_gateway.config import Settings
 from lectern_gateway.problems import install_problem_handlers
-from lectern_gateway.routes import chat, documents, search
+from lectern_gateway.routes import chat, documents, memories, search
 
 DESCRIPTION = """Lectern's public API: upload course material, search it, and chat with a tutor
 that answers from it with citations. Authenticate with `Authorization: Bearer <JWT>`."""
@@ -40,4 +40,5 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(documents.router)
     app.include_router(search.router)
     app.include_router(chat.router)
+    app.include_router(memories.router)
     return app

@@ -1,0 +1,77 @@
+"""Memory app: distils ended sessions, records turns, answers recall requests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from faststream.nats import NatsMessage, PullSub
+from nats.js.api import ConsumerConfig
+
+from lectern_common.broker import QUEUE_GROUPS, answer_errors, create_broker, stream_for
+from lectern_common.embeddings import build_embedder
+from lectern_common.events import MemoryRecallReply, MemoryRecallRequest, Subjects
+from lectern_common.service import ServiceState, create_service_app
+from lectern_memory.config import Settings
+from lectern_memory.gemini_distiller import build_model_distiller
+from lectern_memory.handlers import handle_session_ended, handle_turn
+from lectern_memory.service import MemoryService
+
+TURNS_DURABLE = "lectern-memory-turns"
+SESSIONS_DURABLE = "lectern-memory-sessions"
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the broker, the subscribers and the health app."""
+    broker = create_broker(settings.nats_url, service_name=settings.service_name)
+    holder: dict[str, MemoryService] = {}
+
+    def service() -> MemoryService:
+        return holder["service"]
+
+    async def startup(state: ServiceState) -> None:
+        embedder = build_embedder(settings)
+        holder["service"] = MemoryService(
+            settings=settings, embedder=embedder, model_distiller=build_model_distiller(settings)
+        )
+        await embedder.embed_query("warm-up")
+
+    app = create_service_app(
+        settings=settings, broker=broker, title="Lectern memory", on_startup=startup
+    )
+    state: ServiceState = app.state.lectern
+    consumer = ConsumerConfig(max_deliver=settings.max_deliveries, ack_wait=60.0)
+
+    @broker.subscriber(
+        Subjects.CHAT_TURN_COMPLETED,
+        stream=stream_for(Subjects.CHAT_TURN_COMPLETED),
+        durable=TURNS_DURABLE,
+        pull_sub=PullSub(batch_size=10, timeout=5.0),
+        config=consumer,
+    )
+    async def on_turn(body: dict[str, Any]) -> None:
+        """Record a completed turn's signals."""
+        await handle_turn(service(), state.pool, body)
+
+    @broker.subscriber(
+        Subjects.CHAT_SESSION_ENDED,
+        stream=stream_for(Subjects.CHAT_SESSION_ENDED),
+        durable=SESSIONS_DURABLE,
+        pull_sub=PullSub(batch_size=1, timeout=5.0),
+        config=consumer,
+    )
+    async def on_session_ended(body: dict[str, Any], message: NatsMessage) -> None:
+        """Distil an ended session into long-term memories."""
+        await handle_session_ended(
+            service(), state.pool, broker, body, message, max_deliveries=settings.max_deliveries
+        )
+
+    async def recall(request: MemoryRecallRequest) -> MemoryRecallReply:
+        return await service().recall(pool=state.pool, request=request)
+
+    @broker.subscriber(Subjects.MEMORY_RECALL, queue=QUEUE_GROUPS[Subjects.MEMORY_RECALL])
+    async def on_recall(body: dict[str, Any]) -> dict[str, Any]:
+        """Top memories of a student for a query."""
+        return await answer_errors(MemoryRecallRequest, MemoryRecallReply, recall)(body)
+
+    return app

@@ -1,0 +1,66 @@
+"""Thin subscribers: decode, call the service, publish, and settle the message."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from faststream.exceptions import NackMessage, RejectMessage
+from faststream.nats import NatsBroker, NatsMessage
+from pydantic import ValidationError
+
+from lectern_common.broker import stream_for
+from lectern_common.errors import PermanentError, RetryableError
+from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, MemoryDistilled
+from lectern_memory.service import MemoryService
+
+log = logging.getLogger(__name__)
+
+
+def deliveries(message: NatsMessage) -> int:
+    """How many times JetStream has delivered this message (1 on the first try)."""
+    metadata = getattr(message.raw_message, "metadata", None)
+    return int(getattr(metadata, "num_delivered", 1) or 1)
+
+
+async def handle_turn(service: MemoryService, pool: Any, body: Any) -> None:
+    """chat.turn.completed -> record its signals."""
+    try:
+        event = ChatTurnCompleted.model_validate(body)
+    except ValidationError as exc:
+        log.error("rejecting invalid chat.turn.completed: %s", exc)
+        raise RejectMessage() from exc
+    await service.record_turn(pool=pool, event=event)
+
+
+async def handle_session_ended(
+    service: MemoryService,
+    pool: Any,
+    broker: NatsBroker,
+    body: Any,
+    message: NatsMessage,
+    *,
+    max_deliveries: int,
+) -> None:
+    """chat.session.ended -> distil, then publish memory.distilled."""
+    try:
+        event = ChatSessionEnded.model_validate(body)
+    except ValidationError as exc:
+        log.error("rejecting invalid chat.session.ended: %s", exc)
+        raise RejectMessage() from exc
+    attempt = deliveries(message)
+    try:
+        distilled = await service.distil_session(
+            pool=pool, event=event, final_attempt=attempt >= max_deliveries - 1
+        )
+    except PermanentError as exc:
+        log.error("session %s cannot be distilled: %s", event.session_id, exc.message)
+        raise RejectMessage() from exc
+    except RetryableError as exc:
+        log.info("session %s: %s; retrying (delivery %d)", event.session_id, exc, attempt)
+        raise NackMessage(delay=min(2.0**attempt, 30.0)) from exc
+    await broker.publish(
+        distilled.model_dump(mode="json"),
+        MemoryDistilled.subject,
+        stream=stream_for(MemoryDistilled.subject).name,
+    )

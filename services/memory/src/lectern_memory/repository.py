@@ -1,0 +1,169 @@
+"""SQL of the memory service."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from lectern_common.events import ChatTurnCompleted
+
+
+async def record_turn(conn: Any, event: ChatTurnCompleted) -> None:
+    """Keep one turn's signals; a re-delivered turn changes nothing."""
+    await conn.execute(
+        """INSERT INTO memory_turn_signals (assistant_message_id, session_id, tenant_id, user_id,
+               question, answer, band, confidence, knowledge_gap, topic, occurred_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+           ON CONFLICT (assistant_message_id) DO NOTHING""",
+        event.assistant_message_id, event.session_id, event.tenant_id, event.user_id,
+        event.question, event.answer, event.band, event.confidence, event.knowledge_gap,
+        event.topic, event.occurred_at,
+    )  # fmt: skip
+
+
+async def session_turns(conn: Any, *, tenant_id: str, session_id: uuid.UUID) -> list[Any]:
+    """The session's turns, oldest first, with whether the student flagged each answer."""
+    return list(
+        await conn.fetch(
+            """SELECT s.question, s.answer, s.band, s.confidence, s.knowledge_gap, s.topic,
+                      s.occurred_at,
+                      EXISTS (SELECT 1 FROM feedback_flags f
+                              WHERE f.message_id = s.assistant_message_id
+                                AND f.tenant_id = s.tenant_id) AS flagged
+               FROM memory_turn_signals s
+               WHERE s.tenant_id = $1 AND s.session_id = $2
+               ORDER BY s.occurred_at, s.assistant_message_id""",
+            tenant_id,
+            session_id,
+        )
+    )
+
+
+async def lock_user(conn: Any, *, tenant_id: str, user_id: str) -> None:
+    """Serialise memory merges of one student (transaction-scoped advisory lock)."""
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"memory:{tenant_id}:{user_id}"
+    )
+
+
+async def distillation(conn: Any, *, session_id: uuid.UUID) -> Any:
+    """The recorded distillation of a session, if any."""
+    return await conn.fetchrow(
+        "SELECT created, updated, distiller FROM memory_distillations WHERE session_id = $1",
+        session_id,
+    )
+
+
+async def record_distillation(
+    conn: Any,
+    *,
+    session_id: uuid.UUID,
+    tenant_id: str,
+    user_id: str,
+    created: list[uuid.UUID],
+    updated: list[uuid.UUID],
+    distiller: str,
+) -> None:
+    """Mark a session distilled (the idempotency key)."""
+    await conn.execute(
+        """INSERT INTO memory_distillations
+               (session_id, tenant_id, user_id, created, updated, distiller)
+           VALUES ($1, $2, $3, $4, $5, $6)""",
+        session_id, tenant_id, user_id, created, updated, distiller,
+    )  # fmt: skip
+
+
+async def nearest(
+    conn: Any,
+    *,
+    tenant_id: str,
+    user_id: str,
+    embedding: np.ndarray,
+    kinds: list[str],
+) -> Any:
+    """The student's most similar memory among ``kinds``, with its cosine similarity."""
+    return await conn.fetchrow(
+        """SELECT id, kind, topic, strength, 1 - (embedding <=> $3) AS similarity
+           FROM user_memories
+           WHERE tenant_id = $1 AND user_id = $2 AND kind = ANY($4::text[])
+           ORDER BY (embedding <=> $3) + 0
+           LIMIT 1""",
+        tenant_id,
+        user_id,
+        embedding,
+        kinds,
+    )
+
+
+async def insert_memory(
+    conn: Any,
+    *,
+    tenant_id: str,
+    user_id: str,
+    kind: str,
+    text: str,
+    topic: str | None,
+    session_id: uuid.UUID,
+    embedding: np.ndarray,
+) -> uuid.UUID:
+    """Add a memory; returns its id."""
+    memory_id = uuid.uuid4()
+    await conn.execute(
+        """INSERT INTO user_memories
+               (id, tenant_id, user_id, kind, text, topic, source_session_id, embedding)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)""",
+        memory_id, tenant_id, user_id, kind, text, topic, session_id, embedding,
+    )  # fmt: skip
+    return memory_id
+
+
+async def update_memory(
+    conn: Any,
+    *,
+    memory_id: uuid.UUID,
+    kind: str,
+    text: str,
+    topic: str | None,
+    session_id: uuid.UUID,
+    embedding: np.ndarray,
+    strengthen: bool,
+) -> None:
+    """Rewrite a memory in place (a twin strengthens it; a new kind resets strength)."""
+    await conn.execute(
+        """UPDATE user_memories
+           SET kind = $2, text = $3, topic = coalesce($4, topic), source_session_id = $5,
+               embedding = $6, updated_at = now(),
+               strength = CASE WHEN $7 THEN strength + 1 ELSE 1 END
+           WHERE id = $1""",
+        memory_id, kind, text, topic, session_id, embedding, strengthen,
+    )  # fmt: skip
+
+
+async def recall_candidates(
+    conn: Any, *, tenant_id: str, user_id: str, embedding: np.ndarray, limit: int
+) -> list[Any]:
+    """The student's memories nearest the query (exact: filtered first, then ranked)."""
+    # "+ 0" keeps the planner on the (tenant, user) btree: an exact ranking of this student's
+    # memories, never an approximate HNSW walk that a per-user filter could starve.
+    return list(
+        await conn.fetch(
+            """SELECT id, kind, text, topic, strength, updated_at,
+                      1 - (embedding <=> $3) AS similarity
+               FROM user_memories
+               WHERE tenant_id = $1 AND user_id = $2
+               ORDER BY (embedding <=> $3) + 0
+               LIMIT $4""",
+            tenant_id,
+            user_id,
+            embedding,
+            limit,
+        )
+    )
+
+
+def age_days(updated_at: datetime, now: datetime) -> float:
+    """Age in days."""
+    return max(0.0, (now - updated_at).total_seconds() / 86400.0)

@@ -1,0 +1,192 @@
+"""Memory domain logic: record turns, distil sessions, merge memories, recall them."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from lectern_common.embeddings import Embedder
+from lectern_common.errors import RetryableError
+from lectern_common.events import (
+    ChatSessionEnded,
+    ChatTurnCompleted,
+    MemoryDistilled,
+    MemoryRecallReply,
+    MemoryRecallRequest,
+    RecalledMemory,
+)
+from lectern_memory import repository as repo
+from lectern_memory.config import Settings
+from lectern_memory.distill import MemoryDraft, TurnSignal, distill_turns
+
+log = logging.getLogger(__name__)
+
+#: an optional model-based distiller: turns -> drafts (None when it gave up)
+Distiller = Callable[[Sequence[TurnSignal]], Awaitable[list[MemoryDraft] | None]]
+
+
+class TurnsNotArrived(RetryableError):
+    """Raised when a session ended before all its turn events were recorded."""
+
+    reason = "turns_pending"
+
+
+def recall_score(
+    *, similarity: float, age_days: float, strength: float, settings: Settings
+) -> float:
+    """Similarity, recency (exponential half-life) and strength (saturating), weighted."""
+    recency = 0.5 ** (age_days / settings.recency_half_life_days)
+    strength_norm = min(1.0, math.log1p(max(strength, 0.0)) / math.log1p(10.0))
+    return (
+        settings.weight_similarity * similarity
+        + settings.weight_recency * recency
+        + settings.weight_strength * strength_norm
+    )
+
+
+class MemoryService:
+    """Everything the memory service does, given a pool and an embedder."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        embedder: Embedder,
+        model_distiller: Distiller | None = None,
+    ) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.model_distiller = model_distiller
+
+    async def record_turn(self, *, pool: Any, event: ChatTurnCompleted) -> None:
+        """Store a completed turn's signals for the session's distillation."""
+        async with pool.acquire() as conn:
+            await repo.record_turn(conn, event)
+
+    async def distil_session(
+        self, *, pool: Any, event: ChatSessionEnded, final_attempt: bool = False
+    ) -> MemoryDistilled:
+        """Distil an ended session into memories; idempotent per session."""
+        async with pool.acquire() as conn:
+            rows = await repo.session_turns(
+                conn, tenant_id=event.tenant_id, session_id=event.session_id
+            )
+        expected_turns = event.message_count // 2
+        if len(rows) < expected_turns and not final_attempt:
+            raise TurnsNotArrived(
+                f"session {event.session_id}: {len(rows)} of {expected_turns} turns recorded"
+            )
+        turns = [
+            TurnSignal(
+                question=r["question"], answer=r["answer"], band=r["band"],
+                confidence=r["confidence"], knowledge_gap=r["knowledge_gap"], topic=r["topic"],
+                flagged=r["flagged"], occurred_at=r["occurred_at"],
+            )
+            for r in rows
+        ]  # fmt: skip
+        drafts, distiller = await self._drafts(turns)
+        vectors = await self.embedder.embed_documents([d.text for d in drafts]) if drafts else []
+        async with pool.acquire() as conn, conn.transaction():
+            await repo.lock_user(conn, tenant_id=event.tenant_id, user_id=event.user_id)
+            done = await repo.distillation(conn, session_id=event.session_id)
+            if done is not None:
+                return self._distilled_event(event, done["created"], done["updated"],
+                                             done["distiller"])  # fmt: skip
+            created: list[uuid.UUID] = []
+            updated: list[uuid.UUID] = []
+            for draft, vector in zip(drafts, vectors, strict=True):
+                memory_id, is_new = await self._merge(conn, event, draft, vector)
+                (created if is_new else updated).append(memory_id)
+            updated = [m for m in dict.fromkeys(updated) if m not in created]
+            await repo.record_distillation(
+                conn, session_id=event.session_id, tenant_id=event.tenant_id,
+                user_id=event.user_id, created=created, updated=updated, distiller=distiller,
+            )  # fmt: skip
+        return self._distilled_event(event, created, updated, distiller)
+
+    async def _drafts(self, turns: list[TurnSignal]) -> tuple[list[MemoryDraft], str]:
+        if self.model_distiller is not None and turns:
+            drafts = await self.model_distiller(turns)
+            if drafts is not None:
+                return drafts, "gemini"
+        return distill_turns(turns), "deterministic"
+
+    async def _merge(
+        self, conn: Any, event: ChatSessionEnded, draft: MemoryDraft, vector: Any
+    ) -> tuple[uuid.UUID, bool]:
+        """Strengthen a twin, let 'mastered' replace a 'struggle', or insert."""
+        common = {"tenant_id": event.tenant_id, "user_id": event.user_id, "embedding": vector}
+        twin = await repo.nearest(conn, kinds=[draft.kind], **common)
+        if twin is not None and twin["similarity"] >= self.settings.merge_threshold:
+            await repo.update_memory(
+                conn, memory_id=twin["id"], kind=draft.kind, text=draft.text, topic=draft.topic,
+                session_id=event.session_id, embedding=vector, strengthen=True,
+            )  # fmt: skip
+            return twin["id"], False
+        opposite = {"mastered": "struggle", "struggle": "mastered"}.get(draft.kind)
+        if opposite is not None:
+            other = await repo.nearest(conn, kinds=[opposite], **common)
+            if other is not None and (
+                other["similarity"] >= self.settings.replace_threshold
+                or (draft.topic is not None and other["topic"] == draft.topic)
+            ):
+                await repo.update_memory(
+                    conn, memory_id=other["id"], kind=draft.kind, text=draft.text,
+                    topic=draft.topic, session_id=event.session_id, embedding=vector,
+                    strengthen=False,
+                )  # fmt: skip
+                return other["id"], False
+        memory_id = await repo.insert_memory(
+            conn, kind=draft.kind, text=draft.text, topic=draft.topic,
+            session_id=event.session_id, **common,
+        )  # fmt: skip
+        return memory_id, True
+
+    @staticmethod
+    def _distilled_event(
+        event: ChatSessionEnded,
+        created: Sequence[uuid.UUID],
+        updated: Sequence[uuid.UUID],
+        distiller: str,
+    ) -> MemoryDistilled:
+        return MemoryDistilled(
+            tenant_id=event.tenant_id, session_id=event.session_id, user_id=event.user_id,
+            created=list(created), updated=list(updated), distiller=distiller,
+        )  # fmt: skip
+
+    async def recall(self, *, pool: Any, request: MemoryRecallRequest) -> MemoryRecallReply:
+        """The student's top memories for a query: similarity, recency and strength."""
+        started = time.perf_counter()
+        vector = await self.embedder.embed_query(request.query)
+        async with pool.acquire() as conn:
+            rows = await repo.recall_candidates(
+                conn, tenant_id=request.tenant_id, user_id=request.user_id, embedding=vector,
+                limit=max(self.settings.recall_candidates, request.k),
+            )  # fmt: skip
+        now = datetime.now(UTC)
+        scored = sorted(
+            (
+                RecalledMemory(
+                    memory_id=r["id"], kind=r["kind"], text=r["text"], topic=r["topic"],
+                    strength=r["strength"], updated_at=r["updated_at"],
+                    score=recall_score(
+                        similarity=float(r["similarity"]),
+                        age_days=repo.age_days(r["updated_at"], now),
+                        strength=float(r["strength"]), settings=self.settings,
+                    ),
+                )
+                for r in rows
+            ),
+            key=lambda m: m.score,
+            reverse=True,
+        )  # fmt: skip
+        return MemoryRecallReply(
+            request_id=request.request_id,
+            memories=scored[: request.k],
+            took_ms=(time.perf_counter() - started) * 1000,
+        )

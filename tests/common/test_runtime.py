@@ -1,0 +1,90 @@
+"""The embedded servers: loopback only, no silent system users, data that survives."""
+
+import asyncio
+import json
+import os
+import pwd
+import socket
+import urllib.request
+import uuid
+from pathlib import Path
+
+import asyncpg
+import psutil
+import pytest
+
+from lectern_common.errors import ConfigurationError
+from lectern_common.runtime import EmbeddedNats, EmbeddedPostgres
+from lectern_common.runtime.nats import nats_server_binary
+
+pytestmark = pytest.mark.integration
+
+
+def test_nats_binary_comes_from_the_virtualenv() -> None:
+    assert nats_server_binary().exists()
+
+
+def test_nats_listens_on_loopback_only(tmp_path: Path) -> None:
+    server = EmbeddedNats(tmp_path / "nats")
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=1):
+            pass
+        with urllib.request.urlopen(f"{server.monitor_url}/varz", timeout=2) as response:
+            varz = json.load(response)
+        assert varz["host"] == "127.0.0.1"
+        assert varz["jetstream"]["config"]["store_dir"].startswith(str(tmp_path))
+        external = [
+            a.address
+            for addrs in psutil.net_if_addrs().values()
+            for a in addrs
+            if a.family == socket.AF_INET and not a.address.startswith("127.")
+        ]
+        for address in external:
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((address, server.port), 0.5).close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root-only behaviour")
+def test_as_root_a_missing_account_is_refused_not_created(tmp_path: Path) -> None:
+    name = f"lectern{uuid.uuid4().hex[:6]}"
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        EmbeddedPostgres(tmp_path, run_as=name)
+    with pytest.raises(KeyError):
+        pwd.getpwnam(name)
+
+
+def test_postgres_data_survives_a_restart(tmp_path: Path) -> None:
+    base = Path("/tmp") / f"lectern-rt-{uuid.uuid4().hex[:6]}"
+    os.makedirs(base)
+    os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it
+    server = EmbeddedPostgres(base)
+    server.start()
+    try:
+        asyncio.run(_write(server.dsn))
+    finally:
+        server.stop()
+    again = EmbeddedPostgres(base)
+    again.start()
+    try:
+        assert asyncio.run(_read(again.dsn)) == "kept"
+        if os.geteuid() == 0:
+            owner = (base / "pgdata").stat().st_uid
+            assert pwd.getpwuid(owner).pw_name == "nobody"
+    finally:
+        again.stop()
+
+
+async def _write(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    await conn.execute("CREATE TABLE probe (v text); INSERT INTO probe VALUES ('kept')")
+    await conn.close()
+
+
+async def _read(dsn: str) -> str:
+    conn = await asyncpg.connect(dsn)
+    value: str = await conn.fetchval("SELECT v FROM probe")
+    await conn.close()
+    return value

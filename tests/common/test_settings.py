@@ -1,0 +1,42 @@
+"""Settings: shared LECTERN_* values, per-service prefixes, secrets validated."""
+
+import pytest
+from pydantic import ValidationError
+
+from lectern_common.settings import DEV_JWT_SECRET, BaseServiceSettings
+from lectern_gateway.config import Settings as GatewaySettings
+from lectern_ingest.config import Settings as IngestSettings
+
+
+def test_shared_values_come_from_lectern_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LECTERN_NATS_URL", "nats://shared:4222")
+    monkeypatch.setenv("NATS_URL", "nats://unprefixed-must-be-ignored:1")
+    monkeypatch.setenv("LECTERN_INGEST_HTTP_PORT", "9101")
+    monkeypatch.setenv("LECTERN_GATEWAY_HTTP_PORT", "9100")
+    ingest, gateway = IngestSettings(), GatewaySettings()
+    assert ingest.nats_url == gateway.nats_url == "nats://shared:4222"
+    assert (ingest.http_port, gateway.http_port) == (9101, 9100)
+    assert (ingest.service_name, gateway.service_name) == ("lectern-ingest", "lectern-gateway")
+
+
+def test_keyword_arguments_override_without_environment() -> None:
+    settings = GatewaySettings(nats_url="nats://kw:1", http_port=1234)
+    assert (settings.nats_url, settings.http_port) == ("nats://kw:1", 1234)
+
+
+def test_development_has_a_default_secret_production_does_not() -> None:
+    assert BaseServiceSettings().effective_jwt_secret == DEV_JWT_SECRET
+    with pytest.raises(ValidationError, match="LECTERN_JWT_SECRET"):
+        BaseServiceSettings(environment="production")
+    with pytest.raises(ValidationError, match="LECTERN_JWT_SECRET"):
+        BaseServiceSettings(environment="production", jwt_secret=DEV_JWT_SECRET)
+    with pytest.raises(ValidationError, match="at least 32"):
+        BaseServiceSettings(environment="production", jwt_secret="short")
+    ok = BaseServiceSettings(environment="production", jwt_secret="x" * 40)
+    assert ok.effective_jwt_secret == "x" * 40
+
+
+def test_gemini_provider_needs_a_key() -> None:
+    with pytest.raises(ValidationError, match="GEMINI_API_KEY"):
+        BaseServiceSettings(embedding_provider="gemini")
+    assert BaseServiceSettings(gemini_api_key="k").gemini_enabled

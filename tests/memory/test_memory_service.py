@@ -1,0 +1,143 @@
+"""Distillation, merging and recall against a real Postgres with pgvector."""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from lectern_common.embeddings import Embedder
+from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, MemoryRecallRequest
+from lectern_memory.config import Settings
+from lectern_memory.service import MemoryService, TurnsNotArrived
+
+pytestmark = pytest.mark.integration
+
+ANSWER_OK = "Photosynthesis turns light, water and carbon dioxide into glucose and oxygen [T1]."
+
+
+def turn_event(
+    tenant_id: str,
+    user_id: str,
+    session_id: uuid.UUID,
+    question: str,
+    *,
+    band: str = "high",
+    topic: str | None = None,
+    at: datetime | None = None,
+) -> ChatTurnCompleted:
+    return ChatTurnCompleted(
+        tenant_id=tenant_id, session_id=session_id, user_id=user_id,
+        user_message_id=uuid.uuid4(), assistant_message_id=uuid.uuid4(), question=question,
+        answer=ANSWER_OK, confidence={"high": 0.9, "medium": 0.7, "low": 0.5, "gap": 0.2}[band],
+        band=band, topic=topic, occurred_at=at or datetime.now(UTC),
+    )  # fmt: skip
+
+
+async def run_session(
+    service: MemoryService,
+    pool: Any,
+    tenant_id: str,
+    user_id: str,
+    turns: list[tuple[str, str, str | None]],
+) -> tuple[ChatSessionEnded, Any]:
+    session_id = uuid.uuid4()
+    start = datetime.now(UTC)
+    for i, (question, band, topic) in enumerate(turns):
+        event = turn_event(tenant_id, user_id, session_id, question, band=band, topic=topic,
+                           at=start + timedelta(seconds=i))  # fmt: skip
+        await service.record_turn(pool=pool, event=event)
+    ended = ChatSessionEnded(
+        tenant_id=tenant_id, session_id=session_id, user_id=user_id, message_count=2 * len(turns)
+    )
+    return ended, await service.distil_session(pool=pool, event=ended)
+
+
+async def memories(pool: Any, tenant_id: str, user_id: str) -> list[Any]:
+    return list(
+        await pool.fetch(
+            "SELECT id, kind, topic, text, strength FROM user_memories "
+            "WHERE tenant_id = $1 AND user_id = $2 ORDER BY kind, topic",
+            tenant_id,
+            user_id,
+        )
+    )
+
+
+@pytest.fixture
+def service(memory_settings: Settings, embedder: Embedder) -> MemoryService:
+    return MemoryService(settings=memory_settings, embedder=embedder)
+
+
+async def test_struggle_is_distilled_and_redelivery_does_not_duplicate(
+    service: MemoryService, db_pool: Any, tenant_id: str
+) -> None:
+    ended, first = await run_session(
+        service, db_pool, tenant_id, "s1",
+        [("How does meiosis work?", "low", "meiosis"), ("What is photosynthesis?", "high", None)],
+    )  # fmt: skip
+    rows = await memories(db_pool, tenant_id, "s1")
+    assert {r["kind"] for r in rows} == {"struggle", "mastered", "takeaway"}
+    assert any(r["kind"] == "struggle" and r["topic"] == "meiosis" for r in rows)
+    again = await service.distil_session(pool=db_pool, event=ended)
+    assert sorted(again.created) == sorted(first.created)
+    assert len(await memories(db_pool, tenant_id, "s1")) == len(rows)
+
+
+async def test_twin_strengthens_and_mastered_replaces_struggle(
+    service: MemoryService, db_pool: Any, tenant_id: str
+) -> None:
+    await run_session(service, db_pool, tenant_id, "s2", [("Explain meiosis", "low", "meiosis")])
+    _, second = await run_session(
+        service, db_pool, tenant_id, "s2", [("Explain meiosis", "low", "meiosis")]
+    )
+    rows = await memories(db_pool, tenant_id, "s2")
+    struggles = [r for r in rows if r["kind"] == "struggle"]
+    assert len(struggles) == 1 and struggles[0]["strength"] == 2.0
+    assert second.updated == [struggles[0]["id"]] and second.created == []
+    await run_session(service, db_pool, tenant_id, "s2", [("Explain meiosis", "high", "meiosis")])
+    rows = await memories(db_pool, tenant_id, "s2")
+    assert not [r for r in rows if r["kind"] == "struggle"]
+    assert [r["id"] for r in rows if r["kind"] == "mastered"] == [struggles[0]["id"]]
+
+
+async def test_session_waits_for_its_turns(
+    service: MemoryService, db_pool: Any, tenant_id: str
+) -> None:
+    ended = ChatSessionEnded(
+        tenant_id=tenant_id, session_id=uuid.uuid4(), user_id="s3", message_count=4
+    )
+    with pytest.raises(TurnsNotArrived):
+        await service.distil_session(pool=db_pool, event=ended)
+    done = await service.distil_session(pool=db_pool, event=ended, final_attempt=True)
+    assert done.created == []
+
+
+async def test_recall_is_per_student_ranked_and_honours_deletion(
+    service: MemoryService, db_pool: Any, tenant_id: str
+) -> None:
+    await run_session(
+        service, db_pool, tenant_id, "alice",
+        [("What are covalent bonds?", "low", "covalent bonds"),
+         ("How do plants make food?", "high", "photosynthesis")],
+    )  # fmt: skip
+    await run_session(
+        service, db_pool, tenant_id, "bob", [("What is a black hole?", "low", "black holes")]
+    )
+    reply = await service.recall(
+        pool=db_pool,
+        request=MemoryRecallRequest(tenant_id=tenant_id, user_id="alice", query="chemical bonds"),
+    )
+    assert reply.memories and reply.memories[0].topic == "covalent bonds"
+    assert all("black hole" not in m.text for m in reply.memories)
+    other_tenant = await service.recall(
+        pool=db_pool,
+        request=MemoryRecallRequest(tenant_id="someone-else", user_id="alice", query="bonds"),
+    )
+    assert other_tenant.memories == []
+    await db_pool.execute("DELETE FROM user_memories WHERE id = $1", reply.memories[0].memory_id)
+    after = await service.recall(
+        pool=db_pool,
+        request=MemoryRecallRequest(tenant_id=tenant_id, user_id="alice", query="chemical bonds"),
+    )
+    assert reply.memories[0].memory_id not in {m.memory_id for m in after.memories}
