@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat clean
+.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -50,7 +50,7 @@ test-fast: install ## The suite without slow and e2e tests
 asyncapi: install ## Regenerate docs/asyncapi.yaml from the event contracts
 	$(PY) -m lectern_common.asyncapi > docs/asyncapi.yaml
 
-bench: bench-ingest bench-retrieval bench-rerank bench-chat ## Run every benchmark
+bench: bench-ingest bench-retrieval bench-rerank bench-chat bench-memory ## Run every benchmark
 
 bench-ingest: install ## Ingest throughput vs the raw embedder (../shared/data/docs)
 	$(PY) bench/bench_ingest.py
@@ -66,3 +66,6 @@ bench-chat: install ## Gateway overhead to first token
 
 clean: ## Remove the virtualenv, caches and local data
 	rm -rf $(VENV) .lectern .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+bench-memory: install ## Memory recall latency at 10,000 memories for one student
+	$(PY) bench/bench_memory.py

@@ -38,6 +38,7 @@ class BaseServiceSettings(BaseSettings):
         extra="ignore",
         populate_by_name=True,
         case_sensitive=False,
+        env_ignore_empty=True,  # LECTERN_GEMINI_API_KEY= (empty) means "not configured"
     )
 
     service_name: str = shared("service_name", "lectern", "name in logs, traces and metrics")
@@ -83,6 +84,21 @@ class BaseServiceSettings(BaseSettings):
     )
     gemini_embedding_dim: int = shared("gemini_embedding_dim", 768, "output_dimensionality")
     gemini_chat_model: str = shared("gemini_chat_model", "gemini-2.5-flash", "Gemini chat model")
+    llm_temperature: float = shared("llm_temperature", 0.3, "sampling temperature for answers")
+    llm_timeout_s: float = shared(
+        "llm_timeout_s", 60.0, "HTTP timeout of a model call (per read while streaming)"
+    )
+    fallback_llm_base_url: str | None = shared(
+        "fallback_llm_base_url",
+        None,
+        "OpenAI-compatible API base (…/v1) used when Gemini fails or rate-limits; unset: none",
+    )
+    fallback_llm_api_key: SecretStr | None = shared(
+        "fallback_llm_api_key", None, "bearer key of the fallback provider"
+    )
+    fallback_llm_model: str | None = shared(
+        "fallback_llm_model", None, "model name at the fallback provider (e.g. deepseek-chat)"
+    )
 
     jwt_secret: SecretStr | None = shared(
         "jwt_secret", None, "HS256 signing secret for bearer tokens"

@@ -6,10 +6,11 @@ from fastapi import FastAPI
 
 from lectern_common.broker import create_broker
 from lectern_common.service import ServiceState, create_service_app
-from lectern_gateway.auth import Principal, decode_token
+from lectern_gateway.auth import TokenVerifier
+from lectern_gateway.chat.runtime import start_chat, stop_chat
 from lectern_gateway.config import Settings
 from lectern_gateway.problems import install_problem_handlers
-from lectern_gateway.routes import chat, documents, memories, search
+from lectern_gateway.routes import chat, chunks, documents, flags, gaps, memories, search, sessions
 
 DESCRIPTION = """Lectern's public API: upload course material, search it, and chat with a tutor
 that answers from it with citations. Authenticate with `Authorization: Bearer <JWT>`."""
@@ -21,6 +22,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     async def startup(state: ServiceState) -> None:
         state.resources["settings"] = settings
+        await start_chat(state, settings)
 
     app = create_service_app(
         settings=settings,
@@ -28,17 +30,23 @@ def create_app(settings: Settings) -> FastAPI:
         title="Lectern gateway",
         description=DESCRIPTION,
         on_startup=startup,
+        on_shutdown=stop_chat,
         docs=True,
     )
-    secret = settings.effective_jwt_secret
-
-    async def authenticate(token: str) -> Principal:
-        return decode_token(token, secret=secret)
-
-    app.state.authenticator = authenticate
+    app.state.authenticator = TokenVerifier(
+        secret=settings.effective_jwt_secret,
+        jwks_url=settings.jwks_url,
+        audience=settings.jwt_audience,
+        issuer=settings.jwt_issuer,
+        jwks_cache_s=settings.jwks_cache_s,
+    )
     install_problem_handlers(app)
     app.include_router(documents.router)
     app.include_router(search.router)
     app.include_router(chat.router)
     app.include_router(memories.router)
+    app.include_router(sessions.router)
+    app.include_router(flags.router)
+    app.include_router(gaps.router)
+    app.include_router(chunks.router)
     return app

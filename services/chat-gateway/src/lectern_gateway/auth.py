@@ -1,14 +1,20 @@
 """Bearer-token authentication and role checks.
 
 Tokens are JWTs carrying ``tenant``, ``sub`` (user), ``role`` (student, teacher, admin) and
-``plan`` (free, pro), signed HS256 with ``LECTERN_JWT_SECRET``.
+``plan`` (free, pro), signed HS256 with ``LECTERN_JWT_SECRET`` or RS256 by an identity provider
+whose keys are published at ``LECTERN_GATEWAY_JWKS_URL``. Machine clients send an API key in
+``X-API-Key``; only its SHA-256 is stored (table ``api_keys``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import secrets
 import time
+import uuid
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import jwt
 from fastapi import Depends, Request
@@ -47,9 +53,13 @@ def issue_token(
     """Sign an HS256 bearer token (development and tests; production uses an IdP)."""
     now = int(time.time())
     claims = {
-        "tenant": tenant_id, "sub": user_id, "role": role, "plan": plan,
-        "iat": now, "exp": now + ttl_s,
-    }  # fmt: skip
+        "tenant": tenant_id,
+        "sub": user_id,
+        "role": role,
+        "plan": plan,
+        "iat": now,
+        "exp": now + ttl_s,
+    }
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
@@ -61,12 +71,100 @@ def decode_token(token: str, *, secret: str) -> Principal:
         )
     except jwt.PyJWTError as exc:
         raise _unauthorized(f"invalid bearer token: {exc}") from exc
+    return principal_from_claims(claims)
+
+
+def principal_from_claims(claims: dict[str, Any]) -> Principal:
+    """The principal a verified token's claims describe; raises ``ProblemError`` (401)."""
     role = claims.get("role", "student")
     plan = claims.get("plan", "free")
     if role not in ROLES or plan not in ("free", "pro"):
         raise _unauthorized("token has an unknown role or plan")
     return Principal(
         tenant_id=str(claims["tenant"]), user_id=str(claims["sub"]), role=role, plan=plan
+    )
+
+
+class TokenVerifier:
+    """Verifies HS256 tokens with the shared secret and RS256 tokens with a JWKS."""
+
+    def __init__(
+        self,
+        *,
+        secret: str,
+        jwks_url: str | None = None,
+        audience: str | None = None,
+        issuer: str | None = None,
+        jwks_cache_s: int = 300,
+    ) -> None:
+        self._secret = secret
+        self._audience = audience
+        self._issuer = issuer
+        self._jwks = (
+            jwt.PyJWKClient(jwks_url, cache_keys=True, lifespan=jwks_cache_s, timeout=5)
+            if jwks_url
+            else None
+        )
+
+    async def __call__(self, token: str) -> Principal:
+        """Verify ``token`` and return its principal; raises ``ProblemError`` (401)."""
+        try:
+            algorithm = jwt.get_unverified_header(token).get("alg")
+        except jwt.PyJWTError as exc:
+            raise _unauthorized(f"invalid bearer token: {exc}") from exc
+        if algorithm == "HS256":
+            return decode_token(token, secret=self._secret)
+        if algorithm != "RS256" or self._jwks is None:
+            raise _unauthorized(f"unsupported token algorithm {algorithm!r}")
+        jwks = self._jwks
+        options: jwt.types.Options = {"require": ["exp", "sub", "tenant"]}
+        try:
+            # PyJWKClient fetches over blocking urllib (cached afterwards): keep it off the loop
+            key = await asyncio.to_thread(jwks.get_signing_key_from_jwt, token)
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=["RS256"],
+                audience=self._audience,
+                issuer=self._issuer,
+                options=options,
+            )
+        except jwt.PyJWKClientError as exc:
+            raise _unauthorized(f"no signing key for this token: {exc}") from exc
+        except jwt.PyJWTError as exc:
+            raise _unauthorized(f"invalid bearer token: {exc}") from exc
+        return principal_from_claims(claims)
+
+
+def hash_api_key(key: str) -> str:
+    """The stored form of an API key (hex SHA-256)."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+async def create_api_key(*, pool: Any, tenant_id: str, name: str, role: Role = "teacher") -> str:
+    """Create an API key for a machine client and return it (only its hash is stored)."""
+    key = "lk_" + secrets.token_urlsafe(32)
+    await pool.execute(
+        "INSERT INTO api_keys (id, tenant_id, name, key_sha256, role) VALUES ($1, $2, $3, $4, $5)",
+        uuid.uuid4(),
+        tenant_id,
+        name,
+        hash_api_key(key),
+        role,
+    )
+    return key
+
+
+async def authenticate_api_key(*, pool: Any, key: str) -> Principal:
+    """The principal of a live API key; raises ``ProblemError`` (401)."""
+    row = await pool.fetchrow(
+        "SELECT id, tenant_id, role FROM api_keys WHERE key_sha256 = $1 AND revoked_at IS NULL",
+        hash_api_key(key),
+    )
+    if row is None or row["role"] not in ROLES:
+        raise _unauthorized("unknown or revoked API key")
+    return Principal(
+        tenant_id=row["tenant_id"], user_id=f"apikey:{row['id']}", role=row["role"], plan="pro"
     )
 
 
@@ -77,7 +175,10 @@ def _unauthorized(detail: str) -> ProblemError:
 
 
 async def get_principal(request: Request) -> Principal:
-    """FastAPI dependency: the caller, from ``Authorization: Bearer ...``."""
+    """FastAPI dependency: the caller, from ``Authorization: Bearer ...`` or ``X-API-Key``."""
+    api_key = request.headers.get("x-api-key")
+    if api_key:
+        return await authenticate_api_key(pool=request.app.state.lectern.pool, key=api_key)
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:

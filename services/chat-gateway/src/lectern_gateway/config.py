@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from lectern_common.settings import ServiceHttpSettings, shared
@@ -14,3 +15,45 @@ class Settings(ServiceHttpSettings):
 
     service_name: str = shared("service_name", "lectern-gateway", "name in logs and traces")
     http_port: int = 8000
+
+    # auth
+    jwks_url: str | None = Field(
+        default=None, description="RS256 bearer tokens are verified with this JWKS (IdP)"
+    )
+    jwt_audience: str | None = Field(default=None, description="required `aud` when set")
+    jwt_issuer: str | None = Field(default=None, description="required `iss` when set")
+    jwks_cache_s: int = Field(default=300, description="how long fetched signing keys live")
+
+    # rate limits, per user per UTC day
+    free_soft_limit: int = Field(default=2, description="free plan: later answers are delayed")
+    free_soft_delay_s: float = Field(default=5.0, description="delay past the soft limit")
+    free_hard_limit: int = Field(default=4, description="free plan: later messages get 429")
+    pro_daily_limit: int | None = Field(default=None, description="pro plan; unset: unlimited")
+
+    # the chat pipeline
+    context_token_budget: int = Field(default=8000, description="whole prompt, in tokens")
+    history_messages: int = Field(default=10, description="short-term memory (messages)")
+    memory_k: int = Field(default=3, description="long-term memories recalled per question")
+    memory_timeout_s: float = Field(default=0.3, description="recall is skipped past this")
+    retrieve_k: int = Field(default=20, description="candidates asked of the retriever")
+    rerank_top_k: int = Field(default=5, description="sources kept by the re-ranker")
+    retrieve_timeout_s: float = Field(default=10.0)
+    rerank_timeout_s: float = Field(default=10.0)
+    support_threshold: float = Field(
+        default=0.35, description="a cited sentence below this support is flagged unsupported"
+    )
+    web_search: bool = Field(
+        default=True, description="let Gemini search the web and cite it as [W#]"
+    )
+    grounding_weight: float = Field(
+        default=0.3, description="weight of grounding in the final confidence score"
+    )
+
+    # sessions
+    idle_timeout_s: float = Field(default=1800.0, description="sessions idle this long end")
+    idle_sweep_interval_s: float = Field(default=60.0, description="0 disables the sweep")
+
+    # documents
+    max_upload_bytes: int = Field(
+        default=100 * 1024 * 1024, gt=0, description="uploads past this size get 413"
+    )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from lectern_common.broker import MAX_INGEST_DELIVERIES
 from lectern_common.settings import ServiceHttpSettings, shared
 
 
@@ -14,3 +16,39 @@ class Settings(ServiceHttpSettings):
 
     service_name: str = shared("service_name", "lectern-ingest", "name in logs and traces")
     http_port: int = 8001
+
+    max_deliveries: int = Field(
+        default=MAX_INGEST_DELIVERIES, ge=1, description="deliveries of one upload before failed"
+    )
+    ack_wait_s: float = Field(default=120.0, gt=0, description="JetStream ack wait per delivery")
+    in_progress_interval_s: float = Field(
+        default=30.0, gt=0, description="how often a working delivery tells JetStream it is alive"
+    )
+    retry_backoff_s: float = Field(
+        default=2.0, ge=0, description="first retry delay; doubles per delivery"
+    )
+    retry_backoff_max_s: float = Field(default=60.0, ge=0, description="cap of the retry delay")
+    document_timeout_s: float = Field(
+        default=600.0, gt=0, description="time limit for one document (then failed: timeout)"
+    )
+    progress_interval_s: float = Field(
+        default=0.5, ge=0, description="minimum time between two progress events of a document"
+    )
+    embed_batch_size: int = Field(default=64, ge=1, description="chunks per embedding call")
+    queue_batches: int = Field(
+        default=4, ge=1, description="chunk batches buffered between extraction and embedding"
+    )
+    near_duplicate_threshold: float = Field(
+        default=0.85, ge=0.0, le=1.0, description="SimHash similarity flagged as near-duplicate"
+    )
+    qa_per_section: int = Field(
+        default=3, ge=0, le=10, description="exam-style Q/A pairs per section (Gemini only)"
+    )
+    chunk_target_tokens: int | None = Field(
+        default=None, description="chunk target size in tokens (unset: chunker default)"
+    )
+    chunk_overlap_tokens: int | None = Field(default=None, description="overlap in tokens")
+    chunk_min_tokens: int | None = Field(default=None, description="smallest chunk in tokens")
+    chunk_max_tokens: int | None = Field(
+        default=None, description="largest chunk (capped at the embedder's maximum input)"
+    )

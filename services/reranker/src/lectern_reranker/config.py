@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from lectern_common.settings import ServiceHttpSettings, shared
+from lectern_reranker.service import (
+    BI_ENCODER_CALIBRATION,
+    CROSS_ENCODER_CALIBRATION,
+    BandThresholds,
+    Calibration,
+    ConfidenceWeights,
+    RerankConfig,
+    SignalWeights,
+)
+
+_W = SignalWeights()
+_B = BandThresholds()
+_C = ConfidenceWeights()
 
 
 class Settings(ServiceHttpSettings):
@@ -14,3 +28,71 @@ class Settings(ServiceHttpSettings):
 
     service_name: str = shared("service_name", "lectern-reranker", "name in logs and traces")
     http_port: int = 8003
+
+    cross_encoder_model: str | None = Field(
+        default=None,
+        description="CrossEncoder model name (in the local HF cache) or path; unset: bi-encoder",
+    )
+    cross_encoder_max_length: int | None = Field(
+        default=256, ge=16, description="word pieces per (query, chunk) pair"
+    )
+    cross_encoder_batch_size: int = Field(default=32, ge=1)
+
+    weight_semantic: float = Field(default=_W.semantic, ge=0.0)
+    weight_grade: float = Field(default=_W.grade, ge=0.0)
+    weight_curriculum: float = Field(default=_W.curriculum, ge=0.0)
+    weight_source_priority: float = Field(default=_W.source_priority, ge=0.0)
+    weight_freshness: float = Field(default=_W.freshness, ge=0.0)
+    weight_content_type: float = Field(default=_W.content_type, ge=0.0)
+    bi_encoder_rank_prior: float = Field(
+        default=0.5, ge=0.0, le=1.0,
+        description="bi-encoder only: share of the retriever's order in the relevance signal",
+    )  # fmt: skip
+
+    duplicate_overlap: float = Field(default=0.80, gt=0.0, le=1.0)
+
+    band_high: float = Field(default=_B.high, ge=0.0, le=1.0)
+    band_medium: float = Field(default=_B.medium, ge=0.0, le=1.0)
+    band_low: float = Field(default=_B.low, ge=0.0, le=1.0)
+    retrieval_gap: float = Field(
+        default=_B.retrieval_gap, ge=0.0, le=1.0,
+        description="retrieval confidence below which the band is gap whatever the rest",
+    )  # fmt: skip
+    confidence_weight_retrieval: float = Field(default=_C.retrieval, ge=0.0)
+    confidence_weight_source_quality: float = Field(default=_C.source_quality, ge=0.0)
+    confidence_weight_grounding: float = Field(default=_C.grounding, ge=0.0)
+    grounding_prior: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="grounding until the gateway measures it"
+    )
+    bi_encoder_midpoint: float = BI_ENCODER_CALIBRATION.midpoint
+    bi_encoder_scale: float = Field(default=BI_ENCODER_CALIBRATION.scale, gt=0.0)
+    cross_encoder_midpoint: float = CROSS_ENCODER_CALIBRATION.midpoint
+    cross_encoder_scale: float = Field(default=CROSS_ENCODER_CALIBRATION.scale, gt=0.0)
+
+    def rerank_config(self) -> RerankConfig:
+        """The pipeline's tuning from these settings."""
+        return RerankConfig(
+            weights=SignalWeights(
+                semantic=self.weight_semantic, grade=self.weight_grade,
+                curriculum=self.weight_curriculum, source_priority=self.weight_source_priority,
+                freshness=self.weight_freshness, content_type=self.weight_content_type,
+            ),
+            bands=BandThresholds(
+                high=self.band_high, medium=self.band_medium, low=self.band_low,
+                retrieval_gap=self.retrieval_gap,
+            ),
+            confidence=ConfidenceWeights(
+                retrieval=self.confidence_weight_retrieval,
+                source_quality=self.confidence_weight_source_quality,
+                grounding=self.confidence_weight_grounding,
+            ),
+            calibrations={
+                "bi-encoder": Calibration(self.bi_encoder_midpoint, self.bi_encoder_scale),
+                "cross-encoder": Calibration(
+                    self.cross_encoder_midpoint, self.cross_encoder_scale
+                ),
+            },
+            grounding_prior=self.grounding_prior,
+            duplicate_overlap=self.duplicate_overlap,
+            rank_prior_weight={"bi-encoder": self.bi_encoder_rank_prior, "cross-encoder": 0.0},
+        )  # fmt: skip

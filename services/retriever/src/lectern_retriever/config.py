@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from lectern_common.settings import ServiceHttpSettings, shared
@@ -14,3 +15,20 @@ class Settings(ServiceHttpSettings):
 
     service_name: str = shared("service_name", "lectern-retriever", "name in logs and traces")
     http_port: int = 8002
+
+    ef_search: int = Field(default=200, ge=10, le=1000, description="HNSW ef_search default")
+    dense_weight: float = Field(
+        default=1.0, ge=0.0, description="RRF weight of dense lists (equal weights measured best)"
+    )
+    sparse_weight: float = Field(default=1.0, ge=0.0, description="RRF weight of BM25 lists")
+    rrf_k: int = Field(default=60, ge=1, description="reciprocal rank fusion constant")
+    exact_search_below: int = Field(
+        default=2000, ge=0, description="exact dense search below this many filtered chunks"
+    )
+    tag_boost: float = Field(default=0.2, ge=0.0, description="score x (1+b) on topic tag match")
+    cited_boost: float = Field(
+        default=0.2, ge=0.0, description="score x (1+b) for documents cited in the last turns"
+    )
+    llm_rewrite: bool = Field(default=True, description="Gemini query rewrite when a key is set")
+    llm_rewrite_timeout_s: float = Field(default=3.0, gt=0.0)
+    pool_size: int = Field(default=16, ge=2, description="the retriever's own Postgres pool")

@@ -1,5 +1,571 @@
-"""documents routes."""
+"""Document routes: upload (streamed), status, list, progress events (SSE), delete."""
 
-from fastapi import APIRouter
+from __future__ import annotations
 
-router = APIRouter()
+import asyncio
+import base64
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from datetime import date, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field, ValidationError
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from lectern_common.broker import stream_for
+from lectern_common.errors import BadInputError
+from lectern_common.events import (
+    DocumentDeleted,
+    DocumentMetadata,
+    DocumentUploaded,
+    Event,
+    Subjects,
+)
+from lectern_gateway import documents_repository as repo
+from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
+from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
+from lectern_gateway.problems import ProblemError
+from lectern_gateway.uploads import MalformedUpload, UploadTooLarge, receive_upload
+from lectern_ingest.filetype import detect_mime_path
+from lectern_ingest.objects import delete_object, object_name, put_file
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(tags=["documents"])
+
+#: default source priority by uploader role when the upload does not give one
+ROLE_PRIORITY = {"teacher": 0.7, "admin": 0.5}
+LIST_FIELDS = ("curriculum_standards", "topic_tags")
+STATUS_POLL_S = 5.0
+
+
+class DocumentError(BaseModel):
+    """Why a document failed."""
+
+    stage: str | None
+    reason: str | None
+    message: str | None
+
+
+class DocumentView(BaseModel):
+    """A document as clients see it."""
+
+    id: uuid.UUID
+    title: str
+    filename: str
+    mime_type: str
+    size_bytes: int
+    status: str
+    version: int
+    previous_version_id: uuid.UUID | None
+    page_count: int | None
+    skipped_pages: int
+    chunk_count: int
+    qa_count: int
+    language: str | None
+    enriched: bool
+    enrichment_note: str | None
+    near_duplicate_of: uuid.UUID | None
+    near_duplicate_score: float | None
+    error: DocumentError | None
+    attempts: int
+    subject: str | None
+    grade_level: int | None
+    module_tag: str | None
+    class_id: str | None
+    content_type: str | None
+    collection: str
+    curriculum_standards: list[str]
+    topic_tags: list[str]
+    source_priority: float | None
+    freshness_date: date | None
+    file_sha256: str
+    uploaded_by: str
+    co_owners: list[str]
+    created_at: datetime
+    updated_at: datetime
+    indexed_at: datetime | None
+    status_url: str
+    events_url: str
+
+
+class UploadAccepted(BaseModel):
+    """Answer to an accepted upload (202) or a duplicate of an existing one (200)."""
+
+    id: uuid.UUID
+    status: str
+    version: int
+    duplicate: bool = False
+    status_url: str
+    events_url: str
+    document: DocumentView
+
+
+class DocumentPage(BaseModel):
+    """One page of ``GET /v1/documents``."""
+
+    items: list[DocumentView]
+    next_cursor: str | None = Field(default=None, description="pass as ?cursor= for the next page")
+
+
+def _urls(document_id: uuid.UUID) -> tuple[str, str]:
+    return f"/v1/documents/{document_id}", f"/v1/documents/{document_id}/events"
+
+
+def document_view(row: Any) -> DocumentView:
+    """The public view of a documents row."""
+    status_url, events_url = _urls(row["id"])
+    error = None
+    if row["status"] == "failed" or row["error_reason"]:
+        error = DocumentError(
+            stage=row["error_stage"], reason=row["error_reason"], message=row["error_message"]
+        )
+    return DocumentView(
+        id=row["id"], title=row["title"], filename=row["filename"], mime_type=row["mime_type"],
+        size_bytes=row["size_bytes"], status=row["status"], version=row["version"],
+        previous_version_id=row["previous_version_id"], page_count=row["page_count"],
+        skipped_pages=row["skipped_pages"], chunk_count=row["chunk_count"],
+        qa_count=row["qa_count"], language=row["language"], enriched=row["enriched"],
+        enrichment_note=row["enrichment_note"], near_duplicate_of=row["near_duplicate_of"],
+        near_duplicate_score=row["near_duplicate_score"], error=error, attempts=row["attempts"],
+        subject=row["subject"], grade_level=row["grade_level"], module_tag=row["module_tag"],
+        class_id=row["class_id"], content_type=row["content_type"],
+        collection=row["collection"], curriculum_standards=list(row["curriculum_standards"]),
+        topic_tags=list(row["topic_tags"]), source_priority=row["source_priority"],
+        freshness_date=row["freshness_date"], file_sha256=row["file_sha256"],
+        uploaded_by=row["uploaded_by"], co_owners=list(row["co_owners"]),
+        created_at=row["created_at"], updated_at=row["updated_at"],
+        indexed_at=row["indexed_at"], status_url=status_url, events_url=events_url,
+    )  # fmt: skip
+
+
+def _visible(principal: Principal, row: Any) -> bool:
+    """Students never see the assessment collection."""
+    return principal.is_staff or row["collection"] == "educational"
+
+
+def _split_list(values: list[str]) -> list[str]:
+    """Repeated form fields or comma-separated lists, trimmed, order kept, no duplicates."""
+    out: list[str] = []
+    for value in values:
+        for item in value.split(","):
+            item = item.strip()
+            if item and item not in out:
+                out.append(item)
+    return out
+
+
+def parse_metadata(fields: dict[str, list[str]], *, filename: str) -> DocumentMetadata:
+    """Validate the upload's metadata fields (``ProblemError`` 422 when invalid)."""
+    raw: dict[str, Any] = {}
+    for name in DocumentMetadata.model_fields:
+        values = [v for v in fields.get(name, []) if v.strip()]
+        if name in LIST_FIELDS:
+            values = fields.get(name, []) + fields.get(f"{name}[]", [])
+            if values:
+                raw[name] = _split_list(values)
+        elif values:
+            raw[name] = values[-1].strip()
+    raw.setdefault("title", Path(filename).stem or filename)
+    try:
+        return DocumentMetadata.model_validate(raw)
+    except ValidationError as exc:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        raise ProblemError(
+            422, "Invalid metadata", "the upload's metadata did not validate", errors=errors
+        ) from exc
+
+
+def _field(fields: dict[str, list[str]], name: str) -> str | None:
+    values = [v.strip() for v in fields.get(name, []) if v.strip()]
+    return values[-1] if values else None
+
+
+async def _publish(broker: Any, event: Event) -> None:
+    await broker.publish(
+        event.model_dump(mode="json"), event.subject, stream=stream_for(event.subject).name
+    )
+
+
+def _jetstream(broker: Any) -> Any:
+    return broker.config.connection_state.stream
+
+
+@router.post(
+    "/v1/documents",
+    status_code=202,
+    response_model=UploadAccepted,
+    summary="Upload a document (multipart: file + metadata); teachers and admins",
+    responses={
+        200: {"description": "the same bytes were already uploaded in this tenant"},
+        413: {"description": "larger than the configured limit"},
+        415: {"description": "not a supported file type (decided by its bytes)"},
+    },
+)
+async def upload_document(
+    request: Request,
+    principal: StaffDep,
+    pool: PoolDep,
+    broker: BrokerDep,
+    settings: SettingsDep,
+    replaces: Annotated[
+        uuid.UUID | None, Query(description="id of the document this upload is a new version of")
+    ] = None,
+) -> JSONResponse:
+    """Stream the upload to disk, store it in the object store, and queue it for ingestion."""
+    limit = settings.max_upload_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit + 1024 * 1024:
+        raise _too_large(limit)
+    try:
+        upload = await receive_upload(
+            content_type=request.headers.get("content-type", ""),
+            body=request.stream(),
+            max_bytes=limit,
+        )
+    except UploadTooLarge as exc:
+        raise _too_large(exc.limit) from exc
+    except MalformedUpload as exc:
+        raise ProblemError(400, "Bad upload", str(exc), reason="bad_upload") from exc
+    try:
+        return await _accept(
+            upload=upload, principal=principal, pool=pool, broker=broker, replaces=replaces
+        )
+    finally:
+        upload.discard()
+
+
+def _too_large(limit: int) -> ProblemError:
+    return ProblemError(
+        413, "Upload too large", f"the file is larger than the limit of {limit} bytes",
+        reason="too_large", limit_bytes=limit,
+    )  # fmt: skip
+
+
+async def _accept(
+    *, upload: Any, principal: Principal, pool: Any, broker: Any, replaces: uuid.UUID | None
+) -> JSONResponse:
+    try:
+        mime = detect_mime_path(upload.path, upload.filename)
+    except BadInputError as exc:
+        if exc.reason == "empty_file":
+            raise ProblemError(
+                400, "Empty file", f"{upload.filename}: {exc.message}", reason="empty_file"
+            ) from exc
+        raise ProblemError(
+            415, "Unsupported media type",
+            f"{upload.filename}: not a supported document type (PDF, DOCX, PPTX, EPUB, HTML, "
+            "Markdown, text, WebVTT/SRT); the type is read from the file's bytes",
+            reason="unsupported_type",
+        ) from exc  # fmt: skip
+    fields = upload.fields
+    if replaces is None and (raw_replaces := _field(fields, "replaces")):
+        try:
+            replaces = uuid.UUID(raw_replaces)
+        except ValueError as exc:
+            raise ProblemError(422, "Invalid metadata", "replaces is not a document id") from exc
+    password = _field(fields, "password")
+    given = {k for k, v in fields.items() if any(x.strip() for x in v)}
+    metadata = parse_metadata(fields, filename=upload.filename)
+
+    previous = None
+    if replaces is not None:
+        async with pool.acquire() as conn:
+            previous = await repo.get_document(
+                conn, tenant_id=principal.tenant_id, document_id=replaces
+            )
+        if previous is None:
+            raise ProblemError(404, "Not found", f"document {replaces} does not exist")
+        if previous["status"] in ("deleted", "superseded"):
+            raise ProblemError(
+                409, "Conflict", f"document {replaces} is {previous['status']}; "
+                "replace its latest version instead", reason="not_latest_version",
+            )  # fmt: skip
+        metadata = _inherit(metadata, previous, given)
+
+    async with pool.acquire() as conn:
+        existing = await repo.find_by_file_hash(
+            conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
+        )
+        if existing is not None:
+            return await _duplicate(conn, existing, principal)
+
+    document_id = uuid.uuid4()
+    version = previous["version"] + 1 if previous is not None else 1
+    name = object_name(document_id, version)
+    js = _jetstream(broker)
+    await put_file(js, name=name, path=upload.path)
+    priority = metadata.source_priority
+    if priority is None:
+        priority = ROLE_PRIORITY.get(principal.role, 0.5)
+    new = repo.NewDocument(
+        id=document_id, tenant_id=principal.tenant_id, title=metadata.title or upload.filename,
+        filename=upload.filename, mime_type=mime, size_bytes=upload.size,
+        file_sha256=upload.sha256, subject=metadata.subject, grade_level=metadata.grade_level,
+        module_tag=metadata.module_tag, class_id=metadata.class_id,
+        content_type=metadata.content_type, language=metadata.language,
+        collection=metadata.collection, curriculum_standards=metadata.curriculum_standards,
+        topic_tags=metadata.topic_tags, source_priority=priority,
+        freshness_date=metadata.freshness_date, version=version,
+        previous_version_id=replaces, object_name=name, uploaded_by=principal.user_id,
+        uploader_role=principal.role, metadata=metadata.model_dump(mode="json"),
+    )  # fmt: skip
+    async with pool.acquire() as conn, conn.transaction():
+        await repo.lock_file_hash(conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256)
+        existing = await repo.find_by_file_hash(
+            conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
+        )
+        row = None if existing is not None else await repo.insert_document(conn, new)
+    if existing is not None:
+        await delete_object(js, name=name)
+        async with pool.acquire() as conn:
+            return await _duplicate(conn, existing, principal)
+
+    event = DocumentUploaded(
+        tenant_id=principal.tenant_id, document_id=document_id, version=version,
+        object_name=name, filename=upload.filename, mime_type=mime, size_bytes=upload.size,
+        file_sha256=upload.sha256, uploaded_by=principal.user_id,
+        uploader_role=principal.role,
+        metadata=metadata.model_copy(update={"source_priority": priority}),
+        replaces_document_id=replaces, pdf_password=password,
+    )  # fmt: skip
+    try:
+        await _publish(broker, event)
+    except Exception as exc:
+        log.exception("could not publish documents.uploaded for %s", document_id)
+        async with pool.acquire() as conn:
+            await repo.remove_document(conn, document_id=document_id)
+        await delete_object(js, name=name)
+        raise ProblemError(
+            503, "Service unavailable", f"the upload could not be queued: {exc}",
+            reason="upstream",
+        ) from exc  # fmt: skip
+    view = document_view(row)
+    body = UploadAccepted(
+        id=document_id, status=view.status, version=version, status_url=view.status_url,
+        events_url=view.events_url, document=view,
+    )  # fmt: skip
+    return JSONResponse(
+        body.model_dump(mode="json"), status_code=202, headers={"Location": view.status_url}
+    )
+
+
+def _inherit(metadata: DocumentMetadata, previous: Any, given: set[str]) -> DocumentMetadata:
+    """A new version keeps the previous version's metadata unless the upload sets it."""
+    update: dict[str, Any] = {}
+    for name in DocumentMetadata.model_fields:
+        if name in given or f"{name}[]" in given or name == "source_priority":
+            continue
+        value = previous[name]
+        if name in LIST_FIELDS:
+            value = list(value)
+        update[name] = value
+    if "source_priority" not in given:
+        update["source_priority"] = previous["source_priority"]
+    return metadata.model_copy(update=update)
+
+
+async def _duplicate(conn: Any, existing: Any, principal: Principal) -> JSONResponse:
+    row = await repo.add_co_owner(conn, document_id=existing["id"], user_id=principal.user_id)
+    view = document_view(row)
+    body = UploadAccepted(
+        id=view.id, status=view.status, version=view.version, duplicate=True,
+        status_url=view.status_url, events_url=view.events_url, document=view,
+    )  # fmt: skip
+    return JSONResponse(
+        body.model_dump(mode="json"), status_code=200, headers={"Location": view.status_url}
+    )
+
+
+async def _load(pool: Any, principal: Principal, document_id: uuid.UUID) -> Any:
+    async with pool.acquire() as conn:
+        row = await repo.get_document(conn, tenant_id=principal.tenant_id, document_id=document_id)
+    if row is None or not _visible(principal, row):
+        raise ProblemError(404, "Not found", f"document {document_id} does not exist")
+    return row
+
+
+@router.get(
+    "/v1/documents/{document_id}",
+    response_model=DocumentView,
+    summary="A document's status, counts and error",
+)
+async def get_document(
+    document_id: uuid.UUID, principal: PrincipalDep, pool: PoolDep
+) -> DocumentView:
+    """One document of the caller's tenant."""
+    return document_view(await _load(pool, principal, document_id))
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(cursor.encode()).decode())
+        return datetime.fromisoformat(raw[0]), uuid.UUID(raw[1])
+    except (ValueError, TypeError, IndexError, json.JSONDecodeError) as exc:
+        raise ProblemError(400, "Bad cursor", "the cursor is not one this API gave") from exc
+
+
+def _encode_cursor(created_at: datetime, document_id: uuid.UUID) -> str:
+    raw = json.dumps([created_at.isoformat(), str(document_id)])
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+Status = Literal["pending", "processing", "indexed", "failed", "superseded", "archived", "deleted"]
+
+
+@router.get(
+    "/v1/documents", response_model=DocumentPage, summary="The tenant's documents, newest first"
+)
+async def list_documents(
+    principal: PrincipalDep,
+    pool: PoolDep,
+    status: Status | None = None,
+    subject: str | None = None,
+    collection: Literal["educational", "assessment"] | None = None,
+    module_tag: str | None = None,
+    class_id: str | None = None,
+    content_type: str | None = None,
+    language: str | None = None,
+    grade_level: Annotated[int | None, Query(ge=0, le=16)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> DocumentPage:
+    """Filter and paginate (``next_cursor``); students see the educational collection only."""
+    if not principal.is_staff:
+        if collection == "assessment":
+            return DocumentPage(items=[])
+        collection = "educational"
+        if status is None:
+            status = "indexed"
+    filters = repo.ListFilters(
+        status=status, subject=subject, collection=collection, module_tag=module_tag,
+        class_id=class_id, content_type=content_type, language=language,
+        grade_level=grade_level,
+    )  # fmt: skip
+    after = _decode_cursor(cursor) if cursor else None
+    async with pool.acquire() as conn:
+        rows = await repo.list_documents(
+            conn, tenant_id=principal.tenant_id, filters=filters, limit=limit + 1, after=after
+        )
+    items = [document_view(r) for r in rows[:limit]]
+    next_cursor = None
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        next_cursor = _encode_cursor(last["created_at"], last["id"])
+    return DocumentPage(items=items, next_cursor=next_cursor)
+
+
+def _final_event(view: DocumentView) -> ServerSentEvent | None:
+    if view.status not in repo.FINAL_STATUSES:
+        return None
+    return ServerSentEvent(data=view.model_dump_json(), event=view.status)
+
+
+@router.get(
+    "/v1/documents/{document_id}/events",
+    summary="Server-Sent Events: status, progress (stage, pages done of total), then the outcome",
+    response_class=EventSourceResponse,
+)
+async def document_events(
+    document_id: uuid.UUID, principal: PrincipalDep, pool: PoolDep, broker: BrokerDep
+) -> EventSourceResponse:
+    """``status`` first, ``progress`` while indexing, then ``indexed``/``failed``/``deleted``."""
+    await _load(pool, principal, document_id)
+    return EventSourceResponse(
+        _event_stream(document_id=document_id, principal=principal, pool=pool, broker=broker),
+        ping=15,
+    )
+
+
+async def _event_stream(
+    *, document_id: uuid.UUID, principal: Principal, pool: Any, broker: Any
+) -> AsyncIterator[ServerSentEvent]:
+    nc = broker.config.connection_state.connection
+    queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+    wanted = str(document_id)
+
+    async def on_message(msg: Any) -> None:
+        try:
+            data = json.loads(msg.data)
+        except ValueError:
+            return
+        if isinstance(data, dict) and data.get("document_id") == wanted:
+            queue.put_nowait((msg.subject, data))
+
+    subjects = (Subjects.DOCUMENTS_PROGRESS, Subjects.DOCUMENTS_INDEXED,
+                Subjects.DOCUMENTS_FAILED, Subjects.DOCUMENTS_DELETED)  # fmt: skip
+    # subscribe before reading the status so an outcome between the two is not missed
+    subscriptions = [await nc.subscribe(s, cb=on_message) for s in subjects]
+    try:
+        view = document_view(await _load(pool, principal, document_id))
+        yield ServerSentEvent(data=view.model_dump_json(), event="status")
+        final = _final_event(view)
+        if final is not None:
+            yield final
+            return
+        while True:
+            try:
+                subject, data = await asyncio.wait_for(queue.get(), timeout=STATUS_POLL_S)
+            except TimeoutError:
+                view = document_view(await _load(pool, principal, document_id))
+                final = _final_event(view)
+                if final is not None:
+                    yield final
+                    return
+                continue
+            if subject == Subjects.DOCUMENTS_PROGRESS:
+                progress = {k: data.get(k) for k in ("stage", "done", "total", "unit")}
+                yield ServerSentEvent(data=json.dumps(progress), event="progress")
+                continue
+            view = document_view(await _load(pool, principal, document_id))
+            final = _final_event(view)
+            if final is not None:
+                yield final
+                return
+    finally:
+        for subscription in subscriptions:
+            await subscription.unsubscribe()
+
+
+@router.delete(
+    "/v1/documents/{document_id}",
+    response_model=DocumentView,
+    summary="Delete a document: its chunks leave retrieval at once and its bytes are removed",
+)
+async def delete_document(
+    document_id: uuid.UUID, principal: StaffDep, pool: PoolDep, broker: BrokerDep
+) -> DocumentView:
+    """Remove chunks (one transaction), the stored bytes, and publish ``documents.deleted``."""
+    async with pool.acquire() as conn, conn.transaction():
+        locked = await repo.lock_for_delete(
+            conn, tenant_id=principal.tenant_id, document_id=document_id
+        )
+        if locked is None:
+            raise ProblemError(404, "Not found", f"document {document_id} does not exist")
+        already = locked["status"] == "deleted"
+        row = (
+            await repo.get_document(conn, tenant_id=principal.tenant_id, document_id=document_id)
+            if already
+            else await repo.delete_chunks_and_mark_deleted(
+                conn, document_id=document_id, was_indexed=locked["status"] == "indexed"
+            )
+        )
+    if not already:
+        if locked["object_name"]:
+            await delete_object(_jetstream(broker), name=locked["object_name"])
+        await _publish(
+            broker,
+            DocumentDeleted(
+                tenant_id=principal.tenant_id, document_id=document_id,
+                deleted_by=principal.user_id,
+            ),
+        )  # fmt: skip
+    return document_view(row)

@@ -1,5 +1,81 @@
-"""search routes."""
+"""``POST /v1/search``: hybrid search in the caller's tenant (search pages, debugging)."""
+
+from __future__ import annotations
+
+import uuid
 
 from fastapi import APIRouter
+from pydantic import BaseModel, Field
 
-router = APIRouter()
+from lectern_common.broker import request
+from lectern_common.events import Candidate, RetrievalFilters, RetrieveReply, RetrieveRequest
+from lectern_common.events.retrieval import Method
+from lectern_gateway.auth import Principal, PrincipalDep
+from lectern_gateway.deps import BrokerDep, SettingsDep
+
+router = APIRouter(tags=["search"])
+
+
+def _both_methods() -> list[Method]:
+    return ["dense", "sparse"]
+
+
+class SearchRequest(BaseModel):
+    """A search: the question, the same filters as chat retrieval, and tuning knobs."""
+
+    query: str = Field(min_length=1, max_length=4000)
+    filters: RetrievalFilters = Field(default_factory=RetrievalFilters)
+    k: int = Field(default=10, ge=1, le=100)
+    k_dense: int = Field(default=20, ge=0, le=1000)
+    k_sparse: int = Field(default=20, ge=0, le=1000)
+    dense_weight: float | None = Field(default=None, ge=0.0)
+    sparse_weight: float | None = Field(default=None, ge=0.0)
+    max_per_document: int | None = Field(default=3, ge=1)
+    ef_search: int | None = Field(default=None, ge=10, le=1000)
+    rewrite: bool = True
+    multi_hop: bool = True
+    boost_tags: list[str] = Field(default_factory=list)
+    methods: list[Method] = Field(default_factory=_both_methods, min_length=1)
+
+
+class SearchResponse(BaseModel):
+    """Candidates best first, the queries run after rewriting, and per-stage timings."""
+
+    candidates: list[Candidate]
+    queries: list[str]
+    timings_ms: dict[str, float]
+
+
+def scoped_filters(filters: RetrievalFilters, principal: Principal) -> RetrievalFilters:
+    """The filters a caller may use: students only ever search the educational collection."""
+    if principal.is_staff:
+        return filters
+    return filters.model_copy(update={"collections": ["educational"]})
+
+
+@router.post("/v1/search", response_model=SearchResponse, summary="Hybrid search")
+async def search(
+    body: SearchRequest, principal: PrincipalDep, broker: BrokerDep, settings: SettingsDep
+) -> SearchResponse:
+    """Dense + BM25 search fused by RRF within the caller's tenant, with the given filters."""
+    message = RetrieveRequest(
+        request_id=uuid.uuid4(),
+        tenant_id=principal.tenant_id,
+        query=body.query,
+        filters=scoped_filters(body.filters, principal),
+        k=body.k,
+        k_dense=body.k_dense,
+        k_sparse=body.k_sparse,
+        dense_weight=body.dense_weight,
+        sparse_weight=body.sparse_weight,
+        max_per_document=body.max_per_document,
+        ef_search=body.ef_search,
+        rewrite=body.rewrite,
+        multi_hop=body.multi_hop,
+        boost_tags=body.boost_tags,
+        methods=body.methods,
+    )
+    reply = await request(broker, message, RetrieveReply, timeout=settings.request_timeout_s)
+    return SearchResponse(
+        candidates=reply.candidates, queries=reply.queries, timings_ms=reply.timings_ms
+    )

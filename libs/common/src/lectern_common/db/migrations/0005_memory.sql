@@ -18,3 +18,8 @@ CREATE INDEX memory_turn_signals_session ON memory_turn_signals (session_id, occ
 ALTER TABLE memory_distillations ADD COLUMN created uuid[] NOT NULL DEFAULT '{}';
 ALTER TABLE memory_distillations ADD COLUMN updated uuid[] NOT NULL DEFAULT '{}';
 ALTER TABLE memory_distillations ADD COLUMN distiller text NOT NULL DEFAULT 'deterministic';
+
+-- Recall ranks one student's memories exactly (filtered by the (tenant, user) btree, then
+-- sorted by distance): an approximate HNSW walk over every student's memories could miss a
+-- student's own rows under that filter, and maintaining it only slows distillation down.
+DROP INDEX user_memories_embedding;

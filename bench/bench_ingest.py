@@ -1,0 +1,230 @@
+"""Ingest throughput through the real worker vs the raw embedder, and the worker's peak RSS.
+
+Starts an embedded NATS (JetStream) and Postgres, runs the ingest app in this process with the
+packaged MiniLM, and for each document: puts the bytes in the object store, inserts the
+pending row and publishes ``documents.uploaded`` (what the gateway does), then times until
+``documents.indexed``. The raw embedder is then timed on the very chunk texts the run stored
+(same batch size); ``ratio_to_raw`` = pipeline chunks/s ÷ raw chunks/s. Peak RSS is this
+process's (the worker runs in it), sampled every 50 ms. The last line is one JSON object with
+the 400-page manual's figures at the top level and every document's under ``documents``.
+
+Usage: .venv/bin/python bench/bench_ingest.py [--docs DIR] [FILE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import nats
+import psutil
+
+from lectern_common.db import create_pool, migrate
+from lectern_common.embeddings import LocalEmbedder
+from lectern_common.events import DocumentFailed, DocumentIndexed, DocumentUploaded
+from lectern_common.runtime import EmbeddedNats, EmbeddedPostgres
+from lectern_gateway import documents_repository as docs
+from lectern_ingest import filetype
+from lectern_ingest.app import create_app
+from lectern_ingest.config import Settings
+from lectern_ingest.objects import object_name, put_file
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO.parent / "shared" / "data" / "docs"
+DEFAULT_FILES = ("irs-manual-400p.pdf", "textbook-ch2-induction-48p.pdf")
+HEADLINE = "irs-manual-400p.pdf"
+
+
+class RssSampler:
+    """Peak resident set size of this process, sampled in a thread."""
+
+    def __init__(self, interval_s: float = 0.05) -> None:
+        self.process = psutil.Process()
+        self.interval_s = interval_s
+        self.peak = self.process.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(self.interval_s)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def ingest_one(
+    *, path: Path, nc: Any, pool: Any, tenant: str, timeout_s: float
+) -> dict[str, Any]:
+    """Upload one file the gateway's way and time it until indexed."""
+    document_id = uuid.uuid4()
+    name = object_name(document_id, 1)
+    mime = filetype.detect_mime_path(path, path.name)
+    await put_file(nc.jetstream(), name=name, path=path)
+    data = await asyncio.to_thread(path.read_bytes)
+    digest = hashlib.sha256(data).hexdigest()
+    async with pool.acquire() as conn:
+        await docs.insert_document(
+            conn,
+            docs.NewDocument(
+                id=document_id, tenant_id=tenant, title=path.stem, filename=path.name,
+                mime_type=mime, size_bytes=len(data), file_sha256=digest,
+                subject=None, grade_level=None, module_tag=None, class_id=None,
+                content_type="textbook", language=None, collection="educational",
+                curriculum_standards=[], topic_tags=[], source_priority=0.7,
+                freshness_date=None, version=1, previous_version_id=None, object_name=name,
+                uploaded_by="bench", uploader_role="teacher", metadata={},
+            ),
+        )  # fmt: skip
+    outcome: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    async def on_outcome(msg: Any) -> None:
+        data = json.loads(msg.data)
+        if data.get("document_id") == str(document_id) and not outcome.done():
+            outcome.set_result({"subject": msg.subject, **data})
+
+    subs = [
+        await nc.subscribe(DocumentIndexed.subject, cb=on_outcome),
+        await nc.subscribe(DocumentFailed.subject, cb=on_outcome),
+    ]
+    event = DocumentUploaded(
+        tenant_id=tenant, document_id=document_id, version=1, object_name=name,
+        filename=path.name, mime_type=mime, size_bytes=len(data),
+        file_sha256=digest, uploaded_by="bench",
+    )  # fmt: skip
+    started = time.perf_counter()
+    await nc.jetstream().publish(event.subject, event.model_dump_json().encode())
+    result = await asyncio.wait_for(outcome, timeout_s)
+    elapsed = time.perf_counter() - started
+    for sub in subs:
+        await sub.unsubscribe()
+    if result["subject"] != DocumentIndexed.subject:
+        raise SystemExit(f"{path.name} failed: {result.get('reason')}: {result.get('message')}")
+    rows = await pool.fetch(
+        "SELECT text, context_prefix FROM chunks WHERE document_id = $1 ORDER BY kind, "
+        "chunk_index",
+        document_id,
+    )
+    texts = [f"{r['context_prefix']}\n{r['text']}" if r["context_prefix"] else r["text"]
+             for r in rows]  # fmt: skip
+    return {
+        "file": path.name, "pages": result["page_count"], "chunks": len(texts),
+        "seconds": elapsed, "texts": texts,
+    }  # fmt: skip
+
+
+def raw_embed_rate(embedder: LocalEmbedder, texts: list[str], batch_size: int) -> float:
+    """Chunks per second of the embedder alone on the same texts and batch size."""
+    started = time.perf_counter()
+    for start in range(0, len(texts), batch_size):
+        embedder.embed_documents_sync(texts[start : start + batch_size])
+    return len(texts) / (time.perf_counter() - started)
+
+
+async def run(files: list[Path]) -> dict[str, Any]:
+    """Start the stack, ingest the files, measure."""
+    base = Path(tempfile.mkdtemp(prefix="lectern-bench-"))
+    os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it
+    pg = EmbeddedPostgres(base / "pg", run_as=os.environ.get("LECTERN_EMBEDDED_PG_USER"))
+    broker_server = EmbeddedNats(base / "nats")
+    pg.start()
+    broker_server.start()
+    try:
+        await migrate(pg.dsn, embedding_model="sentence-transformers/all-MiniLM-L6-v2",
+                      embedding_dim=384)  # fmt: skip
+        settings = Settings(
+            nats_url=broker_server.url, database_url=pg.dsn, http_port=0, log_json=False,
+            log_level="WARNING",
+        )  # fmt: skip
+        embedder = LocalEmbedder(settings)
+        app = create_app(settings, embedder=embedder)
+        pool = await create_pool(pg.dsn, min_size=1, max_size=4)
+        nc = await nats.connect(broker_server.url)
+        results: list[dict[str, Any]] = []
+        try:
+            with RssSampler() as rss:
+                async with app.router.lifespan_context(app):
+                    for path in files:
+                        measured = await ingest_one(
+                            path=path, nc=nc, pool=pool, tenant="bench", timeout_s=1800
+                        )
+                        measured["peak_rss_mb"] = rss.peak / 2**20
+                        results.append(measured)
+            for measured in results:
+                texts = measured.pop("texts")
+                raw = raw_embed_rate(embedder, texts, settings.embed_batch_size)
+                pipeline = measured["chunks"] / measured["seconds"]
+                measured.update(
+                    pages_per_min=measured["pages"] / measured["seconds"] * 60.0,
+                    chunks_per_s=pipeline, raw_embed_chunks_per_s=raw,
+                    ratio_to_raw=pipeline / raw,
+                )  # fmt: skip
+        finally:
+            await nc.drain()
+            await pool.close()
+        headline = next((r for r in results if r["file"] == HEADLINE), results[0])
+        return {
+            "pages_per_min": round(headline["pages_per_min"], 1),
+            "chunks_per_s": round(headline["chunks_per_s"], 2),
+            "raw_embed_chunks_per_s": round(headline["raw_embed_chunks_per_s"], 2),
+            "ratio_to_raw": round(headline["ratio_to_raw"], 3),
+            "peak_rss_mb": round(rss.peak / 2**20, 1),
+            "file": headline["file"],
+            "documents": [
+                {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
+                for r in results
+            ],
+        }
+    finally:
+        broker_server.stop()
+        pg.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    """Parse arguments, run, print a table and the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument("files", nargs="*", type=Path)
+    parser.add_argument("--docs", type=Path, default=DOCS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    files = args.files or [args.docs / name for name in DEFAULT_FILES]
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        print(f"missing benchmark documents: {', '.join(map(str, missing))}", file=sys.stderr)
+        raise SystemExit(2)
+    summary = asyncio.run(run(files))
+    for doc in summary["documents"]:
+        print(
+            f"{doc['file']:<40} {doc['pages']:>4} pages {doc['chunks']:>5} chunks "
+            f"{doc['seconds']:>7.1f} s  {doc['pages_per_min']:>7.1f} pages/min  "
+            f"{doc['chunks_per_s']:>6.1f} chunks/s  raw {doc['raw_embed_chunks_per_s']:>6.1f}/s  "
+            f"ratio {doc['ratio_to_raw']:.2f}"
+        )
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

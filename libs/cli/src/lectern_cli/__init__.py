@@ -1,0 +1,1 @@
+"""The ``lectern`` command line: the embedded stack, migrations, status and dev tokens."""

@@ -1,0 +1,154 @@
+"""``lectern ask "..."``: ask the tutor and stream its answer to the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def register(subparsers: Any) -> None:
+    """Add ``ask``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "ask",
+        help="ask a question and stream the cited answer",
+        description=(
+            "Ask the tutor a question in a session (a new one unless --session is given) and "
+            "print the answer as it streams, then its sources, citations and confidence."
+        ),
+    )
+    parser.add_argument("question", help="the question")
+    parser.add_argument("--session", help="session id to continue (default: a new session)")
+    parser.add_argument("--mode", choices=("chat", "tutor"), default="chat")
+    parser.add_argument("--subject", help="subject filter of a new session")
+    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
+    parser.add_argument(
+        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
+    )
+    parser.add_argument("--json", action="store_true", help="print every event as JSON lines")
+    parser.set_defaults(func=run)
+
+
+def _format_source(source: dict[str, Any]) -> str:
+    where = []
+    if source.get("page_start") is not None:
+        end = source.get("page_end")
+        pages = (
+            source["page_start"]
+            if end in (None, source["page_start"])
+            else f"{source['page_start']}-{end}"
+        )
+        where.append(f"p. {pages}")
+    if source.get("section"):
+        where.append(str(source["section"]))
+    suffix = f" ({', '.join(where)})" if where else ""
+    return f"  [{source['label']}] {source['title']}{suffix}"
+
+
+async def ask(
+    *,
+    url: str,
+    token: str,
+    question: str,
+    session_id: str | None,
+    mode: str,
+    subject: str | None,
+    out: TextIO,
+    as_json: bool = False,
+) -> int:
+    """Stream one answer to ``out``; returns the exit code."""
+    import httpx
+    from httpx_sse import aconnect_sse
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(30.0, read=None)) as client:
+        if session_id is None:
+            created = await client.post(
+                "/v1/sessions", json={"mode": mode, "subject": subject}, headers=headers
+            )
+            if created.status_code != 201:
+                print(f"lectern ask: {_problem(created)}", file=sys.stderr)
+                return 1
+            session_id = str(created.json()["id"])
+        sources: list[dict[str, Any]] = []
+        done: dict[str, Any] | None = None
+        async with aconnect_sse(
+            client,
+            "POST",
+            f"/v1/sessions/{session_id}/messages",
+            json={"content": question},
+            headers=headers,
+        ) as source:
+            if source.response.status_code != 200:
+                await source.response.aread()
+                print(f"lectern ask: {_problem(source.response)}", file=sys.stderr)
+                return 2 if source.response.status_code == 429 else 1
+            async for sse in source.aiter_sse():
+                event = json.loads(sse.data)
+                if as_json:
+                    print(sse.data, file=out, flush=True)
+                    continue
+                kind = event.get("type")
+                if kind == "sources":
+                    sources = event["sources"]
+                elif kind == "token":
+                    out.write(event["text"])
+                    out.flush()
+                elif kind == "error":
+                    print(f"\nlectern ask: {event['message']} ({event['reason']})", file=sys.stderr)
+                    return 1
+                elif kind == "done":
+                    done = event
+    if as_json or done is None:
+        return 0 if as_json or done else 1
+    out.write("\n\n")
+    cited = {c["label"] for c in done["citations"]}
+    used = [s for s in sources if s["label"] in cited] or sources
+    if used:
+        out.write("Sources:\n" + "\n".join(_format_source(s) for s in used) + "\n")
+    web = {c["label"]: c for c in done["citations"] if c["kind"] == "web"}
+    for label, c in web.items():
+        out.write(f"  [{label}] {c.get('title') or ''} {c.get('url') or ''}\n")
+    if done["unsupported"]:
+        out.write(f"Unsupported citations: {', '.join(done['unsupported'])}\n")
+    out.write(
+        f"Confidence: {done['band']} ({done['confidence']:.2f}), answered by "
+        f"{done['answered_by']}; session {session_id}\n"
+    )
+    return 0
+
+
+def _problem(response: Any) -> str:
+    try:
+        body = response.json()
+        return f"{response.status_code} {body.get('title')}: {body.get('detail')}"
+    except ValueError:
+        return f"{response.status_code} {response.text[:200]}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``lectern ask``."""
+    token = args.token or os.environ.get("LECTERN_TOKEN")
+    if not token:
+        print(
+            "lectern ask: give --token or set LECTERN_TOKEN (see `lectern token`)", file=sys.stderr
+        )
+        return 1
+    url = args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL
+    return asyncio.run(
+        ask(
+            url=url,
+            token=token,
+            question=args.question,
+            session_id=args.session,
+            mode=args.mode,
+            subject=args.subject,
+            out=sys.stdout,
+            as_json=args.json,
+        )
+    )

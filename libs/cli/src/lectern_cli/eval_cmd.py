@@ -1,0 +1,101 @@
+"""``lectern eval --dataset DIR``: retrieval quality on a BEIR-format dataset."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+METHOD_CHOICES = ("dense", "sparse", "hybrid", "hybrid+rerank")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``eval``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "eval",
+        help="evaluate retrieval on a BEIR-format dataset (nDCG@10, recall, MRR, latency)",
+        description=(
+            "Load DIR (corpus.jsonl, queries.jsonl, qrels/test.tsv) into a fresh tenant, ask "
+            "the retriever (and the re-ranker, when one answers) over NATS, and report per "
+            "document nDCG@10, Recall@5/10/100 and MRR@10 for each method, with p50/p95 "
+            "latency per stage. Uses the stack of --data-dir (from `lectern up`) or "
+            "--nats-url + --database-url; without them it starts embedded NATS + Postgres "
+            "and an in-process retriever in a temporary directory."
+        ),
+    )
+    parser.add_argument("--dataset", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--limit-queries", type=int, default=None, metavar="N")
+    parser.add_argument(
+        "--methods", default=",".join(METHOD_CHOICES),
+        help=f"comma-separated subset of {','.join(METHOD_CHOICES)} (default all)",
+    )  # fmt: skip
+    parser.add_argument("--concurrency", type=int, default=4, help="queries in flight (4)")
+    parser.add_argument("--data-dir", type=Path, help="a running `lectern up` stack's data dir")
+    parser.add_argument("--nats-url", default=os.environ.get("LECTERN_EVAL_NATS_URL"))
+    parser.add_argument("--database-url", default=os.environ.get("LECTERN_EVAL_DATABASE_URL"))
+    parser.set_defaults(func=run)
+
+
+def _stack_urls(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    if args.data_dir is None:
+        return args.nats_url, args.database_url
+    from lectern_common.errors import ConfigurationError
+    from lectern_common.runtime.supervisor import read_state
+
+    state = read_state(args.data_dir)
+    if not state or not state.get("running"):
+        raise ConfigurationError(f"no running stack in {args.data_dir} (start `lectern up`)")
+    return state["nats"]["url"], state["postgres"]["dsn"]
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """A human-readable summary of an evaluation result."""
+    lines = [f"{result['dataset']}: {result['queries']} queries, {result['documents']} documents"]
+    if result.get("load_seconds") is not None:
+        lines[0] += f" (loaded in {result['load_seconds']} s)"
+    metrics = ("ndcg@10", "recall@5", "recall@10", "recall@100", "mrr@10")
+    lines.append(f"{'method':<15}" + "".join(f"{m:>12}" for m in metrics))
+    for method, values in result["methods"].items():
+        lines.append(f"{method:<15}" + "".join(f"{values[m]:>12.4f}" for m in metrics))
+    lines.append(f"{'stage':<15}{'p50 ms':>12}{'p95 ms':>12}")
+    for stage, values in result["latency_ms"].items():
+        lines.append(f"{stage:<15}{values['p50']:>12.2f}{values['p95']:>12.2f}")
+    lines += [f"note: {n}" for n in result.get("notes", [])]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation and print the result."""
+    import logging
+
+    from lectern_retriever.evaluation import evaluate
+
+    logging.getLogger("faststream").setLevel(logging.WARNING)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHOD_CHOICES]
+    if unknown:
+        print(f"lectern eval: unknown methods {unknown}", file=sys.stderr)
+        return 2
+    nats_url, database_url = _stack_urls(args)
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    result = asyncio.run(
+        evaluate(
+            dataset_dir=args.dataset,
+            nats_url=nats_url,
+            database_url=database_url,
+            methods=methods,
+            limit_queries=args.limit_queries,
+            concurrency=args.concurrency,
+            progress=progress,
+        )
+    ).to_json()
+    print(json.dumps(result) if args.json else format_table(result))
+    return 0

@@ -1,0 +1,80 @@
+"""Entry point of ``lectern``: one subcommand per module in ``COMMAND_MODULES``.
+
+Each module exposes ``register(subparsers) -> None``, which adds its subparser and sets
+``func`` (``args -> int``, the exit code) with ``set_defaults``. Add a command with a
+one-line edit to the list below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+from lectern_common.errors import LecternError
+
+COMMAND_MODULES: list[str] = [
+    "lectern_cli.up",
+    "lectern_cli.migrate_cmd",
+    "lectern_cli.status",
+    "lectern_cli.token_cmd",
+    "lectern_cli.ingest_cmd",
+    "lectern_cli.ask_cmd",
+    "lectern_cli.search_cmd",
+    "lectern_cli.eval_cmd",
+]
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="lectern",
+        description="Lectern: a retrieval-augmented tutor backend (embedded stack and tools).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            # One broken command must not take `lectern up` and the others down with it.
+            _register_broken(subparsers, name, exc)
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def _register_broken(subparsers: Any, module: str, error: ImportError) -> None:
+    command = module.rsplit(".", 1)[-1].removesuffix("_cmd")
+    message = f"lectern {command}: unavailable: cannot import {module}: {error}"
+
+    def unavailable(args: argparse.Namespace) -> int:
+        print(message, file=sys.stderr)
+        return 1
+
+    parser = subparsers.add_parser(command, help=f"(unavailable: {error})", add_help=False)
+    parser.add_argument("rest", nargs=argparse.REMAINDER)
+    parser.set_defaults(func=unavailable, broken_command=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command; returns its exit code."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "broken_command", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    func = cast(Command, args.func)
+    try:
+        return func(args)
+    except LecternError as exc:
+        print(f"lectern {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""``lectern migrate``: apply the database migrations."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add ``migrate``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "migrate",
+        help="apply pending database migrations",
+        description=(
+            "Apply the numbered SQL migrations (idempotent, under an advisory lock). The "
+            "embedding dimension comes from the configured embedder (LECTERN_EMBEDDING_*)."
+        ),
+    )
+    parser.add_argument(
+        "--database-url", default=None,
+        help="Postgres DSN (default: LECTERN_DATABASE_URL)",
+    )  # fmt: skip
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Apply pending migrations and say which."""
+    import asyncpg
+
+    from lectern_cli.status import redact
+    from lectern_common.db import migrate
+    from lectern_common.db.migrate import load_migrations
+    from lectern_common.runtime.supervisor import embedding_identity
+    from lectern_common.settings import BaseServiceSettings
+
+    settings = BaseServiceSettings()
+    dsn = args.database_url or os.environ.get("LECTERN_DATABASE_URL") or settings.database_url
+    model, dim = embedding_identity(settings)
+    try:
+        applied = asyncio.run(migrate(dsn, embedding_model=model, embedding_dim=dim))
+    except (OSError, asyncpg.PostgresError) as exc:
+        print(f"lectern migrate: error: {redact(dsn)}: {exc}", file=sys.stderr)
+        return 1
+    names = {m.version: m.name for m in load_migrations()}
+    if not applied:
+        print(f"schema up to date ({len(names)} migrations)")
+        return 0
+    for version in applied:
+        print(f"applied {version:04d}_{names[version]}")
+    print(f"{len(applied)} migration(s) applied; embeddings: {model}, {dim} dimensions")
+    return 0

@@ -1,0 +1,96 @@
+"""``lectern search "..."``: hybrid search through the gateway's POST /v1/search."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def register(subparsers: Any) -> None:
+    """Add ``search``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "search",
+        help="search the indexed material (hybrid dense + BM25) through the gateway",
+        description="Ask POST /v1/search and print the candidates best first.",
+    )
+    parser.add_argument("query")
+    parser.add_argument("--k", type=int, default=10, help="candidates (10)")
+    parser.add_argument("--subject")
+    parser.add_argument("--grade", type=int, help="grade level")
+    parser.add_argument("--grade-within-one", action="store_true", help="accept grade +/- 1")
+    parser.add_argument("--module", help="module tag")
+    parser.add_argument("--class-id")
+    parser.add_argument("--language")
+    parser.add_argument("--content-type", action="append", help="repeatable")
+    parser.add_argument("--collection", action="append", choices=("educational", "assessment"))
+    parser.add_argument("--method", choices=("hybrid", "dense", "sparse"), default="hybrid")
+    parser.add_argument("--json", action="store_true", help="print the response JSON")
+    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
+    parser.add_argument(
+        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
+    )
+    parser.add_argument("--timeout", type=float, default=30.0)
+    parser.set_defaults(func=run)
+
+
+def request_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The JSON body of POST /v1/search for these arguments."""
+    filters: dict[str, Any] = {
+        "subject": args.subject, "grade_level": args.grade, "module_tag": args.module,
+        "class_id": args.class_id, "language": args.language,
+        "content_types": args.content_type, "collections": args.collection,
+    }  # fmt: skip
+    filters = {k: v for k, v in filters.items() if v is not None}
+    if args.grade_within_one:
+        filters["grade_within_one"] = True
+    methods = {"hybrid": ["dense", "sparse"], "dense": ["dense"], "sparse": ["sparse"]}
+    return {"query": args.query, "k": args.k, "filters": filters, "methods": methods[args.method]}
+
+
+def format_results(body: dict[str, Any]) -> str:
+    """Candidates as numbered lines with their scores and a text excerpt."""
+    lines = []
+    for number, c in enumerate(body.get("candidates", []), start=1):
+        where = " ".join(
+            part for part in (
+                c.get("section_path") or "",
+                f"p.{c['page_start']}" if c.get("page_start") else "",
+            ) if part
+        )  # fmt: skip
+        ranks = f"dense #{c.get('dense_rank') or '-'} sparse #{c.get('sparse_rank') or '-'}"
+        lines.append(f"{number:>2}. {c['title']} {where}".rstrip())
+        lines.append(f"    score {c['fused_score']:.4f} ({ranks})  chunk {c['chunk_id']}")
+        excerpt = " ".join(c["text"].split())[:200]
+        lines.append(f"    {excerpt}")
+    timings = body.get("timings_ms") or {}
+    if timings:
+        lines.append("timings: " + ", ".join(f"{k} {v:.1f} ms" for k, v in timings.items()))
+    return "\n".join(lines) if lines else "no results"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Call the gateway and print the results."""
+    import httpx
+
+    url = (args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL).rstrip("/")
+    token = args.token or os.environ.get("LECTERN_TOKEN")
+    if not token:
+        print("lectern search: a token is needed (--token or $LECTERN_TOKEN)", file=sys.stderr)
+        return 2
+    response = httpx.post(
+        f"{url}/v1/search",
+        json=request_body(args),
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=args.timeout,
+    )
+    if response.status_code != 200:
+        print(f"lectern search: {response.status_code} {response.text[:500]}", file=sys.stderr)
+        return 1
+    body = response.json()
+    print(json.dumps(body, indent=2) if args.json else format_results(body))
+    return 0

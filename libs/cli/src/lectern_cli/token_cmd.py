@@ -1,0 +1,85 @@
+"""``lectern token``: a development bearer token for the embedded stack."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+ROLES = ("student", "teacher", "admin")
+PLANS = ("free", "pro")
+DEFAULT_TTL_S = 12 * 3600
+
+
+def register(subparsers: Any) -> None:
+    """Add ``token``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "token",
+        help="print a development bearer token (HS256, LECTERN_JWT_SECRET)",
+        description=(
+            "Sign an HS256 JWT with the claims the gateway reads (tenant, sub, role, plan, iat, "
+            "exp), using LECTERN_JWT_SECRET or, in development, the built-in development secret."
+        ),
+    )
+    parser.add_argument("--tenant", required=True, help="tenant id")
+    parser.add_argument("--user", required=True, help="user id (the `sub` claim)")
+    parser.add_argument("--role", required=True, choices=ROLES)
+    parser.add_argument("--plan", choices=PLANS, default="free")
+    parser.add_argument("--ttl", type=_positive_int, default=DEFAULT_TTL_S, help="seconds (12 h)")
+    parser.set_defaults(func=run)
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return number
+
+
+def signing_secret(environ: dict[str, str] | os._Environ[str]) -> str | None:
+    """The HS256 secret to use, or None when none may be used (production without one)."""
+    from lectern_common.settings import DEV_JWT_SECRET
+
+    secret = environ.get("LECTERN_JWT_SECRET", "")
+    production = environ.get("LECTERN_ENVIRONMENT", "development").lower() == "production"
+    if production:
+        return secret if secret and secret != DEV_JWT_SECRET else None
+    return secret or DEV_JWT_SECRET
+
+
+def make_token(
+    *, secret: str, tenant: str, user: str, role: str, plan: str, ttl_s: int, now: int | None = None
+) -> str:
+    """An HS256 JWT with the gateway's claims."""
+    import jwt
+
+    issued = int(time.time()) if now is None else now
+    claims = {
+        "tenant": tenant, "sub": user, "role": role, "plan": plan,
+        "iat": issued, "exp": issued + ttl_s,
+    }  # fmt: skip
+    return jwt.encode(claims, secret, algorithm="HS256")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the token on stdout (nothing else, so `$(lectern token ...)` works)."""
+    secret = signing_secret(os.environ)
+    if secret is None:
+        print(
+            "lectern token: refusing: LECTERN_ENVIRONMENT=production and LECTERN_JWT_SECRET is "
+            "not set (the development secret is never used in production)",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        make_token(
+            secret=secret, tenant=args.tenant, user=args.user, role=args.role, plan=args.plan,
+            ttl_s=args.ttl,
+        )
+    )  # fmt: skip
+    return 0

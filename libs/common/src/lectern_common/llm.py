@@ -1,0 +1,698 @@
+"""Answer generation: a ``Generator`` protocol streaming typed chunks, and its providers.
+
+- ``GeminiGenerator``: Gemini Flash through google-genai, streaming, thinking budget 0 (the
+  first token comes without seconds of thinking), optional ``google_search`` grounding
+  mapped to web sources [W1].. and the answer segments they support.
+- ``OpenAICompatibleGenerator``: any ``/chat/completions`` endpoint that streams SSE
+  (DeepSeek, vLLM, Ollama, OpenAI ...), the fallback provider.
+- ``OfflineAnswerer``: no model at all; picks the sentences of the given sources that best
+  answer the question and cites them [T#]. Deterministic, so everything runs offline.
+- ``FallbackGenerator``: primary, one retry, then the fallbacks in order.
+
+Every stream is text deltas, then at most one grounding chunk and one usage chunk, then
+exactly one final chunk naming the provider that answered. Generators send ``system`` and
+``messages`` as given: the caller's prompt already holds the sources labelled [T1]..[Tn];
+``sources`` is the same material as data, for providers that work on it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import re
+from collections import Counter
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+
+import httpx
+import numpy as np
+from google import genai
+from google.genai import types
+from pydantic import BaseModel, Field
+
+from lectern_common.embeddings import GEMINI_CALL_ERRORS, create_gemini_client, upstream_error
+from lectern_common.errors import (
+    BadInputError,
+    ConfigurationError,
+    LecternError,
+    UpstreamError,
+)
+from lectern_common.settings import BaseServiceSettings
+
+if TYPE_CHECKING:
+    from lectern_common.embeddings import Embedder
+
+log = logging.getLogger(__name__)
+
+
+class ChatMessage(BaseModel):
+    """One turn of the conversation sent to the model."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class SourceText(BaseModel):
+    """A source the answer may cite, labelled as in the prompt (``T1`` ..)."""
+
+    label: str
+    text: str
+    title: str | None = None
+
+
+class TextDelta(BaseModel):
+    """The next piece of the answer text."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class WebSource(BaseModel):
+    """A web page found by the model's search tool, cited as ``[W#]``."""
+
+    label: str
+    uri: str
+    title: str | None = None
+
+
+class GroundingSupport(BaseModel):
+    """A span of the answer and the web sources supporting it (character offsets)."""
+
+    start: int
+    end: int
+    text: str
+    sources: list[str]
+
+
+class Grounding(BaseModel):
+    """Web search grounding of the whole answer (sent after the text)."""
+
+    type: Literal["grounding"] = "grounding"
+    sources: list[WebSource]
+    supports: list[GroundingSupport]
+    queries: list[str] = Field(default_factory=list)
+
+
+class Usage(BaseModel):
+    """Token accounting reported by the provider."""
+
+    type: Literal["usage"] = "usage"
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+class Final(BaseModel):
+    """The end of a stream: who answered, why it stopped, what it cited."""
+
+    type: Literal["final"] = "final"
+    provider: str
+    model: str | None = None
+    finish_reason: str | None = None
+    #: ``no_support``: the offline answerer found nothing in the sources that answers
+    outcome: Literal["answered", "no_support"] = "answered"
+    cited_sources: list[str] = Field(default_factory=list)
+    #: providers that failed before this one answered, in order (a retry appears twice)
+    fallback_from: list[str] = Field(default_factory=list)
+
+
+GenerationChunk = Annotated[TextDelta | Grounding | Usage | Final, Field(discriminator="type")]
+#: an async generator, so callers can ``aclose()`` it (e.g. when the client disconnects)
+GenerationStream = AsyncGenerator[GenerationChunk, None]
+
+
+class Generator(Protocol):
+    """Streams an answer to the conversation."""
+
+    name: str
+
+    def stream(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        sources: Sequence[SourceText],
+        web_search: bool = False,
+    ) -> GenerationStream:
+        """Text deltas, optional grounding and usage, then one ``Final`` chunk."""
+        ...
+
+
+_TEXT_CITATION = re.compile(r"\[(T\d+)\]")
+
+
+def cited_labels(text: str) -> list[str]:
+    """The distinct ``T#`` labels cited in ``text``, in order of first citation."""
+    return list(dict.fromkeys(_TEXT_CITATION.findall(text)))
+
+
+def byte_to_char_offset(text: str, byte_offset: int) -> int:
+    """Gemini's segment offsets count UTF-8 bytes; this is the matching character offset."""
+    return len(text.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
+
+
+def map_grounding(metadata: types.GroundingMetadata, answer: str) -> Grounding | None:
+    """Our ``Grounding`` for Gemini's grounding metadata over the full ``answer`` text."""
+    chunks = metadata.grounding_chunks or []
+    sources: list[WebSource] = []
+    label_of: dict[int, str] = {}
+    for index, chunk in enumerate(chunks):
+        if chunk.web is None or not chunk.web.uri:
+            continue
+        label_of[index] = f"W{len(sources) + 1}"
+        sources.append(WebSource(label=label_of[index], uri=chunk.web.uri, title=chunk.web.title))
+    supports: list[GroundingSupport] = []
+    for support in metadata.grounding_supports or []:
+        labels = [label_of[i] for i in support.grounding_chunk_indices or [] if i in label_of]
+        segment = support.segment
+        if not labels or segment is None:
+            continue
+        start = byte_to_char_offset(answer, segment.start_index or 0)
+        end = byte_to_char_offset(answer, segment.end_index or 0)
+        supports.append(
+            GroundingSupport(
+                start=start, end=end, text=segment.text or answer[start:end], sources=labels
+            )
+        )
+    if not sources:
+        return None
+    return Grounding(
+        sources=sources, supports=supports, queries=list(metadata.web_search_queries or [])
+    )
+
+
+def annotate_web_citations(text: str, grounding: Grounding) -> str:
+    """``text`` with ``[W#]`` markers inserted after each supported segment."""
+    inserts: dict[int, list[str]] = {}
+    for support in grounding.supports:
+        marks = inserts.setdefault(support.end, [])
+        marks.extend(label for label in support.sources if label not in marks)
+    out, previous = [], 0
+    for position in sorted(inserts):
+        out.append(text[previous:position])
+        out.append("".join(f"[{label}]" for label in inserts[position]))
+        previous = position
+    out.append(text[previous:])
+    return "".join(out)
+
+
+class GeminiGenerator:
+    """Gemini Flash, streamed, with optional ``google_search`` grounding."""
+
+    name = "gemini"
+
+    def __init__(
+        self,
+        *,
+        client: genai.Client,
+        model: str = "gemini-2.5-flash",
+        temperature: float = 0.3,
+        thinking_budget: int = 0,
+    ) -> None:
+        self.client = client
+        self.model = model
+        self.temperature = temperature
+        self.thinking_budget = thinking_budget
+
+    def _config(self, system: str, web_search: bool) -> types.GenerateContentConfig:
+        tools: list[types.ToolUnion] | None = (
+            [types.Tool(google_search=types.GoogleSearch())] if web_search else None
+        )
+        return types.GenerateContentConfig(
+            system_instruction=system or None,
+            temperature=self.temperature,
+            thinking_config=types.ThinkingConfig(thinking_budget=self.thinking_budget),
+            tools=tools,
+        )
+
+    async def stream(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        sources: Sequence[SourceText],
+        web_search: bool = False,
+    ) -> GenerationStream:
+        """Stream Gemini's answer; errors become ``UpstreamError`` (429: ``rate_limited``)."""
+        contents = [
+            types.Content(
+                role="model" if m.role == "assistant" else "user",
+                parts=[types.Part(text=m.content)],
+            )
+            for m in messages
+        ]
+        answer: list[str] = []
+        metadata: types.GroundingMetadata | None = None
+        usage: types.GenerateContentResponseUsageMetadata | None = None
+        finish_reason: str | None = None
+        try:
+            response_stream = await self.client.aio.models.generate_content_stream(
+                model=self.model, contents=contents, config=self._config(system, web_search)
+            )
+            try:
+                async for response in response_stream:
+                    usage = response.usage_metadata or usage
+                    feedback = response.prompt_feedback
+                    if feedback is not None and feedback.block_reason is not None:
+                        finish_reason = f"PROMPT_{_enum_text(feedback.block_reason)}"
+                    for candidate in (response.candidates or [])[:1]:
+                        if candidate.grounding_metadata is not None:
+                            metadata = candidate.grounding_metadata
+                        if candidate.finish_reason is not None:
+                            finish_reason = _enum_text(candidate.finish_reason)
+                        parts = candidate.content.parts if candidate.content else None
+                        for part in parts or []:
+                            if part.text and not part.thought:
+                                answer.append(part.text)
+                                yield TextDelta(text=part.text)
+            finally:
+                # releases the HTTP response when the caller stops reading early
+                close = getattr(response_stream, "aclose", None)
+                if close is not None:
+                    await close()
+        except GEMINI_CALL_ERRORS as exc:
+            raise upstream_error(exc, what="Gemini generation") from exc
+        full = "".join(answer)
+        if metadata is not None and (grounding := map_grounding(metadata, full)) is not None:
+            yield grounding
+        if usage is not None:
+            yield Usage(
+                input_tokens=usage.prompt_token_count,
+                output_tokens=usage.candidates_token_count,
+                total_tokens=usage.total_token_count,
+            )
+        yield Final(
+            provider=self.name,
+            model=self.model,
+            finish_reason=finish_reason,
+            cited_sources=cited_labels(full),
+        )
+
+
+def _enum_text(value: object) -> str:
+    return str(getattr(value, "value", value))
+
+
+def _http_error(status: int, body: str, *, what: str) -> LecternError:
+    detail = f"{what}: HTTP {status} {body[:300]}"
+    if status == 429:
+        return UpstreamError(detail, reason="rate_limited")
+    if status >= 500:
+        return UpstreamError(detail, reason="upstream_unavailable")
+    if status in (401, 403):
+        return ConfigurationError(detail, reason="upstream_auth")
+    return BadInputError(detail, reason="upstream_rejected")
+
+
+class OpenAICompatibleGenerator:
+    """Streams from an OpenAI-compatible ``/chat/completions`` endpoint (no web search)."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        temperature: float = 0.3,
+        timeout_s: float = 60.0,
+        name: str = "openai-compatible",
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key = api_key
+        self.temperature = temperature
+        self.timeout_s = timeout_s
+        self.name = name
+        self.transport = transport
+
+    async def stream(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        sources: Sequence[SourceText],
+        web_search: bool = False,
+    ) -> GenerationStream:
+        """Stream the completion; ``web_search`` is ignored (no such tool here)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [
+                *([{"role": "system", "content": system}] if system else []),
+                *({"role": m.role, "content": m.content} for m in messages),
+            ],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": self.temperature,
+        }
+        headers = {"Accept": "text/event-stream"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        answer: list[str] = []
+        usage: dict[str, Any] | None = None
+        finish_reason: str | None = None
+        what = f"{self.name} generation"
+        try:
+            async with (
+                httpx.AsyncClient(timeout=self.timeout_s, transport=self.transport) as client,
+                client.stream("POST", self.url, json=body, headers=headers) as response,
+            ):
+                if response.status_code != 200:
+                    await response.aread()
+                    raise _http_error(response.status_code, response.text, what=what)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[len("data:") :].strip()
+                    if data == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    usage = event.get("usage") or usage
+                    for choice in event.get("choices") or []:
+                        finish_reason = choice.get("finish_reason") or finish_reason
+                        text = (choice.get("delta") or {}).get("content")
+                        if text:
+                            answer.append(text)
+                            yield TextDelta(text=text)
+        except (httpx.TransportError, json.JSONDecodeError) as exc:
+            raise UpstreamError(f"{what}: {exc!r}", reason="upstream_unreachable") from exc
+        if usage is not None:
+            yield Usage(
+                input_tokens=usage.get("prompt_tokens"),
+                output_tokens=usage.get("completion_tokens"),
+                total_tokens=usage.get("total_tokens"),
+            )
+        yield Final(
+            provider=self.name,
+            model=self.model,
+            finish_reason=finish_reason,
+            cited_sources=cited_labels("".join(answer)),
+        )
+
+
+class FallbackGenerator:
+    """The primary provider, retried once, then each fallback, while nothing was streamed.
+
+    Only ``UpstreamError`` (rate limits, server errors, unreachable) moves on; a failure
+    after the first chunk was streamed is re-raised, since the caller already showed text.
+    """
+
+    def __init__(
+        self, primary: Generator, fallbacks: Sequence[Generator], *, retry_delay_s: float = 0.5
+    ) -> None:
+        self.primary = primary
+        self.fallbacks = list(fallbacks)
+        self.retry_delay_s = retry_delay_s
+        self.name = primary.name
+
+    async def stream(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        sources: Sequence[SourceText],
+        web_search: bool = False,
+    ) -> GenerationStream:
+        """Stream from the first provider that starts answering."""
+        attempts = [self.primary, self.primary, *self.fallbacks]
+        failed: list[str] = []
+        last_error: UpstreamError | None = None
+        for number, generator in enumerate(attempts):
+            if number == 1 and self.retry_delay_s:
+                await asyncio.sleep(self.retry_delay_s)
+            emitted = False
+            inner = generator.stream(
+                system=system, messages=messages, sources=sources, web_search=web_search
+            )
+            try:
+                async with aclosing(inner):
+                    async for chunk in inner:
+                        emitted = True
+                        if isinstance(chunk, Final):
+                            chunk = chunk.model_copy(update={"fallback_from": list(failed)})
+                        yield chunk
+                return
+            except UpstreamError as exc:
+                if emitted:
+                    raise
+                log.warning("%s failed before answering (%s): %s", generator.name, exc.reason, exc)
+                failed.append(generator.name)
+                last_error = exc
+        assert last_error is not None  # attempts is never empty
+        raise last_error
+
+
+# --- the offline extractive answerer ---------------------------------------------------
+
+_STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each few
+    for from further had has have having he her here hers herself him himself his how i if in
+    into is it its itself just me more most my myself no nor not now of off on once only or
+    other our ours ourselves out over own same she should so some such than that the their
+    theirs them themselves then there these they this those through to too under until up
+    very was we were what when where which while who whom why will with would you your yours
+    yourself yourselves explain describe tell please give mean means""".split()
+)
+_WORDS = re.compile(r"[^\W_]+", re.UNICODE)
+_PARAGRAPHS = re.compile(r"\n\s*\n|\n(?=\s*(?:[-•*▪]|\d+[.)])\s)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+_PIECE = re.compile(r"\S+\s*")
+NO_SUPPORT_TEXT = "I could not find anything in the provided material that answers this question."
+
+
+def _stem(word: str) -> str:
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased, lightly stemmed content words of ``text`` (stopwords removed)."""
+    return [_stem(w) for w in _WORDS.findall(text.lower()) if w not in _STOPWORDS]
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a source text: paragraphs and bullets first, then sentence ends."""
+    sentences: list[str] = []
+    for paragraph in _PARAGRAPHS.split(text):
+        flat = " ".join(paragraph.split())
+        sentences.extend(s.strip() for s in _SENTENCE_END.split(flat) if s.strip())
+    return sentences
+
+
+@dataclass(frozen=True)
+class ScoredSentence:
+    """A sentence of a source, with its position there and its scores."""
+
+    label: str
+    source_index: int
+    position: int
+    text: str
+    lexical: float
+    semantic: float | None
+    score: float
+
+
+@dataclass(frozen=True)
+class ExtractiveAnswer:
+    """The sentences chosen to answer, in reading order; empty when nothing supports one."""
+
+    sentences: list[ScoredSentence]
+
+    @property
+    def supported(self) -> bool:
+        """Whether any sentence was found."""
+        return bool(self.sentences)
+
+    @property
+    def cited(self) -> list[str]:
+        """Distinct labels cited, in order."""
+        return list(dict.fromkeys(s.label for s in self.sentences))
+
+    def render(self) -> str:
+        """The answer text, each sentence followed by its citation."""
+        if not self.sentences:
+            return NO_SUPPORT_TEXT
+        return " ".join(_cite(s.text, s.label) for s in self.sentences)
+
+
+def _cite(sentence: str, label: str) -> str:
+    if sentence[-1:] in ".!?":
+        return f"{sentence[:-1]} [{label}]{sentence[-1]}"
+    return f"{sentence} [{label}]"
+
+
+def candidate_sentences(sources: Sequence[SourceText]) -> list[tuple[int, int, str]]:
+    """(source index, position, sentence) of every sentence worth quoting (3+ words)."""
+    return [
+        (source_index, position, sentence)
+        for source_index, source in enumerate(sources)
+        for position, sentence in enumerate(split_sentences(source.text))
+        if len(sentence.split()) >= 3
+    ]
+
+
+def extract_answer(
+    *,
+    question: str,
+    sources: Sequence[SourceText],
+    similarities: Sequence[float] | None = None,
+    max_sentences: int = 3,
+    min_lexical: float = 0.2,
+    min_semantic: float = 0.5,  # MiniLM: answering paraphrases ~0.5+, unrelated text < 0.3
+    k1: float = 1.2,
+    b: float = 0.75,
+) -> ExtractiveAnswer:
+    """Pick the sentences of ``sources`` that best answer ``question`` (BM25 over sentences).
+
+    ``similarities`` (question-to-sentence cosines, in ``candidate_sentences`` order) add a
+    semantic signal. A sentence is eligible with enough lexical overlap or similarity; the
+    best ones within half of the top score are kept, grouped by source in document order.
+    """
+    candidates = candidate_sentences(sources)
+    query = list(dict.fromkeys(terms(question)))
+    if not candidates or (not query and similarities is None):
+        return ExtractiveAnswer([])
+    bags = [Counter(terms(sentence)) for _, _, sentence in candidates]
+    lengths = [sum(bag.values()) for bag in bags]
+    average = (sum(lengths) / len(lengths)) or 1.0
+    count = len(candidates)
+    idf = {
+        term: math.log(1 + (count - df + 0.5) / (df + 0.5))
+        for term in query
+        for df in [sum(1 for bag in bags if term in bag)]
+    }
+    ceiling = sum(idf.values()) or 1.0
+    scored: list[ScoredSentence] = []
+    for index, ((source_index, position, sentence), bag) in enumerate(
+        zip(candidates, bags, strict=True)
+    ):
+        norm = k1 * (1 - b + b * lengths[index] / average)
+        bm25 = sum(idf[t] * bag[t] * (k1 + 1) / (bag[t] + norm) for t in query if bag.get(t))
+        lexical = bm25 / ceiling
+        semantic = None if similarities is None else max(0.0, float(similarities[index]))
+        score = lexical if semantic is None else 0.6 * lexical + 0.4 * semantic
+        eligible = lexical >= min_lexical or (semantic is not None and semantic >= min_semantic)
+        if eligible:
+            scored.append(
+                ScoredSentence(
+                    label=sources[source_index].label,
+                    source_index=source_index,
+                    position=position,
+                    text=sentence,
+                    lexical=lexical,
+                    semantic=semantic,
+                    score=score,
+                )
+            )
+    if not scored:
+        return ExtractiveAnswer([])
+    scored.sort(key=lambda s: (-s.score, s.source_index, s.position))
+    best = scored[0].score
+    chosen = [s for s in scored if s.score >= 0.5 * best][:max_sentences]
+    group_rank: dict[int, int] = {}
+    for picked in chosen:
+        group_rank.setdefault(picked.source_index, len(group_rank))
+    chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
+    return ExtractiveAnswer(chosen)
+
+
+class OfflineAnswerer:
+    """Answers from the sources alone: the best supporting sentences, cited, streamed."""
+
+    name = "offline"
+
+    def __init__(
+        self,
+        *,
+        embedder: Embedder | None = None,
+        max_sentences: int = 3,
+        words_per_chunk: int = 4,
+    ) -> None:
+        self.embedder = embedder
+        self.max_sentences = max_sentences
+        self.words_per_chunk = max(1, words_per_chunk)
+
+    async def answer(self, *, question: str, sources: Sequence[SourceText]) -> ExtractiveAnswer:
+        """The extractive answer (sentence similarity from the embedder when one is set)."""
+        similarities: list[float] | None = None
+        candidates = candidate_sentences(sources)
+        if self.embedder is not None and candidates and question.strip():
+            query = await self.embedder.embed_query(question)
+            vectors = await self.embedder.embed_documents([c[2] for c in candidates])
+            similarities = [float(v) for v in np.asarray(vectors @ query).ravel()]
+        return extract_answer(
+            question=question,
+            sources=sources,
+            similarities=similarities,
+            max_sentences=self.max_sentences,
+        )
+
+    async def stream(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        sources: Sequence[SourceText],
+        web_search: bool = False,
+    ) -> GenerationStream:
+        """Stream the extractive answer to the last user message, a few words at a time."""
+        question = next((m.content for m in reversed(messages) if m.role == "user"), "")
+        result = await self.answer(question=question, sources=sources)
+        pieces = _PIECE.findall(result.render())
+        for start in range(0, len(pieces), self.words_per_chunk):
+            yield TextDelta(text="".join(pieces[start : start + self.words_per_chunk]))
+            await asyncio.sleep(0)
+        yield Final(
+            provider=self.name,
+            finish_reason="stop",
+            outcome="answered" if result.supported else "no_support",
+            cited_sources=result.cited,
+        )
+
+
+def build_generator(
+    settings: BaseServiceSettings, *, embedder: Embedder | None = None
+) -> Generator:
+    """Gemini (when a key is set) and the fallback provider (when set), ending offline."""
+    chain: list[Generator] = []
+    if settings.gemini_api_key is not None:
+        client = create_gemini_client(
+            api_key=settings.gemini_api_key.get_secret_value(),
+            base_url=settings.gemini_base_url,
+            timeout_s=settings.llm_timeout_s,
+        )
+        chain.append(
+            GeminiGenerator(
+                client=client,
+                model=settings.gemini_chat_model,
+                temperature=settings.llm_temperature,
+            )
+        )
+    if settings.fallback_llm_base_url and settings.fallback_llm_model:
+        key = settings.fallback_llm_api_key
+        chain.append(
+            OpenAICompatibleGenerator(
+                base_url=settings.fallback_llm_base_url,
+                model=settings.fallback_llm_model,
+                api_key=key.get_secret_value() if key else None,
+                temperature=settings.llm_temperature,
+                timeout_s=settings.llm_timeout_s,
+            )
+        )
+    offline = OfflineAnswerer(embedder=embedder)
+    if not chain:
+        return offline
+    return FallbackGenerator(chain[0], [*chain[1:], offline])

@@ -1,0 +1,672 @@
+"""The embedded stack: Postgres, NATS, migrations and the five services as child processes.
+
+``Supervisor.run()`` is what ``lectern up`` runs in the foreground. It restarts a service
+that crashes (exponential backoff, and it gives up on one that crash-loops), polls every
+service's ``/readyz``, and on SIGINT/SIGTERM stops the services (SIGTERM, their graceful
+timeout, then SIGKILL) before NATS and Postgres. Its state goes to ``DATA_DIR/stack.json``
+so ``lectern status`` can find the stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+import psutil
+
+from lectern_common.errors import ConfigurationError
+from lectern_common.runtime.nats import EmbeddedNats, free_port
+from lectern_common.runtime.postgres import DEFAULT_ROOT_ACCOUNT, EmbeddedPostgres
+from lectern_common.settings import BaseServiceSettings
+
+log = logging.getLogger(__name__)
+
+SERVICES: tuple[str, ...] = ("gateway", "ingest", "retriever", "reranker", "memory")
+DEFAULT_PORTS: dict[str, int] = {
+    "gateway": 8000, "ingest": 8001, "retriever": 8002, "reranker": 8003, "memory": 8004,
+}  # fmt: skip
+DEFAULT_NATS_PORT = 4222
+DEFAULT_NATS_MONITOR_PORT = 8222
+LOCAL_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+LOCAL_EMBEDDING_DIM = 384
+STATE_FILE = "stack.json"
+
+Reporter = Callable[[str], None]
+CommandFor = Callable[[str], list[str]]
+
+
+def service_command(name: str) -> list[str]:
+    """How a service process is started: ``python -m lectern_<name>``."""
+    return [sys.executable, "-m", f"lectern_{name}"]
+
+
+def embedding_identity(settings: BaseServiceSettings) -> tuple[str, int]:
+    """Name and dimension of the configured embedder, read without loading any model."""
+    if settings.embedding_provider == "gemini":
+        return settings.gemini_embedding_model, settings.gemini_embedding_dim
+    if settings.local_embedding_model is None:
+        return LOCAL_EMBEDDING_MODEL, LOCAL_EMBEDDING_DIM
+    path = Path(settings.local_embedding_model)
+    for config_file, key in (
+        (path / "1_Pooling" / "config.json", "word_embedding_dimension"),
+        (path / "config.json", "hidden_size"),
+    ):
+        if config_file.exists():
+            value = json.loads(config_file.read_text()).get(key)
+            if isinstance(value, int):
+                return str(path), value
+    raise ConfigurationError(
+        f"cannot tell the embedding dimension of {path} (no sentence-transformers config found)"
+    )
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``host:port`` can be bound right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def preferred_or_free_port(preferred: int, host: str = "127.0.0.1") -> int:
+    """``preferred`` if it is free, else any free port."""
+    return preferred if port_is_free(preferred, host) else free_port(host)
+
+
+def read_state(data_dir: Path) -> dict[str, Any] | None:
+    """The state a supervisor wrote to ``data_dir/stack.json``, if any."""
+    path = data_dir / STATE_FILE
+    if not path.exists():
+        return None
+    try:
+        state: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return state
+
+
+def process_alive(pid: int | None, create_time: float | None = None) -> bool:
+    """Whether ``pid`` runs (not a zombie) and, if given, was created at ``create_time``."""
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return create_time is None or abs(proc.create_time() - create_time) < 1.0
+    except psutil.Error:
+        return False
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    # A service must not outlive a supervisor killed with SIGKILL (no chance to clean up).
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class Child:
+    """One service process and its restart bookkeeping."""
+
+    name: str
+    port: int
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    starts: int = 0
+    consecutive_crashes: int = 0
+    restart_at: float | None = None
+    failed: bool = False
+    ready: bool = False
+    ready_at: float | None = None
+    last_exit: int | None = None
+    checks: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """Base HTTP URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def state(self) -> str:
+        """starting, ready, not ready, restarting, failed or stopped."""
+        if self.failed:
+            return "failed"
+        if self.restart_at is not None:
+            return "restarting"
+        if self.process is None or self.process.poll() is not None:
+            return "stopped"
+        if self.ready:
+            return "ready"
+        return "not ready" if self.ready_at is not None else "starting"
+
+
+class Supervisor:
+    """Runs the embedded stack; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        gateway_port: int = DEFAULT_PORTS["gateway"],
+        nats_port: int | None = None,
+        nats_monitor_port: int | None = None,
+        pg_user: str | None = None,
+        create_pg_user: bool = False,
+        services: tuple[str, ...] = SERVICES,
+        graceful_timeout_s: float = 30.0,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+        crash_loop_limit: int = 5,
+        stable_after_s: float = 60.0,
+        settings: BaseServiceSettings | None = None,
+        report: Reporter | None = None,
+        command: CommandFor = service_command,
+    ) -> None:
+        unknown = set(services) - set(SERVICES)
+        if unknown:
+            raise ConfigurationError(f"unknown services: {sorted(unknown)}; known: {SERVICES}")
+        self.data_dir = data_dir.resolve()
+        self.host = "127.0.0.1"
+        self.services = services
+        self.graceful_timeout_s = graceful_timeout_s
+        #: after SIGTERM, how long a service gets before SIGKILL (uvicorn needs a moment more)
+        self.kill_after_s = graceful_timeout_s + 5.0
+        self.command = command
+        self.backoff_initial_s = backoff_initial_s
+        self.backoff_max_s = backoff_max_s
+        self.crash_loop_limit = crash_loop_limit
+        self.stable_after_s = stable_after_s
+        self.settings = settings or BaseServiceSettings()
+        self.report: Reporter = report or log.info
+        self.pg_user = pg_user
+        self.create_pg_user = create_pg_user
+        self.logs_dir = self.data_dir / "logs"
+        self._gateway_port = gateway_port
+        self._nats_port = nats_port
+        self._nats_monitor_port = nats_monitor_port
+        self.postgres: EmbeddedPostgres | None = None
+        self.nats: EmbeddedNats | None = None
+        self.children: dict[str, Child] = {}
+        self.started_monotonic = 0.0
+        self.started_at = ""
+        self.all_ready_after: float | None = None
+        self.stop_requested = threading.Event()
+        self._force = False
+        self._next_poll = 0.0
+        self._running = False
+        self._owns_state = False
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _service_port(self, name: str) -> int:
+        if name == "gateway":
+            if self._gateway_port == 0:
+                return free_port(self.host)
+            if not port_is_free(self._gateway_port, self.host):
+                raise ConfigurationError(
+                    f"port {self._gateway_port} on {self.host} is in use; choose another with "
+                    f"--port (is another stack running?)"
+                )
+            return self._gateway_port
+        configured = os.environ.get(f"LECTERN_{name.upper()}_HTTP_PORT")
+        if configured:
+            return int(configured)
+        return preferred_or_free_port(DEFAULT_PORTS[name], self.host)
+
+    def _nats_ports(self) -> tuple[int, int]:
+        def pick(given: int | None, default: int) -> int:
+            if given is None:
+                return preferred_or_free_port(default, self.host)
+            return given or free_port(self.host)
+
+        return pick(self._nats_port, DEFAULT_NATS_PORT), pick(
+            self._nats_monitor_port, DEFAULT_NATS_MONITOR_PORT
+        )
+
+    def _check_not_running(self) -> None:
+        previous = read_state(self.data_dir)
+        if previous is None:
+            return
+        if previous.get("running") and process_alive(
+            previous.get("pid"), previous.get("pid_create_time")
+        ):
+            raise ConfigurationError(
+                f"a Lectern stack already runs from {self.data_dir} (supervisor pid "
+                f"{previous['pid']}); stop it first (Ctrl-C or kill -TERM {previous['pid']})"
+            )
+        # A supervisor killed hard leaves children behind; they hold the ports and the data.
+        leftovers: list[tuple[str, dict[str, Any]]] = [
+            (f"service {name}", info) for name, info in previous.get("services", {}).items()
+        ]
+        leftovers += [
+            ("NATS", previous.get("nats", {})),
+            ("Postgres", previous.get("postgres", {})),
+        ]
+        for what, info in leftovers:
+            pid = info.get("pid")
+            if pid and process_alive(pid, info.get("pid_create_time")):
+                self.report(f"stopping {what} (pid {pid}) left over from a previous run")
+                _terminate_pid(pid, timeout=self.kill_after_s)
+
+    def start(self) -> None:
+        """Start Postgres, NATS, migrate, then every service; returns once all are spawned."""
+        self.started_monotonic = time.monotonic()
+        self.started_at = datetime.now(UTC).isoformat()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(exist_ok=True)
+        self._check_not_running()
+        self._owns_state = True
+        ports = {name: self._service_port(name) for name in self.services}
+        self.children = {
+            name: Child(name=name, port=ports[name], log_path=self.logs_dir / f"{name}.log")
+            for name in self.services
+        }
+        self._running = True
+        self.write_state()
+        self._start_postgres()
+        nats_port, monitor_port = self._nats_ports()
+        self.nats = EmbeddedNats(
+            self.data_dir / "nats", port=nats_port, monitor_port=monitor_port, host=self.host
+        )
+        self.nats.start()
+        self.report(f"NATS (JetStream) on {self.nats.url}, store {self.data_dir / 'nats'}")
+        self._migrate()
+        for child in self.children.values():
+            self.spawn(child)
+        self.write_state()
+        self.report(self.summary())
+
+    def summary(self) -> str:
+        """Where everything is: URLs, DSN, data and logs."""
+        state = self.state()
+        nats, postgres = state["nats"], state["postgres"]
+        return (
+            "\nLectern embedded stack\n"
+            f"  gateway    {state['gateway_url'] or '(not run)'}\n"
+            f"  API docs   {state['docs_url'] or '(not run)'}\n"
+            f"  NATS       {nats.get('url')}  (monitoring {nats.get('monitor_url')})\n"
+            f"  Postgres   {postgres.get('dsn')}\n"
+            f"  data dir   {state['data_dir']}\n"
+            f"  logs       {state['logs_dir']}\n"
+            f"waiting for {', '.join(self.children)} to be ready...\n"
+        )
+
+    def _start_postgres(self) -> None:
+        if os.geteuid() == 0:
+            account = self.pg_user or DEFAULT_ROOT_ACCOUNT
+            if self.create_pg_user:
+                how = f"the account {account!r}, which is created if missing (--create-pg-user)"
+            else:
+                how = (
+                    f"the existing account {account!r} (choose another with --pg-user NAME; "
+                    f"--create-pg-user creates it if missing; no account is created otherwise)"
+                )
+            self.report(f"running as root: the embedded Postgres runs as {how}")
+        self.postgres = EmbeddedPostgres(
+            self.data_dir / "postgres", run_as=self.pg_user, create_user=self.create_pg_user
+        )
+        self.postgres.start()
+        self.report(f"Postgres (pgvector) at {self.postgres.dsn}")
+
+    def _migrate(self) -> None:
+        from lectern_common.db import migrate
+
+        assert self.postgres is not None
+        model, dim = embedding_identity(self.settings)
+        applied = asyncio.run(migrate(self.postgres.dsn, embedding_model=model, embedding_dim=dim))
+        if applied:
+            self.report(f"applied migrations {applied} (embeddings: {model}, {dim} dimensions)")
+        else:
+            self.report("database schema up to date")
+
+    def child_env(self, child: Child) -> dict[str, str]:
+        """The environment of one service process."""
+        prefix = f"LECTERN_{child.name.upper()}_"
+        env = dict(os.environ)
+        if self.nats is not None:
+            env["LECTERN_NATS_URL"] = self.nats.url
+        if self.postgres is not None:
+            env["LECTERN_DATABASE_URL"] = self.postgres.dsn
+        env.update(
+            {
+                "LECTERN_SERVICE_NAME": f"lectern-{child.name}",
+                "LECTERN_HEALTH_HOST": self.host,
+                f"{prefix}HTTP_PORT": str(child.port),
+                f"{prefix}GRACEFUL_TIMEOUT_S": str(self.graceful_timeout_s),
+                "PYTHONUNBUFFERED": "1",
+                # Nothing may download model weights at run time.
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+            }
+        )
+        env.setdefault("LECTERN_ENVIRONMENT", "development")
+        env.setdefault("LECTERN_LOG_JSON", "true")
+        return env
+
+    def spawn(self, child: Child) -> None:
+        """Start (or restart) one service process, its output appended to its log."""
+        child.starts += 1
+        child.restart_at = None
+        child.ready = False
+        child.ready_at = None
+        child.checks = {}
+        with open(child.log_path, "ab") as log_file:
+            stamp = datetime.now(UTC).isoformat()
+            log_file.write(f"--- lectern: start #{child.starts} at {stamp}\n".encode())
+            log_file.flush()
+            child.process = subprocess.Popen(
+                self.command(child.name),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.child_env(child),
+                cwd=self.data_dir,
+                start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops in order
+                preexec_fn=_die_with_parent,  # only the main thread spawns children
+            )
+        child.started_at = time.monotonic()
+
+    # -- watch -------------------------------------------------------------------------------
+
+    def poll(self) -> None:
+        """Restart crashed services when their backoff is over; refresh readiness."""
+        now = time.monotonic()
+        changed = False
+        for child in self.children.values():
+            if child.failed:
+                continue
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    self.report(f"restarting {child.name} (start #{child.starts + 1})")
+                    self.spawn(child)
+                    changed = True
+                continue
+            if child.process is not None and child.process.poll() is not None:
+                self._crashed(child, now)
+                changed = True
+        if now >= self._next_poll:
+            changed |= self._poll_readiness()
+            all_ready = self._all_ready()
+            self._next_poll = time.monotonic() + (5.0 if all_ready else 0.5)
+        if changed:
+            self.write_state()
+
+    def _crashed(self, child: Child, now: float) -> None:
+        assert child.process is not None
+        child.last_exit = child.process.returncode
+        child.ready = False
+        uptime = now - child.started_at
+        child.consecutive_crashes = (
+            1 if uptime >= self.stable_after_s else (child.consecutive_crashes + 1)
+        )
+        tail = _tail(child.log_path, 8)
+        if child.consecutive_crashes >= self.crash_loop_limit:
+            child.failed = True
+            self.report(
+                f"ERROR: {child.name} is crash-looping ({child.consecutive_crashes} crashes in a "
+                f"row, last exit code {child.last_exit}); not restarting it again. "
+                f"See {child.log_path}; last lines:\n{tail}"
+            )
+            return
+        delay = restart_delay(
+            child.consecutive_crashes, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s
+        )
+        child.restart_at = now + delay
+        self.report(
+            f"{child.name} exited with code {child.last_exit} after {uptime:.1f} s; restarting "
+            f"in {delay:.0f} s (crash {child.consecutive_crashes}/{self.crash_loop_limit}; "
+            f"log {child.log_path})"
+        )
+
+    def _poll_readiness(self) -> bool:
+        changed = False
+        for child in self.children.values():
+            if child.process is None or child.process.poll() is not None or child.failed:
+                continue
+            ready, checks = probe_ready(child.url, timeout=1.0)
+            if checks:
+                child.checks = checks
+            if ready and not child.ready:
+                child.ready = True
+                first = child.ready_at is None
+                child.ready_at = time.monotonic()
+                changed = True
+                if not first or self.all_ready_after is not None:
+                    self.report(f"{child.name} is ready again")
+            elif not ready and child.ready:
+                child.ready = False
+                changed = True
+                self.report(f"{child.name} is not ready: {checks or 'no answer'}")
+        if self.all_ready_after is None and self._all_ready():
+            self.all_ready_after = time.monotonic() - self.started_monotonic
+            self.report(self.readiness_table())
+            self.report(
+                f"all {len(self.children)} services ready {self.all_ready_after:.1f} s after the "
+                f"stack started; press Ctrl-C to stop"
+            )
+            changed = True
+        return changed
+
+    def _all_ready(self) -> bool:
+        return bool(self.children) and all(c.ready for c in self.children.values())
+
+    def readiness_table(self) -> str:
+        """A plain-text table of the services, their URLs and readiness."""
+        rows = [("service", "url", "state", "pid", "restarts")]
+        for child in self.children.values():
+            pid = child.process.pid if child.process is not None else "-"
+            rows.append((child.name, child.url, child.state, str(pid), str(child.starts - 1)))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        return "\n".join(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in rows
+        )
+
+    # -- stop --------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop the services (SIGTERM, grace, SIGKILL), then NATS, then Postgres."""
+        alive = [
+            c for c in self.children.values() if c.process is not None and c.process.poll() is None
+        ]
+        for child in alive:
+            child.restart_at = None
+            assert child.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                child.process.send_signal(signal.SIGTERM)
+        if alive:
+            self.report(f"stopping {', '.join(c.name for c in alive)}")
+        deadline = time.monotonic() + self.kill_after_s
+        while time.monotonic() < deadline and not self._force:
+            if all(c.process is None or c.process.poll() is not None for c in alive):
+                break
+            time.sleep(0.1)
+        for child in alive:
+            assert child.process is not None
+            if child.process.poll() is None:
+                self.report(f"{child.name} did not stop in time; killing it")
+                child.process.kill()
+            child.process.wait()
+        for child in self.children.values():
+            child.restart_at = None
+            child.ready = False
+        if self.nats is not None:
+            self.nats.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+        was_running, self._running = self._running, False
+        self.write_state()
+        if was_running:
+            self.report("stack stopped")
+
+    def run(self, *, install_signal_handlers: bool = True) -> int:
+        """Start, watch until SIGINT/SIGTERM (or ``stop_requested``), stop; the exit code."""
+        if install_signal_handlers:
+            signal.signal(signal.SIGINT, self._on_signal)
+            signal.signal(signal.SIGTERM, self._on_signal)
+        try:
+            self.start()
+            while not self.stop_requested.is_set():
+                self.poll()
+                self.stop_requested.wait(0.2)
+        finally:
+            self.stop()
+        return 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.stop_requested.is_set():
+            self._force = True  # a second Ctrl-C: do not wait for the graceful shutdown
+            return
+        self.report(f"received {signal.Signals(signum).name}; stopping the stack")
+        self.stop_requested.set()
+
+    # -- state -------------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """What ``stack.json`` holds: pids, ports, URLs, data dir, readiness."""
+        gateway = self.children.get("gateway")
+        gateway_url = gateway.url if gateway else None
+        pid = os.getpid()
+        services: dict[str, Any] = {}
+        for child in self.children.values():
+            child_pid = child.process.pid if child.process is not None else None
+            services[child.name] = {
+                "url": child.url,
+                "port": child.port,
+                "pid": child_pid,
+                "pid_create_time": _create_time(child_pid) if child_pid else None,
+                "state": child.state,
+                "ready": child.ready,
+                "restarts": max(child.starts - 1, 0),
+                "last_exit_code": child.last_exit,
+                "log": str(child.log_path),
+            }
+        nats: dict[str, Any] = {}
+        if self.nats is not None:
+            nats_pid = self.nats.process.pid if self.nats.process is not None else None
+            nats = {
+                "url": self.nats.url,
+                "monitor_url": self.nats.monitor_url,
+                "pid": nats_pid,
+                "pid_create_time": _create_time(nats_pid) if nats_pid else None,
+                "data_dir": str(self.data_dir / "nats"),
+            }
+        postgres: dict[str, Any] = {}
+        if self.postgres is not None:
+            pg_pid = self.postgres.process.pid if self.postgres.process is not None else None
+            postgres = {
+                "dsn": self.postgres.dsn,
+                "pid": pg_pid,
+                "pid_create_time": _create_time(pg_pid) if pg_pid else None,
+                "data_dir": str(self.postgres.data_dir),
+            }
+        return {
+            "running": self._running,
+            "pid": pid,
+            "pid_create_time": _create_time(pid),
+            "data_dir": str(self.data_dir),
+            "started_at": self.started_at,
+            "updated_at": datetime.now(UTC).isoformat(),
+            "all_ready": self._all_ready(),
+            "time_to_ready_s": self.all_ready_after,
+            "gateway_url": gateway_url,
+            "docs_url": f"{gateway_url}/docs" if gateway_url else None,
+            "logs_dir": str(self.logs_dir),
+            "nats": nats,
+            "postgres": postgres,
+            "services": services,
+        }
+
+    def write_state(self) -> None:
+        """Write ``stack.json`` atomically (only a supervisor that owns the data dir)."""
+        if not self._owns_state:
+            return
+        path = self.data_dir / STATE_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.state(), indent=2))
+        tmp.replace(path)
+
+
+def restart_delay(crashes: int, *, initial_s: float, max_s: float) -> float:
+    """Seconds to wait before restarting after ``crashes`` crashes in a row (exponential)."""
+    return float(min(initial_s * 2 ** max(crashes - 1, 0), max_s))
+
+
+def probe_ready(url: str, *, timeout: float) -> tuple[bool, dict[str, str]]:
+    """GET ``url/readyz``: whether it answered 200, and its checks."""
+    try:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=timeout) as response:  # noqa: S310
+            return response.status == 200, _checks(response)
+    except urllib.error.HTTPError as exc:
+        return False, _checks(exc)
+    except (OSError, ValueError):
+        return False, {}
+
+
+def _checks(response: IO[bytes]) -> dict[str, str]:
+    try:
+        body = json.loads(response.read() or b"{}")
+    except ValueError:
+        return {}
+    checks = body.get("checks", {}) if isinstance(body, dict) else {}
+    return {str(k): str(v) for k, v in checks.items()} if isinstance(checks, dict) else {}
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(handle.tell() - 8192, 0))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(_iter_last(text.splitlines(), lines))
+
+
+def _iter_last(items: list[str], count: int) -> Iterator[str]:
+    yield from (f"    {line}" for line in items[-count:])
+
+
+def _terminate_pid(pid: int, *, timeout: float) -> None:
+    try:
+        proc = psutil.Process(pid)
+        proc.terminate()
+        proc.wait(timeout)
+    except psutil.TimeoutExpired:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    except psutil.Error:
+        pass

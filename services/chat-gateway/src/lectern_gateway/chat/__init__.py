@@ -1,0 +1,1 @@
+"""The chat pipeline: prompt assembly, citations, confidence, rate limits, SSE events."""

@@ -1,0 +1,335 @@
+"""SQL of the chat features. Every statement is scoped by tenant."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+_SESSION_COLUMNS = (
+    "id, tenant_id, user_id, mode, subject, module_tag, class_id, grade_level, learning_style, "
+    "explanation_depth, title, status, end_reason, created_at, last_activity_at, ended_at"
+)
+_MESSAGE_COLUMNS = (
+    "id, session_id, user_id, role, content, citations, confidence, confidence_band, "
+    "answered_by, usage, timings, created_at"
+)
+
+
+async def insert_session(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Create a session and return its row."""
+    row = await pool.fetchrow(
+        f"INSERT INTO chat_sessions (id, tenant_id, user_id, mode, subject, module_tag, class_id, "  # noqa: S608
+        "grade_level, learning_style, explanation_depth, title) "
+        f"VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) RETURNING {_SESSION_COLUMNS}",
+        values["id"],
+        values["tenant_id"],
+        values["user_id"],
+        values["mode"],
+        values["subject"],
+        values["module_tag"],
+        values["class_id"],
+        values["grade_level"],
+        values["learning_style"],
+        values["explanation_depth"],
+        values["title"],
+    )
+    return dict(row)
+
+
+async def get_session(*, pool: Any, tenant_id: str, session_id: uuid.UUID) -> dict[str, Any] | None:
+    """A session of the tenant, or None."""
+    row = await pool.fetchrow(
+        f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE id = $1 AND tenant_id = $2",  # noqa: S608
+        session_id,
+        tenant_id,
+    )
+    return dict(row) if row else None
+
+
+async def list_sessions(
+    *, pool: Any, tenant_id: str, user_id: str | None, limit: int, status: str | None
+) -> list[dict[str, Any]]:
+    """Sessions of a tenant (one user's when ``user_id`` is given), newest first."""
+    rows = await pool.fetch(
+        f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE tenant_id = $1 "  # noqa: S608
+        "AND ($2::text IS NULL OR user_id = $2) AND ($3::text IS NULL OR status = $3) "
+        "ORDER BY created_at DESC LIMIT $4",
+        tenant_id,
+        user_id,
+        status,
+        limit,
+    )
+    return [dict(r) for r in rows]
+
+
+async def end_session(
+    *, pool: Any, tenant_id: str, session_id: uuid.UUID, reason: str
+) -> dict[str, Any] | None:
+    """End an active session; None when it was not active (already ended or absent)."""
+    row = await pool.fetchrow(
+        "UPDATE chat_sessions SET status = 'ended', end_reason = $3, ended_at = now() "
+        "WHERE id = $1 AND tenant_id = $2 AND status = 'active' "
+        "RETURNING id, tenant_id, user_id, "
+        "(SELECT count(*) FROM chat_messages m WHERE m.session_id = chat_sessions.id) AS n",
+        session_id,
+        tenant_id,
+        reason,
+    )
+    return dict(row) if row else None
+
+
+async def claim_idle_sessions(
+    *, pool: Any, idle_s: float, limit: int = 100
+) -> list[dict[str, Any]]:
+    """End sessions idle longer than ``idle_s`` (all tenants) and return them.
+
+    ``FOR UPDATE SKIP LOCKED`` inside the UPDATE lets several gateway replicas sweep at once:
+    each row is claimed, ended and returned by exactly one of them.
+    """
+    rows = await pool.fetch(
+        "UPDATE chat_sessions s SET status = 'ended', end_reason = 'idle', ended_at = now() "
+        "FROM (SELECT id FROM chat_sessions WHERE status = 'active' "
+        "      AND last_activity_at < now() - make_interval(secs => $1) "
+        "      ORDER BY last_activity_at LIMIT $2 FOR UPDATE SKIP LOCKED) idle "
+        "WHERE s.id = idle.id AND s.status = 'active' "
+        "RETURNING s.id, s.tenant_id, s.user_id, "
+        "(SELECT count(*) FROM chat_messages m WHERE m.session_id = s.id) AS n",
+        float(idle_s),
+        limit,
+    )
+    return [dict(r) for r in rows]
+
+
+async def insert_message(
+    *,
+    pool: Any,
+    message_id: uuid.UUID,
+    session_id: uuid.UUID,
+    tenant_id: str,
+    user_id: str,
+    role: str,
+    content: str,
+    citations: Sequence[dict[str, Any]] = (),
+    confidence: float | None = None,
+    band: str | None = None,
+    answered_by: str | None = None,
+    usage: dict[str, Any] | None = None,
+    timings: dict[str, Any] | None = None,
+) -> None:
+    """Store a message and mark the session active now."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "INSERT INTO chat_messages (id, session_id, tenant_id, user_id, role, content, "
+            "citations, confidence, confidence_band, answered_by, usage, timings) "
+            "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)",
+            message_id,
+            session_id,
+            tenant_id,
+            user_id,
+            role,
+            content,
+            list(citations),
+            confidence,
+            band,
+            answered_by,
+            usage or {},
+            timings or {},
+        )
+        await conn.execute(
+            "UPDATE chat_sessions SET last_activity_at = now(), "
+            "title = coalesce(title, left($3, 80)) WHERE id = $1 AND tenant_id = $2",
+            session_id,
+            tenant_id,
+            content if role == "user" else None,
+        )
+
+
+async def recent_messages(
+    *, pool: Any, tenant_id: str, session_id: uuid.UUID, limit: int, before: uuid.UUID | None
+) -> list[dict[str, Any]]:
+    """The last ``limit`` messages of a session, oldest first (excluding ``before``)."""
+    rows = await pool.fetch(
+        f"SELECT {_MESSAGE_COLUMNS} FROM chat_messages WHERE session_id = $1 AND tenant_id = $2 "  # noqa: S608
+        "AND ($3::uuid IS NULL OR id <> $3) ORDER BY created_at DESC LIMIT $4",
+        session_id,
+        tenant_id,
+        before,
+        limit,
+    )
+    return [dict(r) for r in reversed(rows)]
+
+
+async def list_messages(
+    *, pool: Any, tenant_id: str, session_id: uuid.UUID, limit: int
+) -> list[dict[str, Any]]:
+    """Messages of a session, oldest first."""
+    rows = await pool.fetch(
+        f"SELECT {_MESSAGE_COLUMNS} FROM chat_messages WHERE session_id = $1 AND tenant_id = $2 "  # noqa: S608
+        "ORDER BY created_at LIMIT $3",
+        session_id,
+        tenant_id,
+        limit,
+    )
+    return [dict(r) for r in rows]
+
+
+async def get_message(*, pool: Any, tenant_id: str, message_id: uuid.UUID) -> dict[str, Any] | None:
+    """A message of the tenant, or None."""
+    row = await pool.fetchrow(
+        f"SELECT {_MESSAGE_COLUMNS} FROM chat_messages WHERE id = $1 AND tenant_id = $2",  # noqa: S608
+        message_id,
+        tenant_id,
+    )
+    return dict(row) if row else None
+
+
+async def visible_chunks(
+    *, pool: Any, tenant_id: str, chunk_ids: Sequence[uuid.UUID], collections: Sequence[str]
+) -> dict[uuid.UUID, dict[str, Any]]:
+    """The given chunks the caller may see (tenant, live document, allowed collection)."""
+    rows = await pool.fetch(
+        "SELECT c.id, c.document_id, c.text, c.section_path, c.chapter, c.page_start, "
+        "c.page_end, c.slide, c.topic_tags, c.collection, d.title "
+        "FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id = ANY($1::uuid[]) AND c.tenant_id = $2 AND d.tenant_id = $2 AND c.active "
+        "AND c.collection = ANY($3::text[]) AND d.status = 'indexed' AND d.deleted_at IS NULL",
+        list(chunk_ids),
+        tenant_id,
+        list(collections),
+    )
+    return {r["id"]: dict(r) for r in rows}
+
+
+async def related_topics(
+    *, pool: Any, tenant_id: str, subject: str | None, limit: int
+) -> list[str]:
+    """The tenant's most common educational topic tags (subject first when given)."""
+    rows = await pool.fetch(
+        "SELECT tag, count(*) AS n FROM ("
+        "  SELECT unnest(topic_tags) AS tag, subject FROM chunks "
+        "  WHERE tenant_id = $1 AND active AND collection = 'educational') t "
+        "GROUP BY tag ORDER BY bool_or(subject IS NOT DISTINCT FROM $2) DESC, n DESC, tag "
+        "LIMIT $3",
+        tenant_id,
+        subject,
+        limit,
+    )
+    return [r["tag"] for r in rows]
+
+
+async def insert_gap(
+    *,
+    pool: Any,
+    gap_id: uuid.UUID,
+    tenant_id: str,
+    session_id: uuid.UUID,
+    user_id: str,
+    question: str,
+    topic: str | None,
+    subject: str | None,
+    confidence: float,
+    message_id: uuid.UUID,
+    related: Sequence[str],
+) -> None:
+    """Record a knowledge gap."""
+    await pool.execute(
+        "INSERT INTO knowledge_gaps (id, tenant_id, session_id, user_id, question, topic, "
+        "subject, confidence, message_id, related_topics) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
+        gap_id,
+        tenant_id,
+        session_id,
+        user_id,
+        question,
+        topic,
+        subject,
+        confidence,
+        message_id,
+        list(related),
+    )
+
+
+async def gaps_by_topic(*, pool: Any, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+    """A tenant's knowledge gaps grouped by topic, most frequent first."""
+    rows = await pool.fetch(
+        "SELECT coalesce(topic, 'unknown') AS topic, count(*) AS count, "
+        "count(DISTINCT user_id) AS students, max(created_at) AS last_seen, "
+        "min(confidence) AS min_confidence, array_agg(DISTINCT subject) "
+        "FILTER (WHERE subject IS NOT NULL) AS subjects, "
+        "(array_agg(question ORDER BY created_at DESC))[1:5] AS questions "
+        "FROM knowledge_gaps WHERE tenant_id = $1 GROUP BY 1 "
+        "ORDER BY count(*) DESC, max(created_at) DESC LIMIT $2",
+        tenant_id,
+        limit,
+    )
+    return [dict(r) for r in rows]
+
+
+async def insert_flag(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Record a flag on a message."""
+    row = await pool.fetchrow(
+        "INSERT INTO feedback_flags (id, tenant_id, message_id, session_id, user_id, reason, "
+        "details) VALUES ($1,$2,$3,$4,$5,$6,$7) RETURNING *",
+        values["id"],
+        values["tenant_id"],
+        values["message_id"],
+        values["session_id"],
+        values["user_id"],
+        values["reason"],
+        values["details"],
+    )
+    return dict(row)
+
+
+async def list_flags(
+    *, pool: Any, tenant_id: str, status: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """A tenant's flags, newest first."""
+    rows = await pool.fetch(
+        "SELECT f.*, m.content AS message_content FROM feedback_flags f "
+        "JOIN chat_messages m ON m.id = f.message_id "
+        "WHERE f.tenant_id = $1 AND ($2::text IS NULL OR f.status = $2) "
+        "ORDER BY f.created_at DESC LIMIT $3",
+        tenant_id,
+        status,
+        limit,
+    )
+    return [dict(r) for r in rows]
+
+
+async def resolve_flag(
+    *, pool: Any, tenant_id: str, flag_id: uuid.UUID, resolution: str | None, resolved_by: str
+) -> dict[str, Any] | None:
+    """Resolve a flag of the tenant; None when absent."""
+    row = await pool.fetchrow(
+        "UPDATE feedback_flags SET status = 'resolved', resolution = $3, resolved_by = $4, "
+        "resolved_at = now() WHERE id = $1 AND tenant_id = $2 RETURNING *",
+        flag_id,
+        tenant_id,
+        resolution,
+        resolved_by,
+    )
+    return dict(row) if row else None
+
+
+async def get_chunk(*, pool: Any, tenant_id: str, chunk_id: uuid.UUID) -> dict[str, Any] | None:
+    """A chunk of the tenant with its document's title and collection."""
+    row = await pool.fetchrow(
+        "SELECT c.id, c.document_id, c.chunk_index, c.kind, c.text, c.context_prefix, "
+        "c.section_path, c.chapter, c.page_start, c.page_end, c.slide, c.collection, "
+        "c.topic_tags, c.language, d.title, d.filename "
+        "FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id = $1 AND c.tenant_id = $2 AND d.tenant_id = $2 AND d.deleted_at IS NULL",
+        chunk_id,
+        tenant_id,
+    )
+    return dict(row) if row else None
+
+
+def citations_json(citations: Sequence[Any]) -> list[dict[str, Any]]:
+    """Citations as JSON-ready dicts (pydantic models or dicts)."""
+    out: list[dict[str, Any]] = []
+    for c in citations:
+        out.append(json.loads(c.model_dump_json()) if hasattr(c, "model_dump_json") else dict(c))
+    return out

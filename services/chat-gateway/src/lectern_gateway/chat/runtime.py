@@ -1,0 +1,40 @@
+"""Chat resources of a running gateway: the answer streamer and the idle-session sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from lectern_common.llm import build_generator
+from lectern_common.service import ServiceState
+from lectern_gateway.chat.generation import streamer_for
+from lectern_gateway.chat.service import idle_sweeper
+from lectern_gateway.config import Settings
+
+STREAMER = "answer_streamer"
+SWEEPER = "idle_sweeper"
+
+
+async def start_chat(state: ServiceState, settings: Settings) -> None:
+    """Build the answer streamer and start the idle-session sweep."""
+    generator = build_generator(settings)
+    state.resources[STREAMER] = streamer_for(generator, web_search=settings.web_search)
+    if settings.idle_sweep_interval_s > 0:
+        state.resources[SWEEPER] = asyncio.create_task(
+            idle_sweeper(
+                pool=state.pool,
+                broker=state.broker,
+                idle_s=settings.idle_timeout_s,
+                every_s=settings.idle_sweep_interval_s,
+            ),
+            name="lectern-idle-sweep",
+        )
+
+
+async def stop_chat(state: ServiceState) -> None:
+    """Stop the idle-session sweep."""
+    task = state.resources.pop(SWEEPER, None)
+    if isinstance(task, asyncio.Task):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

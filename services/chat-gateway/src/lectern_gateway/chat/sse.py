@@ -1,0 +1,130 @@
+"""The typed Server-Sent Events of ``POST /v1/sessions/{id}/messages``.
+
+Every event's SSE ``event:`` name equals its ``type`` and its ``data:`` is the JSON of the
+model below, so a client can parse ``data`` alone with the discriminated union
+:data:`ChatEvent`. Order of one turn: ``sources`` -> ``token``* (interleaved with
+``citation``) -> ``confidence`` -> ``done``; ``error`` replaces the rest on failure.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter
+from sse_starlette import ServerSentEvent
+
+from lectern_common.events.chat import ConfidenceBand
+
+
+class Source(BaseModel):
+    """One textbook source given to the model, labelled [T1]..[Tn]."""
+
+    label: str = Field(description="T1, T2, ...")
+    chunk_id: uuid.UUID
+    document_id: uuid.UUID
+    title: str
+    page_start: int | None = None
+    page_end: int | None = None
+    slide: int | None = None
+    section: str | None = None
+    score: float = 0.0
+
+
+class SourcesEvent(BaseModel):
+    """The sources the answer may cite (sent before the first token)."""
+
+    type: Literal["sources"] = "sources"
+    sources: list[Source]
+
+
+class TokenEvent(BaseModel):
+    """A text delta of the answer, sent as soon as the model produces it."""
+
+    type: Literal["token"] = "token"
+    text: str
+    origin: Literal["model", "gateway"] = Field(
+        default="model", description="gateway: fixed wording (band preamble, gap message)"
+    )
+
+
+class Citation(BaseModel):
+    """A citation: a textbook source [T#] covering a span, or a web page [W#]."""
+
+    label: str = Field(description="T1.. or W1..")
+    kind: Literal["textbook", "web"]
+    chunk_id: uuid.UUID | None = None
+    document_id: uuid.UUID | None = None
+    url: str | None = None
+    title: str | None = None
+    span_start: int | None = Field(default=None, description="character offset in the answer")
+    span_end: int | None = None
+    text: str | None = Field(default=None, description="the cited sentence")
+    support: float | None = Field(default=None, description="0..1 support of the span")
+    supported: bool | None = Field(default=None, description="false: flagged unsupported")
+    valid: bool = Field(default=True, description="false: the label names no given source")
+
+
+class CitationEvent(BaseModel):
+    """A citation, as soon as it is known (a finished cited sentence, or web grounding)."""
+
+    type: Literal["citation"] = "citation"
+    citation: Citation
+
+
+class ConfidenceEvent(BaseModel):
+    """The final confidence: the re-ranker's with measured grounding replacing its prior."""
+
+    type: Literal["confidence"] = "confidence"
+    score: float
+    band: ConfidenceBand
+    retrieval: float = 0.0
+    source_quality: float = 0.0
+    grounding: float = 0.0
+    grounding_is_prior: bool = False
+
+
+class DoneEvent(BaseModel):
+    """The turn is complete and stored."""
+
+    type: Literal["done"] = "done"
+    message_id: uuid.UUID
+    user_message_id: uuid.UUID
+    session_id: uuid.UUID
+    citations: list[Citation]
+    unsupported: list[str] = Field(
+        default_factory=list, description="labels of citations flagged unsupported or invalid"
+    )
+    band: ConfidenceBand
+    confidence: float
+    knowledge_gap: bool = False
+    answered_by: str = Field(description="gemini, fallback, offline or gap")
+    usage: dict[str, Any] = Field(default_factory=dict)
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class ErrorEvent(BaseModel):
+    """The turn failed; nothing more follows."""
+
+    type: Literal["error"] = "error"
+    reason: str
+    message: str
+    retryable: bool = False
+
+
+ChatEvent = Annotated[
+    SourcesEvent | TokenEvent | CitationEvent | ConfidenceEvent | DoneEvent | ErrorEvent,
+    Field(discriminator="type"),
+]
+CHAT_EVENT_ADAPTER: TypeAdapter[ChatEvent] = TypeAdapter(ChatEvent)
+
+
+def to_sse(event: BaseModel) -> ServerSentEvent:
+    """The SSE frame of an event: ``event:`` is its type, ``data:`` its JSON."""
+    kind = str(getattr(event, "type", "message"))
+    return ServerSentEvent(data=event.model_dump_json(), event=kind)
+
+
+def parse_event(data: str) -> ChatEvent:
+    """Parse an event's ``data`` (clients and tests)."""
+    return CHAT_EVENT_ADAPTER.validate_json(data)

@@ -1,0 +1,403 @@
+"""Test support for the chat features (used by tests/gateway and benchmarks, not at run time):
+seeded material, in-process retriever/re-ranker stand-ins answering on the real NATS, the
+gateway served by uvicorn, and an SSE client reading answers with httpx-sse."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import numpy as np
+import uvicorn
+from fastapi import FastAPI
+from faststream.nats import NatsBroker
+from httpx_sse import aconnect_sse
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from lectern_common.broker import QUEUE_GROUPS, stream_for
+from lectern_common.events import (
+    Candidate,
+    Confidence,
+    MemoryRecallReply,
+    MemoryRecallRequest,
+    RankedChunk,
+    RecalledMemory,
+    RerankReply,
+    RerankRequest,
+    RetrieveReply,
+    RetrieveRequest,
+    Subjects,
+)
+from lectern_common.events.chat import ConfidenceBand
+from lectern_common.testing import LOCAL_EMBEDDING_DIM
+from lectern_gateway.app import create_app
+from lectern_gateway.auth import Plan, Role, issue_token
+from lectern_gateway.chat.sse import ChatEvent, parse_event
+from lectern_gateway.config import Settings
+
+PHOTOSYNTHESIS = [
+    (
+        "Photosynthesis happens in the chloroplasts of plant cells. Chlorophyll absorbs light "
+        "energy, mostly red and blue light. The light reactions split water and release oxygen.",
+        ["Photosynthesis", "Light reactions"],
+        ["photosynthesis"],
+    ),
+    (
+        "The Calvin cycle fixes carbon dioxide into sugars using ATP and NADPH. The enzyme "
+        "RuBisCO catalyses the first step of carbon fixation in the stroma.",
+        ["Photosynthesis", "Calvin cycle"],
+        ["photosynthesis", "calvin cycle"],
+    ),
+    (
+        "Cellular respiration releases energy from glucose. Mitochondria produce most of the "
+        "ATP a cell needs through oxidative phosphorylation.",
+        ["Cells", "Respiration"],
+        ["cellular respiration"],
+    ),
+]
+
+
+@dataclass
+class Seeded:
+    """Ids of seeded material."""
+
+    document_id: uuid.UUID
+    chunk_ids: list[uuid.UUID]
+
+
+async def seed_document(
+    pool: Any,
+    *,
+    tenant_id: str,
+    title: str = "Biology notes",
+    chunks: Sequence[tuple[str, list[str], list[str]]] = PHOTOSYNTHESIS,
+    collection: str = "educational",
+    subject: str | None = "biology",
+) -> Seeded:
+    """Insert an indexed document and its chunks straight into Postgres."""
+    document_id = uuid.uuid4()
+    await pool.execute(
+        "INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes, "
+        "file_sha256, status, uploaded_by, collection, subject, chunk_count) "
+        "VALUES ($1,$2,$3,'notes.md','text/markdown',100,$4,'indexed','teacher-1',$5,$6,$7)",
+        document_id,
+        tenant_id,
+        title,
+        uuid.uuid4().hex,
+        collection,
+        subject,
+        len(chunks),
+    )
+    ids = []
+    rng = np.random.default_rng(7)
+    for index, (text, section, tags) in enumerate(chunks):
+        chunk_id = uuid.uuid4()
+        ids.append(chunk_id)
+        await pool.execute(
+            "INSERT INTO chunks (id, document_id, tenant_id, chunk_index, text, section_path, "
+            "page_start, page_end, token_count, content_hash, collection, subject, topic_tags, "
+            "embedding) VALUES ($1,$2,$3,$4,$5,$6,$7,$7,$8,$9,$10,$11,$12,$13)",
+            chunk_id,
+            document_id,
+            tenant_id,
+            index,
+            text,
+            section,
+            index + 1,
+            len(text) // 4,
+            uuid.uuid4().hex,
+            collection,
+            subject,
+            tags,
+            rng.standard_normal(LOCAL_EMBEDDING_DIM).astype(np.float32),
+        )
+    return Seeded(document_id, ids)
+
+
+@dataclass
+class Responders:
+    """Retriever and re-ranker stand-ins answering on the real NATS.
+
+    The retriever does Postgres full-text search within the request's tenant and collections
+    (``leak`` ignores both, to prove the gateway filters on its own); the re-ranker keeps the
+    order and answers the scripted confidence band.
+    """
+
+    pool: Any
+    band: ConfidenceBand = "high"
+    leak: bool = False
+    requests: list[RetrieveRequest] = field(default_factory=list)
+    #: when set, a memory-service stand-in recalls these texts for every student
+    memories: list[str] | None = None
+    recalls: list[MemoryRecallRequest] = field(default_factory=list)
+
+    async def recall(self, request: MemoryRecallRequest) -> MemoryRecallReply:
+        """The scripted memories."""
+        self.recalls.append(request)
+        memories = [
+            RecalledMemory(
+                memory_id=uuid.uuid4(),
+                kind="struggle",
+                text=text,
+                strength=1.0,
+                score=0.9,
+                updated_at=datetime.now(UTC),
+            )
+            for text in (self.memories or [])[: request.k]
+        ]
+        return MemoryRecallReply(request_id=request.request_id, memories=memories)
+
+    async def retrieve(self, request: RetrieveRequest) -> RetrieveReply:
+        """Full-text candidates."""
+        self.requests.append(request)
+        rows = await self.pool.fetch(
+            "SELECT c.id, c.document_id, c.text, c.section_path, c.page_start, c.page_end, "
+            "d.title FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "WHERE c.tsv @@ to_tsquery('english', $1) "
+            "AND ($4 OR (c.tenant_id = $2 AND c.collection = ANY($3::text[]))) "
+            "ORDER BY ts_rank_cd(c.tsv, to_tsquery('english', $1)) DESC LIMIT 10",
+            _or_query(request.query),
+            request.tenant_id,
+            list(request.filters.collections),
+            self.leak,
+        )
+        if self.leak:
+            rows = list(rows) + list(
+                await self.pool.fetch(
+                    "SELECT c.id, c.document_id, c.text, c.section_path, c.page_start, "
+                    "c.page_end, d.title FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    "ORDER BY c.created_at DESC LIMIT 40"
+                )
+            )
+        candidates = [
+            Candidate(
+                chunk_id=r["id"],
+                document_id=r["document_id"],
+                title=r["title"],
+                text=r["text"],
+                section_path=" > ".join(r["section_path"]),
+                page_start=r["page_start"],
+                page_end=r["page_end"],
+                fused_score=1.0 / (i + 1),
+            )
+            for i, r in enumerate(rows)
+        ]
+        return RetrieveReply(request_id=request.request_id, candidates=candidates)
+
+    async def rerank(self, request: RerankRequest) -> RerankReply:
+        """Keep the order; confidence from the scripted band."""
+        score = {"high": 0.85, "medium": 0.6, "low": 0.35, "gap": 0.1}[self.band]
+        chunks = [
+            RankedChunk(candidate=c, semantic=0.5, score=c.fused_score)
+            for c in request.candidates[: request.top_k]
+        ]
+        confidence = Confidence(
+            score=score, band=self.band, retrieval=score, source_quality=0.7, grounding=0.6
+        )
+        return RerankReply(request_id=request.request_id, chunks=chunks, confidence=confidence)
+
+
+def _or_query(text: str) -> str:
+    words = [w for w in "".join(c if c.isalnum() else " " for c in text.lower()).split()]
+    return " | ".join(words) or "nothing"
+
+
+@asynccontextmanager
+async def run_responders(nats_url: str, responders: Responders) -> AsyncIterator[Responders]:
+    """Serve ``responders`` in the retriever's and re-ranker's queue groups."""
+    broker = NatsBroker(nats_url)
+
+    @broker.subscriber(Subjects.RETRIEVE, queue=QUEUE_GROUPS[Subjects.RETRIEVE])
+    async def on_retrieve(body: dict[str, Any]) -> dict[str, Any]:
+        reply = await responders.retrieve(RetrieveRequest.model_validate(body))
+        return reply.model_dump(mode="json")
+
+    @broker.subscriber(Subjects.RERANK, queue=QUEUE_GROUPS[Subjects.RERANK])
+    async def on_rerank(body: dict[str, Any]) -> dict[str, Any]:
+        reply = await responders.rerank(RerankRequest.model_validate(body))
+        return reply.model_dump(mode="json")
+
+    if responders.memories is not None:
+
+        @broker.subscriber(Subjects.MEMORY_RECALL, queue=QUEUE_GROUPS[Subjects.MEMORY_RECALL])
+        async def on_recall(body: dict[str, Any]) -> dict[str, Any]:
+            reply = await responders.recall(MemoryRecallRequest.model_validate(body))
+            return reply.model_dump(mode="json")
+
+    await broker.start()
+    try:
+        yield responders
+    finally:
+        await broker.stop()
+
+
+@dataclass
+class Gateway:
+    """A gateway served by uvicorn on a free port."""
+
+    app: FastAPI
+    settings: Settings
+    url: str
+
+    def token(
+        self, tenant_id: str, user_id: str, *, role: Role = "student", plan: Plan = "pro"
+    ) -> dict[str, str]:
+        """Authorization headers for a user."""
+        token = issue_token(
+            secret=self.settings.effective_jwt_secret,
+            tenant_id=tenant_id,
+            user_id=user_id,
+            role=role,
+            plan=plan,
+        )
+        return {"Authorization": f"Bearer {token}"}
+
+    @property
+    def resources(self) -> dict[str, Any]:
+        """The running service's resources."""
+        resources: dict[str, Any] = self.app.state.lectern.resources
+        return resources
+
+
+def gateway_settings(nats_url: str, database_url: str, **overrides: Any) -> Settings:
+    """Test settings: offline generator, no idle sweep, short delays."""
+    values: dict[str, Any] = {
+        "nats_url": nats_url,
+        "database_url": database_url,
+        "http_port": 0,
+        "log_json": False,
+        "idle_sweep_interval_s": 0,
+        "free_soft_delay_s": 0.3,
+        "memory_timeout_s": 0.2,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@asynccontextmanager
+async def serve_gateway(settings: Settings) -> AsyncIterator[Gateway]:
+    """Run the real gateway app (lifespan included) with uvicorn on 127.0.0.1."""
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        lifespan="on",
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    for _ in range(3000):
+        if server.started or task.done():
+            break
+        await asyncio.sleep(0.01)
+    if not server.started:
+        await task
+        raise RuntimeError("gateway did not start")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield Gateway(app=app, settings=settings, url=f"http://127.0.0.1:{port}")
+    finally:
+        server.should_exit = True
+        await task
+
+
+@dataclass
+class Received:
+    """The events of one answer, with their arrival times."""
+
+    status: int
+    events: list[ChatEvent]
+    times: list[float]
+    headers: dict[str, str]
+    problem: dict[str, Any] | None = None
+
+    def of(self, kind: str) -> list[Any]:
+        """Events of one type."""
+        return [e for e in self.events if e.type == kind]
+
+    @property
+    def text(self) -> str:
+        """The streamed answer."""
+        return "".join(e.text for e in self.of("token"))
+
+    @property
+    def done(self) -> Any:
+        """The done event."""
+        (done,) = self.of("done")
+        return done
+
+
+async def ask(
+    client: httpx.AsyncClient, gateway: Gateway, session_id: Any, content: str, headers: Any
+) -> Received:
+    """POST a question and read its SSE stream with httpx-sse."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    events: list[ChatEvent] = []
+    times: list[float] = []
+    async with aconnect_sse(
+        client,
+        "POST",
+        f"{gateway.url}/v1/sessions/{session_id}/messages",
+        json={"content": content},
+        headers=headers,
+    ) as source:
+        response = source.response
+        if response.status_code != 200:
+            await response.aread()
+            return Received(
+                response.status_code, [], [], dict(response.headers), problem=response.json()
+            )
+        async for sse in source.aiter_sse():
+            event = parse_event(sse.data)
+            assert sse.event == event.type
+            events.append(event)
+            times.append(loop.time() - started)
+    return Received(200, events, times, dict(response.headers))
+
+
+async def new_session(
+    client: httpx.AsyncClient, gateway: Gateway, headers: Any, **body: Any
+) -> dict[str, Any]:
+    """Create a session and return its JSON."""
+    response = await client.post(f"{gateway.url}/v1/sessions", json=body, headers=headers)
+    assert response.status_code == 201, response.text
+    created: dict[str, Any] = response.json()
+    return created
+
+
+async def published(js: Any, subject: str, tenant_id: str) -> list[dict[str, Any]]:
+    """Every event of ``subject`` for ``tenant_id`` now on its stream."""
+    stream = stream_for(subject).name
+    sub = await js.pull_subscribe(
+        subject,
+        durable=None,
+        stream=stream,
+        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL, inactive_threshold=5.0),
+    )
+    out: list[dict[str, Any]] = []
+    try:
+        while True:
+            try:
+                messages = await sub.fetch(256, timeout=0.5)
+            except TimeoutError:
+                break
+            for message in messages:
+                body = json.loads(message.data)
+                if body.get("tenant_id") == tenant_id:
+                    out.append(body)
+            if len(messages) < 256:
+                break
+    finally:
+        await sub.unsubscribe()
+    return out

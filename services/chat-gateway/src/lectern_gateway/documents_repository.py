@@ -1,0 +1,204 @@
+"""SQL of the document routes (every query scoped by tenant)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+ACTIVE_STATUSES = ("pending", "processing", "indexed")
+FINAL_STATUSES = ("indexed", "failed", "superseded", "archived", "deleted")
+
+_COLUMNS = """id, tenant_id, title, filename, mime_type, size_bytes, file_sha256, content_sha256,
+    near_duplicate_of, near_duplicate_score, status, error_stage, error_reason, error_message,
+    attempts, page_count, skipped_pages, chunk_count, qa_count, language, enriched,
+    enrichment_note, metadata, subject, grade_level, module_tag, class_id, content_type,
+    collection, curriculum_standards, topic_tags, source_priority, freshness_date, version,
+    previous_version_id, object_name, uploaded_by, uploader_role, co_owners, created_at,
+    updated_at, indexed_at, deleted_at"""
+
+
+@dataclass(frozen=True)
+class NewDocument:
+    """A row to insert for an accepted upload."""
+
+    id: uuid.UUID
+    tenant_id: str
+    title: str
+    filename: str
+    mime_type: str
+    size_bytes: int
+    file_sha256: str
+    subject: str | None
+    grade_level: int | None
+    module_tag: str | None
+    class_id: str | None
+    content_type: str | None
+    language: str | None
+    collection: str
+    curriculum_standards: list[str]
+    topic_tags: list[str]
+    source_priority: float
+    freshness_date: date | None
+    version: int
+    previous_version_id: uuid.UUID | None
+    object_name: str
+    uploaded_by: str
+    uploader_role: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ListFilters:
+    """Filters of ``GET /v1/documents``."""
+
+    status: str | None = None
+    subject: str | None = None
+    collection: str | None = None
+    module_tag: str | None = None
+    class_id: str | None = None
+    content_type: str | None = None
+    language: str | None = None
+    grade_level: int | None = None
+    include_deleted: bool = False
+
+
+async def get_document(conn: Any, *, tenant_id: str, document_id: uuid.UUID) -> Any:
+    """One document of the tenant, or None."""
+    return await conn.fetchrow(
+        f"SELECT {_COLUMNS} FROM documents WHERE tenant_id = $1 AND id = $2",  # noqa: S608
+        tenant_id,
+        document_id,
+    )
+
+
+async def lock_file_hash(conn: Any, *, tenant_id: str, file_sha256: str) -> None:
+    """Serialise concurrent uploads of the same bytes in one tenant (transaction-scoped)."""
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant_id}:{file_sha256}"
+    )
+
+
+async def find_by_file_hash(conn: Any, *, tenant_id: str, file_sha256: str) -> Any:
+    """The live document holding exactly these bytes in the tenant, if any."""
+    return await conn.fetchrow(
+        f"""SELECT {_COLUMNS} FROM documents
+            WHERE tenant_id = $1 AND file_sha256 = $2 AND status = ANY($3::text[])
+            ORDER BY created_at LIMIT 1""",  # noqa: S608
+        tenant_id,
+        file_sha256,
+        list(ACTIVE_STATUSES),
+    )
+
+
+async def add_co_owner(conn: Any, *, document_id: uuid.UUID, user_id: str) -> Any:
+    """Record another uploader of the same bytes; returns the updated row."""
+    return await conn.fetchrow(
+        f"""UPDATE documents
+            SET co_owners = CASE WHEN $2 = uploaded_by OR $2 = ANY(co_owners) THEN co_owners
+                                 ELSE array_append(co_owners, $2) END,
+                updated_at = CASE WHEN $2 = uploaded_by OR $2 = ANY(co_owners) THEN updated_at
+                                  ELSE now() END
+            WHERE id = $1 RETURNING {_COLUMNS}""",  # noqa: S608
+        document_id,
+        user_id,
+    )
+
+
+async def insert_document(conn: Any, doc: NewDocument) -> Any:
+    """Insert an accepted upload as ``pending``; returns the row."""
+    return await conn.fetchrow(
+        f"""INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes,
+                file_sha256, status, subject, grade_level, module_tag, class_id, content_type,
+                language, collection, curriculum_standards, topic_tags, source_priority,
+                freshness_date, version, previous_version_id, object_name, uploaded_by,
+                uploader_role, metadata)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10, $11, $12, $13, $14,
+                $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)
+            RETURNING {_COLUMNS}""",  # noqa: S608
+        doc.id, doc.tenant_id, doc.title, doc.filename, doc.mime_type, doc.size_bytes,
+        doc.file_sha256, doc.subject, doc.grade_level, doc.module_tag, doc.class_id,
+        doc.content_type, doc.language, doc.collection, doc.curriculum_standards,
+        doc.topic_tags, doc.source_priority, doc.freshness_date, doc.version,
+        doc.previous_version_id, doc.object_name, doc.uploaded_by, doc.uploader_role,
+        doc.metadata,
+    )  # fmt: skip
+
+
+async def remove_document(conn: Any, *, document_id: uuid.UUID) -> None:
+    """Drop a row whose upload could not be announced (nothing else refers to it yet)."""
+    await conn.execute("DELETE FROM documents WHERE id = $1 AND status = 'pending'", document_id)
+
+
+async def list_documents(
+    conn: Any,
+    *,
+    tenant_id: str,
+    filters: ListFilters,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None,
+) -> list[Any]:
+    """A page of the tenant's documents, newest first (keyset pagination)."""
+    clauses = ["tenant_id = $1"]
+    args: list[Any] = [tenant_id]
+
+    def add(sql: str, value: Any) -> None:
+        args.append(value)
+        clauses.append(sql.format(f"${len(args)}"))
+
+    if filters.status is not None:
+        add("status = {}", filters.status)
+    elif not filters.include_deleted:
+        clauses.append("status <> 'deleted'")
+    for column in ("subject", "collection", "module_tag", "class_id", "content_type",
+                   "language", "grade_level"):  # fmt: skip
+        value = getattr(filters, column)
+        if value is not None:
+            add(f"{column} = {{}}", value)
+    if after is not None:
+        args.extend(after)
+        clauses.append(f"(created_at, id) < (${len(args) - 1}, ${len(args)})")
+    args.append(limit)
+    sql = (
+        f"SELECT {_COLUMNS} FROM documents WHERE {' AND '.join(clauses)} "  # noqa: S608
+        f"ORDER BY created_at DESC, id DESC LIMIT ${len(args)}"
+    )
+    return list(await conn.fetch(sql, *args))
+
+
+async def bm25_available(conn: Any) -> bool:
+    """Whether the retrieval migration's BM25 maintenance functions exist."""
+    return bool(
+        await conn.fetchval(
+            "SELECT to_regprocedure('lectern_bm25_unindex_document(uuid)') IS NOT NULL"
+        )
+    )
+
+
+async def lock_for_delete(conn: Any, *, tenant_id: str, document_id: uuid.UUID) -> Any:
+    """Lock a document row for deletion (inside a transaction)."""
+    return await conn.fetchrow(
+        "SELECT id, status, object_name FROM documents WHERE tenant_id = $1 AND id = $2 "
+        "FOR UPDATE",
+        tenant_id,
+        document_id,
+    )
+
+
+async def delete_chunks_and_mark_deleted(
+    conn: Any, *, document_id: uuid.UUID, was_indexed: bool
+) -> Any:
+    """Take the document's chunks out of retrieval and mark it deleted (inside a transaction).
+
+    Only an ``indexed`` document's chunks are in the BM25 statistics (a superseded one was
+    unindexed when its successor was stored).
+    """
+    if was_indexed and await bm25_available(conn):
+        await conn.execute("SELECT lectern_bm25_unindex_document($1)", document_id)
+    await conn.execute("DELETE FROM chunks WHERE document_id = $1", document_id)
+    return await conn.fetchrow(
+        f"""UPDATE documents SET status = 'deleted', deleted_at = now(), updated_at = now()
+            WHERE id = $1 RETURNING {_COLUMNS}""",  # noqa: S608
+        document_id,
+    )

@@ -1,0 +1,130 @@
+"""The source viewer: one chunk in full, with the span an answer cited marked."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from lectern_gateway.auth import PrincipalDep
+from lectern_gateway.chat import repository as repo
+from lectern_gateway.chat.citations import content_terms, split_sentences
+from lectern_gateway.deps import PoolDep
+from lectern_gateway.problems import ProblemError
+
+router = APIRouter(tags=["sources"])
+
+
+class Highlight(BaseModel):
+    """The part of the chunk that supports a cited sentence of an answer."""
+
+    label: str
+    start: int = Field(description="character offset in `text`")
+    end: int
+    text: str
+    cited_sentence: str | None
+    support: float
+
+
+class ChunkView(BaseModel):
+    """A chunk with its provenance."""
+
+    id: uuid.UUID
+    document_id: uuid.UUID
+    document_title: str
+    filename: str
+    chunk_index: int
+    kind: str
+    text: str
+    context_prefix: str | None
+    section: str | None
+    section_path: list[str]
+    chapter: str | None
+    page_start: int | None
+    page_end: int | None
+    slide: int | None
+    topic_tags: list[str]
+    highlights: list[Highlight] = Field(default_factory=list)
+
+
+def best_span(chunk_text: str, sentence: str) -> tuple[int, int, float] | None:
+    """The chunk sentence sharing most content words with ``sentence`` (start, end, overlap)."""
+    wanted = content_terms(sentence)
+    if not wanted:
+        return None
+    best: tuple[int, int, float] | None = None
+    for candidate in split_sentences(chunk_text)[0]:
+        overlap = len(wanted & content_terms(candidate.text)) / len(wanted)
+        if overlap > 0 and (best is None or overlap > best[2]):
+            best = (candidate.start, candidate.end, round(overlap, 3))
+    return best
+
+
+def highlights_for(
+    chunk_id: uuid.UUID, chunk_text: str, citations: list[dict[str, Any]]
+) -> list[Highlight]:
+    """Highlights of every citation of this chunk in a message."""
+    out: list[Highlight] = []
+    for c in citations:
+        if str(c.get("chunk_id")) != str(chunk_id):
+            continue
+        sentence = c.get("text") or ""
+        span = best_span(chunk_text, sentence)
+        if span is None:
+            continue
+        start, end, overlap = span
+        out.append(
+            Highlight(
+                label=str(c.get("label")),
+                start=start,
+                end=end,
+                text=chunk_text[start:end],
+                cited_sentence=sentence or None,
+                support=overlap,
+            )
+        )
+    return out
+
+
+@router.get("/v1/chunks/{chunk_id}", summary="A source chunk (cited span marked with message_id)")
+async def get_chunk(
+    chunk_id: uuid.UUID,
+    principal: PrincipalDep,
+    pool: PoolDep,
+    message_id: Annotated[
+        uuid.UUID | None, Query(description="mark this answer's citations")
+    ] = None,
+) -> ChunkView:
+    row = await repo.get_chunk(pool=pool, tenant_id=principal.tenant_id, chunk_id=chunk_id)
+    # students never see assessments; answer as if it did not exist
+    if row is None or (not principal.is_staff and row["collection"] != "educational"):
+        raise ProblemError(404, "Not found", f"no chunk {chunk_id}")
+    highlights: list[Highlight] = []
+    if message_id is not None:
+        message = await repo.get_message(
+            pool=pool, tenant_id=principal.tenant_id, message_id=message_id
+        )
+        if message is None or (not principal.is_staff and message["user_id"] != principal.user_id):
+            raise ProblemError(404, "Not found", f"no message {message_id}")
+        highlights = highlights_for(chunk_id, row["text"], list(message["citations"] or []))
+    section_path = list(row["section_path"] or [])
+    return ChunkView(
+        id=row["id"],
+        document_id=row["document_id"],
+        document_title=row["title"],
+        filename=row["filename"],
+        chunk_index=row["chunk_index"],
+        kind=row["kind"],
+        text=row["text"],
+        context_prefix=row["context_prefix"],
+        section=" > ".join(section_path) or row["chapter"],
+        section_path=section_path,
+        chapter=row["chapter"],
+        page_start=row["page_start"],
+        page_end=row["page_end"],
+        slide=row["slide"],
+        topic_tags=list(row["topic_tags"] or []),
+        highlights=highlights,
+    )

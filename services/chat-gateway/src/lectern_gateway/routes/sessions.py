@@ -1,0 +1,170 @@
+"""Chat sessions: create, list, read messages, end."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query
+from pydantic import AliasChoices, BaseModel, Field
+
+from lectern_gateway.auth import Principal, PrincipalDep
+from lectern_gateway.chat import repository as repo
+from lectern_gateway.chat.service import end_session
+from lectern_gateway.chat.sse import Citation
+from lectern_gateway.deps import BrokerDep, PoolDep
+from lectern_gateway.problems import ProblemError
+
+router = APIRouter(tags=["sessions"])
+
+LearningStyle = Literal["visual", "reading", "examples", "auditory", "kinesthetic"]
+Depth = Literal["brief", "standard", "detailed"]
+
+
+class SessionCreate(BaseModel):
+    """A new chat session; profile fields come from the student's profile."""
+
+    mode: Literal["chat", "tutor"] = "chat"
+    subject: str | None = Field(default=None, max_length=200)
+    module: str | None = Field(default=None, max_length=200, description="module tag")
+    class_id: str | None = Field(
+        default=None, max_length=200, validation_alias=AliasChoices("class_id", "class")
+    )
+    grade_level: int | None = Field(default=None, ge=0, le=20)
+    learning_style: LearningStyle | None = None
+    explanation_depth: Depth | None = None
+    title: str | None = Field(default=None, max_length=200)
+
+
+class Session(BaseModel):
+    """A chat session."""
+
+    id: uuid.UUID
+    user_id: str
+    mode: Literal["chat", "tutor"]
+    subject: str | None
+    module: str | None
+    class_id: str | None
+    grade_level: int | None
+    learning_style: str | None
+    explanation_depth: str | None
+    title: str | None
+    status: Literal["active", "ended"]
+    end_reason: str | None
+    created_at: datetime
+    last_activity_at: datetime
+    ended_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Session:
+        """From a ``chat_sessions`` row."""
+        return cls.model_validate({**row, "module": row["module_tag"]})
+
+
+class Message(BaseModel):
+    """A stored message."""
+
+    id: uuid.UUID
+    session_id: uuid.UUID
+    role: Literal["user", "assistant"]
+    content: str
+    citations: list[Citation] = Field(default_factory=list)
+    confidence: float | None = None
+    confidence_band: str | None = None
+    answered_by: str | None = None
+    created_at: datetime
+
+
+class Ended(BaseModel):
+    """Outcome of ending a session."""
+
+    ended: bool = Field(description="false: it had already ended")
+    session: Session
+
+
+async def session_for(*, pool: Any, principal: Principal, session_id: uuid.UUID) -> dict[str, Any]:
+    """A session the caller may read (own for students; the tenant's for staff), else 404."""
+    row = await repo.get_session(pool=pool, tenant_id=principal.tenant_id, session_id=session_id)
+    if row is None or (not principal.is_staff and row["user_id"] != principal.user_id):
+        raise ProblemError(404, "Not found", f"no session {session_id}")
+    return row
+
+
+@router.post("/v1/sessions", status_code=201, summary="Start a chat session")
+async def create_session(body: SessionCreate, principal: PrincipalDep, pool: PoolDep) -> Session:
+    row = await repo.insert_session(
+        pool=pool,
+        values={
+            "id": uuid.uuid4(),
+            "tenant_id": principal.tenant_id,
+            "user_id": principal.user_id,
+            "mode": body.mode,
+            "subject": body.subject,
+            "module_tag": body.module,
+            "class_id": body.class_id,
+            "grade_level": body.grade_level,
+            "learning_style": body.learning_style,
+            "explanation_depth": body.explanation_depth,
+            "title": body.title,
+        },
+    )
+    return Session.from_row(row)
+
+
+@router.get("/v1/sessions", summary="Sessions, newest first (students: their own)")
+async def list_sessions(
+    principal: PrincipalDep,
+    pool: PoolDep,
+    user_id: str | None = Query(default=None, description="staff: one user's sessions"),
+    all_users: bool = Query(default=False, description="staff: every session of the tenant"),
+    status: Literal["active", "ended"] | None = None,
+    limit: int = Query(default=50, ge=1, le=500),
+) -> list[Session]:
+    if principal.is_staff:
+        owner = None if all_users and user_id is None else (user_id or principal.user_id)
+    else:
+        owner = principal.user_id
+    rows = await repo.list_sessions(
+        pool=pool, tenant_id=principal.tenant_id, user_id=owner, limit=limit, status=status
+    )
+    return [Session.from_row(r) for r in rows]
+
+
+@router.get("/v1/sessions/{session_id}", summary="One session")
+async def get_session(session_id: uuid.UUID, principal: PrincipalDep, pool: PoolDep) -> Session:
+    return Session.from_row(
+        await session_for(pool=pool, principal=principal, session_id=session_id)
+    )
+
+
+@router.get("/v1/sessions/{session_id}/messages", summary="A session's messages, oldest first")
+async def list_messages(
+    session_id: uuid.UUID,
+    principal: PrincipalDep,
+    pool: PoolDep,
+    limit: int = Query(default=200, ge=1, le=1000),
+) -> list[Message]:
+    await session_for(pool=pool, principal=principal, session_id=session_id)
+    rows = await repo.list_messages(
+        pool=pool, tenant_id=principal.tenant_id, session_id=session_id, limit=limit
+    )
+    return [Message.model_validate(r) for r in rows]
+
+
+@router.post(
+    "/v1/sessions/{session_id}/end", summary="End a session (publishes chat.session.ended)"
+)
+async def end(
+    session_id: uuid.UUID, principal: PrincipalDep, pool: PoolDep, broker: BrokerDep
+) -> Ended:
+    await session_for(pool=pool, principal=principal, session_id=session_id)
+    ended = await end_session(
+        pool=pool,
+        broker=broker,
+        tenant_id=principal.tenant_id,
+        session_id=session_id,
+        reason="explicit",
+    )
+    row = await session_for(pool=pool, principal=principal, session_id=session_id)
+    return Ended(ended=ended, session=Session.from_row(row))

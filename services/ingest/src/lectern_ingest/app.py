@@ -1,0 +1,68 @@
+"""Ingest app: one durable JetStream pull consumer (``lectern-ingest``) shared by all replicas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from faststream.nats import NatsMessage, PullSub
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from lectern_common.broker import INGEST_DURABLE, create_broker, stream_for
+from lectern_common.embeddings import Embedder, build_embedder
+from lectern_common.events import Event, Subjects
+from lectern_common.service import ServiceState, create_service_app
+from lectern_ingest.config import Settings
+from lectern_ingest.handlers import handle_uploaded
+from lectern_ingest.service import IngestWorker
+
+
+def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
+    """Build the broker, the consumer and the health app (``embedder`` lets tests share one)."""
+    broker = create_broker(
+        settings.nats_url,
+        service_name=settings.service_name,
+        graceful_timeout=settings.graceful_timeout_s,
+    )
+    holder: dict[str, IngestWorker] = {}
+
+    async def publish(event: Event) -> None:
+        await broker.publish(
+            event.model_dump(mode="json"), event.subject, stream=stream_for(event.subject).name
+        )
+
+    async def startup(state: ServiceState) -> None:
+        model = embedder if embedder is not None else build_embedder(settings)
+        await model.embed_documents(["warm-up"])
+        holder["worker"] = IngestWorker(
+            settings=settings,
+            embedder=model,
+            pool=state.pool,
+            jetstream=broker.config.connection_state.stream,
+            publish=publish,
+        )
+        state.resources["ingest_worker"] = holder["worker"]
+
+    app = create_service_app(
+        settings=settings, broker=broker, title="Lectern ingest", on_startup=startup
+    )
+
+    @broker.subscriber(
+        Subjects.DOCUMENTS_UPLOADED,
+        stream=stream_for(Subjects.DOCUMENTS_UPLOADED),
+        durable=INGEST_DURABLE,
+        pull_sub=PullSub(batch_size=1, timeout=5.0),
+        config=ConsumerConfig(
+            durable_name=INGEST_DURABLE,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            max_deliver=settings.max_deliveries,
+            ack_wait=settings.ack_wait_s,
+            max_ack_pending=1000,
+        ),
+    )
+    async def on_uploaded(body: dict[str, Any], message: NatsMessage) -> None:
+        """documents.uploaded -> extract, chunk, embed, store -> indexed | failed."""
+        await handle_uploaded(holder["worker"], body, message)
+
+    return app

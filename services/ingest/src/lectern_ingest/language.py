@@ -1,0 +1,69 @@
+"""Language detection and the matching Postgres full-text search configuration."""
+
+from __future__ import annotations
+
+import threading
+
+from langdetect import DetectorFactory, LangDetectException, detect_langs
+
+_LOCK = threading.Lock()
+_SAMPLE_CHARS = 5000
+DEFAULT_LANGUAGE = "en"
+
+# ISO 639-1 -> the built-in Postgres 18 text search configurations.
+_TS_CONFIGS = {
+    "ar": "arabic",
+    "hy": "armenian",
+    "eu": "basque",
+    "ca": "catalan",
+    "da": "danish",
+    "nl": "dutch",
+    "en": "english",
+    "fi": "finnish",
+    "fr": "french",
+    "de": "german",
+    "el": "greek",
+    "hi": "hindi",
+    "hu": "hungarian",
+    "id": "indonesian",
+    "ga": "irish",
+    "it": "italian",
+    "lt": "lithuanian",
+    "ne": "nepali",
+    "no": "norwegian",
+    "nb": "norwegian",
+    "nn": "norwegian",
+    "pt": "portuguese",
+    "ro": "romanian",
+    "ru": "russian",
+    "sr": "serbian",
+    "es": "spanish",
+    "sv": "swedish",
+    "ta": "tamil",
+    "tr": "turkish",
+    "yi": "yiddish",
+}
+
+
+def detect_language(sample_text: str, *, default: str = DEFAULT_LANGUAGE) -> str:
+    """Return the ISO 639-1 code of the text's language (deterministic), ``default`` if unsure."""
+    sample = sample_text[:_SAMPLE_CHARS]
+    if sum(ch.isalpha() for ch in sample) < 20:
+        return default
+    with _LOCK:  # langdetect's seed is global state
+        DetectorFactory.seed = 0
+        try:
+            candidates = detect_langs(sample)
+        except LangDetectException:
+            return default
+    if not candidates or candidates[0].prob < 0.5:
+        return default
+    code: str = candidates[0].lang
+    return code.split("-")[0].lower()
+
+
+def ts_config_for(lang: str | None) -> str:
+    """Postgres text search configuration for an ISO 639-1 code ('simple' when none fits)."""
+    if not lang:
+        return "simple"
+    return _TS_CONFIGS.get(lang.split("-")[0].split("_")[0].lower(), "simple")

@@ -1,0 +1,66 @@
+"""Uploaded bytes in the JetStream object store (bucket ``lectern-documents``)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import uuid
+from pathlib import Path
+from typing import Any
+
+from nats.js.errors import NotFoundError as NatsNotFoundError
+from nats.js.errors import ObjectNotFoundError
+
+from lectern_common.broker import DOCUMENTS_BUCKET
+from lectern_common.errors import NotFoundError, UpstreamError
+
+
+def object_name(document_id: uuid.UUID, version: int) -> str:
+    """The object key of one version of a document."""
+    return f"{document_id}/{version}"
+
+
+async def _bucket(js: Any) -> Any:
+    try:
+        return await js.object_store(DOCUMENTS_BUCKET)
+    except Exception as exc:
+        raise UpstreamError(f"object store {DOCUMENTS_BUCKET} unavailable: {exc}") from exc
+
+
+async def put_file(js: Any, *, name: str, path: Path) -> int:
+    """Stream a file into the bucket; returns its size."""
+    bucket = await _bucket(js)
+    with path.open("rb") as handle:
+        info = await bucket.put(name, handle)
+    return int(info.size or 0)
+
+
+async def put_bytes(js: Any, *, name: str, data: bytes) -> None:
+    """Store small bytes (tests, benchmarks)."""
+    bucket = await _bucket(js)
+    await bucket.put(name, io.BytesIO(data))
+
+
+async def fetch_to_file(js: Any, *, name: str, path: Path) -> int:
+    """Write an object into ``path`` chunk by chunk; raises ``NotFoundError`` when absent."""
+    bucket = await _bucket(js)
+    try:
+        with path.open("wb") as handle:
+            await bucket.get(name, writeinto=handle)
+    except (ObjectNotFoundError, NatsNotFoundError) as exc:
+        raise NotFoundError(f"object {name} is not in {DOCUMENTS_BUCKET}") from exc
+    except NotFoundError:
+        raise
+    except Exception as exc:
+        raise UpstreamError(f"fetching object {name} failed: {exc}") from exc
+    return int(await asyncio.to_thread(lambda: path.stat().st_size))
+
+
+async def delete_object(js: Any, *, name: str) -> bool:
+    """Remove an object; False when it was not there."""
+    bucket = await _bucket(js)
+    try:
+        await bucket.delete(name)
+    except (ObjectNotFoundError, NatsNotFoundError):
+        return False
+    return True

@@ -1,0 +1,628 @@
+"""The ingest pipeline: fetch -> extract -> chunk -> (enrich) -> embed -> store -> publish.
+
+Extraction and chunking run in a producer thread while the event loop embeds the chunk
+batches it hands over, so the CPU-bound stages overlap with the embedder. All chunks of a
+document are written in one transaction with deterministic ids, which makes re-delivery of
+the same upload harmless; outcomes are published after the commit, and a crash between the
+two is repaired by the re-delivery republishing the stored outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lectern_common.embeddings import Embedder
+from lectern_common.errors import LecternError, NotFoundError, PermanentError, RetryableError
+from lectern_common.events import (
+    DocumentFailed,
+    DocumentIndexed,
+    DocumentProgress,
+    DocumentUploaded,
+    Event,
+    FailureReason,
+    IngestStage,
+)
+from lectern_ingest import dedup, language, objects
+from lectern_ingest import repository as repo
+from lectern_ingest.chunking import ChunkDraft, ChunkingConfig, chunk_units
+from lectern_ingest.config import Settings
+from lectern_ingest.enrich import Enricher, build_enricher
+from lectern_ingest.extract import Extraction, Unit, extract
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[Event], Awaitable[None]]
+KeepAlive = Callable[[], Awaitable[None]]
+
+_VALID_REASONS = {r.value for r in FailureReason}
+_DONE = object()
+
+
+class IngestFailure(LecternError):
+    """Raised inside the pipeline for a permanent failure with its stage and reason."""
+
+    def __init__(self, message: str, *, stage: IngestStage, reason: FailureReason) -> None:
+        super().__init__(message, reason=reason.value)
+        self.stage = stage
+        self.failure = reason
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How to settle the message: ack (``retry_after`` None) or nack with a delay."""
+
+    status: str
+    retry_after: float | None = None
+
+
+def chunk_id(document_id: uuid.UUID, kind: str, index: int) -> uuid.UUID:
+    """Deterministic chunk id: the same document, kind and index always give the same id."""
+    return uuid.uuid5(document_id, f"{kind}:{index}")
+
+
+def retry_delay(*, deliveries: int, base_s: float, max_s: float) -> float:
+    """Exponential back-off for the next delivery (base, 2·base, 4·base ... capped)."""
+    return float(min(max_s, base_s * 2 ** max(0, deliveries - 1)))
+
+
+def failure_reason(error: LecternError, default: FailureReason) -> FailureReason:
+    """The event's reason for an error: its own reason when it is a known one."""
+    if error.reason in _VALID_REASONS:
+        return FailureReason(error.reason)
+    return default
+
+
+def similarity_from_distance(distance: int) -> float:
+    """SimHash similarity (share of equal bits of 64) from a Hamming distance."""
+    return 1.0 - distance / 64.0
+
+
+def to_signed64(value: int) -> int:
+    """An unsigned 64-bit SimHash as the signed bigint Postgres stores."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+@dataclass
+class Progress:
+    """Throttled ``documents.progress`` events of one document."""
+
+    event: DocumentUploaded
+    publish: Publish
+    interval_s: float
+    stage: IngestStage = IngestStage.FETCH
+    _last: float = 0.0
+    _last_key: tuple[str, int, int] = ("", -1, -1)
+
+    async def report(
+        self, stage: IngestStage, done: int, total: int, unit: str = "pages", *, force: bool = False
+    ) -> None:
+        """Publish progress unless one was sent very recently (stage changes always go out)."""
+        changed = stage != self.stage
+        self.stage = stage
+        now = time.monotonic()
+        key = (stage.value, done, total)
+        if key == self._last_key:
+            return
+        if not (force or changed or now - self._last >= self.interval_s):
+            return
+        self._last = now
+        self._last_key = key
+        try:
+            await self.publish(
+                DocumentProgress(
+                    tenant_id=self.event.tenant_id, document_id=self.event.document_id,
+                    stage=stage, done=done, total=max(total, done), unit=unit,  # type: ignore[arg-type]
+                )
+            )  # fmt: skip
+        except Exception as exc:  # progress is best effort; the outcome event is what counts
+            log.warning("progress event for %s not published: %s", self.event.document_id, exc)
+
+
+@dataclass
+class _Produced:
+    """What the producer thread learnt besides the chunks."""
+
+    page_count: int | None = None
+    total_units: int = 0
+    units_done: int = 0
+    skipped_pages: int = 0
+    texts: list[str] = field(default_factory=list)
+    simhash: dedup.SimHasher = field(default_factory=dedup.SimHasher)
+    sample: list[str] = field(default_factory=list)
+    sample_chars: int = 0
+
+
+@dataclass
+class PipelineResult:
+    """A document ready to store."""
+
+    chunks: list[repo.ChunkRecord]
+    embeddings: np.ndarray[Any, Any]
+    indexed: repo.IndexedDocument
+
+
+class _Producer:
+    """Extraction and chunking in a thread, handing chunk batches to the event loop."""
+
+    def __init__(
+        self,
+        *,
+        path: Path,
+        mime: str,
+        password: str | None,
+        config: ChunkingConfig,
+        count_tokens: Callable[[str], int],
+        batch_size: int,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[Any],
+    ) -> None:
+        self.path = path
+        self.mime = mime
+        self.password = password
+        self.config = config
+        self.count_tokens = count_tokens
+        self.batch_size = batch_size
+        self.loop = loop
+        self.queue = queue
+        self.stats = _Produced()
+        self.stop = threading.Event()
+        self.stage = IngestStage.EXTRACT
+        self.thread = threading.Thread(target=self._run, name="ingest-producer", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _put(self, item: Any) -> None:
+        while not self.stop.is_set():
+            future = asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop)
+            try:
+                future.result(timeout=1.0)
+                return
+            except TimeoutError:
+                future.cancel()
+
+    def _units(self, extraction: Extraction) -> Iterator[Unit]:
+        self.stats.total_units = extraction.total_units
+        for unit in extraction.units():
+            if self.stop.is_set():
+                return
+            self.stage = IngestStage.EXTRACT
+            text = "\n".join(block.text for block in unit.blocks)
+            self.stats.texts.append(text)
+            self.stats.simhash.update(text)
+            if self.stats.sample_chars < 20_000:
+                self.stats.sample.append(text)
+                self.stats.sample_chars += len(text)
+            self.stats.units_done += 1
+            self.stage = IngestStage.CHUNK
+            yield unit
+
+    def _run(self) -> None:
+        try:
+            with extract(self.path, mime=self.mime, password=self.password) as extraction:
+                self.stats.page_count = extraction.page_count
+                batch: list[ChunkDraft] = []
+                for draft in chunk_units(
+                    self._units(extraction), config=self.config, count_tokens=self.count_tokens
+                ):
+                    if self.stop.is_set():
+                        return
+                    batch.append(draft)
+                    if len(batch) >= self.batch_size:
+                        self._put(batch)
+                        batch = []
+                self.stats.skipped_pages = len(extraction.summary.skipped_pages)
+                if batch:
+                    self._put(batch)
+            self._put(_DONE)
+        except BaseException as exc:  # handed to the event loop, which decides the outcome
+            self._put(exc)
+
+
+class IngestWorker:
+    """Indexes uploaded documents; one ``process`` call per delivery."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        embedder: Embedder,
+        pool: Any,
+        jetstream: Any,
+        publish: Publish,
+        enricher: Enricher | None = None,
+    ) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.pool = pool
+        self.jetstream = jetstream
+        self.publish = publish
+        self.enricher = enricher if enricher is not None else build_enricher(settings)
+        max_tokens = embedder.max_input_tokens
+        if settings.chunk_max_tokens is not None:
+            max_tokens = min(max_tokens, settings.chunk_max_tokens)
+        self.chunking = _chunking_config(settings, max_tokens=max_tokens)
+        self.count_tokens = thread_safe_counter(embedder)
+
+    async def process(
+        self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
+    ) -> Outcome:
+        """Handle one delivery of ``documents.uploaded``; never raises for a document's fault."""
+        settings = self.settings
+        async with self.pool.acquire() as conn:
+            row = await repo.get_document(conn, event.document_id)
+        if row is None:
+            # the gateway commits the row before publishing; its absence is transient
+            if deliveries >= settings.max_deliveries:
+                await self._publish_failed(
+                    event, IngestStage.FETCH, FailureReason.TOO_MANY_DELIVERIES,
+                    f"no document row {event.document_id} after {deliveries} deliveries",
+                    deliveries,
+                )  # fmt: skip
+                return Outcome("failed")
+            return Outcome("retry", self._delay(deliveries))
+        status = row["status"]
+        if status == "indexed" and row["version"] == event.version:
+            await self._publish_indexed(row, duration_ms=0.0)
+            return Outcome("indexed")
+        if status == "failed":
+            await self._publish_failed_row(row)
+            return Outcome("failed")
+        if status not in ("pending", "processing"):
+            log.info("document %s is %s; nothing to do", event.document_id, status)
+            return Outcome(status)
+        if deliveries >= settings.max_deliveries and deliveries > 1:
+            last = row["error_message"] or "the worker stopped before finishing"
+            await self._fail(
+                event, IngestStage(row["error_stage"] or IngestStage.FETCH.value),
+                FailureReason.TOO_MANY_DELIVERIES,
+                f"gave up after {deliveries - 1} attempts; last error: {last}", deliveries,
+            )  # fmt: skip
+            return Outcome("failed")
+        async with self.pool.acquire() as conn:
+            await repo.mark_processing(conn, event.document_id, attempts=deliveries)
+        progress = Progress(
+            event=event, publish=self.publish, interval_s=settings.progress_interval_s
+        )
+        started = time.monotonic()
+        alive = asyncio.create_task(self._keep_alive(keepalive)) if keepalive else None
+        try:
+            async with asyncio.timeout(settings.document_timeout_s):
+                result = await self._run(event=event, progress=progress)
+                await progress.report(
+                    IngestStage.STORE, 0, len(result.chunks), "chunks", force=True
+                )
+                async with self.pool.acquire() as conn:
+                    stored = await repo.store_document(
+                        conn, document=row, chunks=result.chunks, embeddings=result.embeddings,
+                        result=result.indexed,
+                    )  # fmt: skip
+        except TimeoutError:
+            await self._fail(
+                event, progress.stage, FailureReason.TIMEOUT,
+                f"indexing took longer than the limit of {settings.document_timeout_s:.0f} s; "
+                "split the document or raise LECTERN_INGEST_DOCUMENT_TIMEOUT_S", deliveries,
+            )  # fmt: skip
+            return Outcome("failed")
+        except IngestFailure as exc:
+            await self._fail(event, exc.stage, exc.failure, exc.message, deliveries)
+            return Outcome("failed")
+        except PermanentError as exc:
+            reason = failure_reason(exc, _default_reason(progress.stage))
+            await self._fail(event, progress.stage, reason, exc.message, deliveries)
+            return Outcome("failed")
+        except Exception as exc:
+            message = exc.message if isinstance(exc, RetryableError) else repr(exc)
+            if not isinstance(exc, RetryableError):
+                log.exception("ingest of %s failed at %s", event.document_id, progress.stage)
+            if deliveries + 1 >= settings.max_deliveries:
+                await self._fail(
+                    event, progress.stage, FailureReason.TOO_MANY_DELIVERIES,
+                    f"gave up after {deliveries} attempts; last error: {message}", deliveries,
+                )  # fmt: skip
+                return Outcome("failed")
+            async with self.pool.acquire() as conn:
+                await repo.record_retry(
+                    conn, event.document_id, attempts=deliveries, stage=progress.stage.value,
+                    message=message[:2000],
+                )  # fmt: skip
+            return Outcome("retry", self._delay(deliveries))
+        finally:
+            if alive is not None:
+                alive.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await alive
+        if not stored:
+            log.info("document %s changed while indexing; result dropped", event.document_id)
+            return Outcome("dropped")
+        async with self.pool.acquire() as conn:
+            row = await repo.get_document(conn, event.document_id)
+        await self._publish_indexed(row, duration_ms=(time.monotonic() - started) * 1000.0)
+        return Outcome("indexed")
+
+    def _delay(self, deliveries: int) -> float:
+        return retry_delay(
+            deliveries=deliveries,
+            base_s=self.settings.retry_backoff_s,
+            max_s=self.settings.retry_backoff_max_s,
+        )
+
+    async def _keep_alive(self, keepalive: KeepAlive) -> None:
+        while True:
+            await asyncio.sleep(self.settings.in_progress_interval_s)
+            try:
+                await keepalive()
+            except Exception as exc:
+                log.warning("in-progress ack failed: %s", exc)
+
+    async def _run(self, *, event: DocumentUploaded, progress: Progress) -> PipelineResult:
+        with tempfile.TemporaryDirectory(prefix="lectern-ingest-") as tmp:
+            path = Path(tmp) / "document"
+            await progress.report(IngestStage.FETCH, 0, event.size_bytes, "units", force=True)
+            try:
+                await objects.fetch_to_file(self.jetstream, name=event.object_name, path=path)
+            except NotFoundError as exc:
+                raise IngestFailure(
+                    f"the uploaded bytes ({event.object_name}) are gone from the object store; "
+                    "upload the file again",
+                    stage=IngestStage.FETCH, reason=FailureReason.OBJECT_MISSING,
+                ) from exc  # fmt: skip
+            if path.stat().st_size == 0:
+                raise IngestFailure(
+                    f"{event.filename} is empty (0 bytes)",
+                    stage=IngestStage.EXTRACT, reason=FailureReason.EMPTY_FILE,
+                )  # fmt: skip
+            return await self._extract_and_embed(event=event, path=path, progress=progress)
+
+    async def _extract_and_embed(
+        self, *, event: DocumentUploaded, path: Path, progress: Progress
+    ) -> PipelineResult:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.settings.queue_batches)
+        producer = _Producer(
+            path=path, mime=event.mime_type, password=event.pdf_password, config=self.chunking,
+            count_tokens=self.count_tokens, batch_size=self.settings.embed_batch_size,
+            loop=loop, queue=queue,
+        )  # fmt: skip
+        progress.stage = IngestStage.EXTRACT
+        producer.start()
+        drafts: list[ChunkDraft] = []
+        vectors: list[np.ndarray[Any, Any]] = []
+        try:
+            while True:
+                item = await queue.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    progress.stage = producer.stage
+                    raise item
+                await _report_units(progress, producer.stats)
+                if self.enricher is not None:
+                    drafts.extend(item)
+                    continue
+                progress.stage = IngestStage.EMBED
+                vectors.append(await self._embed([_embed_text(d) for d in item]))
+                drafts.extend(item)
+        finally:
+            producer.stop.set()
+        stats = producer.stats
+        await _report_units(progress, stats, force=True)
+        if not drafts:
+            skipped = f" ({stats.skipped_pages} pages without a text layer)" if (
+                stats.skipped_pages) else ""  # fmt: skip
+            raise IngestFailure(
+                f"{event.filename} has no extractable text{skipped}; upload a text-based version "
+                "(or install Tesseract for scanned pages)",
+                stage=IngestStage.EXTRACT, reason=FailureReason.NO_TEXT,
+            )  # fmt: skip
+
+        records = [_record(event.document_id, i, d) for i, d in enumerate(drafts)]
+        enriched = False
+        note: str | None = "no Gemini key"
+        if self.enricher is not None:
+            progress.stage = IngestStage.ENRICH
+            await progress.report(IngestStage.ENRICH, 0, len(records), "chunks", force=True)
+            records, enriched, note = await self.enricher.enrich(
+                document_id=event.document_id, title=event.metadata.title or event.filename,
+                chunks=records,
+            )  # fmt: skip
+            progress.stage = IngestStage.EMBED
+            texts = [_record_embed_text(r) for r in records]
+            for start in range(0, len(texts), self.settings.embed_batch_size):
+                batch = texts[start : start + self.settings.embed_batch_size]
+                vectors.append(await self._embed(batch))
+                await progress.report(
+                    IngestStage.EMBED, start + len(batch), len(texts), "chunks"
+                )
+        embeddings = np.concatenate(vectors, axis=0)
+        lang = event.metadata.language or language.detect_language("\n".join(stats.sample))
+        simhash = stats.simhash.digest()
+        near = await self._near_duplicate(event, simhash)
+        indexed = repo.IndexedDocument(
+            page_count=stats.page_count, skipped_pages=stats.skipped_pages,
+            chunk_count=sum(1 for r in records if r.kind != "qa"),
+            qa_count=sum(1 for r in records if r.kind == "qa"),
+            language=lang, ts_config=language.ts_config_for(lang),
+            content_sha256=dedup.sha256_text("\n".join(stats.texts)), simhash=simhash,
+            near_duplicate_of=near[0] if near else None,
+            near_duplicate_score=near[1] if near else None,
+            enriched=enriched, enrichment_note=note,
+        )  # fmt: skip
+        return PipelineResult(chunks=records, embeddings=embeddings, indexed=indexed)
+
+    async def _embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
+        try:
+            return await self.embedder.embed_documents(texts)
+        except PermanentError as exc:
+            raise IngestFailure(
+                f"the embedder rejected the text: {exc.message}",
+                stage=IngestStage.EMBED, reason=FailureReason.EMBEDDING_FAILED,
+            ) from exc  # fmt: skip
+
+    async def _near_duplicate(
+        self, event: DocumentUploaded, simhash: int
+    ) -> tuple[uuid.UUID, float] | None:
+        exclude = [event.document_id]
+        if event.replaces_document_id is not None:
+            exclude.append(event.replaces_document_id)
+        async with self.pool.acquire() as conn:
+            nearest = await repo.nearest_simhash(
+                conn, tenant_id=event.tenant_id, simhash=simhash, exclude=exclude
+            )
+        if nearest is None:
+            return None
+        score = similarity_from_distance(nearest[1])
+        if score <= self.settings.near_duplicate_threshold:
+            return None
+        return nearest[0], score
+
+    async def _fail(
+        self,
+        event: DocumentUploaded,
+        stage: IngestStage,
+        reason: FailureReason,
+        message: str,
+        attempts: int,
+    ) -> None:
+        log.warning("document %s failed at %s (%s): %s", event.document_id, stage, reason, message)
+        async with self.pool.acquire() as conn:
+            changed = await repo.mark_failed(
+                conn, event.document_id, stage=stage.value, reason=reason.value,
+                message=message[:4000], attempts=attempts,
+            )  # fmt: skip
+        if changed:
+            await self._publish_failed(event, stage, reason, message, attempts)
+
+    async def _publish_failed(
+        self,
+        event: DocumentUploaded,
+        stage: IngestStage,
+        reason: FailureReason,
+        message: str,
+        attempts: int,
+    ) -> None:
+        await self.publish(
+            DocumentFailed(
+                tenant_id=event.tenant_id, document_id=event.document_id, stage=stage,
+                reason=reason, message=message[:4000], attempts=attempts,
+            )
+        )  # fmt: skip
+
+    async def _publish_failed_row(self, row: Any) -> None:
+        reason = row["error_reason"] if row["error_reason"] in _VALID_REASONS else "internal"
+        stage = row["error_stage"] if row["error_stage"] in {s.value for s in IngestStage} else (
+            IngestStage.FETCH.value)  # fmt: skip
+        await self.publish(
+            DocumentFailed(
+                tenant_id=row["tenant_id"], document_id=row["id"], stage=IngestStage(stage),
+                reason=FailureReason(reason), message=row["error_message"] or "",
+                attempts=row["attempts"],
+            )
+        )  # fmt: skip
+
+    async def _publish_indexed(self, row: Any, *, duration_ms: float) -> None:
+        await self.publish(
+            DocumentIndexed(
+                tenant_id=row["tenant_id"], document_id=row["id"], version=row["version"],
+                page_count=row["page_count"] or 0, skipped_pages=row["skipped_pages"],
+                chunk_count=row["chunk_count"], qa_count=row["qa_count"],
+                language=row["language"], enriched=row["enriched"],
+                near_duplicate_of=row["near_duplicate_of"], duration_ms=duration_ms,
+            )
+        )  # fmt: skip
+
+
+async def _report_units(progress: Progress, stats: _Produced, *, force: bool = False) -> None:
+    unit = "pages" if stats.page_count else "units"
+    await progress.report(
+        IngestStage.EXTRACT, stats.units_done, stats.total_units, unit, force=force
+    )
+
+
+def thread_safe_counter(embedder: Embedder) -> Callable[[str], int]:
+    """The embedder's token count, safe to call while the embedder encodes in another thread.
+
+    A Hugging Face fast tokenizer is mutated by every padded/truncated encode call, so the
+    chunker thread counting with the embedder's own instance can fail with "Already
+    borrowed"; a clone of the same tokenizer gives identical counts without sharing state.
+    """
+    backend = getattr(getattr(embedder, "tokenizer", None), "backend_tokenizer", None)
+    if backend is None:
+        return embedder.count_tokens
+    from tokenizers import Tokenizer
+
+    clone = Tokenizer.from_str(backend.to_str())
+    clone.no_truncation()
+    clone.no_padding()
+    return lambda text: len(clone.encode(text).ids)
+
+
+def _default_reason(stage: IngestStage) -> FailureReason:
+    return {
+        IngestStage.FETCH: FailureReason.OBJECT_MISSING,
+        IngestStage.EXTRACT: FailureReason.CORRUPT,
+        IngestStage.CHUNK: FailureReason.INTERNAL,
+        IngestStage.ENRICH: FailureReason.INTERNAL,
+        IngestStage.EMBED: FailureReason.EMBEDDING_FAILED,
+        IngestStage.STORE: FailureReason.STORE_FAILED,
+    }[stage]
+
+
+def _chunking_config(settings: Settings, *, max_tokens: int) -> ChunkingConfig:
+    values: dict[str, int] = {"max_tokens": max_tokens}
+    for name in ("target", "overlap", "min"):
+        value = getattr(settings, f"chunk_{name}_tokens")
+        if value is not None:
+            values[f"{name}_tokens"] = value
+    return ChunkingConfig(**values)
+
+
+def _embed_text(draft: ChunkDraft) -> str:
+    return draft.text
+
+
+def _record_embed_text(record: repo.ChunkRecord) -> str:
+    if record.context_prefix:
+        return f"{record.context_prefix}\n{record.text}"
+    return record.text
+
+
+def _record(document_id: uuid.UUID, index: int, draft: ChunkDraft) -> repo.ChunkRecord:
+    kind = getattr(draft, "kind", "text") or "text"
+    return repo.ChunkRecord(
+        id=chunk_id(document_id, kind, index), chunk_index=index, kind=kind,
+        parent_chunk_id=None, text=draft.text, context_prefix=None,
+        section_path=list(getattr(draft, "section_path", []) or []),
+        chapter=getattr(draft, "chapter", None),
+        page_start=getattr(draft, "page_start", None), page_end=getattr(draft, "page_end", None),
+        slide=getattr(draft, "slide", None), time_start=getattr(draft, "time_start", None),
+        time_end=getattr(draft, "time_end", None),
+        token_count=int(getattr(draft, "token_count", 0) or 0),
+        content_hash=hashlib.sha256(draft.text.encode("utf-8")).hexdigest(),
+    )  # fmt: skip
+
+
+def iter_batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """Consecutive lists of at most ``size`` items."""
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

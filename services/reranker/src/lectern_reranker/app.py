@@ -1,0 +1,34 @@
+"""Reranker app: answers ``lectern.rerank.v1`` in the ``lectern-reranker`` queue group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from lectern_common.broker import QUEUE_GROUPS, answer_errors, create_broker
+from lectern_common.events import RerankReply, RerankRequest, Subjects
+from lectern_common.service import ServiceState, create_service_app
+from lectern_reranker.config import Settings
+from lectern_reranker.handlers import Reranker
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the broker, the subscriber and the health app."""
+    broker = create_broker(settings.nats_url, service_name=settings.service_name)
+    reranker = Reranker(settings=settings)
+
+    async def startup(state: ServiceState) -> None:
+        await reranker.start(state)
+        state.checks["models"] = reranker.readiness
+
+    app = create_service_app(
+        settings=settings, broker=broker, title="Lectern reranker", on_startup=startup
+    )
+
+    @broker.subscriber(Subjects.RERANK, queue=QUEUE_GROUPS[Subjects.RERANK])
+    async def on_rerank(body: dict[str, Any]) -> dict[str, Any]:
+        """Final context for a question: ranked chunks, scorer and confidence."""
+        return await answer_errors(RerankRequest, RerankReply, reranker.rerank)(body)
+
+    return app

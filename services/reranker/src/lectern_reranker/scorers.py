@@ -1,0 +1,171 @@
+"""Semantic scorers: a sentence-transformers CrossEncoder, or the bi-encoder as fallback.
+
+Models are loaded once per process (``load_scorer`` at start-up); scoring runs in a worker
+thread so the event loop keeps answering health checks and other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from lectern_reranker.service import ScorerName, SemanticScorer
+
+if TYPE_CHECKING:
+    from lectern_reranker.config import Settings
+
+log = logging.getLogger(__name__)
+
+
+def sigmoid(logits: Sequence[float]) -> list[float]:
+    """Logistic map of raw logits to 0..1 (numerically safe for large magnitudes)."""
+    out: list[float] = []
+    for x in logits:
+        z = max(min(float(x), 60.0), -60.0)
+        out.append(1.0 / (1.0 + math.exp(-z)))
+    return out
+
+
+class CrossEncoderScorer:
+    """Scores (query, passage) pairs with a CrossEncoder; sigmoid of the logit is the score."""
+
+    def __init__(self, model: Any, *, batch_size: int = 32) -> None:
+        self._model = model
+        self._batch_size = batch_size
+        # torch modules are not safe to call from several threads at once
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(
+        cls, name_or_path: str, *, max_length: int | None = None, batch_size: int = 32
+    ) -> CrossEncoderScorer:
+        """Load a CrossEncoder from a local path or a cached model name, offline."""
+        import torch
+        from sentence_transformers import CrossEncoder
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        model = CrossEncoder(
+            name_or_path,
+            device="cpu",
+            max_length=max_length,
+            local_files_only=True,
+            activation_fn=torch.nn.Identity(),
+        )
+        if model.num_labels != 1:
+            raise ValueError(f"{name_or_path} has {model.num_labels} labels; a scorer needs 1")
+        return cls(model, batch_size=batch_size)
+
+    @property
+    def name(self) -> ScorerName:
+        """Reported in replies."""
+        return "cross-encoder"
+
+    @property
+    def max_length(self) -> int | None:
+        """Word pieces per (query, passage) pair; longer pairs are truncated."""
+        value = getattr(self._model, "max_length", None)
+        return int(value) if value is not None else None
+
+    def _predict(self, query: str, texts: Sequence[str]) -> list[float]:
+        import torch
+
+        pairs = [(query, t) for t in texts]
+        with self._lock, torch.inference_mode():
+            logits = self._model.predict(
+                pairs,
+                batch_size=self._batch_size,
+                show_progress_bar=False,
+                activation_fn=torch.nn.Identity(),
+                convert_to_numpy=True,
+            )
+        return sigmoid(np.asarray(logits, dtype=np.float64).reshape(-1).tolist())
+
+    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Sigmoid of the cross-encoder logit of each (query, text) pair, in batches."""
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._predict, query, list(texts))
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces of a text with the cross-encoder's tokenizer."""
+        return len(self._model.tokenizer.encode(text, add_special_tokens=False))
+
+
+class QueryDocumentEmbedder(Protocol):
+    """What the bi-encoder scorer needs of ``lectern_common.embeddings.Embedder``."""
+
+    async def embed_query(self, text: str) -> Any:
+        """Normalised query vector."""
+        ...
+
+    async def embed_documents(self, texts: Sequence[str]) -> Any:
+        """Normalised document vectors, one row per text."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens with the embedder's tokenizer."""
+        ...
+
+
+class BiEncoderScorer:
+    """Cosine between the query and chunk embeddings, clipped to 0..1 (negatives are noise)."""
+
+    def __init__(self, embedder: QueryDocumentEmbedder) -> None:
+        self._embedder = embedder
+
+    @property
+    def name(self) -> ScorerName:
+        """Reported in replies."""
+        return "bi-encoder"
+
+    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Cosine of each text with the query, clipped to 0..1."""
+        if not texts:
+            return []
+        q = np.asarray(await self._embedder.embed_query(query), dtype=np.float32).reshape(-1)
+        docs = np.asarray(await self._embedder.embed_documents(list(texts)), dtype=np.float32)
+        docs = docs.reshape(len(texts), -1)
+        norms = np.linalg.norm(docs, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
+        cosine = (docs @ q) / np.maximum(norms, 1e-12)
+        return [min(max(float(c), 0.0), 1.0) for c in cosine]
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens with the embedder's tokenizer."""
+        return self._embedder.count_tokens(text)
+
+
+def load_scorer(
+    settings: Settings, *, embedder: QueryDocumentEmbedder | None = None
+) -> SemanticScorer:
+    """The configured cross-encoder, or the bi-encoder when none can be loaded offline.
+
+    ``embedder`` lets a caller that already holds a local MiniLM (``lectern eval``) share it;
+    otherwise ``lectern_common.embeddings.LocalEmbedder(settings)`` is loaded.
+    """
+    name = settings.cross_encoder_model
+    if name:
+        try:
+            scorer = CrossEncoderScorer.load(
+                name, max_length=settings.cross_encoder_max_length,
+                batch_size=settings.cross_encoder_batch_size,
+            )  # fmt: skip
+        except Exception as exc:
+            log.warning("cross-encoder %s unavailable (%s); using the bi-encoder", name, exc)
+        else:
+            log.info("re-ranking with cross-encoder %s", name)
+            return scorer
+    if embedder is None:
+        # Always the local model, even when the index uses Gemini: the calibration of the
+        # retrieval confidence is fitted on MiniLM cosines, and re-ranking stays offline.
+        from lectern_common.embeddings import LocalEmbedder
+
+        embedder = LocalEmbedder(settings)
+    log.info("re-ranking with the bi-encoder")
+    return BiEncoderScorer(embedder)

@@ -1,0 +1,557 @@
+"""Re-ranking domain logic: educational signals, near-duplicates, token budget, confidence.
+
+Everything here is plain Python over the event contracts. The semantic score comes from a
+``SemanticScorer`` (cross-encoder or bi-encoder, see ``scorers.py``), injected by the caller,
+so the whole pipeline runs in unit tests with any scorer and in ``lectern eval`` without NATS.
+
+Missing data gives neutral values (``NEUTRAL`` = 0.5) so that it neither helps nor hurts a
+chunk: unknown grade on either side, a student with no subject/standards, unknown source,
+no freshness date, no learning-style preference. The one exception is the issue's rule that a
+chunk with no curriculum tags scores 0 for curriculum when the student has a curriculum.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Any, Literal, Protocol
+
+from lectern_common.events import (
+    Candidate,
+    Confidence,
+    RankedChunk,
+    RerankReply,
+    RerankRequest,
+    StudentContext,
+)
+from lectern_common.events.chat import ConfidenceBand
+
+ScorerName = Literal["cross-encoder", "bi-encoder"]
+
+NEUTRAL = 0.5
+BANDS: tuple[ConfidenceBand, ...] = ("high", "medium", "low", "gap")
+
+
+class SemanticScorer(Protocol):
+    """Query-passage relevance in 0..1, one score per text, in input order."""
+
+    @property
+    def name(self) -> ScorerName:
+        """Which scorer this is, reported in the reply."""
+        ...
+
+    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Relevance of each text to the query, 0..1."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of a text with the scorer's tokenizer."""
+        ...
+
+
+@dataclass(frozen=True)
+class SignalWeights:
+    """Weights of the combined score (they need not sum to 1; the score is normalised)."""
+
+    semantic: float = 0.40
+    grade: float = 0.15
+    curriculum: float = 0.15
+    source_priority: float = 0.15
+    freshness: float = 0.10
+    content_type: float = 0.05
+
+    def as_dict(self) -> dict[str, float]:
+        """Signal name -> weight."""
+        return {
+            "semantic": self.semantic,
+            "grade": self.grade,
+            "curriculum": self.curriculum,
+            "source_priority": self.source_priority,
+            "freshness": self.freshness,
+            "content_type": self.content_type,
+        }
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Logistic map of the top semantic score to a retrieval confidence in 0..1.
+
+    ``midpoint`` is the semantic score at which on-topic and off-topic questions separate
+    (confidence 0.5); ``scale`` is how fast confidence rises around it.
+    """
+
+    midpoint: float
+    scale: float
+
+    def __call__(self, top_semantic: float) -> float:
+        """Retrieval confidence of a top semantic score."""
+        z = (top_semantic - self.midpoint) / max(self.scale, 1e-6)
+        return 1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0)))
+
+
+# Fitted with bench/bench_rerank.py on pubmedqa-pqal (answerable) vs
+# bench/data/offtopic_questions.txt, MiniLM cosine clipped to 0..1 (see the issue note).
+BI_ENCODER_CALIBRATION = Calibration(midpoint=0.30, scale=0.06)
+# No cross-encoder weights exist offline here: this assumes an ms-marco-style model whose
+# sigmoid(logit) is near 0 off-topic and above ~0.5 on-topic. Refit when one is mounted.
+CROSS_ENCODER_CALIBRATION = Calibration(midpoint=0.10, scale=0.05)
+
+
+@dataclass(frozen=True)
+class BandThresholds:
+    """Confidence band cut-offs; below ``retrieval_gap`` retrieval confidence it is a gap."""
+
+    high: float = 0.80
+    medium: float = 0.60
+    low: float = 0.40
+    retrieval_gap: float = 0.50
+
+
+@dataclass(frozen=True)
+class ConfidenceWeights:
+    """Weights of the confidence parts."""
+
+    retrieval: float = 0.4
+    source_quality: float = 0.3
+    grounding: float = 0.3
+
+
+@dataclass(frozen=True)
+class RerankConfig:
+    """Everything the re-ranking pipeline is tuned by."""
+
+    weights: SignalWeights = field(default_factory=SignalWeights)
+    bands: BandThresholds = field(default_factory=BandThresholds)
+    confidence: ConfidenceWeights = field(default_factory=ConfidenceWeights)
+    calibrations: Mapping[str, Calibration] = field(
+        default_factory=lambda: {
+            "bi-encoder": BI_ENCODER_CALIBRATION,
+            "cross-encoder": CROSS_ENCODER_CALIBRATION,
+        }
+    )
+    grounding_prior: float = NEUTRAL
+    duplicate_overlap: float = 0.80
+    # The bi-encoder is the retriever's own dense model, so its cosine adds little to a fused
+    # hybrid ranking; blending in the retrieval rank keeps what BM25 contributed.
+    rank_prior_weight: Mapping[str, float] = field(
+        default_factory=lambda: {"bi-encoder": 0.5, "cross-encoder": 0.0}
+    )
+
+
+# --- educational signals -------------------------------------------------------------------
+
+
+def grade_match(chunk_grade: int | None, student_grade: int | None) -> float:
+    """1.0 same grade, 0.7 one away, 0.3 two away, 0 beyond; neutral when either is unknown."""
+    if chunk_grade is None or student_grade is None:
+        return NEUTRAL
+    distance = abs(chunk_grade - student_grade)
+    return {0: 1.0, 1: 0.7, 2: 0.3}.get(distance, 0.0)
+
+
+def _norm(value: str) -> str:
+    return " ".join(value.lower().replace("_", " ").replace("-", " ").split())
+
+
+def curriculum_match(
+    *,
+    chunk_standards: Sequence[str],
+    chunk_subject: str | None,
+    student_standards: Sequence[str],
+    student_subject: str | None,
+) -> float:
+    """1.0 a shared standard, 0.5 same subject, 0 untagged or unrelated; neutral if no target."""
+    if not student_standards and not student_subject:
+        return NEUTRAL
+    wanted = {s.strip().lower() for s in student_standards}
+    if wanted and wanted & {s.strip().lower() for s in chunk_standards}:
+        return 1.0
+    if student_subject and chunk_subject and _norm(student_subject) == _norm(chunk_subject):
+        return 0.5
+    return 0.0
+
+
+SOURCE_TIERS: dict[str, float] = {
+    "official": 0.5,
+    "official textbook": 0.5,
+    "textbook": 0.5,
+    "supplementary": 0.3,
+    "web": 0.1,
+}
+TEACHER_ROLES = frozenset({"teacher", "instructor"})
+
+
+def _tier_value(raw: Any) -> float | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int | float):
+        return min(max(float(raw), 0.0), 1.0)
+    if isinstance(raw, str):
+        return SOURCE_TIERS.get(_norm(raw))
+    return None
+
+
+def source_priority(metadata: Mapping[str, Any], student: StudentContext) -> float:
+    """1.0 the student's teacher for this class, 0.7 a teacher, else the source tier.
+
+    Tiers: official textbook 0.5, supplementary 0.3, web 0.1, from ``source_priority``
+    (a number in 0..1 or a tier name) or ``source_type``. The highest applicable value wins;
+    with nothing known the value is neutral.
+    """
+    uploader = metadata.get("uploaded_by")
+    role = str(metadata.get("uploader_role") or "").lower()
+    chunk_class = metadata.get("class_id")
+    own_teacher = uploader is not None and str(uploader) in student.teacher_ids
+    is_teacher = own_teacher or role in TEACHER_ROLES
+    same_class = student.class_id is not None and chunk_class == student.class_id
+    values: list[float] = []
+    if (own_teacher and (chunk_class is None or same_class)) or (is_teacher and same_class):
+        values.append(1.0)
+    elif is_teacher:
+        values.append(0.7)
+    for key in ("source_priority", "source_type"):
+        tier = _tier_value(metadata.get(key))
+        if tier is not None:
+            values.append(tier)
+    return max(values) if values else NEUTRAL
+
+
+_CATEGORY_SUBJECTS: dict[str, tuple[str, ...]] = {
+    "mathematics": (
+        "mathematics", "math", "maths", "algebra", "geometry", "calculus", "statistics",
+        "trigonometry", "arithmetic",
+    ),
+    "stem": (
+        "science", "biology", "chemistry", "physics", "computer science", "computing",
+        "engineering", "technology", "medicine", "biomedical", "health", "earth science",
+        "astronomy", "environmental science", "stem",
+    ),
+    "humanities": (
+        "history", "literature", "english", "philosophy", "art", "arts", "music", "religion",
+        "languages", "language arts", "geography", "social studies", "humanities", "economics",
+    ),
+    "current events": ("current events", "news", "civics", "politics", "current affairs"),
+}  # fmt: skip
+SUBJECT_CATEGORIES: dict[str, str] = {
+    subject: category for category, names in _CATEGORY_SUBJECTS.items() for subject in names
+}
+HORIZON_MONTHS: dict[str, float] = {
+    "stem": 48.0,
+    "humanities": 72.0,
+    "mathematics": 120.0,
+    "current events": 6.0,
+    "default": 60.0,
+}
+FRESHNESS_FLOOR = 0.05
+DAYS_PER_MONTH = 30.4375
+
+
+def subject_category(subject: str | None) -> str:
+    """The freshness category of a subject ("default" when unknown)."""
+    if not subject:
+        return "default"
+    return SUBJECT_CATEGORIES.get(_norm(subject), "default")
+
+
+def _as_date(value: Any) -> date | None:
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).date()
+        except ValueError:
+            return None
+    return None
+
+
+def freshness(freshness_date: Any, subject: str | None, *, today: date) -> float:
+    """Linear decay from 1.0 to the floor over the subject's horizon; neutral without a date."""
+    when = _as_date(freshness_date)
+    if when is None:
+        return NEUTRAL
+    age_months = max((today - when).days, 0) / DAYS_PER_MONTH
+    horizon = HORIZON_MONTHS[subject_category(subject)]
+    return max(FRESHNESS_FLOOR, 1.0 - age_months / horizon)
+
+
+STYLE_CONTENT_TYPES: dict[str, frozenset[str]] = {
+    "visual": frozenset({"diagram", "slides", "video", "image", "figure", "infographic", "table"}),
+    "auditory": frozenset({"video", "audio", "lecture", "podcast"}),
+    "reading": frozenset({"text", "textbook", "notes", "article", "reading"}),
+    "examples": frozenset({"worked example", "example", "exercise", "qa", "problem", "quiz"}),
+    "kinesthetic": frozenset({"exercise", "lab", "activity", "simulation", "worksheet"}),
+}
+
+
+def content_type_preference(content_type: str | None, student: StudentContext) -> float:
+    """1.0 a preferred content type, 0.2 another one; neutral without a type or a preference."""
+    preferred = {_norm(t) for t in student.preferred_content_types}
+    if student.learning_style:
+        preferred |= STYLE_CONTENT_TYPES.get(_norm(student.learning_style), frozenset())
+    if not content_type or not preferred:
+        return NEUTRAL
+    return 1.0 if _norm(content_type) in preferred else 0.2
+
+
+def _grade(value: Any) -> int | None:
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return []
+
+
+def educational_signals(
+    candidate: Candidate, student: StudentContext, *, today: date
+) -> dict[str, float]:
+    """Every educational signal of a chunk for a student, from ``candidate.metadata``."""
+    meta = candidate.metadata
+    subject = meta.get("subject")
+    content_type = meta.get("content_type") or (
+        candidate.kind if candidate.kind in {"qa", "table"} else None
+    )
+    return {
+        "grade": grade_match(_grade(meta.get("grade_level")), student.grade_level),
+        "curriculum": curriculum_match(
+            chunk_standards=_strings(meta.get("curriculum_standards")),
+            chunk_subject=subject if isinstance(subject, str) else None,
+            student_standards=student.curriculum_standards,
+            student_subject=student.subject,
+        ),
+        "source_priority": source_priority(meta, student),
+        "freshness": freshness(
+            meta.get("freshness_date"),
+            subject if isinstance(subject, str) else student.subject,
+            today=today,
+        ),
+        "content_type": content_type_preference(
+            content_type if isinstance(content_type, str) else None, student
+        ),
+    }
+
+
+def combined_score(semantic: float, signals: Mapping[str, float], weights: SignalWeights) -> float:
+    """Weighted mean of the semantic score and the educational signals."""
+    parts = weights.as_dict()
+    total = sum(parts.values()) or 1.0
+    value = parts["semantic"] * semantic + sum(
+        w * signals.get(name, NEUTRAL) for name, w in parts.items() if name != "semantic"
+    )
+    return value / total
+
+
+def rank_prior(position: int, count: int) -> float:
+    """The retriever's order as a 0..1 score: 1 for the first candidate, falling linearly."""
+    if count <= 1:
+        return 1.0
+    return 1.0 - position / (count - 1)
+
+
+# --- near-duplicates and budget ------------------------------------------------------------
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def shingles(text: str, size: int = 3) -> frozenset[tuple[str, ...]]:
+    """Word n-grams of a lower-cased text (the word set when it is shorter than n)."""
+    words = _WORD.findall(text.lower())
+    if len(words) < size:
+        return frozenset((w,) for w in words)
+    return frozenset(tuple(words[i : i + size]) for i in range(len(words) - size + 1))
+
+
+def overlap(a: frozenset[tuple[str, ...]], b: frozenset[tuple[str, ...]]) -> float:
+    """Containment of the smaller shingle set in the other (1.0: one repeats the other)."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / min(len(a), len(b))
+
+
+def drop_near_duplicates(texts: Sequence[str], *, threshold: float) -> tuple[list[int], int]:
+    """Indices to keep from texts in rank order (the first of overlapping texts wins)."""
+    kept: list[int] = []
+    kept_shingles: list[frozenset[tuple[str, ...]]] = []
+    dropped = 0
+    for i, text in enumerate(texts):
+        sh = shingles(text)
+        if any(overlap(sh, other) > threshold for other in kept_shingles):
+            dropped += 1
+            continue
+        kept.append(i)
+        kept_shingles.append(sh)
+    return kept, dropped
+
+
+def fit_budget(token_counts: Sequence[int], *, budget: int) -> int:
+    """How many of the ranked chunks fit: the lowest-ranked are dropped until the sum fits."""
+    keep = len(token_counts)
+    while keep > 0 and sum(token_counts[:keep]) > budget:
+        keep -= 1
+    return keep
+
+
+# --- confidence ----------------------------------------------------------------------------
+
+
+def band_for(score: float, retrieval: float, thresholds: BandThresholds) -> ConfidenceBand:
+    """The band of a confidence score; weak retrieval alone makes it a knowledge gap."""
+    if retrieval < thresholds.retrieval_gap or score < thresholds.low:
+        return "gap"
+    if score >= thresholds.high:
+        return "high"
+    if score >= thresholds.medium:
+        return "medium"
+    return "low"
+
+
+def confidence_of(
+    *,
+    top_semantic: float | None,
+    kept_signals: Sequence[Mapping[str, float]],
+    scorer: str,
+    config: RerankConfig,
+) -> Confidence:
+    """Confidence from the top semantic score, the kept chunks' sources and the grounding prior.
+
+    Source quality is the mean over kept chunks of (source priority + freshness) / 2.
+    Grounding is the configured neutral prior until the gateway measures it after generation.
+    """
+    calibration = config.calibrations.get(scorer, BI_ENCODER_CALIBRATION)
+    retrieval = calibration(top_semantic) if top_semantic is not None and kept_signals else 0.0
+    if kept_signals:
+        quality = sum(
+            (s.get("source_priority", NEUTRAL) + s.get("freshness", NEUTRAL)) / 2
+            for s in kept_signals
+        ) / len(kept_signals)
+    else:
+        quality = 0.0
+    grounding = config.grounding_prior
+    w = config.confidence
+    total = (w.retrieval + w.source_quality + w.grounding) or 1.0
+    score = (w.retrieval * retrieval + w.source_quality * quality + w.grounding * grounding) / total
+    score = min(max(score, 0.0), 1.0)
+    return Confidence(
+        score=round(score, 6),
+        band=band_for(score, retrieval, config.bands),
+        retrieval=round(retrieval, 6),
+        source_quality=round(quality, 6),
+        grounding=grounding,
+        grounding_is_prior=True,
+    )
+
+
+def band_shares(bands: Sequence[str]) -> dict[str, float]:
+    """Share of each band (high, medium, low, gap) among verdicts; zeros when there are none."""
+    n = len(bands)
+    return {b: (sum(1 for x in bands if x == b) / n if n else 0.0) for b in BANDS}
+
+
+# --- the pipeline --------------------------------------------------------------------------
+
+
+def scoring_text(candidate: Candidate) -> str:
+    """The text a scorer sees: the contextual prefix (title, section) and the chunk."""
+    if candidate.context_prefix:
+        return f"{candidate.context_prefix}\n{candidate.text}"
+    return candidate.text
+
+
+def rank_candidates(
+    *,
+    candidates: Sequence[Candidate],
+    semantic: Sequence[float],
+    student: StudentContext,
+    scorer: str,
+    config: RerankConfig,
+    today: date,
+) -> list[RankedChunk]:
+    """Every candidate with its signals and combined score, best first (stable on ties)."""
+    prior_weight = config.rank_prior_weight.get(scorer, 0.0)
+    ranked: list[RankedChunk] = []
+    for position, (candidate, sem) in enumerate(zip(candidates, semantic, strict=True)):
+        signals = educational_signals(candidate, student, today=today)
+        relevance = sem
+        if prior_weight > 0:
+            prior = rank_prior(position, len(candidates))
+            signals["retrieval_rank"] = prior
+            relevance = (1 - prior_weight) * sem + prior_weight * prior
+        signals["relevance"] = relevance
+        score = combined_score(relevance, signals, config.weights)
+        ranked.append(
+            RankedChunk(candidate=candidate, semantic=sem, signals=signals, score=round(score, 6))
+        )
+    order = sorted(range(len(ranked)), key=lambda i: -ranked[i].score)
+    return [ranked[i] for i in order]
+
+
+async def rerank(
+    *,
+    request: RerankRequest,
+    scorer: SemanticScorer,
+    config: RerankConfig,
+    today: date | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+) -> RerankReply:
+    """Final context for a question: scored, deduplicated, top-k under the token budget."""
+    started = time.perf_counter()
+    candidates = request.candidates
+    day = today or datetime.now(UTC).date()
+    if not candidates:
+        return RerankReply(
+            request_id=request.request_id,
+            scorer=scorer.name,
+            confidence=confidence_of(
+                top_semantic=None, kept_signals=[], scorer=scorer.name, config=config
+            ),
+        )
+    semantic = await scorer.score(request.query, [scoring_text(c) for c in candidates])
+    scored_at = time.perf_counter()
+    ranked = rank_candidates(
+        candidates=candidates, semantic=semantic, student=request.student,
+        scorer=scorer.name, config=config, today=day,
+    )  # fmt: skip
+    keep, dropped_duplicates = drop_near_duplicates(
+        [r.candidate.text for r in ranked], threshold=config.duplicate_overlap
+    )
+    top = [ranked[i] for i in keep][: request.top_k]
+    counter = count_tokens or scorer.count_tokens
+    tokens = [
+        r.candidate.token_count if r.candidate.token_count is not None
+        else counter(scoring_text(r.candidate))
+        for r in top
+    ]  # fmt: skip
+    fits = fit_budget(tokens, budget=request.token_budget)
+    chunks = top[:fits]
+    confidence = confidence_of(
+        top_semantic=max(semantic),
+        kept_signals=[c.signals for c in chunks],
+        scorer=scorer.name,
+        config=config,
+    )
+    done = time.perf_counter()
+    return RerankReply(
+        request_id=request.request_id,
+        chunks=chunks,
+        scorer=scorer.name,
+        confidence=confidence,
+        dropped_duplicates=dropped_duplicates,
+        dropped_for_budget=len(top) - fits,
+        timings_ms={
+            "score": round((scored_at - started) * 1000, 3),
+            "rank": round((done - scored_at) * 1000, 3),
+            "total": round((done - started) * 1000, 3),
+        },
+    )

@@ -1,0 +1,474 @@
+"""Retrieval evaluation on BEIR-format datasets: load, query through NATS, per-document metrics.
+
+A dataset directory holds ``corpus.jsonl`` ({"_id", "title", "text"}), ``queries.jsonl``
+({"_id", "text"}) and ``qrels/test.tsv`` (query-id, corpus-id, score, with a header).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lectern_common.embeddings import Embedder
+
+METHODS = ("dense", "sparse", "hybrid", "hybrid+rerank")
+METRIC_NAMES = ("ndcg@10", "recall@5", "recall@10", "recall@100", "mrr@10")
+
+
+# ---------------------------------------------------------------- dataset
+
+
+@dataclass
+class BeirDataset:
+    """A BEIR-format dataset in memory."""
+
+    name: str
+    corpus: dict[str, tuple[str, str]]  # id -> (title, text)
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]  # query id -> {doc id: relevance}
+
+
+def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def load_beir(directory: Path, *, split: str = "test") -> BeirDataset:
+    """Read a BEIR dataset; only queries with at least one positive judgement are kept."""
+    corpus = {
+        str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or ""))
+        for d in _jsonl(directory / "corpus.jsonl")
+    }
+    qrels: dict[str, dict[str, int]] = {}
+    with (directory / "qrels" / f"{split}.tsv").open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 3 or (number == 0 and not parts[2].lstrip("-").isdigit()):
+                continue
+            if int(parts[2]) > 0:
+                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+    queries = {
+        str(q["_id"]): str(q["text"])
+        for q in _jsonl(directory / "queries.jsonl")
+        if str(q["_id"]) in qrels
+    }
+    qrels = {q: rel for q, rel in qrels.items() if q in queries}
+    return BeirDataset(directory.name, corpus, queries, qrels)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def document_ranking(doc_ids: Sequence[str]) -> list[str]:
+    """Documents in the order of their best chunk (first appearance)."""
+    seen: dict[str, None] = {}
+    for doc in doc_ids:
+        seen.setdefault(doc, None)
+    return list(seen)
+
+
+def ndcg_at(ranking: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
+    """nDCG@k with linear gains (trec_eval / BEIR convention)."""
+    dcg = sum(relevant.get(doc, 0) / math.log2(i + 2) for i, doc in enumerate(ranking[:k]))
+    ideal = sorted(relevant.values(), reverse=True)[:k]
+    idcg = sum(rel / math.log2(i + 2) for i, rel in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def recall_at(ranking: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
+    """Share of the relevant documents in the top k."""
+    if not relevant:
+        return 0.0
+    return sum(1 for doc in ranking[:k] if doc in relevant) / len(relevant)
+
+
+def mrr_at(ranking: Sequence[str], relevant: Mapping[str, int], k: int) -> float:
+    """Reciprocal rank of the first relevant document within the top k (0 if none)."""
+    for i, doc in enumerate(ranking[:k]):
+        if doc in relevant:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def query_metrics(ranking: Sequence[str], relevant: Mapping[str, int]) -> dict[str, float]:
+    """All reported metrics for one query's document ranking."""
+    return {
+        "ndcg@10": ndcg_at(ranking, relevant, 10),
+        "recall@5": recall_at(ranking, relevant, 5),
+        "recall@10": recall_at(ranking, relevant, 10),
+        "recall@100": recall_at(ranking, relevant, 100),
+        "mrr@10": mrr_at(ranking, relevant, 10),
+    }
+
+
+def mean_metrics(per_query: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Mean of each metric over queries (rounded to 4 places)."""
+    if not per_query:
+        return {name: 0.0 for name in METRIC_NAMES}
+    return {name: round(statistics.fmean(m[name] for m in per_query), 4) for name in METRIC_NAMES}
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def latency_summary(samples: Mapping[str, Sequence[float]]) -> dict[str, dict[str, float]]:
+    """p50 and p95 per stage, in milliseconds."""
+    return {
+        stage: {"p50": round(percentile(v, 50), 3), "p95": round(percentile(v, 95), 3)}
+        for stage, v in samples.items()
+        if v
+    }
+
+
+# ---------------------------------------------------------------- loading
+
+
+def document_uuid(tenant_id: str, external_id: str) -> uuid.UUID:
+    """A stable document id for a BEIR document in a tenant."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"lectern-eval:{tenant_id}:{external_id}")
+
+
+async def bulk_load(
+    *,
+    pool: Any,
+    embedder: Embedder,
+    tenant_id: str,
+    corpus: Mapping[str, tuple[str, str]],
+    batch_size: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, uuid.UUID]:
+    """Write the corpus as one indexed text document (one chunk) per BEIR document.
+
+    Does what ingest's store does for a text document: a ``documents`` row (status
+    'indexed', metadata.external_id), its chunk with the embedding, BM25 indexing in the same
+    transaction; then one re-weighting of the tenant (avgdl froze while loading).
+    """
+    ids = list(corpus)
+    mapping: dict[str, uuid.UUID] = {}
+    done = 0
+    embed_next: asyncio.Task[Any] | None = None
+
+    def texts_of(batch: Sequence[str]) -> list[str]:
+        return [f"{corpus[i][0]}\n{corpus[i][1]}".strip() for i in batch]
+
+    batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
+    if batches:
+        embed_next = asyncio.ensure_future(embedder.embed_documents(texts_of(batches[0])))
+    for number, batch in enumerate(batches):
+        assert embed_next is not None
+        vectors = await embed_next
+        if number + 1 < len(batches):  # embed the next batch while this one is written
+            embed_next = asyncio.ensure_future(
+                embedder.embed_documents(texts_of(batches[number + 1]))
+            )
+        doc_rows, chunk_rows = [], []
+        for external_id, vector in zip(batch, vectors, strict=True):
+            title, text = corpus[external_id]
+            body = text or title
+            document_id = document_uuid(tenant_id, external_id)
+            mapping[external_id] = document_id
+            digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+            doc_rows.append((
+                document_id, tenant_id, title or external_id, f"{external_id}.txt",
+                "text/plain", len(body.encode("utf-8")), digest, digest, "indexed", 1,
+                {"external_id": external_id}, "eval", "educational", "text",
+            ))  # fmt: skip
+            chunk_rows.append((
+                uuid.uuid5(document_id, "0"), document_id, tenant_id, 0, "text", body,
+                title or None, max(1, len(body.split())), digest, "educational", "en", vector,
+            ))  # fmt: skip
+        async with pool.acquire() as conn, conn.transaction():
+            # executemany: COPY has no binary encoder for jsonb
+            await conn.executemany(
+                """INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes,
+                       file_sha256, content_sha256, status, chunk_count, metadata, uploaded_by,
+                       collection, content_type, indexed_at)
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, now())""",
+                doc_rows,
+            )
+            await conn.copy_records_to_table(
+                "chunks",
+                records=chunk_rows,
+                columns=[
+                    "id", "document_id", "tenant_id", "chunk_index", "kind", "text",
+                    "context_prefix", "token_count", "content_hash", "collection", "language",
+                    "embedding",
+                ],
+            )  # fmt: skip
+            await conn.execute(
+                "SELECT lectern_bm25_index_documents($1::uuid[])", [r[0] for r in doc_rows]
+            )
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(ids))
+    async with pool.acquire() as conn:
+        await conn.execute("SELECT lectern_bm25_reweight($1)", tenant_id)
+        await conn.execute("ANALYZE chunks")
+        await conn.execute("ANALYZE documents")
+    return mapping
+
+
+# ---------------------------------------------------------------- querying
+
+
+@dataclass
+class EvalResult:
+    """Metrics per method, latency per stage, and notes."""
+
+    dataset: str
+    queries: int
+    methods: dict[str, dict[str, float]]
+    latency_ms: dict[str, dict[str, float]]
+    notes: list[str] = field(default_factory=list)
+    load_seconds: float | None = None
+    documents: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The issue's JSON shape (plus load time, corpus size and notes)."""
+        out: dict[str, Any] = {
+            "dataset": self.dataset,
+            "queries": self.queries,
+            "methods": self.methods,
+            "latency_ms": self.latency_ms,
+            "documents": self.documents,
+        }
+        if self.load_seconds is not None:
+            out["load_seconds"] = round(self.load_seconds, 1)
+        if self.notes:
+            out["notes"] = self.notes
+        return out
+
+
+async def run_queries(
+    *,
+    broker: Any,
+    dataset: BeirDataset,
+    tenant_id: str,
+    external_of: Mapping[uuid.UUID, str],
+    methods: Sequence[str],
+    query_ids: Sequence[str],
+    concurrency: int = 4,
+    timeout: float = 30.0,
+    rerank_depth: int = 30,
+) -> tuple[dict[str, dict[str, float]], dict[str, list[float]], list[str]]:
+    """Ask the retriever (and the re-ranker) over NATS; metrics per method and stage times."""
+    from lectern_common.broker import request
+    from lectern_common.errors import LecternError
+    from lectern_common.events import (
+        RerankReply,
+        RerankRequest,
+        RetrieveReply,
+        RetrieveRequest,
+    )
+
+    notes: list[str] = []
+    wanted = [m for m in methods if m in METHODS]
+    if "hybrid+rerank" in wanted:
+        probe = RerankRequest(tenant_id=tenant_id, query="probe", candidates=[], top_k=1)
+        try:
+            await request(broker, probe, RerankReply, timeout=3.0)
+        except LecternError as exc:
+            wanted.remove("hybrid+rerank")
+            notes.append(f"hybrid+rerank skipped: the re-ranker did not answer ({exc.message})")
+    per_method: dict[str, list[dict[str, float]]] = {m: [] for m in wanted}
+    stages: dict[str, list[float]] = {}
+    semaphore = asyncio.Semaphore(concurrency)
+    sides = {"dense": ["dense"], "sparse": ["sparse"], "hybrid": ["dense", "sparse"]}
+
+    def ranking_of(document_ids: Sequence[uuid.UUID]) -> list[str]:
+        return document_ranking([external_of.get(d, str(d)) for d in document_ids])
+
+    async def one(query_id: str) -> None:
+        text = dataset.queries[query_id]
+        relevant = dataset.qrels[query_id]
+        async with semaphore:
+            hybrid_reply: Any = None
+            for method in ("dense", "sparse", "hybrid"):
+                if method not in wanted and not (method == "hybrid" and "hybrid+rerank" in wanted):
+                    continue
+                message = RetrieveRequest(
+                    tenant_id=tenant_id, query=text, k=100, k_dense=100, k_sparse=100,
+                    max_per_document=None, methods=sides[method],  # type: ignore[arg-type]
+                )  # fmt: skip
+                start = time.perf_counter()
+                reply = await request(broker, message, RetrieveReply, timeout=timeout)
+                elapsed = (time.perf_counter() - start) * 1000
+                if method == "hybrid":
+                    hybrid_reply = reply
+                    for stage, ms in reply.timings_ms.items():
+                        stages.setdefault(stage, []).append(ms)
+                    stages.setdefault("request", []).append(elapsed)
+                if method in wanted:
+                    ranking = ranking_of([c.document_id for c in reply.candidates])
+                    per_method[method].append(query_metrics(ranking, relevant))
+            if "hybrid+rerank" in wanted and hybrid_reply is not None:
+                head = hybrid_reply.candidates[:rerank_depth]
+                start = time.perf_counter()
+                reranked = await request(
+                    broker,
+                    RerankRequest(
+                        tenant_id=tenant_id,
+                        query=text,
+                        candidates=head,
+                        top_k=max(1, len(head)),
+                        token_budget=10_000_000,
+                    ),
+                    RerankReply,
+                    timeout=timeout,
+                )
+                stages.setdefault("rerank", []).append((time.perf_counter() - start) * 1000)
+                order = [c.candidate.document_id for c in reranked.chunks]
+                rest = [c.document_id for c in hybrid_reply.candidates]
+                ranking = ranking_of(order + rest)
+                per_method["hybrid+rerank"].append(query_metrics(ranking, relevant))
+
+    await asyncio.gather(*(one(q) for q in query_ids))
+    return {m: mean_metrics(per_method[m]) for m in wanted}, stages, notes
+
+
+# ---------------------------------------------------------------- orchestration
+
+
+@dataclass
+class Stack:
+    """Where to reach NATS and Postgres, and whether a retriever already answers there."""
+
+    nats_url: str
+    database_url: str
+    external: bool
+
+
+@contextlib.asynccontextmanager
+async def embedded_stack() -> AsyncIterator[Stack]:
+    """Embedded NATS + Postgres in a temporary directory, migrated, removed afterwards."""
+    from lectern_common.db import migrate
+    from lectern_common.embeddings import LOCAL_DIMENSION, LOCAL_MODEL_NAME
+    from lectern_common.runtime import EmbeddedNats, EmbeddedPostgres
+
+    base = Path(tempfile.mkdtemp(prefix="lectern-eval-"))
+    os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it
+    pg = EmbeddedPostgres(base / "pg", run_as=os.environ.get("LECTERN_EMBEDDED_PG_USER"))
+    nats = EmbeddedNats(base / "nats")
+    try:
+        await asyncio.to_thread(pg.start)
+        await asyncio.to_thread(nats.start)
+        await migrate(pg.dsn, embedding_model=LOCAL_MODEL_NAME, embedding_dim=LOCAL_DIMENSION)
+        yield Stack(nats_url=nats.url, database_url=pg.dsn, external=False)
+    finally:
+        await asyncio.to_thread(nats.stop)
+        await asyncio.to_thread(pg.stop)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def evaluate(
+    *,
+    dataset_dir: Path,
+    nats_url: str | None = None,
+    database_url: str | None = None,
+    methods: Sequence[str] = METHODS,
+    limit_queries: int | None = None,
+    concurrency: int = 4,
+    embedder: Embedder | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> EvalResult:
+    """Load ``dataset_dir`` into a fresh tenant and evaluate the retriever on it.
+
+    With ``nats_url`` and ``database_url`` it uses a running stack (its retriever answers);
+    otherwise it starts embedded NATS + Postgres and an in-process retriever service.
+    """
+    from lectern_common.broker import create_broker
+    from lectern_common.db import create_pool
+    from lectern_common.embeddings import LocalEmbedder
+
+    say = progress or (lambda _msg: None)
+    dataset = load_beir(dataset_dir)
+    query_ids = sorted(dataset.queries)
+    if limit_queries is not None:
+        query_ids = query_ids[:limit_queries]
+    if embedder is None:
+        say("loading the embedding model")
+        embedder = await asyncio.to_thread(LocalEmbedder)
+    tenant_id = f"eval-{dataset.name}-{uuid.uuid4().hex[:8]}"
+    async with contextlib.AsyncExitStack() as stack:
+        if nats_url and database_url:
+            servers = Stack(nats_url=nats_url, database_url=database_url, external=True)
+        else:
+            say("starting embedded NATS and Postgres")
+            servers = await stack.enter_async_context(embedded_stack())
+        pool = await create_pool(servers.database_url, min_size=1, max_size=4)
+        stack.push_async_callback(pool.close)
+        say(f"loading {len(dataset.corpus)} documents into tenant {tenant_id}")
+        started = time.perf_counter()
+        mapping = await bulk_load(
+            pool=pool,
+            embedder=embedder,
+            tenant_id=tenant_id,
+            corpus=dataset.corpus,
+            progress=lambda done, total: say(f"loaded {done}/{total}"),
+        )
+        load_seconds = time.perf_counter() - started
+        if not servers.external:
+            await stack.enter_async_context(_in_process_retriever(servers, embedder))
+        broker = create_broker(servers.nats_url, service_name="lectern-eval")
+        await broker.connect()
+        stack.push_async_callback(broker.stop)
+        say(f"querying {len(query_ids)} questions")
+        external_of = {doc: ext for ext, doc in mapping.items()}
+        metrics, stages, notes = await run_queries(
+            broker=broker,
+            dataset=dataset,
+            tenant_id=tenant_id,
+            external_of=external_of,
+            methods=methods,
+            query_ids=query_ids,
+            concurrency=concurrency,
+        )
+    return EvalResult(
+        dataset=dataset.name,
+        queries=len(query_ids),
+        methods=metrics,
+        latency_ms=latency_summary(stages),
+        notes=notes,
+        load_seconds=load_seconds,
+        documents=len(dataset.corpus),
+    )
+
+
+@contextlib.asynccontextmanager
+async def _in_process_retriever(servers: Stack, embedder: Embedder) -> AsyncIterator[None]:
+    from lectern_retriever.app import create_app
+    from lectern_retriever.config import Settings
+
+    settings = Settings(
+        nats_url=servers.nats_url,
+        database_url=servers.database_url,
+        http_port=0,
+        log_json=False,
+        log_level="WARNING",
+    )
+    app = create_app(settings, embedder=embedder)
+    async with app.router.lifespan_context(app):
+        yield

@@ -1,0 +1,108 @@
+"""The retriever's request handler: owns the embedder, its pool and the optional LLM client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from lectern_common.db import create_pool
+from lectern_common.embeddings import Embedder, build_embedder, create_gemini_client
+from lectern_common.events import RetrieveReply, RetrieveRequest
+from lectern_common.service import ServiceState
+from lectern_retriever.config import Settings
+from lectern_retriever.rewrite import Rewritten, llm_rewrite
+from lectern_retriever.service import QueryBatcher, SearchDefaults, Vector, hybrid_search
+
+log = logging.getLogger(__name__)
+
+
+class Retriever:
+    """Answers ``RetrieveRequest``s; ``start`` loads the model and opens the pool."""
+
+    def __init__(self, *, settings: Settings, embedder: Embedder | None = None) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.batcher: QueryBatcher | None = None
+        self.pool: Any = None
+        self.llm_client: Any = None
+        self.defaults = SearchDefaults(
+            dense_weight=settings.dense_weight,
+            sparse_weight=settings.sparse_weight,
+            rrf_k=settings.rrf_k,
+            exact_search_below=settings.exact_search_below,
+            tag_boost=settings.tag_boost,
+            cited_boost=settings.cited_boost,
+        )
+
+    async def start(self, state: ServiceState | None = None) -> None:
+        """Load the embedder (once per process) and open a pool with the HNSW settings."""
+        if self.embedder is None:
+            self.embedder = await asyncio.to_thread(build_embedder, self.settings)
+        self.batcher = QueryBatcher(self.embedder)
+        # session defaults for every connection; a request's ef_search uses SET LOCAL
+        self.pool = await create_pool(
+            self.settings.database_url,
+            min_size=2,
+            max_size=self.settings.pool_size,
+            server_settings={
+                "hnsw.ef_search": str(self.settings.ef_search),
+                "hnsw.iterative_scan": "relaxed_order",
+            },
+        )
+        if self.settings.gemini_enabled and self.settings.llm_rewrite:
+            key = self.settings.gemini_api_key
+            assert key is not None  # gemini_enabled implies a key
+            self.llm_client = create_gemini_client(
+                api_key=key.get_secret_value(),
+                base_url=self.settings.gemini_base_url,
+                timeout_s=self.settings.llm_rewrite_timeout_s,
+            )
+        if state is not None:
+            state.resources["retriever"] = self
+
+    async def close(self) -> None:
+        """Close the pool."""
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+
+    async def readiness(self) -> str | None:
+        """None when ready, else what is missing."""
+        if self.embedder is None or self.batcher is None:
+            return "embedder not loaded"
+        if self.pool is None:
+            return "database pool not open"
+        return None
+
+    async def _embed(self, texts: Any) -> list[Vector]:
+        assert self.batcher is not None
+        return await self.batcher.embed(texts)
+
+    async def _llm_rewrite(self, request: RetrieveRequest, plan: Rewritten) -> Rewritten:
+        try:
+            return await asyncio.wait_for(
+                llm_rewrite(
+                    self.llm_client,
+                    model=self.settings.gemini_chat_model,
+                    query=request.query,
+                    history=request.history,
+                    fallback=plan,
+                ),
+                timeout=self.settings.llm_rewrite_timeout_s,
+            )
+        except TimeoutError:
+            log.warning("LLM query rewrite timed out; using the rule-based rewrite")
+            return plan
+
+    async def retrieve(self, request: RetrieveRequest) -> RetrieveReply:
+        """Ranked candidates for one request."""
+        if self.pool is None:
+            await self.start()
+        return await hybrid_search(
+            pool=self.pool,
+            embed=self._embed,
+            request=request,
+            defaults=self.defaults,
+            llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
+        )

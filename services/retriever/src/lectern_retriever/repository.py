@@ -1,0 +1,182 @@
+"""SQL of the retriever: filters, query-term statistics, dense (HNSW) and sparse (BM25) search."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pgvector import SparseVector
+
+from lectern_common.bm25 import SPARSE_DIM, tsquery_or
+from lectern_common.events import RetrievalFilters
+
+# Chunk columns every search returns (the Candidate fields).
+_CANDIDATE_COLUMNS = """
+    c.id AS chunk_id, c.document_id, d.title, c.text, c.kind, c.context_prefix,
+    c.section_path, c.page_start, c.page_end, c.slide, c.time_start, c.token_count,
+    c.subject, c.grade_level, c.module_tag, c.class_id, c.content_type, c.language,
+    c.collection, c.topic_tags, c.curriculum_standards, c.source_priority, c.freshness_date,
+    c.chapter, c.uploaded_by, d.metadata AS document_metadata"""
+
+
+@dataclass
+class SqlFilter:
+    """A WHERE clause over ``chunks c`` and its parameters ($1 is always the tenant)."""
+
+    clause: str
+    params: list[Any] = field(default_factory=list)
+
+    def placeholder(self, value: Any) -> str:
+        """Add a parameter and return its placeholder."""
+        self.params.append(value)
+        return f"${len(self.params)}"
+
+
+def build_filter(*, tenant_id: str, filters: RetrievalFilters) -> SqlFilter:
+    """Tenant, collection, metadata and document-status conditions, applied before vector math."""
+    sql = SqlFilter(clause="", params=[tenant_id])
+    parts = [
+        "c.tenant_id = $1",
+        "c.active",
+        f"c.collection = ANY({sql.placeholder(list(filters.collections))}::text[])",
+        "EXISTS (SELECT 1 FROM documents d0 WHERE d0.id = c.document_id AND d0.status = 'indexed')",
+    ]
+    if filters.subject is not None:
+        parts.append(f"c.subject = {sql.placeholder(filters.subject)}")
+    if filters.grade_level is not None:
+        if filters.grade_within_one:
+            low = sql.placeholder(filters.grade_level - 1)
+            high = sql.placeholder(filters.grade_level + 1)
+            parts.append(f"c.grade_level BETWEEN {low}::smallint AND {high}::smallint")
+        else:
+            parts.append(f"c.grade_level = {sql.placeholder(filters.grade_level)}::smallint")
+    if filters.module_tag is not None:
+        parts.append(f"c.module_tag = {sql.placeholder(filters.module_tag)}")
+    if filters.class_id is not None:
+        parts.append(f"c.class_id = {sql.placeholder(filters.class_id)}")
+    if filters.language is not None:
+        parts.append(f"c.language = {sql.placeholder(filters.language)}")
+    if filters.content_types:
+        parts.append(f"c.content_type = ANY({sql.placeholder(filters.content_types)}::text[])")
+    if filters.document_ids:
+        parts.append(f"c.document_id = ANY({sql.placeholder(filters.document_ids)}::uuid[])")
+    sql.clause = " AND ".join(parts)
+    return sql
+
+
+@dataclass(frozen=True)
+class QueryTerm:
+    """One lexeme of a query with its tenant statistics."""
+
+    lexeme: str
+    term_id: int | None
+    df: int
+
+
+@dataclass(frozen=True)
+class TermStats:
+    """The query's lexemes and the tenant's collection size."""
+
+    terms: list[QueryTerm]
+    chunk_count: int
+    total_length: int
+
+
+async def query_terms(conn: Any, *, tenant_id: str, ts_config: str, text: str) -> TermStats:
+    """Lexemes of ``text`` under ``ts_config`` with their document frequencies in the tenant."""
+    rows = await conn.fetch(
+        """SELECT t.lexeme, v.id AS term_id, coalesce(s.df, 0) AS df,
+                  coalesce(cs.chunk_count, 0) AS chunk_count,
+                  coalesce(cs.total_length, 0) AS total_length
+           FROM unnest(to_tsvector($2::regconfig, $3)) t
+           LEFT JOIN bm25_vocabulary v ON v.term = t.lexeme
+           LEFT JOIN bm25_term_stats s ON s.tenant_id = $1 AND s.term_id = v.id
+           LEFT JOIN bm25_collection_stats cs ON cs.tenant_id = $1""",
+        tenant_id,
+        ts_config,
+        text,
+    )
+    if not rows:
+        stats = await conn.fetchrow(
+            "SELECT chunk_count, total_length FROM bm25_collection_stats WHERE tenant_id = $1",
+            tenant_id,
+        )
+        count, total = (stats["chunk_count"], stats["total_length"]) if stats else (0, 0)
+        return TermStats(terms=[], chunk_count=count, total_length=total)
+    return TermStats(
+        terms=[QueryTerm(r["lexeme"], r["term_id"], r["df"]) for r in rows],
+        chunk_count=rows[0]["chunk_count"],
+        total_length=rows[0]["total_length"],
+    )
+
+
+def sparse_query_vector(weights: dict[int, float]) -> SparseVector:
+    """The query's sparsevec (term id -> idf) in the dimension of the stored weights."""
+    # SparseVector takes 0-based indices; sparsevec text is 1-based, term ids are 1-based
+    return SparseVector({term_id - 1: w for term_id, w in weights.items()}, SPARSE_DIM)
+
+
+async def count_up_to(conn: Any, *, where: SqlFilter, limit: int) -> int:
+    """How many chunks pass the filter, counting at most ``limit`` + 1."""
+    value = await conn.fetchval(
+        f"SELECT count(*) FROM (SELECT 1 FROM chunks c WHERE {where.clause} "  # noqa: S608
+        f"LIMIT {int(limit) + 1}) x",
+        *where.params,
+    )
+    return int(value)
+
+
+async def dense_search(
+    conn: Any,
+    *,
+    where: SqlFilter,
+    embedding: np.ndarray[Any, Any],
+    k: int,
+    exact: bool,
+    ef_search: int | None,
+) -> list[Any]:
+    """Top-k chunks by cosine distance (HNSW with iterative scans, or exact)."""
+    params = [*where.params, embedding, k]
+    q, lim = f"${len(params) - 1}", f"${len(params)}"
+    # exact: an expression the HNSW index cannot serve, so the planner filters then sorts
+    order = f"(c.embedding <=> {q}) + 0" if exact else f"c.embedding <=> {q}"
+    sql = f"""
+        WITH hits AS MATERIALIZED (
+            SELECT c.id, c.embedding <=> {q} AS distance FROM chunks c
+            WHERE {where.clause} ORDER BY {order} LIMIT {lim})
+        SELECT {_CANDIDATE_COLUMNS}, 1 - h.distance AS score
+        FROM hits h JOIN chunks c ON c.id = h.id JOIN documents d ON d.id = c.document_id
+        ORDER BY h.distance, c.id"""  # noqa: S608 - only placeholders are interpolated
+    if ef_search is None:
+        return list(await conn.fetch(sql, *params))
+    async with conn.transaction():
+        await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+        return list(await conn.fetch(sql, *params))
+
+
+async def sparse_search(
+    conn: Any,
+    *,
+    where: SqlFilter,
+    lexemes: list[str],
+    query_vector: SparseVector,
+    k: int,
+) -> list[Any]:
+    """Top-k chunks by BM25: GIN matches of the OR of the lexemes, ranked by inner product."""
+    params = [*where.params, tsquery_or(lexemes), query_vector, k]
+    tsq, vec, lim = (f"${len(params) - 2}", f"${len(params) - 1}", f"${len(params)}")
+    sql = f"""
+        WITH hits AS MATERIALIZED (
+            SELECT c.id, -(c.bm25 <#> {vec}) AS score FROM chunks c
+            WHERE {where.clause} AND c.tsv @@ {tsq}::tsquery AND c.bm25 IS NOT NULL
+            ORDER BY c.bm25 <#> {vec} LIMIT {lim})
+        SELECT {_CANDIDATE_COLUMNS}, h.score
+        FROM hits h JOIN chunks c ON c.id = h.id JOIN documents d ON d.id = c.document_id
+        ORDER BY h.score DESC, c.id"""  # noqa: S608 - only placeholders are interpolated
+    return list(await conn.fetch(sql, *params))
+
+
+async def reweight(conn: Any, *, tenant_id: str) -> int:
+    """Recompute the tenant's BM25 document weights with the current average length."""
+    return int(await conn.fetchval("SELECT lectern_bm25_reweight($1)", tenant_id))

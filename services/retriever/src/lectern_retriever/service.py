@@ -1,0 +1,286 @@
+"""Hybrid retrieval: rewrite, embed, dense + BM25 search per query, RRF fusion, candidates."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lectern_common.bm25 import idf, ts_config_for
+from lectern_common.embeddings import Embedder
+from lectern_common.events import Candidate, RetrieveReply, RetrieveRequest
+from lectern_retriever import repository
+from lectern_retriever.fusion import Fused, Hit, RankedList, rrf_fuse
+from lectern_retriever.rewrite import (
+    RewriteContext,
+    Rewritten,
+    normalise,
+    rule_rewrite,
+    split_multi_hop,
+)
+
+Vector = np.ndarray[Any, Any]
+LlmRewriter = Callable[[RetrieveRequest, Rewritten], Awaitable[Rewritten]]
+
+
+@dataclass(frozen=True)
+class SearchDefaults:
+    """Service-wide defaults a request may override."""
+
+    dense_weight: float = 1.0
+    sparse_weight: float = 1.0
+    rrf_k: int = 60
+    exact_search_below: int = 2000
+    tag_boost: float = 0.2
+    cited_boost: float = 0.2
+
+
+class QueryBatcher:
+    """Coalesces concurrent query embeddings into one batch call (CPU models batch well)."""
+
+    def __init__(self, embedder: Embedder, *, max_batch: int = 32) -> None:
+        self.embedder = embedder
+        self.max_batch = max_batch
+        self._pending: list[tuple[str, asyncio.Future[Vector]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def embed(self, texts: Sequence[str]) -> list[Vector]:
+        """Vectors of these queries, batched with whatever else is waiting."""
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in texts]
+        self._pending.extend(zip(texts, futures, strict=True))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._drain())
+        return list(await asyncio.gather(*futures))
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch = self._pending[: self.max_batch]
+            del self._pending[: self.max_batch]
+            try:
+                vectors = await self.embedder.embed_queries([text for text, _ in batch])
+            except Exception as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), vector in zip(batch, vectors, strict=True):
+                if not future.done():
+                    future.set_result(np.asarray(vector, dtype=np.float32))
+
+
+def plan_queries(request: RetrieveRequest) -> Rewritten:
+    """The rule-based rewrite, or just normalisation (and multi-hop split) when it is off."""
+    filters = request.filters
+    if request.rewrite:
+        context = RewriteContext(
+            subject=filters.subject, module_tag=filters.module_tag, topic_tags=request.boost_tags
+        )
+        return rule_rewrite(request.query, context=context, multi_hop=request.multi_hop)
+    main = normalise(request.query)
+    if not request.multi_hop:
+        return Rewritten(main=main)
+    kind, parts = split_multi_hop(main)
+    return Rewritten(main=main, sub_queries=parts, kind=kind)
+
+
+def query_weights(stats: repository.TermStats) -> dict[int, float]:
+    """Term id -> idf for the query's lexemes present in the tenant (live statistics)."""
+    weights: dict[int, float] = {}
+    for term in stats.terms:
+        if term.term_id is not None and term.df > 0:
+            weights[term.term_id] = idf(chunk_count=stats.chunk_count, df=term.df)
+    return weights
+
+
+def to_hits(rows: Sequence[Any]) -> list[Hit]:
+    """Ranked hits (1-based) from result rows."""
+    return [
+        Hit(
+            chunk_id=row["chunk_id"],
+            document_id=row["document_id"],
+            rank=rank,
+            score=float(row["score"]),
+            row=row,
+            topic_tags=tuple(row["topic_tags"] or ()),
+        )
+        for rank, row in enumerate(rows, start=1)
+    ]
+
+
+def to_candidate(fused: Fused) -> Candidate:
+    """The wire form of a fused hit."""
+    row = fused.row
+    metadata: dict[str, Any] = {
+        key: row[key]
+        for key in (
+            "subject", "grade_level", "module_tag", "class_id", "content_type", "language",
+            "collection", "topic_tags", "curriculum_standards", "source_priority", "chapter",
+            "uploaded_by",
+        )
+        if row[key] not in (None, [], "")
+    }  # fmt: skip
+    if row["freshness_date"] is not None:
+        metadata["freshness_date"] = row["freshness_date"].isoformat()
+    if row["document_metadata"]:
+        metadata["document"] = row["document_metadata"]
+    if fused.boosts:
+        metadata["boosts"] = fused.boosts
+    return Candidate(
+        chunk_id=fused.chunk_id,
+        document_id=fused.document_id,
+        title=row["title"],
+        text=row["text"],
+        kind=row["kind"],
+        context_prefix=row["context_prefix"],
+        section_path=" > ".join(row["section_path"]) if row["section_path"] else None,
+        page_start=row["page_start"],
+        page_end=row["page_end"],
+        slide=row["slide"],
+        time_start=row["time_start"],
+        token_count=row["token_count"],
+        metadata=metadata,
+        dense_rank=fused.dense_rank,
+        dense_score=fused.dense_score,
+        sparse_rank=fused.sparse_rank,
+        sparse_score=fused.sparse_score,
+        fused_score=fused.fused_score,
+    )
+
+
+class _Clock:
+    """Per-stage wall times in milliseconds (the longest of concurrent runs of a stage)."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    async def time(self, stage: str, awaitable: Awaitable[Any]) -> Any:
+        start = time.perf_counter()
+        try:
+            return await awaitable
+        finally:
+            elapsed = (time.perf_counter() - start) * 1000
+            self.timings[stage] = max(self.timings.get(stage, 0.0), round(elapsed, 3))
+
+
+async def hybrid_search(
+    *,
+    pool: Any,
+    embed: Callable[[Sequence[str]], Awaitable[list[Vector]]],
+    request: RetrieveRequest,
+    defaults: SearchDefaults,
+    llm_rewriter: LlmRewriter | None = None,
+) -> RetrieveReply:
+    """Candidates for a question: both sides per (sub-)query, fused by weighted RRF."""
+    started = time.perf_counter()
+    clock = _Clock()
+    rewrite_start = time.perf_counter()
+    plan = plan_queries(request)
+    if llm_rewriter is not None and request.rewrite:
+        plan = await llm_rewriter(request, plan)
+    clock.timings["rewrite"] = round((time.perf_counter() - rewrite_start) * 1000, 3)
+    queries = plan.all
+    use_dense = "dense" in request.methods and request.k_dense > 0
+    use_sparse = "sparse" in request.methods and request.k_sparse > 0
+    where = repository.build_filter(tenant_id=request.tenant_id, filters=request.filters)
+    ts_config = ts_config_for(request.filters.language)
+
+    async def term_stats() -> list[repository.TermStats]:
+        async with pool.acquire() as conn:
+            return [
+                await repository.query_terms(
+                    conn, tenant_id=request.tenant_id, ts_config=ts_config, text=q
+                )
+                for q in queries
+            ]
+
+    async def is_small() -> bool:
+        async with pool.acquire() as conn:
+            count = await repository.count_up_to(
+                conn, where=where, limit=defaults.exact_search_below
+            )
+        return count <= defaults.exact_search_below
+
+    embed_task = clock.time("embed", embed(queries)) if use_dense else _none()
+    terms_task = clock.time("terms", term_stats()) if use_sparse else _none()
+    small_task = clock.time("filter", is_small()) if use_dense else _none()
+    vectors, stats, small = await asyncio.gather(embed_task, terms_task, small_task)
+
+    async def dense(vector: Vector) -> list[Any]:
+        async with pool.acquire() as conn:
+            return await repository.dense_search(
+                conn,
+                where=where,
+                embedding=vector,
+                k=request.k_dense,
+                exact=bool(small),
+                ef_search=request.ef_search,
+            )
+
+    async def sparse(term_stats: repository.TermStats) -> list[Any]:
+        weights = query_weights(term_stats)
+        if not weights:
+            return []
+        lexemes = [t.lexeme for t in term_stats.terms if t.term_id in weights]
+        async with pool.acquire() as conn:
+            return await repository.sparse_search(
+                conn,
+                where=where,
+                lexemes=lexemes,
+                query_vector=repository.sparse_query_vector(weights),
+                k=request.k_sparse,
+            )
+
+    jobs: list[Awaitable[list[Any]]] = []
+    sides: list[str] = []
+    for index in range(len(queries)):
+        if use_dense:
+            jobs.append(clock.time("dense", dense(vectors[index])))
+            sides.append("dense")
+        if use_sparse:
+            jobs.append(clock.time("sparse", sparse(stats[index])))
+            sides.append("sparse")
+    results = await asyncio.gather(*jobs)
+
+    fuse_start = time.perf_counter()
+    dense_weight = request.dense_weight
+    sparse_weight = request.sparse_weight
+    lists = [
+        RankedList(
+            side="dense" if side == "dense" else "sparse",
+            hits=to_hits(rows),
+            weight=(
+                (dense_weight if dense_weight is not None else defaults.dense_weight)
+                if side == "dense"
+                else (sparse_weight if sparse_weight is not None else defaults.sparse_weight)
+            ),
+        )
+        for side, rows in zip(sides, results, strict=True)
+    ]
+    fused = rrf_fuse(
+        lists,
+        k=defaults.rrf_k,
+        limit=request.k,
+        max_per_document=request.max_per_document,
+        boost_tags=request.boost_tags,
+        tag_boost=defaults.tag_boost,
+        cited_document_ids=request.cited_document_ids,
+        cited_boost=defaults.cited_boost,
+    )
+    candidates = [to_candidate(f) for f in fused]
+    clock.timings["fuse"] = round((time.perf_counter() - fuse_start) * 1000, 3)
+    clock.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+    return RetrieveReply(
+        request_id=request.request_id,
+        candidates=candidates,
+        queries=queries,
+        timings_ms=clock.timings,
+    )
+
+
+async def _none() -> None:
+    return None

@@ -1,0 +1,67 @@
+"""The `lectern` entry point: every registered command loads; broken ones are contained."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lectern_cli import main as cli_main
+
+
+def test_every_command_module_imports_and_registers() -> None:
+    import argparse
+    import importlib
+
+    for name in cli_main.COMMAND_MODULES:
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        importlib.import_module(name).register(sub)
+        assert sub.choices, f"{name} registered no command"
+        for command in sub.choices.values():
+            assert callable(command.get_default("func")), f"{name} sets no func"
+
+
+@pytest.mark.parametrize("command", ["up", "migrate", "status", "token"])
+def test_core_commands_are_registered(command: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main.build_parser().parse_args([command, "--help"])
+    assert exited.value.code == 0
+
+
+def test_a_command_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main.main([])
+    assert exited.value.code == 2
+    assert "COMMAND" in capsys.readouterr().err
+
+
+def test_unknown_service_for_up_is_an_argument_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main.main(["up", "--services", "gateway,frontend"])
+    assert exited.value.code == 2
+    assert "frontend" in capsys.readouterr().err
+
+
+def test_a_module_that_fails_to_import_does_not_break_the_others(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        cli_main, "COMMAND_MODULES", [*cli_main.COMMAND_MODULES, "lectern_cli.missing_cmd"]
+    )
+    assert cli_main.main(["missing", "--anything"]) == 1
+    assert "cannot import lectern_cli.missing_cmd" in capsys.readouterr().err
+    assert cli_main.main(["token", "--tenant", "t", "--user", "u", "--role", "admin"]) == 0
+
+
+def test_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "lectern"
+    assert script.exists(), "pip install -e libs/cli declares the `lectern` console script"
+    done = subprocess.run(
+        [str(script), "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    for command in ("up", "migrate", "status", "token"):
+        assert command in done.stdout

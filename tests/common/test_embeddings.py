@@ -1,0 +1,112 @@
+"""LocalEmbedder with the real packaged MiniLM (loaded once for the module), offline."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from lectern_common.embeddings import Embedder, LocalEmbedder, build_embedder, l2_normalise
+from lectern_common.llm import ChatMessage, OfflineAnswerer, SourceText, TextDelta, extract_answer
+from lectern_common.settings import BaseServiceSettings
+from lectern_common.testing import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
+
+pytestmark = pytest.mark.slow  # loading torch + MiniLM takes several seconds
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalEmbedder:
+    """The packaged MiniLM through the factory, small batches to exercise batching."""
+    built = build_embedder(BaseServiceSettings(embedding_batch_size=4))
+    assert isinstance(built, LocalEmbedder)
+    return built
+
+
+def test_describes_the_packaged_model(embedder: LocalEmbedder) -> None:
+    assert (embedder.name, embedder.dimension) == (LOCAL_EMBEDDING_MODEL, LOCAL_EMBEDDING_DIM)
+    assert embedder.max_input_tokens == 256
+    assert embedder.batch_size == 4
+
+
+async def test_vectors_are_normalised_float32(embedder: LocalEmbedder) -> None:
+    vectors = await embedder.embed_documents(["Mitochondria make ATP.", "Rome fell in 476."])
+    assert vectors.shape == (2, 384) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    assert (await embedder.embed_documents([])).shape == (0, 384)
+
+
+async def test_similar_texts_are_closer_than_unrelated_ones(embedder: LocalEmbedder) -> None:
+    query = await embedder.embed_query("How do cells produce energy?")
+    documents = await embedder.embed_documents(
+        [
+            "Mitochondria generate most of the cell's chemical energy as ATP.",
+            "The Treaty of Versailles was signed in 1919.",
+        ]
+    )
+    related, unrelated = documents @ query
+    assert related > unrelated + 0.2
+
+
+async def test_batches_match_one_by_one_and_queries_match_documents(
+    embedder: LocalEmbedder,
+) -> None:
+    texts = [f"Sentence {i} about {topic}." for i, topic in enumerate(["cells", "rivers"] * 5)]
+    together = await embedder.embed_documents(texts)
+    alone = np.stack([await embedder.embed_query(text) for text in texts])
+    np.testing.assert_allclose(together, alone, atol=2e-5)
+    np.testing.assert_allclose(await embedder.embed_queries(texts[:3]), together[:3], atol=2e-5)
+
+
+async def test_concurrent_calls_all_get_their_own_vectors(embedder: LocalEmbedder) -> None:
+    texts = ["photosynthesis", "volcanoes erupt", "fractions and decimals"]
+    results = await asyncio.gather(*(embedder.embed_query(t) for t in texts))
+    expected = embedder.embed_documents_sync(texts)
+    np.testing.assert_allclose(np.stack(results), expected, atol=2e-5)
+
+
+def test_token_count_is_the_tokenizers_with_special_tokens(embedder: LocalEmbedder) -> None:
+    text = "Photosynthesis converts light energy into chemical energy."
+    expected = len(embedder.tokenizer(text, add_special_tokens=True)["input_ids"])
+    assert embedder.count_tokens(text) == expected
+    assert embedder.count_tokens("") == 2  # [CLS] and [SEP]
+    long_text = "energy " * 400
+    assert embedder.count_tokens(long_text) == 402  # counted, not truncated
+
+
+def test_normalising_keeps_zero_rows_zero() -> None:
+    normalised = l2_normalise(np.array([[3.0, 4.0], [0.0, 0.0]]))
+    np.testing.assert_allclose(normalised, [[0.6, 0.8], [0.0, 0.0]])
+    assert normalised.dtype == np.float32
+
+
+def test_local_embedder_satisfies_the_protocol(embedder: LocalEmbedder) -> None:
+    as_protocol: Embedder = embedder
+    assert as_protocol.dimension == 384
+
+
+async def test_offline_answerer_uses_similarity_for_paraphrases(embedder: LocalEmbedder) -> None:
+    sources = [
+        SourceText(
+            label="T1",
+            text=(
+                "Mitochondria generate most of the cell's chemical energy as ATP. "
+                "The Golgi apparatus packages proteins."
+            ),
+        ),
+        SourceText(label="T2", text="Rome was founded on seven hills, legend says."),
+    ]
+    question = "Which organelle acts as the powerhouse?"
+    # no content word of the question occurs in the sources: lexically nothing supports it
+    assert not extract_answer(question=question, sources=sources).supported
+    answerer = OfflineAnswerer(embedder=embedder)
+    result = await answerer.answer(question=question, sources=sources)
+    assert result.supported
+    assert [s.text for s in result.sentences] == [
+        "Mitochondria generate most of the cell's chemical energy as ATP."
+    ]
+    chunks = [
+        chunk
+        async for chunk in answerer.stream(
+            system="", messages=[ChatMessage(role="user", content=question)], sources=sources
+        )
+    ]
+    assert "[T1]" in "".join(c.text for c in chunks if isinstance(c, TextDelta))

@@ -1,0 +1,437 @@
+"""Generators: Gemini through the real SDK against the fake server, fallback, offline answers."""
+
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from lectern_common.embeddings import create_gemini_client
+from lectern_common.errors import BadInputError, ConfigurationError, UpstreamError
+from lectern_common.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
+from lectern_common.llm import (
+    NO_SUPPORT_TEXT,
+    ChatMessage,
+    FallbackGenerator,
+    Final,
+    GeminiGenerator,
+    GenerationChunk,
+    GenerationStream,
+    Generator,
+    Grounding,
+    OfflineAnswerer,
+    OpenAICompatibleGenerator,
+    SourceText,
+    TextDelta,
+    Usage,
+    annotate_web_citations,
+    build_generator,
+    cited_labels,
+    extract_answer,
+    split_sentences,
+)
+from lectern_common.settings import BaseServiceSettings
+
+QUESTION = [ChatMessage(role="user", content="How do plants turn sunlight into food?")]
+SOURCES = [
+    SourceText(
+        label="T1",
+        text=(
+            "Chapter 4 covers plant biology.\n\n"
+            "Photosynthesis is the process by which plants turn sunlight into chemical energy. "
+            "The food is stored as glucose in the leaves. "
+            "Chlorophyll gives leaves their green colour."
+        ),
+    ),
+    SourceText(
+        label="T2",
+        text="The French Revolution began in 1789. It ended the absolute monarchy in France.",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def gemini_server() -> Iterator[FakeGemini]:
+    """One server per module (start/stop costs ~0.3 s)."""
+    with FakeGemini() as server:
+        yield server
+
+
+@pytest.fixture
+def gemini(gemini_server: FakeGemini) -> FakeGemini:
+    """A fake Gemini server for the module, reset for each test."""
+    gemini_server.reset()
+    return gemini_server
+
+
+@pytest.fixture(scope="module")
+def openai_server() -> Iterator[FakeOpenAI]:
+    """One server per module (start/stop costs ~0.3 s)."""
+    with FakeOpenAI(default_text="Plants make food by photosynthesis [T1].") as server:
+        yield server
+
+
+@pytest.fixture
+def openai(openai_server: FakeOpenAI) -> FakeOpenAI:
+    """A fake OpenAI-compatible server for the module, reset for each test."""
+    openai_server.reset()
+    return openai_server
+
+
+def gemini_generator(fake: FakeGemini) -> GeminiGenerator:
+    """A generator talking to the fake through the real SDK."""
+    client = create_gemini_client(api_key="test-key", base_url=fake.base_url)
+    return GeminiGenerator(client=client, model="gemini-2.5-flash", temperature=0.2)
+
+
+async def collect(
+    generator: Generator,
+    *,
+    messages: Sequence[ChatMessage] = QUESTION,
+    sources: Sequence[SourceText] = SOURCES,
+    web_search: bool = False,
+    system: str = "You are a tutor. Cite sources as [T#].",
+) -> list[GenerationChunk]:
+    """Every chunk of one stream."""
+    return [
+        chunk
+        async for chunk in generator.stream(
+            system=system, messages=messages, sources=sources, web_search=web_search
+        )
+    ]
+
+
+def text_of(chunks: Sequence[GenerationChunk]) -> str:
+    """The concatenated text deltas."""
+    return "".join(c.text for c in chunks if isinstance(c, TextDelta))
+
+
+def final_of(chunks: Sequence[GenerationChunk]) -> Final:
+    """The last chunk, which must be the only ``Final``."""
+    finals = [c for c in chunks if isinstance(c, Final)]
+    assert len(finals) == 1 and chunks[-1] is finals[0]
+    return finals[0]
+
+
+async def test_gemini_streams_deltas_in_order_with_thinking_off(gemini: FakeGemini) -> None:
+    pieces = ["Photosynthesis ", "turns light ", "into glucose [T1]."]
+    gemini.enqueue(Behaviour(chunks=pieces))
+    history = [
+        ChatMessage(role="user", content="What is chlorophyll?"),
+        ChatMessage(role="assistant", content="A green pigment [T1]."),
+        *QUESTION,
+    ]
+    chunks = await collect(gemini_generator(gemini), messages=history)
+    assert [c.text for c in chunks if isinstance(c, TextDelta)] == pieces
+    usage = next(c for c in chunks if isinstance(c, Usage))
+    assert (usage.input_tokens, usage.output_tokens) == (7, 6)  # the fake counts words
+    final = final_of(chunks)
+    assert (final.provider, final.model, final.finish_reason) == (
+        "gemini",
+        "gemini-2.5-flash",
+        "STOP",
+    )
+    assert final.cited_sources == ["T1"] and final.fallback_from == []
+
+    (request,) = gemini.requests_to("generate")
+    assert request.path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    assert request.query == {"alt": "sse"}
+    body = request.body
+    thinking = body["generationConfig"]["thinkingConfig"]
+    assert thinking.get("thinkingBudget", thinking.get("thinking_budget")) == 0
+    assert body["generationConfig"]["temperature"] == 0.2
+    assert body["systemInstruction"]["parts"][0]["text"].startswith("You are a tutor")
+    assert [c["role"] for c in body["contents"]] == ["user", "model", "user"]
+    assert body["contents"][-1]["parts"][0]["text"] == QUESTION[0].content
+    assert "tools" not in body
+
+
+async def test_gemini_chunks_arrive_before_the_answer_is_complete(gemini: FakeGemini) -> None:
+    gate = threading.Event()
+    gemini.enqueue(Behaviour(chunks=["First ", "second ", "third."], gate=gate))
+    stream = gemini_generator(gemini).stream(system="", messages=QUESTION, sources=SOURCES)
+    first = await anext(stream)
+    assert first == TextDelta(text="First ")
+    gate.set()
+    rest = [chunk async for chunk in stream]
+    assert text_of(rest) == "second third."
+
+
+async def test_a_stream_closed_early_releases_the_connection(gemini: FakeGemini) -> None:
+    gate = threading.Event()
+    gemini.enqueue(Behaviour(chunks=["Only ", "part."], gate=gate))
+    generator = gemini_generator(gemini)
+    stream = generator.stream(system="", messages=QUESTION, sources=SOURCES)
+    assert await anext(stream) == TextDelta(text="Only ")
+    await stream.aclose()
+    gate.set()
+    assert text_of(await collect(generator)).startswith("Fake answer to: How do plants")
+
+
+async def test_the_fake_also_serves_plain_generation_and_token_counts(gemini: FakeGemini) -> None:
+    client = create_gemini_client(api_key="test-key", base_url=gemini.base_url)
+    response = await client.aio.models.generate_content(
+        model="gemini-2.5-flash", contents="Summarise the session"
+    )
+    assert response.text == "Fake answer to: Summarise the session"
+    counted = await client.aio.models.count_tokens(
+        model="gemini-2.5-flash", contents="three little words"
+    )
+    assert counted.total_tokens == 3
+    assert [r.action for r in gemini.requests] == ["generateContent", "countTokens"]
+
+
+async def test_web_search_grounding_becomes_web_sources_and_supports(gemini: FakeGemini) -> None:
+    text = "Le café is a French word. Coffee was first grown in Ethiopia."
+    grounding = web_grounding(
+        text,
+        sources=[("https://example.org/cafe", "example.org"), ("https://history.test", "History")],
+        supports=[("Coffee was first grown in Ethiopia.", [1, 0])],
+        queries=["coffee origin"],
+    )
+    gemini.enqueue(Behaviour(text=text, words_per_chunk=2, grounding=grounding))
+    chunks = await collect(gemini_generator(gemini), web_search=True)
+    assert text_of(chunks) == text
+    (mapped,) = [c for c in chunks if isinstance(c, Grounding)]
+    assert [(s.label, s.uri, s.title) for s in mapped.sources] == [
+        ("W1", "https://example.org/cafe", "example.org"),
+        ("W2", "https://history.test", "History"),
+    ]
+    (support,) = mapped.supports
+    # Gemini counts UTF-8 bytes; "é" is two of them, so character offsets differ by one
+    assert support.start == text.index("Coffee") and support.end == len(text)
+    assert text[support.start : support.end] == support.text
+    assert support.sources == ["W2", "W1"] and mapped.queries == ["coffee origin"]
+    assert annotate_web_citations(text, mapped).endswith("in Ethiopia.[W2][W1]")
+    assert gemini.requests_to("generate")[0].body["tools"] == [{"googleSearch": {}}]
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "reason"),
+    [
+        (429, UpstreamError, "rate_limited"),
+        (500, UpstreamError, "upstream_unavailable"),
+        (400, BadInputError, "upstream_rejected"),
+        (401, ConfigurationError, "upstream_auth"),
+    ],
+)
+async def test_gemini_errors_map_to_our_errors(
+    gemini: FakeGemini, status: int, error: type[Exception], reason: str
+) -> None:
+    gemini.fail(status)
+    with pytest.raises(error) as caught:
+        await collect(gemini_generator(gemini))
+    assert getattr(caught.value, "reason", None) == reason
+    assert len(gemini.requests) == 1
+
+
+async def test_openai_compatible_streams_with_bearer_key(openai: FakeOpenAI) -> None:
+    generator = OpenAICompatibleGenerator(
+        base_url=openai.api_base, model="deepseek-chat", api_key="sk-test"
+    )
+    chunks = await collect(generator)
+    assert text_of(chunks) == "Plants make food by photosynthesis [T1]."
+    assert sum(isinstance(c, TextDelta) for c in chunks) > 1
+    assert any(isinstance(c, Usage) and c.output_tokens == 6 for c in chunks)
+    final = final_of(chunks)
+    assert (final.provider, final.model, final.finish_reason) == (
+        "openai-compatible",
+        "deepseek-chat",
+        "stop",
+    )
+    (request,) = openai.requests
+    assert request.headers["authorization"] == "Bearer sk-test"
+    assert request.body["stream"] is True and request.body["model"] == "deepseek-chat"
+    assert [m["role"] for m in request.body["messages"]] == ["system", "user"]
+
+
+async def test_openai_compatible_rate_limit_is_upstream_error(openai: FakeOpenAI) -> None:
+    openai.fail(429)
+    generator = OpenAICompatibleGenerator(base_url=openai.api_base, model="m")
+    with pytest.raises(UpstreamError) as caught:
+        await collect(generator)
+    assert caught.value.reason == "rate_limited"
+
+
+async def test_fallback_retries_primary_once_then_uses_the_fallback(
+    gemini: FakeGemini, openai: FakeOpenAI
+) -> None:
+    gemini.fail(429, times=2)
+    fallback = OpenAICompatibleGenerator(base_url=openai.api_base, model="deepseek-chat")
+    generator = FallbackGenerator(
+        gemini_generator(gemini), [fallback, OfflineAnswerer()], retry_delay_s=0.0
+    )
+    chunks = await collect(generator)
+    assert text_of(chunks) == "Plants make food by photosynthesis [T1]."
+    final = final_of(chunks)
+    assert final.provider == "openai-compatible"
+    assert final.fallback_from == ["gemini", "gemini"]
+    assert len(gemini.requests) == 2 and len(openai.requests) == 1
+
+
+async def test_fallback_retry_of_primary_can_succeed(
+    gemini: FakeGemini, openai: FakeOpenAI
+) -> None:
+    gemini.fail(503)
+    gemini.enqueue(Behaviour(text="Recovered answer [T1]."))
+    fallback = OpenAICompatibleGenerator(base_url=openai.api_base, model="deepseek-chat")
+    chunks = await collect(FallbackGenerator(gemini_generator(gemini), [fallback], retry_delay_s=0))
+    assert text_of(chunks) == "Recovered answer [T1]."
+    assert (final_of(chunks).provider, final_of(chunks).fallback_from) == ("gemini", ["gemini"])
+    assert openai.requests == []
+
+
+async def test_fallback_ends_with_the_offline_answerer(
+    gemini: FakeGemini, openai: FakeOpenAI
+) -> None:
+    gemini.fail(429, times=2)
+    openai.fail(503)
+    fallback = OpenAICompatibleGenerator(base_url=openai.api_base, model="deepseek-chat")
+    generator = FallbackGenerator(
+        gemini_generator(gemini), [fallback, OfflineAnswerer()], retry_delay_s=0
+    )
+    chunks = await collect(generator)
+    final = final_of(chunks)
+    assert final.provider == "offline" and final.outcome == "answered"
+    assert final.fallback_from == ["gemini", "gemini", "openai-compatible"]
+    assert "[T1]" in text_of(chunks)
+
+
+async def test_an_unreachable_gemini_falls_back() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    client = create_gemini_client(api_key="k", base_url=f"http://127.0.0.1:{closed_port}")
+    generator = FallbackGenerator(
+        GeminiGenerator(client=client), [OfflineAnswerer()], retry_delay_s=0
+    )
+    final = final_of(await collect(generator))
+    assert (final.provider, final.fallback_from) == ("offline", ["gemini", "gemini"])
+
+
+async def test_permanent_errors_do_not_fall_back(gemini: FakeGemini, openai: FakeOpenAI) -> None:
+    gemini.fail(400)
+    fallback = OpenAICompatibleGenerator(base_url=openai.api_base, model="m")
+    with pytest.raises(BadInputError):
+        await collect(FallbackGenerator(gemini_generator(gemini), [fallback], retry_delay_s=0))
+    assert len(gemini.requests) == 1 and openai.requests == []
+
+
+class _FailsMidStream:
+    """A provider that streams one delta and then loses its upstream."""
+
+    name = "flaky"
+
+    async def stream(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        sources: Sequence[SourceText],
+        web_search: bool = False,
+    ) -> GenerationStream:
+        yield TextDelta(text="Partial ")
+        raise UpstreamError("connection lost", reason="upstream_unreachable")
+
+
+async def test_no_fallback_once_text_was_streamed() -> None:
+    generator = FallbackGenerator(_FailsMidStream(), [OfflineAnswerer()], retry_delay_s=0)
+    stream = generator.stream(system="", messages=QUESTION, sources=SOURCES)
+    assert await anext(stream) == TextDelta(text="Partial ")
+    with pytest.raises(UpstreamError):
+        await anext(stream)
+
+
+async def test_build_generator_chains_gemini_fallback_and_offline(
+    gemini: FakeGemini, openai: FakeOpenAI
+) -> None:
+    settings = BaseServiceSettings(
+        gemini_api_key="k",  # type: ignore[arg-type]
+        gemini_base_url=gemini.base_url,
+        fallback_llm_base_url=openai.api_base,
+        fallback_llm_api_key="sk-fallback",  # type: ignore[arg-type]
+        fallback_llm_model="deepseek-chat",
+    )
+    generator = build_generator(settings)
+    assert isinstance(generator, FallbackGenerator)
+    assert [g.name for g in generator.fallbacks] == ["openai-compatible", "offline"]
+    gemini.fail(429, times=2)
+    generator.retry_delay_s = 0
+    chunks = await collect(generator)
+    assert final_of(chunks).provider == "openai-compatible"
+    assert openai.requests[0].headers["authorization"] == "Bearer sk-fallback"
+    assert gemini.requests[0].headers["x-goog-api-key"] == "k"
+
+
+def test_without_keys_the_generator_is_offline() -> None:
+    assert isinstance(build_generator(BaseServiceSettings()), OfflineAnswerer)
+
+
+# --- offline answerer -------------------------------------------------------------------
+
+
+async def test_offline_picks_the_answering_sentence_and_cites_it() -> None:
+    chunks = await collect(OfflineAnswerer())
+    text = text_of(chunks)
+    assert text.startswith("Photosynthesis is the process by which plants turn sunlight")
+    assert "[T2]" not in text and "French" not in text
+    assert set(cited_labels(text)) <= {s.label for s in SOURCES}
+    final = final_of(chunks)
+    assert (final.provider, final.outcome, final.cited_sources) == ("offline", "answered", ["T1"])
+
+
+async def test_offline_streams_several_small_chunks_deterministically() -> None:
+    answerer = OfflineAnswerer(words_per_chunk=3)
+    first, second = await collect(answerer), await collect(answerer)
+    assert first == second
+    deltas = [c.text for c in first if isinstance(c, TextDelta)]
+    assert len(deltas) > 3
+    assert all(len(d.split()) <= 3 for d in deltas)
+
+
+async def test_offline_says_so_when_nothing_supports_an_answer() -> None:
+    question = [ChatMessage(role="user", content="What is the capital of Peru?")]
+    chunks = await collect(OfflineAnswerer(), messages=question)
+    assert text_of(chunks) == NO_SUPPORT_TEXT
+    final = final_of(chunks)
+    assert (final.outcome, final.cited_sources) == ("no_support", [])
+
+
+def test_sentences_of_one_source_stay_in_document_order() -> None:
+    sources = [
+        SourceText(
+            label="T1",
+            text=(
+                "Glucose moves through the phloem. Rain falls in spring. "
+                "Glucose is stored in roots as starch."
+            ),
+        )
+    ]
+    answer = extract_answer(
+        question="How is glucose stored as starch in the phloem?", sources=sources
+    )
+    best = max(answer.sentences, key=lambda s: s.score)
+    assert best.position == 2
+    assert [s.position for s in answer.sentences] == [0, 2]
+    assert answer.render() == (
+        "Glucose moves through the phloem [T1]. Glucose is stored in roots as starch [T1]."
+    )
+
+
+def test_sentences_follow_the_best_source_first() -> None:
+    sources = [
+        SourceText(label="T1", text="Revolutions change governments. Kings lose power in them."),
+        SourceText(label="T2", text="The French Revolution began in 1789 in Paris."),
+    ]
+    answer = extract_answer(question="When did the French Revolution begin?", sources=sources)
+    assert answer.cited[0] == "T2"
+
+
+def test_split_sentences_handles_paragraphs_bullets_and_line_breaks() -> None:
+    text = "Heading line\n\nFirst sentence runs\nacross lines. Second one!\n- bullet point here"
+    assert split_sentences(text) == [
+        "Heading line",
+        "First sentence runs across lines.",
+        "Second one!",
+        "- bullet point here",
+    ]

@@ -1,0 +1,217 @@
+"""The Gemini path through the real google-genai SDK against the local FakeGemini server:
+streaming, web grounding -> [W#], a 429 then the fallback, and client disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import aconnect_sse
+
+from lectern_common.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
+from lectern_gateway.chat.generation import Piece
+from lectern_gateway.chat.prompt import Prompt
+from lectern_gateway.chat.runtime import STREAMER
+from lectern_gateway.chat.sse import parse_event
+from lectern_gateway.chat.testing import (
+    Gateway,
+    Responders,
+    ask,
+    gateway_settings,
+    new_session,
+    run_responders,
+    seed_document,
+    serve_gateway,
+)
+
+pytestmark = pytest.mark.integration
+
+MEMORIES = ["Struggled with the difference between ATP and NADPH", "Prefers diagrams"]
+ANSWER = (
+    "The Calvin cycle fixes carbon dioxide into sugars [T1]. "
+    "It runs in the stroma of the chloroplast. "
+    "Scientists first mapped it in the 1950s."
+)
+
+
+@pytest.fixture(scope="module")
+async def fakes() -> AsyncIterator[tuple[FakeGemini, FakeOpenAI]]:
+    """A fake Gemini and a fake OpenAI-compatible fallback."""
+    async with FakeGemini() as gemini, FakeOpenAI(default_text="Fallback says hi [T1].") as oai:
+        yield gemini, oai
+
+
+@pytest.fixture(scope="module")
+async def gateway(
+    nats_url: str, database_url: str, db_pool: Any, fakes: tuple[FakeGemini, FakeOpenAI]
+) -> AsyncIterator[Gateway]:
+    """The gateway with Gemini (fake) and the OpenAI-compatible fallback (fake)."""
+    gemini, oai = fakes
+    settings = gateway_settings(
+        nats_url,
+        database_url,
+        gemini_api_key="fake-key",
+        gemini_base_url=gemini.base_url,
+        fallback_llm_base_url=oai.api_base,
+        fallback_llm_model="deepseek-chat",
+    )
+    async with (
+        run_responders(nats_url, Responders(pool=db_pool, memories=MEMORIES)),
+        serve_gateway(settings) as running,
+    ):
+        yield running
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client."""
+    async with httpx.AsyncClient(timeout=30) as c:
+        yield c
+
+
+async def test_gemini_streams_tokens_as_they_arrive_with_web_citations(
+    gateway: Gateway,
+    client: httpx.AsyncClient,
+    db_pool: Any,
+    tenant_id: str,
+    fakes: tuple[FakeGemini, FakeOpenAI],
+) -> None:
+    gemini, _ = fakes
+    await seed_document(db_pool, tenant_id=tenant_id)
+    grounding = web_grounding(
+        ANSWER,
+        sources=[("https://example.org/calvin", "Calvin cycle history")],
+        supports=[("Scientists first mapped it in the 1950s.", [0])],
+    )
+    gemini.enqueue(
+        Behaviour(text=ANSWER, words_per_chunk=4, chunk_delay_s=0.15, grounding=grounding),
+        endpoint="generate",
+    )
+    headers = gateway.token(tenant_id, "stu-1")
+    session = await new_session(client, gateway, headers)
+    got = await ask(client, gateway, session["id"], "What does the Calvin cycle fix?", headers)
+    assert got.status == 200
+    assert got.text == ANSWER
+    tokens = [i for i, e in enumerate(got.events) if e.type == "token"]
+    assert len(tokens) >= 5
+    # streamed, not buffered: the first token arrived long before the last
+    assert got.times[tokens[-1]] - got.times[tokens[0]] > 0.5
+    # the model got the sources as data in the system instruction and the bare question
+    body = gemini.requests_to("generate")[-1].body
+    system = body["systemInstruction"]["parts"][0]["text"]
+    assert "<sources>" in system and 'label="T1"' in system and "RuBisCO" in system
+    # long-term memories from the memory service are in the system prompt
+    assert all(m in system for m in MEMORIES)
+    assert body["contents"][-1]["parts"][0]["text"] == "What does the Calvin cycle fix?"
+    assert body["tools"] == [{"googleSearch": {}}]
+    thinking = body["generationConfig"]["thinkingConfig"]
+    # the SDK writes this one field in snake_case; the API accepts both spellings
+    assert thinking.get("thinkingBudget", thinking.get("thinking_budget")) == 0
+    done = got.done
+    assert done.answered_by == "gemini"
+    web = [c for c in done.citations if c.kind == "web" and c.span_start is not None]
+    assert [(c.label, c.url) for c in web] == [("W1", "https://example.org/calvin")]
+    assert ANSWER[web[0].span_start : web[0].span_end] == "Scientists first mapped it in the 1950s."
+    (t1,) = [c for c in done.citations if c.label == "T1"]
+    assert t1.supported and t1.text == "The Calvin cycle fixes carbon dioxide into sugars [T1]."
+    # two of three sentences uncited: measured grounding is lower than full support
+    assert got.of("confidence")[0].grounding < 0.9
+    assert done.usage["provider"] == "gemini"
+
+
+async def test_invalid_and_unsupported_citations_are_flagged(
+    gateway: Gateway,
+    client: httpx.AsyncClient,
+    db_pool: Any,
+    tenant_id: str,
+    fakes: tuple[FakeGemini, FakeOpenAI],
+) -> None:
+    gemini, _ = fakes
+    await seed_document(db_pool, tenant_id=tenant_id)
+    text = "Volcanoes erupt molten basalt lava frequently [T1]. Photosynthesis needs light [T9]."
+    gemini.enqueue(Behaviour(text=text), endpoint="generate")
+    headers = gateway.token(tenant_id, "stu-1")
+    session = await new_session(client, gateway, headers)
+    got = await ask(client, gateway, session["id"], "What does photosynthesis need?", headers)
+    done = got.done
+    by_label = {c.label: c for c in done.citations}
+    assert by_label["T1"].valid and not by_label["T1"].supported
+    assert not by_label["T9"].valid and by_label["T9"].chunk_id is None
+    assert done.unsupported == ["T1", "T9"]
+    assert got.of("confidence")[0].grounding == 0.0
+
+
+async def test_rate_limited_gemini_falls_back(
+    gateway: Gateway,
+    client: httpx.AsyncClient,
+    db_pool: Any,
+    tenant_id: str,
+    fakes: tuple[FakeGemini, FakeOpenAI],
+) -> None:
+    gemini, oai = fakes
+    await seed_document(db_pool, tenant_id=tenant_id)
+    before = len(gemini.requests_to("generate"))
+    gemini.fail(429, times=2, endpoint="generate")  # the call and its one retry
+    headers = gateway.token(tenant_id, "stu-1")
+    session = await new_session(client, gateway, headers)
+    got = await ask(client, gateway, session["id"], "What is photosynthesis?", headers)
+    assert got.text == "Fallback says hi [T1]."
+    assert got.done.answered_by == "fallback"
+    assert got.done.usage["fallback_from"] == ["gemini", "gemini"]
+    assert len(gemini.requests_to("generate")) - before == 2
+    assert oai.requests_to("chat")[-1].body["model"] == "deepseek-chat"
+
+
+async def test_client_disconnect_cancels_the_model_call(
+    gateway: Gateway,
+    client: httpx.AsyncClient,
+    db_pool: Any,
+    tenant_id: str,
+    fakes: tuple[FakeGemini, FakeOpenAI],
+) -> None:
+    gemini, _ = fakes
+    await seed_document(db_pool, tenant_id=tenant_id)
+    gate = threading.Event()
+    gemini.enqueue(Behaviour(text=ANSWER, words_per_chunk=2, gate=gate), endpoint="generate")
+    real = gateway.resources[STREAMER]
+    closed = asyncio.Event()
+    outcome: list[str] = []
+
+    async def watched(prompt: Prompt) -> AsyncGenerator[Piece, None]:
+        try:
+            async for piece in real(prompt):
+                yield piece
+            outcome.append("finished")
+        except (asyncio.CancelledError, GeneratorExit):
+            outcome.append("cancelled")
+            raise
+        finally:
+            closed.set()
+
+    gateway.resources[STREAMER] = watched
+    headers = gateway.token(tenant_id, "stu-1")
+    session = await new_session(client, gateway, headers)
+    try:
+        async with aconnect_sse(
+            client,
+            "POST",
+            f"{gateway.url}/v1/sessions/{session['id']}/messages",
+            json={"content": "What does the Calvin cycle fix?"},
+            headers=headers,
+        ) as source:
+            async for sse in source.aiter_sse():
+                if parse_event(sse.data).type == "token":
+                    break  # the model is now blocked mid-answer; hang up
+        await asyncio.wait_for(closed.wait(), timeout=5)
+        assert outcome == ["cancelled"]
+    finally:
+        gateway.resources[STREAMER] = real
+        gate.set()
+    rows = await db_pool.fetch(
+        "SELECT role FROM chat_messages WHERE session_id = $1", session["id"]
+    )
+    assert [r["role"] for r in rows] == ["user"]  # no half answer stored

@@ -1,0 +1,80 @@
+"""Exact hashes and SimHash near-duplicate fingerprints."""
+
+from __future__ import annotations
+
+import hashlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lectern_ingest.dedup import (
+    SimHasher,
+    hamming,
+    is_near_duplicate,
+    sha256_bytes,
+    sha256_file,
+    sha256_text,
+    similarity,
+    simhash,
+)
+
+BASE = (
+    "Mitosis is the part of the cell cycle in which replicated chromosomes are separated into "
+    "two new nuclei. Cell division by mitosis gives rise to genetically identical cells in which "
+    "the total number of chromosomes is maintained. Mitosis is preceded by the S phase of "
+    "interphase, during which DNA replication occurs, and is followed by telophase and "
+    "cytokinesis, which divides the cytoplasm, organelles and cell membrane of one cell into two "
+    "new cells containing roughly equal shares of these cellular components."
+)
+
+
+def test_sha256_helpers(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "f.bin"
+    path.write_bytes(b"abc" * 1000)
+    assert sha256_bytes(b"abc") == hashlib.sha256(b"abc").hexdigest()
+    assert sha256_file(str(path), chunk_size=7) == hashlib.sha256(b"abc" * 1000).hexdigest()
+    assert sha256_text("Hello,   WORLD\n") == sha256_text("hello world")
+    assert sha256_text("hello world") != sha256_text("hello word")
+
+
+def test_simhash_flags_near_duplicates_and_not_different_texts() -> None:
+    edited = BASE.replace("genetically identical", "genetically the same").replace(
+        "roughly", "about"
+    )
+    other = (
+        "Photosynthesis converts light energy into chemical energy stored in glucose. The light "
+        "reactions take place in the thylakoid membranes, and the Calvin cycle fixes carbon "
+        "dioxide in the stroma of the chloroplast using ATP and NADPH."
+    )
+    a, b, c = simhash(BASE), simhash(edited), simhash(other)
+    assert similarity(a, a) == 1.0
+    assert is_near_duplicate(a, b)
+    assert similarity(a, b) > 0.85
+    assert not is_near_duplicate(a, c)
+    assert similarity(a, c) < 0.85
+
+
+def test_simhash_is_a_signed_int64_and_streaming_matches_whole_text() -> None:
+    value = simhash(BASE)
+    assert -(2**63) <= value < 2**63
+    hasher = SimHasher()
+    words = BASE.split()
+    for i in range(0, len(words), 7):
+        hasher.update(" ".join(words[i : i + 7]))
+    assert hasher.digest() == value
+
+
+def test_short_texts_still_get_a_fingerprint() -> None:
+    assert simhash("two words") == simhash("Two  WORDS")
+    assert simhash("") == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.integers(0, 63))
+def test_hamming_counts_flipped_bits_on_signed_values(value: int, bit: int) -> None:
+    flipped = (value & ((1 << 64) - 1)) ^ (1 << bit)
+    signed = flipped - (1 << 64) if flipped >= 1 << 63 else flipped
+    assert hamming(value, signed) == 1
+    assert similarity(value, signed) == 1 - 1 / 64

@@ -1,0 +1,368 @@
+"""The ingest worker over real NATS (JetStream + object store) and Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats
+import pymupdf
+import pytest
+
+from lectern_common.embeddings import Embedder, LocalEmbedder
+from lectern_common.events import (
+    DocumentFailed,
+    DocumentIndexed,
+    DocumentMetadata,
+    DocumentProgress,
+    DocumentUploaded,
+)
+from lectern_gateway import documents_repository as docs
+from lectern_ingest import filetype
+from lectern_ingest.app import create_app
+from lectern_ingest.config import Settings
+from lectern_ingest.objects import object_name, put_bytes
+from lectern_ingest.service import IngestWorker
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+MARKDOWN = """# Forces
+
+## Newton's first law
+
+An object stays at rest or keeps moving in a straight line at constant speed unless a net
+force acts on it. This property is called inertia.
+
+## Newton's second law
+
+The acceleration of an object equals the net force divided by its mass, F = m a. Doubling
+the force doubles the acceleration.
+"""
+
+
+TOPICS = [
+    ("Waves", "waves carry energy through a medium"),
+    ("Light", "light is an electromagnetic wave"),
+    ("Sound", "sound is a longitudinal pressure wave"),
+    ("Optics", "lenses bend light by refraction"),
+]
+
+
+def pdf_bytes(pages: int, *, password: str | None = None) -> bytes:
+    """A PDF with a chapter heading and a paragraph per page (optionally encrypted)."""
+    doc = pymupdf.open()
+    for number in range(1, pages + 1):
+        title, claim = TOPICS[(number - 1) % len(TOPICS)]
+        page = doc.new_page()
+        page.insert_text((72, 72), f"Chapter {number}: {title}", fontsize=22)
+        body = " ".join(f"Point {i} of page {number}: {claim}." for i in range(12))
+        page.insert_textbox(pymupdf.Rect(72, 110, 520, 700), body, fontsize=11)
+    if password is None:
+        data: bytes = doc.tobytes()
+    else:
+        data = doc.tobytes(
+            encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw=password, owner_pw=password + "-o"
+        )
+    doc.close()
+    return data
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    """The packaged MiniLM, loaded once for the module."""
+    return LocalEmbedder(Settings())
+
+
+@pytest.fixture(scope="module")
+def settings(nats_url: str, database_url: str) -> Settings:
+    """Worker settings pointing at the session's servers."""
+    return Settings(
+        nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
+        progress_interval_s=0.0, retry_backoff_s=0.05,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+async def app(settings: Settings, embedder: Embedder) -> AsyncIterator[Any]:
+    """The ingest app with its durable consumer running."""
+    application = create_app(settings, embedder=embedder)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+def worker(app: Any) -> IngestWorker:
+    """The running app's worker (for deterministic direct deliveries)."""
+    found: IngestWorker = app.state.lectern.resources["ingest_worker"]
+    return found
+
+
+@pytest.fixture(scope="module")
+async def nc(nats_url: str) -> AsyncIterator[Any]:
+    """A plain NATS connection for publishing and watching events."""
+    connection = await nats.connect(nats_url)
+    yield connection
+    await connection.drain()
+
+
+async def stage_upload(
+    db_pool: Any,
+    nc: Any,
+    *,
+    tenant_id: str,
+    data: bytes,
+    filename: str,
+    mime: str,
+    password: str | None = None,
+    previous: uuid.UUID | None = None,
+    version: int = 1,
+) -> DocumentUploaded:
+    """What the gateway does for an upload: bytes in the object store, a pending row."""
+    document_id = uuid.uuid4()
+    name = object_name(document_id, version)
+    await put_bytes(nc.jetstream(), name=name, data=data)
+    metadata = DocumentMetadata(title=filename, subject="physics", grade_level=10,
+                                topic_tags=["waves"])  # fmt: skip
+    async with db_pool.acquire() as conn:
+        await docs.insert_document(
+            conn,
+            docs.NewDocument(
+                id=document_id, tenant_id=tenant_id, title=filename, filename=filename,
+                mime_type=mime, size_bytes=len(data), file_sha256=uuid.uuid4().hex,
+                subject="physics", grade_level=10, module_tag="m2", class_id="c1",
+                content_type="notes", language=None, collection="educational",
+                curriculum_standards=["HS-PS4-1"], topic_tags=["waves"], source_priority=0.7,
+                freshness_date=None, version=version, previous_version_id=previous,
+                object_name=name, uploaded_by="teacher-1", uploader_role="teacher",
+                metadata=metadata.model_dump(mode="json"),
+            ),
+        )  # fmt: skip
+    return DocumentUploaded(
+        tenant_id=tenant_id, document_id=document_id, version=version, object_name=name,
+        filename=filename, mime_type=mime, size_bytes=len(data), file_sha256="x",
+        uploaded_by="teacher-1", metadata=metadata, pdf_password=password,
+        replaces_document_id=previous,
+    )  # fmt: skip
+
+
+async def watch(nc: Any, subject: str, document_id: uuid.UUID) -> asyncio.Queue[dict[str, Any]]:
+    """Queue of the events on ``subject`` about one document."""
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def on_message(msg: Any) -> None:
+        data = json.loads(msg.data)
+        if data.get("document_id") == str(document_id):
+            await queue.put(data)
+
+    await nc.subscribe(subject, cb=on_message)
+    return queue
+
+
+async def test_uploaded_pdf_is_indexed_through_the_consumer(
+    app: Any, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(4), filename="waves.pdf",
+        mime=filetype.PDF,
+    )  # fmt: skip
+    indexed = await watch(nc, DocumentIndexed.subject, event.document_id)
+    progress = await watch(nc, DocumentProgress.subject, event.document_id)
+    await nc.jetstream().publish(event.subject, event.model_dump_json().encode())
+    done = DocumentIndexed.model_validate(await asyncio.wait_for(indexed.get(), 60))
+    assert done.page_count == 4
+    assert done.chunk_count >= 1
+    assert done.language == "en"
+    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    assert row["status"] == "indexed"
+    assert row["content_sha256"] and row["simhash"] is not None
+    assert row["enriched"] is False and row["enrichment_note"] == "no Gemini key"
+    assert row["ts_config"] == "english"
+    chunks = await db_pool.fetch(
+        "SELECT * FROM chunks WHERE document_id = $1 ORDER BY chunk_index", event.document_id
+    )
+    assert len(chunks) == done.chunk_count
+    assert sorted({c["page_start"] for c in chunks}) == [1, 2, 3, 4]
+    assert [c["section_path"] for c in chunks if c["page_start"] == 2][0] == [
+        "Chapter 2: Light"
+    ]
+    assert {c["chapter"] for c in chunks} >= {"Chapter 1: Waves", "Chapter 4: Optics"}
+    for chunk in chunks:
+        assert chunk["subject"] == "physics" and chunk["grade_level"] == 10
+        assert chunk["module_tag"] == "m2" and chunk["class_id"] == "c1"
+        assert chunk["curriculum_standards"] == ["HS-PS4-1"]
+        assert chunk["language"] == "en" and chunk["ts_config"] == "english"
+        assert chunk["token_count"] <= 256
+        assert chunk["embedding"].dimensions() == 384
+    stages = []
+    while not progress.empty():
+        stages.append(DocumentProgress.model_validate(progress.get_nowait()))
+    assert stages, "progress events are published while working"
+    assert any(p.done == p.total == 4 and p.unit == "pages" for p in stages)
+
+
+async def test_redelivery_does_not_duplicate_chunks(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=MARKDOWN.encode(), filename="forces.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    indexed = await watch(nc, DocumentIndexed.subject, event.document_id)
+    first = await worker.process(event=event, deliveries=1)
+    assert first.status == "indexed"
+    ids = {r["id"] for r in await db_pool.fetch(
+        "SELECT id FROM chunks WHERE document_id = $1", event.document_id)}  # fmt: skip
+    assert ids
+    # a crash between commit and ack: the re-delivery republishes, touching nothing
+    again = await worker.process(event=event, deliveries=2)
+    assert again.status == "indexed"
+    assert (await asyncio.wait_for(indexed.get(), 5))["chunk_count"] == len(ids)
+    assert (await asyncio.wait_for(indexed.get(), 5))["chunk_count"] == len(ids)
+    # a re-delivery racing a slow first attempt: same deterministic ids, no duplicates
+    await db_pool.execute(
+        "UPDATE documents SET status = 'processing' WHERE id = $1", event.document_id
+    )
+    third = await worker.process(event=event, deliveries=3)
+    assert third.status == "indexed"
+    after = {r["id"] for r in await db_pool.fetch(
+        "SELECT id FROM chunks WHERE document_id = $1", event.document_id)}  # fmt: skip
+    assert after == ids
+
+
+@pytest.mark.parametrize(
+    ("data", "mime", "stage", "reason"),
+    [
+        (pdf_bytes(2, password="s3cret"), filetype.PDF, "extract", "encrypted"),
+        (b"", filetype.PDF, "extract", "empty_file"),
+        (b"%PDF-1.7\n" + bytes(range(256)) * 20, filetype.PDF, "extract", "corrupt"),
+        (bytes(range(256)) * 4, "application/octet-stream", "extract", "unsupported_type"),
+    ],
+    ids=["encrypted", "empty", "corrupt", "unsupported"],
+)
+async def test_permanent_failures_end_failed_without_chunks(
+    worker: IngestWorker,
+    nc: Any,
+    db_pool: Any,
+    tenant_id: str,
+    data: bytes,
+    mime: str,
+    stage: str,
+    reason: str,
+) -> None:
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=data, filename="bad.pdf", mime=mime
+    )
+    failed = await watch(nc, DocumentFailed.subject, event.document_id)
+    outcome = await worker.process(event=event, deliveries=1)
+    assert outcome.status == "failed" and outcome.retry_after is None
+    published = DocumentFailed.model_validate(await asyncio.wait_for(failed.get(), 5))
+    assert (published.stage.value, published.reason.value) == (stage, reason)
+    assert published.message
+    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    assert (row["status"], row["error_stage"], row["error_reason"]) == ("failed", stage, reason)
+    count = await db_pool.fetchval(
+        "SELECT count(*) FROM chunks WHERE document_id = $1", event.document_id
+    )
+    assert count == 0
+
+
+async def test_encrypted_pdf_opens_with_its_password(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(2, password="s3cret"),
+        filename="locked.pdf", mime=filetype.PDF, password="s3cret",
+    )  # fmt: skip
+    assert (await worker.process(event=event, deliveries=1)).status == "indexed"
+    wrong = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(2, password="s3cret"),
+        filename="locked2.pdf", mime=filetype.PDF, password="nope",
+    )  # fmt: skip
+    assert (await worker.process(event=wrong, deliveries=1)).status == "failed"
+    reason = await db_pool.fetchval(
+        "SELECT error_reason FROM documents WHERE id = $1", wrong.document_id
+    )
+    assert reason == "wrong_password"
+
+
+async def test_bounded_deliveries_end_failed(
+    worker: IngestWorker, settings: Settings, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=MARKDOWN.encode(), filename="f.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    failed = await watch(nc, DocumentFailed.subject, event.document_id)
+    # earlier deliveries crashed the worker: the row says processing, attempt 4 of 5
+    await db_pool.execute(
+        "UPDATE documents SET status = 'processing', attempts = $2 WHERE id = $1",
+        event.document_id, settings.max_deliveries - 1,
+    )  # fmt: skip
+    outcome = await worker.process(event=event, deliveries=settings.max_deliveries)
+    assert outcome.status == "failed" and outcome.retry_after is None
+    published = DocumentFailed.model_validate(await asyncio.wait_for(failed.get(), 5))
+    assert published.reason.value == "too_many_deliveries"
+    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    assert (row["status"], row["error_reason"]) == ("failed", "too_many_deliveries")
+
+    # an upload whose row never appears is retried with back-off, then given up
+    ghost = event.model_copy(update={"document_id": uuid.uuid4()})
+    ghost_failed = await watch(nc, DocumentFailed.subject, ghost.document_id)
+    retry = await worker.process(event=ghost, deliveries=1)
+    assert retry.status == "retry" and retry.retry_after is not None
+    await nc.jetstream().publish(ghost.subject, ghost.model_dump_json().encode())
+    given_up = DocumentFailed.model_validate(await asyncio.wait_for(ghost_failed.get(), 30))
+    assert given_up.reason.value == "too_many_deliveries"
+    assert given_up.attempts == settings.max_deliveries
+
+
+async def test_document_time_limit(
+    app: Any, settings: Settings, embedder: Embedder, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    state = app.state.lectern
+    published: list[Any] = []
+
+    async def publish(event: Any) -> None:
+        published.append(event)
+
+    impatient = IngestWorker(
+        settings=settings.model_copy(update={"document_timeout_s": 0.05}),
+        embedder=embedder, pool=state.pool, jetstream=nc.jetstream(), publish=publish,
+    )  # fmt: skip
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(30), filename="long.pdf",
+        mime=filetype.PDF,
+    )  # fmt: skip
+    outcome = await impatient.process(event=event, deliveries=1)
+    assert outcome.status == "failed"
+    failures = [e for e in published if isinstance(e, DocumentFailed)]
+    assert [f.reason.value for f in failures] == ["timeout"]
+    count = await db_pool.fetchval(
+        "SELECT count(*) FROM chunks WHERE document_id = $1", event.document_id
+    )
+    assert count == 0
+
+
+async def test_near_duplicate_is_flagged(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    original = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=MARKDOWN.encode(), filename="a.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    assert (await worker.process(event=original, deliveries=1)).status == "indexed"
+    tweaked = MARKDOWN.replace("constant speed", "a constant speed")
+    copy = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=tweaked.encode(), filename="b.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    assert (await worker.process(event=copy, deliveries=1)).status == "indexed"
+    row = await db_pool.fetchrow(
+        "SELECT near_duplicate_of, near_duplicate_score FROM documents WHERE id = $1",
+        copy.document_id,
+    )
+    assert row["near_duplicate_of"] == original.document_id
+    assert row["near_duplicate_score"] > 0.85

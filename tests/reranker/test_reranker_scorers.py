@@ -1,0 +1,85 @@
+"""The real scorers: a CrossEncoder loaded by path, and the MiniLM bi-encoder fallback."""
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lectern_common.embeddings import LocalEmbedder
+from lectern_common.events import Candidate, RerankRequest
+from lectern_reranker.config import Settings
+from lectern_reranker.scorers import BiEncoderScorer, CrossEncoderScorer, load_scorer, sigmoid
+from lectern_reranker.service import RerankConfig, rerank
+
+pytestmark = pytest.mark.slow
+
+PASSAGES = [
+    "Insulin is a hormone made by the pancreas that lets cells take up glucose from the blood.",
+    "The French Revolution began in 1789 with the storming of the Bastille.",
+    "Mitochondria produce most of the cell's ATP through oxidative phosphorylation.",
+    "A marathon is a long-distance foot race of 42.195 kilometres.",
+    "Type 1 diabetes results from autoimmune destruction of insulin-producing beta cells.",
+]
+
+
+def test_sigmoid_maps_logits_to_unit_interval() -> None:
+    assert sigmoid([0.0, 1000.0, -1000.0]) == [0.5, pytest.approx(1.0), pytest.approx(0.0)]
+    assert sigmoid([2.0])[0] == pytest.approx(1 / (1 + np.exp(-2.0)))
+
+
+async def test_cross_encoder_loads_by_path_and_scores_in_batches(cross_encoder_dir: Path) -> None:
+    small = CrossEncoderScorer.load(str(cross_encoder_dir), max_length=128, batch_size=2)
+    large = CrossEncoderScorer.load(str(cross_encoder_dir), max_length=128, batch_size=32)
+    assert small.name == "cross-encoder"
+    assert small.max_length == 128
+    query = "What does insulin do?"
+    by_two = await small.score(query, PASSAGES)
+    at_once = await large.score(query, PASSAGES)
+    assert len(by_two) == len(PASSAGES)
+    assert all(0.0 < s < 1.0 for s in by_two)
+    np.testing.assert_allclose(by_two, at_once, atol=1e-5)
+    # the score is the sigmoid of the model's raw logit
+    raw = small._model.predict([(query, p) for p in PASSAGES], activation_fn=torch.nn.Identity())
+    np.testing.assert_allclose(by_two, sigmoid(list(raw)), atol=1e-6)
+    assert len(set(np.round(by_two, 6))) > 1, "a fresh head still tells passages apart"
+    assert await small.score(query, []) == []
+    assert small.count_tokens("insulin lowers blood glucose") >= 4
+
+
+async def test_cross_encoder_scores_order_the_reply(cross_encoder_dir: Path) -> None:
+    scorer = load_scorer(Settings(cross_encoder_model=str(cross_encoder_dir)))
+    assert scorer.name == "cross-encoder"
+    candidates = [
+        Candidate(chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="t", text=p)
+        for p in PASSAGES
+    ]
+    request = RerankRequest(tenant_id="t", query="What does insulin do?", candidates=candidates,
+                            top_k=5)  # fmt: skip
+    reply = await rerank(request=request, scorer=scorer, config=RerankConfig())
+    assert reply.scorer == "cross-encoder"
+    semantic = await scorer.score(request.query, PASSAGES)
+    # with neutral educational signals the order is the cross-encoder's order
+    expected = [PASSAGES[i] for i in np.argsort(-np.asarray(semantic), kind="stable")]
+    assert [c.candidate.text for c in reply.chunks] == expected
+    assert [c.semantic for c in reply.chunks] == sorted(semantic, reverse=True)
+    assert "retrieval_rank" not in reply.chunks[0].signals
+
+
+@pytest.mark.parametrize("configured", [None, "/nonexistent/cross-encoder", "no-such/model"])
+def test_fallback_to_the_bi_encoder(configured: str | None, minilm: LocalEmbedder) -> None:
+    scorer = load_scorer(Settings(cross_encoder_model=configured), embedder=minilm)
+    assert isinstance(scorer, BiEncoderScorer)
+    assert scorer.name == "bi-encoder"
+
+
+async def test_bi_encoder_scores_relevance(minilm: LocalEmbedder) -> None:
+    scorer = BiEncoderScorer(minilm)
+    scores = await scorer.score("How does insulin control blood sugar?", PASSAGES)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    order = np.argsort(-np.asarray(scores))
+    assert set(order[:2].tolist()) == {0, 4}  # the two insulin passages
+    assert scores[0] > 0.5 > 0.2 > scores[3]
+    assert scorer.count_tokens("insulin") == minilm.count_tokens("insulin")
+    assert await scorer.score("anything", []) == []

@@ -1,0 +1,348 @@
+"""Pure re-ranking logic: every educational signal, dedup, budget, confidence and bands."""
+
+import math
+import re
+import uuid
+from collections.abc import Sequence
+from datetime import date, timedelta
+from typing import Any
+
+import pytest
+
+from lectern_common.events import Candidate, RerankRequest, StudentContext
+from lectern_reranker.config import Settings
+from lectern_reranker.service import (
+    NEUTRAL,
+    BandThresholds,
+    Calibration,
+    RerankConfig,
+    ScorerName,
+    SignalWeights,
+    band_for,
+    band_shares,
+    combined_score,
+    confidence_of,
+    content_type_preference,
+    curriculum_match,
+    drop_near_duplicates,
+    educational_signals,
+    fit_budget,
+    freshness,
+    grade_match,
+    overlap,
+    rank_prior,
+    rerank,
+    shingles,
+    source_priority,
+    subject_category,
+)
+
+TODAY = date(2026, 1, 1)
+
+
+def candidate(text: str, **metadata: Any) -> Candidate:
+    return Candidate(
+        chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="t", text=text, metadata=metadata
+    )
+
+
+class LexicalScorer:
+    """A real (if crude) relevance: the share of query words found in the text."""
+
+    def __init__(self, name: ScorerName = "cross-encoder") -> None:
+        self._name: ScorerName = name
+        self.calls: list[int] = []
+
+    @property
+    def name(self) -> ScorerName:
+        return self._name
+
+    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        self.calls.append(len(texts))
+        words = set(re.findall(r"\w+", query.lower()))
+        return [len(words & set(re.findall(r"\w+", t.lower()))) / len(words) for t in texts]
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+
+@pytest.mark.parametrize(
+    ("chunk", "student", "expected"),
+    [(7, 7, 1.0), (6, 7, 0.7), (9, 7, 0.3), (10, 7, 0.0), (1, 12, 0.0),
+     (None, 7, NEUTRAL), (7, None, NEUTRAL)],
+)  # fmt: skip
+def test_grade_match_scale(chunk: int | None, student: int | None, expected: float) -> None:
+    assert grade_match(chunk, student) == expected
+
+
+def test_curriculum_match_scale() -> None:
+    def match(chunk_std: list[str], chunk_subject: str | None, std: list[str], subj: str | None
+              ) -> float:  # fmt: skip
+        return curriculum_match(
+            chunk_standards=chunk_std, chunk_subject=chunk_subject,
+            student_standards=std, student_subject=subj,
+        )  # fmt: skip
+
+    assert match(["NGSS.HS-PS1-1"], "Chemistry", ["ngss.hs-ps1-1"], "Chemistry") == 1.0
+    assert match(["NGSS.HS-PS1-2"], "chemistry", ["NGSS.HS-PS1-1"], "Chemistry") == 0.5
+    assert match([], "Physics", ["NGSS.HS-PS1-1"], "Chemistry") == 0.0
+    assert match([], None, ["NGSS.HS-PS1-1"], "Chemistry") == 0.0  # untagged
+    assert match(["X"], "Chemistry", [], None) == NEUTRAL  # nothing to match against
+
+
+def test_source_priority_scale() -> None:
+    student = StudentContext(class_id="c1", teacher_ids=["t1"])
+    own = {"uploaded_by": "t1", "uploader_role": "teacher", "class_id": "c1"}
+    assert source_priority(own, student) == 1.0
+    assert source_priority({"uploaded_by": "t9", "uploader_role": "teacher",
+                            "class_id": "c1"}, student) == 1.0  # fmt: skip
+    assert source_priority({"uploaded_by": "t1", "class_id": "c2"}, student) == 0.7
+    assert source_priority({"uploaded_by": "t9", "uploader_role": "teacher"}, student) == 0.7
+    assert source_priority({"source_priority": "official_textbook"}, student) == 0.5
+    assert source_priority({"source_type": "supplementary"}, student) == 0.3
+    assert source_priority({"source_priority": "web"}, student) == 0.1
+    assert source_priority({"source_priority": 0.9}, student) == 0.9
+    assert source_priority({"source_priority": 7}, student) == 1.0  # clipped
+    assert source_priority({"uploaded_by": "a1", "uploader_role": "admin"}, student) == NEUTRAL
+    assert source_priority({}, student) == NEUTRAL
+    # the highest applicable value wins: a teacher's web link is still the teacher's
+    assert source_priority({"uploader_role": "teacher", "source_priority": "web"}, student) == 0.7
+
+
+@pytest.mark.parametrize(
+    ("subject", "category", "horizon_months"),
+    [("Biology", "stem", 48), ("History", "humanities", 72), ("Algebra", "mathematics", 120),
+     ("current events", "current events", 6), ("Underwater basket weaving", "default", 60),
+     (None, "default", 60)],
+)  # fmt: skip
+def test_freshness_decays_over_the_subject_horizon(
+    subject: str | None, category: str, horizon_months: int
+) -> None:
+    assert subject_category(subject) == category
+    half = TODAY - timedelta(days=round(horizon_months / 2 * 30.4375))
+    assert freshness(TODAY, subject, today=TODAY) == 1.0
+    assert freshness(half.isoformat(), subject, today=TODAY) == pytest.approx(0.5, abs=0.01)
+    old = TODAY - timedelta(days=round(horizon_months * 40))
+    assert freshness(old, subject, today=TODAY) == 0.05  # floor
+
+
+def test_freshness_edge_cases() -> None:
+    assert freshness(None, "Biology", today=TODAY) == NEUTRAL
+    assert freshness("not a date", "Biology", today=TODAY) == NEUTRAL
+    assert freshness(TODAY + timedelta(days=30), "Biology", today=TODAY) == 1.0
+    assert freshness("2025-10-01T08:00:00Z", "news", today=TODAY) == pytest.approx(
+        1 - 92 / 30.4375 / 6, abs=1e-6
+    )
+
+
+def test_content_type_follows_learning_style() -> None:
+    visual = StudentContext(learning_style="visual")
+    assert content_type_preference("diagram", visual) == 1.0
+    assert content_type_preference("text", visual) == 0.2
+    assert content_type_preference(None, visual) == NEUTRAL
+    assert content_type_preference("diagram", StudentContext()) == NEUTRAL
+    explicit = StudentContext(preferred_content_types=["Worked_Example"])
+    assert content_type_preference("worked example", explicit) == 1.0
+
+
+def test_educational_signals_read_candidate_metadata() -> None:
+    student = StudentContext(
+        grade_level=9, subject="Chemistry", class_id="c1", teacher_ids=["t1"],
+        curriculum_standards=["S1"], learning_style="examples",
+    )  # fmt: skip
+    chunk = candidate(
+        "x", grade_level=10, subject="Chemistry", curriculum_standards=["S1"], uploaded_by="t1",
+        class_id="c1", freshness_date=TODAY.isoformat(), content_type="worked_example",
+    )  # fmt: skip
+    signals = educational_signals(chunk, student, today=TODAY)
+    assert signals == {
+        "grade": 0.7, "curriculum": 1.0, "source_priority": 1.0, "freshness": 1.0,
+        "content_type": 1.0,
+    }  # fmt: skip
+    qa = Candidate(chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="t", text="q", kind="qa")
+    assert educational_signals(qa, student, today=TODAY)["content_type"] == 1.0
+    bare = educational_signals(candidate("x"), StudentContext(), today=TODAY)
+    assert bare == dict.fromkeys(bare, NEUTRAL)
+
+
+def test_combined_score_uses_the_weights() -> None:
+    signals = {"grade": 1.0, "curriculum": 0.0, "source_priority": 1.0, "freshness": 0.0,
+               "content_type": 1.0}  # fmt: skip
+    expected = 0.40 * 0.5 + 0.15 * 1 + 0.15 * 0 + 0.15 * 1 + 0.10 * 0 + 0.05 * 1
+    assert combined_score(0.5, signals, SignalWeights()) == pytest.approx(expected)
+    only_semantic = SignalWeights(0.0 + 1, 0, 0, 0, 0, 0)
+    assert combined_score(0.37, signals, only_semantic) == pytest.approx(0.37)
+
+
+def test_rank_prior() -> None:
+    assert [rank_prior(i, 5) for i in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
+    assert rank_prior(0, 1) == 1.0
+
+
+def test_overlap_and_near_duplicates() -> None:
+    base = "Photosynthesis converts light energy into chemical energy stored in glucose molecules"
+    assert overlap(shingles(base), shingles(base.upper())) == 1.0
+    contained = base + " in the chloroplasts of plant cells during the day"
+    assert overlap(shingles(base), shingles(contained)) == 1.0
+    one_word_changed = base.replace("stored", "kept")
+    assert 0.6 < overlap(shingles(base), shingles(one_word_changed)) < 0.81
+    other = "Mitochondria release energy from glucose by cellular respiration in all cells"
+    assert overlap(shingles(base), shingles(other)) < 0.1
+    assert overlap(shingles(""), shingles(base)) == 0.0
+    keep, dropped = drop_near_duplicates([contained, other, base, base], threshold=0.8)
+    assert keep == [0, 1]
+    assert dropped == 2
+    keep, dropped = drop_near_duplicates([base, one_word_changed], threshold=0.8)
+    assert keep == [0, 1]  # 75% overlap is not a near-duplicate
+    assert dropped == 0
+
+
+def test_fit_budget_drops_the_lowest_ranked() -> None:
+    assert fit_budget([100, 200, 300], budget=600) == 3
+    assert fit_budget([100, 200, 300], budget=599) == 2
+    assert fit_budget([100, 200, 300], budget=299) == 1
+    assert fit_budget([700], budget=600) == 0
+    assert fit_budget([], budget=600) == 0
+
+
+def test_calibration_is_a_monotone_logistic() -> None:
+    cal = Calibration(midpoint=0.3, scale=0.05)
+    assert cal(0.3) == pytest.approx(0.5)
+    values = [cal(x / 20) for x in range(21)]
+    assert values == sorted(values)
+    assert cal(0.0) < 0.01 < 0.99 < cal(0.6)
+    assert 0.0 <= cal(-1e9) <= cal(1e9) <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("score", "retrieval", "band"),
+    [(0.80, 0.9, "high"), (0.79, 0.9, "medium"), (0.60, 0.9, "medium"), (0.59, 0.9, "low"),
+     (0.40, 0.9, "low"), (0.39, 0.9, "gap"), (0.95, 0.49, "gap")],
+)  # fmt: skip
+def test_bands(score: float, retrieval: float, band: str) -> None:
+    assert band_for(score, retrieval, BandThresholds()) == band
+
+
+def test_band_thresholds_are_configurable() -> None:
+    strict = BandThresholds(high=0.9, medium=0.7, low=0.5, retrieval_gap=0.2)
+    assert band_for(0.85, 0.3, strict) == "medium"
+    assert band_for(0.45, 0.3, strict) == "gap"
+    settings = Settings(band_high=0.9, band_low=0.5, retrieval_gap=0.2, weight_grade=0.3)
+    config = settings.rerank_config()
+    assert config.bands == BandThresholds(high=0.9, medium=0.6, low=0.5, retrieval_gap=0.2)
+    assert config.weights.grade == 0.3
+
+
+def test_confidence_combines_retrieval_source_quality_and_prior() -> None:
+    config = RerankConfig(calibrations={"bi-encoder": Calibration(0.3, 0.05)})
+    signals = [{"source_priority": 1.0, "freshness": 1.0}, {"source_priority": 0.5,
+                                                             "freshness": 0.3}]  # fmt: skip
+    conf = confidence_of(top_semantic=0.9, kept_signals=signals, scorer="bi-encoder",
+                         config=config)  # fmt: skip
+    retrieval = 1 / (1 + math.exp(-(0.9 - 0.3) / 0.05))
+    quality = (1.0 + 0.4) / 2
+    assert conf.retrieval == pytest.approx(retrieval, abs=1e-6)
+    assert conf.source_quality == pytest.approx(quality)
+    assert conf.grounding == 0.5
+    assert conf.grounding_is_prior
+    assert conf.score == pytest.approx(0.4 * retrieval + 0.3 * quality + 0.3 * 0.5, abs=1e-6)
+    assert conf.band == "medium"
+    weak = confidence_of(top_semantic=0.1, kept_signals=signals, scorer="bi-encoder",
+                         config=config)  # fmt: skip
+    assert weak.band == "gap"
+    empty = confidence_of(top_semantic=None, kept_signals=[], scorer="bi-encoder", config=config)
+    assert (empty.score, empty.band) == (pytest.approx(0.15), "gap")
+
+
+def test_band_shares() -> None:
+    assert band_shares(["gap", "gap", "low", "high"]) == {
+        "high": 0.25, "medium": 0.0, "low": 0.25, "gap": 0.5,
+    }  # fmt: skip
+    assert band_shares([]) == {"high": 0.0, "medium": 0.0, "low": 0.0, "gap": 0.0}
+
+
+async def test_rerank_orders_dedups_and_fits_the_budget() -> None:
+    query = "how do plants make glucose from light"
+    best = "plants make glucose from light by photosynthesis in the leaf"
+    texts = [
+        "the french revolution began in 1789",
+        best + " of the plant",  # near-duplicate of `best`, ranks just below it
+        best,
+        "plants need light to grow and make food",
+        "light travels fast",
+    ]
+    scorer = LexicalScorer()
+    request = RerankRequest(
+        tenant_id="t", query=query, top_k=3, token_budget=1000,
+        candidates=[candidate(t) for t in texts],
+    )  # fmt: skip
+    reply = await rerank(request=request, scorer=scorer, config=RerankConfig(), today=TODAY)
+    assert scorer.calls == [5]  # one batch for all candidates
+    assert reply.scorer == "cross-encoder"
+    assert [c.candidate.text for c in reply.chunks][0] in (best, best + " of the plant")
+    assert reply.dropped_duplicates == 1
+    assert len(reply.chunks) == 3
+    scores = [c.score for c in reply.chunks]
+    assert scores == sorted(scores, reverse=True)
+    assert "the french revolution began in 1789" not in [c.candidate.text for c in reply.chunks]
+    assert set(reply.timings_ms) == {"score", "rank", "total"}
+
+
+
+async def test_token_budget_drops_the_lowest_ranked() -> None:
+    texts = [f"glucose light plants {w}" for w in ("one", "two three", "four five six")]
+    given = [candidate(t) for t in texts]
+    for c in given:
+        c.token_count = 40
+    request = RerankRequest(tenant_id="t", query="glucose light plants", candidates=given,
+                            token_budget=100)  # fmt: skip
+    reply = await rerank(request=request, scorer=LexicalScorer(), config=RerankConfig())
+    assert len(reply.chunks) == 2
+    assert reply.dropped_for_budget == 1
+    # without token_count, the scorer's tokenizer counts (here: 4, 5 and 6 words)
+    counted = request.model_copy(
+        update={"candidates": [candidate(t) for t in texts], "token_budget": 100}
+    )
+    reply = await rerank(request=counted, scorer=LexicalScorer(), config=RerankConfig())
+    assert (len(reply.chunks), reply.dropped_for_budget) == (3, 0)
+    reply = await rerank(
+        request=counted, scorer=LexicalScorer(), config=RerankConfig(),
+        count_tokens=lambda text: 45,
+    )  # fmt: skip
+    assert (len(reply.chunks), reply.dropped_for_budget) == (2, 1)
+
+
+async def test_educational_signals_break_semantic_ties() -> None:
+    student = StudentContext(grade_level=5, class_id="c", teacher_ids=["t"])
+    same = "the water cycle moves water between oceans air and land"
+    far = candidate(same + " (university)", grade_level=12, source_priority="web")
+    near = candidate(same + " (grade five)", grade_level=5, uploaded_by="t", class_id="c")
+    request = RerankRequest(tenant_id="t", query="water cycle", candidates=[far, near],
+                            student=student)  # fmt: skip
+    config = RerankConfig(duplicate_overlap=1.0)
+    reply = await rerank(request=request, scorer=LexicalScorer(), config=config, today=TODAY)
+    assert [c.candidate.chunk_id for c in reply.chunks] == [near.chunk_id, far.chunk_id]
+    assert reply.chunks[0].signals["grade"] == 1.0
+    assert reply.chunks[1].signals["source_priority"] == 0.1
+
+
+async def test_bi_encoder_blends_in_the_retrieval_order() -> None:
+    texts = ["alpha beta", "alpha beta gamma", "alpha"]
+    request = RerankRequest(tenant_id="t", query="alpha beta gamma",
+                            candidates=[candidate(t) for t in texts])  # fmt: skip
+    config = RerankConfig(duplicate_overlap=1.0)
+    cross = await rerank(request=request, scorer=LexicalScorer("cross-encoder"), config=config)
+    bi = await rerank(request=request, scorer=LexicalScorer("bi-encoder"), config=config)
+    assert [c.candidate.text for c in cross.chunks] == ["alpha beta gamma", "alpha beta", "alpha"]
+    assert "retrieval_rank" not in cross.chunks[0].signals
+    # 0.5 * (2/3) + 0.5 * 1.0 for the first beats 0.5 * 1.0 + 0.5 * 0.5 for the second
+    assert [c.candidate.text for c in bi.chunks] == ["alpha beta", "alpha beta gamma", "alpha"]
+    assert bi.chunks[0].signals["retrieval_rank"] == 1.0
+
+
+async def test_no_candidates_is_a_gap() -> None:
+    request = RerankRequest(tenant_id="t", query="anything", candidates=[])
+    reply = await rerank(request=request, scorer=LexicalScorer(), config=RerankConfig())
+    assert reply.chunks == []
+    assert reply.confidence is not None
+    assert reply.confidence.band == "gap"

@@ -1,0 +1,172 @@
+"""BM25 inside Postgres: scores equal a Python reference; statistics follow documents."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lectern_common.bm25 import K1, B, document_weight, idf, tsquery_or
+from lectern_common.events import RetrieveRequest
+
+pytestmark = pytest.mark.integration
+
+CORPUS = [
+    ["Photosynthesis converts light energy into chemical energy in chloroplasts."],
+    ["Mitochondria produce ATP by cellular respiration.", "Respiration uses oxygen."],
+    ["The chloroplast holds chlorophyll, which absorbs light; light drives photosynthesis."],
+    ["Cellular respiration and photosynthesis are linked cycles of energy and matter."],
+    ["Energy energy energy: a chapter on kinetic and potential energy in physics."],
+]
+
+
+async def chunk_terms(pool: Any, tenant_id: str) -> dict[Any, Counter[str]]:
+    """Lexeme counts of the tenant's indexed chunks (Postgres does the tokenising)."""
+    rows = await pool.fetch(
+        """SELECT c.id, t.lexeme, array_length(t.positions, 1) AS tf
+           FROM chunks c, unnest(c.tsv) t
+           WHERE c.tenant_id = $1 AND c.doc_length IS NOT NULL""",
+        tenant_id,
+    )
+    terms: dict[Any, Counter[str]] = {}
+    for row in rows:
+        terms.setdefault(row["id"], Counter())[row["lexeme"]] = row["tf"]
+    return terms
+
+
+async def reference_scores(pool: Any, tenant_id: str, query: str) -> dict[Any, float]:
+    """BM25 (k1 0.9, b 0.4) of every chunk for the query, computed here from raw counts."""
+    terms = await chunk_terms(pool, tenant_id)
+    lexemes = [
+        r["lexeme"]
+        for r in await pool.fetch("SELECT lexeme FROM unnest(to_tsvector('english', $1))", query)
+    ]
+    n = len(terms)
+    avgdl = sum(sum(c.values()) for c in terms.values()) / n
+    df = Counter(lex for counts in terms.values() for lex in counts)
+    scores: dict[Any, float] = {}
+    for chunk_id, counts in terms.items():
+        dl = sum(counts.values())
+        score = 0.0
+        for lex in lexemes:
+            tf = counts.get(lex, 0)
+            if tf:
+                weight = tf * (K1 + 1) / (tf + K1 * (1 - B + B * dl / avgdl))
+                score += math.log(1 + (n - df[lex] + 0.5) / (df[lex] + 0.5)) * weight
+        if score > 0:
+            scores[chunk_id] = score
+    return scores
+
+
+async def load(pool: Any, tenant_id: str, corpus: list[list[str]], add_doc: Any) -> list[Any]:
+    """Each entry a document, with random vectors (only the sparse side is tested here)."""
+    ids = []
+    for number, texts in enumerate(corpus):
+        rng = np.random.default_rng(number)
+        vectors = rng.standard_normal((len(texts), 384)).astype(np.float32)
+        ids.append(await add_doc(pool, tenant_id=tenant_id, texts=texts, vectors=vectors))
+    return ids
+
+
+async def sparse_scores(retriever: Any, tenant_id: str, query: str) -> dict[Any, float]:
+    """The retriever's BM25 scores (sparse side only, no rewriting)."""
+    reply = await retriever.retrieve(
+        RetrieveRequest(
+            tenant_id=tenant_id,
+            query=query,
+            methods=["sparse"],
+            k=50,
+            k_sparse=50,
+            max_per_document=None,
+            rewrite=False,
+            multi_hop=False,
+        )
+    )
+    return {c.chunk_id: c.sparse_score for c in reply.candidates}
+
+
+def test_python_helpers() -> None:
+    """The Python formulas are BM25's (hand-computed values)."""
+    assert idf(chunk_count=10, df=1) == pytest.approx(math.log(1 + 9.5 / 1.5))
+    assert idf(chunk_count=10, df=10) == pytest.approx(math.log(1 + 0.5 / 10.5))
+    assert document_weight(tf=2, doc_length=10, avg_length=10) == pytest.approx(3.8 / 2.9)
+    assert tsquery_or(["cat", "o'neil"]) == "'cat' | 'o''neil'"
+
+
+async def test_scores_match_reference_after_reweight(
+    db_pool: Any, retriever: Any, tenant_id: str, add_doc: Any
+) -> None:
+    await load(db_pool, tenant_id, CORPUS, add_doc)
+    query = "How does light energy drive photosynthesis?"
+    # weights froze avgdl as documents arrived: the first ones are off until re-weighted
+    expected = await reference_scores(db_pool, tenant_id, query)
+    assert await db_pool.fetchval("SELECT lectern_bm25_reweight($1)", tenant_id) == 6
+    got = await sparse_scores(retriever, tenant_id, query)
+    assert set(got) == set(expected)
+    for chunk_id, score in expected.items():
+        assert got[chunk_id] == pytest.approx(score, rel=1e-5)
+    ranked = sorted(got, key=lambda c: -got[c])
+    assert ranked == sorted(expected, key=lambda c: -expected[c])
+
+
+async def test_statistics_follow_delete_archive_and_restore(
+    db_pool: Any, retriever: Any, tenant_id: str, add_doc: Any
+) -> None:
+    ids = await load(db_pool, tenant_id, CORPUS, add_doc)
+
+    async def check() -> None:
+        terms = await chunk_terms(db_pool, tenant_id)
+        stats = await db_pool.fetchrow(
+            "SELECT chunk_count, total_length FROM bm25_collection_stats WHERE tenant_id = $1",
+            tenant_id,
+        )
+        assert stats["chunk_count"] == len(terms)
+        assert stats["total_length"] == sum(sum(c.values()) for c in terms.values())
+        rows = await db_pool.fetch(
+            """SELECT v.term, s.df FROM bm25_term_stats s JOIN bm25_vocabulary v ON v.id = s.term_id
+               WHERE s.tenant_id = $1 AND s.df > 0""",
+            tenant_id,
+        )
+        expected = Counter(lex for counts in terms.values() for lex in counts)
+        assert {r["term"]: r["df"] for r in rows} == dict(expected)
+
+    await check()
+    await db_pool.execute("DELETE FROM documents WHERE id = $1", ids[1])  # cascades to chunks
+    await check()
+    assert (await db_pool.fetchval(
+        "SELECT chunk_count FROM bm25_collection_stats WHERE tenant_id = $1", tenant_id
+    )) == 4  # fmt: skip
+    await db_pool.execute("UPDATE documents SET status = 'archived' WHERE id = $1", ids[0])
+    await check()
+    assert ids[0] not in {
+        c for c in (await sparse_scores(retriever, tenant_id, "photosynthesis chloroplasts"))
+    }
+    await db_pool.execute("UPDATE documents SET status = 'indexed' WHERE id = $1", ids[0])
+    await check()
+    await db_pool.execute("SELECT lectern_bm25_unindex_document($1)", ids[2])
+    await db_pool.execute("SELECT lectern_bm25_unindex_document($1)", ids[2])  # idempotent
+    await check()
+    await db_pool.execute("SELECT lectern_bm25_reweight($1)", tenant_id)
+    query = "photosynthesis light energy"
+    expected = await reference_scores(db_pool, tenant_id, query)
+    got = await sparse_scores(retriever, tenant_id, query)
+    assert {k: pytest.approx(v, rel=1e-5) for k, v in expected.items()} == got
+
+
+async def test_statistics_are_per_tenant(
+    db_pool: Any, retriever: Any, tenant_id: str, add_doc: Any
+) -> None:
+    other = tenant_id + "-other"
+    await load(db_pool, tenant_id, CORPUS[:2], add_doc)
+    await load(db_pool, other, CORPUS, add_doc)
+    mine = await db_pool.fetchval(
+        "SELECT chunk_count FROM bm25_collection_stats WHERE tenant_id = $1", tenant_id
+    )
+    assert mine == 3
+    got = await sparse_scores(retriever, tenant_id, "photosynthesis chlorophyll")
+    assert got  # only the tenant's own chunk matches
+    doc_of = await db_pool.fetch("SELECT id, tenant_id FROM chunks WHERE id = ANY($1)", list(got))
+    assert {r["tenant_id"] for r in doc_of} == {tenant_id}

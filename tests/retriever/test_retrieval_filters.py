@@ -1,0 +1,163 @@
+"""Filters apply before vector math: tenant, collection, grade, status, selective filters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lectern_common.embeddings import Embedder
+from lectern_common.events import RetrievalFilters, RetrieveRequest
+from lectern_retriever.config import Settings
+from lectern_retriever.handlers import Retriever
+
+pytestmark = pytest.mark.integration
+
+PHOTO = "Photosynthesis turns light, water and carbon dioxide into glucose and oxygen."
+
+
+def ask(tenant_id: str, query: str = "how does photosynthesis work", **kw: Any) -> RetrieveRequest:
+    """A request with both sides and no per-document cap."""
+    kw.setdefault("max_per_document", None)
+    return RetrieveRequest(tenant_id=tenant_id, query=query, **kw)
+
+
+async def test_tenant_isolation_and_assessment_excluded(
+    db_pool: Any,
+    retriever: Any,
+    embedder: Embedder,
+    tenant_id: str,
+    add_doc: Any,
+) -> None:
+    mine = await add_doc(db_pool, tenant_id=tenant_id, texts=[PHOTO], embedder=embedder)
+    exam = await add_doc(
+        db_pool, tenant_id=tenant_id, texts=[PHOTO + " Exam answer key."], embedder=embedder,
+        collection="assessment",
+    )  # fmt: skip
+    await add_doc(db_pool, tenant_id=tenant_id + "x", texts=[PHOTO], embedder=embedder)
+    reply = await retriever.retrieve(ask(tenant_id))
+    assert [c.document_id for c in reply.candidates] == [mine]
+    top = reply.candidates[0]
+    assert top.dense_rank == 1 and top.sparse_rank == 1
+    assert top.dense_score is not None and top.dense_score > 0.5
+    assert top.fused_score == pytest.approx(2 / 61)
+    assert set(reply.timings_ms) >= {"rewrite", "embed", "dense", "sparse", "fuse", "total"}
+    staff = await retriever.retrieve(
+        ask(tenant_id, filters=RetrievalFilters(collections=["educational", "assessment"]))
+    )
+    assert {c.document_id for c in staff.candidates} == {mine, exam}
+
+
+async def test_only_indexed_documents_are_searched(
+    db_pool: Any,
+    retriever: Any,
+    embedder: Embedder,
+    tenant_id: str,
+    add_doc: Any,
+) -> None:
+    live = await add_doc(db_pool, tenant_id=tenant_id, texts=[PHOTO], embedder=embedder)
+    for status in ("archived", "deleted", "superseded", "processing"):
+        await add_doc(db_pool, tenant_id=tenant_id, texts=[PHOTO], embedder=embedder, status=status)
+    reply = await retriever.retrieve(ask(tenant_id))
+    assert [c.document_id for c in reply.candidates] == [live]
+
+
+async def test_grade_exact_and_within_one(
+    db_pool: Any,
+    retriever: Any,
+    embedder: Embedder,
+    tenant_id: str,
+    add_doc: Any,
+) -> None:
+    by_grade = {
+        grade: await add_doc(
+            db_pool, tenant_id=tenant_id, texts=[PHOTO], embedder=embedder, grade_level=grade,
+            subject="biology",
+        )
+        for grade in (5, 6, 7, 9)
+    }  # fmt: skip
+    exact = await retriever.retrieve(ask(tenant_id, filters=RetrievalFilters(grade_level=6)))
+    assert {c.document_id for c in exact.candidates} == {by_grade[6]}
+    near = await retriever.retrieve(
+        ask(tenant_id, filters=RetrievalFilters(grade_level=6, grade_within_one=True))
+    )
+    assert {c.document_id for c in near.candidates} == {by_grade[5], by_grade[6], by_grade[7]}
+    other_subject = await retriever.retrieve(
+        ask(tenant_id, filters=RetrievalFilters(subject="history"))
+    )
+    assert other_subject.candidates == []
+
+
+@pytest.mark.parametrize("exact_below", [0, 2000], ids=["hnsw-iterative", "exact"])
+async def test_selective_filter_still_yields_k(
+    db_pool: Any,
+    embedder: Embedder,
+    nats_url: str,
+    database_url: str,
+    tenant_id: str,
+    exact_below: int,
+    add_doc: Any,
+    unit_vectors: Any,
+) -> None:
+    # 1,500 chunks in one document's worth of noise; 25 of them carry the rare module tag
+    vectors = unit_vectors(1500, seed=7)
+    texts = [f"filler chunk {i} about nothing in particular" for i in range(1500)]
+    tags = ["rare" if i % 60 == 0 else "common" for i in range(1500)]
+    for start in range(0, 1500, 500):
+        for tag in ("rare", "common"):
+            idx = [i for i in range(start, start + 500) if tags[i] == tag]
+            await add_doc(
+                db_pool, tenant_id=tenant_id, texts=[texts[i] for i in idx],
+                vectors=vectors[idx], module_tag=tag,
+            )  # fmt: skip
+    settings = Settings(
+        nats_url=nats_url, database_url=database_url, http_port=0, exact_search_below=exact_below
+    )
+    retriever = Retriever(settings=settings, embedder=embedder)
+    await retriever.start()
+    try:
+        reply = await retriever.retrieve(
+            ask(
+                tenant_id,
+                query="filler chunk",
+                k=20,
+                k_dense=20,
+                k_sparse=0,
+                methods=["dense"],
+                filters=RetrievalFilters(module_tag="rare"),
+                ef_search=40,
+            )
+        )
+    finally:
+        await retriever.close()
+    assert len(reply.candidates) == 20
+    assert all(c.metadata["module_tag"] == "rare" for c in reply.candidates)
+    scores = [c.dense_score for c in reply.candidates]
+    assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+
+
+async def test_max_per_document_and_boosts(
+    db_pool: Any,
+    retriever: Any,
+    embedder: Embedder,
+    tenant_id: str,
+    add_doc: Any,
+) -> None:
+    texts = [PHOTO, PHOTO + " Chlorophyll.", PHOTO + " Stomata.", PHOTO + " Calvin cycle."]
+    big = await add_doc(db_pool, tenant_id=tenant_id, texts=texts, embedder=embedder)
+    other = await add_doc(
+        db_pool, tenant_id=tenant_id, texts=["Plants make glucose from light."],
+        embedder=embedder, topic_tags=["plants"],
+    )  # fmt: skip
+    capped = await retriever.retrieve(ask(tenant_id, max_per_document=3))
+    assert [c.document_id for c in capped.candidates].count(big) == 3
+    # rewrite off: boost tags would otherwise also join the query text as context keywords
+    plain = await retriever.retrieve(ask(tenant_id, rewrite=False))
+    boosted = await retriever.retrieve(ask(tenant_id, rewrite=False, boost_tags=["Plants"]))
+    score = {c.document_id: c.fused_score for c in plain.candidates}
+    boosted_score = {c.document_id: c.fused_score for c in boosted.candidates}
+    assert boosted_score[other] == pytest.approx(score[other] * 1.2)
+    cited = await retriever.retrieve(ask(tenant_id, rewrite=False, cited_document_ids=[other]))
+    cited_score = {c.document_id: c.fused_score for c in cited.candidates}
+    assert cited_score[other] == pytest.approx(score[other] * 1.2)
+    assert cited_score[big] == pytest.approx(score[big])

@@ -1,0 +1,156 @@
+"""The retriever service over real NATS, and the evaluation harness on a small BEIR set."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lectern_common.broker import create_broker, request
+from lectern_common.embeddings import Embedder
+from lectern_common.events import RetrieveReply, RetrieveRequest
+from lectern_retriever.app import create_app
+from lectern_retriever.config import Settings
+from lectern_retriever.evaluation import (
+    document_ranking,
+    evaluate,
+    latency_summary,
+    load_beir,
+    mean_metrics,
+    mrr_at,
+    ndcg_at,
+    percentile,
+    recall_at,
+)
+
+
+@pytest.fixture(scope="module")
+async def retriever_service(
+    nats_url: str, database_url: str, embedder: Embedder
+) -> AsyncIterator[Any]:
+    """The retriever app (its lifespan: broker, subscriber, pool) and a client broker."""
+    settings = Settings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
+    app = create_app(settings, embedder=embedder)
+    async with app.router.lifespan_context(app):
+        client = create_broker(nats_url, service_name="retriever-tests")
+        await client.connect()
+        try:
+            yield client
+        finally:
+            await client.stop()
+
+
+@pytest.mark.integration
+async def test_request_reply_over_nats(
+    retriever_service: Any, db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any
+) -> None:
+    texts = ["The French Revolution began in 1789 with the storming of the Bastille."]
+    doc = await add_doc(
+        db_pool, tenant_id=tenant_id, texts=texts, embedder=embedder, title="Revolutions",
+        section_path=["Europe", "France"], page_start=4, page_end=5, subject="history",
+    )  # fmt: skip
+    await add_doc(
+        db_pool, tenant_id=tenant_id, texts=["Cells divide by mitosis."], embedder=embedder
+    )
+    message = RetrieveRequest(tenant_id=tenant_id, query="when did the french revolution start?")
+    reply = await request(retriever_service, message, RetrieveReply, timeout=20)
+    assert reply.request_id == message.request_id
+    top = reply.candidates[0]
+    assert (top.document_id, top.title, top.text) == (doc, "Revolutions", texts[0])
+    assert (top.section_path, top.page_start, top.page_end) == ("Europe > France", 4, 5)
+    assert top.metadata["subject"] == "history"
+    assert top.dense_rank == 1 and top.sparse_rank == 1
+    assert reply.queries == ["when did the french revolution start?"]
+    assert reply.timings_ms["total"] > 0
+
+    bad = {"tenant_id": tenant_id, "query": ""}
+    raw = await retriever_service.request(bad, RetrieveRequest.subject, timeout=10)
+    assert RetrieveReply.model_validate_json(raw.body).error == "bad_input"
+
+
+def test_metrics_by_hand() -> None:
+    relevant = {"d1": 1, "d4": 2}
+    ranking = document_ranking(["d3", "d1", "d1", "d2", "d4"])
+    assert ranking == ["d3", "d1", "d2", "d4"]
+    dcg = 1 / math.log2(3) + 2 / math.log2(5)
+    idcg = 2 / math.log2(2) + 1 / math.log2(3)
+    assert ndcg_at(ranking, relevant, 10) == pytest.approx(dcg / idcg)
+    assert ndcg_at(ranking, relevant, 1) == 0.0
+    assert recall_at(ranking, relevant, 2) == 0.5
+    assert recall_at(ranking, relevant, 5) == 1.0
+    assert mrr_at(ranking, relevant, 10) == 0.5
+    assert mrr_at(["x"], relevant, 10) == 0.0
+    first = {"ndcg@10": 1.0, "recall@5": 0.5, "recall@10": 1, "recall@100": 1, "mrr@10": 1}
+    second = {"ndcg@10": 0.5, "recall@5": 0.0, "recall@10": 0, "recall@100": 1, "mrr@10": 0}
+    assert mean_metrics([first, second]) == {
+        "ndcg@10": 0.75, "recall@5": 0.25, "recall@10": 0.5, "recall@100": 1.0, "mrr@10": 0.5
+    }  # fmt: skip
+    assert percentile([1, 2, 3, 4, 5], 50) == 3
+    assert percentile([1, 2, 3, 4, 5], 95) == pytest.approx(4.8)
+    assert latency_summary({"dense": [1.0, 3.0], "none": []}) == {"dense": {"p50": 2.0, "p95": 2.9}}
+
+
+CORPUS = {
+    "bio1": ("Photosynthesis", "Plants convert light energy into glucose in chloroplasts."),
+    "bio2": ("Respiration", "Mitochondria release energy from glucose, producing ATP."),
+    "his1": ("Revolution", "The French Revolution began in 1789 in Paris."),
+    "his2": ("Empire", "Napoleon crowned himself emperor of the French in 1804."),
+    "phy1": ("Motion", "Newton's second law: force equals mass times acceleration."),
+    "phy2": ("Energy", "Kinetic energy is one half of mass times velocity squared."),
+}
+QUERIES = {
+    "q1": "how do plants make glucose from light",
+    "q2": "when did the french revolution begin",
+    "q3": "what does newton's second law say about force",
+    "q4": "a question without judgements",
+}
+QRELS = [("q1", "bio1", 1), ("q2", "his1", 1), ("q2", "his2", 0), ("q3", "phy1", 2)]
+
+
+def write_beir(directory: Path) -> None:
+    """A tiny BEIR-format dataset."""
+    (directory / "qrels").mkdir(parents=True)
+    with (directory / "corpus.jsonl").open("w") as out:
+        for doc_id, (title, text) in CORPUS.items():
+            out.write(json.dumps({"_id": doc_id, "title": title, "text": text}) + "\n")
+    with (directory / "queries.jsonl").open("w") as out:
+        for query_id, text in QUERIES.items():
+            out.write(json.dumps({"_id": query_id, "text": text}) + "\n")
+    lines = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t{s}" for q, d, s in QRELS]
+    (directory / "qrels" / "test.tsv").write_text("\n".join(lines) + "\n")
+
+
+def test_load_beir_keeps_judged_queries(tmp_path: Path) -> None:
+    write_beir(tmp_path / "tiny")
+    dataset = load_beir(tmp_path / "tiny")
+    assert dataset.name == "tiny"
+    assert sorted(dataset.queries) == ["q1", "q2", "q3"]
+    assert dataset.qrels["q2"] == {"his1": 1}  # score 0 is not relevant
+    assert dataset.corpus["phy1"][0] == "Motion"
+
+
+@pytest.mark.integration
+async def test_eval_harness_end_to_end(
+    retriever_service: Any, nats_url: str, database_url: str, embedder: Embedder, tmp_path: Path
+) -> None:
+    write_beir(tmp_path / "tiny")
+    result = await evaluate(
+        dataset_dir=tmp_path / "tiny",
+        nats_url=nats_url,
+        database_url=database_url,
+        embedder=embedder,
+        methods=["dense", "sparse", "hybrid"],
+    )
+    out = result.to_json()
+    assert out["dataset"] == "tiny" and out["queries"] == 3 and out["documents"] == 6
+    assert set(out["methods"]) == {"dense", "sparse", "hybrid"}
+    for values in out["methods"].values():
+        assert set(values) == {"ndcg@10", "recall@5", "recall@10", "recall@100", "mrr@10"}
+        # every question has one obvious answer in this corpus
+        assert values["mrr@10"] == 1.0 and values["recall@5"] == 1.0
+    assert {"embed", "dense", "sparse", "fuse", "total", "request"} <= set(out["latency_ms"])
+    assert all(v["p95"] >= v["p50"] >= 0 for v in out["latency_ms"].values())

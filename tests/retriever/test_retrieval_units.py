@@ -1,0 +1,154 @@
+"""Pure parts of the retriever: RRF fusion, caps, boosts, rewriting, multi-hop splitting."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from lectern_common.events import RetrievalFilters, RetrieveRequest
+from lectern_common.events.retrieval import Turn
+from lectern_retriever.fusion import Hit, RankedList, cap_per_document, rrf_fuse
+from lectern_retriever.repository import build_filter
+from lectern_retriever.rewrite import (
+    RewriteContext,
+    Rewritten,
+    build_rewrite_prompt,
+    expand,
+    normalise,
+    parse_llm_rewrite,
+    rule_rewrite,
+    split_multi_hop,
+)
+from lectern_retriever.service import plan_queries
+
+A, B, C, D = (uuid.UUID(int=i) for i in range(1, 5))
+DOC1, DOC2 = uuid.UUID(int=101), uuid.UUID(int=102)
+
+
+def hits(*pairs: tuple[uuid.UUID, uuid.UUID]) -> list[Hit]:
+    return [Hit(c, d, rank, 1.0 / rank) for rank, (c, d) in enumerate(pairs, start=1)]
+
+
+def test_rrf_sums_reciprocal_ranks_and_merges_duplicates() -> None:
+    dense = RankedList("dense", hits((A, DOC1), (B, DOC1), (C, DOC2)))
+    sparse = RankedList("sparse", hits((C, DOC2), (A, DOC1)))
+    fused = rrf_fuse([dense, sparse], k=60, limit=10, max_per_document=None)
+    by_id = {f.chunk_id: f for f in fused}
+    assert by_id[A].fused_score == pytest.approx(1 / 61 + 1 / 62)
+    assert by_id[C].fused_score == pytest.approx(1 / 63 + 1 / 61)
+    assert by_id[B].fused_score == pytest.approx(1 / 62)
+    assert [f.chunk_id for f in fused] == [A, C, B]
+    assert (by_id[C].dense_rank, by_id[C].sparse_rank) == (3, 1)
+    assert by_id[B].sparse_rank is None
+
+
+def test_rrf_weights_change_the_order() -> None:
+    dense = RankedList("dense", hits((A, DOC1), (B, DOC2)), weight=0.3)
+    sparse = RankedList("sparse", hits((B, DOC2), (A, DOC1)), weight=0.7)
+    fused = rrf_fuse([dense, sparse], limit=10)
+    assert [f.chunk_id for f in fused] == [B, A]
+    assert fused[0].fused_score == pytest.approx(0.3 / 62 + 0.7 / 61)
+    only_dense = rrf_fuse([dense, RankedList("sparse", sparse.hits, weight=0.0)], limit=10)
+    assert [f.chunk_id for f in only_dense] == [A, B]
+
+
+def test_cap_per_document_and_limit() -> None:
+    ranked = RankedList("dense", hits((A, DOC1), (B, DOC1), (C, DOC1), (D, DOC2)))
+    assert [f.chunk_id for f in rrf_fuse([ranked], limit=10, max_per_document=2)] == [A, B, D]
+    assert [f.chunk_id for f in rrf_fuse([ranked], limit=2, max_per_document=None)] == [A, B]
+    assert cap_per_document([], max_per_document=1) == []
+
+
+def test_boosts_multiply_the_fused_score() -> None:
+    tagged = [Hit(A, DOC1, 1, 0.9, topic_tags=("Algebra",)), Hit(B, DOC2, 2, 0.8)]
+    fused = rrf_fuse(
+        [RankedList("dense", tagged)], limit=5, boost_tags=["algebra"], tag_boost=0.5,
+        cited_document_ids=[DOC2], cited_boost=0.25,
+    )  # fmt: skip
+    by_id = {f.chunk_id: f for f in fused}
+    assert by_id[A].fused_score == pytest.approx(1.5 / 61)
+    assert by_id[B].fused_score == pytest.approx(1.25 / 62)
+    assert by_id[A].boosts == ["tags"] and by_id[B].boosts == ["cited"]
+
+
+def test_normalise_and_expand() -> None:
+    assert normalise("  what\u2019s   ATP\n ") == "what's ATP"
+    assert expand("whats the eq for photosynth") == (
+        "what is the eq (equation) for photosynth (photosynthesis)"
+    )
+    assert expand("causes of ww2?") == "causes of ww2 (world war ii)?"
+    assert expand("world war ii and ww2") == "world war ii and ww2"  # already spelled out
+
+
+def test_rule_rewrite_adds_context_keywords() -> None:
+    context = RewriteContext(subject="biology", module_tag="cell_energy", topic_tags=["ATP"])
+    rewritten = rule_rewrite("how do cells get energy", context=context)
+    assert rewritten.main == "how do cells get energy biology cell energy ATP"
+    assert rewritten.all == [rewritten.main]
+    mentioned = rule_rewrite("biology of cells", context=RewriteContext(subject="Biology"))
+    assert mentioned.main == "biology of cells"
+
+
+@pytest.mark.parametrize(
+    ("question", "kind", "parts"),
+    [
+        ("Compare mitosis and meiosis", "comparison", ["mitosis", "meiosis"]),
+        ("What is the difference between DNA and RNA?", "comparison", ["DNA", "RNA"]),
+        ("mitosis vs meiosis", "comparison", ["mitosis", "meiosis"]),
+        ("How does a virus differ from a bacterium?", "comparison", ["a virus", "a bacterium"]),
+        (
+            "How did the Treaty of Versailles lead to World War II?",
+            "cause",
+            ["the Treaty of Versailles", "World War II"],
+        ),
+        ("What is the effect of temperature on enzyme activity?", "cause",
+         ["temperature", "enzyme activity"]),
+        ("What is photosynthesis?", "simple", []),
+        ("compare x and x", "simple", []),
+    ],
+)  # fmt: skip
+def test_split_multi_hop(question: str, kind: str, parts: list[str]) -> None:
+    assert split_multi_hop(question) == (kind, parts)
+
+
+def test_multi_hop_rewrite_runs_sub_queries() -> None:
+    rewritten = rule_rewrite("compare photosynth and respiration")
+    assert rewritten.kind == "comparison"
+    assert rewritten.all == [
+        "compare photosynth (photosynthesis) and respiration",
+        "photosynth (photosynthesis)",
+        "respiration",
+    ]
+    request = RetrieveRequest(tenant_id="t", query="mitosis vs meiosis", rewrite=False)
+    assert plan_queries(request).all == ["mitosis vs meiosis", "mitosis", "meiosis"]
+    single = RetrieveRequest(tenant_id="t", query="mitosis vs meiosis", multi_hop=False)
+    assert plan_queries(single).all == ["mitosis versus meiosis"]
+
+
+def test_llm_rewrite_parsing_and_prompt() -> None:
+    fallback = Rewritten(main="fallback")
+    raw = json.dumps({"queries": ["what is mitosis", "mitosis phases"], "kind": "simple"})
+    parsed = parse_llm_rewrite(raw, fallback=fallback)
+    assert parsed.all == ["what is mitosis", "mitosis phases"] and parsed.by == "llm"
+    assert parse_llm_rewrite("not json", fallback=fallback) is fallback
+    assert parse_llm_rewrite('{"queries": []}', fallback=fallback) is fallback
+    assert parse_llm_rewrite('{"queries": "x"}', fallback=fallback) is fallback
+    prompt = build_rewrite_prompt(
+        "why does it happen?", [Turn(role="user", text="tell me about mitosis")]
+    )
+    assert "user: tell me about mitosis" in prompt and "why does it happen?" in prompt
+
+
+def test_filter_sql_is_parameterised() -> None:
+    filters = RetrievalFilters(
+        subject="biology", grade_level=7, grade_within_one=True, content_types=["slides"],
+        document_ids=[DOC1], module_tag="m'; DROP TABLE chunks; --",
+    )  # fmt: skip
+    sql = build_filter(tenant_id="t1", filters=filters)
+    assert "DROP" not in sql.clause
+    assert sql.params == ["t1", ["educational"], "biology", 6, 8, "m'; DROP TABLE chunks; --",
+                          ["slides"], [DOC1]]  # fmt: skip
+    assert "c.grade_level BETWEEN $4::smallint AND $5::smallint" in sql.clause
+    assert "d0.status = 'indexed'" in sql.clause
