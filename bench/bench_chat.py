@@ -223,8 +223,10 @@ async def service_processes(nats_url: str, database_url: str) -> AsyncIterator[s
         "LECTERN_LOG_LEVEL": "WARNING",
     }
     processes = [
-        subprocess.Popen(
-            [sys.executable, "-m", module],
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            module,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -249,7 +251,7 @@ async def service_processes(nats_url: str, database_url: str) -> AsyncIterator[s
                 )
                 break
             except LecternError:
-                if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+                if time.monotonic() > deadline or any(p.returncode is not None for p in processes):
                     raise RuntimeError("retriever/re-ranker processes did not come up") from None
                 await asyncio.sleep(0.5)
         yield "real retriever + re-ranker processes (local MiniLM)"
@@ -258,7 +260,7 @@ async def service_processes(nats_url: str, database_url: str) -> AsyncIterator[s
         for process in processes:
             process.terminate()
         for process in processes:
-            process.wait(timeout=30)
+            await asyncio.wait_for(process.wait(), timeout=30)
 
 
 @contextlib.asynccontextmanager
@@ -343,6 +345,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             log_json=False,
             log_level="WARNING",
             idle_sweep_interval_s=0,
+            retrieve_timeout_s=60.0,
+            rerank_timeout_s=60.0,
             gemini_api_key=SecretStr("bench"),
         )
         embedder = LocalEmbedder(settings)
@@ -424,7 +428,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "overhead_p50_ms_10": round(percentile(concurrent, 50), 1),
         "overhead_p95_ms_10": round(percentile(concurrent, 95), 1),
         "median_stage_ms": {
-            **{n: stage(n) for n in ("retrieve_ms", "rerank_ms", "memory_ms")},
+            **{
+                n: stage(n)
+                for n in (
+                    "store_question_ms",
+                    "retrieve_ms",
+                    "visibility_ms",
+                    "rerank_ms",
+                    "memory_ms",
+                )
+            },
             "before_model_call_ms": _median(
                 [t["first_token_ms"] - t["model_first_token_ms"] for t in stages]
             ),

@@ -123,8 +123,7 @@ async def ingest_one(
     if result["subject"] != DocumentIndexed.subject:
         raise SystemExit(f"{path.name} failed: {result.get('reason')}: {result.get('message')}")
     rows = await pool.fetch(
-        "SELECT text, context_prefix FROM chunks WHERE document_id = $1 ORDER BY kind, "
-        "chunk_index",
+        "SELECT text, context_prefix FROM chunks WHERE document_id = $1 ORDER BY kind, chunk_index",
         document_id,
     )
     texts = [f"{r['context_prefix']}\n{r['text']}" if r["context_prefix"] else r["text"]

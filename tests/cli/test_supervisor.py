@@ -207,3 +207,17 @@ def test_leftovers_of_a_killed_supervisor_are_stopped(tmp_path: Path) -> None:
         if orphan.poll() is None:
             orphan.kill()
             orphan.wait()
+
+
+def test_a_busy_gateway_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        supervisor = Supervisor(data_dir=tmp_path, gateway_port=port, report=lambda m: None)
+        with pytest.raises(ConfigurationError, match=f"port {port} .* is in use"):
+            supervisor.start()
+    assert supervisor.postgres is None
+    assert not (tmp_path / STATE_FILE).exists()

@@ -130,15 +130,15 @@ def lectern_status(data_dir: Path) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
-def stop_stack(stack: Stack) -> float:
-    """SIGTERM, then assert a clean exit with nothing left running; seconds it took."""
+def stop_stack(stack: Stack, signum: signal.Signals = signal.SIGTERM) -> float:
+    """SIGTERM (or Ctrl-C's SIGINT), then assert a clean exit with nothing left running."""
     state = stack.state()
     pids = [(f"service {n}", i["pid"], i["pid_create_time"]) for n, i in state["services"].items()]
     pids += [
         (what, state[what]["pid"], state[what]["pid_create_time"]) for what in ("nats", "postgres")
     ]
     began = time.monotonic()
-    stack.process.send_signal(signal.SIGTERM)
+    stack.process.send_signal(signum)
     try:
         code = stack.process.wait(STOP_WITHIN_S)
     except subprocess.TimeoutExpired:
@@ -149,6 +149,7 @@ def stop_stack(stack: Stack) -> float:
     assert not left, f"still running after stop: {left}"
     assert stack.state()["running"] is False
     assert "stack stopped" in stack.output.read_text()
+    assert "ready: gateway, ingest, retriever, reranker, memory" in stack.output.read_text()
     return took
 
 
@@ -209,6 +210,8 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
         assert all(info["ready"] for info in status["services"].values())
         assert "LECTERN_DOCUMENTS" in status["streams"]
         assert isinstance(status["documents"]["indexed"], int)
+        assert status["stack"]["time_to_ready_s"] is not None
+        assert status["stack"]["time_to_ready_s"] < READY_WITHIN_S
 
         marker = f"kept-{uuid.uuid4().hex}"
         seq = await write_marker(state, marker)
@@ -237,7 +240,7 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
         rows, data = await read_marker(stack.state(), seq)
         assert rows == [marker]
         assert data == marker.encode()
-        stop_stack(stack)
+        stop_stack(stack, signal.SIGINT)
     finally:
         if stack.process.poll() is None:  # a failed assertion: still stop everything
             stack.process.send_signal(signal.SIGTERM)

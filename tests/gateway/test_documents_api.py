@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import nats
-import pymupdf
+import pymupdf as _pymupdf
 import pytest
 from nats.js.errors import NotFoundError as NatsNotFoundError
 
@@ -22,6 +22,9 @@ from lectern_gateway.auth import issue_token
 from lectern_gateway.config import Settings as GatewaySettings
 from lectern_ingest.app import create_app as create_ingest
 from lectern_ingest.config import Settings as IngestSettings
+
+#: PyMuPDF's partial annotations make mypy --strict reject plain calls
+pymupdf: Any = _pymupdf
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -101,7 +102,7 @@ def test_overlap_is_whole_sentences_within_a_section(count_tokens: TokenCounter)
     units = [Unit([Block("heading", "Topic", level=1), Block("paragraph", " ".join(sentences))])]
     chunks = _chunks(units, count_tokens)
     assert len(chunks) >= 3
-    for first, second in zip(chunks, chunks[1:], strict=False):
+    for first, second in pairwise(chunks):
         first_sentences = split_sentences(first.text)
         second_sentences = split_sentences(second.text)
         assert second_sentences[0] in first_sentences  # starts with a repeated whole sentence
@@ -177,15 +178,18 @@ def test_slides_never_share_a_chunk(count_tokens: TokenCounter) -> None:
 
 def test_transcript_chunks_keep_time_ranges(count_tokens: TokenCounter) -> None:
     units = [
-        Unit([Block("paragraph", _sentence(_run(i, 25)))], time_start=i * 10.0,
-             time_end=i * 10.0 + 9.5)
+        Unit(
+            [Block("paragraph", _sentence(_run(i, 25)))],
+            time_start=i * 10.0,
+            time_end=i * 10.0 + 9.5,
+        )
         for i in range(30)
     ]
     chunks = _chunks(units, count_tokens)
     assert len(chunks) > 1
     assert chunks[0].time_start == 0.0
     assert chunks[-1].time_end == 29 * 10.0 + 9.5
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in pairwise(chunks):
         assert a.time_start is not None and b.time_start is not None
         assert a.time_start <= b.time_start
 
@@ -203,7 +207,9 @@ def test_chunk_properties(
     overlap: int,
 ) -> None:
     config = ChunkingConfig(
-        target_tokens=target, overlap_tokens=min(overlap, target - 1), min_tokens=20,
+        target_tokens=target,
+        overlap_tokens=min(overlap, target - 1),
+        min_tokens=20,
         max_tokens=256,
     )
     units = _units(sections)
@@ -221,6 +227,41 @@ def test_chunk_properties(
     pages = [c.page_start or 0 for c in chunks]
     assert pages == sorted(pages)
     for chunk in chunks:
-        level, title, _ = sections[(chunk.page_start or 1) - 1]
+        _, title, _ = sections[(chunk.page_start or 1) - 1]
         assert chunk.section_path[-1] == f"{title.title()} {chunk.page_start}"
         assert chunk.page_start == chunk.page_end
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    paragraphs=st.lists(
+        st.lists(
+            st.text(
+                alphabet=st.characters(categories=["L", "N", "P", "S"]), min_size=1, max_size=25
+            ),
+            min_size=1,
+            max_size=400,
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_arbitrary_text_stays_under_the_cap_and_keeps_every_word(
+    count_tokens: TokenCounter, paragraphs: list[list[str]]
+) -> None:
+    units = [Unit([Block("paragraph", " ".join(words)) for words in paragraphs], page=1)]
+    chunks = _chunks(units, count_tokens)
+    for chunk in chunks:
+        assert chunk.token_count == count_tokens(chunk.text) <= 256
+    text = " ".join(c.text for c in chunks)
+    for words in paragraphs:
+        for word in words:
+            assert word in text
+
+
+def test_a_single_word_over_the_cap_is_split_by_characters(count_tokens: TokenCounter) -> None:
+    word = "".join(f"{i}," for i in range(400))  # ~800 word pieces, no space to split at
+    chunks = _chunks([Unit([Block("paragraph", word)], page=1)], count_tokens)
+    assert len(chunks) >= 4
+    assert all(count_tokens(c.text) <= 256 for c in chunks)
+    assert "".join(c.text for c in chunks) == word  # slices are too big to overlap

@@ -14,8 +14,8 @@ from lectern_ingest.dedup import (
     sha256_bytes,
     sha256_file,
     sha256_text,
-    similarity,
     simhash,
+    similarity,
 )
 
 BASE = (

@@ -58,6 +58,8 @@ def _pptx(path: Path) -> None:
             for r, row in enumerate([("Input", "Output"), ("CO2", "G3P")]):
                 for c, text in enumerate(row):
                     shape.table.cell(r, c).text = text
+    title_only = deck.slides.add_slide(deck.slide_layouts[5])
+    title_only.shapes.title.text = "Questions?"
     deck.save(str(path))
 
 
@@ -69,20 +71,25 @@ def test_docx_headings_tables_and_order(tmp_path: Path, count_tokens: Any) -> No
     with extract(path, mime=DOCX, password=None) as ex:
         assert ex.title == "Cell Biology Notes"
         assert [(e.level, e.title) for e in ex.outline] == [
-            (1, "Chapter 5 Cells"), (2, "5.3 Mitosis"), (1, "Chapter 6 Energy")
+            (1, "Chapter 5 Cells"),
+            (2, "5.3 Mitosis"),
+            (1, "Chapter 6 Energy"),
         ]
         blocks = [b for u in ex.units() for b in u.blocks]
     kinds = [b.kind for b in blocks]
     assert kinds.index("table") == [b.text for b in blocks].index("After the table.") - 1
     table = next(b for b in blocks if b.kind == "table")
     assert table.text.split("\n") == [
-        "Phase | Event | Length", "Prophase | Condense | 1 h", "Telophase and cytokinesis | 2 h"
+        "Phase | Event | Length",
+        "Prophase | Condense | 1 h",
+        "Telophase and cytokinesis | 2 h",
     ]
     with extract(path, mime=DOCX, password=None) as ex:
         chunks = list(chunk_units(ex.units(), config=ChunkingConfig(), count_tokens=count_tokens))
     by_text = {c.text.split("\n")[0]: c for c in chunks}
     assert by_text["Mitosis divides one nucleus into two."].section_path == [
-        "Chapter 5 Cells", "5.3 Mitosis"
+        "Chapter 5 Cells",
+        "5.3 Mitosis",
     ]
     assert by_text["ATP stores energy."].section_path == ["Chapter 6 Energy"]
     assert [c.kind for c in chunks].count("table") == 1
@@ -94,9 +101,9 @@ def test_pptx_slides_titles_notes_and_tables(tmp_path: Path, count_tokens: Any) 
     _pptx(path)
     assert detect_mime_path(path) == PPTX
     with extract(path, mime=PPTX, password=None) as ex:
-        assert ex.page_count == ex.total_units == 2
+        assert ex.page_count == ex.total_units == 3
         units = list(ex.units())
-    assert [u.slide for u in units] == [1, 2]
+    assert [u.slide for u in units] == [1, 2, 3]
     first = [(b.kind, b.text) for b in units[0].blocks]
     assert first[0] == ("heading", "Photosynthesis")
     assert ("paragraph", "Light becomes chemical energy") in first
@@ -104,8 +111,11 @@ def test_pptx_slides_titles_notes_and_tables(tmp_path: Path, count_tokens: Any) 
     assert ("table", "Input | Output\nCO2 | G3P") in [(b.kind, b.text) for b in units[1].blocks]
     with extract(path, mime=PPTX, password=None) as ex:
         chunks = list(chunk_units(ex.units(), config=ChunkingConfig(), count_tokens=count_tokens))
-    assert {c.slide for c in chunks} == {1, 2}
-    assert all(c.section_path in (["Photosynthesis"], ["Calvin cycle"]) for c in chunks)
+    assert {c.slide for c in chunks} == {1, 2, 3}
+    assert all(
+        c.section_path in (["Photosynthesis"], ["Calvin cycle"], ["Questions?"]) for c in chunks
+    )
+    assert [c.text for c in chunks if c.slide == 3] == ["Questions?"]  # title-only slide
 
 
 @pytest.mark.timeout(60)

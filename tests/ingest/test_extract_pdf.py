@@ -38,9 +38,13 @@ def _textbook(path: Path) -> None:
         _furniture(page, n)
         if n == 1:
             page.insert_text((72, 100), "Chapter 1 Cells", fontsize=22, fontname="hebo")
-        page.insert_text((72, 140), f"1.{n} Section {n}", fontsize=15, fontname="hebo")
-        _body(page, (72, 160, 520, 400), f"Section {n} text. " + LOREM + " The mito-\nchondria "
-              "make energy.")
+        title = ["Membranes", "Organelles", "Transport", "Energy", "Division", "Signals"][n - 1]
+        page.insert_text((72, 140), f"1.{n} {title}", fontsize=15, fontname="hebo")
+        _body(
+            page,
+            (72, 160, 520, 400),
+            f"Section {n} text. " + LOREM + " The mito-\nchondria make energy.",
+        )
         _body(page, (72, 420, 520, 700), LOREM)
     doc.save(path)
 
@@ -87,7 +91,7 @@ def test_headings_pages_furniture_and_dehyphenation(tmp_path: Path) -> None:
     assert [u.page for u in units] == [1, 2, 3, 4, 5, 6]
     headings = [(b.level, b.text) for u in units for b in u.blocks if b.kind == "heading"]
     assert headings[0] == (1, "Chapter 1 Cells")
-    assert (2, "1.3 Section 3") in headings
+    assert (2, "1.3 Transport") in headings
     text = "\n".join(b.text for u in units for b in u.blocks)
     assert "Course Reader" not in text
     assert not any(b.text.strip().isdigit() for u in units for b in u.blocks)
@@ -101,7 +105,7 @@ def test_section_paths_reach_the_chunks(tmp_path: Path, count_tokens: Any) -> No
     with extract(path, mime=PDF, password=None) as ex:
         chunks = list(chunk_units(ex.units(), config=ChunkingConfig(), count_tokens=count_tokens))
     third = [c for c in chunks if "Section 3 text." in c.text]
-    assert third and third[0].section_path == ["Chapter 1 Cells", "1.3 Section 3"]
+    assert third and third[0].section_path == ["Chapter 1 Cells", "1.3 Transport"]
     assert third[0].page_start == 3 and third[0].chapter == "Chapter 1 Cells"
 
 
@@ -140,8 +144,12 @@ def test_passwords(tmp_path: Path) -> None:
     _body(doc.new_page(), (72, 72, 500, 300), LOREM)
     locked, owner_only = tmp_path / "locked.pdf", tmp_path / "owner.pdf"
     doc.save(locked, encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="secret", owner_pw="boss")
-    doc.save(owner_only, encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="boss",
-             permissions=pymupdf.PDF_PERM_PRINT)
+    doc.save(
+        owner_only,
+        encryption=pymupdf.PDF_ENCRYPT_AES_256,
+        owner_pw="boss",
+        permissions=pymupdf.PDF_PERM_PRINT,
+    )
     for password, reason in [(None, "encrypted"), ("wrong", "wrong_password")]:
         with pytest.raises(BadInputError) as err:
             extract(locked, mime=PDF, password=password)
@@ -160,8 +168,7 @@ def test_image_only_pages_are_counted_not_silently_empty(tmp_path: Path) -> None
     doc.new_page().insert_image(pymupdf.Rect(50, 50, 500, 700), pixmap=pixmap)
     path = tmp_path / "scan.pdf"
     doc.save(path)
-    with extract(path, mime=PDF, password=None) as ex:
-        ex._ocr = False  # pretend tesseract is absent, whatever this machine has
+    with extract(path, mime=PDF, password=None, ocr=False) as ex:
         units = list(ex.units())
         assert ex.summary.skipped_pages == [2]
     assert units[0].blocks and not units[1].blocks
@@ -169,10 +176,11 @@ def test_image_only_pages_are_counted_not_silently_empty(tmp_path: Path) -> None
     only_scan = tmp_path / "only-scan.pdf"
     doc.delete_page(0)
     doc.save(only_scan)
-    with extract(only_scan, mime=PDF, password=None) as ex:
-        ex._ocr = False
-        with pytest.raises(BadInputError) as err:
-            list(ex.units())
+    with (
+        extract(only_scan, mime=PDF, password=None, ocr=False) as ex,
+        pytest.raises(BadInputError) as err,
+    ):
+        list(ex.units())
     assert err.value.reason == "no_text"
 
 
@@ -184,7 +192,6 @@ def test_broken_files(tmp_path: Path) -> None:
     with pytest.raises(BadInputError) as err:
         extract(empty, mime=PDF, password=None)
     assert err.value.reason == "empty_file"
-    with pytest.raises(BadInputError) as err:
-        with extract(garbage, mime=PDF, password=None) as ex:
-            list(ex.units())
+    with pytest.raises(BadInputError) as err, extract(garbage, mime=PDF, password=None) as ex:
+        list(ex.units())
     assert err.value.reason in {"corrupt", "no_text"}

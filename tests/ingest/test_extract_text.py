@@ -96,7 +96,10 @@ def test_markdown_structure(tmp_path: Path) -> None:
     assert ("heading", 2, "Mitosis", None) in blocks
     assert ("paragraph", None, "Prophase condenses chromosomes", None) in blocks
     assert (
-        "table", None, "Phase | Event\nProphase | Condense\nAnaphase | Separate", "Table 2: Phases"
+        "table",
+        None,
+        "Phase | Event\nProphase | Condense\nAnaphase | Separate",
+        "Table 2: Phases",
     ) in blocks
     assert ("heading", 2, "Energy", None) in blocks
     assert ("paragraph", None, "code stays as is", None) in blocks

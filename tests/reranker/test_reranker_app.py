@@ -16,9 +16,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def chunk(text: str, **metadata: object) -> Candidate:
     return Candidate(
-        chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="Biology", text=text,
+        chunk_id=uuid.uuid4(),
+        document_id=uuid.uuid4(),
+        title="Biology",
+        text=text,
         metadata=dict(metadata),
-    )  # fmt: skip
+    )
 
 
 async def test_rerank_over_nats(nats_url: str, database_url: str, tenant_id: str) -> None:
@@ -31,8 +34,13 @@ async def test_rerank_over_nats(nats_url: str, database_url: str, tenant_id: str
     )
     candidates = [
         chunk("The Treaty of Versailles ended the First World War in 1919."),
-        chunk(photosynthesis, grade_level=8, uploaded_by="teacher-1", class_id="bio-8",
-              freshness_date="2025-09-01"),  # fmt: skip
+        chunk(
+            photosynthesis,
+            grade_level=8,
+            uploaded_by="teacher-1",
+            class_id="bio-8",
+            freshness_date="2025-09-01",
+        ),
         chunk(photosynthesis + " It happens in plants and algae.", source_priority="web"),
         chunk("Plants store the glucose they make as starch in their leaves and roots."),
     ]
@@ -48,8 +56,13 @@ async def test_rerank_over_nats(nats_url: str, database_url: str, tenant_id: str
 
         reply = await request(
             client,
-            RerankRequest(tenant_id=tenant_id, query="How do plants make glucose?",
-                          candidates=candidates, student=student, top_k=3),  # fmt: skip
+            RerankRequest(
+                tenant_id=tenant_id,
+                query="How do plants make glucose?",
+                candidates=candidates,
+                student=student,
+                top_k=3,
+            ),
             RerankReply,
             timeout=30,
         )
@@ -66,8 +79,11 @@ async def test_rerank_over_nats(nats_url: str, database_url: str, tenant_id: str
 
         off_topic = await request(
             client,
-            RerankRequest(tenant_id=tenant_id, query="Who won the 2014 FIFA World Cup final?",
-                          candidates=candidates),  # fmt: skip
+            RerankRequest(
+                tenant_id=tenant_id,
+                query="Who won the 2014 FIFA World Cup final?",
+                candidates=candidates,
+            ),
             RerankReply,
             timeout=30,
         )

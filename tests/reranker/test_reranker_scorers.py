@@ -55,8 +55,9 @@ async def test_cross_encoder_scores_order_the_reply(cross_encoder_dir: Path) -> 
         Candidate(chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="t", text=p)
         for p in PASSAGES
     ]
-    request = RerankRequest(tenant_id="t", query="What does insulin do?", candidates=candidates,
-                            top_k=5)  # fmt: skip
+    request = RerankRequest(
+        tenant_id="t", query="What does insulin do?", candidates=candidates, top_k=5
+    )
     reply = await rerank(request=request, scorer=scorer, config=RerankConfig())
     assert reply.scorer == "cross-encoder"
     semantic = await scorer.score(request.query, PASSAGES)

@@ -33,10 +33,9 @@ def run(args: argparse.Namespace) -> int:
     from lectern_cli.status import redact
     from lectern_common.db import migrate
     from lectern_common.db.migrate import load_migrations
-    from lectern_common.runtime.supervisor import embedding_identity
-    from lectern_common.settings import BaseServiceSettings
+    from lectern_common.runtime.supervisor import embedding_identity, load_settings
 
-    settings = BaseServiceSettings()
+    settings = load_settings()
     dsn = args.database_url or os.environ.get("LECTERN_DATABASE_URL") or settings.database_url
     model, dim = embedding_identity(settings)
     try:

@@ -111,8 +111,13 @@ async def collect_status(targets: Targets, *, timeout: float = 3.0) -> dict[str,
         problems.append(f"Postgres: {pg_part['postgres'].get('error')}")
     if not services:
         problems.append("no services to check")
+    stack = None
+    if targets.stack is not None:
+        keys = ("running", "pid", "data_dir", "started_at", "time_to_ready_s", "logs_dir")
+        stack = {key: targets.stack.get(key) for key in keys}
     return {
         "source": targets.source,
+        "stack": stack,
         "services": services,
         **nats_part,
         **pg_part,

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-
 from faststream.nats import NatsBroker
 from faststream.specification import AsyncAPI
 

@@ -179,8 +179,7 @@ async def bm25_available(conn: Any) -> bool:
 async def lock_for_delete(conn: Any, *, tenant_id: str, document_id: uuid.UUID) -> Any:
     """Lock a document row for deletion (inside a transaction)."""
     return await conn.fetchrow(
-        "SELECT id, status, object_name FROM documents WHERE tenant_id = $1 AND id = $2 "
-        "FOR UPDATE",
+        "SELECT id, status, object_name FROM documents WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
         tenant_id,
         document_id,
     )

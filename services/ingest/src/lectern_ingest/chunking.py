@@ -169,8 +169,15 @@ class Chunker:
             slices = [(sentence, tokens)] if tokens <= self._limit else self._split_words(sentence)
             for text, n in slices:
                 self._buf.append(
-                    _Piece(text, n, self._paragraph, unit.page, unit.slide, unit.time_start,
-                           unit.time_end)
+                    _Piece(
+                        text,
+                        n,
+                        self._paragraph,
+                        unit.page,
+                        unit.slide,
+                        unit.time_start,
+                        unit.time_end,
+                    )
                 )
         while self._buf_tokens() > self._budget and len(self._buf) > self._overlap + 1:
             yield from self._emit_one()

@@ -40,8 +40,14 @@ QUOTES = {
 
 # Characters that carry no text: soft hyphen, zero-width spaces/joiners, BOM.
 _INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u200c\u200d\u2060\ufeff"), None)
-_SPACES = dict.fromkeys(map(ord, "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
-                               "\u2008\u2009\u200a\u202f\u205f\u3000\t\x0b\x0c"), " ")
+_SPACES = dict.fromkeys(
+    map(
+        ord,
+        "\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+        "\u2008\u2009\u200a\u202f\u205f\u3000\t\x0b\x0c",
+    ),
+    " ",
+)
 _TRANSLATE = {**_INVISIBLE, **_SPACES, **{ord(k): v for k, v in {**LIGATURES, **QUOTES}.items()}}
 _CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 # Arabic presentation forms (what PDFs often contain) fold to the base letters people search.
@@ -51,7 +57,8 @@ _HYPHEN_END = re.compile(r"(?<=[^\W\d_])[-\u2010\u2011]$")
 _PAGE_NUMBER = re.compile(
     r"^(?:page\s+)?(?:\d{1,4}|[ivxlcdm]{1,7})(?:\s*(?:/|of)\s*\d{1,4})?$", re.IGNORECASE
 )
-_DIGITS = re.compile(r"\d+")
+# A number with its separators ("2.3.59.1", "12-12-2022", "3/10") counts as one placeholder.
+_DIGITS = re.compile(r"\d(?:[\d.,:/\-]*\d)?")
 
 
 def normalize_unicode(text: str) -> str:

@@ -34,9 +34,12 @@ class Settings(ServiceHttpSettings):
     progress_interval_s: float = Field(
         default=0.5, ge=0, description="minimum time between two progress events of a document"
     )
-    embed_batch_size: int = Field(default=64, ge=1, description="chunks per embedding call")
+    # 32 keeps MiniLM's attention buffers (batch x heads x 256²) near 250 MB; 64 doubles them
+    embed_batch_size: int = Field(default=32, ge=1, description="chunks per embedding call")
+    # extraction may run far ahead: chunk text is small, and once the producer thread is done
+    # the embedder has both cores to itself
     queue_batches: int = Field(
-        default=4, ge=1, description="chunk batches buffered between extraction and embedding"
+        default=64, ge=1, description="chunk batches buffered between extraction and embedding"
     )
     near_duplicate_threshold: float = Field(
         default=0.85, ge=0.0, le=1.0, description="SimHash similarity flagged as near-duplicate"

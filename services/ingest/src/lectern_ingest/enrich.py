@@ -68,9 +68,9 @@ def _prompt(title: str, section: str, texts: Sequence[str], qa_count: int) -> st
     return (
         f"Document: {title}\nSection: {section or '(none)'}\n\n"
         f"Passages:\n{numbered[:MAX_SECTION_CHARS]}"
-        "\n\nReturn JSON with two keys. \"prefixes\": a list with one string per passage, in "
+        '\n\nReturn JSON with two keys. "prefixes": a list with one string per passage, in '
         "order: one or two sentences situating that passage within the document (what it is "
-        "about, which part of the document), for search. \"qa\": up to "
+        'about, which part of the document), for search. "qa": up to '
         f"{qa_count} exam-style question/answer pairs answerable from these passages, each "
         '{"question": ..., "answer": ..., "passage": index of the passage it comes from}.'
     )

@@ -25,8 +25,9 @@ HEAD_BYTES = 64 * 1024
 
 _LOCAL_HEADER = re.compile(rb"PK\x03\x04.{22}(..)(..)", re.DOTALL)
 _SRT_CUE = re.compile(r"^\s*\d+\s*\r?\n\s*\d{1,2}:\d{2}:\d{2}[,.]\d{1,3}\s*-->", re.MULTILINE)
-_HTML_START = re.compile(r"^\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b",
-                         re.IGNORECASE | re.DOTALL)
+_HTML_START = re.compile(
+    r"^\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b", re.IGNORECASE | re.DOTALL
+)
 _HTML_TAGS = re.compile(r"<(?:p|div|h[1-6]|article|table|section)\b[^>]*>", re.IGNORECASE)
 _MD_SIGNALS = (
     re.compile(r"^#{1,6} \S", re.MULTILINE),

@@ -218,9 +218,7 @@ async def store_document(
             old = await lock_document(conn, previous)
             if bm25 and old is not None and old["status"] == "indexed":
                 await conn.execute("SELECT lectern_bm25_unindex_document($1)", previous)
-            await conn.execute(
-                "UPDATE chunks SET active = false WHERE document_id = $1", previous
-            )
+            await conn.execute("UPDATE chunks SET active = false WHERE document_id = $1", previous)
             await conn.execute(
                 """UPDATE documents SET status = 'superseded', updated_at = now()
                    WHERE id = $1 AND status <> 'deleted'""",

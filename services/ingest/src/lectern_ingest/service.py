@@ -445,9 +445,7 @@ class IngestWorker:
             for start in range(0, len(texts), self.settings.embed_batch_size):
                 batch = texts[start : start + self.settings.embed_batch_size]
                 vectors.append(await self._embed(batch))
-                await progress.report(
-                    IngestStage.EMBED, start + len(batch), len(texts), "chunks"
-                )
+                await progress.report(IngestStage.EMBED, start + len(batch), len(texts), "chunks")
         embeddings = np.concatenate(vectors, axis=0)
         lang = event.metadata.language or language.detect_language("\n".join(stats.sample))
         simhash = stats.simhash.digest()

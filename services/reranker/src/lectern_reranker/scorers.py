@@ -95,7 +95,10 @@ class CrossEncoderScorer:
 
     def count_tokens(self, text: str) -> int:
         """Word pieces of a text with the cross-encoder's tokenizer."""
-        return len(self._model.tokenizer.encode(text, add_special_tokens=False))
+        ids = self._model.tokenizer(
+            text, add_special_tokens=False, truncation=False, verbose=False
+        )["input_ids"]
+        return len(ids)
 
 
 class QueryDocumentEmbedder(Protocol):
@@ -153,9 +156,10 @@ def load_scorer(
     if name:
         try:
             scorer = CrossEncoderScorer.load(
-                name, max_length=settings.cross_encoder_max_length,
+                name,
+                max_length=settings.cross_encoder_max_length,
                 batch_size=settings.cross_encoder_batch_size,
-            )  # fmt: skip
+            )
         except Exception as exc:
             log.warning("cross-encoder %s unavailable (%s); using the bi-encoder", name, exc)
         else:

@@ -31,6 +31,7 @@ from types import FrameType
 from typing import IO, Any
 
 import psutil
+from pydantic import ValidationError
 
 from lectern_common.errors import ConfigurationError
 from lectern_common.runtime.nats import EmbeddedNats, free_port
@@ -56,6 +57,15 @@ CommandFor = Callable[[str], list[str]]
 def service_command(name: str) -> list[str]:
     """How a service process is started: ``python -m lectern_<name>``."""
     return [sys.executable, "-m", f"lectern_{name}"]
+
+
+def load_settings() -> BaseServiceSettings:
+    """The shared ``LECTERN_*`` settings; a ``ConfigurationError`` says what is wrong."""
+    try:
+        return BaseServiceSettings()
+    except ValidationError as exc:
+        problems = "; ".join(str(e["msg"]) for e in exc.errors())
+        raise ConfigurationError(f"invalid LECTERN_* settings: {problems}") from None
 
 
 def embedding_identity(settings: BaseServiceSettings) -> tuple[str, int]:
@@ -208,7 +218,7 @@ class Supervisor:
         self.backoff_max_s = backoff_max_s
         self.crash_loop_limit = crash_loop_limit
         self.stable_after_s = stable_after_s
-        self.settings = settings or BaseServiceSettings()
+        self.settings = settings or load_settings()
         self.report: Reporter = report or log.info
         self.pg_user = pg_user
         self.create_pg_user = create_pg_user
@@ -247,9 +257,12 @@ class Supervisor:
 
     def _nats_ports(self) -> tuple[int, int]:
         def pick(given: int | None, default: int) -> int:
-            if given is None:
-                return preferred_or_free_port(default, self.host)
-            return given or free_port(self.host)
+            if given is not None:
+                return given or free_port(self.host)
+            port = preferred_or_free_port(default, self.host)
+            if port != default:
+                self.report(f"port {default} is in use; NATS uses {port} instead")
+            return port
 
         return pick(self._nats_port, DEFAULT_NATS_PORT), pick(
             self._nats_monitor_port, DEFAULT_NATS_MONITOR_PORT
@@ -281,7 +294,7 @@ class Supervisor:
                 _terminate_pid(pid, timeout=self.kill_after_s)
 
     def start(self) -> None:
-        """Start Postgres, NATS, migrate, then every service; returns once all are spawned."""
+        """Start NATS, the services, Postgres, and migrate; returns once all are spawned."""
         self.started_monotonic = time.monotonic()
         self.started_at = datetime.now(UTC).isoformat()
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -295,16 +308,21 @@ class Supervisor:
         }
         self._running = True
         self.write_state()
-        self._start_postgres()
+        self.postgres = self._embedded_postgres()
         nats_port, monitor_port = self._nats_ports()
         self.nats = EmbeddedNats(
             self.data_dir / "nats", port=nats_port, monitor_port=monitor_port, host=self.host
         )
         self.nats.start()
         self.report(f"NATS (JetStream) on {self.nats.url}, store {self.data_dir / 'nats'}")
-        self._migrate()
+        # Services spend most of their start-up importing torch and loading models; they wait
+        # for the schema themselves, so Postgres and the migrations overlap with that.
         for child in self.children.values():
             self.spawn(child)
+        self.write_state()
+        self.postgres.start()
+        self.report(f"Postgres (pgvector) at {self.postgres.dsn}")
+        self._migrate()
         self.write_state()
         self.report(self.summary())
 
@@ -323,22 +341,21 @@ class Supervisor:
             f"waiting for {', '.join(self.children)} to be ready...\n"
         )
 
-    def _start_postgres(self) -> None:
+    def _embedded_postgres(self) -> EmbeddedPostgres:
         if os.geteuid() == 0:
             account = self.pg_user or DEFAULT_ROOT_ACCOUNT
-            if self.create_pg_user:
-                how = f"the account {account!r}, which is created if missing (--create-pg-user)"
-            else:
-                how = (
-                    f"the existing account {account!r} (choose another with --pg-user NAME; "
-                    f"--create-pg-user creates it if missing; no account is created otherwise)"
-                )
-            self.report(f"running as root: the embedded Postgres runs as {how}")
-        self.postgres = EmbeddedPostgres(
+            creation = (
+                f"{account!r} is created if missing, as asked (--create-pg-user)"
+                if self.create_pg_user
+                else "no system account is ever created unless you pass --create-pg-user"
+            )
+            self.report(
+                f"running as root: Postgres refuses root, so the embedded Postgres runs as the "
+                f"existing account {account!r} (choose another with --pg-user NAME); {creation}"
+            )
+        return EmbeddedPostgres(
             self.data_dir / "postgres", run_as=self.pg_user, create_user=self.create_pg_user
         )
-        self.postgres.start()
-        self.report(f"Postgres (pgvector) at {self.postgres.dsn}")
 
     def _migrate(self) -> None:
         from lectern_common.db import migrate
@@ -474,8 +491,8 @@ class Supervisor:
             self.all_ready_after = time.monotonic() - self.started_monotonic
             self.report(self.readiness_table())
             self.report(
-                f"all {len(self.children)} services ready {self.all_ready_after:.1f} s after the "
-                f"stack started; press Ctrl-C to stop"
+                f"ready: {', '.join(self.children)} ({self.all_ready_after:.1f} s after the "
+                f"stack started); press Ctrl-C to stop"
             )
             changed = True
         return changed
@@ -485,10 +502,13 @@ class Supervisor:
 
     def readiness_table(self) -> str:
         """A plain-text table of the services, their URLs and readiness."""
-        rows = [("service", "url", "state", "pid", "restarts")]
+        rows = [("service", "url", "state", "ready after", "pid", "restarts")]
         for child in self.children.values():
             pid = child.process.pid if child.process is not None else "-"
-            rows.append((child.name, child.url, child.state, str(pid), str(child.starts - 1)))
+            after = f"{child.ready_at - self.started_monotonic:.1f} s" if child.ready_at else "-"
+            rows.append(
+                (child.name, child.url, child.state, after, str(pid), str(child.starts - 1))
+            )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         return "\n".join(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()

@@ -182,6 +182,7 @@ async def retrieve_sources(
     timings["retrieve_ms"] = _ms(started)
     # defence in depth: whatever the retriever returned, only the caller's tenant's live,
     # allowed-collection chunks go on to the re-ranker and the prompt
+    started = time.perf_counter()
     rows = await repo.visible_chunks(
         pool=deps.pool,
         tenant_id=principal.tenant_id,
@@ -189,6 +190,7 @@ async def retrieve_sources(
         collections=collections_for(principal),
     )
     candidates = [c for c in retrieved.candidates if c.chunk_id in rows]
+    timings["visibility_ms"] = _ms(started)
     if not candidates:
         return Retrieved()
     started = time.perf_counter()
@@ -270,28 +272,38 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
     principal, session = turn.principal, turn.session
     session_id: uuid.UUID = session["id"]
     user_message_id = uuid.uuid4()
-    await repo.insert_message(
-        pool=deps.pool,
-        message_id=user_message_id,
-        session_id=session_id,
-        tenant_id=principal.tenant_id,
-        user_id=principal.user_id,
-        role="user",
-        content=turn.text,
-    )
-    rows = await repo.recent_messages(
-        pool=deps.pool,
-        tenant_id=principal.tenant_id,
-        session_id=session_id,
-        limit=deps.settings.history_messages,
-        before=user_message_id,
+    # the history read excludes the new message, so both statements can run at once
+    _, rows = await asyncio.gather(
+        repo.insert_message(
+            pool=deps.pool,
+            message_id=user_message_id,
+            session_id=session_id,
+            tenant_id=principal.tenant_id,
+            user_id=principal.user_id,
+            role="user",
+            content=turn.text,
+        ),
+        repo.recent_messages(
+            pool=deps.pool,
+            tenant_id=principal.tenant_id,
+            session_id=session_id,
+            limit=deps.settings.history_messages,
+            before=user_message_id,
+        ),
     )
     history = [PromptTurn(role=r["role"], text=r["content"]) for r in rows]
+    timings["store_question_ms"] = _ms(started)
     general = bool(rows) and rows[-1]["confidence_band"] == "gap"
     general = general and asks_for_general_explanation(turn.text)
     question = _previous_question(rows) if general else turn.text
-    memory_started = time.perf_counter()
-    memory_task = asyncio.create_task(recall_memories(deps, principal=principal, query=question))
+
+    async def timed_recall() -> list[str]:
+        begun = time.perf_counter()
+        memories = await recall_memories(deps, principal=principal, query=question)
+        timings["memory_ms"] = _ms(begun)
+        return memories
+
+    memory_task = asyncio.create_task(timed_recall())
     try:
         retrieved = (
             Retrieved()
@@ -307,10 +319,11 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
         )
         memories = await memory_task
     except LecternError as exc:
-        memory_task.cancel()
         yield ErrorEvent(reason=exc.reason, message=exc.message, retryable=True)
         return
-    timings["memory_ms"] = _ms(memory_started)
+    finally:
+        if not memory_task.done():
+            memory_task.cancel()
     yield SourcesEvent(sources=retrieved.sources)
 
     if turn.delay_s > 0:
@@ -401,7 +414,9 @@ async def _gap_turn(
             confidence=confidence.score,
         ),
     )
-    await _publish_turn(deps, turn, user_message_id, message_id, text, confidence, [], "gap")
+    await _publish_turn(
+        deps, turn, user_message_id, message_id, text, confidence, [], "gap", topic=topic
+    )
     yield DoneEvent(
         message_id=message_id,
         user_message_id=user_message_id,
@@ -530,6 +545,9 @@ async def _answer_turn(
     sentences, _ = split_sentences(model_text, final=True)
     grounding = grounding_of(checked, sentences=sentences) if not general else 0.0
     confidence = final_confidence(prior, grounding=grounding, weight=settings.grounding_weight)
+    if finished.usage.get("outcome") == "no_support" and confidence.band in ("high", "medium"):
+        # the answerer found nothing in the sources that answers: say so in the band too
+        confidence = confidence.model_copy(update={"band": "low"})
     yield ConfidenceEvent(**confidence.model_dump())
     all_citations = citations + [w for w in web if not any(c.label == w.label for c in citations)]
     flagged = list(dict.fromkeys(c.label for c in checked if not c.supported))
@@ -604,6 +622,7 @@ async def _publish_turn(
     confidence: Confidence,
     citations: Sequence[Citation],
     answered_by: str,
+    topic: str | None = None,
 ) -> None:
     refs = [
         CitationRef(
@@ -632,7 +651,7 @@ async def _publish_turn(
             knowledge_gap=confidence.band == "gap",
             citations=refs,
             answered_by=answered_by,
-            topic=turn.session.get("module_tag"),
+            topic=topic or turn.session.get("module_tag"),
         ),
     )
 

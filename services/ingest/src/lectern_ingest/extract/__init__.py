@@ -26,19 +26,22 @@ __all__ = [
 ]
 
 
-def extract(path: Path, *, mime: str, password: str | None = None) -> Extraction:
+def extract(
+    path: Path, *, mime: str, password: str | None = None, ocr: bool | None = None
+) -> Extraction:
     """Open a document for page-by-page extraction.
 
     Raises ``BadInputError`` whose ``reason`` is a ``FailureReason`` value: ``empty_file``,
     ``encrypted``, ``wrong_password``, ``corrupt`` or ``unsupported_type`` here; iterating
     ``units()`` may raise ``no_text`` (nothing extractable) or ``corrupt`` (no page readable).
+    ``ocr``: OCR pages without a text layer (PDF); None means "if tesseract is installed".
     """
     if path.stat().st_size == 0:
         raise BadInputError("the file is empty", reason="empty_file")
     if mime in (filetype.PDF, filetype.EPUB):
         from lectern_ingest.extract.pdf import open_pymupdf
 
-        return open_pymupdf(path, mime=mime, password=password)
+        return open_pymupdf(path, mime=mime, password=password, ocr=ocr)
     if mime == filetype.DOCX:
         from lectern_ingest.extract.office import open_docx
 

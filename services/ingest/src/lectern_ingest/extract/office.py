@@ -164,6 +164,9 @@ class PptxExtraction(Extraction):
             if shape.shape_id == title_id:
                 continue
             blocks.extend(_shape_blocks(shape))
+        if len(blocks) == 1:
+            # A title-only slide: its title is all the text there is, so it must be indexed.
+            blocks.append(Block(kind="paragraph", text=blocks[0].text))
         if slide.has_notes_slide:
             notes = clean_text(slide.notes_slide.notes_text_frame.text or "")
             if notes:

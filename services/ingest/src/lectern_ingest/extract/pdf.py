@@ -6,7 +6,7 @@ import logging
 import re
 import shutil
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,13 +44,18 @@ _HEADING_RATIO = 1.12
 _MAX_HEADING_CHARS = 200
 _CAPTION = re.compile(r"^(?:table|tab\.|figure|fig\.)\s*[\dIVXivx]+[\w.\-]*", re.IGNORECASE)
 _TABLE_CAPTION = re.compile(r"^(?:table|tab\.)\s*[\dIVXivx]+", re.IGNORECASE)
-_CHAPTER_LABEL = re.compile(r"^(?:chapter|part|unit|kapitel|chapitre|teil)\s+\w{1,6}\.?$",
-                            re.IGNORECASE)
+_CHAPTER_LABEL = re.compile(
+    r"^(?:chapter|part|unit|kapitel|chapitre|teil)\s+\w{1,6}\.?$", re.IGNORECASE
+)
 _KEY_CHARS = re.compile(r"[\W_]+", re.UNICODE)
 
 
 def _title_key(text: str) -> str:
     return _KEY_CHARS.sub("", normalize_unicode(text).lower())
+
+
+def _letters_key(text: str) -> str:
+    return "".join(ch for ch in _title_key(text) if not ch.isdigit())
 
 
 @dataclass(slots=True)
@@ -87,9 +92,7 @@ def _visual_lines(block: dict[str, Any]) -> list[_Line]:
         x0, y0, x1, y1 = line["bbox"]
         for i, (ry0, ry1, spans) in enumerate(rows):
             overlap = min(y1, ry1) - max(y0, ry0)
-            side_by_side = all(
-                x1 <= s["bbox"][0] + 1 or x0 >= s["bbox"][2] - 1 for s in spans
-            )
+            side_by_side = all(x1 <= s["bbox"][0] + 1 or x0 >= s["bbox"][2] - 1 for s in spans)
             if side_by_side and overlap > 0.5 * min(y1 - y0, ry1 - ry0):
                 rows[i] = (min(y0, ry0), max(y1, ry1), spans + line["spans"])
                 break
@@ -135,6 +138,27 @@ def _edge_blocks(blocks: list[_PBlock]) -> list[_PBlock]:
     by_y = sorted(blocks, key=lambda b: b.bbox[1])
     edges = by_y[:_EDGE_BLOCKS] + by_y[-_EDGE_BLOCKS:]
     return [b for b in edges if len(b.text) <= 150]
+
+
+_SECTION_NUMBER = re.compile(r"^(\d+(?:\.\d+)*)\.?\s")
+
+
+def _levels_from_numbering(outline: list[OutlineEntry]) -> list[OutlineEntry]:
+    """A flat outline of numbered titles ("2.3.59.1.1 Background") gets levels from the numbers."""
+    if not outline or any(e.level != 1 for e in outline):
+        return outline
+    depths = [
+        len(m.group(1).split(".")) if (m := _SECTION_NUMBER.match(e.title)) else None
+        for e in outline
+    ]
+    numbered = [d for d in depths if d is not None]
+    if len(numbered) < 3 or len(set(numbered)) < 2:
+        return outline
+    base = min(numbered) - 1
+    return [
+        OutlineEntry(level=d - base if d is not None else 1, title=e.title, page=e.page)
+        for e, d in zip(outline, depths, strict=True)
+    ]
 
 
 class _FontProfile:
@@ -311,12 +335,14 @@ class PdfExtraction(Extraction):
                     )
         except Exception as exc:  # a broken outline must not stop the text
             self.summary.warnings.append(f"outline unreadable: {exc}")
+        self.outline = _levels_from_numbering(self.outline)
         self._use_outline = len(self.outline) >= 3
         self._toc_by_page: dict[int, list[OutlineEntry]] = {}
         for entry in self.outline:
             if entry.page is not None:
                 self._toc_by_page.setdefault(entry.page, []).append(entry)
         self._furniture, self._fonts = self._profile()
+        self._last_table: tuple[int, str, int] | None = None  # columns, header row, page
 
     def close(self) -> None:
         """Close the PyMuPDF document."""
@@ -369,12 +395,10 @@ class PdfExtraction(Extraction):
             blocks = _page_blocks(page, textpage)
             self.summary.ocr_pages.append(number)
         edges = {id(b) for b in _edge_blocks(blocks)}
-        heading_size = self._fonts.body * _HEADING_RATIO
         blocks = [
             b
             for b in blocks
             if id(b) not in edges
-            or b.size >= heading_size  # a heading that starts every page is still a heading
             or not (furniture_key(b.text) in self._furniture or is_page_number(b.text))
         ]
         blocks = self._with_tables(page, blocks, number)
@@ -410,6 +434,8 @@ class PdfExtraction(Extraction):
             if not _plausible_table(raw_rows):
                 continue
             rows = _table_rows(raw_rows)
+            columns = max(len(r) for r in raw_rows)
+            rows = self._continue_table(rows, columns, table.bbox[1], blocks, number)
             bbox = (table.bbox[0], table.bbox[1], table.bbox[2], table.bbox[3])
             blocks = [b for b in blocks if not _inside(b.bbox, bbox)]
             caption = None
@@ -433,6 +459,20 @@ class PdfExtraction(Extraction):
             )
         return blocks
 
+    def _continue_table(
+        self, rows: list[str], columns: int, top: float, blocks: list[_PBlock], number: int
+    ) -> list[str]:
+        """A table continued from the previous page gets that page's header row again."""
+        last = self._last_table
+        self._last_table = (columns, rows[0], number)
+        starts_page = not any(b.bbox[3] <= top + 1 for b in blocks)
+        if last is None or not starts_page or last[2] != number - 1 or last[0] != columns:
+            return rows
+        if rows[0] == last[1]:
+            return rows
+        self._last_table = (columns, last[1], number)
+        return [last[1], *rows]
+
     def _mark_outline_headings(self, blocks: list[_PBlock], number: int) -> None:
         """Turn the outline's titles for this page into heading blocks where they appear."""
         entries = self._toc_by_page.get(number, [])
@@ -452,7 +492,7 @@ class PdfExtraction(Extraction):
                 continue
             start, end = match
             consumed = "".join(_title_key(b.text) for b in blocks[start:end])
-            if len(consumed) <= len(key) * 1.3:
+            if len(consumed) <= len(key) * 1.3 + 12:
                 blocks[start:end] = [heading]
             else:
                 blocks.insert(start, heading)
@@ -462,15 +502,27 @@ class PdfExtraction(Extraction):
     def _find_title(blocks: list[_PBlock], key: str, cursor: int) -> tuple[int, int] | None:
         if not key:
             return None
+        found = PdfExtraction._find_key(blocks, key, cursor, _title_key)
+        if found is None and len(letters := _letters_key(key)) >= 6:
+            # Numbered headings often have a date or label between number and title.
+            found = PdfExtraction._find_key(blocks, letters, cursor, _letters_key)
+            if found is not None and len(_letters_key(blocks[found[0]].text)) > 2 * len(letters):
+                found = None
+        return found
+
+    @staticmethod
+    def _find_key(
+        blocks: list[_PBlock], key: str, cursor: int, keyer: Callable[[str], str]
+    ) -> tuple[int, int] | None:
         for i in range(cursor, len(blocks)):
             if blocks[i].table is not None:
                 continue
-            acc = _title_key(blocks[i].text)
+            acc = keyer(blocks[i].text)
             if key in acc:
                 return i, i + 1
             j = i + 1
             while len(acc) >= 2 and key.startswith(acc) and acc != key and j < len(blocks):
-                acc += _title_key(blocks[j].text)
+                acc += keyer(blocks[j].text)
                 j += 1
             if acc == key or (len(acc) > len(key) and acc.startswith(key)):
                 return i, j
@@ -484,11 +536,7 @@ class PdfExtraction(Extraction):
                 continue
             if b.kind == "heading":
                 text = clean_inline(b.text)
-                if (
-                    out
-                    and out[-1].kind == "heading"
-                    and _CHAPTER_LABEL.match(out[-1].text)
-                ):
+                if out and out[-1].kind == "heading" and _CHAPTER_LABEL.match(out[-1].text):
                     prev = out.pop()
                     text = f"{prev.text}: {text}"
                     level = min(prev.level or 1, b.level or 1)
@@ -504,7 +552,9 @@ class PdfExtraction(Extraction):
         return out
 
 
-def open_pymupdf(path: Path, *, mime: str, password: str | None) -> PdfExtraction:
+def open_pymupdf(
+    path: Path, *, mime: str, password: str | None, ocr: bool | None = None
+) -> PdfExtraction:
     """Open a PDF/EPUB, handling passwords; raises BadInputError with a FailureReason code."""
     filetype = "epub" if mime == "application/epub+zip" else "pdf"
     try:
@@ -523,4 +573,4 @@ def open_pymupdf(path: Path, *, mime: str, password: str | None) -> PdfExtractio
     if doc.page_count == 0:
         doc.close()
         raise BadInputError("the document has no pages", reason="corrupt")
-    return PdfExtraction(doc, mime=mime)
+    return PdfExtraction(doc, mime=mime, ocr=ocr)

@@ -101,8 +101,10 @@ def parse_markdown(markdown: str) -> list[Block]:
                 rows.append(_table_row(lines[i]))
                 i += 1
             caption = None
-            if blocks and blocks[-1].kind == "paragraph" and blocks[-1].text.lower().startswith(
-                "table"
+            if (
+                blocks
+                and blocks[-1].kind == "paragraph"
+                and blocks[-1].text.lower().startswith("table")
             ):
                 caption = blocks.pop().text
             blocks.append(Block(kind="table", text="\n".join(rows), caption=caption))

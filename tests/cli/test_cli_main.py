@@ -65,3 +65,14 @@ def test_console_script_is_installed() -> None:
     assert done.returncode == 0, done.stderr
     for command in ("up", "migrate", "status", "token"):
         assert command in done.stdout
+
+
+def test_invalid_settings_are_reported_without_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LECTERN_EMBEDDING_PROVIDER", "gemini")
+    monkeypatch.delenv("LECTERN_GEMINI_API_KEY", raising=False)
+    assert cli_main.main(["migrate", "--database-url", "postgresql://nowhere/x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lectern migrate: error: invalid LECTERN_* settings")
+    assert "LECTERN_GEMINI_API_KEY" in err

@@ -157,6 +157,7 @@ def test_status_command_is_healthy_when_everything_answers(
     status = json.loads(capsys.readouterr().out)
     assert status["healthy"] is True
     assert status["source"] == "environment"
+    assert status["stack"] is None
     assert set(status["services"]) == set(SERVICES)
     assert all(info["ready"] for info in status["services"].values())
     assert main(["status"]) == 0

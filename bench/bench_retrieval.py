@@ -1,0 +1,253 @@
+"""Retrieval benchmark: quality on BEIR sets, a real BM25 for comparison, latency at 100k chunks.
+
+    .venv/bin/python bench/bench_retrieval.py [--limit-queries N] [--chunks 100000]
+        [--requests 1000] [--concurrency 16] [--skip-quality] [--skip-scale]
+
+1. ``lectern eval`` (self-contained: embedded NATS + Postgres, the real retriever over NATS)
+   on ../shared/data/eval/bioasq-dev and ../shared/data/eval/pubmedqa-pqal: nDCG@10 and
+   recall for dense, sparse (BM25 in Postgres) and hybrid.
+2. bm25s (k1 0.9, b 0.4, English stopwords) on the same data, scored with the same metrics.
+3. Scale: a fresh database with ``--chunks`` chunks (bioasq texts replicated, 10 chunks per
+   document, random unit vectors), BM25-indexed by the SQL functions; bioasq questions sent
+   through NATS to an in-process retriever. Latency excludes the query embedding (the
+   reply's total minus its embed stage); requests/s is end to end (embedding included) with
+   ``--concurrency`` requests in flight, loopback only.
+
+The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lectern_common.embeddings import LocalEmbedder
+from lectern_retriever.evaluation import (
+    BeirDataset,
+    document_ranking,
+    embedded_stack,
+    evaluate,
+    load_beir,
+    mean_metrics,
+    percentile,
+    query_metrics,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EVAL = ROOT / ".." / "shared" / "data" / "eval"
+
+
+def say(message: str) -> None:
+    """Progress on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def bm25s_metrics(dataset: BeirDataset, query_ids: list[str]) -> dict[str, float]:
+    """bm25s over the corpus (title + text), per-document metrics like the harness."""
+    import bm25s
+
+    ids = list(dataset.corpus)
+    texts = [f"{dataset.corpus[i][0]} {dataset.corpus[i][1]}".strip() for i in ids]
+    retriever = bm25s.BM25(k1=0.9, b=0.4)
+    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+    queries = [dataset.queries[q] for q in query_ids]
+    tokens = bm25s.tokenize(queries, stopwords="en", show_progress=False)
+    results, _ = retriever.retrieve(tokens, k=100, show_progress=False, n_threads=1)
+    per_query = []
+    for row, query_id in zip(results, query_ids, strict=True):
+        ranking = document_ranking([ids[int(i)] for i in row])
+        per_query.append(query_metrics(ranking, dataset.qrels[query_id]))
+    return mean_metrics(per_query)
+
+
+async def quality(name: str, limit: int | None, embedder: LocalEmbedder) -> dict[str, Any]:
+    """The harness and bm25s on one dataset."""
+    directory = EVAL / name
+    say(f"== {name}: lectern eval")
+    started = time.perf_counter()
+    result = await evaluate(
+        dataset_dir=directory,
+        methods=["dense", "sparse", "hybrid", "hybrid+rerank"],
+        limit_queries=limit,
+        embedder=embedder,
+        progress=say,
+    )
+    out = result.to_json()
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    dataset = load_beir(directory)
+    query_ids = sorted(dataset.queries)[:limit] if limit else sorted(dataset.queries)
+    out["methods"]["bm25s"] = bm25s_metrics(dataset, query_ids)
+    say(json.dumps(out))
+    return out
+
+
+async def scale(
+    *, chunks: int, requests: int, concurrency: int, embedder: LocalEmbedder
+) -> dict[str, Any]:
+    """Latency and throughput through NATS at ``chunks`` chunks."""
+    from lectern_common.broker import create_broker, request
+    from lectern_common.db import create_pool
+    from lectern_common.events import RetrieveReply, RetrieveRequest
+    from lectern_retriever.app import create_app
+    from lectern_retriever.config import Settings
+
+    dataset = load_beir(EVAL / "bioasq-dev")
+    texts = [f"{t} {x}".strip() for t, x in dataset.corpus.values()]
+    questions = [dataset.queries[q] for q in sorted(dataset.queries)]
+    tenant = "bench-100k"
+    per_doc = 10
+    rng = np.random.default_rng(0)
+    async with embedded_stack() as servers:
+        pool = await create_pool(servers.database_url, min_size=1, max_size=4)
+        say(f"== scale: inserting {chunks} chunks")
+        started = time.perf_counter()
+        async with pool.acquire() as conn:
+            # a throwaway database: bulk load without the HNSW index, then build it once
+            await conn.execute("DROP INDEX chunks_embedding_hnsw")
+            for start in range(0, chunks, 5000):
+                count = min(5000, chunks - start)
+                vectors = rng.standard_normal((count, 384)).astype(np.float32)
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                doc_ids = [uuid.uuid4() for _ in range(0, count, per_doc)]
+                await conn.executemany(
+                    """INSERT INTO documents (id, tenant_id, title, filename, mime_type,
+                           size_bytes, file_sha256, uploaded_by, status)
+                       VALUES ($1, $2, $3, 'b.txt', 'text/plain', 1, 'x', 'bench', 'indexed')""",
+                    [(d, tenant, f"doc {start + n}") for n, d in enumerate(doc_ids)],
+                )
+                records = [
+                    (
+                        uuid.uuid4(), doc_ids[i // per_doc], tenant, i % per_doc, "text",
+                        texts[(start + i) % len(texts)], 50, "h", "educational", vectors[i],
+                    )
+                    for i in range(count)
+                ]  # fmt: skip
+                await conn.copy_records_to_table(
+                    "chunks",
+                    records=records,
+                    columns=[
+                        "id", "document_id", "tenant_id", "chunk_index", "kind", "text",
+                        "token_count", "content_hash", "collection", "embedding",
+                    ],
+                )  # fmt: skip
+                await conn.execute("SELECT lectern_bm25_index_documents($1::uuid[])", doc_ids)
+            insert_s = time.perf_counter() - started
+            say(f"inserted and BM25-indexed in {insert_s:.1f} s; building HNSW")
+            started = time.perf_counter()
+            await conn.execute("SET maintenance_work_mem = '512MB'")
+            await conn.execute(
+                "CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw "
+                "(embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+            )
+            hnsw_s = time.perf_counter() - started
+            await conn.execute("SELECT lectern_bm25_reweight($1)", tenant)
+            await conn.execute("VACUUM ANALYZE chunks")
+            await conn.execute("VACUUM ANALYZE documents")
+        await pool.close()
+        say(f"HNSW built in {hnsw_s:.1f} s")
+        settings = Settings(
+            nats_url=servers.nats_url,
+            database_url=servers.database_url,
+            http_port=0,
+            log_json=False,
+            log_level="WARNING",
+        )
+        app = create_app(settings, embedder=embedder)
+        async with app.router.lifespan_context(app):
+            client = create_broker(servers.nats_url, service_name="bench-retrieval")
+            await client.connect()
+            try:
+
+                async def ask(question: str) -> RetrieveReply:
+                    message = RetrieveRequest(tenant_id=tenant, query=question)
+                    return await request(client, message, RetrieveReply, timeout=60)
+
+                for question in questions[:20]:  # warm caches
+                    await ask(question)
+                say("sequential latency")
+                latencies: list[float] = []
+                stages: dict[str, list[float]] = {}
+                for question in questions[: min(len(questions), requests)]:
+                    reply = await ask(question)
+                    latencies.append(reply.timings_ms["total"] - reply.timings_ms.get("embed", 0))
+                    for stage, ms in reply.timings_ms.items():
+                        stages.setdefault(stage, []).append(ms)
+                say(f"throughput with {concurrency} in flight")
+                semaphore = asyncio.Semaphore(concurrency)
+
+                async def bounded(question: str) -> None:
+                    async with semaphore:
+                        await ask(question)
+
+                started = time.perf_counter()
+                batch = [questions[i % len(questions)] for i in range(requests)]
+                await asyncio.gather(*(bounded(q) for q in batch))
+                rps = requests / (time.perf_counter() - started)
+            finally:
+                await client.stop()
+    return {
+        "chunks": chunks,
+        "insert_and_bm25_s": round(insert_s, 1),
+        "hnsw_build_s": round(hnsw_s, 1),
+        "p50_ms": round(percentile(latencies, 50), 2),
+        "p95_ms": round(percentile(latencies, 95), 2),
+        "stages_ms": {
+            s: {"p50": round(percentile(v, 50), 2), "p95": round(percentile(v, 95), 2)}
+            for s, v in stages.items()
+        },
+        "rps": round(rps, 1),
+        "concurrency": concurrency,
+    }
+
+
+async def main() -> None:
+    """Run every part and print the summary JSON last."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit-queries", type=int, default=None)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--skip-scale", action="store_true")
+    args = parser.parse_args()
+    if not (EVAL / "bioasq-dev").is_dir():
+        say(f"shared data not found at {EVAL}")
+        sys.exit(2)
+    embedder = LocalEmbedder()
+    summary: dict[str, Any] = {}
+    if not args.skip_quality:
+        bioasq = await quality("bioasq-dev", args.limit_queries, embedder)
+        pubmed = await quality("pubmedqa-pqal", args.limit_queries, embedder)
+        methods = bioasq["methods"]
+        summary.update(
+            hybrid_ndcg10=methods["hybrid"]["ndcg@10"],
+            dense_ndcg10=methods["dense"]["ndcg@10"],
+            sparse_ndcg10=methods["sparse"]["ndcg@10"],
+            bm25s_ndcg10=methods["bm25s"]["ndcg@10"],
+            bioasq=bioasq,
+            pubmedqa=pubmed,
+        )
+        if "hybrid+rerank" in methods:
+            summary["hybrid_rerank_ndcg10"] = methods["hybrid+rerank"]["ndcg@10"]
+    if not args.skip_scale:
+        result = await scale(
+            chunks=args.chunks,
+            requests=args.requests,
+            concurrency=args.concurrency,
+            embedder=embedder,
+        )
+        say(json.dumps(result))
+        summary.update(p95_ms_100k=result["p95_ms"], rps_100k=result["rps"], scale=result)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
