@@ -54,8 +54,10 @@ async def main() -> None:
             topic = i % len(TOPICS)
             vec = topic_vectors[topic] + rng.normal(0, 0.08, 384).astype(np.float32)
             vec /= np.linalg.norm(vec)
-            rows.append((uuid.uuid4(), "bench", user, "struggle", f"Found {TOPICS[topic]} hard #{i}",
-                         TOPICS[topic], float(1 + i % 5), vec))  # fmt: skip
+            text = f"Found {TOPICS[topic]} hard #{i}"
+            rows.append(
+                (uuid.uuid4(), "bench", user, "struggle", text, TOPICS[topic], 1.0 + i % 5, vec)
+            )
         t0 = time.perf_counter()
         async with pool.acquire() as conn:
             await conn.copy_records_to_table(

@@ -1,7 +1,7 @@
 """Settings: shared LECTERN_* values, per-service prefixes, secrets validated."""
 
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from lectern_common.settings import DEV_JWT_SECRET, BaseServiceSettings
 from lectern_gateway.config import Settings as GatewaySettings
@@ -29,14 +29,14 @@ def test_development_has_a_default_secret_production_does_not() -> None:
     with pytest.raises(ValidationError, match="LECTERN_JWT_SECRET"):
         BaseServiceSettings(environment="production")
     with pytest.raises(ValidationError, match="LECTERN_JWT_SECRET"):
-        BaseServiceSettings(environment="production", jwt_secret=DEV_JWT_SECRET)
+        BaseServiceSettings(environment="production", jwt_secret=SecretStr(DEV_JWT_SECRET))
     with pytest.raises(ValidationError, match="at least 32"):
-        BaseServiceSettings(environment="production", jwt_secret="short")
-    ok = BaseServiceSettings(environment="production", jwt_secret="x" * 40)
+        BaseServiceSettings(environment="production", jwt_secret=SecretStr("short"))
+    ok = BaseServiceSettings(environment="production", jwt_secret=SecretStr("x" * 40))
     assert ok.effective_jwt_secret == "x" * 40
 
 
 def test_gemini_provider_needs_a_key() -> None:
     with pytest.raises(ValidationError, match="GEMINI_API_KEY"):
         BaseServiceSettings(embedding_provider="gemini")
-    assert BaseServiceSettings(gemini_api_key="k").gemini_enabled
+    assert BaseServiceSettings(gemini_api_key=SecretStr("k")).gemini_enabled

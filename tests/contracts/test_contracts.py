@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from lectern_common.asyncapi import asyncapi_yaml
 from lectern_common.events import ALL_EVENTS, ALL_REQUESTS
@@ -23,7 +24,7 @@ MODELS = [*ALL_EVENTS, *(m for pair in ALL_REQUESTS for m in pair)]
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
-def test_schema_matches_snapshot(model: type) -> None:
+def test_schema_matches_snapshot(model: type[BaseModel]) -> None:
     schema = json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n"
     path = SNAPSHOTS / f"{model.__name__}.json"
     if UPDATE:

@@ -129,6 +129,7 @@ async def test_every_shared_document_is_indexed_or_fails_cleanly(
     files = shared_files(shared_data / "docs")
     assert len(files) >= 20
     report: dict[str, tuple[str, str | None, str | None, int]] = {}
+    problems: list[str] = []
     for path in files:
         event = await stage(path, nc=nc, db_pool=db_pool, tenant_id=tenant_id)
         outcome = await asyncio.wait_for(ingest.process(event=event, deliveries=1), 300)
@@ -139,18 +140,23 @@ async def test_every_shared_document_is_indexed_or_fails_cleanly(
             "WHERE document_id = $1", event.document_id,
         )  # fmt: skip
         report[path.name] = (row["status"], row["error_stage"], row["error_reason"], len(chunks))
-        assert row["status"] in ("indexed", "failed"), f"{path.name}: {row['status']}"
-        if row["status"] == "failed":
-            assert not chunks, f"{path.name} failed but left chunks"
-            assert row["error_stage"] == "extract", f"{path.name}: {report[path.name]}"
-            assert row["error_message"], path.name
-        else:
-            assert chunks and row["chunk_count"] == len(chunks), path.name
-            assert max(c["token_count"] for c in chunks) <= 256, path.name
-            assert all(c["text"].strip() for c in chunks), path.name
+        if row["status"] not in ("indexed", "failed"):
+            problems.append(f"{path.name}: left {row['status']}")
+        elif row["status"] == "failed":
+            if chunks:
+                problems.append(f"{path.name} failed but left chunks")
+            if row["error_stage"] != "extract" or not row["error_message"]:
+                problems.append(f"{path.name}: {report[path.name]} {row['error_message']}")
+        elif not chunks or row["chunk_count"] + row["qa_count"] != len(chunks):
+            problems.append(f"{path.name}: indexed with {len(chunks)} chunks")
+        elif max(c["token_count"] for c in chunks) > 256 or not all(
+            c["text"].strip() for c in chunks
+        ):
+            problems.append(f"{path.name}: an empty or over-long chunk")
     for name, (status, stage_, reason) in EXPECTED.items():
-        if name in report:
-            assert report[name][:3] == (status, stage_, reason), f"{name}: {report[name]}"
+        if name in report and report[name][:3] != (status, stage_, reason):
+            problems.append(f"{name}: expected {(status, stage_, reason)}, got {report[name]}")
+    assert not problems, "\n".join(problems)
 
     textbook = "textbook-ch2-induction-48p.pdf"
     if textbook in report:

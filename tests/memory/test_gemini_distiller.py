@@ -1,8 +1,10 @@
 """Distillation through the real google-genai SDK against the local fake Gemini server."""
 
 import json
+from collections.abc import Iterator
 
 import pytest
+from pydantic import SecretStr
 
 from lectern_common.gemini_fake import Behaviour, FakeGemini
 from lectern_memory.config import Settings
@@ -26,13 +28,15 @@ VALID = json.dumps(
 
 
 @pytest.fixture(scope="module")
-def fake() -> FakeGemini:
+def fake() -> Iterator[FakeGemini]:
     with FakeGemini() as server:
-        yield server  # type: ignore[misc]
+        yield server
 
 
 def distiller_for(fake: FakeGemini) -> object:
-    distiller = build_model_distiller(Settings(gemini_api_key="k", gemini_base_url=fake.base_url))
+    distiller = build_model_distiller(
+        Settings(gemini_api_key=SecretStr("k"), gemini_base_url=fake.base_url)
+    )
     assert distiller is not None
     return distiller
 

@@ -8,6 +8,7 @@ import pytest
 
 from lectern_common.embeddings import Embedder
 from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, MemoryRecallRequest
+from lectern_common.events.chat import ConfidenceBand
 from lectern_memory.config import Settings
 from lectern_memory.service import MemoryService, TurnsNotArrived
 
@@ -22,7 +23,7 @@ def turn_event(
     session_id: uuid.UUID,
     question: str,
     *,
-    band: str = "high",
+    band: ConfidenceBand = "high",
     topic: str | None = None,
     at: datetime | None = None,
 ) -> ChatTurnCompleted:
@@ -39,7 +40,7 @@ async def run_session(
     pool: Any,
     tenant_id: str,
     user_id: str,
-    turns: list[tuple[str, str, str | None]],
+    turns: list[tuple[str, ConfidenceBand, str | None]],
 ) -> tuple[ChatSessionEnded, Any]:
     session_id = uuid.uuid4()
     start = datetime.now(UTC)

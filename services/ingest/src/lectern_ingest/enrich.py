@@ -12,7 +12,7 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -32,7 +32,13 @@ class Enricher(Protocol):
     """Adds context prefixes and Q/A chunks to a document's chunks."""
 
     async def enrich(
-        self, *, document_id: uuid.UUID, title: str, chunks: list[ChunkRecord]
+        self,
+        *,
+        document_id: uuid.UUID,
+        title: str,
+        chunks: list[ChunkRecord],
+        count_tokens: Callable[[str], int],
+        max_tokens: int,
     ) -> tuple[list[ChunkRecord], bool, str | None]:
         """The enriched chunks, whether enrichment happened, and a note for the document."""
         ...
@@ -76,6 +82,19 @@ def _prompt(title: str, section: str, texts: Sequence[str], qa_count: int) -> st
     )
 
 
+def fit_prefix(
+    prefix: str, text: str, *, count_tokens: Callable[[str], int], max_tokens: int
+) -> str | None:
+    """The longest word-prefix of ``prefix`` that fits before ``text`` in ``max_tokens``."""
+    words = prefix.split()
+    while words:
+        candidate = " ".join(words)
+        if count_tokens(f"{candidate}\n{text}") <= max_tokens:
+            return candidate
+        words = words[: len(words) * 3 // 4] if len(words) > 4 else words[:-1]
+    return None
+
+
 class GeminiEnricher:
     """Enrichment through ``google-genai`` (JSON mode, thinking off)."""
 
@@ -111,9 +130,20 @@ class GeminiEnricher:
         return data if isinstance(data, dict) else None
 
     async def enrich(
-        self, *, document_id: uuid.UUID, title: str, chunks: list[ChunkRecord]
+        self,
+        *,
+        document_id: uuid.UUID,
+        title: str,
+        chunks: list[ChunkRecord],
+        count_tokens: Callable[[str], int],
+        max_tokens: int,
     ) -> tuple[list[ChunkRecord], bool, str | None]:
-        """Prefixes for every chunk of a section and Q/A chunks linked to their passage."""
+        """Prefixes for every chunk of a section and Q/A chunks linked to their passage.
+
+        The embedder sees ``prefix + text``; a prefix that would push a chunk past
+        ``max_tokens`` is shortened word by word (or dropped), and a Q/A pair longer than
+        ``max_tokens`` is skipped, so nothing is truncated silently.
+        """
         groups = sections_of(chunks)
         answers = await asyncio.gather(
             *(
@@ -139,7 +169,12 @@ class GeminiEnricher:
             if isinstance(prefixes, list):
                 for i, prefix in zip(group, prefixes, strict=False):
                     if isinstance(prefix, str) and prefix.strip():
-                        out[i] = replace(out[i], context_prefix=prefix.strip()[:PREFIX_MAX_CHARS])
+                        fitted = fit_prefix(
+                            prefix.strip()[:PREFIX_MAX_CHARS], out[i].text,
+                            count_tokens=count_tokens, max_tokens=max_tokens,
+                        )  # fmt: skip
+                        if fitted:
+                            out[i] = replace(out[i], context_prefix=fitted)
             pairs = answer.get("qa")
             if not isinstance(pairs, list):
                 continue
@@ -153,12 +188,15 @@ class GeminiEnricher:
                 local = passage if isinstance(passage, int) and 0 <= passage < len(group) else 0
                 parent = out[group[local]]
                 text = f"Q: {question.strip()}\nA: {reply.strip()}"
+                tokens = count_tokens(text)
+                if tokens > max_tokens:
+                    continue
                 index = len(qa)
                 qa.append(
                     replace(
                         parent, id=qa_chunk_id(document_id, index), chunk_index=index,
                         kind="qa", parent_chunk_id=parent.id, text=text, context_prefix=None,
-                        token_count=max(1, len(text) // 4),
+                        token_count=tokens,
                         content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
                     )
                 )  # fmt: skip

@@ -197,10 +197,13 @@ class _Producer:
 
     def _units(self, extraction: Extraction) -> Iterator[Unit]:
         self.stats.total_units = extraction.total_units
-        for unit in extraction.units():
-            if self.stop.is_set():
-                return
+        units = extraction.units()
+        while not self.stop.is_set():
+            # the stage is extract while the extractor runs (it raises no_text at its end)
             self.stage = IngestStage.EXTRACT
+            unit = next(units, None)
+            if unit is None:
+                return
             text = "\n".join(block.text for block in unit.blocks)
             self.stats.texts.append(text)
             self.stats.simhash.update(text)
@@ -438,7 +441,8 @@ class IngestWorker:
             await progress.report(IngestStage.ENRICH, 0, len(records), "chunks", force=True)
             records, enriched, note = await self.enricher.enrich(
                 document_id=event.document_id, title=event.metadata.title or event.filename,
-                chunks=records,
+                chunks=records, count_tokens=self.count_tokens,
+                max_tokens=self.chunking.max_tokens,
             )  # fmt: skip
             progress.stage = IngestStage.EMBED
             texts = [_record_embed_text(r) for r in records]

@@ -40,7 +40,7 @@ def recall_score(
     *, similarity: float, age_days: float, strength: float, settings: Settings
 ) -> float:
     """Similarity, recency (exponential half-life) and strength (saturating), weighted."""
-    recency = 0.5 ** (age_days / settings.recency_half_life_days)
+    recency: float = 0.5 ** (age_days / settings.recency_half_life_days)
     strength_norm = min(1.0, math.log1p(max(strength, 0.0)) / math.log1p(10.0))
     return (
         settings.weight_similarity * similarity
@@ -90,7 +90,9 @@ class MemoryService:
             for r in rows
         ]  # fmt: skip
         drafts, distiller = await self._drafts(turns)
-        vectors = await self.embedder.embed_documents([d.text for d in drafts]) if drafts else []
+        vectors: list[Any] = (
+            list(await self.embedder.embed_documents([d.text for d in drafts])) if drafts else []
+        )
         async with pool.acquire() as conn, conn.transaction():
             await repo.lock_user(conn, tenant_id=event.tenant_id, user_id=event.user_id)
             done = await repo.distillation(conn, session_id=event.session_id)
