@@ -288,8 +288,7 @@ async def one_chat(
     client: httpx.AsyncClient, url: str, headers: dict[str, str], question: str
 ) -> tuple[float, dict[str, Any]]:
     """Seconds to the first model token, and the done event's timings."""
-    async with httpx.AsyncClient(timeout=60) as own:
-        created = await own.post(f"{url}/v1/sessions", json={"subject": "biology"}, headers=headers)
+    created = await client.post(f"{url}/v1/sessions", json={"subject": "biology"}, headers=headers)
     session_id = created.json()["id"]
     started = time.perf_counter()
     first: float | None = None
@@ -346,6 +345,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             log_level="WARNING",
             idle_sweep_interval_s=0,
             retrieve_timeout_s=60.0,
+            retrieve_k=args.retrieve_k,
             rerank_timeout_s=60.0,
             gemini_api_key=SecretStr("bench"),
         )
@@ -421,6 +421,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "backend": backend,
         "chunks": chunks,
         "fake_ttft_ms": args.ttft_ms,
+        "retrieve_k": args.retrieve_k,
         "samples_1": len(single),
         "samples_10": len(concurrent),
         "overhead_p50_ms": round(percentile(single, 50), 1),
@@ -457,6 +458,7 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=300.0, help="fake Gemini's first token")
     parser.add_argument("--copies", type=int, default=20, help="copies of the corpus to index")
     parser.add_argument("--stand-ins", action="store_true", help="skip the real services")
+    parser.add_argument("--retrieve-k", type=int, default=20, help="candidates to re-rank")
     parser.add_argument(
         "--in-process", action="store_true", help="real services in this process, not their own"
     )

@@ -165,6 +165,9 @@ async def run(files: list[Path]) -> dict[str, Any]:
         try:
             with RssSampler() as rss:
                 async with app.router.lifespan_context(app):
+                    # the worker logs each document's embedding and store times
+                    logging.getLogger("lectern_ingest.service").setLevel(logging.INFO)
+                    started_rss = psutil.Process().memory_info().rss / 2**20
                     for path in files:
                         measured = await ingest_one(
                             path=path, nc=nc, pool=pool, tenant="bench", timeout_s=1800
@@ -190,6 +193,7 @@ async def run(files: list[Path]) -> dict[str, Any]:
             "raw_embed_chunks_per_s": round(headline["raw_embed_chunks_per_s"], 2),
             "ratio_to_raw": round(headline["ratio_to_raw"], 3),
             "peak_rss_mb": round(rss.peak / 2**20, 1),
+            "rss_after_start_mb": round(started_rss, 1),
             "file": headline["file"],
             "documents": [
                 {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}

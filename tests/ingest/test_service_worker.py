@@ -11,6 +11,7 @@ from typing import Any
 import nats
 import pymupdf as _pymupdf
 import pytest
+from pydantic import SecretStr
 
 from lectern_common.embeddings import Embedder, LocalEmbedder
 from lectern_common.events import (
@@ -368,3 +369,52 @@ async def test_near_duplicate_is_flagged(
     )
     assert row["near_duplicate_of"] == original.document_id
     assert row["near_duplicate_score"] > 0.85
+
+
+async def test_gemini_enrichment_adds_prefixes_and_linked_qa(
+    app: Any, settings: Settings, embedder: Embedder, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    from lectern_common.gemini_fake import FakeGemini
+
+    answer = {
+        "prefixes": ["From a physics unit on forces: Newton's laws of motion."],
+        "qa": [
+            {"question": "What is inertia?", "answer": "Resistance to changes of motion.",
+             "passage": 0},
+            {"question": "State F = m a.", "answer": "Force equals mass times acceleration.",
+             "passage": 0},
+        ],
+    }  # fmt: skip
+    published: list[Any] = []
+
+    async def publish(event: Any) -> None:
+        published.append(event)
+
+    with FakeGemini(default_text=json.dumps(answer)) as fake:
+        enriching = settings.model_copy(
+            update={"gemini_api_key": SecretStr("test-key"), "gemini_base_url": fake.base_url}
+        )
+        gemini_worker = IngestWorker(
+            settings=enriching, embedder=embedder, pool=app.state.lectern.pool,
+            jetstream=nc.jetstream(), publish=publish,
+        )  # fmt: skip
+        event = await stage_upload(
+            db_pool, nc, tenant_id=tenant_id, data=MARKDOWN.encode(), filename="forces.md",
+            mime=filetype.MARKDOWN,
+        )  # fmt: skip
+        assert (await gemini_worker.process(event=event, deliveries=1)).status == "indexed"
+        assert fake.requests_to("generate"), "Gemini was asked"
+    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    assert row["enriched"] is True and row["qa_count"] >= 2
+    chunks = await db_pool.fetch(
+        "SELECT id, kind, parent_chunk_id, context_prefix, text FROM chunks WHERE document_id = $1",
+        event.document_id,
+    )
+    texts = {c["id"]: c for c in chunks if c["kind"] == "text"}
+    qa = [c for c in chunks if c["kind"] == "qa"]
+    assert len(qa) == row["qa_count"] and len(texts) == row["chunk_count"]
+    assert all(c["parent_chunk_id"] in texts for c in qa)
+    assert any(c["text"].startswith("Q: What is inertia?") for c in qa)
+    assert any(
+        (c["context_prefix"] or "").startswith("From a physics unit") for c in texts.values()
+    )

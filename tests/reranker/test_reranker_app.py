@@ -2,10 +2,14 @@
 
 import uuid
 
+import asyncpg
 import httpx
+import numpy as np
 import pytest
 
 from lectern_common.broker import create_broker, request
+from lectern_common.db import create_pool
+from lectern_common.embeddings import LocalEmbedder
 from lectern_common.errors import RetryableError
 from lectern_common.events import Candidate, RerankReply, RerankRequest, StudentContext
 from lectern_reranker.app import create_app
@@ -24,7 +28,31 @@ def chunk(text: str, **metadata: object) -> Candidate:
     )
 
 
-async def test_rerank_over_nats(nats_url: str, database_url: str, tenant_id: str) -> None:
+async def store_chunk(
+    pool: asyncpg.Pool, *, tenant_id: str, candidate: Candidate, embedding: np.ndarray
+) -> None:
+    """An indexed chunk as ingest would leave it (only what the re-ranker reads matters)."""
+    await pool.execute(
+        "INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes,"
+        " file_sha256, uploaded_by, status) VALUES ($1, $2, 'Biology', 'bio.pdf',"
+        " 'application/pdf', 1, 'x', 'teacher-1', 'indexed')",
+        candidate.document_id,
+        tenant_id,
+    )
+    await pool.execute(
+        "INSERT INTO chunks (id, document_id, tenant_id, chunk_index, text, token_count,"
+        " content_hash, embedding) VALUES ($1, $2, $3, 0, $4, 20, 'h', $5)",
+        candidate.chunk_id,
+        candidate.document_id,
+        tenant_id,
+        candidate.text,
+        embedding,
+    )
+
+
+async def test_rerank_over_nats(
+    nats_url: str, database_url: str, tenant_id: str, minilm: LocalEmbedder
+) -> None:
     app = create_app(
         Settings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
     )
@@ -100,3 +128,32 @@ async def test_rerank_over_nats(nats_url: str, database_url: str, tenant_id: str
                 timeout=30,
             )
         assert failure.value.reason == "bad_input"
+
+        # the bi-encoder reuses the index's stored vector of a chunk instead of re-embedding:
+        # store a misleading vector (another sentence's) to see that it is the one used
+        query = "How do plants make glucose?"
+        decoy = minilm.embed_documents_sync(["The stock market fell sharply on Monday."])[0]
+        pool = await create_pool(database_url, min_size=1, max_size=2)
+        try:
+            await store_chunk(pool, tenant_id=tenant_id, candidate=candidates[1], embedding=decoy)
+        finally:
+            await pool.close()
+        again = await request(
+            client,
+            RerankRequest(tenant_id=tenant_id, query=query, candidates=candidates, student=student),
+            RerankReply,
+            timeout=30,
+        )
+        by_id = {c.candidate.chunk_id: c for c in again.chunks}
+        expected = float(decoy @ minilm.embed_documents_sync([query])[0])
+        assert by_id[candidates[1].chunk_id].semantic == pytest.approx(max(expected, 0), abs=1e-4)
+        assert by_id[candidates[1].chunk_id].semantic < 0.3 < reply.chunks[0].semantic
+        # another tenant's request does not see this tenant's vectors
+        other = await request(
+            client,
+            RerankRequest(tenant_id=tenant_id + "-other", query=query, candidates=candidates),
+            RerankReply,
+            timeout=30,
+        )
+        first = {c.candidate.chunk_id: c.semantic for c in other.chunks}
+        assert first[candidates[1].chunk_id] > 0.5

@@ -84,3 +84,18 @@ async def test_bi_encoder_scores_relevance(minilm: LocalEmbedder) -> None:
     assert scores[0] > 0.5 > 0.2 > scores[3]
     assert scorer.count_tokens("insulin") == minilm.count_tokens("insulin")
     assert await scorer.score("anything", []) == []
+
+
+async def test_bi_encoder_reuses_known_vectors(minilm: LocalEmbedder) -> None:
+    query = "How does insulin control blood sugar?"
+    plain = await BiEncoderScorer(minilm).score(query, PASSAGES)
+    vectors = minilm.embed_documents_sync(PASSAGES)
+    same = BiEncoderScorer(minilm).with_vectors({PASSAGES[0]: vectors[0], PASSAGES[2]: vectors[2]})
+    np.testing.assert_allclose(await same.score(query, PASSAGES), plain, atol=1e-5)
+    # a known vector is taken as it is, not recomputed from the text
+    swapped = BiEncoderScorer(minilm).with_vectors({PASSAGES[0]: vectors[3]})
+    scores = await swapped.score(query, PASSAGES)
+    assert scores[0] == pytest.approx(plain[3], abs=1e-5)
+    assert scores[1:] == pytest.approx(plain[1:], abs=1e-5)
+    wrong = BiEncoderScorer(minilm).with_vectors({PASSAGES[0]: np.ones(7, dtype=np.float32)})
+    np.testing.assert_allclose(await wrong.score(query, PASSAGES), plain, atol=1e-5)

@@ -35,6 +35,7 @@ from lectern_reranker.service import (
     shingles,
     source_priority,
     subject_category,
+    with_grounding,
 )
 
 TODAY = date(2026, 1, 1)
@@ -297,6 +298,20 @@ def test_confidence_combines_retrieval_source_quality_and_prior() -> None:
     empty = confidence_of(top_semantic=None, kept_signals=[], scorer="bi-encoder", config=config)
     assert empty.score == pytest.approx(0.15)
     assert empty.band == "gap"
+
+
+def test_measured_grounding_replaces_the_prior() -> None:
+    config = RerankConfig(calibrations={"bi-encoder": Calibration(0.3, 0.05)})
+    signals = [{"source_priority": 1.0, "freshness": 1.0}]
+    prior = confidence_of(
+        top_semantic=0.9, kept_signals=signals, scorer="bi-encoder", config=config
+    )
+    assert prior.band == "high"  # 0.4 * ~1 + 0.3 * 1 + 0.3 * 0.5
+    grounded = with_grounding(prior, grounding=0.1)
+    assert not grounded.grounding_is_prior
+    assert grounded.score == pytest.approx(prior.score - 0.3 * 0.4, abs=1e-5)
+    assert grounded.band == "medium"
+    assert with_grounding(prior, grounding=1.0).score == pytest.approx(1.0, abs=1e-3)
 
 
 def test_band_shares() -> None:

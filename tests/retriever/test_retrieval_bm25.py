@@ -103,7 +103,9 @@ async def test_scores_match_reference_after_reweight(
     query = "How does light energy drive photosynthesis?"
     # weights froze avgdl as documents arrived: the first ones are off until re-weighted
     expected = await reference_scores(db_pool, tenant_id, query)
-    assert await db_pool.fetchval("SELECT lectern_bm25_reweight($1)", tenant_id) == 6
+    # the retriever's periodic job re-weights tenants whose chunk count drifted
+    assert (await retriever.reweight_stale())[tenant_id] == 6
+    assert tenant_id not in await retriever.reweight_stale()
     got = await sparse_scores(retriever, tenant_id, query)
     assert set(got) == set(expected)
     for chunk_id, score in expected.items():
@@ -170,3 +172,46 @@ async def test_statistics_are_per_tenant(
     assert got  # only the tenant's own chunk matches
     doc_of = await db_pool.fetch("SELECT id, tenant_id FROM chunks WHERE id = ANY($1)", list(got))
     assert {r["tenant_id"] for r in doc_of} == {tenant_id}
+
+
+async def test_maxscore_cut_keeps_the_exact_top_k(
+    db_pool: Any, embedder: Any, nats_url: str, database_url: str, tenant_id: str, add_doc: Any
+) -> None:
+    from lectern_retriever.config import Settings
+    from lectern_retriever.handlers import Retriever
+
+    words = ["energy", "light", "cell", "plant", "water", "sugar", "leaf", "root"]
+    corpus = [
+        [" ".join(words[(i * j) % len(words)] for j in range(1, 2 + i % 7)) + f" item{i % 5}"]
+        for i in range(60)
+    ]
+    corpus.append(["chlorophyll energy light"])
+    await load(db_pool, tenant_id, corpus, add_doc)
+    await db_pool.execute("SELECT lectern_bm25_reweight($1)", tenant_id)
+    query = "chlorophyll item3 energy light cell"
+    expected = await reference_scores(db_pool, tenant_id, query)
+    best = sorted(expected.values(), reverse=True)[:5]
+    for postings in (0, 1, 1000):
+        settings = Settings(
+            nats_url=nats_url, database_url=database_url, http_port=0,
+            maxscore_postings=postings, reweight_interval_s=0,
+        )  # fmt: skip
+        retriever = Retriever(settings=settings, embedder=embedder)
+        await retriever.start()
+        try:
+            reply = await retriever.retrieve(
+                RetrieveRequest(
+                    tenant_id=tenant_id,
+                    query=query,
+                    methods=["sparse"],
+                    k=5,
+                    k_sparse=5,
+                    max_per_document=None,
+                    rewrite=False,
+                    multi_hop=False,
+                )
+            )
+        finally:
+            await retriever.close()
+        got = [c.sparse_score for c in reply.candidates]
+        assert got == [pytest.approx(b, rel=1e-5) for b in best]

@@ -154,3 +154,52 @@ async def test_eval_harness_end_to_end(
         assert values["mrr@10"] == 1.0 and values["recall@5"] == 1.0
     assert {"embed", "dense", "sparse", "fuse", "total", "request"} <= set(out["latency_ms"])
     assert all(v["p95"] >= v["p50"] >= 0 for v in out["latency_ms"].values())
+
+
+@pytest.mark.integration
+async def test_gateway_search_route(
+    retriever_service: Any,
+    nats_url: str,
+    database_url: str,
+    db_pool: Any,
+    embedder: Embedder,
+    tenant_id: str,
+    add_doc: Any,
+) -> None:
+    import httpx
+
+    from lectern_gateway.app import create_app as create_gateway
+    from lectern_gateway.auth import Role, issue_token
+    from lectern_gateway.config import Settings as GatewaySettings
+
+    lesson = await add_doc(
+        db_pool, tenant_id=tenant_id, texts=["Volcanoes erupt when magma rises."],
+        embedder=embedder, title="Volcanoes",
+    )  # fmt: skip
+    exam = await add_doc(
+        db_pool, tenant_id=tenant_id, texts=["Exam: why do volcanoes erupt? Magma rises."],
+        embedder=embedder, collection="assessment",
+    )  # fmt: skip
+    settings = GatewaySettings(
+        nats_url=nats_url, database_url=database_url, http_port=0, log_json=False
+    )
+    gateway = create_gateway(settings)
+    secret = settings.effective_jwt_secret
+
+    def bearer(role: Role) -> dict[str, str]:
+        token = issue_token(secret=secret, tenant_id=tenant_id, user_id="u1", role=role)
+        return {"Authorization": f"Bearer {token}"}
+
+    body = {"query": "why do volcanoes erupt", "filters": {"collections": ["assessment"]}}
+    async with gateway.router.lifespan_context(gateway):
+        transport = httpx.ASGITransport(app=gateway)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+            student = await http.post("/v1/search", json=body, headers=bearer("student"))
+            teacher = await http.post("/v1/search", json=body, headers=bearer("teacher"))
+            anonymous = await http.post("/v1/search", json=body)
+    assert student.status_code == 200, student.text
+    # students are held to the educational collection whatever they ask for
+    assert [c["document_id"] for c in student.json()["candidates"]] == [str(lesson)]
+    assert [c["document_id"] for c in teacher.json()["candidates"]] == [str(exam)]
+    assert set(student.json()["timings_ms"]) >= {"dense", "sparse", "total"}
+    assert anonymous.status_code == 401

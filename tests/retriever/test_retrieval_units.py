@@ -152,3 +152,19 @@ def test_filter_sql_is_parameterised() -> None:
                           ["slides"], [DOC1]]  # fmt: skip
     assert "c.grade_level BETWEEN $4::smallint AND $5::smallint" in sql.clause
     assert "d0.status = 'indexed'" in sql.clause
+
+
+def test_maxscore_term_selection() -> None:
+    from lectern_retriever.service import WeightedTerm, essential_terms, first_pass_terms
+
+    rare = WeightedTerm("transposon", 1, 7.0, 9)
+    mid = WeightedTerm("insert", 2, 4.0, 40)
+    common = WeightedTerm("gene", 3, 0.5, 900)
+    commoner = WeightedTerm("use", 4, 0.2, 5000)
+    terms = [rare, mid, common, commoner]
+    assert first_pass_terms(terms, postings=50) == [rare, mid]
+    assert first_pass_terms(terms, postings=1) == [rare]  # at least one term
+    # bounds: 0.2 * 1.9 = 0.38, 0.5 * 1.9 = 0.95; together 1.33
+    assert essential_terms(terms, threshold=2.0) == [rare, mid]
+    assert essential_terms(terms, threshold=1.0) == [rare, mid, common]
+    assert essential_terms(terms, threshold=0.0) == terms

@@ -153,6 +153,7 @@ class PipelineResult:
     chunks: list[repo.ChunkRecord]
     embeddings: np.ndarray[Any, Any]
     indexed: repo.IndexedDocument
+    embed_s: float = 0.0
 
 
 class _Producer:
@@ -260,6 +261,7 @@ class IngestWorker:
             max_tokens = min(max_tokens, settings.chunk_max_tokens)
         self.chunking = _chunking_config(settings, max_tokens=max_tokens)
         self.count_tokens = thread_safe_counter(embedder)
+        self._embed_s = 0.0
 
     async def process(
         self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
@@ -309,6 +311,7 @@ class IngestWorker:
                 await progress.report(
                     IngestStage.STORE, 0, len(result.chunks), "chunks", force=True
                 )
+                store_started = time.monotonic()
                 async with self.pool.acquire() as conn:
                     stored = await repo.store_document(
                         conn, document=row, chunks=result.chunks, embeddings=result.embeddings,
@@ -352,6 +355,12 @@ class IngestWorker:
         if not stored:
             log.info("document %s changed while indexing; result dropped", event.document_id)
             return Outcome("dropped")
+        finished = time.monotonic()
+        log.info(
+            "indexed %s: %s pages, %d chunks in %.2f s (embedding %.2f s, store %.2f s)",
+            event.document_id, result.indexed.page_count, len(result.chunks),
+            finished - started, result.embed_s, finished - store_started,
+        )  # fmt: skip
         async with self.pool.acquire() as conn:
             row = await repo.get_document(conn, event.document_id)
         await self._publish_indexed(row, duration_ms=(time.monotonic() - started) * 1000.0)
@@ -394,6 +403,7 @@ class IngestWorker:
     async def _extract_and_embed(
         self, *, event: DocumentUploaded, path: Path, progress: Progress
     ) -> PipelineResult:
+        self._embed_s = 0.0
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.settings.queue_batches)
         producer = _Producer(
@@ -464,9 +474,12 @@ class IngestWorker:
             near_duplicate_score=near[1] if near else None,
             enriched=enriched, enrichment_note=note,
         )  # fmt: skip
-        return PipelineResult(chunks=records, embeddings=embeddings, indexed=indexed)
+        return PipelineResult(
+            chunks=records, embeddings=embeddings, indexed=indexed, embed_s=self._embed_s
+        )
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
+        started = time.monotonic()
         try:
             return await self.embedder.embed_documents(texts)
         except PermanentError as exc:
@@ -474,6 +487,8 @@ class IngestWorker:
                 f"the embedder rejected the text: {exc.message}",
                 stage=IngestStage.EMBED, reason=FailureReason.EMBEDDING_FAILED,
             ) from exc  # fmt: skip
+        finally:
+            self._embed_s += time.monotonic() - started
 
     async def _near_duplicate(
         self, event: DocumentUploaded, simhash: int

@@ -38,6 +38,11 @@ class Settings(ServiceHttpSettings):
     )
     cross_encoder_batch_size: int = Field(default=32, ge=1)
 
+    reuse_index_vectors: bool = Field(
+        default=True,
+        description="bi-encoder: use the chunks' stored embeddings when the index has our model",
+    )
+
     weight_semantic: float = Field(default=_W.semantic, ge=0.0)
     weight_grade: float = Field(default=_W.grade, ge=0.0)
     weight_curriculum: float = Field(default=_W.curriculum, ge=0.0)

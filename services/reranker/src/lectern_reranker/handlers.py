@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import logging
+import time
+from typing import Any
 
 from lectern_common.errors import ConfigurationError
 from lectern_common.events import RerankReply, RerankRequest
 from lectern_common.service import ServiceState
+from lectern_reranker import repository
 from lectern_reranker.config import Settings
-from lectern_reranker.scorers import load_scorer
-from lectern_reranker.service import RerankConfig, SemanticScorer, rerank
+from lectern_reranker.scorers import BiEncoderScorer, load_scorer
+from lectern_reranker.service import RerankConfig, SemanticScorer, rerank, scoring_text
 
 log = logging.getLogger(__name__)
+
+#: how long the answer to "was the index built with our bi-encoder?" is trusted
+INDEX_MODEL_TTL_S = 60.0
 
 
 class Reranker:
@@ -21,6 +27,9 @@ class Reranker:
         self._settings = settings
         self._config: RerankConfig = settings.rerank_config()
         self._scorer: SemanticScorer | None = None
+        self._pool: Any = None
+        self._index_checked_at = float("-inf")
+        self._index_matches = False
 
     @property
     def scorer(self) -> SemanticScorer | None:
@@ -30,6 +39,7 @@ class Reranker:
     async def start(self, state: ServiceState) -> None:
         """Load the models (once per process)."""
         self._scorer = load_scorer(self._settings)
+        self._pool = state.pool
         state.resources["scorer"] = self._scorer
         log.info("reranker scorer: %s", self._scorer.name)
 
@@ -37,8 +47,37 @@ class Reranker:
         """None when a scorer is loaded, else the problem."""
         return None if self._scorer is not None else "scorer not loaded"
 
+    async def _index_is_ours(self, scorer: BiEncoderScorer) -> bool:
+        now = time.monotonic()
+        if now - self._index_checked_at > INDEX_MODEL_TTL_S:
+            model = await repository.index_model(self._pool)
+            self._index_matches = model is not None and model[0] == scorer.embedder_name
+            self._index_checked_at = now
+        return self._index_matches
+
+    async def _scorer_for(self, request: RerankRequest, scorer: SemanticScorer) -> SemanticScorer:
+        """The bi-encoder reuses the index's stored vectors when the index used the same model."""
+        if (
+            not isinstance(scorer, BiEncoderScorer)
+            or not self._settings.reuse_index_vectors
+            or self._pool is None
+            or not request.candidates
+            or not await self._index_is_ours(scorer)
+        ):
+            return scorer
+        stored = await repository.chunk_vectors(
+            self._pool,
+            tenant_id=request.tenant_id,
+            chunk_ids=[c.chunk_id for c in request.candidates],
+        )
+        known = {
+            scoring_text(c): stored[c.chunk_id] for c in request.candidates if c.chunk_id in stored
+        }
+        return scorer.with_vectors(known) if known else scorer
+
     async def rerank(self, request: RerankRequest) -> RerankReply:
         """Final context and confidence for one question."""
         if self._scorer is None:
             raise ConfigurationError("the reranker's models are not loaded yet")
-        return await rerank(request=request, scorer=self._scorer, config=self._config)
+        scorer = await self._scorer_for(request, self._scorer)
+        return await rerank(request=request, scorer=scorer, config=self._config)

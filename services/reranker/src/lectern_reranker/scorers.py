@@ -11,10 +11,11 @@ import logging
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from lectern_reranker.service import ScorerName, SemanticScorer
 
@@ -118,23 +119,54 @@ class QueryDocumentEmbedder(Protocol):
 
 
 class BiEncoderScorer:
-    """Cosine between the query and chunk embeddings, clipped to 0..1 (negatives are noise)."""
+    """Cosine between the query and chunk embeddings, clipped to 0..1 (negatives are noise).
 
-    def __init__(self, embedder: QueryDocumentEmbedder) -> None:
+    Vectors already known for a text (the index's stored chunk embeddings, see
+    ``with_vectors``) are used as they are; only the others are embedded.
+    """
+
+    def __init__(
+        self,
+        embedder: QueryDocumentEmbedder,
+        *,
+        known: Mapping[str, NDArray[np.float32]] | None = None,
+    ) -> None:
         self._embedder = embedder
+        self._known: Mapping[str, NDArray[np.float32]] = known or {}
 
     @property
     def name(self) -> ScorerName:
         """Reported in replies."""
         return "bi-encoder"
 
+    @property
+    def embedder_name(self) -> str | None:
+        """The embedding model's name, to compare with the index's."""
+        value = getattr(self._embedder, "name", None)
+        return str(value) if value is not None else None
+
+    def with_vectors(self, known: Mapping[str, NDArray[np.float32]]) -> BiEncoderScorer:
+        """The same scorer reusing these vectors (text -> embedding) instead of embedding."""
+        return BiEncoderScorer(self._embedder, known=known)
+
     async def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """Cosine of each text with the query, clipped to 0..1."""
         if not texts:
             return []
         q = np.asarray(await self._embedder.embed_query(query), dtype=np.float32).reshape(-1)
-        docs = np.asarray(await self._embedder.embed_documents(list(texts)), dtype=np.float32)
-        docs = docs.reshape(len(texts), -1)
+        known = {
+            t: v
+            for t in texts
+            if t in self._known
+            and (v := np.asarray(self._known[t], dtype=np.float32).reshape(-1)).shape == q.shape
+        }
+        missing = sorted({t for t in texts if t not in known})
+        vectors: dict[str, NDArray[np.float32]] = {}
+        if missing:
+            embedded = np.asarray(await self._embedder.embed_documents(missing), dtype=np.float32)
+            vectors.update(zip(missing, embedded.reshape(len(missing), -1), strict=True))
+        # a stored vector of another dimension (another model) is ignored, not trusted
+        docs = np.stack([known[t] if t in known else vectors[t] for t in texts])
         norms = np.linalg.norm(docs, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
         cosine = (docs @ q) / np.maximum(norms, 1e-12)
         return [min(max(float(c), 0.0), 1.0) for c in cosine]

@@ -453,6 +453,32 @@ def confidence_of(
     )
 
 
+def with_grounding(
+    confidence: Confidence,
+    *,
+    grounding: float,
+    weights: ConfidenceWeights | None = None,
+    thresholds: BandThresholds | None = None,
+) -> Confidence:
+    """The verdict again with a measured grounding in place of the prior (for the gateway)."""
+    w = weights or ConfidenceWeights()
+    total = (w.retrieval + w.source_quality + w.grounding) or 1.0
+    score = (
+        w.retrieval * confidence.retrieval
+        + w.source_quality * confidence.source_quality
+        + w.grounding * grounding
+    ) / total
+    score = min(max(score, 0.0), 1.0)
+    return Confidence(
+        score=round(score, 6),
+        band=band_for(score, confidence.retrieval, thresholds or BandThresholds()),
+        retrieval=confidence.retrieval,
+        source_quality=confidence.source_quality,
+        grounding=grounding,
+        grounding_is_prior=False,
+    )
+
+
 def band_shares(bands: Sequence[str]) -> dict[str, float]:
     """Share of each band (high, medium, low, gap) among verdicts; zeros when there are none."""
     n = len(bands)

@@ -32,3 +32,12 @@ class Settings(ServiceHttpSettings):
     llm_rewrite: bool = Field(default=True, description="Gemini query rewrite when a key is set")
     llm_rewrite_timeout_s: float = Field(default=3.0, gt=0.0)
     pool_size: int = Field(default=16, ge=2, description="the retriever's own Postgres pool")
+    reweight_interval_s: float = Field(
+        default=600.0, ge=0.0, description="how often to re-weight drifted tenants (0: never)"
+    )
+    reweight_drift: float = Field(
+        default=0.1, ge=0.0, description="re-weight a tenant when its chunk count moved this share"
+    )
+    maxscore_postings: int = Field(
+        default=1000, ge=0, description="BM25 MaxScore first pass: rarest terms up to this many"
+    )

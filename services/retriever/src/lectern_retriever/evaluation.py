@@ -432,6 +432,8 @@ async def evaluate(
         load_seconds = time.perf_counter() - started
         if not servers.external:
             await stack.enter_async_context(_in_process_retriever(servers, embedder))
+            if "hybrid+rerank" in methods:
+                await stack.enter_async_context(_in_process_reranker(servers))
         broker = create_broker(servers.nats_url, service_name="lectern-eval")
         await broker.connect()
         stack.push_async_callback(broker.stop)
@@ -470,5 +472,26 @@ async def _in_process_retriever(servers: Stack, embedder: Embedder) -> AsyncIter
         log_level="WARNING",
     )
     app = create_app(settings, embedder=embedder)
+    async with app.router.lifespan_context(app):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _in_process_reranker(servers: Stack) -> AsyncIterator[None]:
+    """The re-ranker service with its default settings, when it is installed."""
+    try:
+        from lectern_reranker.app import create_app
+        from lectern_reranker.config import Settings
+    except ImportError:  # the harness then notes that hybrid+rerank was skipped
+        yield
+        return
+    settings = Settings(
+        nats_url=servers.nats_url,
+        database_url=servers.database_url,
+        http_port=0,
+        log_json=False,
+        log_level="WARNING",
+    )
+    app = create_app(settings)
     async with app.router.lifespan_context(app):
         yield

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -10,6 +11,7 @@ from lectern_common.db import create_pool
 from lectern_common.embeddings import Embedder, build_embedder, create_gemini_client
 from lectern_common.events import RetrieveReply, RetrieveRequest
 from lectern_common.service import ServiceState
+from lectern_retriever import repository
 from lectern_retriever.config import Settings
 from lectern_retriever.rewrite import Rewritten, llm_rewrite
 from lectern_retriever.service import QueryBatcher, SearchDefaults, Vector, hybrid_search
@@ -26,6 +28,7 @@ class Retriever:
         self.batcher: QueryBatcher | None = None
         self.pool: Any = None
         self.llm_client: Any = None
+        self._reweighter: asyncio.Task[None] | None = None
         self.defaults = SearchDefaults(
             dense_weight=settings.dense_weight,
             sparse_weight=settings.sparse_weight,
@@ -33,6 +36,7 @@ class Retriever:
             exact_search_below=settings.exact_search_below,
             tag_boost=settings.tag_boost,
             cited_boost=settings.cited_boost,
+            maxscore_postings=settings.maxscore_postings,
         )
 
     async def start(self, state: ServiceState | None = None) -> None:
@@ -58,11 +62,42 @@ class Retriever:
                 base_url=self.settings.gemini_base_url,
                 timeout_s=self.settings.llm_rewrite_timeout_s,
             )
+        if self.settings.reweight_interval_s > 0:
+            self._reweighter = asyncio.create_task(self._reweight_loop())
         if state is not None:
             state.resources["retriever"] = self
 
+    async def reweight_stale(self) -> dict[str, int]:
+        """Re-weight every tenant whose statistics drifted; returns chunks re-weighted each."""
+        done: dict[str, int] = {}
+        async with self.pool.acquire() as conn:
+            for tenant_id in await repository.stale_tenants(
+                conn, drift=self.settings.reweight_drift
+            ):
+                count = await repository.reweight(conn, tenant_id=tenant_id)
+                if count is not None:
+                    done[tenant_id] = count
+        return done
+
+    async def _reweight_loop(self) -> None:
+        # avgdl freezes in the weights at insert time; keep it close to the live average
+        while True:
+            await asyncio.sleep(self.settings.reweight_interval_s)
+            try:
+                done = await self.reweight_stale()
+            except Exception:
+                log.exception("BM25 re-weighting failed; retrying next interval")
+                continue
+            if done:
+                log.info("re-weighted BM25 for %d tenant(s): %s", len(done), done)
+
     async def close(self) -> None:
-        """Close the pool."""
+        """Stop re-weighting and close the pool."""
+        if self._reweighter is not None:
+            self._reweighter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reweighter
+            self._reweighter = None
         if self.pool is not None:
             await self.pool.close()
             self.pool = None

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from lectern_common.bm25 import idf, ts_config_for
+from lectern_common.bm25 import K1, idf, ts_config_for
 from lectern_common.embeddings import Embedder
 from lectern_common.events import Candidate, RetrieveReply, RetrieveRequest
 from lectern_retriever import repository
@@ -37,6 +37,7 @@ class SearchDefaults:
     exact_search_below: int = 2000
     tag_boost: float = 0.2
     cited_boost: float = 0.2
+    maxscore_postings: int = 1000
 
 
 class QueryBatcher:
@@ -95,6 +96,60 @@ def query_weights(stats: repository.TermStats) -> dict[int, float]:
         if term.term_id is not None and term.df > 0:
             weights[term.term_id] = idf(chunk_count=stats.chunk_count, df=term.df)
     return weights
+
+
+@dataclass(frozen=True)
+class WeightedTerm:
+    """A query lexeme with its term id, idf and document frequency."""
+
+    lexeme: str
+    term_id: int
+    idf: float
+    df: int
+
+    @property
+    def bound(self) -> float:
+        """The most this term can add to a chunk's score (a BM25 weight is below k1 + 1)."""
+        return self.idf * (K1 + 1.0)
+
+
+def weighted_terms(stats: repository.TermStats) -> list[WeightedTerm]:
+    """The query's terms present in the tenant, rarest first."""
+    weights = query_weights(stats)
+    terms = {
+        t.term_id: WeightedTerm(t.lexeme, t.term_id, weights[t.term_id], t.df)
+        for t in stats.terms
+        if t.term_id in weights
+    }
+    return sorted(terms.values(), key=lambda t: (t.df, t.lexeme))
+
+
+def first_pass_terms(terms: Sequence[WeightedTerm], *, postings: int) -> list[WeightedTerm]:
+    """MaxScore's first pass: the rarest terms, up to about ``postings`` matching chunks."""
+    chosen: list[WeightedTerm] = []
+    total = 0
+    for term in terms:  # rarest first
+        if chosen and total + term.df > postings:
+            break
+        chosen.append(term)
+        total += term.df
+    return chosen
+
+
+def essential_terms(terms: Sequence[WeightedTerm], *, threshold: float) -> list[WeightedTerm]:
+    """Terms a chunk must contain to possibly beat ``threshold`` (MaxScore).
+
+    The commonest terms whose bounds sum below the threshold cannot lift a chunk that has
+    none of the others into the top k, so their postings need not be visited.
+    """
+    dropped = 0.0
+    cut = len(terms)
+    for index in range(len(terms) - 1, -1, -1):  # commonest first
+        if dropped + terms[index].bound >= threshold:
+            break
+        dropped += terms[index].bound
+        cut = index
+    return list(terms[:cut])
 
 
 def to_hits(rows: Sequence[Any]) -> list[Hit]:
@@ -222,17 +277,32 @@ async def hybrid_search(
             )
 
     async def sparse(term_stats: repository.TermStats) -> list[Any]:
-        weights = query_weights(term_stats)
-        if not weights:
+        terms = weighted_terms(term_stats)
+        if not terms:
             return []
-        lexemes = [t.lexeme for t in term_stats.terms if t.term_id in weights]
+        vector = repository.sparse_query_vector({t.term_id: t.idf for t in terms})
+        k = request.k_sparse
         async with pool.acquire() as conn:
+            # exact top k with fewer postings: score the rarest terms' chunks first, then only
+            # the terms that could still lift a chunk above the k-th score found (MaxScore)
+            first = first_pass_terms(terms, postings=defaults.maxscore_postings)
+            rows = await repository.sparse_search(
+                conn,
+                where=where,
+                lexemes=[t.lexeme for t in first],
+                query_vector=vector,
+                k=k,
+            )
+            threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
+            needed = essential_terms(terms, threshold=threshold)
+            if len(needed) <= len(first):
+                return rows
             return await repository.sparse_search(
                 conn,
                 where=where,
-                lexemes=lexemes,
-                query_vector=repository.sparse_query_vector(weights),
-                k=request.k_sparse,
+                lexemes=[t.lexeme for t in needed],
+                query_vector=vector,
+                k=k,
             )
 
     jobs: list[Awaitable[list[Any]]] = []

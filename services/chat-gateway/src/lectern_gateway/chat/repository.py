@@ -118,32 +118,27 @@ async def insert_message(
     usage: dict[str, Any] | None = None,
     timings: dict[str, Any] | None = None,
 ) -> None:
-    """Store a message and mark the session active now."""
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "INSERT INTO chat_messages (id, session_id, tenant_id, user_id, role, content, "
-            "citations, confidence, confidence_band, answered_by, usage, timings) "
-            "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)",
-            message_id,
-            session_id,
-            tenant_id,
-            user_id,
-            role,
-            content,
-            list(citations),
-            confidence,
-            band,
-            answered_by,
-            usage or {},
-            timings or {},
-        )
-        await conn.execute(
-            "UPDATE chat_sessions SET last_activity_at = now(), "
-            "title = coalesce(title, left($3, 80)) WHERE id = $1 AND tenant_id = $2",
-            session_id,
-            tenant_id,
-            content if role == "user" else None,
-        )
+    """Store a message and mark the session active now (one statement, one round trip)."""
+    await pool.execute(
+        "WITH stored AS (INSERT INTO chat_messages (id, session_id, tenant_id, user_id, role, "
+        "content, citations, confidence, confidence_band, answered_by, usage, timings) "
+        "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) RETURNING session_id) "
+        "UPDATE chat_sessions SET last_activity_at = now(), title = coalesce(title, left($13, 80)) "
+        "WHERE id = (SELECT session_id FROM stored) AND tenant_id = $3",
+        message_id,
+        session_id,
+        tenant_id,
+        user_id,
+        role,
+        content,
+        list(citations),
+        confidence,
+        band,
+        answered_by,
+        usage or {},
+        timings or {},
+        content if role == "user" else None,
+    )
 
 
 async def recent_messages(

@@ -54,6 +54,7 @@ from lectern_gateway.chat.citations import (
 from lectern_gateway.chat.confidence import final_confidence, no_material, preamble
 from lectern_gateway.chat.generation import AnswerStreamer, Finished, TextDelta, WebGrounding
 from lectern_gateway.chat.prompt import (
+    Prompt,
     PromptSource,
     PromptTurn,
     asks_for_general_explanation,
@@ -324,29 +325,64 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
     finally:
         if not memory_task.done():
             memory_task.cancel()
+    gap = not general and retrieved.confidence.band == "gap"
+    prompt = None if gap else _prompt(deps, turn, question, retrieved, history, memories, general)
+    if prompt is not None:
+        # sources trimmed to fit the context budget are not offered (nor citable)
+        kept = {s.label for s in prompt.sources}
+        retrieved.sources = [s for s in retrieved.sources if s.label in kept]
+        retrieved.texts = {k: v for k, v in retrieved.texts.items() if k in kept}
     yield SourcesEvent(sources=retrieved.sources)
 
     if turn.delay_s > 0:
         await asyncio.sleep(turn.delay_s)
         timings["rate_limit_delay_ms"] = round(turn.delay_s * 1000, 2)
 
-    if not general and retrieved.confidence.band == "gap":
+    if prompt is None:
         async for event in _gap_turn(deps, turn, question, retrieved, user_message_id, timings):
             yield event
         return
     async for event in _answer_turn(
-        deps,
-        turn,
-        question,
-        retrieved,
-        history,
-        memories,
-        user_message_id,
-        timings,
-        general=general,
-        started=started,
+        deps, turn, retrieved, prompt, user_message_id, timings, general=general, started=started
     ):
         yield event
+
+
+def _prompt(
+    deps: ChatDeps,
+    turn: TurnInput,
+    question: str,
+    retrieved: Retrieved,
+    history: list[PromptTurn],
+    memories: list[str],
+    general: bool,
+) -> Prompt:
+    session = turn.session
+    system = system_prompt(
+        mode=session["mode"],
+        learning_style=session.get("learning_style"),
+        explanation_depth=session.get("explanation_depth"),
+        grade_level=session.get("grade_level"),
+        memories=memories,
+        with_sources=not general,
+    )
+    prompt_sources = [
+        PromptSource(
+            label=s.label,
+            title=s.title,
+            text=retrieved.texts[s.label],
+            pages=pages_label(s.page_start, s.page_end, s.slide),
+            section=s.section,
+        )
+        for s in retrieved.sources
+    ]
+    return build_prompt(
+        system=system,
+        question=question,
+        history=history,
+        sources=prompt_sources,
+        budget=deps.settings.context_token_budget,
+    )
 
 
 def _previous_question(rows: Sequence[dict[str, Any]]) -> str:
@@ -433,10 +469,8 @@ async def _gap_turn(
 async def _answer_turn(
     deps: ChatDeps,
     turn: TurnInput,
-    question: str,
     retrieved: Retrieved,
-    history: list[PromptTurn],
-    memories: list[str],
+    prompt: Prompt,
     user_message_id: uuid.UUID,
     timings: dict[str, float],
     *,
@@ -444,33 +478,7 @@ async def _answer_turn(
     started: float,
 ) -> AsyncIterator[BaseModel]:
     settings, session, principal = deps.settings, turn.session, turn.principal
-    system = system_prompt(
-        mode=session["mode"],
-        learning_style=session.get("learning_style"),
-        explanation_depth=session.get("explanation_depth"),
-        grade_level=session.get("grade_level"),
-        memories=memories,
-        with_sources=not general,
-    )
-    prompt_sources = [
-        PromptSource(
-            label=s.label,
-            title=s.title,
-            text=retrieved.texts[s.label],
-            pages=pages_label(s.page_start, s.page_end, s.slide),
-            section=s.section,
-        )
-        for s in retrieved.sources
-    ]
-    prompt = build_prompt(
-        system=system,
-        question=question,
-        history=history,
-        sources=prompt_sources,
-        budget=settings.context_token_budget,
-    )
-    kept = {s.label for s in prompt.sources}
-    texts = {label: t for label, t in retrieved.texts.items() if label in kept}
+    texts = retrieved.texts
     prior = (
         retrieved.confidence
         if not general

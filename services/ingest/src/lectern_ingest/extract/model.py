@@ -56,6 +56,8 @@ class ExtractionSummary:
     skipped_pages: list[int] = field(default_factory=list)
     failed_pages: list[int] = field(default_factory=list)
     ocr_pages: list[int] = field(default_factory=list)
+    #: wall time spent OCRing (rendering + Tesseract), summed over ``ocr_pages``
+    ocr_seconds: float = 0.0
     text_chars: int = 0
     warnings: list[str] = field(default_factory=list)
 
@@ -85,7 +87,8 @@ class Extraction(abc.ABC):
         if self.summary.text_chars == 0:
             detail = ""
             if self.summary.skipped_pages:
-                detail = f"; {len(self.summary.skipped_pages)} page(s) have no text layer (no OCR)"
+                skipped = len(self.summary.skipped_pages)
+                detail = f"; {skipped} page(s) have no text layer and were not OCRed"
             raise BadInputError(f"no extractable text{detail}", reason="no_text")
 
     def close(self) -> None:  # noqa: B027 - most formats hold nothing open

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import glob
 import logging
+import math
+import os
 import re
 import shutil
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -48,14 +53,21 @@ _CHAPTER_LABEL = re.compile(
     r"^(?:chapter|part|unit|kapitel|chapitre|teil)\s+\w{1,6}\.?$", re.IGNORECASE
 )
 _KEY_CHARS = re.compile(r"[\W_]+", re.UNICODE)
-
-
-def _title_key(text: str) -> str:
-    return _KEY_CHARS.sub("", normalize_unicode(text).lower())
-
-
-def _letters_key(text: str) -> str:
-    return "".join(ch for ch in _title_key(text) if not ch.isdigit())
+#: OCR: render at _OCR_DPI, but never above _OCR_MAX_PIXELS (about A4 at 200 dpi): scanners
+#: often declare one point per pixel, and such a page at 200 dpi would keep Tesseract busy for
+#: minutes. A document stops being OCRed once _OCR_BUDGET_S is spent.
+OCR_LANGUAGE = "eng"
+_OCR_DPI = 200
+_OCR_MIN_DPI = 24
+_OCR_MAX_PIXELS = 4_500_000
+_OCR_BUDGET_S = 300.0
+_TESSDATA_GLOBS = (
+    "/usr/share/tesseract-ocr/*/tessdata",
+    "/usr/share/tessdata",
+    "/usr/local/share/tessdata",
+    "/usr/local/share/tesseract-ocr/*/tessdata",
+    "/opt/homebrew/share/tessdata",
+)
 
 
 @dataclass(slots=True)
@@ -132,6 +144,68 @@ def _page_blocks(page: Any, textpage: Any = None) -> list[_PBlock]:
         if lines:
             blocks.append(_PBlock(bbox=tuple(raw["bbox"]), lines=lines))
     return blocks
+
+
+def _has_languages(folder: str, language: str) -> bool:
+    return all(
+        os.path.isfile(os.path.join(folder, f"{lang}.traineddata")) for lang in language.split("+")
+    )
+
+
+@functools.cache
+def find_tessdata(language: str = OCR_LANGUAGE) -> str | None:
+    """The Tesseract data folder holding ``language`` (``eng``, ``eng+deu``), or None."""
+    candidates: list[str] = []
+    if prefix := os.environ.get("TESSDATA_PREFIX"):
+        candidates += [prefix, os.path.join(prefix, "tessdata")]
+    for pattern in _TESSDATA_GLOBS:
+        candidates += sorted(glob.glob(pattern), reverse=True)
+    found = next((c for c in candidates if _has_languages(c, language)), None)
+    if found is None:
+        # Slow (runs ``tesseract --list-langs``), so only when the usual folders have nothing.
+        try:
+            asked = pymupdf.get_tessdata()
+        except Exception:
+            return None
+        found = asked if asked and _has_languages(asked, language) else None
+    return found
+
+
+def _ocr_dpi(page: Any) -> int | None:
+    """Resolution for OCR: _OCR_DPI, less on large pages; None if the page is too large."""
+    area_in2 = max(page.rect.width * page.rect.height, 1.0) / 72**2
+    fitting = int(math.sqrt(_OCR_MAX_PIXELS / area_in2))
+    return min(_OCR_DPI, fitting) if fitting >= _OCR_MIN_DPI else None
+
+
+def _merge_ocr_blocks(blocks: list[_PBlock]) -> list[_PBlock]:
+    """Rejoin OCR lines MuPDF split into blocks (word heights vary) when they are one paragraph."""
+    merged: list[_PBlock] = []
+    for block in sorted(blocks, key=lambda b: (b.bbox[1], b.bbox[0])):
+        if merged:
+            prev = merged[-1]
+            line_height = (prev.bbox[3] - prev.bbox[1]) / len(prev.lines)
+            gap = block.bbox[1] - prev.bbox[3]
+            overlaps = block.bbox[0] < prev.bbox[2] and prev.bbox[0] < block.bbox[2]
+            aligned = abs(block.bbox[0] - prev.bbox[0]) <= 1.5 * line_height
+            if overlaps and aligned and -0.2 * line_height <= gap <= 0.8 * line_height:
+                x0, y0, x1, y1 = prev.bbox
+                bx0, by0, bx1, by1 = block.bbox
+                merged[-1] = _PBlock(
+                    bbox=(min(x0, bx0), min(y0, by0), max(x1, bx1), max(y1, by1)),
+                    lines=prev.lines + block.lines,
+                )
+                continue
+        merged.append(block)
+    return merged
+
+
+def _title_key(text: str) -> str:
+    return _KEY_CHARS.sub("", normalize_unicode(text).lower())
+
+
+def _letters_key(text: str) -> str:
+    return "".join(ch for ch in _title_key(text) if not ch.isdigit())
 
 
 def _edge_blocks(blocks: list[_PBlock]) -> list[_PBlock]:
@@ -316,7 +390,15 @@ def _inside(inner: tuple[float, ...], outer: tuple[float, ...]) -> bool:
 class PdfExtraction(Extraction):
     """PDF or EPUB opened with PyMuPDF; units are pages (1-based numbers)."""
 
-    def __init__(self, doc: Any, *, mime: str, ocr: bool | None = None) -> None:
+    def __init__(
+        self,
+        doc: Any,
+        *,
+        mime: str,
+        ocr: bool | None = None,
+        ocr_language: str = OCR_LANGUAGE,
+        ocr_budget_s: float = _OCR_BUDGET_S,
+    ) -> None:
         self._doc = doc
         self.mime = mime
         self.page_count: int = doc.page_count
@@ -325,6 +407,9 @@ class PdfExtraction(Extraction):
         self.title = clean_inline(meta.get("title") or "") or None
         self.summary = ExtractionSummary(page_count=doc.page_count)
         self._ocr = shutil.which("tesseract") is not None if ocr is None else ocr
+        self._ocr_language = ocr_language
+        self._ocr_budget_s = ocr_budget_s
+        self._tessdata: str | None = None
         self.outline = []
         try:
             for level, title, page in doc.get_toc(simple=True):
@@ -387,13 +472,15 @@ class PdfExtraction(Extraction):
 
     def _read_page(self, page: Any, number: int) -> list[Block]:
         blocks = _page_blocks(page)
+        ocred = False
         if not blocks and page.get_images():
             textpage = self._ocr_page(page, number)
             if textpage is None:
                 self.summary.skipped_pages.append(number)
                 return []
-            blocks = _page_blocks(page, textpage)
+            blocks = _merge_ocr_blocks(_page_blocks(page, textpage))
             self.summary.ocr_pages.append(number)
+            ocred = True
         edges = {id(b) for b in _edge_blocks(blocks)}
         blocks = [
             b
@@ -405,20 +492,53 @@ class PdfExtraction(Extraction):
         blocks = _order_columns(blocks, page.rect.width)
         if self._use_outline:
             self._mark_outline_headings(blocks, number)
-        else:
+        elif not ocred:  # OCR text sizes are word-box heights, not fonts: no headings from them
             for block in blocks:
                 if block.table is None and (level := _is_font_heading(block, self._fonts)):
                     block.kind, block.level = "heading", level
         return self._to_blocks(blocks)
 
     def _ocr_page(self, page: Any, number: int) -> Any:
+        """A TextPage OCRed from the rendered page, or None (OCR off, unavailable, over budget)."""
         if not self._ocr:
             return None
+        if self._tessdata is None:
+            self._tessdata = find_tessdata(self._ocr_language)
+            if self._tessdata is None:
+                self._ocr = False
+                self.summary.warnings.append(
+                    f"OCR unavailable: no Tesseract data for {self._ocr_language!r} "
+                    "(install tesseract-ocr or set TESSDATA_PREFIX)"
+                )
+                return None
+        if self.summary.ocr_seconds >= self._ocr_budget_s:
+            if not any(w.startswith("OCR time budget") for w in self.summary.warnings):
+                self.summary.warnings.append(
+                    f"OCR time budget ({self._ocr_budget_s:.0f}s) used up at page {number}; "
+                    "later pages without a text layer are skipped"
+                )
+            return None
+        dpi = _ocr_dpi(page)
+        if dpi is None:
+            self.summary.warnings.append(f"page {number} is too large to OCR")
+            return None
+        start = time.perf_counter()
         try:
-            return page.get_textpage_ocr(full=True, dpi=200)
+            return page.get_textpage_ocr(
+                flags=_TEXT_FLAGS,
+                language=self._ocr_language,
+                dpi=dpi,
+                full=True,
+                tessdata=self._tessdata,
+            )
         except Exception as exc:
+            log.warning("OCR failed on page %d: %s", number, exc)
             self.summary.warnings.append(f"OCR failed on page {number}: {exc}")
             return None
+        finally:
+            elapsed = time.perf_counter() - start
+            self.summary.ocr_seconds += elapsed
+            log.debug("OCR of page %d took %.2fs", number, elapsed)
 
     def _with_tables(self, page: Any, blocks: list[_PBlock], number: int) -> list[_PBlock]:
         if not _has_grid(page):
@@ -553,7 +673,12 @@ class PdfExtraction(Extraction):
 
 
 def open_pymupdf(
-    path: Path, *, mime: str, password: str | None, ocr: bool | None = None
+    path: Path,
+    *,
+    mime: str,
+    password: str | None,
+    ocr: bool | None = None,
+    ocr_language: str = OCR_LANGUAGE,
 ) -> PdfExtraction:
     """Open a PDF/EPUB, handling passwords; raises BadInputError with a FailureReason code."""
     filetype = "epub" if mime == "application/epub+zip" else "pdf"
@@ -573,4 +698,4 @@ def open_pymupdf(
     if doc.page_count == 0:
         doc.close()
         raise BadInputError("the document has no pages", reason="corrupt")
-    return PdfExtraction(doc, mime=mime, ocr=ocr)
+    return PdfExtraction(doc, mime=mime, ocr=ocr, ocr_language=ocr_language)

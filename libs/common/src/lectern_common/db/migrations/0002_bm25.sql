@@ -13,7 +13,8 @@
 -- documents becoming 'indexed'. All of them are idempotent.
 --
 -- Document weights freeze avgdl at insert; `lectern_bm25_reweight(tenant)` recomputes them
--- (run it after bulk loads and periodically).
+-- (run it after bulk loads; the retriever re-weights tenants whose chunk count drifted by more
+-- than a set share since their last re-weighting, see `lectern_bm25_stale_tenants`).
 
 CREATE TABLE bm25_vocabulary (
     id    integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -31,7 +32,8 @@ CREATE TABLE bm25_collection_stats (
     tenant_id     text PRIMARY KEY,
     chunk_count   bigint NOT NULL DEFAULT 0 CHECK (chunk_count >= 0),
     total_length  bigint NOT NULL DEFAULT 0 CHECK (total_length >= 0),
-    reweighted_at timestamptz
+    reweighted_at timestamptz,
+    reweighted_chunk_count bigint
 );
 
 ALTER TABLE chunks ADD COLUMN bm25 sparsevec;
@@ -64,6 +66,7 @@ BEGIN
           WHERE document_id = ANY (p_document_ids) AND doc_length IS NULL
           ORDER BY id FOR UPDATE) c,
          unnest(c.tsv) t;
+    ANALYZE _bm25_terms;
 
     -- sorted inserts: concurrent writers take the same locks in the same order
     INSERT INTO bm25_vocabulary (term)
@@ -80,12 +83,12 @@ BEGIN
     ON CONFLICT (tenant_id, term_id) DO UPDATE SET df = s.df + EXCLUDED.df;
 
     INSERT INTO bm25_collection_stats AS s (tenant_id, chunk_count, total_length)
-    SELECT tenant_id, count(*), sum(dl)
-    FROM (SELECT c.tenant_id, coalesce((SELECT sum(tf) FROM _bm25_terms t
-                                        WHERE t.chunk_id = c.id), 0) AS dl
-          FROM chunks c
-          WHERE c.document_id = ANY (p_document_ids) AND c.doc_length IS NULL) per_chunk
-    GROUP BY tenant_id ORDER BY tenant_id
+    SELECT c.tenant_id, count(*), coalesce(sum(l.dl), 0)
+    FROM chunks c
+    LEFT JOIN (SELECT chunk_id, sum(tf) AS dl FROM _bm25_terms GROUP BY chunk_id) l
+           ON l.chunk_id = c.id
+    WHERE c.document_id = ANY (p_document_ids) AND c.doc_length IS NULL
+    GROUP BY c.tenant_id ORDER BY c.tenant_id
     ON CONFLICT (tenant_id) DO UPDATE
         SET chunk_count = s.chunk_count + EXCLUDED.chunk_count,
             total_length = s.total_length + EXCLUDED.total_length;
@@ -238,7 +241,19 @@ BEGIN
     )
     UPDATE chunks c SET bm25 = w.vec FROM weights w WHERE c.id = w.id;
     GET DIAGNOSTICS v_chunks = ROW_COUNT;
-    UPDATE bm25_collection_stats SET reweighted_at = now() WHERE tenant_id = p_tenant;
+    UPDATE bm25_collection_stats SET reweighted_at = now(), reweighted_chunk_count = chunk_count
+    WHERE tenant_id = p_tenant;
     RETURN v_chunks;
 END
+$$;
+
+-- Tenants whose chunk count moved by more than p_drift (a share) since their last re-weighting.
+CREATE FUNCTION lectern_bm25_stale_tenants(p_drift double precision)
+RETURNS SETOF text LANGUAGE sql STABLE AS $$
+    SELECT tenant_id FROM bm25_collection_stats
+    WHERE chunk_count > 0
+      AND (reweighted_chunk_count IS NULL
+           OR abs(chunk_count - reweighted_chunk_count)
+              > p_drift * greatest(reweighted_chunk_count, 1))
+    ORDER BY tenant_id
 $$;

@@ -1,0 +1,36 @@
+"""SQL of the re-ranker: the index's embedding model and stored chunk vectors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+async def index_model(pool: Any) -> tuple[str, int] | None:
+    """Name and dimension of the model the chunk index was built with (None before migration)."""
+    row = await pool.fetchrow("SELECT name, dimension FROM embedding_models WHERE id = 1")
+    return None if row is None else (str(row["name"]), int(row["dimension"]))
+
+
+async def chunk_vectors(
+    pool: Any, *, tenant_id: str, chunk_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, NDArray[np.float32]]:
+    """Stored embeddings of the tenant's chunks among ``chunk_ids`` (missing ids are absent)."""
+    if not chunk_ids:
+        return {}
+    rows = await pool.fetch(
+        "SELECT id, embedding FROM chunks WHERE tenant_id = $1 AND id = ANY($2::uuid[])",
+        tenant_id,
+        list(chunk_ids),
+    )
+    return {row["id"]: _as_array(row["embedding"]) for row in rows}
+
+
+def _as_array(value: Any) -> NDArray[np.float32]:
+    # pgvector's codec gives ``pgvector.Vector``; plain sequences are accepted too
+    raw = value.to_numpy() if hasattr(value, "to_numpy") else value
+    return np.asarray(raw, dtype=np.float32)
