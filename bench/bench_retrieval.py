@@ -9,9 +9,10 @@
 2. bm25s (k1 0.9, b 0.4, English stopwords) on the same data, scored with the same metrics.
 3. Scale: a fresh database with ``--chunks`` chunks (bioasq texts replicated, 10 chunks per
    document, random unit vectors), BM25-indexed by the SQL functions; bioasq questions sent
-   through NATS to an in-process retriever. Latency excludes the query embedding (the
-   reply's total minus its embed stage); requests/s is end to end (embedding included) with
-   ``--concurrency`` requests in flight, loopback only.
+   through NATS to ``--replicas`` retriever processes (``python -m lectern_retriever``, one
+   queue group). Latency excludes the query embedding (the reply's total minus its embed
+   stage); requests/s is end to end (embedding included) with ``--concurrency`` requests in
+   flight, loopback only.
 
 The last line is one JSON object.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 import uuid
@@ -89,15 +91,12 @@ async def quality(name: str, limit: int | None, embedder: LocalEmbedder) -> dict
     return out
 
 
-async def scale(
-    *, chunks: int, requests: int, concurrency: int, embedder: LocalEmbedder
-) -> dict[str, Any]:
+async def scale(*, chunks: int, requests: int, concurrency: int, replicas: int) -> dict[str, Any]:
     """Latency and throughput through NATS at ``chunks`` chunks."""
     from lectern_common.broker import create_broker, request
     from lectern_common.db import create_pool
+    from lectern_common.errors import LecternError
     from lectern_common.events import RetrieveReply, RetrieveRequest
-    from lectern_retriever.app import create_app
-    from lectern_retriever.config import Settings
 
     dataset = load_beir(EVAL / "bioasq-dev")
     texts = [f"{t} {x}".strip() for t, x in dataset.corpus.values()]
@@ -153,46 +152,66 @@ async def scale(
             await conn.execute("VACUUM ANALYZE documents")
         await pool.close()
         say(f"HNSW built in {hnsw_s:.1f} s")
-        settings = Settings(
-            nats_url=servers.nats_url,
-            database_url=servers.database_url,
-            http_port=0,
-            log_json=False,
-            log_level="WARNING",
-        )
-        app = create_app(settings, embedder=embedder)
-        async with app.router.lifespan_context(app):
-            client = create_broker(servers.nats_url, service_name="bench-retrieval")
-            await client.connect()
-            try:
+        # the retriever runs as its own processes (as deployed), the client here
+        env = {
+            **os.environ,
+            "LECTERN_NATS_URL": servers.nats_url,
+            "LECTERN_DATABASE_URL": servers.database_url,
+            "LECTERN_RETRIEVER_HTTP_PORT": "0",
+            "LECTERN_LOG_LEVEL": "WARNING",
+            "LECTERN_RETRIEVER_REWEIGHT_INTERVAL_S": "0",
+            "HF_HUB_OFFLINE": "1",
+        }
+        processes = [
+            await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "lectern_retriever", env=env,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )
+            for _ in range(replicas)
+        ]  # fmt: skip
+        client = create_broker(servers.nats_url, service_name="bench-retrieval")
+        await client.connect()
+        try:
 
-                async def ask(question: str) -> RetrieveReply:
-                    message = RetrieveRequest(tenant_id=tenant, query=question)
-                    return await request(client, message, RetrieveReply, timeout=60)
+            async def ask(question: str) -> RetrieveReply:
+                message = RetrieveRequest(tenant_id=tenant, query=question)
+                return await request(client, message, RetrieveReply, timeout=60)
 
-                for question in questions[:20]:  # warm caches
-                    await ask(question)
-                say("sequential latency")
-                latencies: list[float] = []
-                stages: dict[str, list[float]] = {}
-                for question in questions[: min(len(questions), requests)]:
-                    reply = await ask(question)
-                    latencies.append(reply.timings_ms["total"] - reply.timings_ms.get("embed", 0))
-                    for stage, ms in reply.timings_ms.items():
-                        stages.setdefault(stage, []).append(ms)
-                say(f"throughput with {concurrency} in flight")
-                semaphore = asyncio.Semaphore(concurrency)
-
-                async def bounded(question: str) -> None:
-                    async with semaphore:
+            deadline = time.monotonic() + 180
+            while True:  # until every replica has loaded its model and subscribed
+                try:
+                    for question in questions[: 10 * replicas]:
                         await ask(question)
+                    break
+                except LecternError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(1.0)
+            say("sequential latency")
+            latencies: list[float] = []
+            stages: dict[str, list[float]] = {}
+            for question in questions[: min(len(questions), requests)]:
+                reply = await ask(question)
+                latencies.append(reply.timings_ms["total"] - reply.timings_ms.get("embed", 0))
+                for stage, ms in reply.timings_ms.items():
+                    stages.setdefault(stage, []).append(ms)
+            say(f"throughput with {concurrency} in flight, {replicas} retriever processes")
+            semaphore = asyncio.Semaphore(concurrency)
 
-                started = time.perf_counter()
-                batch = [questions[i % len(questions)] for i in range(requests)]
-                await asyncio.gather(*(bounded(q) for q in batch))
-                rps = requests / (time.perf_counter() - started)
-            finally:
-                await client.stop()
+            async def bounded(question: str) -> None:
+                async with semaphore:
+                    await ask(question)
+
+            started = time.perf_counter()
+            batch = [questions[i % len(questions)] for i in range(requests)]
+            await asyncio.gather(*(bounded(q) for q in batch))
+            rps = requests / (time.perf_counter() - started)
+        finally:
+            await client.stop()
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                await asyncio.wait_for(process.wait(), 30)
     return {
         "chunks": chunks,
         "insert_and_bm25_s": round(insert_s, 1),
@@ -205,6 +224,7 @@ async def scale(
         },
         "rps": round(rps, 1),
         "concurrency": concurrency,
+        "retriever_processes": replicas,
     }
 
 
@@ -215,15 +235,16 @@ async def main() -> None:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--replicas", type=int, default=2, help="retriever processes (2)")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     args = parser.parse_args()
     if not (EVAL / "bioasq-dev").is_dir():
         say(f"shared data not found at {EVAL}")
         sys.exit(2)
-    embedder = LocalEmbedder()
     summary: dict[str, Any] = {}
     if not args.skip_quality:
+        embedder = LocalEmbedder()
         bioasq = await quality("bioasq-dev", args.limit_queries, embedder)
         pubmed = await quality("pubmedqa-pqal", args.limit_queries, embedder)
         methods = bioasq["methods"]
@@ -242,7 +263,7 @@ async def main() -> None:
             chunks=args.chunks,
             requests=args.requests,
             concurrency=args.concurrency,
-            embedder=embedder,
+            replicas=args.replicas,
         )
         say(json.dumps(result))
         summary.update(p95_ms_100k=result["p95_ms"], rps_100k=result["rps"], scale=result)

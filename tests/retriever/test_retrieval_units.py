@@ -168,3 +168,12 @@ def test_maxscore_term_selection() -> None:
     assert essential_terms(terms, threshold=2.0) == [rare, mid]
     assert essential_terms(terms, threshold=1.0) == [rare, mid, common]
     assert essential_terms(terms, threshold=0.0) == terms
+
+
+def test_selective_filters() -> None:
+    from lectern_retriever.service import has_selective_filter
+
+    assert not has_selective_filter(RetrievalFilters())
+    assert not has_selective_filter(RetrievalFilters(collections=["educational", "assessment"]))
+    assert has_selective_filter(RetrievalFilters(grade_level=0))
+    assert has_selective_filter(RetrievalFilters(content_types=["slides"]))

@@ -86,16 +86,26 @@ def run(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    result = asyncio.run(
-        evaluate(
-            dataset_dir=args.dataset,
-            nats_url=nats_url,
-            database_url=database_url,
-            methods=methods,
-            limit_queries=args.limit_queries,
-            concurrency=args.concurrency,
-            progress=progress,
-        )
-    ).to_json()
+    # service logs (FastStream writes to stdout) must not mix into the result: send file
+    # descriptor 1 to stderr while the stack runs
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        result = asyncio.run(
+            evaluate(
+                dataset_dir=args.dataset,
+                nats_url=nats_url,
+                database_url=database_url,
+                methods=methods,
+                limit_queries=args.limit_queries,
+                concurrency=args.concurrency,
+                progress=progress,
+            )
+        ).to_json()
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
     print(json.dumps(result) if args.json else format_table(result))
     return 0

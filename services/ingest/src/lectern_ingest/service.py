@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -423,17 +423,19 @@ class IngestWorker:
                 if isinstance(item, BaseException):
                     progress.stage = producer.stage
                     raise item
-                await _report_units(progress, producer.stats)
                 if self.enricher is not None:
+                    await _report_units(progress, producer.stats, IngestStage.EXTRACT)
                     drafts.extend(item)
                     continue
                 progress.stage = IngestStage.EMBED
                 vectors.append(await self._embed([_embed_text(d) for d in item]))
                 drafts.extend(item)
+                await _report_embedded(progress, producer.stats, item)
         finally:
             producer.stop.set()
         stats = producer.stats
-        await _report_units(progress, stats, force=True)
+        final_stage = IngestStage.EXTRACT if self.enricher is not None else IngestStage.EMBED
+        await _report_units(progress, stats, final_stage, force=True)
         if not drafts:
             skipped = f" ({stats.skipped_pages} pages without a text layer)" if (
                 stats.skipped_pages) else ""  # fmt: skip
@@ -563,11 +565,20 @@ class IngestWorker:
         )  # fmt: skip
 
 
-async def _report_units(progress: Progress, stats: _Produced, *, force: bool = False) -> None:
+async def _report_units(
+    progress: Progress, stats: _Produced, stage: IngestStage, *, force: bool = False
+) -> None:
     unit = "pages" if stats.page_count else "units"
-    await progress.report(
-        IngestStage.EXTRACT, stats.units_done, stats.total_units, unit, force=force
-    )
+    await progress.report(stage, stats.units_done, stats.total_units, unit, force=force)
+
+
+async def _report_embedded(progress: Progress, stats: _Produced, batch: list[ChunkDraft]) -> None:
+    """Pages (or slides) whose chunks are embedded so far; extraction runs ahead of this."""
+    reached = [d.page_end or d.slide or 0 for d in batch]
+    if stats.page_count and max(reached, default=0) > 0:
+        await progress.report(IngestStage.EMBED, max(reached), stats.page_count, "pages")
+    else:
+        await _report_units(progress, stats, IngestStage.EMBED)
 
 
 def thread_safe_counter(embedder: Embedder) -> Callable[[str], int]:
@@ -631,15 +642,3 @@ def _record(document_id: uuid.UUID, index: int, draft: ChunkDraft) -> repo.Chunk
         token_count=int(getattr(draft, "token_count", 0) or 0),
         content_hash=hashlib.sha256(draft.text.encode("utf-8")).hexdigest(),
     )  # fmt: skip
-
-
-def iter_batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    """Consecutive lists of at most ``size`` items."""
-    batch: list[Any] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

@@ -117,6 +117,14 @@ def sparse_query_vector(weights: dict[int, float]) -> SparseVector:
     return SparseVector({term_id - 1: w for term_id, w in weights.items()}, SPARSE_DIM)
 
 
+async def tenant_chunk_count(conn: Any, *, tenant_id: str) -> int:
+    """The tenant's indexed chunks (from the BM25 statistics; 0 when it has none)."""
+    value = await conn.fetchval(
+        "SELECT chunk_count FROM bm25_collection_stats WHERE tenant_id = $1", tenant_id
+    )
+    return int(value or 0)
+
+
 async def count_up_to(conn: Any, *, where: SqlFilter, limit: int) -> int:
     """How many chunks pass the filter, counting at most ``limit`` + 1."""
     value = await conn.fetchval(

@@ -12,7 +12,7 @@ import numpy as np
 
 from lectern_common.bm25 import K1, idf, ts_config_for
 from lectern_common.embeddings import Embedder
-from lectern_common.events import Candidate, RetrieveReply, RetrieveRequest
+from lectern_common.events import Candidate, RetrievalFilters, RetrieveReply, RetrieveRequest
 from lectern_retriever import repository
 from lectern_retriever.fusion import Fused, Hit, RankedList, rrf_fuse
 from lectern_retriever.rewrite import (
@@ -87,6 +87,15 @@ def plan_queries(request: RetrieveRequest) -> Rewritten:
         return Rewritten(main=main)
     kind, parts = split_multi_hop(main)
     return Rewritten(main=main, sub_queries=parts, kind=kind)
+
+
+def has_selective_filter(filters: RetrievalFilters) -> bool:
+    """Whether the filters go beyond tenant and collection."""
+    scalars = (filters.subject, filters.grade_level, filters.module_tag, filters.class_id,
+               filters.language)  # fmt: skip
+    return any(v is not None for v in scalars) or bool(
+        filters.content_types or filters.document_ids
+    )
 
 
 def query_weights(stats: repository.TermStats) -> dict[int, float]:
@@ -255,6 +264,11 @@ async def hybrid_search(
 
     async def is_small() -> bool:
         async with pool.acquire() as conn:
+            if not has_selective_filter(request.filters):
+                # tenant + collection only: the tenant's size (one row) bounds the filtered set
+                size = await repository.tenant_chunk_count(conn, tenant_id=request.tenant_id)
+                if size > defaults.exact_search_below:
+                    return False
             count = await repository.count_up_to(
                 conn, where=where, limit=defaults.exact_search_below
             )

@@ -38,6 +38,10 @@ CREATE TABLE bm25_collection_stats (
 
 ALTER TABLE chunks ADD COLUMN bm25 sparsevec;
 ALTER TABLE chunks ADD COLUMN doc_length integer;
+-- Weights are written right after the chunk is inserted, and again by every re-weighting.
+-- Free space on each page lets those updates be HOT (no new HNSW/GIN index entries): measured
+-- on 20k chunks with an HNSW index, re-weighting took 98 s at fillfactor 100, 13-23 s at 60.
+ALTER TABLE chunks SET (fillfactor = 60);
 
 -- The dimension every BM25 sparsevec has (term ids must stay below it).
 CREATE FUNCTION lectern_bm25_dim() RETURNS integer
