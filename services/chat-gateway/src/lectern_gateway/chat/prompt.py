@@ -91,6 +91,8 @@ class Prompt:
     tokens: int
     dropped_history: int = 0
     dropped_sources: list[str] = field(default_factory=list)
+    #: long-term memories the system prompt carries ("last time you found X hard")
+    memories: list[str] = field(default_factory=list)
 
 
 def system_prompt(

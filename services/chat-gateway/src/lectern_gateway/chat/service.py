@@ -376,13 +376,15 @@ def _prompt(
         )
         for s in retrieved.sources
     ]
-    return build_prompt(
+    built = build_prompt(
         system=system,
         question=question,
         history=history,
         sources=prompt_sources,
         budget=deps.settings.context_token_budget,
     )
+    built.memories = list(memories)
+    return built
 
 
 def _previous_question(rows: Sequence[dict[str, Any]]) -> str:
@@ -589,6 +591,7 @@ async def _answer_turn(
         confidence,
         all_citations,
         finished.answered_by,
+        topic=guess_topic(turn.text, turn.session, retrieved.topic_tags),
     )
     yield DoneEvent(
         message_id=message_id,
@@ -599,6 +602,7 @@ async def _answer_turn(
         band=confidence.band,
         confidence=confidence.score,
         answered_by=finished.answered_by,
+        memories_used=prompt.memories,
         usage=usage,
         timings_ms=timings,
     )

@@ -99,6 +99,9 @@ class DoneEvent(BaseModel):
     confidence: float
     knowledge_gap: bool = False
     answered_by: str = Field(description="gemini, fallback, offline or gap")
+    memories_used: list[str] = Field(
+        default_factory=list, description="long-term memories of the student put in the prompt"
+    )
     usage: dict[str, Any] = Field(default_factory=dict)
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
