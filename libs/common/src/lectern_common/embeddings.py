@@ -67,6 +67,7 @@ TaskType = Literal["RETRIEVAL_DOCUMENT", "RETRIEVAL_QUERY"]
 LOCAL_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 LOCAL_DIMENSION = 384
 LOCAL_MAX_TOKENS = 256
+_SMALL_BATCH = 4
 #: the Gemini API accepts at most 100 contents per ``batchEmbedContents`` call
 GEMINI_MAX_BATCH = 100
 GEMINI_MAX_TOKENS = 2048
@@ -165,6 +166,8 @@ class LocalEmbedder:
         self.batch_size = batch_size or (settings.embedding_batch_size if settings else 64)
         self.tokenizer: Any = self.model.tokenizer
         self._lock = threading.Lock()
+        self._torch: Any = torch
+        self._threads = torch.get_num_threads()
 
     def count_tokens(self, text: str) -> int:
         """Word pieces of ``text`` including [CLS] and [SEP], untruncated."""
@@ -176,6 +179,11 @@ class LocalEmbedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         with self._lock:
+            # One short query runs faster on one thread (no fork/join overhead, measured
+            # 11.8 vs 14.6 ms p50 on 2 cores); document batches use every core.
+            threads = 1 if len(texts) <= _SMALL_BATCH else self._threads
+            if self._torch.get_num_threads() != threads:
+                self._torch.set_num_threads(threads)
             encoded = self.model.encode(
                 list(texts),
                 batch_size=self.batch_size,
