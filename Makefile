@@ -47,8 +47,9 @@ test: install lint ## Install, lint, and run the whole test suite against real N
 test-fast: install ## The suite without slow and e2e tests
 	$(VENV)/bin/pytest -m "not slow and not e2e"
 
-asyncapi: install ## Regenerate docs/asyncapi.yaml from the event contracts
+asyncapi: install ## Regenerate docs/asyncapi.yaml and docs/openapi.json from the code
 	$(PY) -m lectern_common.asyncapi > docs/asyncapi.yaml
+	$(PY) -m lectern_gateway.openapi > docs/openapi.json
 
 bench: bench-ingest bench-retrieval bench-rerank bench-chat bench-memory ## Run every benchmark
 

@@ -60,3 +60,10 @@ def test_events_ignore_unknown_fields_and_carry_envelope(event: type[Event]) -> 
     for name in ("event_id", "occurred_at", "tenant_id"):
         assert name in fields
     assert event.model_config.get("extra") == "ignore"
+
+
+def test_openapi_document_is_current() -> None:
+    from lectern_gateway.openapi import openapi_json
+
+    committed = (ROOT / "docs" / "openapi.json").read_text()
+    assert committed == openapi_json(), "docs/openapi.json is stale: run `make asyncapi`"
