@@ -32,9 +32,10 @@ from numpy.typing import NDArray
 
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import Candidate, RerankRequest
+from lectern_common.events.chat import band_shares
 from lectern_reranker.config import Settings
 from lectern_reranker.scorers import BiEncoderScorer, CrossEncoderScorer
-from lectern_reranker.service import SemanticScorer, band_shares, rerank
+from lectern_reranker.service import SemanticScorer, rerank
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / ".." / "shared" / "data" / "eval" / "pubmedqa-pqal"

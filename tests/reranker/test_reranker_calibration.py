@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from lectern_common.embeddings import LocalEmbedder
+from lectern_common.events.chat import band_shares
 from lectern_reranker.config import Settings
-from lectern_reranker.service import NEUTRAL, band_shares, confidence_of
+from lectern_reranker.service import NEUTRAL, confidence_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.shared_data]
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from lectern_common.events import Candidate, RerankRequest, StudentContext
+from lectern_common.events.chat import band_shares
 from lectern_reranker.config import Settings
 from lectern_reranker.service import (
     NEUTRAL,
@@ -19,7 +20,6 @@ from lectern_reranker.service import (
     ScorerName,
     SignalWeights,
     band_for,
-    band_shares,
     combined_score,
     confidence_of,
     content_type_preference,

@@ -203,3 +203,38 @@ async def test_gateway_search_route(
     assert [c["document_id"] for c in teacher.json()["candidates"]] == [str(exam)]
     assert set(student.json()["timings_ms"]) >= {"dense", "sparse", "total"}
     assert anonymous.status_code == 401
+
+
+@pytest.mark.integration
+async def test_eval_reports_rerank_and_confidence_bands(
+    retriever_service: Any, nats_url: str, database_url: str, embedder: Embedder, tmp_path: Path
+) -> None:
+    from lectern_reranker.app import create_app as create_reranker
+    from lectern_reranker.config import Settings as RerankerSettings
+
+    write_beir(tmp_path / "tiny")
+    reranker = create_reranker(
+        RerankerSettings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
+    )
+    offtopic = ["Who won the football world cup in 1998?", "How do I bake sourdough bread?"]
+    async with reranker.router.lifespan_context(reranker):
+        result = await evaluate(
+            dataset_dir=tmp_path / "tiny",
+            nats_url=nats_url,
+            database_url=database_url,
+            embedder=embedder,
+            methods=["hybrid", "hybrid+rerank"],
+            offtopic=offtopic,
+        )
+    out = result.to_json()
+    assert set(out["methods"]) == {"hybrid", "hybrid+rerank"}
+    assert out["methods"]["hybrid+rerank"]["recall@5"] == 1.0
+    assert "rerank" in out["latency_ms"]
+    bands = out["bands"]
+    assert set(bands) == {"answerable", "offtopic"}
+    for shares in bands.values():
+        assert set(shares) == {"high", "medium", "low", "gap"}
+        assert math.isclose(sum(shares.values()), 1.0)
+    # the corpus cannot answer these: the re-ranker's confidence says so
+    assert bands["offtopic"]["gap"] == 1.0
+    assert bands["answerable"]["gap"] < 1.0

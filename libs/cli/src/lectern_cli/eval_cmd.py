@@ -35,6 +35,11 @@ def register(subparsers: Any) -> None:
         help=f"comma-separated subset of {','.join(METHOD_CHOICES)} (default all)",
     )  # fmt: skip
     parser.add_argument("--concurrency", type=int, default=4, help="queries in flight (4)")
+    parser.add_argument(
+        "--offtopic", type=Path, metavar="FILE",
+        help="questions the corpus cannot answer, one per line: their confidence bands are "
+        "reported next to the dataset's (needs the re-ranker)",
+    )  # fmt: skip
     parser.add_argument("--data-dir", type=Path, help="a running `lectern up` stack's data dir")
     parser.add_argument("--nats-url", default=os.environ.get("LECTERN_EVAL_NATS_URL"))
     parser.add_argument("--database-url", default=os.environ.get("LECTERN_EVAL_DATABASE_URL"))
@@ -65,6 +70,9 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append(f"{'stage':<15}{'p50 ms':>12}{'p95 ms':>12}")
     for stage, values in result["latency_ms"].items():
         lines.append(f"{stage:<15}{values['p50']:>12.2f}{values['p95']:>12.2f}")
+    for kind, shares in (result.get("bands") or {}).items():
+        parts = ", ".join(f"{band} {share:.1%}" for band, share in shares.items())
+        lines.append(f"bands {kind:<10} {parts}")
     lines += [f"note: {n}" for n in result.get("notes", [])]
     return "\n".join(lines)
 
@@ -82,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"lectern eval: unknown methods {unknown}", file=sys.stderr)
         return 2
     nats_url, database_url = _stack_urls(args)
+    offtopic: list[str] = []
+    if args.offtopic is not None:
+        offtopic = [line.strip() for line in args.offtopic.read_text().splitlines() if line.strip()]
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -101,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 limit_queries=args.limit_queries,
                 concurrency=args.concurrency,
                 progress=progress,
+                offtopic=offtopic,
             )
         ).to_json()
     finally:

@@ -33,7 +33,6 @@ from lectern_common.events.chat import ConfidenceBand
 ScorerName = Literal["cross-encoder", "bi-encoder"]
 
 NEUTRAL = 0.5
-BANDS: tuple[ConfidenceBand, ...] = ("high", "medium", "low", "gap")
 
 
 class SemanticScorer(Protocol):
@@ -478,12 +477,6 @@ def with_grounding(
         grounding=grounding,
         grounding_is_prior=False,
     )
-
-
-def band_shares(bands: Sequence[str]) -> dict[str, float]:
-    """Share of each band (high, medium, low, gap) among verdicts; zeros when there are none."""
-    n = len(bands)
-    return {b: (sum(1 for x in bands if x == b) / n if n else 0.0) for b in BANDS}
 
 
 # --- the pipeline --------------------------------------------------------------------------

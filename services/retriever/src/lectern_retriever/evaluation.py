@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from lectern_common.embeddings import Embedder
+from lectern_common.events.chat import band_shares
 
 METHODS = ("dense", "sparse", "hybrid", "hybrid+rerank")
 METRIC_NAMES = ("ndcg@10", "recall@5", "recall@10", "recall@100", "mrr@10")
@@ -245,6 +246,8 @@ class EvalResult:
     notes: list[str] = field(default_factory=list)
     load_seconds: float | None = None
     documents: int = 0
+    #: share of each confidence band, for the dataset's questions and off-topic ones
+    bands: dict[str, dict[str, float]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The issue's JSON shape (plus load time, corpus size and notes)."""
@@ -255,6 +258,8 @@ class EvalResult:
             "latency_ms": self.latency_ms,
             "documents": self.documents,
         }
+        if self.bands is not None:
+            out["bands"] = self.bands
         if self.load_seconds is not None:
             out["load_seconds"] = round(self.load_seconds, 1)
         if self.notes:
@@ -273,8 +278,15 @@ async def run_queries(
     concurrency: int = 4,
     timeout: float = 30.0,
     rerank_depth: int = 30,
+    offtopic: Sequence[str] = (),
+    bands: dict[str, list[str]] | None = None,
 ) -> tuple[dict[str, dict[str, float]], dict[str, list[float]], list[str]]:
-    """Ask the retriever (and the re-ranker) over NATS; metrics per method and stage times."""
+    """Ask the retriever (and the re-ranker) over NATS; metrics per method and stage times.
+
+    With the re-ranker answering, the confidence band of every question goes to
+    ``bands["answerable"]``, and each ``offtopic`` question (one the corpus cannot answer)
+    is retrieved and re-ranked like a chat question, its band going to ``bands["offtopic"]``.
+    """
     from lectern_common.broker import request
     from lectern_common.errors import LecternError
     from lectern_common.events import (
@@ -340,12 +352,33 @@ async def run_queries(
                     timeout=timeout,
                 )
                 stages.setdefault("rerank", []).append((time.perf_counter() - start) * 1000)
+                if bands is not None and reranked.confidence is not None:
+                    bands.setdefault("answerable", []).append(reranked.confidence.band)
                 order = [c.candidate.document_id for c in reranked.chunks]
                 rest = [c.document_id for c in hybrid_reply.candidates]
                 ranking = ranking_of(order + rest)
                 per_method["hybrid+rerank"].append(query_metrics(ranking, relevant))
 
+    async def off(text: str) -> None:
+        async with semaphore:
+            reply = await request(
+                broker,
+                RetrieveRequest(tenant_id=tenant_id, query=text, k=rerank_depth),
+                RetrieveReply,
+                timeout=timeout,
+            )
+            reranked = await request(
+                broker,
+                RerankRequest(tenant_id=tenant_id, query=text, candidates=reply.candidates),
+                RerankReply,
+                timeout=timeout,
+            )
+            if bands is not None and reranked.confidence is not None:
+                bands.setdefault("offtopic", []).append(reranked.confidence.band)
+
     await asyncio.gather(*(one(q) for q in query_ids))
+    if "hybrid+rerank" in wanted and offtopic:
+        await asyncio.gather(*(off(q) for q in offtopic))
     return {m: mean_metrics(per_method[m]) for m in wanted}, stages, notes
 
 
@@ -393,6 +426,7 @@ async def evaluate(
     concurrency: int = 4,
     embedder: Embedder | None = None,
     progress: Callable[[str], None] | None = None,
+    offtopic: Sequence[str] = (),
 ) -> EvalResult:
     """Load ``dataset_dir`` into a fresh tenant and evaluate the retriever on it.
 
@@ -439,6 +473,7 @@ async def evaluate(
         stack.push_async_callback(broker.stop)
         say(f"querying {len(query_ids)} questions")
         external_of = {doc: ext for ext, doc in mapping.items()}
+        verdicts: dict[str, list[str]] = {}
         metrics, stages, notes = await run_queries(
             broker=broker,
             dataset=dataset,
@@ -447,6 +482,8 @@ async def evaluate(
             methods=methods,
             query_ids=query_ids,
             concurrency=concurrency,
+            offtopic=offtopic,
+            bands=verdicts,
         )
     return EvalResult(
         dataset=dataset.name,
@@ -456,6 +493,11 @@ async def evaluate(
         notes=notes,
         load_seconds=load_seconds,
         documents=len(dataset.corpus),
+        bands=(
+            {kind: band_shares(verdicts.get(kind, [])) for kind in ("answerable", "offtopic")}
+            if verdicts
+            else None
+        ),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
@@ -10,6 +11,13 @@ from pydantic import BaseModel, Field
 from lectern_common.events.base import Event, Subjects, register_event
 
 ConfidenceBand = Literal["high", "medium", "low", "gap"]
+BANDS: tuple[ConfidenceBand, ...] = ("high", "medium", "low", "gap")
+
+
+def band_shares(bands: Sequence[str]) -> dict[str, float]:
+    """Share of each confidence band among verdicts (zeros when there are none)."""
+    n = len(bands)
+    return {b: (sum(1 for x in bands if x == b) / n if n else 0.0) for b in BANDS}
 
 
 class CitationRef(BaseModel):
