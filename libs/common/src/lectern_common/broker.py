@@ -196,6 +196,12 @@ async def request(
     return reply
 
 
+def deliveries(message: Any) -> int:
+    """How many times JetStream has delivered this message (1 on the first try)."""
+    metadata = getattr(getattr(message, "raw_message", None), "metadata", None)
+    return int(getattr(metadata, "num_delivered", 1) or 1)
+
+
 def to_payload(model: BaseModel) -> dict[str, Any]:
     """JSON-ready dict of a model (secrets revealed only where the model says so)."""
     return model.model_dump(mode="json")

@@ -9,16 +9,11 @@ from faststream.exceptions import NackMessage, RejectMessage
 from faststream.nats import NatsMessage
 from pydantic import ValidationError
 
+from lectern_common.broker import deliveries
 from lectern_common.events import DocumentUploaded
 from lectern_ingest.service import IngestWorker
 
 log = logging.getLogger(__name__)
-
-
-def deliveries(message: NatsMessage) -> int:
-    """How many times JetStream has delivered this message (1 on the first try)."""
-    metadata = getattr(message.raw_message, "metadata", None)
-    return int(getattr(metadata, "num_delivered", 1) or 1)
 
 
 async def handle_uploaded(worker: IngestWorker, body: Any, message: NatsMessage) -> None:

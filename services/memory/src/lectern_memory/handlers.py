@@ -9,18 +9,12 @@ from faststream.exceptions import NackMessage, RejectMessage
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
-from lectern_common.broker import stream_for
+from lectern_common.broker import deliveries, stream_for
 from lectern_common.errors import PermanentError, RetryableError
 from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, MemoryDistilled
 from lectern_memory.service import MemoryService
 
 log = logging.getLogger(__name__)
-
-
-def deliveries(message: NatsMessage) -> int:
-    """How many times JetStream has delivered this message (1 on the first try)."""
-    metadata = getattr(message.raw_message, "metadata", None)
-    return int(getattr(metadata, "num_delivered", 1) or 1)
 
 
 async def handle_turn(service: MemoryService, pool: Any, body: Any) -> None:
