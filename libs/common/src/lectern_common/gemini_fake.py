@@ -20,6 +20,7 @@ import hashlib
 import json
 import re
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -154,7 +155,7 @@ def web_grounding(
     }
 
 
-class _FakeServer:
+class _FakeServer(ABC):
     """uvicorn in a background thread on 127.0.0.1, with a script queue and a request log."""
 
     def __init__(self) -> None:
@@ -188,8 +189,9 @@ class _FakeServer:
         """The logged requests of one endpoint kind."""
         return [r for r in list(self.requests) if r.endpoint == endpoint]
 
+    @abstractmethod
     def _routes(self) -> list[Route]:
-        raise NotImplementedError
+        """The server's HTTP routes (each fake defines its own)."""
 
     async def _record(
         self, request: Request, endpoint: Endpoint, model: str | None, action: str | None
