@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory clean
+.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory tune-rerank clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -70,3 +70,6 @@ clean: ## Remove the virtualenv, caches and local data
 
 bench-memory: install ## Memory recall latency at 10,000 memories for one student
 	$(PY) bench/bench_memory.py
+
+tune-rerank: install ## Re-rank calibration and rank-prior share, replayed on bioasq-dev
+	$(PY) bench/tune_rerank.py
