@@ -7,15 +7,19 @@ import logging
 import uuid
 from typing import Any
 
+import httpx
 import pytest
 from faststream.nats import NatsMessage
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from lectern_common.broker import create_broker
-from lectern_common.telemetry import TraceContextFilter, configure_logging
+from lectern_common.service import create_service_app
+from lectern_common.settings import ServiceHttpSettings
+from lectern_common.telemetry import UNTRACED_PATHS, TraceContextFilter, configure_logging
 
 
 def test_json_logs_carry_trace_and_span_ids() -> None:
@@ -60,7 +64,51 @@ async def test_trace_context_travels_in_nats_headers(nats_url: str) -> None:
             await producer.publish({"q": 1}, subject)
             trace_id = root.get_span_context().trace_id
         headers = await asyncio.wait_for(seen.get(), 5)
-    assert f"{trace_id:032x}" in headers["traceparent"]
+    version, header_trace, header_parent, flags = headers["traceparent"].split("-")
+    assert (version, int(header_trace, 16)) == ("00", trace_id)
+    assert int(flags, 16) & 0x01, "sampled"
     await asyncio.sleep(0.1)
-    assert {s.context.trace_id for s in exporter.get_finished_spans()} == {trace_id}
-    assert trace.get_tracer_provider() is not None
+    spans = exporter.get_finished_spans()
+    assert {s.context.trace_id for s in spans} == {trace_id}
+    # question -> the producer's span named in the header -> the consumer's process span
+    by_id = {s.context.span_id: s for s in spans}
+    sent = by_id[int(header_parent, 16)]
+    assert sent.kind is SpanKind.PRODUCER
+    assert sent.parent is not None and sent.parent.span_id == root.get_span_context().span_id
+    (processed,) = [s for s in spans if s.kind is SpanKind.CONSUMER and s.name.endswith("process")]
+    assert processed.parent is not None and processed.parent.span_id == sent.context.span_id
+
+
+async def test_service_app_continues_http_trace_context_and_skips_probes() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    settings = ServiceHttpSettings(service_name="svc", log_json=False)
+    broker = create_broker(settings.nats_url, service_name="svc", tracer_provider=provider)
+    app = create_service_app(
+        settings=settings, broker=broker, title="svc", tracer_provider=provider
+    )
+    seen: list[int] = []
+
+    @app.get("/work")
+    async def work() -> dict[str, str]:
+        seen.append(trace.get_current_span().get_span_context().trace_id)
+        return {"ok": "yes"}
+
+    trace_id, parent_id = uuid.uuid4().int, uuid.uuid4().int >> 64
+    traceparent = f"00-{trace_id:032x}-{parent_id:016x}-01"
+    # no lifespan: nothing connects; /readyz answers 503 without NATS, which is fine here
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://svc") as client:
+        response = await client.get("/work", headers={"traceparent": traceparent})
+        assert response.status_code == 200
+        (server,) = exporter.get_finished_spans()
+        for path in UNTRACED_PATHS:
+            await client.get(path, headers={"traceparent": traceparent})
+    assert seen == [trace_id]
+    assert server.kind is SpanKind.SERVER
+    assert server.context.trace_id == trace_id
+    assert server.parent is not None and server.parent.span_id == parent_id
+    assert server.parent.is_remote
+    assert "/work" in server.name
+    assert len(exporter.get_finished_spans()) == 1, "the probes are not traced"

@@ -23,13 +23,19 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from faststream.nats import NatsBroker
+from opentelemetry import trace
 
 from lectern_common.broker import ensure_streams
 from lectern_common.db import create_pool
 from lectern_common.db.migrate import applied_migrations, load_migrations
 from lectern_common.errors import ConfigurationError
 from lectern_common.settings import ServiceHttpSettings
-from lectern_common.telemetry import Telemetry, configure_logging, setup_telemetry
+from lectern_common.telemetry import (
+    Telemetry,
+    configure_logging,
+    instrument_http_app,
+    setup_telemetry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +90,14 @@ def create_service_app(
     on_shutdown: Hook | None = None,
     startup_timeout: float = 120.0,
     docs: bool = False,
+    tracer_provider: trace.TracerProvider | None = None,
 ) -> FastAPI:
-    """A FastAPI app with ``/healthz`` and ``/readyz`` whose lifespan runs the broker."""
+    """A FastAPI app with ``/healthz`` and ``/readyz`` whose lifespan runs the broker.
+
+    Every other request gets a server span continuing the caller's W3C trace context (with
+    ``tracer_provider``, else the global one), so the broker's requests made while handling
+    it belong to the same trace.
+    """
     state = ServiceState(settings=settings, broker=broker)
 
     @asynccontextmanager
@@ -145,6 +157,7 @@ def create_service_app(
             status_code=200 if ok else 503,
         )  # fmt: skip
 
+    instrument_http_app(app, tracer_provider=tracer_provider)
     return app
 
 

@@ -1,8 +1,9 @@
 """Tracing, metrics and JSON logs that carry trace ids.
 
-Traces cross HTTP (FastAPI instrumentation) and NATS (FastStream's telemetry middleware puts
-W3C ``traceparent`` in message headers), so one question is one trace from the gateway
-through retriever and reranker. Spans and metrics are exported over OTLP/HTTP when
+Traces cross HTTP (``instrument_http_app``: an incoming W3C ``traceparent`` is continued) and
+NATS (FastStream's telemetry middleware puts ``traceparent`` in message headers, from whatever
+span is current when a handler publishes or requests), so one question is one trace from the
+gateway through retriever and reranker. Spans and metrics are exported over OTLP/HTTP when
 ``LECTERN_OTLP_ENDPOINT`` is set.
 """
 
@@ -12,7 +13,9 @@ import logging
 import sys
 from dataclasses import dataclass
 
+from fastapi import FastAPI
 from opentelemetry import metrics, trace
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -21,6 +24,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from pythonjsonlogger.json import JsonFormatter
 
 from lectern_common.settings import BaseServiceSettings
+
+#: probe endpoints: polled every few seconds by Kubernetes and compose, never traced
+UNTRACED_PATHS = ("/healthz", "/readyz")
 
 
 class TraceContextFilter(logging.Filter):
@@ -88,3 +94,20 @@ def setup_telemetry(settings: BaseServiceSettings) -> Telemetry:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
     return Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+
+
+def instrument_http_app(
+    app: FastAPI, *, tracer_provider: trace.TracerProvider | None = None
+) -> None:
+    """Give every HTTP request a server span that continues an incoming ``traceparent``.
+
+    Without ``tracer_provider`` the global one is used (installed by ``setup_telemetry`` when
+    the app starts). The probes are not traced, and neither are the per-chunk ASGI
+    ``send``/``receive`` calls (an SSE answer would otherwise make a span per token).
+    """
+    FastAPIInstrumentor.instrument_app(
+        app,
+        tracer_provider=tracer_provider,
+        excluded_urls=",".join(f"{path}$" for path in UNTRACED_PATHS),
+        exclude_spans=["receive", "send"],
+    )

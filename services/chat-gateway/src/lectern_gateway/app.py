@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import FastAPI
+from opentelemetry import trace
 
 from lectern_common.broker import create_broker
 from lectern_common.service import ServiceState, create_service_app
@@ -16,9 +17,17 @@ DESCRIPTION = """Lectern's public API: upload course material, search it, and ch
 that answers from it with citations. Authenticate with `Authorization: Bearer <JWT>`."""
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """Build the broker and the FastAPI app with every route."""
-    broker = create_broker(settings.nats_url, service_name=settings.service_name)
+def create_app(
+    settings: Settings, *, tracer_provider: trace.TracerProvider | None = None
+) -> FastAPI:
+    """Build the broker and the FastAPI app with every route.
+
+    HTTP requests and the NATS requests made while serving them share one trace, recorded by
+    ``tracer_provider`` (tests pass their own) or else the global provider.
+    """
+    broker = create_broker(
+        settings.nats_url, service_name=settings.service_name, tracer_provider=tracer_provider
+    )
 
     async def startup(state: ServiceState) -> None:
         state.resources["settings"] = settings
@@ -32,6 +41,7 @@ def create_app(settings: Settings) -> FastAPI:
         on_startup=startup,
         on_shutdown=stop_chat,
         docs=True,
+        tracer_provider=tracer_provider,
     )
     app.state.authenticator = TokenVerifier(
         secret=settings.effective_jwt_secret,

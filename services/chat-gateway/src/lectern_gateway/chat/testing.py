@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from faststream.nats import NatsBroker
 from httpx_sse import aconnect_sse
 from nats.js.api import ConsumerConfig, DeliverPolicy
+from opentelemetry import trace
 
 from lectern_common.broker import QUEUE_GROUPS, stream_for
 from lectern_common.events import (
@@ -282,9 +283,11 @@ def gateway_settings(nats_url: str, database_url: str, **overrides: Any) -> Sett
 
 
 @asynccontextmanager
-async def serve_gateway(settings: Settings) -> AsyncIterator[Gateway]:
+async def serve_gateway(
+    settings: Settings, *, tracer_provider: trace.TracerProvider | None = None
+) -> AsyncIterator[Gateway]:
     """Run the real gateway app (lifespan included) with uvicorn on 127.0.0.1."""
-    app = create_app(settings)
+    app = create_app(settings, tracer_provider=tracer_provider)
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
