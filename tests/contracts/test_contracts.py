@@ -8,8 +8,10 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from pydantic import BaseModel
 
 from lectern_common.asyncapi import asyncapi_yaml
@@ -44,6 +46,44 @@ def test_no_stale_snapshots() -> None:
 def test_asyncapi_document_is_current() -> None:
     committed = (ROOT / "docs" / "asyncapi.yaml").read_text()
     assert committed == asyncapi_yaml(), "docs/asyncapi.yaml is stale: run `make asyncapi`"
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return found + [ref for value in node.values() for ref in _refs(value)]
+    if isinstance(node, list):
+        return [ref for value in node for ref in _refs(value)]
+    return []
+
+
+def _resolve(document: dict[str, Any], ref: str) -> Any:
+    """Follow a local ``$ref`` (and the references it leads to)."""
+    assert ref.startswith("#/"), ref
+    node: Any = document
+    for part in ref[2:].split("/"):
+        node = node[part.replace("~1", "/").replace("~0", "~")]
+    return _resolve(document, node["$ref"]) if isinstance(node, dict) and "$ref" in node else node
+
+
+def test_asyncapi_documents_each_reply() -> None:
+    document = yaml.safe_load(asyncapi_yaml())
+    for ref in _refs(document):
+        _resolve(document, ref)  # every reference resolves
+    for request, reply in ALL_REQUESTS:
+        operation = document["operations"][f"{request.subject}:request"]
+        assert operation["action"] == "receive"
+        channel = _resolve(document, operation["reply"]["channel"]["$ref"])
+        assert channel["address"] is None, "replies go to the requester's inbox"
+        (message_ref,) = operation["reply"]["messages"]
+        assert message_ref["$ref"].startswith(operation["reply"]["channel"]["$ref"] + "/")
+        message = _resolve(document, message_ref["$ref"])
+        payload = _resolve(document, message["payload"]["$ref"])
+        assert payload["title"] == reply.__name__
+        assert set(payload["properties"]) == set(reply.model_fields)
+        assert set(payload.get("required", [])) == {
+            name for name, field in reply.model_fields.items() if field.is_required()
+        }
 
 
 def test_every_subject_is_documented_and_versioned() -> None:
