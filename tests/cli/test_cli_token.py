@@ -66,16 +66,18 @@ def test_the_gateway_accepts_the_cli_token(capsys: pytest.CaptureFixture[str]) -
     )  # fmt: skip
 
 
-def test_production_without_a_secret_is_refused(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("environment", ["production", "test"])
+def test_outside_development_without_a_secret_is_refused(
+    environment: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("LECTERN_ENVIRONMENT", "production")
+    monkeypatch.setenv("LECTERN_ENVIRONMENT", environment)
+    monkeypatch.delenv("LECTERN_JWT_SECRET", raising=False)
     code = main(["token", "--tenant", "t", "--user", "u", "--role", "student"])
     captured = capsys.readouterr()
     assert code == 2
     assert captured.out == ""
     assert "LECTERN_JWT_SECRET" in captured.err
-    assert "production" in captured.err
+    assert f"LECTERN_ENVIRONMENT={environment}" in captured.err
     monkeypatch.setenv("LECTERN_JWT_SECRET", DEV_JWT_SECRET)
     assert main(["token", "--tenant", "t", "--user", "u", "--role", "student"]) == 2
 

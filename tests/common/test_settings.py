@@ -3,7 +3,7 @@
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from lectern_common.settings import DEV_JWT_SECRET, BaseServiceSettings
+from lectern_common.settings import DEV_JWT_SECRET, BaseServiceSettings, Environment
 from lectern_gateway.config import Settings as GatewaySettings
 from lectern_ingest.config import Settings as IngestSettings
 
@@ -24,16 +24,32 @@ def test_keyword_arguments_override_without_environment() -> None:
     assert (settings.nats_url, settings.http_port) == ("nats://kw:1", 1234)
 
 
-def test_development_has_a_default_secret_production_does_not() -> None:
-    assert BaseServiceSettings().effective_jwt_secret == DEV_JWT_SECRET
+def test_only_development_has_a_default_secret() -> None:
+    development = BaseServiceSettings(environment="development")
+    assert development.effective_jwt_secret == DEV_JWT_SECRET
+
+
+@pytest.mark.parametrize("environment", ["test", "production"])
+def test_outside_development_the_development_secret_is_refused(environment: Environment) -> None:
+    with pytest.raises(ValidationError, match=f"LECTERN_ENVIRONMENT={environment}"):
+        BaseServiceSettings(environment=environment)
     with pytest.raises(ValidationError, match="LECTERN_JWT_SECRET"):
-        BaseServiceSettings(environment="production")
-    with pytest.raises(ValidationError, match="LECTERN_JWT_SECRET"):
-        BaseServiceSettings(environment="production", jwt_secret=SecretStr(DEV_JWT_SECRET))
+        BaseServiceSettings(environment=environment, jwt_secret=SecretStr(DEV_JWT_SECRET))
     with pytest.raises(ValidationError, match="at least 32"):
-        BaseServiceSettings(environment="production", jwt_secret=SecretStr("short"))
-    ok = BaseServiceSettings(environment="production", jwt_secret=SecretStr("x" * 40))
+        BaseServiceSettings(environment=environment, jwt_secret=SecretStr("short"))
+    ok = BaseServiceSettings(environment=environment, jwt_secret=SecretStr("x" * 40))
     assert ok.effective_jwt_secret == "x" * 40
+
+
+def test_environment_variable_outside_development_needs_a_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LECTERN_ENVIRONMENT", "test")
+    monkeypatch.delenv("LECTERN_JWT_SECRET", raising=False)
+    with pytest.raises(ValidationError, match="LECTERN_JWT_SECRET"):
+        GatewaySettings()
+    monkeypatch.setenv("LECTERN_JWT_SECRET", "s" * 32)
+    assert GatewaySettings().effective_jwt_secret == "s" * 32
 
 
 def test_gemini_provider_needs_a_key() -> None:

@@ -120,8 +120,18 @@ def test_migrate_runs_once_before_the_services(services: dict[str, Doc]) -> None
         assert "migrate" not in " ".join(services[service]["command"])
 
 
+def test_secrets_have_no_default() -> None:
+    """Compose refuses to start without each secret rather than falling back to a known one."""
+    text = COMPOSE.read_text(encoding="utf-8")
+    secrets = re.findall(r"\$\{(\w*(?:PASSWORD|SECRET|KEY)\w*)([^}]*)\}", text)
+    assert {name for name, _ in secrets} == {"LECTERN_POSTGRES_PASSWORD", "LECTERN_JWT_SECRET"}
+    for name, rest in secrets:
+        assert rest.startswith(":?"), f"{name} must be required (${{{name}:?...}}), not defaulted"
+
+
 def test_migrate_and_services_share_the_database(services: dict[str, Doc]) -> None:
     postgres_env = {k: interpolate(str(v)) for k, v in services["postgres"]["environment"].items()}
+    assert postgres_env["POSTGRES_PASSWORD"] == "<required:LECTERN_POSTGRES_PASSWORD>"
     for name in ("migrate", *SERVICES):
         url = urlsplit(interpolate(services[name]["environment"]["LECTERN_DATABASE_URL"]))
         assert url.username == postgres_env["POSTGRES_USER"]

@@ -63,17 +63,21 @@ def lectern(names: set[str] | list[str]) -> set[str]:
 
 
 def compose_env(service: str) -> dict[str, str]:
-    """A compose service's environment with defaults applied and the required secret set."""
+    """A compose service's environment with defaults applied and the required secrets set."""
     with (REPO / "docker-compose.yml").open(encoding="utf-8") as handle:
         definition = yaml.safe_load(handle)["services"][service]
+    required: dict[str, str] = {}  # one random value per required variable, as a shell gives
+
+    def required_value(match: re.Match[str]) -> str:
+        return required.setdefault(match[1], secrets.token_hex(32))
+
     env: dict[str, str] = {}
     for key, value in definition["environment"].items():
         if value is None:
             continue
-        text = str(value)
-        if "${LECTERN_JWT_SECRET:?" in text:
-            text = secrets.token_hex(32)
+        text = re.sub(r"\$\{(\w+):\?[^}]*\}", required_value, str(value))
         env[key] = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", text)
+    assert "${" not in "".join(env.values()), env
     return env
 
 

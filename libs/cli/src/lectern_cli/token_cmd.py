@@ -42,12 +42,12 @@ def _positive_int(value: str) -> int:
 
 
 def signing_secret(environ: dict[str, str] | os._Environ[str]) -> str | None:
-    """The HS256 secret to use, or None when none may be used (production without one)."""
+    """The HS256 secret to use, or None when none may be (outside development, without one)."""
     from lectern_common.settings import DEV_JWT_SECRET
 
     secret = environ.get("LECTERN_JWT_SECRET", "")
-    production = environ.get("LECTERN_ENVIRONMENT", "development").lower() == "production"
-    if production:
+    development = environ.get("LECTERN_ENVIRONMENT", "development").lower() == "development"
+    if not development:
         return secret if secret and secret != DEV_JWT_SECRET else None
     return secret or DEV_JWT_SECRET
 
@@ -70,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
     """Print the token on stdout (nothing else, so `$(lectern token ...)` works)."""
     secret = signing_secret(os.environ)
     if secret is None:
+        environment = os.environ.get("LECTERN_ENVIRONMENT", "")
         print(
-            "lectern token: refusing: LECTERN_ENVIRONMENT=production and LECTERN_JWT_SECRET is "
-            "not set (the development secret is never used in production)",
+            f"lectern token: refusing: LECTERN_ENVIRONMENT={environment} and LECTERN_JWT_SECRET "
+            "is not set (the development secret is only ever used in development)",
             file=sys.stderr,
         )
         return 2

@@ -43,7 +43,9 @@ class BaseServiceSettings(BaseSettings):
 
     service_name: str = shared("service_name", "lectern", "name in logs, traces and metrics")
     environment: Environment = shared(
-        "environment", "development", "development relaxes secret checks; production enforces"
+        "environment",
+        "development",
+        "only development accepts the built-in JWT secret; test and production need their own",
     )
     nats_url: str = shared(
         "nats_url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated"
@@ -106,12 +108,15 @@ class BaseServiceSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _secrets_required_outside_development(self) -> BaseServiceSettings:
-        if self.environment == "production":
+        # any environment but development (test and staging deployments too) could be
+        # reachable by others: there, tokens signed with the published secret must not pass
+        if self.environment != "development":
             secret = self.jwt_secret.get_secret_value() if self.jwt_secret else ""
             if not secret or secret == DEV_JWT_SECRET or len(secret) < 32:
                 raise ValueError(
                     "LECTERN_JWT_SECRET must be set to a random value of at least 32 characters "
-                    "in production (the development default is refused)"
+                    f"outside development (LECTERN_ENVIRONMENT={self.environment}; the built-in "
+                    "development secret is refused)"
                 )
         if self.embedding_provider == "gemini" and self.gemini_api_key is None:
             raise ValueError("LECTERN_EMBEDDING_PROVIDER=gemini needs LECTERN_GEMINI_API_KEY")
