@@ -2,13 +2,16 @@
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import pytest
 
 from lectern_common.db import migrate
 from lectern_common.db.migrate import load_migrations
-from lectern_common.errors import EmbeddingDimensionMismatch
+from lectern_common.errors import EmbeddingDimensionMismatch, EmbeddingModelMismatch
 from lectern_common.testing import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
 pytestmark = pytest.mark.integration
@@ -45,19 +48,70 @@ async def test_dimension_recorded_and_applied_to_vector_columns(db_pool: Any) ->
     assert typmod == f"vector({LOCAL_EMBEDDING_DIM})"
 
 
-async def test_migrate_is_idempotent_and_concurrency_safe(database_url: str) -> None:
+async def _admin(database_url: str, sql: str) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def fresh_database(database_url: str) -> AsyncIterator[str]:
+    """An empty database on the session's server, dropped afterwards."""
+    name = f"lectern_migrate_{uuid.uuid4().hex[:12]}"
+    await _admin(database_url, f"CREATE DATABASE {name}")
+    try:
+        yield urlunsplit(urlsplit(database_url)._replace(path=f"/{name}"))
+    finally:
+        await _admin(database_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+async def test_concurrent_migrations_of_a_fresh_database_apply_each_once(
+    fresh_database: str,
+) -> None:
+    versions = [m.version for m in load_migrations()]
     results = await asyncio.gather(
         *[
-            migrate(database_url, embedding_model=LOCAL_EMBEDDING_MODEL, embedding_dim=384)
+            migrate(
+                fresh_database,
+                embedding_model=LOCAL_EMBEDDING_MODEL,
+                embedding_dim=LOCAL_EMBEDDING_DIM,
+            )
             for _ in range(4)
         ]
     )
-    assert results == [[], [], [], []]
+    # the first to take the lock applies everything; the others find nothing left to do
+    assert sorted(results) == [[], [], [], versions]
+    conn = await asyncpg.connect(fresh_database)
+    try:
+        recorded = await conn.fetch("SELECT version FROM schema_migrations ORDER BY version")
+        models = await conn.fetch("SELECT name, dimension FROM embedding_models")
+    finally:
+        await conn.close()
+    assert [r["version"] for r in recorded] == versions
+    assert [tuple(r) for r in models] == [(LOCAL_EMBEDDING_MODEL, LOCAL_EMBEDDING_DIM)]
+    again = await migrate(
+        fresh_database, embedding_model=LOCAL_EMBEDDING_MODEL, embedding_dim=LOCAL_EMBEDDING_DIM
+    )
+    assert again == []
 
 
 async def test_other_dimension_is_refused(database_url: str) -> None:
     with pytest.raises(EmbeddingDimensionMismatch, match="re-index"):
         await migrate(database_url, embedding_model="gemini-embedding-001", embedding_dim=768)
+
+
+async def test_other_model_of_the_same_dimension_is_refused(
+    database_url: str, db_pool: Any
+) -> None:
+    other = "sentence-transformers/paraphrase-MiniLM-L6-v2"  # also 384 dimensions
+    with pytest.raises(EmbeddingModelMismatch, match="re-index") as refused:
+        await migrate(database_url, embedding_model=other, embedding_dim=LOCAL_EMBEDDING_DIM)
+    assert not isinstance(refused.value, EmbeddingDimensionMismatch)
+    assert LOCAL_EMBEDDING_MODEL in refused.value.message and other in refused.value.message
+    row = await db_pool.fetchrow("SELECT name, dimension FROM embedding_models")
+    assert (row["name"], row["dimension"]) == (LOCAL_EMBEDDING_MODEL, LOCAL_EMBEDDING_DIM)
 
 
 async def test_every_packaged_migration_applied(db_pool: Any) -> None:

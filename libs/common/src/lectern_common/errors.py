@@ -56,7 +56,17 @@ class ConfigurationError(PermanentError):
     reason = "configuration"
 
 
-class EmbeddingDimensionMismatch(ConfigurationError):
+class EmbeddingModelMismatch(ConfigurationError):
+    """Raised when the configured embedder is not the model the index was built with.
+
+    Vectors of two models are not comparable, even at the same dimension: switching models
+    is a re-index.
+    """
+
+    reason = "embedding_model_mismatch"
+
+
+class EmbeddingDimensionMismatch(EmbeddingModelMismatch):
     """Raised when the configured embedder's dimension differs from the index's recorded one."""
 
     reason = "embedding_dimension_mismatch"

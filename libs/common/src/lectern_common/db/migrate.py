@@ -9,7 +9,7 @@ from importlib import resources
 
 import asyncpg
 
-from lectern_common.errors import EmbeddingDimensionMismatch
+from lectern_common.errors import EmbeddingDimensionMismatch, EmbeddingModelMismatch
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,9 @@ async def applied_migrations(conn: asyncpg.Connection) -> list[int]:
 async def migrate(dsn: str, *, embedding_model: str, embedding_dim: int) -> list[int]:
     """Apply pending migrations; return the versions applied by this call.
 
-    Idempotent and safe to run concurrently. Raises ``EmbeddingDimensionMismatch`` when the
-    database already indexes embeddings of another dimension (switching models is a re-index).
+    Idempotent and safe to run concurrently. Raises ``EmbeddingModelMismatch`` when the
+    database already indexes embeddings of another model (``EmbeddingDimensionMismatch`` when
+    of another dimension too): switching models is a re-index.
     """
     conn = await asyncpg.connect(dsn)
     try:
@@ -77,11 +78,12 @@ async def _migrate_locked(
     done = set(await applied_migrations(conn))
     if done:
         recorded = await conn.fetchrow("SELECT name, dimension FROM embedding_models WHERE id = 1")
-        if recorded is not None and recorded["dimension"] != embedding_dim:
-            raise EmbeddingDimensionMismatch(
-                f"the index holds {recorded['dimension']}-dimensional embeddings from "
-                f"{recorded['name']!r}, but the configured embedder {embedding_model!r} gives "
-                f"{embedding_dim}; re-index into a new database to switch models"
+        if recorded is not None:
+            check_embedding_model(
+                recorded_name=recorded["name"],
+                recorded_dim=recorded["dimension"],
+                embedding_model=embedding_model,
+                embedding_dim=embedding_dim,
             )
     applied: list[int] = []
     for migration in load_migrations():
@@ -105,3 +107,22 @@ async def _migrate_locked(
         log.info("applied migration %04d_%s", migration.version, migration.name)
         applied.append(migration.version)
     return applied
+
+
+def check_embedding_model(
+    *, recorded_name: str, recorded_dim: int, embedding_model: str, embedding_dim: int
+) -> None:
+    """Refuse an embedder other than the one the index was built with (name or dimension)."""
+    if recorded_dim != embedding_dim:
+        raise EmbeddingDimensionMismatch(
+            f"the index holds {recorded_dim}-dimensional embeddings from {recorded_name!r}, but "
+            f"the configured embedder {embedding_model!r} gives {embedding_dim}; re-index into a "
+            "new database to switch models"
+        )
+    if recorded_name != embedding_model:
+        raise EmbeddingModelMismatch(
+            f"the index holds embeddings from {recorded_name!r}, but the configured embedder is "
+            f"{embedding_model!r}: vectors of different models are not comparable, even at the "
+            f"same dimension ({embedding_dim}); configure {recorded_name!r} again, or re-index "
+            "into a new database to switch models"
+        )
