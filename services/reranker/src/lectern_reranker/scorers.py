@@ -7,11 +7,14 @@ thread so the event loop keeps answering health checks and other requests.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
 import os
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -102,6 +105,163 @@ class CrossEncoderScorer:
         return len(ids)
 
 
+class OnnxCrossEncoderScorer:
+    """The same CrossEncoder exported to ONNX (int8 by default) and run with onnxruntime.
+
+    On 2 CPU cores a MiniLM-sized cross-encoder in torch needs ~0.8 s for 20 pairs of 256
+    word pieces; the int8 ONNX graph is several times faster (``make bench-rerank`` prints the
+    ratio). The export happens once per model and is cached (``cache_dir``); replicas that
+    start together each write to a temporary name and rename, so a half-written file is
+    never loaded.
+    """
+
+    def __init__(
+        self, session: Any, tokenizer: Any, *, max_length: int, batch_size: int, path: Path
+    ) -> None:
+        self._session = session
+        self._tokenizer = tokenizer
+        self._max_length = max_length
+        self._batch_size = batch_size
+        self._inputs = {i.name for i in session.get_inputs()}
+        self.path = path
+
+    @classmethod
+    def load(
+        cls,
+        name_or_path: str,
+        *,
+        max_length: int | None = None,
+        batch_size: int = 32,
+        cache_dir: Path,
+        quantize: bool = True,
+        threads: int | None = None,
+    ) -> OnnxCrossEncoderScorer:
+        """Export (once, cached) and load a one-label CrossEncoder as an ONNX session."""
+        import onnxruntime as ort
+        from transformers import AutoConfig, AutoTokenizer
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        source = resolve_model_dir(name_or_path)
+        config = AutoConfig.from_pretrained(source, local_files_only=True)
+        if getattr(config, "num_labels", 1) != 1:
+            raise ValueError(f"{name_or_path} has {config.num_labels} labels; a scorer needs 1")
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+        path = export_onnx(source, cache_dir=cache_dir, quantize=quantize)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 4)
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        limit = max_length or int(getattr(tokenizer, "model_max_length", 512) or 512)
+        return cls(session, tokenizer, max_length=min(limit, 512), batch_size=batch_size, path=path)
+
+    @property
+    def name(self) -> ScorerName:
+        """Reported in replies."""
+        return "cross-encoder"
+
+    @property
+    def max_length(self) -> int:
+        """Word pieces per (query, passage) pair; longer pairs are truncated."""
+        return self._max_length
+
+    def _predict(self, query: str, texts: Sequence[str]) -> list[float]:
+        # shortest first, so each batch pads to similar lengths
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        logits = [0.0] * len(texts)
+        for start in range(0, len(order), self._batch_size):
+            batch = order[start : start + self._batch_size]
+            encoded = self._tokenizer(
+                [query] * len(batch),
+                [texts[i] for i in batch],
+                truncation="longest_first",
+                max_length=self._max_length,
+                padding=True,
+                return_tensors="np",
+            )
+            feeds = {k: v.astype(np.int64) for k, v in encoded.items() if k in self._inputs}
+            out = self._session.run(None, feeds)[0].reshape(-1)
+            for index, value in zip(batch, out.tolist(), strict=True):
+                logits[index] = float(value)
+        return sigmoid(logits)
+
+    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Sigmoid of the cross-encoder logit of each (query, text) pair, in batches."""
+        if not texts:
+            return []
+        # an onnxruntime session may be run from several threads at once
+        return await asyncio.to_thread(self._predict, query, list(texts))
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces of a text with the cross-encoder's tokenizer."""
+        ids = self._tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)
+        return len(ids["input_ids"])
+
+
+def resolve_model_dir(name_or_path: str) -> str:
+    """A local directory for a model path or a model name in the local Hugging Face cache."""
+    if Path(name_or_path).is_dir():
+        return str(Path(name_or_path).resolve())
+    from huggingface_hub import snapshot_download
+
+    return str(snapshot_download(name_or_path, local_files_only=True))
+
+
+def _weights_digest(source: Path) -> str:
+    digest = hashlib.sha256()
+    for name in ("model.safetensors", "pytorch_model.bin", "config.json"):
+        path = source / name
+        if path.exists():
+            with path.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def export_onnx(source: str, *, cache_dir: Path, quantize: bool) -> Path:
+    """The cached ONNX file of a sequence-classification checkpoint, exported if missing."""
+    key = _weights_digest(Path(source))
+    target = cache_dir / key / ("model.int8.onnx" if quantize else "model.onnx")
+    if target.exists():
+        return target
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fp32 = target.parent / "model.onnx"
+    if not fp32.exists():
+        log.info("exporting %s to ONNX (once; cached in %s)", source, target.parent)
+        # eager attention traces to plain ops; the SDPA mask helpers branch on traced shapes
+        model = AutoModelForSequenceClassification.from_pretrained(
+            source, local_files_only=True, attn_implementation="eager"
+        )
+        model.eval()
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+        sample = tokenizer(["a question"], ["a passage"], return_tensors="pt")
+        names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
+        tmp = fp32.with_name(f".{fp32.name}.{os.getpid()}.tmp")
+        # the tracer warns about every Python-level shape check it freezes; they are expected
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                model,
+                tuple(sample[n] for n in names),
+                str(tmp),
+                input_names=names,
+                output_names=["logits"],
+                dynamic_axes={n: {0: "batch", 1: "sequence"} for n in names},
+                opset_version=17,
+                dynamo=False,
+            )
+        tmp.replace(fp32)
+    if quantize:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8)
+        tmp.replace(target)
+    return target
+
+
 class QueryDocumentEmbedder(Protocol):
     """What the bi-encoder scorer needs of ``lectern_common.embeddings.Embedder``."""
 
@@ -176,6 +336,27 @@ class BiEncoderScorer:
         return self._embedder.count_tokens(text)
 
 
+def load_cross_encoder(settings: Settings, name: str) -> SemanticScorer:
+    """The configured cross-encoder on its backend; ONNX falls back to torch if it cannot load."""
+    if settings.cross_encoder_backend == "onnx":
+        try:
+            return OnnxCrossEncoderScorer.load(
+                name,
+                max_length=settings.cross_encoder_max_length,
+                batch_size=settings.cross_encoder_batch_size,
+                cache_dir=settings.cross_encoder_cache_dir,
+                quantize=settings.cross_encoder_quantize,
+                threads=settings.cross_encoder_threads,
+            )
+        except (ImportError, OSError, RuntimeError) as exc:
+            log.warning("ONNX export or load of %s failed (%s); running it in torch", name, exc)
+    return CrossEncoderScorer.load(
+        name,
+        max_length=settings.cross_encoder_max_length,
+        batch_size=settings.cross_encoder_batch_size,
+    )
+
+
 def load_scorer(
     settings: Settings, *, embedder: QueryDocumentEmbedder | None = None
 ) -> SemanticScorer:
@@ -187,15 +368,11 @@ def load_scorer(
     name = settings.cross_encoder_model
     if name:
         try:
-            scorer = CrossEncoderScorer.load(
-                name,
-                max_length=settings.cross_encoder_max_length,
-                batch_size=settings.cross_encoder_batch_size,
-            )
+            scorer = load_cross_encoder(settings, name)
         except Exception as exc:
             log.warning("cross-encoder %s unavailable (%s); using the bi-encoder", name, exc)
         else:
-            log.info("re-ranking with cross-encoder %s", name)
+            log.info("re-ranking with cross-encoder %s (%s)", name, settings.cross_encoder_backend)
             return scorer
     if embedder is None:
         # Always the local model, even when the index uses Gemini: the calibration of the

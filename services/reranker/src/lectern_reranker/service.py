@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Literal, Protocol
 
+# re-exported: the band definition is shared with the gateway (lectern_common.education)
+from lectern_common.education import STYLE_CONTENT_TYPES as STYLE_CONTENT_TYPES
+from lectern_common.education import BandThresholds as BandThresholds
+from lectern_common.education import band_for as band_for
 from lectern_common.events import (
     Candidate,
     Confidence,
@@ -28,7 +32,6 @@ from lectern_common.events import (
     RerankRequest,
     StudentContext,
 )
-from lectern_common.events.chat import ConfidenceBand
 
 ScorerName = Literal["cross-encoder", "bi-encoder"]
 
@@ -101,16 +104,6 @@ BI_ENCODER_CALIBRATION = Calibration(midpoint=0.38, scale=0.05)
 # No cross-encoder weights exist offline here: this assumes an ms-marco-style model whose
 # sigmoid(logit) is near 0 off-topic and above ~0.5 on-topic. Refit when one is mounted.
 CROSS_ENCODER_CALIBRATION = Calibration(midpoint=0.10, scale=0.05)
-
-
-@dataclass(frozen=True)
-class BandThresholds:
-    """Confidence band cut-offs; below ``retrieval_gap`` retrieval confidence it is a gap."""
-
-    high: float = 0.80
-    medium: float = 0.60
-    low: float = 0.40
-    retrieval_gap: float = 0.50
 
 
 @dataclass(frozen=True)
@@ -284,15 +277,6 @@ def freshness(freshness_date: Any, subject: str | None, *, today: date) -> float
     return max(FRESHNESS_FLOOR, 1.0 - age_months / horizon)
 
 
-STYLE_CONTENT_TYPES: dict[str, frozenset[str]] = {
-    "visual": frozenset({"diagram", "slides", "video", "image", "figure", "infographic", "table"}),
-    "auditory": frozenset({"video", "audio", "lecture", "podcast"}),
-    "reading": frozenset({"text", "textbook", "notes", "article", "reading"}),
-    "examples": frozenset({"worked example", "example", "exercise", "qa", "problem", "quiz"}),
-    "kinesthetic": frozenset({"exercise", "lab", "activity", "simulation", "worksheet"}),
-}
-
-
 def content_type_preference(content_type: str | None, student: StudentContext) -> float:
     """1.0 a preferred content type, 0.2 another one; neutral without a type or a preference."""
     preferred = {_norm(t) for t in student.preferred_content_types}
@@ -408,17 +392,6 @@ def fit_budget(token_counts: Sequence[int], *, budget: int) -> int:
 
 
 # --- confidence ----------------------------------------------------------------------------
-
-
-def band_for(score: float, retrieval: float, thresholds: BandThresholds) -> ConfidenceBand:
-    """The band of a confidence score; weak retrieval alone makes it a knowledge gap."""
-    if retrieval < thresholds.retrieval_gap or score < thresholds.low:
-        return "gap"
-    if score >= thresholds.high:
-        return "high"
-    if score >= thresholds.medium:
-        return "medium"
-    return "low"
 
 
 def confidence_of(
