@@ -76,3 +76,92 @@ async def test_answer_from_real_retrieval_and_reranking(
     assert got.done.answered_by == "offline"
     assert got.done.band in ("high", "medium", "low")
     assert any(c.label == "T1" and c.supported for c in got.done.citations)
+
+
+VOLCANO = (
+    "When a volcano erupts, magma rises through the crust and leaves the vent as lava, ash "
+    "and volcanic gases. Pressure from dissolved gases drives explosive eruptions."
+)
+FILLER = [
+    "The French Revolution began in 1789 with the storming of the Bastille.",
+    "Shakespeare wrote Hamlet, a tragedy about the prince of Denmark.",
+    "A right triangle satisfies the Pythagorean theorem: a squared plus b squared.",
+    "The mitochondrion is the site of cellular respiration in eukaryotic cells.",
+    "Supply and demand set the price of goods in a competitive market.",
+    "Photosynthesis turns light energy into chemical energy stored in glucose.",
+    "The Roman Empire was divided into eastern and western halves in 395.",
+    "Newton's second law states that force equals mass times acceleration.",
+    "Prime numbers have exactly two divisors: one and themselves.",
+    "Rivers erode valleys and deposit sediment where they slow down.",
+    "The water cycle moves water through evaporation, condensation and precipitation.",
+    "DNA carries genetic information in sequences of four nucleotide bases.",
+    "A sonnet is a poem of fourteen lines with a fixed rhyme scheme.",
+    "Electric current is the flow of charge, measured in amperes.",
+    "Plate tectonics explains earthquakes at the boundaries of moving plates.",
+]
+
+
+async def _seed(
+    pool: Any, embedder: LocalEmbedder, *, tenant_id: str, texts: list[str], **kwargs: Any
+) -> list[uuid.UUID]:
+    seeded = await seed_document(
+        pool, tenant_id=tenant_id, chunks=[(t, ["Notes"], []) for t in texts], subject=None,
+        **kwargs,
+    )  # fmt: skip
+    for chunk_id, vector in zip(
+        seeded.chunk_ids, await embedder.embed_documents(texts), strict=True
+    ):
+        await pool.execute("UPDATE chunks SET embedding = $2 WHERE id = $1", chunk_id, vector)
+    return seeded.chunk_ids
+
+
+async def test_the_class_teachers_material_outranks_an_equal_chunk_from_elsewhere(
+    stack: tuple[Gateway, LocalEmbedder], db_pool: Any, tenant_id: str
+) -> None:
+    gateway, embedder = stack
+    # t-7b teaches class 7B: they uploaded the class's worksheet as a teacher
+    await _seed(
+        db_pool, embedder, tenant_id=tenant_id, texts=[FILLER[0]], title="7B worksheet",
+        uploaded_by="t-7b", uploader_role="teacher", class_id="7B",
+    )  # fmt: skip
+    # the same volcano notes, assigned to no class, from t-7b and from another teacher; the
+    # other teacher's chunk id sorts first, so the retriever ranks it first on the tie
+    (elsewhere,) = await _seed(
+        db_pool, embedder, tenant_id=tenant_id, texts=[VOLCANO], title="Volcano notes",
+        uploaded_by="t-other", uploader_role="teacher",
+        chunk_ids=[uuid.UUID(int=uuid.uuid4().int >> 8)],
+    )  # fmt: skip
+    (own,) = await _seed(
+        db_pool, embedder, tenant_id=tenant_id, texts=[VOLCANO], title="Volcano notes",
+        uploaded_by="t-7b", uploader_role="teacher",
+        chunk_ids=[uuid.UUID(int=(0xFF << 120) | uuid.uuid4().int >> 8)],
+    )  # fmt: skip
+    assert str(elsewhere) < str(own)
+    for start in range(1, len(FILLER), 3):  # at most 3 chunks a document reach the re-ranker
+        await _seed(db_pool, embedder, tenant_id=tenant_id, texts=FILLER[start : start + 3])
+    question = "What happens when a volcano erupts?"
+    headers = gateway.token(tenant_id, "stu-1")
+    async with httpx.AsyncClient(timeout=60) as client:
+        unassigned = await new_session(client, gateway, headers)
+        in_class = await new_session(client, gateway, headers, class_id="7B")
+        control = await ask(client, gateway, unassigned["id"], question, headers)
+        got = await ask(client, gateway, in_class["id"], question, headers)
+        # the retriever passes the uploader's role on to the re-ranker (and to search)
+        teacher = gateway.token(tenant_id, "t-7b", role="teacher")
+        searched = await client.post(
+            f"{gateway.url}/v1/search",
+            json={"query": question, "rewrite": False, "cited_document_ids": [str(uuid.uuid4())],
+                  "boost_tags": ["volcanoes"]},
+            headers=teacher,
+        )  # fmt: skip
+    assert control.status == 200 and got.status == 200, (control.problem, got.problem)
+    # no class: two teachers' equal chunks tie on every signal, the retriever's order stands
+    assert control.of("sources")[0].sources[0].chunk_id == elsewhere
+    # in class 7B: t-7b is the student's teacher, so their chunk comes first
+    sources = got.of("sources")[0].sources
+    assert sources[0].chunk_id == own, [s.chunk_id for s in sources]
+    assert elsewhere not in {s.chunk_id for s in sources}  # its near-duplicate was dropped
+    assert searched.status_code == 200, searched.text
+    by_id = {c["chunk_id"]: c for c in searched.json()["candidates"]}
+    assert by_id[str(own)]["metadata"]["uploader_role"] == "teacher"
+    assert by_id[str(own)]["metadata"]["uploaded_by"] == "t-7b"

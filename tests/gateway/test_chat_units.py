@@ -118,11 +118,11 @@ def test_prompt_delimits_sources_and_trims_history_before_sources() -> None:
 
 
 def test_final_confidence_replaces_the_prior_grounding() -> None:
-    prior = Confidence(score=0.75, band="high", retrieval=0.8, source_quality=0.7, grounding=0.6)
+    prior = Confidence(score=0.85, band="high", retrieval=0.8, source_quality=0.7, grounding=0.6)
     good = final_confidence(prior, grounding=1.0, weight=0.3)
-    assert good.score == 0.87 and good.band == "high" and not good.grounding_is_prior
+    assert good.score == 0.97 and good.band == "high" and not good.grounding_is_prior
     bad = final_confidence(prior, grounding=0.0, weight=0.3)
-    assert bad.score == 0.57 and bad.band == "medium"
+    assert bad.score == 0.67 and bad.band == "medium"
     weak = Confidence(score=0.5, band="low", retrieval=0.5, source_quality=0.5, grounding=0.2)
     assert final_confidence(weak, grounding=1.0, weight=0.3).band == "low"  # never promoted
     assert preamble("medium").startswith("Based on the available materials")

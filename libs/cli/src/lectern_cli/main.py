@@ -20,6 +20,7 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.migrate_cmd",
     "lectern_cli.status",
     "lectern_cli.token_cmd",
+    "lectern_cli.apikey_cmd",
     "lectern_cli.ingest_cmd",
     "lectern_cli.ask_cmd",
     "lectern_cli.search_cmd",

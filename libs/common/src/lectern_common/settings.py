@@ -15,6 +15,8 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lectern_common.education import BandThresholds
+
 Environment = Literal["development", "test", "production"]
 EmbeddingProvider = Literal["local", "gemini"]
 
@@ -106,6 +108,13 @@ class BaseServiceSettings(BaseSettings):
         "jwt_secret", None, "HS256 signing secret for bearer tokens"
     )
 
+    # one definition of the confidence bands, read by the re-ranker and the gateway alike
+    band_high: float = shared("band_high", BandThresholds.high, "confidence >= this: high")
+    band_medium: float = shared("band_medium", BandThresholds.medium, "confidence >= this: medium")
+    band_low: float = shared(
+        "band_low", BandThresholds.low, "confidence >= this: low; below: knowledge gap"
+    )
+
     @model_validator(mode="after")
     def _secrets_required_outside_development(self) -> BaseServiceSettings:
         # any environment but development (test and staging deployments too) could be
@@ -120,7 +129,17 @@ class BaseServiceSettings(BaseSettings):
                 )
         if self.embedding_provider == "gemini" and self.gemini_api_key is None:
             raise ValueError("LECTERN_EMBEDDING_PROVIDER=gemini needs LECTERN_GEMINI_API_KEY")
+        self.band_thresholds()  # raises on cut-offs out of order
         return self
+
+    def band_thresholds(self, *, retrieval_gap: float | None = None) -> BandThresholds:
+        """The configured confidence band cut-offs (``LECTERN_BAND_HIGH/MEDIUM/LOW``)."""
+        return BandThresholds(
+            high=self.band_high,
+            medium=self.band_medium,
+            low=self.band_low,
+            retrieval_gap=BandThresholds.retrieval_gap if retrieval_gap is None else retrieval_gap,
+        )
 
     @property
     def effective_jwt_secret(self) -> str:

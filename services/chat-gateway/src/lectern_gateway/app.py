@@ -11,10 +11,21 @@ from lectern_gateway.auth import TokenVerifier
 from lectern_gateway.chat.runtime import start_chat, stop_chat
 from lectern_gateway.config import Settings
 from lectern_gateway.problems import install_problem_handlers
-from lectern_gateway.routes import chat, chunks, documents, flags, gaps, memories, search, sessions
+from lectern_gateway.routes import (
+    api_keys,
+    chat,
+    chunks,
+    documents,
+    flags,
+    gaps,
+    memories,
+    search,
+    sessions,
+)
 
 DESCRIPTION = """Lectern's public API: upload course material, search it, and chat with a tutor
-that answers from it with citations. Authenticate with `Authorization: Bearer <JWT>`."""
+that answers from it with citations. Authenticate with `Authorization: Bearer <JWT>`, or
+with `X-API-Key: <key>` (machine clients; admins create keys at `POST /v1/api-keys`)."""
 
 
 def create_app(
@@ -59,4 +70,5 @@ def create_app(
     app.include_router(flags.router)
     app.include_router(gaps.router)
     app.include_router(chunks.router)
+    app.include_router(api_keys.router)
     return app

@@ -141,30 +141,80 @@ def hash_api_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-async def create_api_key(*, pool: Any, tenant_id: str, name: str, role: Role = "teacher") -> str:
-    """Create an API key for a machine client and return it (only its hash is stored)."""
+_API_KEY_COLUMNS = "id, tenant_id, name, role, plan, created_by, created_at, revoked_at"
+
+
+async def issue_api_key(
+    *,
+    pool: Any,
+    tenant_id: str,
+    name: str,
+    role: Role = "teacher",
+    plan: Plan = "pro",
+    created_by: str | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """Create an API key; returns the key (shown once: only its hash is stored) and its row."""
     key = "lk_" + secrets.token_urlsafe(32)
-    await pool.execute(
-        "INSERT INTO api_keys (id, tenant_id, name, key_sha256, role) VALUES ($1, $2, $3, $4, $5)",
+    row = await pool.fetchrow(
+        f"INSERT INTO api_keys (id, tenant_id, name, key_sha256, role, plan, created_by) "  # noqa: S608
+        f"VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_API_KEY_COLUMNS}",
         uuid.uuid4(),
         tenant_id,
         name,
         hash_api_key(key),
         role,
+        plan,
+        created_by,
     )
+    return key, dict(row)
+
+
+async def create_api_key(
+    *, pool: Any, tenant_id: str, name: str, role: Role = "teacher", plan: Plan = "pro"
+) -> str:
+    """Create an API key for a machine client and return it (only its hash is stored)."""
+    key, _ = await issue_api_key(pool=pool, tenant_id=tenant_id, name=name, role=role, plan=plan)
     return key
 
 
-async def authenticate_api_key(*, pool: Any, key: str) -> Principal:
-    """The principal of a live API key; raises ``ProblemError`` (401)."""
+async def list_api_keys(*, pool: Any, tenant_id: str) -> list[dict[str, Any]]:
+    """A tenant's API keys (never the keys themselves), newest first."""
+    rows = await pool.fetch(
+        f"SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE tenant_id = $1 "  # noqa: S608
+        "ORDER BY created_at DESC, id",
+        tenant_id,
+    )
+    return [dict(r) for r in rows]
+
+
+async def revoke_api_key(*, pool: Any, tenant_id: str, key_id: uuid.UUID) -> dict[str, Any] | None:
+    """Revoke a key of the tenant (it stops working at once); None when there is none."""
     row = await pool.fetchrow(
-        "SELECT id, tenant_id, role FROM api_keys WHERE key_sha256 = $1 AND revoked_at IS NULL",
+        f"UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) "  # noqa: S608
+        f"WHERE id = $1 AND tenant_id = $2 RETURNING {_API_KEY_COLUMNS}",
+        key_id,
+        tenant_id,
+    )
+    return dict(row) if row else None
+
+
+async def authenticate_api_key(*, pool: Any, key: str) -> Principal:
+    """The principal of a live API key; raises ``ProblemError`` (401).
+
+    Looked up on every request, so a revoked key stops working at once.
+    """
+    row = await pool.fetchrow(
+        "SELECT id, tenant_id, role, plan FROM api_keys "
+        "WHERE key_sha256 = $1 AND revoked_at IS NULL",
         hash_api_key(key),
     )
-    if row is None or row["role"] not in ROLES:
+    if row is None or row["role"] not in ROLES or row["plan"] not in ("free", "pro"):
         raise _unauthorized("unknown or revoked API key")
     return Principal(
-        tenant_id=row["tenant_id"], user_id=f"apikey:{row['id']}", role=row["role"], plan="pro"
+        tenant_id=row["tenant_id"],
+        user_id=f"apikey:{row['id']}",
+        role=row["role"],
+        plan=row["plan"],
     )
 
 
@@ -199,3 +249,13 @@ async def require_staff(principal: PrincipalDep) -> Principal:
 
 
 StaffDep = Annotated[Principal, Depends(require_staff)]
+
+
+async def require_admin(principal: PrincipalDep) -> Principal:
+    """FastAPI dependency: admins only."""
+    if principal.role != "admin":
+        raise ProblemError(403, "Forbidden", "admins only")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(require_admin)]

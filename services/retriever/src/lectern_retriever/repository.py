@@ -17,7 +17,7 @@ _CANDIDATE_COLUMNS = """
     c.section_path, c.page_start, c.page_end, c.slide, c.time_start, c.token_count,
     c.subject, c.grade_level, c.module_tag, c.class_id, c.content_type, c.language,
     c.collection, c.topic_tags, c.curriculum_standards, c.source_priority, c.freshness_date,
-    c.chapter, c.uploaded_by, d.metadata AS document_metadata"""
+    c.chapter, c.uploaded_by, d.uploader_role, d.metadata AS document_metadata"""
 
 
 @dataclass
@@ -54,7 +54,11 @@ def build_filter(*, tenant_id: str, filters: RetrievalFilters) -> SqlFilter:
     if filters.module_tag is not None:
         parts.append(f"c.module_tag = {sql.placeholder(filters.module_tag)}")
     if filters.class_id is not None:
-        parts.append(f"c.class_id = {sql.placeholder(filters.class_id)}")
+        class_id = sql.placeholder(filters.class_id)
+        if filters.include_unassigned:
+            parts.append(f"(c.class_id = {class_id} OR c.class_id IS NULL)")
+        else:
+            parts.append(f"c.class_id = {class_id}")
     if filters.language is not None:
         parts.append(f"c.language = {sql.placeholder(filters.language)}")
     if filters.content_types:

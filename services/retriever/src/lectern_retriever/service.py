@@ -184,7 +184,7 @@ def to_candidate(fused: Fused) -> Candidate:
         for key in (
             "subject", "grade_level", "module_tag", "class_id", "content_type", "language",
             "collection", "topic_tags", "curriculum_standards", "source_priority", "chapter",
-            "uploaded_by",
+            "uploaded_by", "uploader_role",
         )
         if row[key] not in (None, [], "")
     }  # fmt: skip

@@ -34,6 +34,9 @@ class RetrievalFilters(BaseModel):
     grade_within_one: bool = Field(default=False, description="accept grade_level +/- 1")
     module_tag: str | None = None
     class_id: str | None = None
+    include_unassigned: bool = Field(
+        default=False, description="with class_id: material assigned to no class matches too"
+    )
     language: str | None = None
     content_types: list[str] | None = None
     document_ids: list[uuid.UUID] | None = None

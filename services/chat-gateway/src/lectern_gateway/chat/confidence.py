@@ -1,18 +1,32 @@
-"""The final confidence: the re-ranker's verdict with the measured grounding swapped in."""
+"""The final confidence: the re-ranker's verdict with the measured grounding swapped in.
+
+Bands come from the shared configuration (``LECTERN_BAND_HIGH/MEDIUM/LOW``, read by
+``Settings.band_thresholds()``), the same cut-offs the re-ranker bands its verdict with. The
+fixed wording of each band lives here too, so the answer's copy always follows its band.
+"""
 
 from __future__ import annotations
 
+from lectern_common.education import BandThresholds, answered_band
 from lectern_common.events import Confidence
 from lectern_common.events.chat import ConfidenceBand
-
-#: lower score bounds of the bands an answered question can fall in
-BAND_FLOORS: tuple[tuple[float, ConfidenceBand], ...] = ((0.7, "high"), (0.45, "medium"))
 
 MEDIUM_PREAMBLE = "Based on the available materials, here is what I can tell you.\n\n"
 LOW_PREAMBLE = (
     "Note: the course material on this is limited, so please check this answer with your "
     "teacher.\n\n"
 )
+#: said after the answer when checking it lowered its band below the one it opened with
+MEDIUM_CAVEAT = (
+    "\n\nBased on the available materials, parts of this answer could not be fully checked "
+    "against the sources."
+)
+LOW_CAVEAT = (
+    "\n\nNote: the course material on this is limited, so please check this answer with your "
+    "teacher."
+)
+
+_ORDER: tuple[ConfidenceBand, ...] = ("gap", "low", "medium", "high")
 
 
 def no_material() -> Confidence:
@@ -27,22 +41,25 @@ def no_material() -> Confidence:
     )
 
 
-def band_for(score: float) -> ConfidenceBand:
-    """The band of an answered question (never ``gap``: that is decided before generation)."""
-    for floor, band in BAND_FLOORS:
-        if score >= floor:
-            return band
-    return "low"
+def final_confidence(
+    prior: Confidence,
+    *,
+    grounding: float,
+    weight: float,
+    thresholds: BandThresholds | None = None,
+) -> Confidence:
+    """Replace the prior grounding by the measured one, keeping the rest of the verdict.
 
-
-def final_confidence(prior: Confidence, *, grounding: float, weight: float) -> Confidence:
-    """Replace the prior grounding by the measured one, keeping the rest of the verdict."""
+    The band is the configured band of the new score, except that measured grounding can
+    lower a band but never promote a weak retrieval past the band it was answered in, and an
+    answered question stays ``low`` at worst (its answer has been given by then).
+    """
     score = prior.score + weight * (grounding - prior.grounding)
     score = round(min(1.0, max(0.0, score)), 3)
-    band: ConfidenceBand = "gap" if prior.band == "gap" else band_for(score)
-    # measured grounding can lower a band but not promote a weak retrieval past the prior band
-    order: list[ConfidenceBand] = ["gap", "low", "medium", "high"]
-    if order.index(band) > order.index(prior.band):
+    band: ConfidenceBand = (
+        "gap" if prior.band == "gap" else answered_band(score, thresholds or BandThresholds())
+    )
+    if _ORDER.index(band) > _ORDER.index(prior.band):
         band = prior.band
     return Confidence(
         score=score,
@@ -54,10 +71,31 @@ def final_confidence(prior: Confidence, *, grounding: float, weight: float) -> C
     )
 
 
+def lower_band(band: ConfidenceBand, other: ConfidenceBand) -> ConfidenceBand:
+    """The lower of two bands."""
+    return band if _ORDER.index(band) <= _ORDER.index(other) else other
+
+
 def preamble(band: ConfidenceBand) -> str:
     """The fixed opening of an answer in this band ('' for high)."""
     if band == "medium":
         return MEDIUM_PREAMBLE
     if band == "low":
         return LOW_PREAMBLE
+    return ""
+
+
+def caveat(opened: ConfidenceBand, final: ConfidenceBand) -> str:
+    """The closing wording when the final band is below the one the answer opened with.
+
+    The opening (``preamble``) is streamed before the answer is checked; when the check lowers
+    the band, this says what that band's opening would have said, so the copy follows the
+    band the answer ends in ('' when the band held).
+    """
+    if _ORDER.index(final) >= _ORDER.index(opened):
+        return ""
+    if final == "medium":
+        return MEDIUM_CAVEAT
+    if final == "low":
+        return LOW_CAVEAT
     return ""

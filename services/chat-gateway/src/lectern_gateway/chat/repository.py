@@ -9,7 +9,8 @@ from typing import Any
 
 _SESSION_COLUMNS = (
     "id, tenant_id, user_id, mode, subject, module_tag, class_id, grade_level, learning_style, "
-    "explanation_depth, title, status, end_reason, created_at, last_activity_at, ended_at"
+    "explanation_depth, curriculum_standards, title, status, end_reason, created_at, "
+    "last_activity_at, ended_at"
 )
 _MESSAGE_COLUMNS = (
     "id, session_id, user_id, role, content, citations, confidence, confidence_band, "
@@ -21,8 +22,8 @@ async def insert_session(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]
     """Create a session and return its row."""
     row = await pool.fetchrow(
         f"INSERT INTO chat_sessions (id, tenant_id, user_id, mode, subject, module_tag, class_id, "  # noqa: S608
-        "grade_level, learning_style, explanation_depth, title) "
-        f"VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) RETURNING {_SESSION_COLUMNS}",
+        "grade_level, learning_style, explanation_depth, title, curriculum_standards) "
+        f"VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) RETURNING {_SESSION_COLUMNS}",
         values["id"],
         values["tenant_id"],
         values["user_id"],
@@ -34,6 +35,7 @@ async def insert_session(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]
         values["learning_style"],
         values["explanation_depth"],
         values["title"],
+        list(values.get("curriculum_standards") or []),
     )
     return dict(row)
 
@@ -195,6 +197,22 @@ async def visible_chunks(
         list(collections),
     )
     return {r["id"]: dict(r) for r in rows}
+
+
+async def class_teachers(*, pool: Any, tenant_id: str, class_id: str, limit: int = 50) -> list[str]:
+    """The teachers of a class: users who uploaded material for it with the teacher role.
+
+    Lectern has no roster of its own (identity comes from tokens), so a class's teachers are
+    read from what they did: uploading the class's documents as teachers.
+    """
+    rows = await pool.fetch(
+        "SELECT DISTINCT uploaded_by FROM documents WHERE tenant_id = $1 AND class_id = $2 "
+        "AND uploader_role = 'teacher' AND deleted_at IS NULL ORDER BY uploaded_by LIMIT $3",
+        tenant_id,
+        class_id,
+        limit,
+    )
+    return [r["uploaded_by"] for r in rows]
 
 
 async def related_topics(

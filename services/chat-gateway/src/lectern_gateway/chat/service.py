@@ -21,6 +21,7 @@ from faststream.nats import NatsBroker
 from pydantic import BaseModel
 
 from lectern_common.broker import request, stream_for
+from lectern_common.education import preferred_content_types
 from lectern_common.errors import LecternError
 from lectern_common.events import (
     Candidate,
@@ -51,7 +52,13 @@ from lectern_gateway.chat.citations import (
     grounding_of,
     split_sentences,
 )
-from lectern_gateway.chat.confidence import final_confidence, no_material, preamble
+from lectern_gateway.chat.confidence import (
+    caveat,
+    final_confidence,
+    lower_band,
+    no_material,
+    preamble,
+)
 from lectern_gateway.chat.generation import AnswerStreamer, Finished, TextDelta, WebGrounding
 from lectern_gateway.chat.prompt import (
     Prompt,
@@ -79,6 +86,8 @@ log = logging.getLogger(__name__)
 
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6
+#: answers whose cited documents the retriever boosts (follow-up questions stay on them)
+CITED_TURNS = 3
 
 
 @dataclass
@@ -114,14 +123,59 @@ def collections_for(principal: Principal) -> list[str]:
 
 
 def filters_for(session: dict[str, Any]) -> RetrievalFilters:
-    """Retrieval filters from the session's subject, module, class and grade."""
+    """Retrieval filters from the session's subject, module, class and grade.
+
+    A class session draws on its class's material and on material assigned to no class (the
+    re-ranker prefers the class teacher's), never on another class's.
+    """
+    class_id = session.get("class_id")
     return RetrievalFilters(
         collections=["educational"],
         subject=session.get("subject"),
         grade_level=session.get("grade_level"),
         grade_within_one=session.get("grade_level") is not None,
         module_tag=session.get("module_tag"),
+        class_id=class_id,
+        include_unassigned=class_id is not None,
+    )
+
+
+def boost_tags_for(session: dict[str, Any]) -> list[str]:
+    """Topic tags the retriever boosts: the session's module."""
+    module = session.get("module_tag")
+    return [module] if module else []
+
+
+def cited_documents(rows: Sequence[dict[str, Any]], *, turns: int = CITED_TURNS) -> list[uuid.UUID]:
+    """Documents cited by the session's last ``turns`` answers, most recent first."""
+    answers = [r for r in rows if r["role"] == "assistant"][-turns:]
+    found: list[uuid.UUID] = []
+    for row in reversed(answers):
+        for citation in row.get("citations") or []:
+            raw = citation.get("document_id") if isinstance(citation, dict) else None
+            try:
+                document_id = uuid.UUID(str(raw)) if raw else None
+            except ValueError:
+                continue
+            if document_id is not None and document_id not in found:
+                found.append(document_id)
+    return found
+
+
+def student_context(
+    principal: Principal, session: dict[str, Any], *, teacher_ids: Sequence[str]
+) -> StudentContext:
+    """What the re-ranker's educational signals need to know of the asker."""
+    style = session.get("learning_style")
+    return StudentContext(
+        user_id=principal.user_id,
+        grade_level=session.get("grade_level"),
+        subject=session.get("subject"),
         class_id=session.get("class_id"),
+        teacher_ids=list(teacher_ids),
+        curriculum_standards=list(session.get("curriculum_standards") or []),
+        learning_style=style,
+        preferred_content_types=preferred_content_types(style),
     )
 
 
@@ -164,21 +218,40 @@ async def retrieve_sources(
     query: str,
     history: Sequence[Turn],
     timings: dict[str, float],
+    cited_document_ids: Sequence[uuid.UUID] = (),
 ) -> Retrieved:
     """Retrieve, re-rank and keep only chunks the caller may see, labelled T1..Tn."""
     settings = deps.settings
     started = time.perf_counter()
-    retrieved = await request(
-        deps.broker,
-        RetrieveRequest(
-            tenant_id=principal.tenant_id,
-            query=query,
-            filters=filters_for(session),
-            k=settings.retrieve_k,
-            history=list(history[-4:]),
+
+    async def teachers() -> list[str]:
+        # looked up while the retriever works: only the re-ranker needs it
+        class_id = session.get("class_id")
+        if not class_id:
+            return []
+        begun = time.perf_counter()
+        found = await repo.class_teachers(
+            pool=deps.pool, tenant_id=principal.tenant_id, class_id=class_id
+        )
+        timings["class_teachers_ms"] = _ms(begun)
+        return found
+
+    retrieved, teacher_ids = await asyncio.gather(
+        request(
+            deps.broker,
+            RetrieveRequest(
+                tenant_id=principal.tenant_id,
+                query=query,
+                filters=filters_for(session),
+                k=settings.retrieve_k,
+                history=list(history[-4:]),
+                boost_tags=boost_tags_for(session),
+                cited_document_ids=list(cited_document_ids),
+            ),
+            RetrieveReply,
+            timeout=settings.retrieve_timeout_s,
         ),
-        RetrieveReply,
-        timeout=settings.retrieve_timeout_s,
+        teachers(),
     )
     timings["retrieve_ms"] = _ms(started)
     # defence in depth: whatever the retriever returned, only the caller's tenant's live,
@@ -203,13 +276,7 @@ async def retrieve_sources(
             candidates=candidates,
             top_k=settings.rerank_top_k,
             token_budget=max(100, int(settings.context_token_budget * SOURCE_BUDGET_SHARE)),
-            student=StudentContext(
-                user_id=principal.user_id,
-                grade_level=session.get("grade_level"),
-                subject=session.get("subject"),
-                class_id=session.get("class_id"),
-                learning_style=session.get("learning_style"),
-            ),
+            student=student_context(principal, session, teacher_ids=teacher_ids),
         ),
         RerankReply,
         timeout=settings.rerank_timeout_s,
@@ -316,6 +383,7 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
                 query=question,
                 history=[Turn(role=h.role, text=h.text) for h in history],
                 timings=timings,
+                cited_document_ids=cited_documents(rows),
             )
         )
         memories = await memory_task
@@ -554,10 +622,20 @@ async def _answer_turn(
                 yield CitationEvent(citation=spanned)
     sentences, _ = split_sentences(model_text, final=True)
     grounding = grounding_of(checked, sentences=sentences) if not general else 0.0
-    confidence = final_confidence(prior, grounding=grounding, weight=settings.grounding_weight)
-    if finished.usage.get("outcome") == "no_support" and confidence.band in ("high", "medium"):
+    confidence = final_confidence(
+        prior,
+        grounding=grounding,
+        weight=settings.grounding_weight,
+        thresholds=settings.band_thresholds(),
+    )
+    if finished.usage.get("outcome") == "no_support":
         # the answerer found nothing in the sources that answers: say so in the band too
-        confidence = confidence.model_copy(update={"band": "low"})
+        confidence = confidence.model_copy(update={"band": lower_band(confidence.band, "low")})
+    closing = "" if general else caveat(prior.band, confidence.band)
+    if closing:
+        # the opening was streamed for the prior band: the copy ends in the final band's words
+        answer += closing
+        yield TokenEvent(text=closing, origin="gateway")
     yield ConfidenceEvent(**confidence.model_dump())
     all_citations = citations + [w for w in web if not any(c.label == w.label for c in citations)]
     flagged = list(dict.fromkeys(c.label for c in checked if not c.supported))

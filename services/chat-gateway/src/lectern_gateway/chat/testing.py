@@ -81,17 +81,25 @@ async def seed_document(
     chunks: Sequence[tuple[str, list[str], list[str]]] = PHOTOSYNTHESIS,
     collection: str = "educational",
     subject: str | None = "biology",
+    uploaded_by: str = "teacher-1",
+    uploader_role: str | None = None,
+    class_id: str | None = None,
+    chunk_ids: Sequence[uuid.UUID] | None = None,
 ) -> Seeded:
     """Insert an indexed document and its chunks straight into Postgres."""
     document_id = uuid.uuid4()
     await pool.execute(
         "INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes, "
-        "file_sha256, status, uploaded_by, collection, subject, chunk_count) "
-        "VALUES ($1,$2,$3,'notes.md','text/markdown',100,$4,'indexed','teacher-1',$5,$6,$7)",
+        "file_sha256, status, uploaded_by, uploader_role, class_id, collection, subject, "
+        "chunk_count) "
+        "VALUES ($1,$2,$3,'notes.md','text/markdown',100,$4,'indexed',$5,$6,$7,$8,$9,$10)",
         document_id,
         tenant_id,
         title,
         uuid.uuid4().hex,
+        uploaded_by,
+        uploader_role,
+        class_id,
         collection,
         subject,
         len(chunks),
@@ -99,12 +107,13 @@ async def seed_document(
     ids = []
     rng = np.random.default_rng(7)
     for index, (text, section, tags) in enumerate(chunks):
-        chunk_id = uuid.uuid4()
+        chunk_id = chunk_ids[index] if chunk_ids is not None else uuid.uuid4()
         ids.append(chunk_id)
         await pool.execute(
             "INSERT INTO chunks (id, document_id, tenant_id, chunk_index, text, section_path, "
             "page_start, page_end, token_count, content_hash, collection, subject, topic_tags, "
-            "embedding) VALUES ($1,$2,$3,$4,$5,$6,$7,$7,$8,$9,$10,$11,$12,$13)",
+            "class_id, uploaded_by, embedding) "
+            "VALUES ($1,$2,$3,$4,$5,$6,$7,$7,$8,$9,$10,$11,$12,$14,$15,$13)",
             chunk_id,
             document_id,
             tenant_id,
@@ -118,6 +127,8 @@ async def seed_document(
             subject,
             tags,
             rng.standard_normal(LOCAL_EMBEDDING_DIM).astype(np.float32),
+            class_id,
+            uploaded_by,
         )
     return Seeded(document_id, ids)
 
@@ -193,8 +204,8 @@ class Responders:
         return RetrieveReply(request_id=request.request_id, candidates=candidates)
 
     async def rerank(self, request: RerankRequest) -> RerankReply:
-        """Keep the order; confidence from the scripted band."""
-        score = {"high": 0.85, "medium": 0.6, "low": 0.35, "gap": 0.1}[self.band]
+        """Keep the order; confidence from the scripted band (a score inside it)."""
+        score = {"high": 0.9, "medium": 0.7, "low": 0.5, "gap": 0.2}[self.band]
         chunks = [
             RankedChunk(candidate=c, semantic=0.5, score=c.fused_score)
             for c in request.candidates[: request.top_k]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 from pydantic import BaseModel
 
-from lectern_gateway.auth import Principal, PrincipalDep
+from lectern_gateway.auth import AdminDep, PrincipalDep
 from lectern_gateway.deps import PoolDep
 from lectern_gateway.problems import ProblemError
 
@@ -34,15 +34,6 @@ class Forgotten(BaseModel):
 
     deleted: int
 
-
-async def require_admin(principal: PrincipalDep) -> Principal:
-    """Admins only."""
-    if principal.role != "admin":
-        raise ProblemError(403, "Forbidden", "admins only")
-    return principal
-
-
-AdminDep = Annotated[Principal, Depends(require_admin)]
 
 _COLUMNS = "id, kind, text, topic, strength, source_session_id, created_at, updated_at"
 

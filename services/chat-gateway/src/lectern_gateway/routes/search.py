@@ -34,7 +34,15 @@ class SearchRequest(BaseModel):
     ef_search: int | None = Field(default=None, ge=10, le=1000)
     rewrite: bool = True
     multi_hop: bool = True
-    boost_tags: list[str] = Field(default_factory=list)
+    boost_tags: list[str] = Field(
+        default_factory=list, max_length=50, description="topic tags whose chunks rank higher"
+    )
+    cited_document_ids: list[uuid.UUID] = Field(
+        default_factory=list,
+        max_length=100,
+        description="documents cited in the last turns of a conversation (their chunks rank "
+        "higher)",
+    )
     methods: list[Method] = Field(default_factory=_both_methods, min_length=1)
 
 
@@ -73,6 +81,7 @@ async def search(
         rewrite=body.rewrite,
         multi_hop=body.multi_hop,
         boost_tags=body.boost_tags,
+        cited_document_ids=body.cited_document_ids,
         methods=body.methods,
     )
     reply = await request(broker, message, RetrieveReply, timeout=settings.request_timeout_s)

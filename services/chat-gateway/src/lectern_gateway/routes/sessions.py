@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import AliasChoices, BaseModel, Field
@@ -34,6 +34,12 @@ class SessionCreate(BaseModel):
     grade_level: int | None = Field(default=None, ge=0, le=20)
     learning_style: LearningStyle | None = None
     explanation_depth: Depth | None = None
+    curriculum_standards: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+        default_factory=list,
+        max_length=50,
+        description="the student's curriculum standards (e.g. NGSS-LS1-4): material tagged "
+        "with one of them ranks higher",
+    )
     title: str | None = Field(default=None, max_length=200)
 
 
@@ -49,6 +55,7 @@ class Session(BaseModel):
     grade_level: int | None
     learning_style: str | None
     explanation_depth: str | None
+    curriculum_standards: list[str] = Field(default_factory=list)
     title: str | None
     status: Literal["active", "ended"]
     end_reason: str | None
@@ -106,6 +113,7 @@ async def create_session(body: SessionCreate, principal: PrincipalDep, pool: Poo
             "grade_level": body.grade_level,
             "learning_style": body.learning_style,
             "explanation_depth": body.explanation_depth,
+            "curriculum_standards": body.curriculum_standards,
             "title": body.title,
         },
     )

@@ -1,0 +1,69 @@
+"""Definitions the re-ranker and the gateway must agree on: confidence bands and the content
+types each learning style prefers.
+
+The band cut-offs are configured once, as shared settings (``LECTERN_BAND_HIGH``,
+``LECTERN_BAND_MEDIUM``, ``LECTERN_BAND_LOW``; see ``BaseServiceSettings.band_thresholds``):
+the re-ranker bands its verdict with them and the gateway re-bands the final confidence, after
+measuring grounding, with the same ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lectern_common.events.chat import ConfidenceBand
+
+
+@dataclass(frozen=True)
+class BandThresholds:
+    """Confidence band cut-offs; below ``retrieval_gap`` retrieval confidence it is a gap.
+
+    ``high`` <= score: high; ``medium`` <= score < ``high``: medium; ``low`` <= score <
+    ``medium``: low; below ``low``: knowledge gap.
+    """
+
+    high: float = 0.80
+    medium: float = 0.60
+    low: float = 0.40
+    retrieval_gap: float = 0.50
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.low <= self.medium <= self.high <= 1.0:
+            raise ValueError(
+                f"band thresholds must satisfy 0 <= low <= medium <= high <= 1, got "
+                f"low={self.low}, medium={self.medium}, high={self.high}"
+            )
+
+
+def band_for(score: float, retrieval: float, thresholds: BandThresholds) -> ConfidenceBand:
+    """The band of a confidence score; weak retrieval alone makes it a knowledge gap."""
+    if retrieval < thresholds.retrieval_gap or score < thresholds.low:
+        return "gap"
+    return answered_band(score, thresholds)
+
+
+def answered_band(score: float, thresholds: BandThresholds) -> ConfidenceBand:
+    """The band of a question that was answered: ``low`` at worst (gap is decided earlier)."""
+    if score >= thresholds.high:
+        return "high"
+    if score >= thresholds.medium:
+        return "medium"
+    return "low"
+
+
+#: content types each learning style prefers (the re-ranker's content-type signal)
+STYLE_CONTENT_TYPES: dict[str, frozenset[str]] = {
+    "visual": frozenset({"diagram", "slides", "video", "image", "figure", "infographic", "table"}),
+    "auditory": frozenset({"video", "audio", "lecture", "podcast"}),
+    "reading": frozenset({"text", "textbook", "notes", "article", "reading"}),
+    "examples": frozenset({"worked example", "example", "exercise", "qa", "problem", "quiz"}),
+    "kinesthetic": frozenset({"exercise", "lab", "activity", "simulation", "worksheet"}),
+}
+
+
+def preferred_content_types(learning_style: str | None) -> list[str]:
+    """The content types a learning style prefers, sorted (empty for none or an unknown one)."""
+    if not learning_style:
+        return []
+    key = " ".join(learning_style.lower().replace("_", " ").replace("-", " ").split())
+    return sorted(STYLE_CONTENT_TYPES.get(key, frozenset()))
