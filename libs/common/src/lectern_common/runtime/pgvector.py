@@ -107,7 +107,9 @@ def _download(url: str, sha256: str, dest: Path) -> None:
 def rebuild(*, url: str = PGVECTOR_SOURCE_URL, sha256: str = PGVECTOR_SOURCE_SHA256) -> Path:
     """Build pgvector portably against the packaged server and install its ``vector.so``."""
     if shutil.which("make") is None or shutil.which("gcc") is None:
-        raise ConfigurationError("rebuilding pgvector needs make and gcc (apt-get install build-essential)")
+        raise ConfigurationError(
+            "rebuilding pgvector needs make and gcc (apt-get install build-essential)"
+        )
     pg_config = postgres_bin_dir() / "pg_config"
     target = extension_path()
     with tempfile.TemporaryDirectory(prefix="lectern-pgvector-build-") as tmp:
@@ -145,7 +147,9 @@ def ensure() -> str:
     path = rebuild()
     second = probe()
     if not second.ok:
-        raise ConfigurationError(f"pgvector rebuilt at {path} still fails its probe: {second.detail}")
+        raise ConfigurationError(
+            f"pgvector rebuilt at {path} still fails its probe: {second.detail}"
+        )
     return (
         f"the installed pgvector failed on this CPU ({first.detail}); rebuilt pgvector "
         f"{PGVECTOR_VERSION} portably from source into {path}, and it works"
