@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,16 +14,20 @@ import httpx
 import nats
 import pymupdf as _pymupdf
 import pytest
+import uvicorn
 from nats.js.errors import NotFoundError as NatsNotFoundError
 
+from lectern_cli.ingest_cmd import collect_files, ingest, summarise
 from lectern_common.broker import DOCUMENTS_BUCKET
 from lectern_common.embeddings import Embedder, LocalEmbedder
-from lectern_common.events import DocumentDeleted
+from lectern_common.errors import UpstreamError
+from lectern_common.events import DocumentDeleted, DocumentUploaded
 from lectern_gateway.app import create_app as create_gateway
 from lectern_gateway.auth import issue_token
 from lectern_gateway.config import Settings as GatewaySettings
 from lectern_ingest.app import create_app as create_ingest
 from lectern_ingest.config import Settings as IngestSettings
+from lectern_ingest.objects import password_object_name
 
 #: PyMuPDF's partial annotations make mypy --strict reject plain calls
 pymupdf: Any = _pymupdf
@@ -90,7 +96,7 @@ def auth(settings: GatewaySettings, tenant: str, user: str, role: str) -> dict[s
     return {"Authorization": f"Bearer {token}"}
 
 
-def pdf_bytes(pages: int) -> bytes:
+def pdf_bytes(pages: int, *, password: str | None = None) -> bytes:
     """A small PDF with a different chapter heading and paragraph on every page."""
     topics = ["Cells", "Mitosis", "Meiosis", "Genes"]
     doc = pymupdf.open()
@@ -100,9 +106,27 @@ def pdf_bytes(pages: int) -> bytes:
         page.insert_text((72, 72), f"Chapter {number}: {topic}", fontsize=20)
         body = " ".join(f"Fact {i} about {topic.lower()} on page {number}." for i in range(10))
         page.insert_textbox(pymupdf.Rect(72, 100, 520, 700), body, fontsize=11)
-    data: bytes = doc.tobytes()
+    if password is None:
+        data: bytes = doc.tobytes()
+    else:
+        data = doc.tobytes(
+            encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw=password, owner_pw=password + "-o"
+        )
     doc.close()
     return data
+
+
+async def stored(nats_url: str, name: str) -> bool:
+    """Whether the documents bucket holds the object ``name``."""
+    nc = await nats.connect(nats_url)
+    try:
+        store = await nc.jetstream().object_store(DOCUMENTS_BUCKET)
+        await store.get_info(name)
+    except NatsNotFoundError:
+        return False
+    finally:
+        await nc.drain()
+    return True
 
 
 async def wait_final(client: httpx.AsyncClient, doc_id: str, headers: dict[str, str]) -> Any:
@@ -311,7 +335,11 @@ async def test_delete_removes_chunks_bytes_and_publishes(
 
 
 async def test_new_version_replaces_chunks_atomically(
-    client: httpx.AsyncClient, stack: tuple[Any, GatewaySettings], tenant_id: str, db_pool: Any
+    client: httpx.AsyncClient,
+    stack: tuple[Any, GatewaySettings],
+    tenant_id: str,
+    db_pool: Any,
+    nats_url: str,
 ) -> None:
     settings = stack[1]
     teacher = auth(settings, tenant_id, "t1", "teacher")
@@ -335,19 +363,175 @@ async def test_new_version_replaces_chunks_atomically(
         tenant_id,
     )
     assert {str(r["document_id"]) for r in active} == {v2_id}
+    left = await db_pool.fetchval(
+        "SELECT count(*) FROM chunks WHERE document_id = $1", uuid.UUID(v1_id)
+    )
+    assert left == 0, "the superseded version's chunks are deleted"
+    assert not await stored(nats_url, f"{v1_id}/1"), "and its bytes removed"
+    assert await stored(nats_url, f"{v2_id}/2")
     again = await upload(client, teacher, b"other", "x.txt", params={"replaces": v1_id})
     assert again.status_code == 409
+
+
+async def test_pdf_password_stays_out_of_the_event(
+    client: httpx.AsyncClient, stack: tuple[Any, GatewaySettings], tenant_id: str, nats_url: str
+) -> None:
+    teacher = auth(stack[1], tenant_id, "t1", "teacher")
+    nc = await nats.connect(nats_url)
+    published: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def on_uploaded(msg: Any) -> None:
+        await published.put(msg.data)
+
+    await nc.subscribe(DocumentUploaded.subject, cb=on_uploaded)
+    try:
+        response = await upload(
+            client, teacher, pdf_bytes(2, password="pw-in-clear"), "locked.pdf",
+            {"password": "pw-in-clear"},
+        )  # fmt: skip
+        assert response.status_code == 202, response.text
+        doc_id = response.json()["id"]
+        while True:
+            data = await asyncio.wait_for(published.get(), 10)
+            payload = json.loads(data)
+            if payload["document_id"] == doc_id:
+                break
+        assert b"pw-in-clear" not in data
+        assert payload["has_password"] is True and "pdf_password" not in payload
+        final = await wait_final(client, doc_id, teacher)
+        assert (final["status"], final["page_count"]) == ("indexed", 2), final
+        assert not await stored(nats_url, password_object_name(f"{doc_id}/1")), (
+            "the password is removed once ingestion finished"
+        )
+        assert await stored(nats_url, f"{doc_id}/1")
+    finally:
+        await nc.drain()
+
+
+async def test_same_text_in_another_file_is_a_duplicate(
+    client: httpx.AsyncClient, stack: tuple[Any, GatewaySettings], tenant_id: str, db_pool: Any
+) -> None:
+    settings = stack[1]
+    teacher = auth(settings, tenant_id, "t1", "teacher")
+    colleague = auth(settings, tenant_id, "t2", "teacher")
+    first = await upload(client, teacher, NOTES.encode(), "photo.md")
+    first_id = first.json()["id"]
+    assert (await wait_final(client, first_id, teacher))["status"] == "indexed"
+    reexport = NOTES.replace("\n\n", "\n\n\n").replace("sugars using", "sugars\nusing")
+    copy = await upload(client, colleague, reexport.encode(), "photo-export.md")
+    assert copy.status_code == 202, "other bytes: accepted, compared once its text is read"
+    copy_id = copy.json()["id"]
+    final = await wait_final(client, copy_id, colleague)
+    assert (final["status"], final["duplicate_of"], final["chunk_count"]) == (
+        "duplicate", first_id, 0)  # fmt: skip
+    events = await client.get(copy.json()["events_url"], headers=colleague, timeout=10)
+    assert "event: duplicate" in events.text
+    original = (await client.get(f"/v1/documents/{first_id}", headers=teacher)).json()
+    assert original["co_owners"] == ["t2"]
+    count = await db_pool.fetchval(
+        "SELECT count(*) FROM chunks WHERE document_id = $1", uuid.UUID(copy_id)
+    )
+    assert count == 0
+    listed = await client.get("/v1/documents", headers=teacher, params={"status": "duplicate"})
+    assert [d["id"] for d in listed.json()["items"]] == [copy_id]
+
+
+async def test_repeated_delete_finishes_a_failed_clean_up(
+    client: httpx.AsyncClient,
+    stack: tuple[Any, GatewaySettings],
+    tenant_id: str,
+    db_pool: Any,
+    nats_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lectern_gateway.routes import documents as routes
+
+    settings = stack[1]
+    teacher = auth(settings, tenant_id, "t1", "teacher")
+    admin = auth(settings, tenant_id, "a1", "admin")
+    created = await upload(client, teacher, NOTES.encode(), "cleanup.md")
+    doc_id = created.json()["id"]
+    assert (await wait_final(client, doc_id, teacher))["status"] == "indexed"
+
+    nc = await nats.connect(nats_url)
+    deleted: asyncio.Queue[DocumentDeleted] = asyncio.Queue()
+
+    async def on_deleted(msg: Any) -> None:
+        event = DocumentDeleted.model_validate(json.loads(msg.data))
+        if str(event.document_id) == doc_id:
+            await deleted.put(event)
+
+    await nc.subscribe(DocumentDeleted.subject, cb=on_deleted)
+    real = routes.remove_stored_objects
+
+    async def unavailable(js: Any, *, object_name: str) -> None:
+        raise UpstreamError("object store unavailable (injected)")
+
+    try:
+        monkeypatch.setattr(routes, "remove_stored_objects", unavailable)
+        first = await client.delete(f"/v1/documents/{doc_id}", headers=teacher)
+        assert first.status_code == 503
+        assert first.json()["reason"] == "cleanup_pending"
+        assert "repeat the DELETE" in first.json()["detail"]
+        after = (await client.get(f"/v1/documents/{doc_id}", headers=teacher)).json()
+        assert after["status"] == "deleted", "the chunks left retrieval all the same"
+        left = await db_pool.fetchval(
+            "SELECT count(*) FROM chunks WHERE document_id = $1", uuid.UUID(doc_id)
+        )
+        assert left == 0
+        assert await stored(nats_url, f"{doc_id}/1")
+        await asyncio.sleep(0.3)
+        assert deleted.empty(), "no documents.deleted before the clean-up is done"
+
+        monkeypatch.setattr(routes, "remove_stored_objects", real)
+        second = await client.delete(f"/v1/documents/{doc_id}", headers=admin)
+        assert second.status_code == 200 and second.json()["status"] == "deleted"
+        assert not await stored(nats_url, f"{doc_id}/1")
+        event = await asyncio.wait_for(deleted.get(), 10)
+        assert event.deleted_by == "t1", "the event names who deleted, not who repeated"
+        assert event.event_id == uuid.uuid5(uuid.UUID(doc_id), "lectern.documents.deleted")
+
+        third = await client.delete(f"/v1/documents/{doc_id}", headers=teacher)
+        assert third.status_code == 200 and third.json() == second.json()
+        repeat = await asyncio.wait_for(deleted.get(), 10)
+        assert repeat == event, "the same event again: consumers dedupe on event_id"
+
+        # within JetStream's duplicate window the stream keeps one copy (Nats-Msg-Id)
+        copies = 0
+        sub = await nc.jetstream().subscribe(DocumentDeleted.subject, ordered_consumer=True)
+        with contextlib.suppress(nats.errors.TimeoutError):
+            while True:
+                msg = await sub.next_msg(timeout=1.0)
+                copies += json.loads(msg.data)["document_id"] == doc_id
+        await sub.unsubscribe()
+        assert copies == 1
+    finally:
+        await nc.drain()
+
+
+@contextlib.asynccontextmanager
+async def serving(gateway: Any) -> AsyncIterator[str]:
+    """Serve the (already started) gateway over HTTP on a free port; yields its URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    # the app is already started by the fixture: serve it without a second lifespan
+    server = uvicorn.Server(uvicorn.Config(gateway, lifespan="off", log_config=None))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        for _ in range(200):
+            if server.started:
+                break
+            await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
 
 
 async def test_cli_ingests_a_folder_and_reports_failures(
     stack: tuple[Any, GatewaySettings], tenant_id: str, tmp_path: Any
 ) -> None:
-    import socket
-
-    import uvicorn
-
-    from lectern_cli.ingest_cmd import collect_files, ingest, summarise
-
     gateway, settings = stack
     (tmp_path / "unit").mkdir()
     (tmp_path / "unit" / "forces.md").write_text(NOTES)
@@ -357,25 +541,11 @@ async def test_cli_ingests_a_folder_and_reports_failures(
     files = collect_files([tmp_path / "unit"])
     assert [f.name for f in files] == ["forces.md", "junk.pdf", "waves.pdf"]
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    # the app is already started by the fixture: serve it without a second lifespan
-    server = uvicorn.Server(uvicorn.Config(gateway, lifespan="off", log_config=None))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        for _ in range(200):
-            if server.started:
-                break
-            await asyncio.sleep(0.05)
-        token = auth(settings, tenant_id, "t1", "teacher")["Authorization"].split()[1]
+    token = auth(settings, tenant_id, "t1", "teacher")["Authorization"].split()[1]
+    async with serving(gateway) as url:
         outcomes = await ingest(
-            url=f"http://127.0.0.1:{port}", token=token, files=files,
-            fields={"subject": "physics"}, timeout=120,
-        )  # fmt: skip
-    finally:
-        server.should_exit = True
-        await serving
+            url=url, token=token, files=files, fields={"subject": "physics"}, timeout=120
+        )
     by_name = {o.path.name: o for o in outcomes}
     assert by_name["forces.md"].status == "indexed"
     assert by_name["waves.pdf"].status == "indexed"
@@ -384,3 +554,60 @@ async def test_cli_ingests_a_folder_and_reports_failures(
     assert code == 1
     assert lines[0] == "2 of 3 documents indexed"
     assert any("junk.pdf" in line for line in lines[1:])
+
+
+async def test_cli_titles_queues_and_sends_changed_files_as_new_versions(
+    client: httpx.AsyncClient, stack: tuple[Any, GatewaySettings], tenant_id: str, tmp_path: Any
+) -> None:
+    gateway, settings = stack
+    teacher = auth(settings, tenant_id, "t1", "teacher")
+    token = teacher["Authorization"].split()[1]
+    other_token = auth(settings, tenant_id, "t2", "teacher")["Authorization"].split()[1]
+    notes = tmp_path / "photo.md"
+    notes.write_text(NOTES)
+    async with serving(gateway) as url:
+        queued = await ingest(
+            url=url, token=token, files=[notes], wait=False,
+            fields={"title": "Photosynthesis", "freshness_date": "2024-09-01"},
+        )  # fmt: skip
+        assert [o.status for o in queued] == ["queued"]
+        assert summarise(queued) == (0, ["1 of 1 documents queued"])
+        v1_id = str(queued[0].document_id)
+        v1 = await wait_final(client, v1_id, teacher)
+        assert (v1["status"], v1["title"], v1["freshness_date"]) == (
+            "indexed", "Photosynthesis", "2024-09-01")  # fmt: skip
+
+        same = await ingest(url=url, token=token, files=[notes], fields={})
+        assert (same[0].status, same[0].document_id) == ("duplicate", v1_id)
+
+        notes.write_text(NOTES + "\n## Summary\n\nLight reactions feed the Calvin cycle.\n")
+        changed = await ingest(url=url, token=token, files=[notes], fields={}, timeout=120)
+        assert changed[0].status == "indexed", changed[0]
+        assert f"version 2 of {v1_id}" in changed[0].detail
+        v2 = await wait_final(client, str(changed[0].document_id), teacher)
+        assert (v2["previous_version_id"], v2["version"], v2["title"]) == (
+            v1_id, 2, "Photosynthesis")  # fmt: skip
+        old = (await client.get(f"/v1/documents/{v1_id}", headers=teacher)).json()
+        assert old["status"] == "superseded"
+
+        # a colleague's file of the same name is never taken for a new version of this one
+        (tmp_path / "t2").mkdir()
+        theirs = tmp_path / "t2" / "photo.md"
+        theirs.write_text("# Leaves\n\nStomata open and close to exchange gases with the air.\n")
+        separate = await ingest(url=url, token=other_token, files=[theirs], fields={})
+        assert separate[0].status == "indexed"
+        doc = await wait_final(client, str(separate[0].document_id), teacher)
+        assert (doc["previous_version_id"], doc["version"]) == (None, 1)
+        assert (await wait_final(client, v2["id"], teacher))["status"] == "indexed"
+
+        # --no-replace: a separate document even though the name matches
+        notes.write_text(NOTES + "\n## Quiz\n\nWhich enzyme fixes carbon dioxide?\n")
+        fresh = await ingest(
+            url=url, token=token, files=[notes], fields={}, auto_replace=False, timeout=120
+        )
+        assert fresh[0].status == "indexed"
+        doc = await wait_final(client, str(fresh[0].document_id), teacher)
+        assert doc["previous_version_id"] is None
+        # now two of the caller's indexed documents are named photo.md: ask, do not guess
+        ambiguous = await ingest(url=url, token=token, files=[notes], fields={})
+        assert ambiguous[0].status == "ambiguous" and "--replaces" in ambiguous[0].detail

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from lectern_ingest.dedup import (
     SimHasher,
+    TextHasher,
     hamming,
     is_near_duplicate,
     sha256_bytes,
@@ -78,3 +79,23 @@ def test_hamming_counts_flipped_bits_on_signed_values(value: int, bit: int) -> N
     signed = flipped - (1 << 64) if flipped >= 1 << 63 else flipped
     assert hamming(value, signed) == 1
     assert similarity(value, signed) == 1 - 1 / 64
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.characters(codec="utf-8"), max_size=40), max_size=6))
+def test_streamed_text_hash_equals_the_hash_of_the_joined_text(pieces: list[str]) -> None:
+    hasher = TextHasher()
+    for piece in pieces:
+        hasher.update(piece)
+    assert hasher.hexdigest() == sha256_text("\n".join(pieces))
+    assert hasher.empty == (sha256_text("\n".join(pieces)) == sha256_text(""))
+
+
+def test_text_hash_ignores_layout_not_words() -> None:
+    one, two = TextHasher(), TextHasher()
+    one.update("Chapter 1\nCells divide.")
+    two.update("CHAPTER   1")
+    two.update("cells  divide")
+    assert one.hexdigest() == two.hexdigest()
+    two.update("again")
+    assert one.hexdigest() != two.hexdigest()

@@ -24,7 +24,7 @@ from lectern_common.events import DocumentUploaded, Event
 from lectern_gateway import documents_repository as docs
 from lectern_ingest import filetype
 from lectern_ingest.config import Settings
-from lectern_ingest.objects import object_name, put_file
+from lectern_ingest.objects import object_name, put_file, put_password
 from lectern_ingest.service import IngestWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.shared_data]
@@ -102,6 +102,8 @@ async def stage(
     document_id = uuid.uuid4()
     name = object_name(document_id, 1)
     size = await put_file(nc.jetstream(), name=name, path=path)
+    if password is not None:
+        await put_password(nc.jetstream(), name=name, password=password)
     digest = hashlib.sha256(await asyncio.to_thread(path.read_bytes)).hexdigest()
     async with db_pool.acquire() as conn:
         await docs.insert_document(
@@ -119,7 +121,7 @@ async def stage(
     return DocumentUploaded(
         tenant_id=tenant_id, document_id=document_id, version=1, object_name=name,
         filename=path.name, mime_type=mime, size_bytes=size, file_sha256=digest,
-        uploaded_by="t", pdf_password=password,
+        uploaded_by="t", has_password=password is not None,
     )  # fmt: skip
 
 
@@ -182,10 +184,11 @@ async def test_every_shared_document_is_indexed_or_fails_cleanly(
     if german is not None:
         assert (german["language"], german["ts"]) == ("de", "german")
 
-    for name, password in PASSWORDS.items():
+    for number, (name, password) in enumerate(PASSWORDS.items()):
+        # one tenant each: the two encrypted samples may hold the same text (a duplicate)
         event = await stage(
-            shared_data / "docs" / name, nc=nc, db_pool=db_pool, tenant_id=f"{tenant_id}-pw",
-            password=password,
+            shared_data / "docs" / name, nc=nc, db_pool=db_pool,
+            tenant_id=f"{tenant_id}-pw{number}", password=password,
         )  # fmt: skip
         outcome = await ingest.process(event=event, deliveries=1)
         assert outcome.status == "indexed", f"{name} with its password: {outcome}"

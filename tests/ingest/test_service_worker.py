@@ -6,13 +6,16 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import nats
+import numpy as np
 import pymupdf as _pymupdf
 import pytest
+from nats.js.errors import NotFoundError as NatsNotFoundError
 from pydantic import SecretStr
 
+from lectern_common.broker import DOCUMENTS_BUCKET
 from lectern_common.embeddings import Embedder, LocalEmbedder
 from lectern_common.events import (
     DocumentFailed,
@@ -20,13 +23,16 @@ from lectern_common.events import (
     DocumentMetadata,
     DocumentProgress,
     DocumentUploaded,
+    RetrievalFilters,
 )
 from lectern_gateway import documents_repository as docs
-from lectern_ingest import filetype
+from lectern_ingest import dedup, filetype
+from lectern_ingest import repository as ingest_repo
 from lectern_ingest.app import create_app
 from lectern_ingest.config import Settings
-from lectern_ingest.objects import object_name, put_bytes
+from lectern_ingest.objects import object_name, password_object_name, put_bytes, put_password
 from lectern_ingest.service import IngestWorker
+from lectern_retriever.repository import build_filter
 
 #: PyMuPDF's partial annotations make mypy --strict reject plain calls
 pymupdf: Any = _pymupdf
@@ -123,13 +129,17 @@ async def stage_upload(
     password: str | None = None,
     previous: uuid.UUID | None = None,
     version: int = 1,
+    uploaded_by: str = "teacher-1",
+    collection: Literal["educational", "assessment"] = "educational",
 ) -> DocumentUploaded:
-    """What the gateway does for an upload: bytes in the object store, a pending row."""
+    """What the gateway does for an upload: bytes (and password) in the object store, a row."""
     document_id = uuid.uuid4()
     name = object_name(document_id, version)
     await put_bytes(nc.jetstream(), name=name, data=data)
+    if password is not None:
+        await put_password(nc.jetstream(), name=name, password=password)
     metadata = DocumentMetadata(title=filename, subject="physics", grade_level=10,
-                                topic_tags=["waves"])  # fmt: skip
+                                topic_tags=["waves"], collection=collection)  # fmt: skip
     async with db_pool.acquire() as conn:
         await docs.insert_document(
             conn,
@@ -137,19 +147,29 @@ async def stage_upload(
                 id=document_id, tenant_id=tenant_id, title=filename, filename=filename,
                 mime_type=mime, size_bytes=len(data), file_sha256=uuid.uuid4().hex,
                 subject="physics", grade_level=10, module_tag="m2", class_id="c1",
-                content_type="notes", language=None, collection="educational",
+                content_type="notes", language=None, collection=collection,
                 curriculum_standards=["HS-PS4-1"], topic_tags=["waves"], source_priority=0.7,
                 freshness_date=None, version=version, previous_version_id=previous,
-                object_name=name, uploaded_by="teacher-1", uploader_role="teacher",
+                object_name=name, uploaded_by=uploaded_by, uploader_role="teacher",
                 metadata=metadata.model_dump(mode="json"),
             ),
         )  # fmt: skip
     return DocumentUploaded(
         tenant_id=tenant_id, document_id=document_id, version=version, object_name=name,
         filename=filename, mime_type=mime, size_bytes=len(data), file_sha256="x",
-        uploaded_by="teacher-1", metadata=metadata, pdf_password=password,
+        uploaded_by=uploaded_by, metadata=metadata, has_password=password is not None,
         replaces_document_id=previous,
     )  # fmt: skip
+
+
+async def object_exists(nc: Any, name: str) -> bool:
+    """Whether the documents bucket holds ``name``."""
+    store = await nc.jetstream().object_store(DOCUMENTS_BUCKET)
+    try:
+        await store.get_info(name)
+    except NatsNotFoundError:
+        return False
+    return True
 
 
 async def watch(nc: Any, subject: str, document_id: uuid.UUID) -> asyncio.Queue[dict[str, Any]]:
@@ -279,9 +299,16 @@ async def test_encrypted_pdf_opens_with_its_password(
         db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(2, password="s3cret"),
         filename="locked.pdf", mime=filetype.PDF, password="s3cret",
     )  # fmt: skip
+    assert event.has_password and "s3cret" not in event.model_dump_json()
+    assert "pdf_password" not in event.model_dump(mode="json")
+    assert await object_exists(nc, password_object_name(event.object_name))
     assert (await worker.process(event=event, deliveries=1)).status == "indexed"
+    assert not await object_exists(nc, password_object_name(event.object_name)), (
+        "the password is removed once the document is indexed"
+    )
+    assert await object_exists(nc, event.object_name)
     wrong = await stage_upload(
-        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(2, password="s3cret"),
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(3, password="s3cret"),
         filename="locked2.pdf", mime=filetype.PDF, password="nope",
     )  # fmt: skip
     assert (await worker.process(event=wrong, deliveries=1)).status == "failed"
@@ -289,6 +316,34 @@ async def test_encrypted_pdf_opens_with_its_password(
         "SELECT error_reason FROM documents WHERE id = $1", wrong.document_id
     )
     assert reason == "wrong_password"
+    assert not await object_exists(nc, password_object_name(wrong.object_name))
+
+
+async def test_password_in_an_old_gateways_event_still_works(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    staged = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(2, password="legacy"),
+        filename="old.pdf", mime=filetype.PDF,
+    )  # fmt: skip
+    payload = staged.model_dump(mode="json") | {"pdf_password": "legacy"}
+    del payload["has_password"]
+    event = DocumentUploaded.model_validate(payload)
+    assert (await worker.process(event=event, deliveries=1)).status == "indexed"
+
+
+async def test_missing_password_object_fails_with_a_clear_message(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    staged = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(2, password="gone"),
+        filename="gone.pdf", mime=filetype.PDF,
+    )  # fmt: skip
+    event = staged.model_copy(update={"has_password": True})
+    assert (await worker.process(event=event, deliveries=1)).status == "failed"
+    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    assert (row["error_stage"], row["error_reason"]) == ("fetch", "object_missing")
+    assert "password" in row["error_message"]
 
 
 async def test_bounded_deliveries_end_failed(
@@ -418,3 +473,151 @@ async def test_gemini_enrichment_adds_prefixes_and_linked_qa(
     assert any(
         (c["context_prefix"] or "").startswith("From a physics unit") for c in texts.values()
     )
+
+
+#: the same lesson exported again: other line breaks and spacing, the same words
+REEXPORTED = MARKDOWN.replace("force acts on it.", "force\nacts   on it.").replace("\n\n", "\n\n\n")
+
+
+async def test_same_cleaned_text_is_a_duplicate_not_a_second_index(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    assert REEXPORTED != MARKDOWN
+    original = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=MARKDOWN.encode(), filename="forces.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    assert (await worker.process(event=original, deliveries=1)).status == "indexed"
+    indexed_chunks = await db_pool.fetchval(
+        "SELECT count(*) FROM chunks WHERE document_id = $1", original.document_id
+    )
+    copy = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=REEXPORTED.encode(), filename="forces-v2.md",
+        mime=filetype.MARKDOWN, uploaded_by="teacher-2",
+    )  # fmt: skip
+    outcomes = await watch(nc, DocumentIndexed.subject, copy.document_id)
+    assert (await worker.process(event=copy, deliveries=1)).status == "duplicate"
+    published = DocumentIndexed.model_validate(await asyncio.wait_for(outcomes.get(), 5))
+    assert published.duplicate_of == original.document_id and published.chunk_count == 0
+    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", copy.document_id)
+    assert (row["status"], row["duplicate_of"], row["chunk_count"]) == (
+        "duplicate", original.document_id, 0)  # fmt: skip
+    assert row["content_sha256"] == await db_pool.fetchval(
+        "SELECT content_sha256 FROM documents WHERE id = $1", original.document_id
+    )
+    chunks = await db_pool.fetch(
+        "SELECT document_id, count(*) AS n FROM chunks WHERE tenant_id = $1 GROUP BY 1", tenant_id
+    )
+    assert {(r["document_id"], r["n"]) for r in chunks} == {
+        (original.document_id, indexed_chunks)}  # fmt: skip
+    owners = await db_pool.fetchval(
+        "SELECT co_owners FROM documents WHERE id = $1", original.document_id
+    )
+    assert owners == ["teacher-2"], "the duplicate's uploader co-owns the original"
+    assert not await object_exists(nc, copy.object_name), "a duplicate keeps no bytes"
+
+    # re-delivery republishes the same outcome and changes nothing
+    assert (await worker.process(event=copy, deliveries=2)).status == "duplicate"
+    again = DocumentIndexed.model_validate(await asyncio.wait_for(outcomes.get(), 5))
+    assert again.duplicate_of == original.document_id
+
+    # the same text in the assessment collection is indexed: students must not reach it
+    # through the educational copy, nor the other way round
+    exam = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=REEXPORTED.encode(), filename="exam.md",
+        mime=filetype.MARKDOWN, collection="assessment",
+    )  # fmt: skip
+    assert (await worker.process(event=exam, deliveries=1)).status == "indexed"
+    # and another tenant's identical text is none of this tenant's business
+    other = await stage_upload(
+        db_pool, nc, tenant_id=f"{tenant_id}-b", data=MARKDOWN.encode(), filename="f.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    assert (await worker.process(event=other, deliveries=1)).status == "indexed"
+
+
+async def test_store_rechecks_the_text_under_its_lock(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    """Two copies read at the same time: the one stored second becomes the duplicate."""
+    original = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=MARKDOWN.encode(), filename="a.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    assert (await worker.process(event=original, deliveries=1)).status == "indexed"
+    late = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=REEXPORTED.encode(), filename="b.md",
+        mime=filetype.MARKDOWN, uploaded_by="teacher-3",
+    )  # fmt: skip
+    # what the late copy's worker holds after embedding, having found no duplicate earlier
+    result = ingest_repo.IndexedDocument(
+        page_count=None, skipped_pages=0, chunk_count=1, qa_count=0, language="en",
+        ts_config="english", content_sha256=dedup.sha256_text(REEXPORTED), simhash=0,
+        near_duplicate_of=None, near_duplicate_score=None, enriched=False,
+        enrichment_note=None,
+    )  # fmt: skip
+    chunk = ingest_repo.ChunkRecord(
+        id=uuid.uuid4(), chunk_index=0, kind="text", parent_chunk_id=None, text="x",
+        context_prefix=None, section_path=[], chapter=None, page_start=None, page_end=None,
+        slide=None, time_start=None, time_end=None, token_count=1, content_hash="x",
+    )  # fmt: skip
+    async with db_pool.acquire() as conn:
+        row = await ingest_repo.get_document(conn, late.document_id)
+        stored = await ingest_repo.store_document(
+            conn, document=row, chunks=[chunk], embeddings=np.zeros((1, 384), np.float32),
+            result=result,
+        )  # fmt: skip
+    assert stored == "duplicate"
+    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", late.document_id)
+    assert (row["status"], row["duplicate_of"]) == ("duplicate", original.document_id)
+    assert (
+        await db_pool.fetchval(
+            "SELECT count(*) FROM chunks WHERE document_id = $1", late.document_id
+        )
+        == 0
+    )
+
+
+async def test_new_version_swaps_atomically_and_drops_the_old_one(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    v1 = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(3), filename="waves.pdf",
+        mime=filetype.PDF,
+    )  # fmt: skip
+    assert (await worker.process(event=v1, deliveries=1)).status == "indexed"
+    v2 = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(6), filename="waves.pdf",
+        mime=filetype.PDF, previous=v1.document_id, version=2,
+    )  # fmt: skip
+
+    # what retrieval can see, sampled without pause while the new version is indexed
+    visible = build_filter(tenant_id=tenant_id, filters=RetrievalFilters())
+    query = f"SELECT DISTINCT c.document_id FROM chunks c WHERE {visible.clause}"  # noqa: S608
+    seen: list[frozenset[uuid.UUID]] = []
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        async with db_pool.acquire() as conn:
+            while not done.is_set():
+                rows = await conn.fetch(query, *visible.params)
+                seen.append(frozenset(r["document_id"] for r in rows))
+                await asyncio.sleep(0)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        assert (await worker.process(event=v2, deliveries=1)).status == "indexed"
+    finally:
+        done.set()
+        await sampler
+    old, new = frozenset({v1.document_id}), frozenset({v2.document_id})
+    assert set(seen) <= {old, new}, "never both versions, never neither"
+    assert seen[0] == old and seen[-1] == new and len(seen) > 2
+    left = await db_pool.fetchval(
+        "SELECT count(*) FROM chunks WHERE document_id = $1", v1.document_id
+    )
+    assert left == 0, "the superseded version's chunks are deleted, not just deactivated"
+    status = await db_pool.fetchval("SELECT status FROM documents WHERE id = $1", v1.document_id)
+    assert status == "superseded"
+    assert not await object_exists(nc, v1.object_name), "the old version's bytes are removed"
+    assert await object_exists(nc, v2.object_name)

@@ -8,7 +8,7 @@ from datetime import date, datetime
 from typing import Any
 
 ACTIVE_STATUSES = ("pending", "processing", "indexed")
-FINAL_STATUSES = ("indexed", "failed", "superseded", "archived", "deleted")
+FINAL_STATUSES = ("indexed", "duplicate", "failed", "superseded", "archived", "deleted")
 
 _COLUMNS = """id, tenant_id, title, filename, mime_type, size_bytes, file_sha256, content_sha256,
     near_duplicate_of, near_duplicate_score, status, error_stage, error_reason, error_message,
@@ -16,7 +16,7 @@ _COLUMNS = """id, tenant_id, title, filename, mime_type, size_bytes, file_sha256
     enrichment_note, metadata, subject, grade_level, module_tag, class_id, content_type,
     collection, curriculum_standards, topic_tags, source_priority, freshness_date, version,
     previous_version_id, object_name, uploaded_by, uploader_role, co_owners, created_at,
-    updated_at, indexed_at, deleted_at"""
+    updated_at, indexed_at, deleted_at, duplicate_of, deleted_by"""
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,9 @@ class ListFilters:
     content_type: str | None = None
     language: str | None = None
     grade_level: int | None = None
+    filename: str | None = None
+    title: str | None = None
+    uploaded_by: str | None = None
     include_deleted: bool = False
 
 
@@ -152,7 +155,7 @@ async def list_documents(
     elif not filters.include_deleted:
         clauses.append("status <> 'deleted'")
     for column in ("subject", "collection", "module_tag", "class_id", "content_type",
-                   "language", "grade_level"):  # fmt: skip
+                   "language", "grade_level", "filename", "title", "uploaded_by"):  # fmt: skip
         value = getattr(filters, column)
         if value is not None:
             add(f"{column} = {{}}", value)
@@ -177,16 +180,17 @@ async def bm25_available(conn: Any) -> bool:
 
 
 async def lock_for_delete(conn: Any, *, tenant_id: str, document_id: uuid.UUID) -> Any:
-    """Lock a document row for deletion (inside a transaction)."""
+    """Lock a document row for deletion (inside a transaction); the full row, or None."""
     return await conn.fetchrow(
-        "SELECT id, status, object_name FROM documents WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+        f"""SELECT {_COLUMNS} FROM documents
+            WHERE tenant_id = $1 AND id = $2 FOR UPDATE""",  # noqa: S608
         tenant_id,
         document_id,
     )
 
 
 async def delete_chunks_and_mark_deleted(
-    conn: Any, *, document_id: uuid.UUID, was_indexed: bool
+    conn: Any, *, document_id: uuid.UUID, was_indexed: bool, deleted_by: str
 ) -> Any:
     """Take the document's chunks out of retrieval and mark it deleted (inside a transaction).
 
@@ -197,7 +201,9 @@ async def delete_chunks_and_mark_deleted(
         await conn.execute("SELECT lectern_bm25_unindex_document($1)", document_id)
     await conn.execute("DELETE FROM chunks WHERE document_id = $1", document_id)
     return await conn.fetchrow(
-        f"""UPDATE documents SET status = 'deleted', deleted_at = now(), updated_at = now()
+        f"""UPDATE documents SET status = 'deleted', deleted_at = now(), deleted_by = $2,
+                updated_at = now()
             WHERE id = $1 RETURNING {_COLUMNS}""",  # noqa: S608
         document_id,
+        deleted_by,
     )

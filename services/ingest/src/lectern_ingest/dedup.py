@@ -36,6 +36,36 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(normalize_for_hash(text).encode("utf-8")).hexdigest()
 
 
+class TextHasher:
+    """Incremental ``sha256_text``: feed the text piece by piece (pieces end between words).
+
+    ``update(a); update(b)`` gives ``sha256_text(a + "\\n" + b)`` without holding the whole
+    text in memory.
+    """
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+        self._started = False
+
+    def update(self, text: str) -> None:
+        """Add one piece (a page, a slide ...)."""
+        words = _WORD.findall(text.lower())
+        if not words:
+            return
+        joined = " ".join(words)
+        self._digest.update(((" " if self._started else "") + joined).encode("utf-8"))
+        self._started = True
+
+    @property
+    def empty(self) -> bool:
+        """No word was fed yet."""
+        return not self._started
+
+    def hexdigest(self) -> str:
+        """Hex SHA-256 of the canonical text fed so far."""
+        return self._digest.hexdigest()
+
+
 def _to_int64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 

@@ -20,6 +20,15 @@ def object_name(document_id: uuid.UUID, version: int) -> str:
     return f"{document_id}/{version}"
 
 
+def password_object_name(name: str) -> str:
+    """The key of the short-lived object holding the PDF password of the upload ``name``.
+
+    The password travels next to the bytes instead of inside ``documents.uploaded`` (which
+    stays in the stream); the worker removes it once the document's outcome is stored.
+    """
+    return f"{name}.password"
+
+
 async def _bucket(js: Any) -> Any:
     try:
         return await js.object_store(DOCUMENTS_BUCKET)
@@ -64,3 +73,26 @@ async def delete_object(js: Any, *, name: str) -> bool:
     except (ObjectNotFoundError, NatsNotFoundError):
         return False
     return True
+
+
+async def put_password(js: Any, *, name: str, password: str) -> None:
+    """Store the PDF password of the upload ``name`` (see ``password_object_name``)."""
+    await put_bytes(js, name=password_object_name(name), data=password.encode("utf-8"))
+
+
+async def fetch_password(js: Any, *, name: str) -> str:
+    """The PDF password stored for the upload ``name``; raises ``NotFoundError`` when gone."""
+    bucket = await _bucket(js)
+    key = password_object_name(name)
+    try:
+        result = await bucket.get(key)
+    except (ObjectNotFoundError, NatsNotFoundError) as exc:
+        raise NotFoundError(f"object {key} is not in {DOCUMENTS_BUCKET}") from exc
+    except Exception as exc:
+        raise UpstreamError(f"fetching object {key} failed: {exc}") from exc
+    return bytes(result.data or b"").decode("utf-8")
+
+
+async def delete_password(js: Any, *, name: str) -> bool:
+    """Remove the PDF password stored for the upload ``name``; False when there was none."""
+    return await delete_object(js, name=password_object_name(name))

@@ -175,6 +175,128 @@ async def nearest_simhash(
     return row["id"], int(row["distance"])
 
 
+async def lock_content_hash(conn: Any, *, tenant_id: str, content_sha256: str) -> None:
+    """Serialise the stores of documents with the same cleaned text (transaction-scoped)."""
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        f"content:{tenant_id}:{content_sha256}",
+    )
+
+
+async def find_content_duplicate(
+    conn: Any,
+    *,
+    tenant_id: str,
+    collection: str,
+    content_sha256: str,
+    exclude: Sequence[uuid.UUID],
+) -> uuid.UUID | None:
+    """The tenant's indexed document of the same collection with exactly this cleaned text.
+
+    The collection is part of the match: an assessment copy of an educational text must stay
+    out of students' reach, so it is not a duplicate of the educational one (nor vice versa).
+    """
+    found: uuid.UUID | None = await conn.fetchval(
+        """SELECT id FROM documents
+           WHERE tenant_id = $1 AND collection = $2 AND content_sha256 = $3
+             AND status = 'indexed' AND NOT (id = ANY($4::uuid[]))
+           ORDER BY indexed_at, id LIMIT 1 FOR UPDATE""",
+        tenant_id, collection, content_sha256, list(exclude),
+    )  # fmt: skip
+    return found
+
+
+async def superseded_object(conn: Any, document_id: uuid.UUID) -> str | None:
+    """The object name of the version this document superseded, if it did."""
+    name: str | None = await conn.fetchval(
+        """SELECT p.object_name FROM documents d JOIN documents p ON p.id = d.previous_version_id
+           WHERE d.id = $1 AND d.status IN ('indexed', 'duplicate') AND p.status = 'superseded'""",
+        document_id,
+    )
+    return name
+
+
+async def _supersede_previous(conn: Any, row: Any) -> None:
+    """Retire the version ``row`` replaces: its chunks go (BM25 statistics follow by trigger).
+
+    Runs in the transaction that makes the new version searchable, so retrieval sees the old
+    chunks or the new ones, never both or neither.
+    """
+    previous = row["previous_version_id"]
+    if previous is None:
+        return
+    await lock_document(conn, previous)
+    await conn.execute("DELETE FROM chunks WHERE document_id = $1", previous)
+    await conn.execute(
+        """UPDATE documents SET status = 'superseded', chunk_count = 0, qa_count = 0,
+               updated_at = now()
+           WHERE id = $1 AND status <> 'deleted'""",
+        previous,
+    )
+
+
+async def _add_co_owners(conn: Any, *, document_id: uuid.UUID, users: Sequence[str]) -> None:
+    """Record more uploaders of the same content on a document (its uploader excluded)."""
+    await conn.execute(
+        """UPDATE documents d
+           SET co_owners = d.co_owners || ARRAY(
+                   SELECT u FROM unnest($2::text[]) WITH ORDINALITY AS x(u, n)
+                   WHERE u <> d.uploaded_by AND NOT (u = ANY(d.co_owners)) ORDER BY n),
+               updated_at = now()
+           WHERE id = $1 AND EXISTS (
+               SELECT 1 FROM unnest($2::text[]) u
+               WHERE u <> d.uploaded_by AND NOT (u = ANY(d.co_owners)))""",
+        document_id, list(dict.fromkeys(users)),
+    )  # fmt: skip
+
+
+async def _mark_duplicate(
+    conn: Any, *, row: Any, original_id: uuid.UUID, result: IndexedDocument
+) -> None:
+    """``row`` duplicates ``original_id``: no chunks, its uploaders become co-owners there."""
+    document_id = row["id"]
+    await conn.execute("DELETE FROM chunks WHERE document_id = $1", document_id)
+    await _supersede_previous(conn, row)
+    await _add_co_owners(
+        conn, document_id=original_id, users=[row["uploaded_by"], *row["co_owners"]]
+    )
+    await conn.execute(
+        """UPDATE documents SET status = 'duplicate', duplicate_of = $2, page_count = $3,
+               skipped_pages = $4, chunk_count = 0, qa_count = 0, language = $5,
+               ts_config = $6::regconfig, content_sha256 = $7, simhash = $8,
+               near_duplicate_of = NULL, near_duplicate_score = NULL, enriched = false,
+               enrichment_note = $9, error_stage = NULL, error_reason = NULL,
+               error_message = NULL, updated_at = now()
+           WHERE id = $1""",
+        document_id, original_id, result.page_count, result.skipped_pages, result.language,
+        result.ts_config, result.content_sha256, result.simhash,
+        f"same text as document {original_id}; not indexed again",
+    )  # fmt: skip
+
+
+async def store_duplicate(
+    conn: Any, *, document: Any, original_id: uuid.UUID, result: IndexedDocument
+) -> str | None:
+    """Record the document as a duplicate of ``original_id`` (found before embedding).
+
+    Returns ``"duplicate"``; ``"gone"`` when the original stopped being indexed meanwhile (the
+    caller indexes the document after all); None when the document was deleted or finished.
+    """
+    document_id = document["id"]
+    async with conn.transaction():
+        row = await lock_document(conn, document_id)
+        if row is None or row["status"] not in ("pending", "processing"):
+            return None
+        await lock_content_hash(
+            conn, tenant_id=row["tenant_id"], content_sha256=result.content_sha256
+        )
+        original = await lock_document(conn, original_id)
+        if original is None or original["status"] != "indexed":
+            return "gone"
+        await _mark_duplicate(conn, row=row, original_id=original_id, result=result)
+    return "duplicate"
+
+
 async def store_document(
     conn: Any,
     *,
@@ -182,19 +304,35 @@ async def store_document(
     chunks: Sequence[ChunkRecord],
     embeddings: np.ndarray[Any, Any],
     result: IndexedDocument,
-) -> bool:
+) -> str | None:
     """Write every chunk and the document's outcome in ONE transaction.
 
     Re-delivery is harmless: the document's chunks are deleted and rewritten with the same
-    deterministic ids. A replaced previous version is superseded in the same transaction, so
-    retrieval sees either the old chunks or the new ones, never both or neither. Returns False
-    (writing nothing) when the document was deleted or finished meanwhile.
+    deterministic ids. A replaced previous version loses its chunks in the same transaction,
+    so retrieval sees either the old chunks or the new ones, never both or neither. When an
+    indexed document of the tenant has the same cleaned text (checked under a lock, so two
+    concurrent copies cannot both index), nothing is written and the document becomes its
+    duplicate. Returns ``"indexed"`` or ``"duplicate"``, or None (writing nothing) when the
+    document was deleted or finished meanwhile.
     """
     document_id = document["id"]
     async with conn.transaction():
         row = await lock_document(conn, document_id)
         if row is None or row["status"] not in ("pending", "processing"):
-            return False
+            return None
+        await lock_content_hash(
+            conn, tenant_id=row["tenant_id"], content_sha256=result.content_sha256
+        )
+        exclude = [document_id]
+        if row["previous_version_id"] is not None:
+            exclude.append(row["previous_version_id"])
+        original = await find_content_duplicate(
+            conn, tenant_id=row["tenant_id"], collection=row["collection"],
+            content_sha256=result.content_sha256, exclude=exclude,
+        )  # fmt: skip
+        if original is not None:
+            await _mark_duplicate(conn, row=row, original_id=original, result=result)
+            return "duplicate"
         bm25 = await bm25_available(conn)
         # pending/processing documents have no indexed chunks (those commit with 'indexed'),
         # so there are no BM25 statistics to remove; this only clears leftovers
@@ -213,17 +351,7 @@ async def store_document(
         await _copy_chunks(conn, records)
         if bm25:
             await conn.execute("SELECT lectern_bm25_index_document($1)", document_id)
-        previous = row["previous_version_id"]
-        if previous is not None:
-            old = await lock_document(conn, previous)
-            if bm25 and old is not None and old["status"] == "indexed":
-                await conn.execute("SELECT lectern_bm25_unindex_document($1)", previous)
-            await conn.execute("UPDATE chunks SET active = false WHERE document_id = $1", previous)
-            await conn.execute(
-                """UPDATE documents SET status = 'superseded', updated_at = now()
-                   WHERE id = $1 AND status <> 'deleted'""",
-                previous,
-            )
+        await _supersede_previous(conn, row)
         await conn.execute(
             """UPDATE documents SET status = 'indexed', page_count = $2, skipped_pages = $3,
                    chunk_count = $4, qa_count = $5, language = $6, ts_config = $7::regconfig,
@@ -237,4 +365,4 @@ async def store_document(
             result.simhash, result.near_duplicate_of, result.near_duplicate_score,
             result.enriched, result.enrichment_note,
         )  # fmt: skip
-    return True
+    return "indexed"

@@ -5,6 +5,12 @@ batches it hands over, so the CPU-bound stages overlap with the embedder. All ch
 document are written in one transaction with deterministic ids, which makes re-delivery of
 the same upload harmless; outcomes are published after the commit, and a crash between the
 two is repaired by the re-delivery republishing the stored outcome.
+
+A document whose cleaned text equals an indexed document's (same tenant and collection) is
+not indexed again: it ends ``duplicate``, usually noticed as soon as extraction finishes and
+before most of it is embedded, and always re-checked under a lock when storing. After an
+outcome is stored, the upload's PDF password, a replaced version's bytes and a duplicate's
+own bytes are removed from the object store.
 """
 
 from __future__ import annotations
@@ -140,8 +146,10 @@ class _Produced:
     total_units: int = 0
     units_done: int = 0
     skipped_pages: int = 0
-    texts: list[str] = field(default_factory=list)
+    content: dedup.TextHasher = field(default_factory=dedup.TextHasher)
     simhash: dedup.SimHasher = field(default_factory=dedup.SimHasher)
+    #: every unit was read (content and simhash are final); set by the producer thread
+    extracted: bool = False
     sample: list[str] = field(default_factory=list)
     sample_chars: int = 0
 
@@ -154,6 +162,8 @@ class PipelineResult:
     embeddings: np.ndarray[Any, Any]
     indexed: repo.IndexedDocument
     embed_s: float = 0.0
+    #: an indexed document with the same cleaned text, found before embedding everything
+    duplicate_of: uuid.UUID | None = None
 
 
 class _Producer:
@@ -206,7 +216,7 @@ class _Producer:
             if unit is None:
                 return
             text = "\n".join(block.text for block in unit.blocks)
-            self.stats.texts.append(text)
+            self.stats.content.update(text)
             self.stats.simhash.update(text)
             if self.stats.sample_chars < 20_000:
                 self.stats.sample.append(text)
@@ -230,6 +240,8 @@ class _Producer:
                         self._put(batch)
                         batch = []
                 self.stats.skipped_pages = len(extraction.summary.skipped_pages)
+                if not self.stop.is_set():
+                    self.stats.extracted = True
                 if batch:
                     self._put(batch)
             self._put(_DONE)
@@ -281,10 +293,13 @@ class IngestWorker:
                 return Outcome("failed")
             return Outcome("retry", self._delay(deliveries))
         status = row["status"]
-        if status == "indexed" and row["version"] == event.version:
+        if status in ("indexed", "duplicate") and row["version"] == event.version:
+            # a crash between commit and ack: repair the clean-up, republish the outcome
+            cleaned = await self._clean_up(event, row)
             await self._publish_indexed(row, duration_ms=0.0)
-            return Outcome("indexed")
+            return Outcome(status, None if cleaned else self._delay(deliveries))
         if status == "failed":
+            await self._forget_password(event)
             await self._publish_failed_row(row)
             return Outcome("failed")
         if status not in ("pending", "processing"):
@@ -312,11 +327,7 @@ class IngestWorker:
                     IngestStage.STORE, 0, len(result.chunks), "chunks", force=True
                 )
                 store_started = time.monotonic()
-                async with self.pool.acquire() as conn:
-                    stored = await repo.store_document(
-                        conn, document=row, chunks=result.chunks, embeddings=result.embeddings,
-                        result=result.indexed,
-                    )  # fmt: skip
+                stored = await self._store(row, result)
         except TimeoutError:
             await self._fail(
                 event, progress.stage, FailureReason.TIMEOUT,
@@ -352,19 +363,73 @@ class IngestWorker:
                 alive.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await alive
-        if not stored:
+        if stored is None:
             log.info("document %s changed while indexing; result dropped", event.document_id)
+            await self._forget_password(event)
             return Outcome("dropped")
         finished = time.monotonic()
         log.info(
-            "indexed %s: %s pages, %d chunks in %.2f s (embedding %.2f s, store %.2f s)",
-            event.document_id, result.indexed.page_count, len(result.chunks),
+            "%s %s: %s pages, %d chunks in %.2f s (embedding %.2f s, store %.2f s)",
+            stored, event.document_id, result.indexed.page_count, len(result.chunks),
             finished - started, result.embed_s, finished - store_started,
         )  # fmt: skip
         async with self.pool.acquire() as conn:
             row = await repo.get_document(conn, event.document_id)
+        cleaned = await self._clean_up(event, row)
         await self._publish_indexed(row, duration_ms=(time.monotonic() - started) * 1000.0)
-        return Outcome("indexed")
+        # a failed clean-up is retried by the re-delivery (which republishes the same outcome)
+        return Outcome(stored, None if cleaned else self._delay(deliveries))
+
+    async def _store(self, row: Any, result: PipelineResult) -> str | None:
+        """Store the outcome: ``indexed``, ``duplicate`` or None (the document changed)."""
+        async with self.pool.acquire() as conn:
+            if result.duplicate_of is None:
+                return await repo.store_document(
+                    conn, document=row, chunks=result.chunks, embeddings=result.embeddings,
+                    result=result.indexed,
+                )  # fmt: skip
+            stored = await repo.store_duplicate(
+                conn, document=row, original_id=result.duplicate_of, result=result.indexed
+            )
+        if stored == "gone":
+            raise RetryableError(
+                f"document {result.duplicate_of}, whose text this one repeats, left the index "
+                "while this one was being read; the next attempt indexes it",
+                reason="duplicate_gone",
+            )
+        return stored
+
+    async def _clean_up(self, event: DocumentUploaded, row: Any) -> bool:
+        """After a stored outcome: drop the PDF password, a replaced version's bytes and a
+        duplicate's own bytes (its text lives in the original). False when something failed.
+        """
+        names: list[str] = []
+        if row["status"] in ("indexed", "duplicate"):
+            async with self.pool.acquire() as conn:
+                previous = await repo.superseded_object(conn, row["id"])
+            if previous:
+                names.append(previous)
+        if row["status"] == "duplicate" and row["object_name"]:
+            names.append(row["object_name"])
+        ok = await self._forget_password(event)
+        for name in names:
+            try:
+                await objects.delete_object(self.jetstream, name=name)
+            except Exception as exc:
+                log.warning("could not remove object %s (retried on re-delivery): %s", name, exc)
+                ok = False
+        return ok
+
+    async def _forget_password(self, event: DocumentUploaded) -> bool:
+        """Remove the upload's stored PDF password (its work is over); False on failure."""
+        if not event.has_password:
+            return True
+        try:
+            await objects.delete_password(self.jetstream, name=event.object_name)
+        except Exception as exc:
+            log.warning("could not remove the password of %s: %s", event.document_id, exc)
+            return False
+        return True
 
     def _delay(self, deliveries: int) -> float:
         return retry_delay(
@@ -398,16 +463,32 @@ class IngestWorker:
                     f"{event.filename} is empty (0 bytes)",
                     stage=IngestStage.EXTRACT, reason=FailureReason.EMPTY_FILE,
                 )  # fmt: skip
-            return await self._extract_and_embed(event=event, path=path, progress=progress)
+            password = await self._password(event)
+            return await self._extract_and_embed(
+                event=event, path=path, password=password, progress=progress
+            )
+
+    async def _password(self, event: DocumentUploaded) -> str | None:
+        """The PDF password: from the object store (or, from older gateways, the event)."""
+        if event.pdf_password is not None or not event.has_password:
+            return event.pdf_password
+        try:
+            return await objects.fetch_password(self.jetstream, name=event.object_name)
+        except NotFoundError as exc:
+            raise IngestFailure(
+                f"the password given for {event.filename} is no longer stored; upload the file "
+                "again with its password",
+                stage=IngestStage.FETCH, reason=FailureReason.OBJECT_MISSING,
+            ) from exc  # fmt: skip
 
     async def _extract_and_embed(
-        self, *, event: DocumentUploaded, path: Path, progress: Progress
+        self, *, event: DocumentUploaded, path: Path, password: str | None, progress: Progress
     ) -> PipelineResult:
         self._embed_s = 0.0
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.settings.queue_batches)
         producer = _Producer(
-            path=path, mime=event.mime_type, password=event.pdf_password, config=self.chunking,
+            path=path, mime=event.mime_type, password=password, config=self.chunking,
             count_tokens=self.count_tokens, batch_size=self.settings.embed_batch_size,
             loop=loop, queue=queue,
         )  # fmt: skip
@@ -415,6 +496,8 @@ class IngestWorker:
         producer.start()
         drafts: list[ChunkDraft] = []
         vectors: list[np.ndarray[Any, Any]] = []
+        duplicate_of: uuid.UUID | None = None
+        checked = False
         try:
             while True:
                 item = await queue.get()
@@ -423,13 +506,19 @@ class IngestWorker:
                 if isinstance(item, BaseException):
                     progress.stage = producer.stage
                     raise item
+                drafts.extend(item)
+                if not checked and producer.stats.extracted:
+                    # extraction runs ahead of embedding: once the whole text is read, a copy
+                    # of an indexed document is known before most of it would be embedded
+                    checked = True
+                    duplicate_of = await self._content_duplicate(event, producer.stats)
+                    if duplicate_of is not None:
+                        break
                 if self.enricher is not None:
                     await _report_units(progress, producer.stats, IngestStage.EXTRACT)
-                    drafts.extend(item)
                     continue
                 progress.stage = IngestStage.EMBED
                 vectors.append(await self._embed([_embed_text(d) for d in item]))
-                drafts.extend(item)
                 await _report_embedded(progress, producer.stats, item)
         finally:
             producer.stop.set()
@@ -443,6 +532,22 @@ class IngestWorker:
                 f"{event.filename} has no extractable text{skipped}; upload a text-based version "
                 "(or install Tesseract for scanned pages)",
                 stage=IngestStage.EXTRACT, reason=FailureReason.NO_TEXT,
+            )  # fmt: skip
+        if not checked:
+            duplicate_of = await self._content_duplicate(event, stats)
+        lang = event.metadata.language or language.detect_language("\n".join(stats.sample))
+        simhash = stats.simhash.digest()
+        if duplicate_of is not None:
+            duplicate = repo.IndexedDocument(
+                page_count=stats.page_count, skipped_pages=stats.skipped_pages, chunk_count=0,
+                qa_count=0, language=lang, ts_config=language.ts_config_for(lang),
+                content_sha256=stats.content.hexdigest(), simhash=simhash,
+                near_duplicate_of=None, near_duplicate_score=None, enriched=False,
+                enrichment_note=None,
+            )  # fmt: skip
+            return PipelineResult(
+                chunks=[], embeddings=np.empty((0, 0), dtype=np.float32), indexed=duplicate,
+                embed_s=self._embed_s, duplicate_of=duplicate_of,
             )  # fmt: skip
 
         records = [_record(event.document_id, i, d) for i, d in enumerate(drafts)]
@@ -463,15 +568,13 @@ class IngestWorker:
                 vectors.append(await self._embed(batch))
                 await progress.report(IngestStage.EMBED, start + len(batch), len(texts), "chunks")
         embeddings = np.concatenate(vectors, axis=0)
-        lang = event.metadata.language or language.detect_language("\n".join(stats.sample))
-        simhash = stats.simhash.digest()
         near = await self._near_duplicate(event, simhash)
         indexed = repo.IndexedDocument(
             page_count=stats.page_count, skipped_pages=stats.skipped_pages,
             chunk_count=sum(1 for r in records if r.kind != "qa"),
             qa_count=sum(1 for r in records if r.kind == "qa"),
             language=lang, ts_config=language.ts_config_for(lang),
-            content_sha256=dedup.sha256_text("\n".join(stats.texts)), simhash=simhash,
+            content_sha256=stats.content.hexdigest(), simhash=simhash,
             near_duplicate_of=near[0] if near else None,
             near_duplicate_score=near[1] if near else None,
             enriched=enriched, enrichment_note=note,
@@ -479,6 +582,21 @@ class IngestWorker:
         return PipelineResult(
             chunks=records, embeddings=embeddings, indexed=indexed, embed_s=self._embed_s
         )
+
+    async def _content_duplicate(
+        self, event: DocumentUploaded, stats: _Produced
+    ) -> uuid.UUID | None:
+        """An indexed document of the tenant (same collection) with exactly the same text."""
+        if stats.content.empty:
+            return None
+        exclude = [event.document_id]
+        if event.replaces_document_id is not None:
+            exclude.append(event.replaces_document_id)
+        async with self.pool.acquire() as conn:
+            return await repo.find_content_duplicate(
+                conn, tenant_id=event.tenant_id, collection=event.metadata.collection,
+                content_sha256=stats.content.hexdigest(), exclude=exclude,
+            )  # fmt: skip
 
     async def _embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
         started = time.monotonic()
@@ -523,6 +641,7 @@ class IngestWorker:
                 conn, event.document_id, stage=stage.value, reason=reason.value,
                 message=message[:4000], attempts=attempts,
             )  # fmt: skip
+        await self._forget_password(event)
         if changed:
             await self._publish_failed(event, stage, reason, message, attempts)
 
@@ -560,7 +679,8 @@ class IngestWorker:
                 page_count=row["page_count"] or 0, skipped_pages=row["skipped_pages"],
                 chunk_count=row["chunk_count"], qa_count=row["qa_count"],
                 language=row["language"], enriched=row["enriched"],
-                near_duplicate_of=row["near_duplicate_of"], duration_ms=duration_ms,
+                near_duplicate_of=row["near_duplicate_of"], duplicate_of=row["duplicate_of"],
+                duration_ms=duration_ms,
             )
         )  # fmt: skip
 

@@ -86,10 +86,20 @@ class DocumentUploaded(Event):
     replaces_document_id: uuid.UUID | None = Field(
         default=None, description="previous version whose chunks this one replaces atomically"
     )
+    has_password: bool = Field(
+        default=False,
+        description=(
+            "a password for an encrypted PDF was given; it is stored next to the bytes in the "
+            "object store (not in this event) and removed once ingestion finishes"
+        ),
+    )
     pdf_password: str | None = Field(
         default=None,
         repr=False,
-        description="password for an encrypted PDF; the work-queue stream drops it once acked",
+        exclude_if=lambda value: value is None,  # absent from new payloads, not null
+        # marked in the schema only: pydantic's deprecated= warns on every read by the worker
+        json_schema_extra={"deprecated": True},
+        description="deprecated: never sent any more (see has_password); still honoured if set",
     )
 
 
@@ -108,7 +118,7 @@ class DocumentProgress(Event):
 
 @register_event
 class DocumentIndexed(Event):
-    """Every chunk of the document is stored and searchable."""
+    """Every chunk of the document is stored and searchable (or it duplicates one that is)."""
 
     subject: ClassVar[str] = Subjects.DOCUMENTS_INDEXED
 
@@ -121,6 +131,14 @@ class DocumentIndexed(Event):
     language: str | None = None
     enriched: bool = False
     near_duplicate_of: uuid.UUID | None = None
+    duplicate_of: uuid.UUID | None = Field(
+        default=None,
+        description=(
+            "set when the document's cleaned text equals this already indexed document of the "
+            "tenant: nothing was indexed a second time (chunk_count 0), the text is searchable "
+            "through that document, and the uploader became its co-owner"
+        ),
+    )
     duration_ms: float
 
 
@@ -139,7 +157,11 @@ class DocumentFailed(Event):
 
 @register_event
 class DocumentDeleted(Event):
-    """The document and its chunks left retrieval; its bytes were removed."""
+    """The document and its chunks left retrieval; its bytes were removed.
+
+    A repeated DELETE republishes the same event (same ``event_id``, derived from the document
+    id), so consumers can drop the copies.
+    """
 
     subject: ClassVar[str] = Subjects.DOCUMENTS_DELETED
 

@@ -32,7 +32,13 @@ from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.uploads import MalformedUpload, UploadTooLarge, receive_upload
 from lectern_ingest.filetype import detect_mime_path
-from lectern_ingest.objects import delete_object, object_name, put_file
+from lectern_ingest.objects import (
+    delete_object,
+    delete_password,
+    object_name,
+    put_file,
+    put_password,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +78,10 @@ class DocumentView(BaseModel):
     enrichment_note: str | None
     near_duplicate_of: uuid.UUID | None
     near_duplicate_score: float | None
+    duplicate_of: uuid.UUID | None = Field(
+        description="status duplicate: the indexed document with the same text (nothing of "
+        "this one was indexed again; its uploader became a co-owner there)"
+    )
     error: DocumentError | None
     attempts: int
     subject: str | None
@@ -132,7 +142,8 @@ def document_view(row: Any) -> DocumentView:
         skipped_pages=row["skipped_pages"], chunk_count=row["chunk_count"],
         qa_count=row["qa_count"], language=row["language"], enriched=row["enriched"],
         enrichment_note=row["enrichment_note"], near_duplicate_of=row["near_duplicate_of"],
-        near_duplicate_score=row["near_duplicate_score"], error=error, attempts=row["attempts"],
+        near_duplicate_score=row["near_duplicate_score"], duplicate_of=row["duplicate_of"],
+        error=error, attempts=row["attempts"],
         subject=row["subject"], grade_level=row["grade_level"], module_tag=row["module_tag"],
         class_id=row["class_id"], content_type=row["content_type"],
         collection=row["collection"], curriculum_standards=list(row["curriculum_standards"]),
@@ -189,14 +200,65 @@ def _field(fields: dict[str, list[str]], name: str) -> str | None:
     return values[-1] if values else None
 
 
-async def _publish(broker: Any, event: Event) -> None:
+async def _publish(broker: Any, event: Event, *, headers: dict[str, str] | None = None) -> None:
     await broker.publish(
-        event.model_dump(mode="json"), event.subject, stream=stream_for(event.subject).name
-    )
+        event.model_dump(mode="json"), event.subject, stream=stream_for(event.subject).name,
+        headers=headers,
+    )  # fmt: skip
 
 
 def _jetstream(broker: Any) -> Any:
     return broker.config.connection_state.stream
+
+
+def _form_property(schema: dict[str, Any]) -> dict[str, Any]:
+    """A metadata field's JSON schema as a form field: optional, never null."""
+    out = {k: v for k, v in schema.items() if k not in ("anyOf", "default")}
+    for variant in schema.get("anyOf", []):
+        if variant.get("type") != "null":
+            out.update(variant)
+    if schema.get("default") not in (None, []):
+        out["default"] = schema["default"]
+    return out
+
+
+def upload_form_schema() -> dict[str, Any]:
+    """The OpenAPI request body of ``POST /v1/documents``.
+
+    The handler parses the multipart body itself (streamed to disk under the size limit), so
+    FastAPI cannot infer it: this documents the file and every metadata field.
+    """
+    properties: dict[str, Any] = {
+        "file": {
+            "type": "string", "format": "binary",
+            "description": "the document: PDF, DOCX, PPTX, EPUB, HTML, Markdown, plain text or "
+            "WebVTT/SRT (the type is read from its bytes, not its name)",
+        },
+    }  # fmt: skip
+    for name, schema in DocumentMetadata.model_json_schema()["properties"].items():
+        properties[name] = _form_property(schema)
+    properties["title"]["description"] = "default: the file name without its extension"
+    for name in LIST_FIELDS:
+        properties[name]["description"] = "repeat the field, or separate values with commas"
+    properties["password"] = {
+        "type": "string", "format": "password",
+        "description": "password of an encrypted PDF; kept next to the bytes until ingestion "
+        "ends, never put in an event",
+    }  # fmt: skip
+    properties["replaces"] = {
+        "type": "string", "format": "uuid",
+        "description": "id of the document this upload is a new version of (same as the "
+        "?replaces= query parameter); unset fields keep that version's metadata",
+    }  # fmt: skip
+    return {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {"type": "object", "required": ["file"], "properties": properties},
+                "encoding": {name: {"style": "form", "explode": True} for name in LIST_FIELDS},
+            }
+        },
+    }
 
 
 @router.post(
@@ -209,6 +271,7 @@ def _jetstream(broker: Any) -> Any:
         413: {"description": "larger than the configured limit"},
         415: {"description": "not a supported file type (decided by its bytes)"},
     },
+    openapi_extra={"requestBody": upload_form_schema()},
 )
 async def upload_document(
     request: Request,
@@ -303,6 +366,9 @@ async def _accept(
     name = object_name(document_id, version)
     js = _jetstream(broker)
     await put_file(js, name=name, path=upload.path)
+    if password is not None:
+        # next to the bytes, not in documents.uploaded (which stays in the stream)
+        await put_password(js, name=name, password=password)
     priority = metadata.source_priority
     if priority is None:
         priority = ROLE_PRIORITY.get(principal.role, 0.5)
@@ -325,7 +391,7 @@ async def _accept(
         )
         row = None if existing is not None else await repo.insert_document(conn, new)
     if existing is not None:
-        await delete_object(js, name=name)
+        await remove_stored_objects(js, object_name=name)
         async with pool.acquire() as conn:
             return await _duplicate(conn, existing, principal)
 
@@ -335,7 +401,7 @@ async def _accept(
         file_sha256=upload.sha256, uploaded_by=principal.user_id,
         uploader_role=principal.role,
         metadata=metadata.model_copy(update={"source_priority": priority}),
-        replaces_document_id=replaces, pdf_password=password,
+        replaces_document_id=replaces, has_password=password is not None,
     )  # fmt: skip
     try:
         await _publish(broker, event)
@@ -343,7 +409,7 @@ async def _accept(
         log.exception("could not publish documents.uploaded for %s", document_id)
         async with pool.acquire() as conn:
             await repo.remove_document(conn, document_id=document_id)
-        await delete_object(js, name=name)
+        await remove_stored_objects(js, object_name=name)
         raise ProblemError(
             503, "Service unavailable", f"the upload could not be queued: {exc}",
             reason="upstream",
@@ -418,7 +484,9 @@ def _encode_cursor(created_at: datetime, document_id: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode()
 
 
-Status = Literal["pending", "processing", "indexed", "failed", "superseded", "archived", "deleted"]
+Status = Literal[
+    "pending", "processing", "indexed", "duplicate", "failed", "superseded", "archived", "deleted"
+]
 
 
 @router.get(
@@ -435,6 +503,9 @@ async def list_documents(
     content_type: str | None = None,
     language: str | None = None,
     grade_level: Annotated[int | None, Query(ge=0, le=16)] = None,
+    filename: Annotated[str | None, Query(description="exact file name")] = None,
+    title: Annotated[str | None, Query(description="exact title")] = None,
+    mine: Annotated[bool, Query(description="only documents the caller uploaded")] = False,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: str | None = None,
 ) -> DocumentPage:
@@ -448,7 +519,8 @@ async def list_documents(
     filters = repo.ListFilters(
         status=status, subject=subject, collection=collection, module_tag=module_tag,
         class_id=class_id, content_type=content_type, language=language,
-        grade_level=grade_level,
+        grade_level=grade_level, filename=filename, title=title,
+        uploaded_by=principal.user_id if mine else None,
     )  # fmt: skip
     after = _decode_cursor(cursor) if cursor else None
     async with pool.acquire() as conn:
@@ -477,7 +549,7 @@ def _final_event(view: DocumentView) -> ServerSentEvent | None:
 async def document_events(
     document_id: uuid.UUID, principal: PrincipalDep, pool: PoolDep, broker: BrokerDep
 ) -> EventSourceResponse:
-    """``status`` first, ``progress`` while indexing, then ``indexed``/``failed``/``deleted``."""
+    """``status``, ``progress`` while working, then indexed, duplicate, failed or deleted."""
     await _load(pool, principal, document_id)
     return EventSourceResponse(
         _event_stream(document_id=document_id, principal=principal, pool=pool, broker=broker),
@@ -539,33 +611,67 @@ async def _event_stream(
     "/v1/documents/{document_id}",
     response_model=DocumentView,
     summary="Delete a document: its chunks leave retrieval at once and its bytes are removed",
+    responses={
+        200: {"description": "deleted (also when it already was: the clean-up is repeated)"},
+        503: {"description": "it left retrieval, but the clean-up failed: repeat the DELETE"},
+    },
 )
 async def delete_document(
     document_id: uuid.UUID, principal: StaffDep, pool: PoolDep, broker: BrokerDep
 ) -> DocumentView:
-    """Remove chunks (one transaction), the stored bytes, and publish ``documents.deleted``."""
+    """Remove chunks (one transaction), then the stored bytes, then publish ``documents.deleted``.
+
+    Idempotent and repairing: a repeated DELETE of a deleted document removes the bytes again
+    (if still there) and republishes the same event (same ``event_id``), so a failure after the
+    commit is fixed by retrying the request.
+    """
     async with pool.acquire() as conn, conn.transaction():
         locked = await repo.lock_for_delete(
             conn, tenant_id=principal.tenant_id, document_id=document_id
         )
         if locked is None:
             raise ProblemError(404, "Not found", f"document {document_id} does not exist")
-        already = locked["status"] == "deleted"
-        row = (
-            await repo.get_document(conn, tenant_id=principal.tenant_id, document_id=document_id)
-            if already
-            else await repo.delete_chunks_and_mark_deleted(
-                conn, document_id=document_id, was_indexed=locked["status"] == "indexed"
-            )
-        )
-    if not already:
-        if locked["object_name"]:
-            await delete_object(_jetstream(broker), name=locked["object_name"])
-        await _publish(
-            broker,
-            DocumentDeleted(
-                tenant_id=principal.tenant_id, document_id=document_id,
+        row = locked
+        if locked["status"] != "deleted":
+            row = await repo.delete_chunks_and_mark_deleted(
+                conn, document_id=document_id, was_indexed=locked["status"] == "indexed",
                 deleted_by=principal.user_id,
-            ),
-        )  # fmt: skip
+            )  # fmt: skip
+    try:
+        await finish_deletion(broker=broker, row=row)
+    except Exception as exc:
+        log.warning("clean-up of deleted document %s failed: %s", document_id, exc)
+        raise ProblemError(
+            503, "Deletion incomplete",
+            f"document {document_id} left retrieval, but removing its stored bytes or "
+            f"announcing documents.deleted failed ({exc}); repeat the DELETE to finish",
+            reason="cleanup_pending",
+        ) from exc  # fmt: skip
     return document_view(row)
+
+
+def deleted_event(row: Any) -> DocumentDeleted:
+    """The ``documents.deleted`` event of a deleted row: the same on every publication."""
+    return DocumentDeleted(
+        event_id=uuid.uuid5(row["id"], "lectern.documents.deleted"),
+        occurred_at=row["deleted_at"], tenant_id=row["tenant_id"], document_id=row["id"],
+        deleted_by=row["deleted_by"] or "unknown",
+    )  # fmt: skip
+
+
+async def remove_stored_objects(js: Any, *, object_name: str) -> None:
+    """Remove a document's bytes and any PDF password left with them (absent is fine)."""
+    await delete_object(js, name=object_name)
+    await delete_password(js, name=object_name)
+
+
+async def finish_deletion(*, broker: Any, row: Any) -> None:
+    """The steps of a deletion after its commit; each is safe to repeat.
+
+    ``Nats-Msg-Id`` lets JetStream drop a republication within its duplicate window; after
+    that, consumers dedupe on the stable ``event_id``.
+    """
+    if row["object_name"]:
+        await remove_stored_objects(_jetstream(broker), object_name=row["object_name"])
+    event = deleted_event(row)
+    await _publish(broker, event, headers={"Nats-Msg-Id": str(event.event_id)})
