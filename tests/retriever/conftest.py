@@ -42,7 +42,11 @@ async def add_document(
     title: str = "doc",
     **columns: Any,
 ) -> uuid.UUID:
-    """Insert a document and its chunks and index them for BM25, in one transaction."""
+    """Insert a document and its chunks and index them for BM25, in one transaction.
+
+    The document is created ``pending`` and then moved to ``status``, so the status trigger
+    decides whether its chunks are searchable, as in production.
+    """
     document_id = uuid.uuid4()
     if vectors is None:
         assert embedder is not None
@@ -52,7 +56,7 @@ async def add_document(
         await conn.execute(
             """INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes,
                    file_sha256, uploaded_by, status)
-               VALUES ($1, $2, $3, 'f.txt', 'text/plain', 1, 'x', 'tests', 'processing')""",
+               VALUES ($1, $2, $3, 'f.txt', 'text/plain', 1, 'x', 'tests', 'pending')""",
             document_id,
             tenant_id,
             title,

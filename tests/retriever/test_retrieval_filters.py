@@ -60,6 +60,14 @@ async def test_only_indexed_documents_are_searched(
         await add_doc(db_pool, tenant_id=tenant_id, texts=[PHOTO], embedder=embedder, status=status)
     reply = await retriever.retrieve(ask(tenant_id))
     assert [c.document_id for c in reply.candidates] == [live]
+    # archiving takes a document out of both searches at once; restoring brings it back
+    await db_pool.execute("UPDATE documents SET status = 'archived' WHERE id = $1", live)
+    assert (await retriever.retrieve(ask(tenant_id))).candidates == []
+    await db_pool.execute("UPDATE documents SET status = 'indexed' WHERE id = $1", live)
+    reply = await retriever.retrieve(ask(tenant_id))
+    assert [c.document_id for c in reply.candidates] == [live]
+    assert {c.dense_rank for c in reply.candidates} == {1}
+    assert {c.sparse_rank for c in reply.candidates} == {1}
 
 
 async def test_grade_exact_and_within_one(

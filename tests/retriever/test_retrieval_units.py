@@ -151,7 +151,8 @@ def test_filter_sql_is_parameterised() -> None:
     assert sql.params == ["t1", ["educational"], "biology", 6, 8, "m'; DROP TABLE chunks; --",
                           ["slides"], [DOC1]]  # fmt: skip
     assert "c.grade_level BETWEEN $4::smallint AND $5::smallint" in sql.clause
-    assert "d0.status = 'indexed'" in sql.clause
+    # searchability is the chunk's own flag (kept in step with its document by a trigger)
+    assert "c.active" in sql.clause and "documents" not in sql.clause
 
 
 def test_maxscore_term_selection() -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from lectern_common.onnx_models import default_cache_dir
 from lectern_common.settings import ServiceHttpSettings, shared
 from lectern_reranker.service import (
     BI_ENCODER_CALIBRATION,
@@ -49,11 +49,9 @@ class Settings(ServiceHttpSettings):
         default=True, description="onnx backend: dynamic int8 quantization of the weights"
     )
     cross_encoder_cache_dir: Path = Field(
-        default_factory=lambda: Path(
-            os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")
-        ) / "lectern" / "cross-encoder",
+        default_factory=lambda: default_cache_dir("cross-encoder"),
         description="where the ONNX export is cached (per model weights)",
-    )  # fmt: skip
+    )
     cross_encoder_threads: int | None = Field(
         default=None, ge=1, description="onnxruntime intra-op threads (unset: CPUs, at most 4)"
     )

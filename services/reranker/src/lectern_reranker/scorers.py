@@ -7,12 +7,10 @@ thread so the event loop keeps answering health checks and other requests.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import math
 import os
 import threading
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from lectern_common import onnx_models
 from lectern_reranker.service import ScorerName, SemanticScorer
 
 if TYPE_CHECKING:
@@ -122,7 +121,7 @@ class OnnxCrossEncoderScorer:
         self._tokenizer = tokenizer
         self._max_length = max_length
         self._batch_size = batch_size
-        self._inputs = {i.name for i in session.get_inputs()}
+        self._inputs = onnx_models.session_inputs(session)
         self.path = path
 
     @classmethod
@@ -137,7 +136,6 @@ class OnnxCrossEncoderScorer:
         threads: int | None = None,
     ) -> OnnxCrossEncoderScorer:
         """Export (once, cached) and load a one-label CrossEncoder as an ONNX session."""
-        import onnxruntime as ort
         from transformers import AutoConfig, AutoTokenizer
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -146,11 +144,10 @@ class OnnxCrossEncoderScorer:
         if getattr(config, "num_labels", 1) != 1:
             raise ValueError(f"{name_or_path} has {config.num_labels} labels; a scorer needs 1")
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-        path = export_onnx(source, cache_dir=cache_dir, quantize=quantize)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 4)
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        path = onnx_models.export(
+            Path(source), cache_dir=cache_dir, head="sequence-classification", quantize=quantize
+        )
+        session = onnx_models.open_session(path, threads=threads)
         limit = max_length or int(getattr(tokenizer, "model_max_length", 512) or 512)
         return cls(session, tokenizer, max_length=min(limit, 512), batch_size=batch_size, path=path)
 
@@ -204,62 +201,6 @@ def resolve_model_dir(name_or_path: str) -> str:
     from huggingface_hub import snapshot_download
 
     return str(snapshot_download(name_or_path, local_files_only=True))
-
-
-def _weights_digest(source: Path) -> str:
-    digest = hashlib.sha256()
-    for name in ("model.safetensors", "pytorch_model.bin", "config.json"):
-        path = source / name
-        if path.exists():
-            with path.open("rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-    return digest.hexdigest()[:16]
-
-
-def export_onnx(source: str, *, cache_dir: Path, quantize: bool) -> Path:
-    """The cached ONNX file of a sequence-classification checkpoint, exported if missing."""
-    key = _weights_digest(Path(source))
-    target = cache_dir / key / ("model.int8.onnx" if quantize else "model.onnx")
-    if target.exists():
-        return target
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fp32 = target.parent / "model.onnx"
-    if not fp32.exists():
-        log.info("exporting %s to ONNX (once; cached in %s)", source, target.parent)
-        # eager attention traces to plain ops; the SDPA mask helpers branch on traced shapes
-        model = AutoModelForSequenceClassification.from_pretrained(
-            source, local_files_only=True, attn_implementation="eager"
-        )
-        model.eval()
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-        sample = tokenizer(["a question"], ["a passage"], return_tensors="pt")
-        names = [n for n in ("input_ids", "attention_mask", "token_type_ids") if n in sample]
-        tmp = fp32.with_name(f".{fp32.name}.{os.getpid()}.tmp")
-        # the tracer warns about every Python-level shape check it freezes; they are expected
-        with torch.inference_mode(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                model,
-                tuple(sample[n] for n in names),
-                str(tmp),
-                input_names=names,
-                output_names=["logits"],
-                dynamic_axes={n: {0: "batch", 1: "sequence"} for n in names},
-                opset_version=17,
-                dynamo=False,
-            )
-        tmp.replace(fp32)
-    if quantize:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8)
-        tmp.replace(target)
-    return target
 
 
 class QueryDocumentEmbedder(Protocol):

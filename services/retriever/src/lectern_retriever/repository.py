@@ -38,9 +38,9 @@ def build_filter(*, tenant_id: str, filters: RetrievalFilters) -> SqlFilter:
     sql = SqlFilter(clause="", params=[tenant_id])
     parts = [
         "c.tenant_id = $1",
+        # active: the chunk's document is 'indexed' (kept in step by a trigger, migration 0008)
         "c.active",
         f"c.collection = ANY({sql.placeholder(list(filters.collections))}::text[])",
-        "EXISTS (SELECT 1 FROM documents d0 WHERE d0.id = c.document_id AND d0.status = 'indexed')",
     ]
     if filters.subject is not None:
         parts.append(f"c.subject = {sql.placeholder(filters.subject)}")
