@@ -1,5 +1,6 @@
-"""`lectern up` as a user runs it: all five services ready within 60 s, status healthy,
-a crashed service restarted, a clean SIGTERM, and data that survives a restart."""
+"""`lectern up` as a user runs it: all five services ready within 60 s, status healthy, the
+demo corpus indexed and answering with citations, a crashed service restarted, a clean
+SIGTERM, and data that survives a restart."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from lectern_common.runtime.supervisor import SERVICES, process_alive, read_stat
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 READY_WITHIN_S = 60.0  # issue 2: every /readyz answers 200 within 60 s of the stack starting
+DEMO_INDEXED_WITHIN_S = 240.0
 STOP_WITHIN_S = 40.0
 MARKER_STREAM = "LECTERN_DEADLETTER"
 MARKER_SUBJECT = "lectern.deadletter.v1"
@@ -157,6 +159,54 @@ def stop_stack(stack: Stack, signum: signal.Signals = signal.SIGTERM) -> float:
     return took
 
 
+async def ask_the_demo(state: dict[str, Any]) -> dict[str, Any]:
+    """A question about a demo lesson, asked as a student of the demo tenant; its done event."""
+    from httpx_sse import aconnect_sse
+
+    from lectern_cli.token_cmd import make_token, signing_secret
+
+    secret = signing_secret(os.environ)
+    assert secret is not None
+    token = make_token(secret=secret, tenant="demo", user="e2e-student", role="student",
+                       plan="pro", ttl_s=600)  # fmt: skip
+    headers = {"Authorization": f"Bearer {token}"}
+    url = state["gateway_url"]
+    async with httpx.AsyncClient(timeout=60) as client:
+        session = (await client.post(f"{url}/v1/sessions", json={}, headers=headers)).json()
+        events: dict[str, Any] = {}
+        async with aconnect_sse(
+            client, "POST", f"{url}/v1/sessions/{session['id']}/messages",
+            json={"content": "What does mitosis produce?"}, headers=headers,
+        ) as source:  # fmt: skip
+            assert source.response.status_code == 200
+            text = ""
+            async for sse in source.aiter_sse():
+                data = json.loads(sse.data)
+                text += data.get("text", "") if sse.event == "token" else ""
+                events[sse.event] = data
+        done: dict[str, Any] = events["done"]
+        done["text"] = text
+        # the cited chunk, through the source viewer
+        chunk_id = done["citations"][0]["chunk_id"]
+        viewer = await client.get(
+            f"{url}/v1/chunks/{chunk_id}", params={"message_id": done["message_id"]},
+            headers=headers,
+        )  # fmt: skip
+        assert viewer.status_code == 200, viewer.text
+        done["viewer"] = viewer.json()
+    return done
+
+
+async def demo_documents(state: dict[str, Any]) -> list[str]:
+    """Titles of the demo tenant's documents."""
+    conn = await asyncpg.connect(state["postgres"]["dsn"])
+    try:
+        rows = await conn.fetch("SELECT title FROM documents WHERE tenant_id = 'demo'")
+    finally:
+        await conn.close()
+    return sorted(r["title"] for r in rows)
+
+
 async def write_marker(state: dict[str, Any], marker: str) -> int:
     """A row in Postgres and a message in a JetStream stream; the message's sequence."""
     conn = await asyncpg.connect(state["postgres"]["dsn"])
@@ -204,8 +254,30 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
         urls = ("gateway_url", "docs_url", "logs_dir")
         for needle in [state[k] for k in urls] + [state["nats"]["url"], state["postgres"]["dsn"]]:
             assert needle in output
+        assert state["ui_url"] in output
         async with httpx.AsyncClient() as client:
             assert (await client.get(state["docs_url"])).status_code == 200
+            page = await client.get(state["ui_url"])
+            assert page.status_code == 200 and 'id="ask-form"' in page.text
+
+        # the demo corpus loads in the background once the stack is ready, through ingest
+        indexed_after = await wait_until(
+            stack, "the demo corpus indexed", DEMO_INDEXED_WITHIN_S,
+            lambda: "demo corpus indexed: 4 lessons" in stack.output.read_text(),
+        )  # fmt: skip
+        print(f"demo corpus indexed {indexed_after:.1f} s after the stack started")
+        output = stack.output.read_text()
+        assert output.index("ready: gateway") < output.index("demo corpus: 4 lessons uploaded")
+        titles = await demo_documents(state)
+        assert len(titles) == 4 and "The water cycle" in titles
+        done = await ask_the_demo(state)
+        assert done["band"] in ("high", "medium", "low"), done
+        assert not done["knowledge_gap"]
+        assert "daughter cells" in done["text"] and "[T" in done["text"]
+        cited = [c for c in done["citations"] if c["supported"]]
+        assert cited, done["citations"]
+        assert done["viewer"]["document_title"] == "Cell division: mitosis and the cell cycle"
+        assert done["viewer"]["highlights"], "the cited span is marked"
 
         code, status = lectern_status(stack.data_dir)
         assert code == 0, status
@@ -241,6 +313,12 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
         record_property("time_to_ready_second_s", round(second_ready, 1))
         print(f"second start: all five services ready in {second_ready:.1f} s")
         assert "database schema up to date" in stack.output.read_text()
+        # the demo corpus is loaded once per data directory
+        await wait_until(
+            stack, "the demo corpus skipped", 10,
+            lambda: "demo corpus: loaded on an earlier start" in stack.output.read_text(),
+        )  # fmt: skip
+        assert await demo_documents(stack.state()) == titles
         rows, data = await read_marker(stack.state(), seq)
         assert rows == [marker]
         assert data == marker.encode()

@@ -18,7 +18,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Start an embedded Postgres (pgvector) and NATS (JetStream), apply migrations and "
             "run the five services, restarting any that crashes. Ctrl-C stops everything. "
-            "Data lives in --data-dir and survives restarts."
+            "Data lives in --data-dir and survives restarts. The gateway serves the web UI at "
+            "its root URL. On the first start of a data directory, a demo corpus (a few short "
+            "lessons, tenant `demo`) is uploaded in the background once the stack is ready."
         ),
     )
     parser.add_argument(
@@ -52,6 +54,10 @@ def register(subparsers: Any) -> None:
         "--graceful-timeout", type=float, default=30.0,
         help="seconds a service may take to finish in-flight work on stop (default 30)",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-demo", action="store_true",
+        help="do not load the demo corpus (otherwise loaded on a data directory's first start)",
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 
@@ -67,10 +73,22 @@ def _service_list(value: str) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the stack until Ctrl-C or SIGTERM."""
-    from lectern_common.runtime.supervisor import Supervisor
+    from lectern_common.runtime.supervisor import ReadyHook, Supervisor
 
     def report(message: str) -> None:
         print(message, flush=True)
+
+    on_ready: ReadyHook | None = None
+    if not args.no_demo:
+        from lectern_cli.demo import DemoLoader, default_demo_dir, on_stack_ready
+
+        directory = default_demo_dir()
+        if directory is None:
+            report("demo corpus: not found (no demo/corpus.toml next to this checkout); skipped")
+        else:
+            data_dir = args.data_dir.resolve()
+            loader = DemoLoader(directory=directory, data_dir=data_dir, report=report)
+            on_ready = on_stack_ready(loader)
 
     supervisor = Supervisor(
         data_dir=args.data_dir,
@@ -82,5 +100,6 @@ def run(args: argparse.Namespace) -> int:
         services=args.services,
         graceful_timeout_s=args.graceful_timeout,
         report=report,
+        on_ready=on_ready,
     )
     return supervisor.run()

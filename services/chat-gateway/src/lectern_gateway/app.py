@@ -15,12 +15,14 @@ from lectern_gateway.routes import (
     api_keys,
     chat,
     chunks,
+    dev,
     documents,
     flags,
     gaps,
     memories,
     search,
     sessions,
+    ui,
 )
 
 DESCRIPTION = """Lectern's public API: upload course material, search it, and chat with a tutor
@@ -71,4 +73,6 @@ def create_app(
     app.include_router(gaps.router)
     app.include_router(chunks.router)
     app.include_router(api_keys.router)
+    app.include_router(dev.router)
+    app.include_router(ui.router)
     return app

@@ -52,6 +52,7 @@ STATE_FILE = "stack.json"
 
 Reporter = Callable[[str], None]
 CommandFor = Callable[[str], list[str]]
+ReadyHook = Callable[["Supervisor"], None]
 
 
 def service_command(name: str) -> list[str]:
@@ -203,6 +204,7 @@ class Supervisor:
         settings: BaseServiceSettings | None = None,
         report: Reporter | None = None,
         command: CommandFor = service_command,
+        on_ready: ReadyHook | None = None,
     ) -> None:
         unknown = set(services) - set(SERVICES)
         if unknown:
@@ -214,6 +216,8 @@ class Supervisor:
         #: after SIGTERM, how long a service gets before SIGKILL (uvicorn needs a moment more)
         self.kill_after_s = graceful_timeout_s + 5.0
         self.command = command
+        #: called once, the first time every service is ready (must not block: start a thread)
+        self.on_ready = on_ready
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.crash_loop_limit = crash_loop_limit
@@ -333,6 +337,7 @@ class Supervisor:
         return (
             "\nLectern embedded stack\n"
             f"  gateway    {state['gateway_url'] or '(not run)'}\n"
+            f"  web UI     {state['ui_url'] or '(not run)'}\n"
             f"  API docs   {state['docs_url'] or '(not run)'}\n"
             f"  NATS       {nats.get('url')}  (monitoring {nats.get('monitor_url')})\n"
             f"  Postgres   {postgres.get('dsn')}\n"
@@ -495,6 +500,12 @@ class Supervisor:
                 f"stack started); press Ctrl-C to stop"
             )
             changed = True
+            if self.on_ready is not None:
+                try:
+                    self.on_ready(self)
+                except Exception as exc:  # a broken hook must not take the stack down
+                    log.exception("on_ready hook failed")
+                    self.report(f"after start-up: {exc}")
         return changed
 
     def _all_ready(self) -> bool:
@@ -624,6 +635,7 @@ class Supervisor:
             "time_to_ready_s": self.all_ready_after,
             "gateway_url": gateway_url,
             "docs_url": f"{gateway_url}/docs" if gateway_url else None,
+            "ui_url": f"{gateway_url}/" if gateway_url else None,
             "logs_dir": str(self.logs_dir),
             "nats": nats,
             "postgres": postgres,

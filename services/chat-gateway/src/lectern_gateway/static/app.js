@@ -1,0 +1,861 @@
+// Lectern's small web UI. It uses the public HTTP API only (docs/api.md, /docs) with the
+// bearer token the user pasted (kept in sessionStorage). Server text is always inserted as
+// text (textContent, text nodes), never parsed as HTML.
+
+import { readEventStream } from "./sse.js";
+
+const TOKEN_KEY = "lectern.token";
+const FINAL_STATUSES = new Set(["indexed", "duplicate", "failed", "superseded", "deleted"]);
+const CITATION_LABEL = /\[((?:T|W)\d+)\]/g;
+// progress streams open at once: browsers allow about six connections per host
+const MAX_WATCHERS = 3;
+
+const state = {
+  token: null,
+  claims: null,
+  session: null, // the open chat session
+  asking: null, // AbortController of the answer being streamed
+  documentsCursor: null,
+  watchers: new Map(), // document id -> AbortController of its progress stream
+  toWatch: [], // ids of unfinished documents waiting for a progress stream
+  flagMessageId: null,
+};
+
+// -- DOM helpers ---------------------------------------------------------------------------
+
+const $ = (id) => document.getElementById(id);
+
+// el("a", {href: url, class: "x", onclick: f}, "text", childNode): children are text or nodes
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "class") node.className = value;
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function formatDate(value) {
+  if (!value) return "";
+  const date = new Date(value);
+  return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString();
+}
+
+function pages(item) {
+  const start = item.page_start;
+  const end = item.page_end;
+  if (item.slide) return `slide ${item.slide}`;
+  if (!start) return "";
+  return end && end !== start ? `pp. ${start}–${end}` : `p. ${start}`;
+}
+
+// A section path without the document's title in front (Markdown lessons start with it).
+function sectionOf(section, title) {
+  if (!section || section === title) return "";
+  return section.startsWith(`${title} > `) ? section.slice(title.length + 3) : section;
+}
+
+function notify(message, { error = false } = {}) {
+  const notice = $("notice");
+  $("notice-text").textContent = message;
+  notice.classList.toggle("error", error);
+  notice.setAttribute("role", error ? "alert" : "status");
+  notice.hidden = false;
+}
+
+function clearNotice() {
+  $("notice").hidden = true;
+}
+
+// -- the API -------------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, problem, fallback) {
+    super((problem && (problem.detail || problem.title)) || fallback || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem;
+  }
+}
+
+async function api(path, { method = "GET", json, body, headers = {}, signal, auth = true } = {}) {
+  const sent = new Headers(headers);
+  if (auth && state.token) sent.set("Authorization", `Bearer ${state.token}`);
+  if (json !== undefined) {
+    sent.set("Content-Type", "application/json");
+    body = JSON.stringify(json);
+  }
+  if (!sent.has("Accept")) sent.set("Accept", "application/json");
+  const response = await fetch(path, { method, headers: sent, body, signal });
+  if (!response.ok) {
+    let problem = null;
+    try {
+      problem = await response.json();
+    } catch {
+      problem = null;
+    }
+    const error = new ApiError(response.status, problem, response.statusText);
+    if (response.status === 429 && response.headers.get("Retry-After")) {
+      error.message += ` (try again in ${response.headers.get("Retry-After")} s)`;
+    }
+    // a stored token that stopped working (expired, secret changed): back to signing in
+    if (response.status === 401 && auth && sessionStorage.getItem(TOKEN_KEY)) {
+      signOut(`Signed out: the gateway refused the token (${error.message}).`);
+    }
+    throw error;
+  }
+  return response;
+}
+
+async function apiJSON(path, options) {
+  const response = await api(path, options);
+  return response.status === 204 ? null : response.json();
+}
+
+// Run an action; show its error (unless it was a deliberate abort).
+async function attempt(action) {
+  try {
+    return await action();
+  } catch (error) {
+    if (error.name === "AbortError") return undefined;
+    if (!(error instanceof ApiError && error.status === 401)) {
+      notify(error.message || String(error), { error: true });
+    }
+    return undefined;
+  }
+}
+
+// -- signing in ----------------------------------------------------------------------------
+
+// The token's claims, for display and for choosing screens; the gateway verifies it.
+function decodeClaims(token) {
+  try {
+    const part = token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    const json = decodeURIComponent(
+      Array.from(atob(part), (c) => `%${c.charCodeAt(0).toString(16).padStart(2, "0")}`).join(""),
+    );
+    const claims = JSON.parse(json);
+    return typeof claims === "object" && claims !== null ? claims : null;
+  } catch {
+    return null;
+  }
+}
+
+const isStaff = () => ["teacher", "admin"].includes(state.claims?.role);
+
+async function signIn(token) {
+  state.token = token.trim();
+  state.claims = decodeClaims(state.token) || {};
+  try {
+    // any authenticated call proves the token; this one every role may make
+    await api("/v1/sessions?limit=1");
+  } catch (error) {
+    state.token = null;
+    state.claims = null;
+    if (error instanceof ApiError && error.status === 401) {
+      notify(`The gateway refused this token: ${error.message}`, { error: true });
+    }
+    throw error;
+  }
+  sessionStorage.setItem(TOKEN_KEY, state.token);
+  $("token-input").value = "";
+  clearNotice();
+  renderShell();
+  const wanted = location.hash.slice(1);
+  go(viewAllowed(wanted) ? wanted : "chat");
+}
+
+// Show a view through the URL's fragment, so the browser's back button works.
+function go(view) {
+  if (location.hash.slice(1) === view) showView(view);
+  else location.hash = view; // the hashchange handler shows it
+}
+
+function signOut(message) {
+  stopWatchers();
+  state.asking?.abort();
+  state.token = null;
+  state.claims = null;
+  state.session = null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  // nothing of the previous user stays on screen for the next one
+  for (const id of ["messages", "session-list", "document-rows", "search-results", "memory-list"]) {
+    $(id).replaceChildren();
+  }
+  $("session-header").replaceChildren(el("p", { class: "hint" }, "Start a session, or open a past one."));
+  $("search-summary").textContent = "";
+  $("ask-form").hidden = true;
+  renderShell();
+  showView("signin");
+  if (message) notify(message, { error: true });
+}
+
+function renderShell() {
+  const signedIn = Boolean(state.token);
+  $("nav").hidden = !signedIn;
+  $("whoami").hidden = !signedIn;
+  if (signedIn) {
+    const c = state.claims;
+    $("whoami-text").textContent = `${c.sub ?? "?"} · ${c.role ?? "?"} · tenant ${c.tenant ?? "?"}`;
+  }
+  for (const link of document.querySelectorAll("#nav [data-view]")) {
+    const forWhom = link.dataset.for;
+    link.hidden = (forWhom === "staff" && !isStaff()) || (forWhom === "student" && isStaff());
+  }
+}
+
+function viewAllowed(view) {
+  const link = document.querySelector(`#nav [data-view="${CSS.escape(view)}"]`);
+  return Boolean(link) && !link.hidden;
+}
+
+function showView(view) {
+  if (!state.token) view = "signin";
+  else if (!viewAllowed(view)) view = "chat";
+  for (const section of document.querySelectorAll("main > .view")) {
+    section.hidden = section.id !== `view-${view}`;
+  }
+  for (const link of document.querySelectorAll("#nav [data-view]")) {
+    if (link.dataset.view === view) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+  document.title = `Lectern · ${view === "signin" ? "sign in" : view}`;
+  if (view === "chat") attempt(loadSessions);
+  if (view === "documents") attempt(() => loadDocuments({ reset: true }));
+  if (view === "memories") attempt(loadMemories);
+  if (view !== "documents") stopWatchers();
+}
+
+// -- chat ----------------------------------------------------------------------------------
+
+async function loadSessions() {
+  const sessions = await apiJSON("/v1/sessions?limit=50");
+  const list = $("session-list");
+  list.replaceChildren();
+  if (sessions.length === 0) list.append(el("li", { class: "hint" }, "No sessions yet."));
+  for (const session of sessions) {
+    const current = state.session?.id === session.id;
+    const subject = session.subject ? ` · ${session.subject}` : "";
+    const label = session.title || `${session.mode} session${subject}`;
+    list.append(
+      el("li", {},
+        el("button", {
+          type: "button", class: "link", "aria-current": current ? "true" : null,
+          onclick: () => attempt(() => openSession(session)),
+        }, label),
+        el("span", { class: "hint" }, ` ${formatDate(session.last_activity_at)}`,
+          session.status === "ended" ? " · ended" : ""),
+      ),
+    );
+  }
+}
+
+async function openSession(session) {
+  state.asking?.abort();
+  state.session = session;
+  renderSessionHeader();
+  const messages = await apiJSON(`/v1/sessions/${encodeURIComponent(session.id)}/messages`);
+  const list = $("messages");
+  list.replaceChildren();
+  for (const message of messages) {
+    if (message.role === "user") list.append(userMessage(message.content));
+    else list.append(storedAnswer(message));
+  }
+  $("ask-form").hidden = session.status !== "active";
+  await loadSessions();
+  if (session.status === "active") $("question").focus();
+}
+
+function renderSessionHeader() {
+  const session = state.session;
+  const header = $("session-header");
+  header.replaceChildren(
+    el("h2", {}, session.title || `${session.mode === "tutor" ? "Tutor" : "Chat"} session`),
+    el("p", { class: "hint" },
+      [session.subject && `subject ${session.subject}`, `started ${formatDate(session.created_at)}`,
+       session.status === "ended" ? "ended" : "active"].filter(Boolean).join(" · ")),
+  );
+  if (session.status === "active") {
+    header.append(el("button", { type: "button", onclick: () => attempt(endSession) }, "End session"));
+  }
+}
+
+async function endSession() {
+  const ended = await apiJSON(`/v1/sessions/${encodeURIComponent(state.session.id)}/end`, {
+    method: "POST",
+  });
+  state.session = ended.session;
+  renderSessionHeader();
+  $("ask-form").hidden = true;
+  notify("Session ended. The tutor will remember what you found hard (see My memories).");
+  await loadSessions();
+}
+
+async function newSession(event) {
+  event.preventDefault();
+  const body = { mode: $("session-mode").value };
+  const subject = $("session-subject").value.trim();
+  if (subject) body.subject = subject;
+  const session = await apiJSON("/v1/sessions", { method: "POST", json: body });
+  await openSession(session);
+}
+
+function userMessage(text) {
+  return el("li", { class: "message user" }, el("p", { class: "who" }, "You"), el("p", {}, text));
+}
+
+// One assistant answer: text with clickable citations, its sources, confidence and actions.
+class Answer {
+  constructor() {
+    this.text = "";
+    this.sources = new Map(); // label -> {chunk_id, title, section, pages}
+    this.citations = new Map(); // label -> citation
+    this.messageId = null;
+    this.body = el("div", { class: "answer-text" });
+    this.sourceList = el("ul", { class: "sources", "aria-label": "Sources" });
+    this.meta = el("p", { class: "answer-meta" });
+    this.actions = el("div", { class: "row" });
+    this.node = el("li", { class: "message assistant" },
+      el("p", { class: "who" }, "Lectern"), this.body, this.sourceList, this.meta, this.actions);
+  }
+
+  addSource(source) {
+    this.sources.set(source.label, source);
+    this.renderSources();
+  }
+
+  addCitation(citation) {
+    this.citations.set(citation.label, citation);
+    if (citation.kind === "textbook" && citation.chunk_id && !this.sources.has(citation.label)) {
+      this.sources.set(citation.label, {
+        label: citation.label, chunk_id: citation.chunk_id, title: citation.title || "source",
+      });
+      this.renderSources();
+    }
+  }
+
+  chunkFor(label) {
+    return this.sources.get(label)?.chunk_id || this.citations.get(label)?.chunk_id || null;
+  }
+
+  // The answer's text, each [T#] a button opening the source viewer, each [W#] a web link.
+  renderText() {
+    const parts = [];
+    let last = 0;
+    for (const match of this.text.matchAll(CITATION_LABEL)) {
+      parts.push(this.text.slice(last, match.index));
+      parts.push(this.citationNode(match[1], match[0]));
+      last = match.index + match[0].length;
+    }
+    parts.push(this.text.slice(last));
+    this.body.replaceChildren();
+    append(this.body, parts);
+  }
+
+  citationNode(label, shown) {
+    const citation = this.citations.get(label);
+    if (label.startsWith("W")) {
+      const url = safeUrl(citation?.url);
+      if (!url) return shown;
+      return el("a", { href: url, target: "_blank", rel: "noopener noreferrer", class: "cite",
+        title: citation.title || url }, shown);
+    }
+    const chunkId = this.chunkFor(label);
+    if (!chunkId) return shown;
+    const source = this.sources.get(label);
+    const unsupported = citation && citation.supported === false;
+    return el("button", {
+      type: "button", class: unsupported ? "cite unsupported" : "cite",
+      "aria-label": `Source ${label}: ${source?.title || "open"}${unsupported ? " (weak support)" : ""}`,
+      onclick: () => attempt(() => openSource(chunkId, this.messageId)),
+    }, shown);
+  }
+
+  renderSources() {
+    this.sourceList.replaceChildren();
+    for (const [label, source] of [...this.sources].sort(byLabel)) {
+      const where = [sectionOf(source.section, source.title), pages(source)].filter(Boolean).join(" · ");
+      this.sourceList.append(
+        el("li", {},
+          el("button", {
+            type: "button", class: "link",
+            onclick: () => attempt(() => openSource(source.chunk_id, this.messageId)),
+          }, `[${label}] ${source.title}`),
+          where ? el("span", { class: "hint" }, ` ${where}`) : null),
+      );
+    }
+  }
+
+  renderConfidence(band, score) {
+    this.meta.replaceChildren(
+      el("span", { class: `band band-${band}` }, `confidence: ${band}`),
+      typeof score === "number" ? ` ${score.toFixed(2)}` : "",
+    );
+  }
+
+  finish(messageId, { knowledgeGap = false, answeredBy = null } = {}) {
+    this.messageId = messageId;
+    this.renderText();
+    this.renderSources();
+    if (knowledgeGap) {
+      this.meta.append(" · no material on this yet: your teacher has been told");
+    }
+    if (answeredBy) this.meta.append(` · answered by ${answeredBy}`);
+    this.actions.replaceChildren(
+      el("button", { type: "button", class: "small", onclick: () => openFlag(messageId) },
+        "Flag this answer"),
+    );
+  }
+}
+
+function byLabel([a], [b]) {
+  return a.localeCompare(b, undefined, { numeric: true });
+}
+
+function safeUrl(url) {
+  try {
+    const parsed = new URL(url);
+    return parsed.protocol === "https:" || parsed.protocol === "http:" ? parsed.href : null;
+  } catch {
+    return null;
+  }
+}
+
+function storedAnswer(message) {
+  const answer = new Answer();
+  answer.text = message.content;
+  for (const citation of message.citations || []) answer.addCitation(citation);
+  if (message.confidence_band) answer.renderConfidence(message.confidence_band, message.confidence);
+  answer.finish(message.id, { answeredBy: message.answered_by });
+  return answer.node;
+}
+
+async function ask(event) {
+  event.preventDefault();
+  if (state.asking || !state.session) return;
+  const question = $("question").value.trim();
+  if (!question) return;
+  const sessionId = state.session.id;
+  const list = $("messages");
+  list.append(userMessage(question));
+  const answer = new Answer();
+  answer.body.setAttribute("aria-busy", "true");
+  answer.body.textContent = "…";
+  list.append(answer.node);
+  answer.node.scrollIntoView({ block: "end" });
+  $("question").value = "";
+  const controller = new AbortController();
+  state.asking = controller;
+  $("ask-button").disabled = true;
+  $("stop-button").hidden = false;
+  try {
+    const response = await api(`/v1/sessions/${encodeURIComponent(sessionId)}/messages`, {
+      method: "POST", json: { content: question }, signal: controller.signal,
+      headers: { Accept: "text/event-stream" },
+    });
+    answer.body.textContent = "";
+    for await (const frame of readEventStream(response.body)) {
+      let data;
+      try {
+        data = JSON.parse(frame.data);
+      } catch {
+        continue;
+      }
+      handleAnswerEvent(answer, frame.event, data);
+      answer.node.scrollIntoView({ block: "end" });
+    }
+  } catch (error) {
+    if (error.name === "AbortError") {
+      answer.meta.textContent = "Stopped: nothing of this answer was stored.";
+    } else {
+      answer.body.textContent = "";
+      answer.meta.textContent = `Failed: ${error.message}`;
+      if (!(error instanceof ApiError && error.status === 401)) notify(error.message, { error: true });
+    }
+  } finally {
+    answer.body.removeAttribute("aria-busy");
+    state.asking = null;
+    $("ask-button").disabled = false;
+    $("stop-button").hidden = true;
+    if (state.token) attempt(loadSessions);
+  }
+}
+
+function handleAnswerEvent(answer, kind, data) {
+  switch (kind) {
+    case "sources":
+      for (const source of data.sources || []) answer.addSource(source);
+      break;
+    case "token":
+      answer.text += data.text;
+      answer.renderText();
+      break;
+    case "citation":
+      answer.addCitation(data.citation);
+      answer.renderText();
+      break;
+    case "confidence":
+      answer.renderConfidence(data.band, data.score);
+      break;
+    case "done":
+      for (const citation of data.citations || []) answer.addCitation(citation);
+      answer.renderConfidence(data.band, data.confidence);
+      answer.finish(data.message_id, {
+        knowledgeGap: data.knowledge_gap, answeredBy: data.answered_by,
+      });
+      break;
+    case "error":
+      answer.meta.replaceChildren(
+        el("span", { class: "band band-gap" }, "error"),
+        ` ${data.message}${data.retryable ? " (try again)" : ""}`,
+      );
+      break;
+    default:
+      break;
+  }
+}
+
+// -- the source viewer ---------------------------------------------------------------------
+
+async function openSource(chunkId, messageId) {
+  const path = `/v1/chunks/${encodeURIComponent(chunkId)}`;
+  // with the answer's id, the viewer marks the spans that answer cited
+  const chunk = await apiJSON(messageId ? `${path}?message_id=${encodeURIComponent(messageId)}` : path);
+  $("source-title").textContent = chunk.document_title;
+  const section = sectionOf(chunk.section, chunk.document_title);
+  $("source-meta").textContent = [section, pages(chunk), chunk.filename].filter(Boolean).join(" · ");
+  const cited = $("source-cited");
+  cited.replaceChildren();
+  for (const h of chunk.highlights) {
+    if (h.cited_sentence) {
+      cited.append(el("p", { class: "hint" }, `[${h.label}] cited for: “${h.cited_sentence}”`));
+    }
+  }
+  $("source-text").replaceChildren(...markedText(chunk.text, chunk.highlights));
+  const dialog = $("source-dialog");
+  if (!dialog.open) dialog.showModal();
+  dialog.querySelector("mark")?.scrollIntoView({ block: "center" });
+}
+
+// The chunk's text as nodes, with the cited spans in <mark> (overlapping spans merged).
+function markedText(text, highlights) {
+  const spans = highlights
+    .map((h) => ({ start: h.start, end: h.end, labels: [h.label] }))
+    .filter((s) => s.start >= 0 && s.end > s.start && s.end <= text.length)
+    .sort((a, b) => a.start - b.start);
+  const merged = [];
+  for (const span of spans) {
+    const previous = merged[merged.length - 1];
+    if (previous && span.start <= previous.end) {
+      previous.end = Math.max(previous.end, span.end);
+      previous.labels.push(...span.labels);
+    } else {
+      merged.push({ ...span });
+    }
+  }
+  const nodes = [];
+  let last = 0;
+  for (const span of merged) {
+    nodes.push(document.createTextNode(text.slice(last, span.start)));
+    nodes.push(el("mark", { title: `cited as ${span.labels.join(", ")}` }, text.slice(span.start, span.end)));
+    last = span.end;
+  }
+  nodes.push(document.createTextNode(text.slice(last)));
+  return nodes;
+}
+
+// -- flags ---------------------------------------------------------------------------------
+
+function openFlag(messageId) {
+  state.flagMessageId = messageId;
+  $("flag-form").reset();
+  const dialog = $("flag-dialog");
+  dialog.returnValue = ""; // Esc closes without setting it: never resend an earlier flag
+  dialog.showModal();
+}
+
+async function sendFlag() {
+  const details = $("flag-details").value.trim();
+  await apiJSON(`/v1/messages/${encodeURIComponent(state.flagMessageId)}/flags`, {
+    method: "POST", json: { reason: $("flag-reason").value, details: details || null },
+  });
+  notify("Thank you: the answer was flagged for your teacher to review.");
+}
+
+// -- documents -----------------------------------------------------------------------------
+
+async function loadDocuments({ reset = false } = {}) {
+  if (reset) {
+    stopWatchers();
+    state.documentsCursor = null;
+    $("document-rows").replaceChildren();
+  }
+  const params = new URLSearchParams({ limit: "50" });
+  if ($("documents-mine").checked) params.set("mine", "true");
+  if (state.documentsCursor) params.set("cursor", state.documentsCursor);
+  const page = await apiJSON(`/v1/documents?${params}`);
+  for (const document_ of page.items) upsertDocumentRow(document_);
+  if (reset && page.items.length === 0) {
+    $("document-rows").append(el("tr", {}, el("td", { colspan: "7", class: "hint" }, "No documents yet.")));
+  }
+  state.documentsCursor = page.next_cursor;
+  $("documents-more").hidden = !page.next_cursor;
+}
+
+function documentRowId(id) {
+  return `document-${id}`;
+}
+
+function upsertDocumentRow(doc, { first = false } = {}) {
+  const status = el("td", { class: "status" }, statusBadge(doc));
+  const row = el("tr", { id: documentRowId(doc.id) },
+    el("th", { scope: "row" }, doc.title, el("div", { class: "hint" }, doc.filename)),
+    status,
+    el("td", {}, doc.subject || ""),
+    el("td", {}, doc.grade_level ?? ""),
+    el("td", {}, String(doc.chunk_count)),
+    el("td", {}, formatDate(doc.created_at), el("div", { class: "hint" }, doc.uploaded_by)),
+    el("td", {}, doc.status === "deleted" ? "" : el("button", {
+      type: "button", class: "small danger", "aria-label": `Delete ${doc.title}`,
+      onclick: () => attempt(() => deleteDocument(doc)),
+    }, "Delete")),
+  );
+  const existing = $(documentRowId(doc.id));
+  if (existing) existing.replaceWith(row);
+  else if (first) $("document-rows").prepend(row); // the list is newest first
+  else $("document-rows").append(row);
+  if (!FINAL_STATUSES.has(doc.status) && !state.watchers.has(doc.id) && !state.toWatch.includes(doc.id)) {
+    state.toWatch.push(doc.id);
+    startWatchers();
+  }
+  return row;
+}
+
+function statusBadge(doc) {
+  const badge = el("span", { class: `status-${doc.status}` }, doc.status);
+  if (doc.status === "failed" && doc.error) {
+    const why = [doc.error.stage, doc.error.message].filter(Boolean).join(": ");
+    return [badge, el("div", { class: "hint" }, why)];
+  }
+  if (doc.status === "duplicate" && doc.duplicate_of) {
+    return [badge, el("div", { class: "hint" }, "same text as another document")];
+  }
+  return badge;
+}
+
+function startWatchers() {
+  while (state.watchers.size < MAX_WATCHERS && state.toWatch.length > 0) {
+    watchDocument(state.toWatch.shift());
+  }
+}
+
+// Live progress from GET /v1/documents/{id}/events, read with fetch (it needs the header).
+async function watchDocument(id) {
+  const controller = new AbortController();
+  state.watchers.set(id, controller);
+  try {
+    const response = await api(`/v1/documents/${encodeURIComponent(id)}/events`, {
+      signal: controller.signal, headers: { Accept: "text/event-stream" },
+    });
+    for await (const frame of readEventStream(response.body)) {
+      const data = JSON.parse(frame.data);
+      if (frame.event === "progress") showProgress(id, data);
+      else if (data && data.id) upsertDocumentRow(data);
+    }
+  } catch (error) {
+    if (error.name !== "AbortError") notify(`Progress of a document: ${error.message}`, { error: true });
+  } finally {
+    if (state.watchers.get(id) === controller) {
+      state.watchers.delete(id);
+      startWatchers();
+    }
+  }
+}
+
+function showProgress(id, progress) {
+  const cell = $(documentRowId(id))?.querySelector(".status");
+  if (!cell) return;
+  const counts = progress.total ? ` ${progress.done ?? 0}/${progress.total}` : "";
+  const label = `${progress.stage || "working"}${counts}`;
+  const bar = el("progress", { max: progress.total || 1, value: progress.total ? progress.done ?? 0 : null,
+    "aria-label": `Indexing: ${label}` });
+  cell.replaceChildren(
+    el("span", { class: "status-processing" }, "processing"), el("div", { class: "hint" }, label), bar,
+  );
+}
+
+function stopWatchers() {
+  state.toWatch = [];
+  for (const controller of state.watchers.values()) controller.abort();
+  state.watchers.clear();
+}
+
+async function upload(event) {
+  event.preventDefault();
+  const form = $("upload-form");
+  const data = new FormData();
+  for (const [name, value] of new FormData(form)) {
+    // unset metadata stays unset rather than empty
+    if (value instanceof File || value.trim()) data.append(name, value);
+  }
+  const response = await api("/v1/documents", { method: "POST", body: data });
+  const accepted = await response.json();
+  form.reset();
+  notify(accepted.duplicate
+    ? `Already uploaded: “${accepted.document.title}” (${accepted.status}).`
+    : `Uploaded “${accepted.document.title}”: indexing…`);
+  $("document-rows").querySelector("td[colspan]")?.parentElement.remove(); // "No documents yet."
+  upsertDocumentRow(accepted.document, { first: true });
+}
+
+async function deleteDocument(doc) {
+  if (!confirm(`Delete “${doc.title}”? Its chunks leave search and chat at once.`)) return;
+  const deleted = await apiJSON(`/v1/documents/${encodeURIComponent(doc.id)}`, { method: "DELETE" });
+  upsertDocumentRow(deleted);
+  notify(`Deleted “${deleted.title}”.`);
+}
+
+// -- search --------------------------------------------------------------------------------
+
+async function search(event) {
+  event.preventDefault();
+  const filters = {
+    collections: $("search-assessment").checked ? ["educational", "assessment"] : ["educational"],
+  };
+  const subject = $("search-subject").value.trim();
+  if (subject) filters.subject = subject;
+  const k = Number.parseInt($("search-k").value, 10) || 10;
+  const body = { query: $("search-query").value.trim(), k, filters };
+  const result = await apiJSON("/v1/search", { method: "POST", json: body });
+  const list = $("search-results");
+  list.replaceChildren();
+  const total = Object.values(result.timings_ms || {}).reduce((a, b) => a + b, 0);
+  $("search-summary").textContent = `${result.candidates.length} results` +
+    (result.queries.length ? ` for ${result.queries.map((q) => `“${q}”`).join(", ")}` : "") +
+    (total ? ` · ${Math.round(total)} ms` : "");
+  for (const c of result.candidates) {
+    const ranks = [
+      c.dense_rank ? `dense #${c.dense_rank}` : null,
+      c.sparse_rank ? `keyword #${c.sparse_rank}` : null,
+      `fused ${c.fused_score.toFixed(4)}`,
+    ].filter(Boolean).join(" · ");
+    list.append(
+      el("li", { class: "card" },
+        el("h2", {}, el("button", {
+          type: "button", class: "link", onclick: () => attempt(() => openSource(c.chunk_id, null)),
+        }, c.title)),
+        el("p", { class: "hint" },
+          [sectionOf(c.section_path, c.title), pages(c), ranks].filter(Boolean).join(" · ")),
+        el("p", { class: "excerpt" }, c.text.length > 600 ? `${c.text.slice(0, 600)}…` : c.text),
+      ),
+    );
+  }
+}
+
+// -- memories ------------------------------------------------------------------------------
+
+async function loadMemories() {
+  const memories = await apiJSON("/v1/me/memories");
+  const list = $("memory-list");
+  list.replaceChildren();
+  if (memories.length === 0) {
+    list.append(el("li", { class: "hint" },
+      "Nothing remembered yet: memories are distilled from your sessions when they end."));
+  }
+  for (const memory of memories) {
+    list.append(
+      el("li", { class: "card memory" },
+        el("span", { class: `kind kind-${memory.kind}` }, memory.kind),
+        el("p", {}, memory.text),
+        el("p", { class: "hint" },
+          [memory.topic, `strength ${memory.strength.toFixed(2)}`, formatDate(memory.updated_at)]
+            .filter(Boolean).join(" · ")),
+        el("button", {
+          type: "button", class: "small", "aria-label": `Forget: ${memory.text}`,
+          onclick: () => attempt(() => forgetMemory(memory.id)),
+        }, "Forget"),
+      ),
+    );
+  }
+}
+
+async function forgetMemory(id) {
+  await api(`/v1/me/memories/${encodeURIComponent(id)}`, { method: "DELETE" });
+  notify("Forgotten.");
+  await loadMemories();
+}
+
+async function forgetAll() {
+  if (!confirm("Forget everything the tutor remembers about you?")) return;
+  const result = await apiJSON("/v1/me/memories", { method: "DELETE" });
+  notify(`Forgot ${result.deleted} memories.`);
+  await loadMemories();
+}
+
+// -- wiring --------------------------------------------------------------------------------
+
+function devSignIn(role) {
+  return attempt(async () => {
+    const issued = await apiJSON("/v1/dev/token", { method: "POST", json: { role }, auth: false });
+    await signIn(issued.token);
+  });
+}
+
+function init() {
+  $("notice-close").addEventListener("click", clearNotice);
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    attempt(() => signIn($("token-input").value));
+  });
+  $("dev-signin").hidden = document.body.dataset.devSignin !== "true";
+  for (const button of document.querySelectorAll("[data-dev-role]")) {
+    button.addEventListener("click", () => devSignIn(button.dataset.devRole));
+  }
+  $("sign-out").addEventListener("click", () => signOut());
+  window.addEventListener("hashchange", () => {
+    clearNotice();
+    showView(location.hash.slice(1));
+    $("main").focus();
+  });
+
+  $("new-session-form").addEventListener("submit", (event) => attempt(() => newSession(event)));
+  $("ask-form").addEventListener("submit", ask);
+  $("question").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("ask-form").requestSubmit();
+  });
+  $("stop-button").addEventListener("click", () => state.asking?.abort());
+  $("flag-dialog").addEventListener("close", () => {
+    if ($("flag-dialog").returnValue === "flag") attempt(sendFlag);
+  });
+
+  $("upload-form").addEventListener("submit", (event) => attempt(() => upload(event)));
+  $("documents-refresh").addEventListener("click", () => attempt(() => loadDocuments({ reset: true })));
+  $("documents-mine").addEventListener("change", () => attempt(() => loadDocuments({ reset: true })));
+  $("documents-more").addEventListener("click", () => attempt(() => loadDocuments()));
+  $("search-form").addEventListener("submit", (event) => attempt(() => search(event)));
+  $("memories-refresh").addEventListener("click", () => attempt(loadMemories));
+  $("memories-forget-all").addEventListener("click", () => attempt(forgetAll));
+
+  const saved = sessionStorage.getItem(TOKEN_KEY);
+  if (saved) {
+    attempt(() => signIn(saved)).then(() => {
+      if (!state.token) showView("signin");
+    });
+  } else {
+    renderShell();
+    showView("signin");
+  }
+  document.body.dataset.ready = "true";
+}
+
+init();

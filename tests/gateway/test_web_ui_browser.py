@@ -1,0 +1,267 @@
+"""The web UI in headless Chromium against the real gateway (stand-in retriever and re-ranker):
+sign in, ask, follow a citation, flag, sign out, demo sign-in, documents and search.
+
+Skipped where Chromium is not installed (``apt-get install chromium``); CI starts without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+
+from lectern_gateway.chat.testing import (
+    Gateway,
+    Responders,
+    gateway_settings,
+    run_responders,
+    seed_document,
+    serve_gateway,
+)
+
+CHROMIUM = next(
+    (p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None
+)
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed"),
+]
+
+HOSTILE_TITLE = '<img src=x onerror="window.pwned = true">Biology notes'
+
+
+class Page:
+    """One headless Chromium tab driven over the DevTools protocol."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.exceptions: list[dict[str, Any]] = []
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for raw in self.ws:
+            message = json.loads(raw)
+            future = self.pending.pop(message.get("id", -1), None)
+            if future is not None and not future.done():
+                future.set_result(message)
+            elif message.get("method") == "Runtime.exceptionThrown":
+                self.exceptions.append(message["params"])
+
+    async def send(self, method: str, **params: Any) -> dict[str, Any]:
+        """One protocol command; its result."""
+        command_id = next(self.ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[command_id] = future
+        await self.ws.send(json.dumps({"id": command_id, "method": method, "params": params}))
+        reply = await asyncio.wait_for(future, 30)
+        assert "error" not in reply, reply
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    async def js(self, expression: str) -> Any:
+        """Evaluate in the page (promises awaited); the value as JSON."""
+        result = await self.send(
+            "Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True
+        )
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+    async def until(self, condition: str, timeout: float = 20.0) -> None:
+        """Wait until the JavaScript ``condition`` holds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if await self.js(f"!!({condition})"):
+                return
+            await asyncio.sleep(0.1)
+        body = await self.js("document.body ? document.body.innerText.slice(0, 2000) : ''")
+        raise AssertionError(f"not within {timeout} s: {condition}\n--- page:\n{body}")
+
+    async def text(self, selector: str) -> str:
+        """The text of the first element ``selector`` matches."""
+        value = await self.js(f"document.querySelector({json.dumps(selector)})?.textContent")
+        return str(value or "")
+
+
+@contextlib.asynccontextmanager
+async def chromium() -> AsyncIterator[Page]:
+    """A headless Chromium with one blank page."""
+    assert CHROMIUM is not None
+    profile = Path(tempfile.mkdtemp(prefix="lectern-chromium-"))
+    process = await asyncio.create_subprocess_exec(
+        CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank",
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        # Chromium writes the port it chose to DevToolsActivePort in its profile
+        active_port = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not active_port.exists() or not active_port.read_text().strip():
+            if process.returncode is not None or time.monotonic() > deadline:
+                pytest.skip("Chromium did not start")
+            await asyncio.sleep(0.1)
+        url = f"http://127.0.0.1:{active_port.read_text().split()[0]}"
+        async with httpx.AsyncClient() as client:
+            targets = (await client.get(f"{url}/json")).json()
+        target = next(t for t in targets if t["type"] == "page")
+        async with websockets.connect(target["webSocketDebuggerUrl"], max_size=2**24) as ws:
+            page = Page(ws)
+            await page.send("Runtime.enable")
+            try:
+                yield page
+            finally:
+                page.reader.cancel()
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 10)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
+    """The gateway (development) with retriever and re-ranker stand-ins."""
+    settings = gateway_settings(nats_url, database_url, environment="development")
+    async with (
+        run_responders(nats_url, Responders(pool=db_pool)),
+        serve_gateway(settings) as running,
+    ):
+        yield running
+
+
+def _bearer(gateway: Gateway, tenant_id: str, user: str, role: Any = "student") -> str:
+    return gateway.token(tenant_id, user, role=role)["Authorization"].removeprefix("Bearer ")
+
+
+async def _sign_in(page: Page, token: str) -> None:
+    await page.js(
+        f"document.getElementById('token-input').value = {json.dumps(token)};"
+        "document.getElementById('token-form').requestSubmit()"
+    )
+    await page.until("!document.getElementById('whoami').hidden")
+
+
+async def test_a_student_asks_follows_a_citation_and_flags_the_answer(
+    gateway: Gateway, db_pool: Any, tenant_id: str
+) -> None:
+    seeded = await seed_document(db_pool, tenant_id=tenant_id, title=HOSTILE_TITLE)
+    async with chromium() as page:
+        await page.send("Page.navigate", url=f"{gateway.url}/")
+        await page.until("document.body && document.body.dataset.ready === 'true'")
+        assert await page.js("!document.getElementById('view-signin').hidden")
+        assert await page.js("!document.getElementById('dev-signin').hidden")
+
+        await _sign_in(page, _bearer(gateway, tenant_id, "stu-1"))
+        await page.until("!document.getElementById('view-chat').hidden")
+        assert "stu-1 · student" in await page.text("#whoami-text")
+        assert await page.js("document.querySelector('[data-view=documents]').hidden")
+        assert not await page.js("document.querySelector('[data-view=memories]').hidden")
+
+        await page.js(
+            "document.getElementById('session-mode').value = 'tutor';"
+            "document.getElementById('session-subject').value = 'biology';"
+            "document.getElementById('new-session-form').requestSubmit()"
+        )
+        await page.until("!document.getElementById('ask-form').hidden")
+        await page.js(
+            "document.getElementById('question').value = 'What does the Calvin cycle fix?';"
+            "document.getElementById('ask-form').requestSubmit()"
+        )
+        await page.until("document.querySelector('.message.assistant button.small')", 60)
+        answer = await page.text(".message.assistant .answer-text")
+        assert "carbon dioxide" in answer and "[T1]" in answer
+        assert await page.text(".message.assistant .band") == "confidence: high"
+        # server text is text: the hostile title shows as written and runs nothing
+        sources = await page.text(".message.assistant .sources")
+        assert HOSTILE_TITLE in sources
+        assert await page.js("window.pwned === undefined")
+        assert await page.js("document.querySelectorAll('.message.assistant img').length") == 0
+
+        # a citation opens the source viewer with the cited span marked
+        await page.js("document.querySelector('.message.assistant button.cite').click()")
+        await page.until("document.getElementById('source-dialog').open")
+        await page.until("document.querySelector('#source-text mark')")
+        assert "Calvin cycle" in await page.text("#source-text mark")
+        assert await page.text("#source-title") == HOSTILE_TITLE
+        await page.js("document.getElementById('source-dialog').close()")
+
+        # flag it
+        await page.js("document.querySelector('.message.assistant button.small').click()")
+        await page.until("document.getElementById('flag-dialog').open")
+        await page.js(
+            "document.getElementById('flag-reason').value = 'unclear';"
+            "document.querySelector('#flag-form button[value=flag]').click()"
+        )
+        await page.until("document.getElementById('notice-text').textContent.includes('flagged')")
+        flags = await db_pool.fetch(
+            "SELECT reason FROM feedback_flags WHERE tenant_id = $1", tenant_id
+        )
+        assert [f["reason"] for f in flags] == ["unclear"]
+
+        # the past session and its stored answer come back after a reload
+        await page.send("Page.reload")
+        await page.until("document.body && document.body.dataset.ready === 'true'")
+        await page.until("document.querySelector('#session-list button')")
+        await page.js("document.querySelector('#session-list button').click()")
+        await page.until("document.querySelector('.message.assistant button.cite')")
+        stored = await page.text(".message.assistant .answer-text")
+        assert stored == answer
+
+        await page.js("location.hash = 'memories'")
+        await page.until("!document.getElementById('view-memories').hidden")
+        await page.until("document.getElementById('memory-list').children.length > 0")
+
+        await page.js("document.getElementById('sign-out').click()")
+        await page.until("!document.getElementById('view-signin').hidden")
+        assert await page.js("sessionStorage.getItem('lectern.token')") is None
+
+        # the development sign-in
+        await page.js("document.querySelector('[data-dev-role=student]').click()")
+        await page.until("document.getElementById('view-signin').hidden")
+        assert (await page.text("#whoami-text")).startswith("demo-student · student · tenant demo")
+        assert page.exceptions == []
+    assert seeded.chunk_ids
+
+
+async def test_a_teacher_sees_documents_and_searches(
+    gateway: Gateway, db_pool: Any, tenant_id: str
+) -> None:
+    await seed_document(db_pool, tenant_id=tenant_id, title="Plant biology")
+    async with chromium() as page:
+        await page.send("Page.navigate", url=f"{gateway.url}/#documents")
+        await page.until("document.body && document.body.dataset.ready === 'true'")
+        await _sign_in(page, _bearer(gateway, tenant_id, "t-1", role="teacher"))
+        # the link it was opened with
+        await page.until("!document.getElementById('view-documents').hidden")
+        await page.until("document.querySelectorAll('#document-rows tr th').length > 0")
+        row = await page.text("#document-rows tr")
+        assert "Plant biology" in row and "indexed" in row
+        await page.js("location.hash = 'search'")
+        await page.until("!document.getElementById('view-search').hidden")
+        await page.js(
+            "document.getElementById('search-query').value = 'RuBisCO carbon fixation';"
+            "document.getElementById('search-form').requestSubmit()"
+        )
+        await page.until("document.getElementById('search-results').children.length > 0")
+        assert "Plant biology" in await page.text("#search-results")
+        assert await page.js("document.querySelector('[data-view=memories]').hidden")
+        assert page.exceptions == []
