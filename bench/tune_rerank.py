@@ -23,11 +23,13 @@ from lectern_common.db import create_pool
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import RerankReply, RerankRequest, RetrieveReply, RetrieveRequest
 from lectern_retriever.evaluation import (
+    _in_process_gateway,
+    _in_process_ingest,
     _in_process_reranker,
     _in_process_retriever,
-    bulk_load,
     document_ranking,
     embedded_stack,
+    ingest_corpus,
     load_beir,
     query_metrics,
 )
@@ -63,11 +65,16 @@ async def main() -> None:
     off_top: list[float] = []
     async with embedded_stack() as servers:
         pool = await create_pool(servers.database_url, min_size=1, max_size=4)
-        print(f"loading {len(dataset.corpus)} documents", file=sys.stderr, flush=True)
-        mapping = await bulk_load(
-            pool=pool, embedder=embedder, tenant_id="tune", corpus=dataset.corpus
-        )
-        external_of = {doc: ext for ext, doc in mapping.items()}
+        print(f"uploading {len(dataset.corpus)} documents", file=sys.stderr, flush=True)
+        async with (
+            _in_process_ingest(servers, embedder),
+            _in_process_gateway(servers, "tune") as client,
+        ):
+            loaded = await ingest_corpus(
+                client=client, pool=pool, tenant_id="tune", corpus=dataset.corpus
+            )
+        await pool.execute("SELECT lectern_bm25_reweight('tune')")
+        external_of = loaded.externals
         async with (
             _in_process_retriever(servers, embedder),
             _in_process_reranker(servers),
@@ -97,7 +104,7 @@ async def main() -> None:
                 records.append(
                     {
                         "qid": qid,
-                        "docs": [external_of[c.document_id] for c in hybrid.candidates],
+                        "docs": [e for c in hybrid.candidates for e in external_of[c.document_id]],
                         "cos": [cosine.get(c.chunk_id) for c in hybrid.candidates[:DEPTH]],
                     }
                 )

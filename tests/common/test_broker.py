@@ -2,7 +2,7 @@
 
 import asyncio
 import uuid
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import nats
 import pytest
@@ -140,3 +140,52 @@ class Orphan(Request):
     """A request on a subject nobody serves."""
 
     subject: ClassVar[str] = f"lectern.test.orphan.{uuid.uuid4().hex[:6]}.v1"
+
+
+async def test_publish_event_is_acknowledged_once_and_fails_clearly(
+    nats_url: str, tenant_id: str
+) -> None:
+    from lectern_common.broker import publish_event
+    from lectern_common.events import ChatSessionEnded
+
+    broker = create_broker(nats_url, service_name="test")
+    await broker.connect()
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        event = ChatSessionEnded(tenant_id=tenant_id, session_id=uuid.uuid4(), user_id="u1")
+        subject = event.subject
+        stream = stream_for(subject).name
+        before = (await js.stream_info(stream)).state.messages
+        # a retried publish (its first attempt landed, the ack was lost) is stored once
+        await publish_event(broker, event)
+        await publish_event(broker, event)
+        assert (await js.stream_info(stream)).state.messages == before + 1
+        message = await js.get_last_msg(stream, subject)
+        assert message.headers is not None
+        assert message.headers["Nats-Msg-Id"] == str(event.event_id)
+        # a subject no stream captures is never acknowledged: a clear upstream error
+        orphan = event.model_copy(update={"event_id": uuid.uuid4()})
+        with pytest.raises(UpstreamError, match="did not acknowledge"):
+            await publish_event(
+                cast(NatsBroker, _Renamed(broker, "lectern.nowhere.v1")),
+                orphan,
+                timeout=0.5,
+                attempts=2,
+            )
+    finally:
+        await nc.close()
+        await broker.stop()
+
+
+class _Renamed:
+    """A broker whose publishes go to another subject (one no stream captures)."""
+
+    def __init__(self, broker: NatsBroker, subject: str) -> None:
+        self._broker = broker
+        self._subject = subject
+
+    async def publish(self, message: Any, subject: str, **kwargs: Any) -> Any:
+        kwargs.pop("stream", None)
+        return await self._broker.publish(message, self._subject, stream="LECTERN_CHAT", **kwargs)

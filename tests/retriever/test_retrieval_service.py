@@ -101,6 +101,8 @@ CORPUS = {
     "his2": ("Empire", "Napoleon crowned himself emperor of the French in 1804."),
     "phy1": ("Motion", "Newton's second law: force equals mass times acceleration."),
     "phy2": ("Energy", "Kinetic energy is one half of mass times velocity squared."),
+    # the same entry twice: the product keeps one document, which stands for both ids
+    "phy1b": ("Motion", "Newton's second law: force equals mass times acceleration."),
 }
 QUERIES = {
     "q1": "how do plants make glucose from light",
@@ -108,7 +110,9 @@ QUERIES = {
     "q3": "what does newton's second law say about force",
     "q4": "a question without judgements",
 }
-QRELS = [("q1", "bio1", 1), ("q2", "his1", 1), ("q2", "his2", 0), ("q3", "phy1", 2)]
+QRELS = [
+    ("q1", "bio1", 1), ("q2", "his1", 1), ("q2", "his2", 0), ("q3", "phy1", 2), ("q3", "phy1b", 1)
+]  # fmt: skip
 
 
 def write_beir(directory: Path) -> None:
@@ -133,9 +137,30 @@ def test_load_beir_keeps_judged_queries(tmp_path: Path) -> None:
     assert dataset.corpus["phy1"][0] == "Motion"
 
 
+@pytest.fixture(scope="module")
+async def ingest_service(
+    nats_url: str, database_url: str, embedder: Embedder
+) -> AsyncIterator[Any]:
+    """The ingest service (its durable consumer), which the harness uploads go through."""
+    from lectern_ingest.app import create_app as create_ingest
+    from lectern_ingest.config import Settings as IngestSettings
+
+    app = create_ingest(
+        IngestSettings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False),
+        embedder=embedder,
+    )
+    async with app.router.lifespan_context(app):
+        yield app
+
+
 @pytest.mark.integration
 async def test_eval_harness_end_to_end(
-    retriever_service: Any, nats_url: str, database_url: str, embedder: Embedder, tmp_path: Path
+    retriever_service: Any,
+    ingest_service: Any,
+    nats_url: str,
+    database_url: str,
+    embedder: Embedder,
+    tmp_path: Path,
 ) -> None:
     write_beir(tmp_path / "tiny")
     result = await evaluate(
@@ -146,7 +171,9 @@ async def test_eval_harness_end_to_end(
         methods=["dense", "sparse", "hybrid"],
     )
     out = result.to_json()
-    assert out["dataset"] == "tiny" and out["queries"] == 3 and out["documents"] == 6
+    assert out["dataset"] == "tiny" and out["queries"] == 3 and out["documents"] == 7
+    # uploaded and indexed through the gateway and the ingest service, not written directly
+    assert out["load_seconds"] > 0 and "notes" not in out
     assert set(out["methods"]) == {"dense", "sparse", "hybrid"}
     for values in out["methods"].values():
         assert set(values) == {"ndcg@10", "recall@5", "recall@10", "recall@100", "mrr@10"}
@@ -207,7 +234,12 @@ async def test_gateway_search_route(
 
 @pytest.mark.integration
 async def test_eval_reports_rerank_and_confidence_bands(
-    retriever_service: Any, nats_url: str, database_url: str, embedder: Embedder, tmp_path: Path
+    retriever_service: Any,
+    ingest_service: Any,
+    nats_url: str,
+    database_url: str,
+    embedder: Embedder,
+    tmp_path: Path,
 ) -> None:
     from lectern_reranker.app import create_app as create_reranker
     from lectern_reranker.config import Settings as RerankerSettings

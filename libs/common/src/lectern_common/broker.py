@@ -17,7 +17,7 @@ from opentelemetry import trace
 from pydantic import BaseModel, ValidationError
 
 from lectern_common.errors import LecternError, RetryableError, UpstreamError
-from lectern_common.events.base import Reply, Request, Subjects
+from lectern_common.events.base import Event, Reply, Request, Subjects
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,9 @@ def create_broker(
         name=service_name,
         graceful_timeout=graceful_timeout,
         middlewares=[NatsTelemetryMiddleware(tracer_provider=tracer_provider)],
+        # FastStream's per-message "Received"/"Processed" lines at DEBUG: at INFO they would
+        # log every request and event; traces and metrics already account for each message
+        log_level=logging.DEBUG,
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
     )
@@ -163,6 +166,56 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
             ),
         )
         log.info("created object store %s", DOCUMENTS_BUCKET)
+
+
+PUBLISH_TIMEOUT_S = 5.0
+PUBLISH_ATTEMPTS = 3
+
+
+async def publish_event(
+    broker: NatsBroker,
+    event: Event,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout: float = PUBLISH_TIMEOUT_S,
+    attempts: int = PUBLISH_ATTEMPTS,
+) -> None:
+    """Publish an event on its JetStream stream and wait for the stream's acknowledgement.
+
+    A missing acknowledgement (a busy or restarting server) is retried with backoff. Every
+    attempt carries ``Nats-Msg-Id`` (the event id unless the caller set one), so JetStream
+    stores the event once even when an earlier attempt did land. Raises ``UpstreamError``
+    when no attempt was acknowledged.
+    """
+    from nats.errors import NoRespondersError
+    from nats.js.errors import NoStreamResponseError
+    from tenacity import (
+        AsyncRetrying,
+        retry_if_exception_type,
+        stop_after_attempt,
+        wait_exponential_jitter,
+    )
+
+    # no ack in time, or no stream answering (a server or stream leader restarting)
+    unacknowledged = (TimeoutError, NoRespondersError, NoStreamResponseError)
+    stream = stream_for(event.subject).name
+    sent_headers = {"Nats-Msg-Id": str(event.event_id), **(headers or {})}
+    try:
+        async for attempt in AsyncRetrying(
+            stop=stop_after_attempt(attempts),
+            wait=wait_exponential_jitter(initial=0.2, max=2.0),
+            retry=retry_if_exception_type(unacknowledged),
+            reraise=True,
+        ):
+            with attempt:
+                await broker.publish(
+                    event.model_dump(mode="json"), event.subject, headers=sent_headers,
+                    stream=stream, timeout=timeout,
+                )  # fmt: skip
+    except unacknowledged as exc:
+        raise UpstreamError(
+            f"JetStream did not acknowledge {event.subject} after {attempts} attempts"
+        ) from exc
 
 
 R = TypeVar("R", bound=Reply)

@@ -118,6 +118,10 @@ def open_session(path: Path, *, threads: int | None = None) -> Any:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads or min(os.cpu_count() or 1, 4)
     options.inter_op_num_threads = 1
+    # idle worker threads sleep instead of spinning: services share few cores with Postgres
+    # and each other, and a spinning pool burns CPU that another request needs
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 

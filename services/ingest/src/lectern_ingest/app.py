@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from faststream.nats import NatsMessage, PullSub
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from lectern_common.broker import INGEST_DURABLE, create_broker, stream_for
+from lectern_common.broker import INGEST_DURABLE, create_broker, publish_event, stream_for
 from lectern_common.embeddings import Embedder, build_embedder
 from lectern_common.events import Event, Subjects
 from lectern_common.service import ServiceState, create_service_app
@@ -27,9 +27,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     holder: dict[str, IngestWorker] = {}
 
     async def publish(event: Event) -> None:
-        await broker.publish(
-            event.model_dump(mode="json"), event.subject, stream=stream_for(event.subject).name
-        )
+        await publish_event(broker, event)
 
     async def startup(state: ServiceState) -> None:
         model = embedder if embedder is not None else build_embedder(settings)

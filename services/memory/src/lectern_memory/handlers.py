@@ -9,9 +9,9 @@ from faststream.exceptions import NackMessage, RejectMessage
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
-from lectern_common.broker import deliveries, stream_for
+from lectern_common.broker import deliveries, publish_event
 from lectern_common.errors import PermanentError, RetryableError
-from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, MemoryDistilled
+from lectern_common.events import ChatSessionEnded, ChatTurnCompleted
 from lectern_memory.service import MemoryService
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,4 @@ async def handle_session_ended(
     except RetryableError as exc:
         log.info("session %s: %s; retrying (delivery %d)", event.session_id, exc, attempt)
         raise NackMessage(delay=min(2.0**attempt, 30.0)) from exc
-    await broker.publish(
-        distilled.model_dump(mode="json"),
-        MemoryDistilled.subject,
-        stream=stream_for(MemoryDistilled.subject).name,
-    )
+    await publish_event(broker, distilled)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import math
 import os
@@ -147,89 +146,97 @@ def latency_summary(samples: Mapping[str, Sequence[float]]) -> dict[str, dict[st
 # ---------------------------------------------------------------- loading
 
 
-def document_uuid(tenant_id: str, external_id: str) -> uuid.UUID:
-    """A stable document id for a BEIR document in a tenant."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"lectern-eval:{tenant_id}:{external_id}")
+@dataclass
+class LoadedCorpus:
+    """How a corpus landed: the external ids each document holds, and what did not load."""
+
+    externals: dict[uuid.UUID, list[str]]
+    failures: list[str]
+    statuses: dict[str, int]
 
 
-async def bulk_load(
+async def ingest_corpus(
     *,
+    client: Any,
     pool: Any,
-    embedder: Embedder,
     tenant_id: str,
     corpus: Mapping[str, tuple[str, str]],
-    batch_size: int = 256,
-    progress: Callable[[int, int], None] | None = None,
-) -> dict[str, uuid.UUID]:
-    """Write the corpus as one indexed text document (one chunk) per BEIR document.
+    concurrency: int = 8,
+    timeout_s: float = 3600.0,
+    stall_s: float = 120.0,
+    progress: Callable[[str], None] | None = None,
+) -> LoadedCorpus:
+    """Upload every document through the gateway's ``POST /v1/documents`` and wait for ingest.
 
-    Does what ingest's store does for a text document: a ``documents`` row (status
-    'indexed', metadata.external_id), its chunk with the embedding, BM25 indexing in the same
-    transaction; then one re-weighting of the tenant (avgdl froze while loading).
+    ``client`` is an ``httpx.AsyncClient`` on a gateway, authenticated as a teacher of
+    ``tenant_id``. Each BEIR document becomes a text file (its title as the first line), so
+    it is type-checked, stored, extracted, cleaned, chunked, embedded and BM25-indexed by the
+    real pipeline. Identical uploads and identical cleaned texts become one document (the
+    product's deduplication); all their external ids map to it.
     """
-    ids = list(corpus)
-    mapping: dict[str, uuid.UUID] = {}
-    done = 0
-    embed_next: asyncio.Task[Any] | None = None
+    say = progress or (lambda _msg: None)
+    externals: dict[uuid.UUID, list[str]] = {}
+    failures: list[str] = []
+    semaphore = asyncio.Semaphore(concurrency)
+    uploaded = 0
 
-    def texts_of(batch: Sequence[str]) -> list[str]:
-        return [f"{corpus[i][0]}\n{corpus[i][1]}".strip() for i in batch]
+    async def upload(external_id: str) -> None:
+        nonlocal uploaded
+        title, text = corpus[external_id]
+        body = f"{title}\n\n{text}".strip() if title else text.strip()
+        if not body:
+            failures.append(f"{external_id}: empty document, not uploaded")
+            return
+        async with semaphore:
+            response = await client.post(
+                "/v1/documents",
+                files={"file": (f"{external_id}.txt", body.encode("utf-8"), "text/plain")},
+                data={"title": (title or external_id)[:500], "content_type": "text"},
+            )
+        if response.status_code not in (200, 202):
+            failures.append(f"{external_id}: upload answered {response.status_code}")
+            return
+        externals.setdefault(uuid.UUID(response.json()["id"]), []).append(external_id)
+        uploaded += 1
+        if uploaded % 1000 == 0:
+            say(f"uploaded {uploaded}/{len(corpus)}")
 
-    batches = [ids[i : i + batch_size] for i in range(0, len(ids), batch_size)]
-    if batches:
-        embed_next = asyncio.ensure_future(embedder.embed_documents(texts_of(batches[0])))
-    for number, batch in enumerate(batches):
-        assert embed_next is not None
-        vectors = await embed_next
-        if number + 1 < len(batches):  # embed the next batch while this one is written
-            embed_next = asyncio.ensure_future(
-                embedder.embed_documents(texts_of(batches[number + 1]))
+    await asyncio.gather(*(upload(external_id) for external_id in corpus))
+    deadline = time.monotonic() + timeout_s
+    statuses: dict[str, int] = {}
+    least_waiting, last_progress = len(corpus) + 1, time.monotonic()
+    while True:
+        rows = await pool.fetch(
+            "SELECT status, count(*) AS n FROM documents WHERE tenant_id = $1 GROUP BY status",
+            tenant_id,
+        )
+        statuses = {r["status"]: int(r["n"]) for r in rows}
+        waiting = statuses.get("pending", 0) + statuses.get("processing", 0)
+        if not waiting:
+            break
+        if waiting < least_waiting:
+            least_waiting, last_progress = waiting, time.monotonic()
+        if time.monotonic() - last_progress > stall_s:
+            raise TimeoutError(
+                f"ingest made no progress for {stall_s:.0f} s ({statuses}): is an ingest "
+                "service consuming documents.uploaded on this NATS?"
             )
-        doc_rows, chunk_rows = [], []
-        for external_id, vector in zip(batch, vectors, strict=True):
-            title, text = corpus[external_id]
-            body = text or title
-            document_id = document_uuid(tenant_id, external_id)
-            mapping[external_id] = document_id
-            digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-            doc_rows.append((
-                document_id, tenant_id, title or external_id, f"{external_id}.txt",
-                "text/plain", len(body.encode("utf-8")), digest, digest, "indexed", 1,
-                {"external_id": external_id}, "eval", "educational", "text",
-            ))  # fmt: skip
-            chunk_rows.append((
-                uuid.uuid5(document_id, "0"), document_id, tenant_id, 0, "text", body,
-                title or None, max(1, len(body.split())), digest, "educational", "en", vector,
-            ))  # fmt: skip
-        async with pool.acquire() as conn, conn.transaction():
-            # executemany: COPY has no binary encoder for jsonb
-            await conn.executemany(
-                """INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes,
-                       file_sha256, content_sha256, status, chunk_count, metadata, uploaded_by,
-                       collection, content_type, indexed_at)
-                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, now())""",
-                doc_rows,
-            )
-            await conn.copy_records_to_table(
-                "chunks",
-                records=chunk_rows,
-                columns=[
-                    "id", "document_id", "tenant_id", "chunk_index", "kind", "text",
-                    "context_prefix", "token_count", "content_hash", "collection", "language",
-                    "embedding",
-                ],
-            )  # fmt: skip
-            await conn.execute(
-                "SELECT lectern_bm25_index_documents($1::uuid[])", [r[0] for r in doc_rows]
-            )
-        done += len(batch)
-        if progress is not None:
-            progress(done, len(ids))
-    async with pool.acquire() as conn:
-        await conn.execute("SELECT lectern_bm25_reweight($1)", tenant_id)
-        await conn.execute("ANALYZE chunks")
-        await conn.execute("ANALYZE documents")
-    return mapping
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"ingest did not finish within {timeout_s} s: {statuses}")
+        say(f"ingesting: {statuses}")
+        await asyncio.sleep(2.0)
+    # a duplicate holds no chunks: its external ids count as its original's
+    for row in await pool.fetch(
+        """SELECT id, duplicate_of, status, error_reason FROM documents
+           WHERE tenant_id = $1 AND status <> 'indexed'""",
+        tenant_id,
+    ):
+        ids = externals.pop(row["id"], [])
+        if row["status"] == "duplicate" and row["duplicate_of"] is not None:
+            externals.setdefault(row["duplicate_of"], []).extend(ids)
+        else:
+            failures += [f"{i}: {row['status']} ({row['error_reason']})" for i in ids]
+    return LoadedCorpus(externals=externals, failures=failures, statuses=statuses)
 
 
 # ---------------------------------------------------------------- querying
@@ -272,7 +279,7 @@ async def run_queries(
     broker: Any,
     dataset: BeirDataset,
     tenant_id: str,
-    external_of: Mapping[uuid.UUID, str],
+    external_of: Mapping[uuid.UUID, Sequence[str]],
     methods: Sequence[str],
     query_ids: Sequence[str],
     concurrency: int = 4,
@@ -311,7 +318,8 @@ async def run_queries(
     sides = {"dense": ["dense"], "sparse": ["sparse"], "hybrid": ["dense", "sparse"]}
 
     def ranking_of(document_ids: Sequence[uuid.UUID]) -> list[str]:
-        return document_ranking([external_of.get(d, str(d)) for d in document_ids])
+        # a document standing for several identical corpus entries ranks all of them
+        return document_ranking([e for d in document_ids for e in external_of.get(d, [str(d)])])
 
     async def one(query_id: str) -> None:
         text = dataset.queries[query_id]
@@ -454,16 +462,20 @@ async def evaluate(
             servers = await stack.enter_async_context(embedded_stack())
         pool = await create_pool(servers.database_url, min_size=1, max_size=4)
         stack.push_async_callback(pool.close)
-        say(f"loading {len(dataset.corpus)} documents into tenant {tenant_id}")
+        if not servers.external:
+            await stack.enter_async_context(_in_process_ingest(servers, embedder))
+        client = await stack.enter_async_context(_in_process_gateway(servers, tenant_id))
+        say(f"uploading {len(dataset.corpus)} documents into tenant {tenant_id} (real ingest)")
         started = time.perf_counter()
-        mapping = await bulk_load(
-            pool=pool,
-            embedder=embedder,
-            tenant_id=tenant_id,
-            corpus=dataset.corpus,
-            progress=lambda done, total: say(f"loaded {done}/{total}"),
+        loaded = await ingest_corpus(
+            client=client, pool=pool, tenant_id=tenant_id, corpus=dataset.corpus, progress=say
         )
+        async with pool.acquire() as conn:
+            # what the retriever's periodic re-weighting would do after a bulk upload
+            await conn.execute("SELECT lectern_bm25_reweight($1)", tenant_id)
+            await conn.execute("ANALYZE chunks")
         load_seconds = time.perf_counter() - started
+        say(f"ingested in {load_seconds:.0f} s: {loaded.statuses}")
         if not servers.external:
             await stack.enter_async_context(_in_process_retriever(servers, embedder))
             if "hybrid+rerank" in methods:
@@ -472,19 +484,22 @@ async def evaluate(
         await broker.connect()
         stack.push_async_callback(broker.stop)
         say(f"querying {len(query_ids)} questions")
-        external_of = {doc: ext for ext, doc in mapping.items()}
         verdicts: dict[str, list[str]] = {}
         metrics, stages, notes = await run_queries(
             broker=broker,
             dataset=dataset,
             tenant_id=tenant_id,
-            external_of=external_of,
+            external_of=loaded.externals,
             methods=methods,
             query_ids=query_ids,
             concurrency=concurrency,
             offtopic=offtopic,
             bands=verdicts,
         )
+        if loaded.failures:
+            notes.append(
+                f"{len(loaded.failures)} documents did not index, e.g. {loaded.failures[:3]}"
+            )
     return EvalResult(
         dataset=dataset.name,
         queries=len(query_ids),
@@ -499,6 +514,57 @@ async def evaluate(
             else None
         ),
     )
+
+
+@contextlib.asynccontextmanager
+async def _in_process_ingest(servers: Stack, embedder: Embedder) -> AsyncIterator[None]:
+    """The ingest service (its durable consumer) in this process, sharing the embedder."""
+    from lectern_ingest.app import create_app
+    from lectern_ingest.config import Settings
+
+    settings = Settings(
+        nats_url=servers.nats_url,
+        database_url=servers.database_url,
+        http_port=0,
+        log_json=False,
+        log_level="WARNING",
+    )
+    app = create_app(settings, embedder=embedder)
+    async with app.router.lifespan_context(app):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _in_process_gateway(servers: Stack, tenant_id: str) -> AsyncIterator[Any]:
+    """The gateway app in this process and an HTTP client on it, signed in as a teacher."""
+    import httpx
+
+    from lectern_gateway.app import create_app
+    from lectern_gateway.auth import issue_token
+    from lectern_gateway.config import Settings
+
+    settings = Settings(
+        nats_url=servers.nats_url,
+        database_url=servers.database_url,
+        http_port=0,
+        log_json=False,
+        log_level="WARNING",
+    )
+    app = create_app(settings)
+    token = issue_token(
+        secret=settings.effective_jwt_secret, tenant_id=tenant_id, user_id="lectern-eval",
+        role="teacher", plan="pro",
+    )  # fmt: skip
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://lectern-eval",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120.0,
+        ) as client,
+    ):
+        yield client
 
 
 @contextlib.asynccontextmanager

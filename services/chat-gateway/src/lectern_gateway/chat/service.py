@@ -20,7 +20,7 @@ import anyio
 from faststream.nats import NatsBroker
 from pydantic import BaseModel
 
-from lectern_common.broker import request, stream_for
+from lectern_common.broker import publish_event, request
 from lectern_common.education import preferred_content_types
 from lectern_common.errors import LecternError
 from lectern_common.events import (
@@ -112,9 +112,7 @@ class Retrieved:
 
 async def publish(broker: NatsBroker, event: Event) -> None:
     """Publish an event on its JetStream stream."""
-    await broker.publish(
-        event.model_dump(mode="json"), event.subject, stream=stream_for(event.subject).name
-    )
+    await publish_event(broker, event)
 
 
 def collections_for(principal: Principal) -> list[str]:

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from lectern_common.broker import stream_for
+from lectern_common.broker import publish_event
 from lectern_common.errors import BadInputError
 from lectern_common.events import (
     DocumentDeleted,
@@ -201,10 +201,7 @@ def _field(fields: dict[str, list[str]], name: str) -> str | None:
 
 
 async def _publish(broker: Any, event: Event, *, headers: dict[str, str] | None = None) -> None:
-    await broker.publish(
-        event.model_dump(mode="json"), event.subject, stream=stream_for(event.subject).name,
-        headers=headers,
-    )  # fmt: skip
+    await publish_event(broker, event, headers=headers)
 
 
 def _jetstream(broker: Any) -> Any:
