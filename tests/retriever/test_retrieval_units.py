@@ -178,3 +178,18 @@ def test_selective_filters() -> None:
     assert not has_selective_filter(RetrievalFilters(collections=["educational", "assessment"]))
     assert has_selective_filter(RetrievalFilters(grade_level=0))
     assert has_selective_filter(RetrievalFilters(content_types=["slides"]))
+
+
+def test_merge_top_keeps_the_best_once() -> None:
+    from lectern_retriever.service import merge_top
+
+    a, b, c, d = (uuid.UUID(int=i) for i in range(1, 5))
+    first = [{"chunk_id": a, "score": 9.0}, {"chunk_id": b, "score": 5.0}]
+    second = [
+        {"chunk_id": c, "score": 7.0},
+        {"chunk_id": b, "score": 5.0},
+        {"chunk_id": d, "score": 5.0},
+    ]
+    merged = merge_top(first, second, k=3)
+    assert [r["chunk_id"] for r in merged] == [a, c, b]  # ties broken by chunk id, like SQL
+    assert len(merge_top(first, [], k=10)) == 2

@@ -161,6 +161,15 @@ def essential_terms(terms: Sequence[WeightedTerm], *, threshold: float) -> list[
     return list(terms[:cut])
 
 
+def merge_top(first: Sequence[Any], second: Sequence[Any], *, k: int) -> list[Any]:
+    """The k best of two exactly scored result lists (a chunk in both counts once)."""
+    best: dict[Any, Any] = {row["chunk_id"]: row for row in first}
+    for row in second:
+        best.setdefault(row["chunk_id"], row)
+    ranked = sorted(best.values(), key=lambda r: (-float(r["score"]), str(r["chunk_id"])))
+    return ranked[:k]
+
+
 def to_hits(rows: Sequence[Any]) -> list[Hit]:
     """Ranked hits (1-based) from result rows."""
     return [
@@ -309,15 +318,20 @@ async def hybrid_search(
             )
             threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
             needed = essential_terms(terms, threshold=threshold)
-            if len(needed) <= len(first):
+            scored = {t.term_id for t in first}
+            new = [t for t in needed if t.term_id not in scored]
+            if not new:
                 return rows
-            return await repository.sparse_search(
+            # every chunk with a first-pass term is scored already (fully, all terms): the
+            # rest of the top k contains one of the new essential terms
+            more = await repository.sparse_search(
                 conn,
                 where=where,
-                lexemes=[t.lexeme for t in needed],
+                lexemes=[t.lexeme for t in new],
                 query_vector=vector,
                 k=k,
             )
+            return merge_top(rows, more, k=k)
 
     jobs: list[Awaitable[list[Any]]] = []
     sides: list[str] = []
