@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lectern_common.bm25 import K1, B, document_weight, idf, tsquery_or
+from lectern_common.bm25 import K1, B, document_weight, idf, tsquery_or, tsquery_two_of
 from lectern_common.events import RetrieveRequest
 
 pytestmark = pytest.mark.integration
@@ -94,6 +94,7 @@ def test_python_helpers() -> None:
     assert idf(chunk_count=10, df=10) == pytest.approx(math.log(1 + 0.5 / 10.5))
     assert document_weight(tf=2, doc_length=10, avg_length=10) == pytest.approx(3.8 / 2.9)
     assert tsquery_or(["cat", "o'neil"]) == "'cat' | 'o''neil'"
+    assert tsquery_two_of(["a", "b", "c"]) == "('a' & 'b') | ('a' & 'c') | ('b' & 'c')"
 
 
 async def test_scores_match_reference_after_reweight(
@@ -186,15 +187,19 @@ async def test_maxscore_cut_keeps_the_exact_top_k(
         for i in range(60)
     ]
     corpus.append(["chlorophyll energy light"])
+    # one rare query term alone: found only by the single-term pass of the two-term strategy
+    corpus.append(["chlorophyll pigment"])
     await load(db_pool, tenant_id, corpus, add_doc)
     await db_pool.execute("SELECT lectern_bm25_reweight($1)", tenant_id)
     query = "chlorophyll item3 energy light cell"
     expected = await reference_scores(db_pool, tenant_id, query)
     best = sorted(expected.values(), reverse=True)[:5]
-    for postings in (0, 1, 1000):
+    # both strategies, whatever their tuning, find the exact top k: MaxScore (pairs off) and
+    # two-term candidates first (pairs on)
+    for postings, pairs in ((0, 0), (1, 0), (1000, 0), (1000, 12), (0, 2)):
         settings = Settings(
             nats_url=nats_url, database_url=database_url, http_port=0,
-            maxscore_postings=postings, reweight_interval_s=0,
+            maxscore_postings=postings, pair_terms_max=pairs, reweight_interval_s=0,
         )  # fmt: skip
         retriever = Retriever(settings=settings, embedder=embedder)
         await retriever.start()
@@ -215,3 +220,4 @@ async def test_maxscore_cut_keeps_the_exact_top_k(
             await retriever.close()
         got = [c.sparse_score for c in reply.candidates]
         assert got == [pytest.approx(b, rel=1e-5) for b in best]
+        assert "chlorophyll pigment" in [c.text for c in reply.candidates]

@@ -6,8 +6,9 @@ these functions build the query side and serve as the reference the tests check 
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 K1 = 0.9
 B = 0.4
@@ -62,3 +63,9 @@ def tsquery_or(lexemes: Iterable[str]) -> str:
     """A tsquery literal matching any of these (already normalised) lexemes."""
     quoted = ("'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes)
     return " | ".join(quoted)
+
+
+def tsquery_two_of(lexemes: Sequence[str]) -> str:
+    """A tsquery literal matching text that holds at least two of these lexemes."""
+    quoted = ["'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes]
+    return " | ".join(f"({a} & {b})" for a, b in itertools.combinations(quoted, 2))

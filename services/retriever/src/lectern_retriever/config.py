@@ -41,3 +41,7 @@ class Settings(ServiceHttpSettings):
     maxscore_postings: int = Field(
         default=1000, ge=0, description="BM25 MaxScore first pass: rarest terms up to this many"
     )
+    pair_terms_max: int = Field(
+        default=12, ge=0,
+        description="BM25: queries of 2..N terms score chunks holding two terms first (0: off)",
+    )  # fmt: skip

@@ -37,6 +37,7 @@ class Retriever:
             tag_boost=settings.tag_boost,
             cited_boost=settings.cited_boost,
             maxscore_postings=settings.maxscore_postings,
+            pair_terms_max=settings.pair_terms_max,
         )
 
     async def start(self, state: ServiceState | None = None) -> None:

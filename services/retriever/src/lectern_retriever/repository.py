@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from pgvector import SparseVector
 
-from lectern_common.bm25 import SPARSE_DIM, tsquery_or
+from lectern_common.bm25 import SPARSE_DIM, tsquery_or, tsquery_two_of
 from lectern_common.events import RetrievalFilters
 
 # Chunk columns every search returns (the Candidate fields).
@@ -174,9 +174,15 @@ async def sparse_search(
     lexemes: list[str],
     query_vector: SparseVector,
     k: int,
+    at_least_two: bool = False,
 ) -> list[Any]:
-    """Top-k chunks by BM25: GIN matches of the OR of the lexemes, ranked by inner product."""
-    params = [*where.params, tsquery_or(lexemes), query_vector, k]
+    """Top-k chunks by BM25 among the GIN matches of the lexemes, ranked by inner product.
+
+    The matches are the chunks holding any of the lexemes, or with ``at_least_two`` only
+    those holding two or more of them. Scores are always the full BM25 score of the query.
+    """
+    tsquery = tsquery_two_of(lexemes) if at_least_two else tsquery_or(lexemes)
+    params = [*where.params, tsquery, query_vector, k]
     tsq, vec, lim = (f"${len(params) - 2}", f"${len(params) - 1}", f"${len(params)}")
     sql = f"""
         WITH hits AS MATERIALIZED (

@@ -38,6 +38,9 @@ class SearchDefaults:
     tag_boost: float = 0.2
     cited_boost: float = 0.2
     maxscore_postings: int = 1000
+    #: queries with 2..this many terms look at chunks holding two terms first (the tsquery
+    #: grows with the square of the terms)
+    pair_terms_max: int = 12
 
 
 class QueryBatcher:
@@ -305,33 +308,40 @@ async def hybrid_search(
             return []
         vector = repository.sparse_query_vector({t.term_id: t.idf for t in terms})
         k = request.k_sparse
-        async with pool.acquire() as conn:
-            # exact top k with fewer postings: score the rarest terms' chunks first, then only
-            # the terms that could still lift a chunk above the k-th score found (MaxScore)
-            first = first_pass_terms(terms, postings=defaults.maxscore_postings)
-            rows = await repository.sparse_search(
+
+        async def top(chosen: Sequence[WeightedTerm], *, at_least_two: bool = False) -> list[Any]:
+            return await repository.sparse_search(
                 conn,
                 where=where,
-                lexemes=[t.lexeme for t in first],
+                lexemes=[t.lexeme for t in chosen],
                 query_vector=vector,
                 k=k,
+                at_least_two=at_least_two,
             )
+
+        async with pool.acquire() as conn:
+            if 2 <= len(terms) <= defaults.pair_terms_max:
+                # Exact top k without scoring every chunk that holds one common word: first the
+                # chunks holding two or more query terms; a chunk holding a single term scores
+                # at most that term's bound, so only terms whose bound beats the k-th score so
+                # far need their single-term chunks looked at (usually the rare, short ones).
+                rows = await top(terms, at_least_two=True)
+                threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
+                singles = [t for t in terms if t.bound > threshold]
+                return merge_top(rows, await top(singles), k=k) if singles else rows
+            # MaxScore: score the rarest terms' chunks first, then only the terms that could
+            # still lift a chunk above the k-th score found
+            first = first_pass_terms(terms, postings=defaults.maxscore_postings)
+            rows = await top(first)
             threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
-            needed = essential_terms(terms, threshold=threshold)
             scored = {t.term_id for t in first}
-            new = [t for t in needed if t.term_id not in scored]
+            new = [t for t in essential_terms(terms, threshold=threshold)
+                   if t.term_id not in scored]  # fmt: skip
             if not new:
                 return rows
             # every chunk with a first-pass term is scored already (fully, all terms): the
             # rest of the top k contains one of the new essential terms
-            more = await repository.sparse_search(
-                conn,
-                where=where,
-                lexemes=[t.lexeme for t in new],
-                query_vector=vector,
-                k=k,
-            )
-            return merge_top(rows, more, k=k)
+            return merge_top(rows, await top(new), k=k)
 
     jobs: list[Awaitable[list[Any]]] = []
     sides: list[str] = []
