@@ -1,7 +1,7 @@
 """Retrieval benchmark: quality on BEIR sets, a real BM25 for comparison, latency at 100k chunks.
 
     .venv/bin/python bench/bench_retrieval.py [--limit-queries N] [--chunks 100000]
-        [--requests 1000] [--concurrency 16] [--skip-quality] [--skip-scale]
+        [--requests 1000] [--concurrency 16] [--skip-quality] [--skip-scale] [--cache-dir DIR]
 
 1. ``lectern eval`` (self-contained: embedded NATS + Postgres, the real retriever over NATS)
    on ../shared/data/eval/bioasq-dev and ../shared/data/eval/pubmedqa-pqal: nDCG@10 and
@@ -95,7 +95,13 @@ async def quality(name: str, limit: int | None, embedder: LocalEmbedder) -> dict
 
 
 async def scale(
-    *, chunks: int, requests: int, concurrency: int, replicas: int, distinct: int | None = None
+    *,
+    chunks: int,
+    requests: int,
+    concurrency: int,
+    replicas: int,
+    distinct: int | None = None,
+    cache_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Latency and throughput through NATS at ``chunks`` chunks."""
     from lectern_common.broker import create_broker, request
@@ -118,7 +124,14 @@ async def scale(
     # pathological case (no neighbourhood structure), not what an index of course text holds.
     say(f"== scale: embedding {len(texts)} distinct texts for the replicated corpus")
     embed_started = time.perf_counter()
-    base = LocalEmbedder().embed_documents_sync(texts)
+    cached = cache_dir / f"scale-{len(texts)}.npy" if cache_dir else None
+    if cached is not None and cached.exists():
+        base = np.load(cached)
+    else:
+        base = LocalEmbedder().embed_documents_sync(texts)
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            np.save(cached, base)
     say(f"embedded in {time.perf_counter() - embed_started:.0f} s")
     async with embedded_stack() as servers:
         pool = await create_pool(servers.database_url, min_size=1, max_size=4)
@@ -258,6 +271,9 @@ async def main() -> None:
     parser.add_argument(
         "--distinct", type=int, default=None, help="distinct texts in the 100k corpus (all)"
     )
+    parser.add_argument(
+        "--cache-dir", type=Path, default=None, help="keep the scale corpus' vectors here"
+    )
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-scale", action="store_true")
     args = parser.parse_args()
@@ -288,6 +304,7 @@ async def main() -> None:
             concurrency=args.concurrency,
             replicas=args.replicas,
             distinct=args.distinct,
+            cache_dir=args.cache_dir,
         )
         say(json.dumps(result))
         summary.update(p95_ms_100k=result["p95_ms"], rps_100k=result["rps"], scale=result)

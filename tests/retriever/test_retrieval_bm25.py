@@ -196,7 +196,7 @@ async def test_maxscore_cut_keeps_the_exact_top_k(
     best = sorted(expected.values(), reverse=True)[:5]
     # both strategies, whatever their tuning, find the exact top k: MaxScore (pairs off) and
     # two-term candidates first (pairs on)
-    for postings, pairs in ((0, 0), (1, 0), (1000, 0), (1000, 12), (0, 2)):
+    for postings, pairs in ((0, 0), (1, 0), (1000, 0), (1000, 12), (0, 12), (0, 2)):
         settings = Settings(
             nats_url=nats_url, database_url=database_url, http_port=0,
             maxscore_postings=postings, pair_terms_max=pairs, reweight_interval_s=0,

@@ -320,28 +320,26 @@ async def hybrid_search(
             )
 
         async with pool.acquire() as conn:
-            if 2 <= len(terms) <= defaults.pair_terms_max:
-                # Exact top k without scoring every chunk that holds one common word: first the
-                # chunks holding two or more query terms; a chunk holding a single term scores
-                # at most that term's bound, so only terms whose bound beats the k-th score so
-                # far need their single-term chunks looked at (usually the rare, short ones).
-                rows = await top(terms, at_least_two=True)
-                threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
-                singles = [t for t in terms if t.bound > threshold]
-                return merge_top(rows, await top(singles), k=k) if singles else rows
-            # MaxScore: score the rarest terms' chunks first, then only the terms that could
-            # still lift a chunk above the k-th score found
+            # Exact top k without scoring every chunk that holds one common word. 1: the
+            # rarest terms' chunks (short postings), scored in full. 2: chunks holding two or
+            # more of the other terms. Every chunk left holds one query term at most, so it
+            # scores at most that term's bound: 3: only terms whose bound beats the k-th
+            # score so far need their chunks looked at.
             first = first_pass_terms(terms, postings=defaults.maxscore_postings)
             rows = await top(first)
-            threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
             scored = {t.term_id for t in first}
-            new = [t for t in essential_terms(terms, threshold=threshold)
-                   if t.term_id not in scored]  # fmt: skip
-            if not new:
-                return rows
-            # every chunk with a first-pass term is scored already (fully, all terms): the
-            # rest of the top k contains one of the new essential terms
-            return merge_top(rows, await top(new), k=k)
+            rest = [t for t in terms if t.term_id not in scored]
+            if len(rest) > max(defaults.pair_terms_max, 1):
+                # too many terms for pairs (the tsquery grows with their square): MaxScore
+                threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
+                new = [t for t in essential_terms(terms, threshold=threshold)
+                       if t.term_id not in scored]  # fmt: skip
+                return merge_top(rows, await top(new), k=k) if new else rows
+            if len(rest) >= 2:
+                rows = merge_top(rows, await top(rest, at_least_two=True), k=k)
+            threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
+            singles = [t for t in rest if t.bound > threshold]
+            return merge_top(rows, await top(singles), k=k) if singles else rows
 
     jobs: list[Awaitable[list[Any]]] = []
     sides: list[str] = []
