@@ -611,3 +611,33 @@ async def test_cli_titles_queues_and_sends_changed_files_as_new_versions(
         # now two of the caller's indexed documents are named photo.md: ask, do not guess
         ambiguous = await ingest(url=url, token=token, files=[notes], fields={})
         assert ambiguous[0].status == "ambiguous" and "--replaces" in ambiguous[0].detail
+
+
+async def test_documents_in_flight_together_keep_their_own_chunks(
+    client: httpx.AsyncClient,
+    stack: tuple[Any, GatewaySettings],
+    tenant_id: str,
+    db_pool: Any,
+) -> None:
+    """The worker takes several documents at once (concurrency 2): nothing mixes between them."""
+    headers = auth(stack[1], tenant_id, "t1", "teacher")
+    files = {f"set-{n}.pdf": pdf_bytes(n) for n in range(1, 7)}
+    responses = await asyncio.gather(
+        *(upload(client, headers, data, name) for name, data in files.items())
+    )
+    assert {r.status_code for r in responses} == {202}
+    bodies = [await wait_final(client, r.json()["id"], headers) for r in responses]
+    assert {b["status"] for b in bodies} == {"indexed"}
+    for body, pages in zip(bodies, range(1, 7), strict=True):
+        assert body["page_count"] == pages
+        rows = await db_pool.fetch(
+            "SELECT chunk_index, page_start, page_end FROM chunks WHERE document_id = $1 "
+            "ORDER BY chunk_index",
+            uuid.UUID(body["id"]),
+        )
+        assert (
+            [r["chunk_index"] for r in rows]
+            == list(range(len(rows)))
+            == list(range(body["chunk_count"]))
+        )
+        assert all(1 <= r["page_start"] <= r["page_end"] <= pages for r in rows)

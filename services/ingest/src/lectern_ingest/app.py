@@ -50,6 +50,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         stream=stream_for(Subjects.DOCUMENTS_UPLOADED),
         durable=INGEST_DURABLE,
         pull_sub=PullSub(batch_size=1, timeout=5.0),
+        max_workers=settings.concurrency,
         config=ConsumerConfig(
             durable_name=INGEST_DURABLE,
             ack_policy=AckPolicy.EXPLICIT,

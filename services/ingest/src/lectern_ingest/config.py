@@ -21,6 +21,11 @@ class Settings(ServiceHttpSettings):
         default=MAX_INGEST_DELIVERIES, ge=1, description="deliveries of one upload before failed"
     )
     ack_wait_s: float = Field(default=120.0, gt=0, description="JetStream ack wait per delivery")
+    concurrency: int = Field(
+        default=2, ge=1,
+        description="documents one worker processes at once (embedding stays one batch at a "
+        "time; the others extract, store and publish meanwhile)",
+    )  # fmt: skip
     in_progress_interval_s: float = Field(
         default=30.0, gt=0, description="how often a working delivery tells JetStream it is alive"
     )

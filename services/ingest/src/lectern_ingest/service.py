@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import logging
 import tempfile
@@ -49,6 +50,9 @@ from lectern_ingest.enrich import Enricher, build_enricher
 from lectern_ingest.extract import Extraction, Unit, extract
 
 log = logging.getLogger(__name__)
+
+#: seconds spent embedding the document this task is working on
+_EMBED_TIMER: contextvars.ContextVar[list[float]] = contextvars.ContextVar("embed_timer")
 
 Publish = Callable[[Event], Awaitable[None]]
 KeepAlive = Callable[[], Awaitable[None]]
@@ -273,7 +277,6 @@ class IngestWorker:
             max_tokens = min(max_tokens, settings.chunk_max_tokens)
         self.chunking = _chunking_config(settings, max_tokens=max_tokens)
         self.count_tokens = thread_safe_counter(embedder)
-        self._embed_s = 0.0
 
     async def process(
         self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
@@ -484,7 +487,9 @@ class IngestWorker:
     async def _extract_and_embed(
         self, *, event: DocumentUploaded, path: Path, password: str | None, progress: Progress
     ) -> PipelineResult:
-        self._embed_s = 0.0
+        # several documents may be in flight in one worker: embedding time is per document
+        embed_timer = [0.0]
+        _EMBED_TIMER.set(embed_timer)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.settings.queue_batches)
         producer = _Producer(
@@ -547,7 +552,7 @@ class IngestWorker:
             )  # fmt: skip
             return PipelineResult(
                 chunks=[], embeddings=np.empty((0, 0), dtype=np.float32), indexed=duplicate,
-                embed_s=self._embed_s, duplicate_of=duplicate_of,
+                embed_s=embed_timer[0], duplicate_of=duplicate_of,
             )  # fmt: skip
 
         records = [_record(event.document_id, i, d) for i, d in enumerate(drafts)]
@@ -580,7 +585,7 @@ class IngestWorker:
             enriched=enriched, enrichment_note=note,
         )  # fmt: skip
         return PipelineResult(
-            chunks=records, embeddings=embeddings, indexed=indexed, embed_s=self._embed_s
+            chunks=records, embeddings=embeddings, indexed=indexed, embed_s=embed_timer[0]
         )
 
     async def _content_duplicate(
@@ -608,7 +613,7 @@ class IngestWorker:
                 stage=IngestStage.EMBED, reason=FailureReason.EMBEDDING_FAILED,
             ) from exc  # fmt: skip
         finally:
-            self._embed_s += time.monotonic() - started
+            _EMBED_TIMER.get([0.0])[0] += time.monotonic() - started
 
     async def _near_duplicate(
         self, event: DocumentUploaded, simhash: int
