@@ -540,7 +540,10 @@ class IngestWorker:
             )  # fmt: skip
         if not checked:
             duplicate_of = await self._content_duplicate(event, stats)
-        lang = event.metadata.language or language.detect_language("\n".join(stats.sample))
+        # off the event loop, which serves the other documents in flight
+        lang = event.metadata.language or await asyncio.to_thread(
+            language.detect_language, "\n".join(stats.sample)
+        )
         simhash = stats.simhash.digest()
         if duplicate_of is not None:
             duplicate = repo.IndexedDocument(

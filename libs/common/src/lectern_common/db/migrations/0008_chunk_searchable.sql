@@ -7,7 +7,11 @@ BEGIN
     UPDATE chunks SET active = (NEW.status = 'indexed')
     WHERE document_id = NEW.id AND active IS DISTINCT FROM (NEW.status = 'indexed');
     IF NEW.status = 'indexed' THEN
-        PERFORM lectern_bm25_index_documents(ARRAY[NEW.id]);
+        -- ingest indexes the chunks in the same transaction before this update: only a
+        -- document coming back (restored from archived) still has chunks to index
+        IF EXISTS (SELECT 1 FROM chunks WHERE document_id = NEW.id AND doc_length IS NULL) THEN
+            PERFORM lectern_bm25_index_documents(ARRAY[NEW.id]);
+        END IF;
     ELSIF NEW.status IN ('archived', 'deleted', 'superseded', 'failed') THEN
         PERFORM lectern_bm25_unindex_documents(ARRAY[NEW.id]);
     END IF;
