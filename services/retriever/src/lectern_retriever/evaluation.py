@@ -528,6 +528,8 @@ async def _in_process_ingest(servers: Stack, embedder: Embedder) -> AsyncIterato
         http_port=0,
         log_json=False,
         log_level="WARNING",
+        # a corpus of short documents: more of them in flight hides each one's round trips
+        concurrency=4,
     )
     app = create_app(settings, embedder=embedder)
     async with app.router.lifespan_context(app):
@@ -578,6 +580,8 @@ async def _in_process_retriever(servers: Stack, embedder: Embedder) -> AsyncIter
         http_port=0,
         log_json=False,
         log_level="WARNING",
+        # a corpus of short documents: more of them in flight hides each one's round trips
+        concurrency=4,
     )
     app = create_app(settings, embedder=embedder)
     async with app.router.lifespan_context(app):
