@@ -395,7 +395,7 @@ async def test_educational_signals_break_semantic_ties() -> None:
     assert reply.chunks[1].signals["source_priority"] == 0.1
 
 
-async def test_bi_encoder_blends_in_the_retrieval_order() -> None:
+async def test_bi_encoder_keeps_the_retrieval_order() -> None:
     texts = ["alpha beta", "alpha beta gamma", "alpha"]
     request = RerankRequest(
         tenant_id="t", query="alpha beta gamma", candidates=[candidate(t) for t in texts]
@@ -405,9 +405,25 @@ async def test_bi_encoder_blends_in_the_retrieval_order() -> None:
     bi = await rerank(request=request, scorer=LexicalScorer("bi-encoder"), config=config)
     assert [c.candidate.text for c in cross.chunks] == ["alpha beta gamma", "alpha beta", "alpha"]
     assert "retrieval_rank" not in cross.chunks[0].signals
-    # 0.5 * (2/3) + 0.5 * 1.0 for the first beats 0.5 * 1.0 + 0.5 * 0.5 for the second
-    assert [c.candidate.text for c in bi.chunks] == ["alpha beta", "alpha beta gamma", "alpha"]
+    # the bi-encoder is the retriever's own dense signal, already in the fused order: that
+    # order stands (the cosine still feeds the confidence)
+    assert [c.candidate.text for c in bi.chunks] == texts
     assert bi.chunks[0].signals["retrieval_rank"] == 1.0
+    assert [c.semantic for c in bi.chunks] == pytest.approx([2 / 3, 1.0, 1 / 3])
+    # a share below 1 lets the cosine move chunks again (configurable)
+    blended = await rerank(
+        request=request,
+        scorer=LexicalScorer("bi-encoder"),
+        config=RerankConfig(duplicate_overlap=1.0, rank_prior_weight={"bi-encoder": 0.5}),
+    )
+    # 0.5 * (2/3) + 0.5 * 1.0 for the first beats 0.5 * 1.0 + 0.5 * 0.5 for the second
+    assert [c.candidate.text for c in blended.chunks] == texts
+    shares = await rerank(
+        request=request,
+        scorer=LexicalScorer("bi-encoder"),
+        config=RerankConfig(duplicate_overlap=1.0, rank_prior_weight={"bi-encoder": 0.0}),
+    )
+    assert [c.candidate.text for c in shares.chunks] == ["alpha beta gamma", "alpha beta", "alpha"]
 
 
 async def test_no_candidates_is_a_gap() -> None:

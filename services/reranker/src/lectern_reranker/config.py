@@ -68,7 +68,7 @@ class Settings(ServiceHttpSettings):
     weight_freshness: float = Field(default=_W.freshness, ge=0.0)
     weight_content_type: float = Field(default=_W.content_type, ge=0.0)
     bi_encoder_rank_prior: float = Field(
-        default=0.9, ge=0.0, le=1.0,
+        default=1.0, ge=0.0, le=1.0,
         description="bi-encoder only: share of the retriever's order in the relevance signal",
     )  # fmt: skip
 

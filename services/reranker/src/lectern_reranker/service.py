@@ -130,12 +130,15 @@ class RerankConfig:
     )
     grounding_prior: float = NEUTRAL
     duplicate_overlap: float = 0.80
-    # The bi-encoder is the retriever's own dense model, so its cosine adds little to a fused
-    # hybrid ranking; blending in the retrieval rank keeps what BM25 contributed. Measured with
-    # bench/tune_rerank.py on bioasq-dev (nDCG@10, hybrid 0.8412): share 0.5 -> 0.8302,
-    # 0.8 -> 0.8396, 0.9 -> 0.8413; the cosine then only breaks near-ties of the fused order.
+    # The bi-encoder is the retriever's own dense model: its cosine is a signal the fused
+    # hybrid order already holds, and weighing it again tilts that order back towards dense
+    # alone (bioasq-dev nDCG@10 through `lectern eval`, hybrid 0.8479: share of the fused
+    # order 0.9 -> 0.8465, and 0.5 -> 0.830 in bench/tune_rerank.py). With the bi-encoder the
+    # relevance is therefore the fused order; educational signals still move chunks, and the
+    # cosine drives the calibrated retrieval confidence. A cross-encoder reads query and
+    # chunk together, a signal of its own, so it ranks alone.
     rank_prior_weight: Mapping[str, float] = field(
-        default_factory=lambda: {"bi-encoder": 0.9, "cross-encoder": 0.0}
+        default_factory=lambda: {"bi-encoder": 1.0, "cross-encoder": 0.0}
     )
 
 
