@@ -227,12 +227,12 @@ def test_overlap_and_near_duplicates() -> None:
     other = "Mitochondria release energy from glucose by cellular respiration in all cells"
     assert overlap(shingles(base), shingles(other)) < 0.1
     assert overlap(shingles(""), shingles(base)) == 0.0
-    keep, dropped = drop_near_duplicates([contained, other, base, base], threshold=0.8)
+    keep, twins = drop_near_duplicates([contained, other, base, base], threshold=0.8)
     assert keep == [0, 1]
-    assert dropped == 2
-    keep, dropped = drop_near_duplicates([base, one_word_changed], threshold=0.8)
+    assert twins == {2: 0, 3: 0}  # each dropped text points at the kept one it repeats
+    keep, twins = drop_near_duplicates([base, one_word_changed], threshold=0.8)
     assert keep == [0, 1]  # 75% overlap is not a near-duplicate
-    assert dropped == 0
+    assert twins == {}
 
 
 def test_fit_budget_drops_the_lowest_ranked() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from lectern_retriever.evaluation import (
     ndcg_at,
     percentile,
     recall_at,
+    rerank_order,
 )
 
 
@@ -70,6 +72,16 @@ async def test_request_reply_over_nats(
     bad = {"tenant_id": tenant_id, "query": ""}
     raw = await retriever_service.request(bad, RetrieveRequest.subject, timeout=10)
     assert RetrieveReply.model_validate_json(raw.body).error == "bad_input"
+
+
+def test_rerank_order_puts_dropped_duplicates_after_their_twin() -> None:
+    c1, c2, c3, c4, c5 = (uuid.uuid4() for _ in range(5))
+    d1, d2, d3, d4, d5 = (uuid.uuid4() for _ in range(5))
+    document_of = {c1: d1, c2: d2, c3: d3, c4: d4, c5: d5}
+    # c4 and c2 repeat c3; c5 repeats a chunk the reply never kept (it stays out)
+    order = rerank_order([(c3, d3), (c1, d1)], {c4: c3, c2: c3, c5: uuid.uuid4()}, document_of)
+    assert order == [d3, d4, d2, d1]
+    assert rerank_order([(c1, d1)], {}, document_of) == [d1]
 
 
 def test_metrics_by_hand() -> None:

@@ -371,19 +371,24 @@ def overlap(a: frozenset[tuple[str, ...]], b: frozenset[tuple[str, ...]]) -> flo
     return len(a & b) / min(len(a), len(b))
 
 
-def drop_near_duplicates(texts: Sequence[str], *, threshold: float) -> tuple[list[int], int]:
-    """Indices to keep from texts in rank order (the first of overlapping texts wins)."""
+def drop_near_duplicates(
+    texts: Sequence[str], *, threshold: float
+) -> tuple[list[int], dict[int, int]]:
+    """Indices to keep from texts in rank order (the first of overlapping texts wins), and
+    each dropped index with the kept index it repeats."""
     kept: list[int] = []
     kept_shingles: list[frozenset[tuple[str, ...]]] = []
-    dropped = 0
+    twins: dict[int, int] = {}
     for i, text in enumerate(texts):
         sh = shingles(text)
-        if any(overlap(sh, other) > threshold for other in kept_shingles):
-            dropped += 1
+        pairs = zip(kept, kept_shingles, strict=True)
+        twin = next((k for k, other in pairs if overlap(sh, other) > threshold), None)
+        if twin is not None:
+            twins[i] = twin
             continue
         kept.append(i)
         kept_shingles.append(sh)
-    return kept, dropped
+    return kept, twins
 
 
 def fit_budget(token_counts: Sequence[int], *, budget: int) -> int:
@@ -523,7 +528,7 @@ async def rerank(
         candidates=candidates, semantic=semantic, student=request.student,
         scorer=scorer.name, config=config, today=day,
     )  # fmt: skip
-    keep, dropped_duplicates = drop_near_duplicates(
+    keep, twins = drop_near_duplicates(
         [r.candidate.text for r in ranked], threshold=config.duplicate_overlap
     )
     top = [ranked[i] for i in keep][: request.top_k]
@@ -547,7 +552,11 @@ async def rerank(
         chunks=chunks,
         scorer=scorer.name,
         confidence=confidence,
-        dropped_duplicates=dropped_duplicates,
+        dropped_duplicates=len(twins),
+        duplicates={
+            ranked[dropped].candidate.chunk_id: ranked[kept].candidate.chunk_id
+            for dropped, kept in twins.items()
+        },
         dropped_for_budget=len(top) - fits,
         timings_ms={
             "score": round((scored_at - started) * 1000, 3),

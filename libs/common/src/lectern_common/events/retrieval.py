@@ -158,6 +158,11 @@ class RerankReply(Reply):
     scorer: Literal["cross-encoder", "bi-encoder"] = "bi-encoder"
     confidence: Confidence | None = None
     dropped_duplicates: int = 0
+    #: each candidate dropped as a near-duplicate -> the chunk kept in its place (optional)
+    duplicates: dict[uuid.UUID, uuid.UUID] = Field(
+        default_factory=dict,
+        description="chunk id dropped as a near-duplicate -> the chunk id kept in its place",
+    )
     dropped_for_budget: int = 0
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
