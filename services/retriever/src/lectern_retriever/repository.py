@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from pgvector import SparseVector
 
-from lectern_common.bm25 import SPARSE_DIM, tsquery_or, tsquery_two_of
+from lectern_common.bm25 import SPARSE_DIM, tsqueries_two_of, tsquery_or
 from lectern_common.events import RetrievalFilters
 
 # Chunk columns every search returns (the Candidate fields).
@@ -179,15 +179,21 @@ async def sparse_search(
     """Top-k chunks by BM25 among the GIN matches of the lexemes, ranked by inner product.
 
     The matches are the chunks holding any of the lexemes, or with ``at_least_two`` only
-    those holding two or more of them. Scores are always the full BM25 score of the query.
+    those holding two or more of them (give the lexemes rarest first: see
+    ``tsqueries_two_of``). Scores are always the full BM25 score of the query.
     """
-    tsquery = tsquery_two_of(lexemes) if at_least_two else tsquery_or(lexemes)
-    params = [*where.params, tsquery, query_vector, k]
-    tsq, vec, lim = (f"${len(params) - 2}", f"${len(params) - 1}", f"${len(params)}")
+    params = list(where.params)
+    tsqueries = tsqueries_two_of(lexemes) if at_least_two else [tsquery_or(lexemes)]
+    matches: list[str] = []
+    for tsquery in tsqueries:
+        params.append(tsquery)
+        matches.append(f"c.tsv @@ ${len(params)}::tsquery")
+    params += [query_vector, k]
+    vec, lim = f"${len(params) - 1}", f"${len(params)}"
     sql = f"""
         WITH hits AS MATERIALIZED (
             SELECT c.id, -(c.bm25 <#> {vec}) AS score FROM chunks c
-            WHERE {where.clause} AND c.tsv @@ {tsq}::tsquery AND c.bm25 IS NOT NULL
+            WHERE {where.clause} AND ({" OR ".join(matches)}) AND c.bm25 IS NOT NULL
             ORDER BY c.bm25 <#> {vec} LIMIT {lim})
         SELECT {_CANDIDATE_COLUMNS}, h.score
         FROM hits h JOIN chunks c ON c.id = h.id JOIN documents d ON d.id = c.document_id

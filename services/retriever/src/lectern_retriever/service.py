@@ -39,7 +39,7 @@ class SearchDefaults:
     cited_boost: float = 0.2
     maxscore_postings: int = 1000
     #: queries with 2..this many terms look at chunks holding two terms first (the tsquery
-    #: grows with the square of the terms)
+    #: clauses grow with the square of the terms)
     pair_terms_max: int = 12
 
 
@@ -330,7 +330,7 @@ async def hybrid_search(
             scored = {t.term_id for t in first}
             rest = [t for t in terms if t.term_id not in scored]
             if len(rest) > max(defaults.pair_terms_max, 1):
-                # too many terms for pairs (the tsquery grows with their square): MaxScore
+                # too many terms for pairs (the clauses grow with their square): MaxScore
                 threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
                 new = [t for t in essential_terms(terms, threshold=threshold)
                        if t.term_id not in scored]  # fmt: skip
