@@ -53,6 +53,18 @@ async def test_event_published_is_consumed_by_a_durable_pull_consumer(
     broker = create_broker(nats_url, service_name="test")
     durable = f"test-{uuid.uuid4().hex[:8]}"
     subject = Subjects.DOCUMENTS_UPLOADED
+    # A work-queue stream admits one consumer per subject: an ingest service an earlier test
+    # of this session ran leaves its durable behind, so take it out first.
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        for info in await js.consumers_info("LECTERN_DOCUMENTS"):
+            config = info.config
+            if subject in (config.filter_subject, *(config.filter_subjects or [])):
+                await js.delete_consumer("LECTERN_DOCUMENTS", info.name)
+    finally:
+        await nc.close()
 
     # a filtered durable on the work-queue stream: only this test's tenant reaches it
     @broker.subscriber(
