@@ -195,11 +195,16 @@ async def test_maxscore_cut_keeps_the_exact_top_k(
     expected = await reference_scores(db_pool, tenant_id, query)
     best = sorted(expected.values(), reverse=True)[:5]
     # both strategies, whatever their tuning, find the exact top k: MaxScore (pairs off) and
-    # two-term candidates first (pairs on)
-    for postings, pairs in ((0, 0), (1, 0), (1000, 0), (1000, 12), (0, 12), (0, 2)):
+    # two-term candidates first (pairs on), as the sets of terms that can beat the first
+    # pass (clauses > 0) or as any two terms (clauses 0)
+    for postings, pairs, clauses in ((0, 0, 32), (1, 0, 32), (1000, 0, 32), (1000, 12, 32),
+                                     (0, 12, 32), (0, 2, 32), (1, 12, 0), (1, 12, 1),
+                                     # chlorophyll and item3 first (14 chunks): a threshold
+                                     (20, 12, 32), (20, 12, 1), (20, 12, 0)):  # fmt: skip
         settings = Settings(
             nats_url=nats_url, database_url=database_url, http_port=0,
-            maxscore_postings=postings, pair_terms_max=pairs, reweight_interval_s=0,
+            maxscore_postings=postings, pair_terms_max=pairs, pass_two_clauses_max=clauses,
+            reweight_interval_s=0,
         )  # fmt: skip
         retriever = Retriever(settings=settings, embedder=embedder)
         await retriever.start()

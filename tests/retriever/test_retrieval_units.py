@@ -171,6 +171,43 @@ def test_maxscore_term_selection() -> None:
     assert essential_terms(terms, threshold=0.0) == terms
 
 
+def test_scoring_sets_cover_every_set_that_can_beat_the_threshold() -> None:
+    import itertools
+    import random
+
+    from lectern_retriever.service import WeightedTerm, scoring_sets
+
+    a, b, c, d = (WeightedTerm(x, i, w, 10 * i) for i, (x, w) in
+                  enumerate([("a", 4.0), ("b", 3.0), ("c", 2.0), ("d", 1.0)], start=1))  # fmt: skip
+    # no threshold yet: any two terms (one clause per term but the last)
+    assert scoring_sets([a, b, c, d], threshold=0.0, limit=32) == [
+        ([a], [b, c, d]),
+        ([b], [c, d]),
+        ([c], [d]),
+    ]
+    # bounds 7.6, 5.7, 3.8, 1.9: above 11 takes a with b or c, or all of b, c and d
+    assert scoring_sets([a, b, c, d], threshold=11.0, limit=32) == [([a], [b, c]), ([b, c], [d])]
+    # above 14: a and b with c or d
+    assert scoring_sets([a, b, c, d], threshold=14.0, limit=32) == [([a, b], [c, d])]
+    assert scoring_sets([a, b, c, d], threshold=19.5, limit=32) == []  # all four: 19.0
+    assert scoring_sets([a, b, c, d], threshold=0.0, limit=2) is None
+
+    rng = random.Random(7)
+    for _ in range(200):
+        count = rng.randint(2, 8)
+        terms = [WeightedTerm(f"t{i}", i, rng.uniform(0.2, 6.0), i) for i in range(count)]
+        threshold = rng.uniform(0.0, sum(t.bound for t in terms))
+        sets = scoring_sets(terms, threshold=threshold, limit=10_000)
+        assert sets is not None
+        for required, any_of in sets:  # every clause is a set that beats the threshold
+            assert sum(t.bound for t in required) + min(t.bound for t in any_of) > threshold
+        for size in range(2, len(terms) + 1):  # every set that beats it meets a clause
+            for held in itertools.combinations(terms, size):
+                if sum(t.bound for t in held) > threshold:
+                    assert any(set(required) <= set(held) and set(any_of) & set(held)
+                               for required, any_of in sets), (held, threshold)  # fmt: skip
+
+
 def test_selective_filters() -> None:
     from lectern_retriever.service import has_selective_filter
 

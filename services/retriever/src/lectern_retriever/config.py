@@ -45,3 +45,8 @@ class Settings(ServiceHttpSettings):
         default=12, ge=0,
         description="BM25: queries of 2..N terms score chunks holding two terms first (0: off)",
     )  # fmt: skip
+    pass_two_clauses_max: int = Field(
+        default=32, ge=0,
+        description="BM25: most clauses for the sets of terms that can beat the first pass's "
+        "k-th score; beyond it, chunks holding any two terms (0: always any two)",
+    )  # fmt: skip

@@ -38,6 +38,7 @@ class Retriever:
             cited_boost=settings.cited_boost,
             maxscore_postings=settings.maxscore_postings,
             pair_terms_max=settings.pair_terms_max,
+            pass_two_clauses_max=settings.pass_two_clauses_max,
         )
 
     async def start(self, state: ServiceState | None = None) -> None:

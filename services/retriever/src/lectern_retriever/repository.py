@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from pgvector import SparseVector
 
-from lectern_common.bm25 import SPARSE_DIM, tsqueries_two_of, tsquery_or
+from lectern_common.bm25 import SPARSE_DIM
 from lectern_common.events import RetrievalFilters
 
 # Chunk columns every search returns (the Candidate fields).
@@ -171,19 +172,16 @@ async def sparse_search(
     conn: Any,
     *,
     where: SqlFilter,
-    lexemes: list[str],
+    tsqueries: Sequence[str],
     query_vector: SparseVector,
     k: int,
-    at_least_two: bool = False,
 ) -> list[Any]:
-    """Top-k chunks by BM25 among the GIN matches of the lexemes, ranked by inner product.
+    """Top-k chunks by BM25 among the GIN matches of any of ``tsqueries``, by inner product.
 
-    The matches are the chunks holding any of the lexemes, or with ``at_least_two`` only
-    those holding two or more of them (give the lexemes rarest first: see
-    ``tsqueries_two_of``). Scores are always the full BM25 score of the query.
+    Each tsquery is its own condition, so Postgres ORs their bitmap index scans; the
+    scores are always the query's full BM25 score.
     """
     params = list(where.params)
-    tsqueries = tsqueries_two_of(lexemes) if at_least_two else [tsquery_or(lexemes)]
     matches: list[str] = []
     for tsquery in tsqueries:
         params.append(tsquery)

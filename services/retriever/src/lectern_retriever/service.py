@@ -10,7 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from lectern_common.bm25 import K1, idf, ts_config_for
+from lectern_common.bm25 import (
+    K1,
+    idf,
+    ts_config_for,
+    tsqueries_two_of,
+    tsquery_all_then_any,
+    tsquery_or,
+)
 from lectern_common.embeddings import Embedder
 from lectern_common.events import Candidate, RetrievalFilters, RetrieveReply, RetrieveRequest
 from lectern_retriever import repository
@@ -41,6 +48,8 @@ class SearchDefaults:
     #: queries with 2..this many terms look at chunks holding two terms first (the tsquery
     #: clauses grow with the square of the terms)
     pair_terms_max: int = 12
+    #: the most OR'ed clauses the second BM25 pass may use before it settles for "any two"
+    pass_two_clauses_max: int = 32
 
 
 class QueryBatcher:
@@ -162,6 +171,43 @@ def essential_terms(terms: Sequence[WeightedTerm], *, threshold: float) -> list[
         dropped += terms[index].bound
         cut = index
     return list(terms[:cut])
+
+
+def scoring_sets(
+    terms: Sequence[WeightedTerm], *, threshold: float, limit: int
+) -> list[tuple[list[WeightedTerm], list[WeightedTerm]]] | None:
+    """Clauses (every one of ``required``, one of ``any_of``) whose OR matches each chunk
+    holding two or more of ``terms`` whose bounds sum above ``threshold``.
+
+    They are the minimal such sets of terms, grouped by all but their last term, found in
+    order of falling bound (rarest first, so each clause's GIN scan is driven by a rare
+    term). A chunk holding two or more of the terms but outside them scores at most the
+    threshold. None when more than ``limit`` clauses would be needed.
+    """
+    order = sorted(terms, key=lambda t: (-t.bound, t.lexeme))
+    # the most the terms from index i on can add
+    reach = [0.0] * (len(order) + 1)
+    for i in range(len(order) - 1, -1, -1):
+        reach[i] = reach[i + 1] + order[i].bound
+    clauses: list[tuple[list[WeightedTerm], list[WeightedTerm]]] = []
+
+    def walk(prefix: list[WeightedTerm], total: float, start: int) -> bool:
+        any_of: list[WeightedTerm] = []
+        for j in range(start, len(order)):
+            term = order[j]
+            if prefix and total + term.bound > threshold:
+                any_of.append(term)  # prefix + term beats the threshold, and is minimal
+            elif (
+                total + reach[j] > threshold
+                and j + 1 < len(order)
+                and not walk([*prefix, term], total + term.bound, j + 1)
+            ):
+                return False
+        if any_of:
+            clauses.append((prefix, any_of))
+        return len(clauses) <= limit
+
+    return clauses if walk([], 0.0, 0) else None
 
 
 def merge_top(first: Sequence[Any], second: Sequence[Any], *, k: int) -> list[Any]:
@@ -309,37 +355,46 @@ async def hybrid_search(
         vector = repository.sparse_query_vector({t.term_id: t.idf for t in terms})
         k = request.k_sparse
 
-        async def top(chosen: Sequence[WeightedTerm], *, at_least_two: bool = False) -> list[Any]:
+        async def top(tsqueries: Sequence[str]) -> list[Any]:
             return await repository.sparse_search(
-                conn,
-                where=where,
-                lexemes=[t.lexeme for t in chosen],
-                query_vector=vector,
-                k=k,
-                at_least_two=at_least_two,
+                conn, where=where, tsqueries=tsqueries, query_vector=vector, k=k
             )
+
+        def any_of(chosen: Sequence[WeightedTerm]) -> list[str]:
+            return [tsquery_or(t.lexeme for t in chosen)]
 
         async with pool.acquire() as conn:
             # Exact top k without scoring every chunk that holds one common word. 1: the
-            # rarest terms' chunks (short postings), scored in full. 2: chunks holding two or
-            # more of the other terms. Every chunk left holds one query term at most, so it
-            # scores at most that term's bound: 3: only terms whose bound beats the k-th
-            # score so far need their chunks looked at.
+            # rarest terms' chunks (short postings), scored in full; the k-th score is the
+            # threshold. 2: chunks holding two or more of the other terms whose bounds sum
+            # above it. Every chunk left holds one of those terms at most, so it scores at
+            # most that term's bound: 3: only terms whose bound beats the k-th score so far
+            # need their chunks looked at.
             first = first_pass_terms(terms, postings=defaults.maxscore_postings)
-            rows = await top(first)
+            rows = await top(any_of(first))
             scored = {t.term_id for t in first}
             rest = [t for t in terms if t.term_id not in scored]
+            threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
             if len(rest) > max(defaults.pair_terms_max, 1):
-                # too many terms for pairs (the clauses grow with their square): MaxScore
-                threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
+                # too many terms for sets of them (their number grows fast): MaxScore
                 new = [t for t in essential_terms(terms, threshold=threshold)
                        if t.term_id not in scored]  # fmt: skip
-                return merge_top(rows, await top(new), k=k) if new else rows
+                return merge_top(rows, await top(any_of(new)), k=k) if new else rows
             if len(rest) >= 2:
-                rows = merge_top(rows, await top(rest, at_least_two=True), k=k)
+                sets = scoring_sets(rest, threshold=threshold, limit=defaults.pass_two_clauses_max)
+                clauses = (
+                    tsqueries_two_of([t.lexeme for t in rest])
+                    if sets is None
+                    else [
+                        tsquery_all_then_any([t.lexeme for t in required], [t.lexeme for t in more])
+                        for required, more in sets
+                    ]
+                )
+                if clauses:
+                    rows = merge_top(rows, await top(clauses), k=k)
             threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
             singles = [t for t in rest if t.bound > threshold]
-            return merge_top(rows, await top(singles), k=k) if singles else rows
+            return merge_top(rows, await top(any_of(singles)), k=k) if singles else rows
 
     jobs: list[Awaitable[list[Any]]] = []
     sides: list[str] = []
