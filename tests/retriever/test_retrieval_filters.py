@@ -169,3 +169,30 @@ async def test_max_per_document_and_boosts(
     cited_score = {c.document_id: c.fused_score for c in cited.candidates}
     assert cited_score[other] == pytest.approx(score[other] * 1.2)
     assert cited_score[big] == pytest.approx(score[big])
+
+
+async def test_request_settings_do_not_outlive_the_request(
+    nats_url: str, database_url: str, embedder: Embedder, tenant_id: str
+) -> None:
+    """Connections go back to the pool without a reset query: a request's ef_search (SET
+    LOCAL) and a transaction left open must not reach the next user of the connection."""
+    settings = Settings(
+        nats_url=nats_url, database_url=database_url, http_port=0, pool_size=2, ef_search=64
+    )
+    retriever = Retriever(settings=settings, embedder=embedder)
+    await retriever.start()
+    try:
+        await retriever.retrieve(ask(tenant_id, methods=["dense"], ef_search=300))
+        async with retriever.pool.acquire() as conn:
+            assert await conn.fetchval("SHOW hnsw.ef_search") == "64"
+            assert await conn.fetchval("SHOW hnsw.iterative_scan") == "relaxed_order"
+            left_open = conn.transaction()
+            await left_open.start()
+            await conn.execute("SET LOCAL hnsw.ef_search = 500")
+        # the pool holds two connections: take both, the one left in a transaction among them
+        async with retriever.pool.acquire() as one, retriever.pool.acquire() as two:
+            for conn in (one, two):
+                assert not conn.is_in_transaction()
+                assert await conn.fetchval("SHOW hnsw.ef_search") == "64"
+    finally:
+        await retriever.close()
