@@ -210,6 +210,11 @@ def scoring_sets(
     return clauses if walk([], 0.0, 0) else None
 
 
+def kth_score(rows: Sequence[Any], *, k: int) -> float:
+    """The score a chunk must beat to enter a top k of ``rows`` (0 while fewer than k)."""
+    return float(rows[-1]["score"]) if len(rows) >= k else 0.0
+
+
 def merge_top(first: Sequence[Any], second: Sequence[Any], *, k: int) -> list[Any]:
     """The k best of two exactly scored result lists (a chunk in both counts once)."""
     best: dict[Any, Any] = {row["chunk_id"]: row for row in first}
@@ -374,7 +379,7 @@ async def hybrid_search(
             rows = await top(any_of(first))
             scored = {t.term_id for t in first}
             rest = [t for t in terms if t.term_id not in scored]
-            threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
+            threshold = kth_score(rows, k=k)
             if len(rest) > max(defaults.pair_terms_max, 1):
                 # too many terms for sets of them (their number grows fast): MaxScore
                 new = [t for t in essential_terms(terms, threshold=threshold)
@@ -392,7 +397,7 @@ async def hybrid_search(
                 )
                 if clauses:
                     rows = merge_top(rows, await top(clauses), k=k)
-            threshold = float(rows[-1]["score"]) if len(rows) >= k else 0.0
+            threshold = kth_score(rows, k=k)
             singles = [t for t in rest if t.bound > threshold]
             return merge_top(rows, await top(any_of(singles)), k=k) if singles else rows
 
