@@ -48,20 +48,46 @@ async def test_similar_texts_are_closer_than_unrelated_ones(embedder: LocalEmbed
     assert related > unrelated + 0.2
 
 
-async def test_batches_match_one_by_one_and_queries_match_documents(
-    embedder: LocalEmbedder,
-) -> None:
+async def test_batches_match_one_by_one(embedder: LocalEmbedder) -> None:
     texts = [f"Sentence {i} about {topic}." for i, topic in enumerate(["cells", "rivers"] * 5)]
     together = await embedder.embed_documents(texts)
-    alone = np.stack([await embedder.embed_query(text) for text in texts])
+    alone = np.concatenate([await embedder.embed_documents([text]) for text in texts])
     np.testing.assert_allclose(together, alone, atol=2e-5)
-    np.testing.assert_allclose(await embedder.embed_queries(texts[:3]), together[:3], atol=2e-5)
+    queries = await embedder.embed_queries(texts)
+    alone = np.stack([await embedder.embed_query(text) for text in texts])
+    np.testing.assert_allclose(queries, alone, atol=2e-5)
+
+
+async def test_int8_queries_stay_close_to_the_float_model(embedder: LocalEmbedder) -> None:
+    """Queries go through the int8 copy by default; documents stay float."""
+    assert embedder.query_precision == "int8"
+    texts = [
+        "How do cells produce energy?",
+        "What is the difference between weather and climate?",
+        "Why did the Roman Empire fall in the west?",
+        "solve 3x + 5 = 20",
+    ]
+    queries = await embedder.embed_queries(texts)
+    documents = await embedder.embed_documents(texts)
+    assert not np.allclose(queries, documents, atol=1e-4)  # really another model
+    cosines = (queries * documents).sum(axis=1)
+    assert cosines.min() > 0.98, cosines
+    np.testing.assert_allclose(np.linalg.norm(queries, axis=1), 1.0, rtol=1e-5)
+
+
+def test_float32_queries_are_the_document_model() -> None:
+    embedder = LocalEmbedder(query_precision="float32")
+    assert embedder.query_precision == "float32"
+    texts = ["How do cells produce energy?", "solve 3x + 5 = 20"]
+    np.testing.assert_allclose(
+        embedder.embed_queries_sync(texts), embedder.embed_documents_sync(texts), atol=2e-5
+    )
 
 
 async def test_concurrent_calls_all_get_their_own_vectors(embedder: LocalEmbedder) -> None:
     texts = ["photosynthesis", "volcanoes erupt", "fractions and decimals"]
     results = await asyncio.gather(*(embedder.embed_query(t) for t in texts))
-    expected = embedder.embed_documents_sync(texts)
+    expected = embedder.embed_queries_sync(texts)
     np.testing.assert_allclose(np.stack(results), expected, atol=2e-5)
 
 

@@ -127,7 +127,9 @@ class OnnxSentenceEncoder:
     back to sentence-transformers itself.
     """
 
-    def __init__(self, model_dir: Path, *, cache_dir: Path, threads: int | None) -> None:
+    def __init__(
+        self, model_dir: Path, *, cache_dir: Path, threads: int | None, quantize: bool = False
+    ) -> None:
         import json
 
         from transformers import AutoTokenizer
@@ -146,7 +148,9 @@ class OnnxSentenceEncoder:
         self.max_seq_length = int(st_config.get("max_seq_length") or LOCAL_MAX_TOKENS)
         self.dimension = int(pooling["word_embedding_dimension"])
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-        graph = onnx_models.export(model_dir, cache_dir=cache_dir, head="encoder")
+        graph = onnx_models.export(
+            model_dir, cache_dir=cache_dir, head="encoder", quantize=quantize
+        )
         self.session = onnx_models.open_session(graph, threads=threads)
         self._inputs = onnx_models.session_inputs(self.session)
         self.path = graph
@@ -175,14 +179,16 @@ class OnnxSentenceEncoder:
 class LocalEmbedder:
     """A sentence-transformers model on the CPU, loaded offline from a local directory.
 
-    Queries and documents are embedded the same way (MiniLM has no instruction prefixes).
-    Inputs longer than ``max_input_tokens`` are truncated: the chunker guarantees documents
-    fit, and truncating an over-long query is acceptable. By default the model runs as an
-    ONNX graph exported once from the same weights (vectors equal to sentence-transformers'
-    within 1e-6, several times faster for short queries); ``backend="torch"`` (or a model
-    ONNX cannot run) uses sentence-transformers. Encoding runs in a worker thread, one call
-    at a time per process (a lock), so the event loop stays responsive and concurrent
-    requests do not oversubscribe the CPU cores.
+    MiniLM has no instruction prefixes, so queries and documents go through the same model;
+    by default queries go through its int8 copy (``query_precision``), which costs 1.7x less
+    CPU per query for vectors within cosine 0.99 of the float ones. Inputs longer than
+    ``max_input_tokens`` are truncated: the chunker guarantees documents fit, and truncating
+    an over-long query is acceptable. By default the model runs as an ONNX graph exported
+    once from the same weights (vectors equal to sentence-transformers' within 1e-6, several
+    times faster for short queries); ``backend="torch"`` (or a model ONNX cannot run) uses
+    sentence-transformers. Encoding runs in a worker thread, one call at a time per process
+    (a lock), so the event loop stays responsive and concurrent requests do not
+    oversubscribe the CPU cores.
     """
 
     def __init__(
@@ -193,6 +199,7 @@ class LocalEmbedder:
         batch_size: int | None = None,
         torch_threads: int | None = None,
         backend: Literal["onnx", "torch"] | None = None,
+        query_precision: Literal["int8", "float32"] | None = None,
     ) -> None:
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -208,21 +215,28 @@ class LocalEmbedder:
         self.batch_size = batch_size or (settings.embedding_batch_size if settings else 64)
         threads = torch_threads or (settings.embedding_threads if settings else None)
         wanted = backend or (settings.local_embedding_backend if settings else "onnx")
+        precision = query_precision or (settings.query_embedding_precision if settings else "int8")
         self._lock = threading.Lock()
         self._onnx: OnnxSentenceEncoder | None = None
+        self._onnx_query: OnnxSentenceEncoder | None = None
         self.model: Any = None
         if wanted == "onnx":
             from lectern_common.onnx_models import default_cache_dir
 
             cache = settings.model_cache_dir if settings and settings.model_cache_dir else None
+            cache_dir = (cache / "embedder") if cache else default_cache_dir("embedder")
             try:
-                self._onnx = OnnxSentenceEncoder(
-                    path,
-                    cache_dir=(cache / "embedder") if cache else default_cache_dir("embedder"),
-                    threads=threads,
+                self._onnx = OnnxSentenceEncoder(path, cache_dir=cache_dir, threads=threads)
+                self._onnx_query = (
+                    OnnxSentenceEncoder(path, cache_dir=cache_dir, threads=threads, quantize=True)
+                    if precision == "int8"
+                    else self._onnx
                 )
             except (ConfigurationError, ImportError, OSError, RuntimeError, ValueError) as exc:
                 log.warning("ONNX export of %s failed (%s); using sentence-transformers", path, exc)
+                self._onnx = self._onnx_query = None
+        #: how queries are encoded: "int8" (a quantized copy of the model) or "float32"
+        self.query_precision: str = "int8" if self._onnx_query is not self._onnx else "float32"
         if self._onnx is not None:
             self.backend: str = "onnx"
             self.dimension: int = self._onnx.dimension
@@ -256,11 +270,30 @@ class LocalEmbedder:
 
     def embed_documents_sync(self, texts: Sequence[str]) -> Vectors:
         """Blocking batch encode (benchmarks, scripts); async code uses ``embed_documents``."""
+        return self._encode(texts, self._onnx)
+
+    def embed_queries_sync(self, texts: Sequence[str]) -> Vectors:
+        """Blocking encode of queries (the int8 copy of the model when so configured).
+
+        The int8 copy encodes one query at a time: it quantizes activations with one scale
+        per input tensor, so in a batch a query's vector would depend on the other queries
+        (and their padding). One at a time also costs less CPU on one thread (batches of 8
+        bioasq questions: 12% more per query, from the padding)."""
+        single = self._onnx_query is not None and self._onnx_query is not self._onnx
+        return self._encode(texts, self._onnx_query, batch_size=1 if single else None)
+
+    def _encode(
+        self,
+        texts: Sequence[str],
+        onnx: OnnxSentenceEncoder | None,
+        *,
+        batch_size: int | None = None,
+    ) -> Vectors:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         with self._lock:
-            if self._onnx is not None:
-                return self._onnx.encode(list(texts), batch_size=self.batch_size)
+            if onnx is not None:
+                return onnx.encode(list(texts), batch_size=batch_size or self.batch_size)
             # One short query runs faster on one thread (no fork/join overhead, measured
             # 11.8 vs 14.6 ms p50 on 2 cores); document batches use every core.
             threads = 1 if len(texts) <= _SMALL_BATCH else self._threads
@@ -280,12 +313,13 @@ class LocalEmbedder:
         return await asyncio.to_thread(self.embed_documents_sync, list(texts))
 
     async def embed_queries(self, texts: Sequence[str]) -> Vectors:
-        """Vectors for queries (same encoding as documents for MiniLM)."""
-        return await self.embed_documents(texts)
+        """Vectors for queries (MiniLM has no query prefix; with ``query_precision`` int8, the
+        model's int8 copy: documents stay float, queries cost 1.7x less CPU)."""
+        return await asyncio.to_thread(self.embed_queries_sync, list(texts))
 
     async def embed_query(self, text: str) -> Vectors:
         """The vector of one query, shape ``(dimension,)``."""
-        return np.asarray((await self.embed_documents([text]))[0], dtype=np.float32)
+        return np.asarray((await self.embed_queries([text]))[0], dtype=np.float32)
 
 
 def _wordpiece_counter() -> Callable[[str], int]:

@@ -34,7 +34,11 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         on_shutdown=shutdown,
     )
 
-    @broker.subscriber(Subjects.RETRIEVE, queue=QUEUE_GROUPS[Subjects.RETRIEVE])
+    @broker.subscriber(
+        Subjects.RETRIEVE,
+        queue=QUEUE_GROUPS[Subjects.RETRIEVE],
+        max_workers=settings.concurrency,
+    )
     async def on_retrieve(body: dict[str, Any]) -> dict[str, Any]:
         """Ranked candidate chunks for a question."""
         return await answer_errors(RetrieveRequest, RetrieveReply, retriever.retrieve)(body)

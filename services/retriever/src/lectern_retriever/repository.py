@@ -12,7 +12,12 @@ from pgvector import SparseVector
 from lectern_common.bm25 import SPARSE_DIM
 from lectern_common.events import RetrievalFilters
 
-# Chunk columns every search returns (the Candidate fields).
+# What a search returns per hit: enough to fuse (ids, tags for the tag boost) and no more.
+# The candidate columns (text, metadata, the document's title) are fetched once, for the
+# fused top k only: most hits of both sides never reach the reply.
+_HIT_COLUMNS = "c.id AS chunk_id, c.document_id, c.topic_tags"
+
+# The Candidate fields.
 _CANDIDATE_COLUMNS = """
     c.id AS chunk_id, c.document_id, d.title, c.text, c.kind, c.context_prefix,
     c.section_path, c.page_start, c.page_end, c.slide, c.time_start, c.token_count,
@@ -154,13 +159,12 @@ async def dense_search(
     q, lim = f"${len(params) - 1}", f"${len(params)}"
     # exact: an expression the HNSW index cannot serve, so the planner filters then sorts
     order = f"(c.embedding <=> {q}) + 0" if exact else f"c.embedding <=> {q}"
+    # the index serves ORDER BY distance alone; ties are broken by id outside it
     sql = f"""
-        WITH hits AS MATERIALIZED (
-            SELECT c.id, c.embedding <=> {q} AS distance FROM chunks c
-            WHERE {where.clause} ORDER BY {order} LIMIT {lim})
-        SELECT {_CANDIDATE_COLUMNS}, 1 - h.distance AS score
-        FROM hits h JOIN chunks c ON c.id = h.id JOIN documents d ON d.id = c.document_id
-        ORDER BY h.distance, c.id"""  # noqa: S608 - only placeholders are interpolated
+        SELECT * FROM (
+            SELECT {_HIT_COLUMNS}, 1 - (c.embedding <=> {q}) AS score FROM chunks c
+            WHERE {where.clause} ORDER BY {order} LIMIT {lim}) hits
+        ORDER BY score DESC, chunk_id"""  # noqa: S608 - only placeholders are interpolated
     if ef_search is None:
         return list(await conn.fetch(sql, *params))
     async with conn.transaction():
@@ -189,14 +193,23 @@ async def sparse_search(
     params += [query_vector, k]
     vec, lim = f"${len(params) - 1}", f"${len(params)}"
     sql = f"""
-        WITH hits AS MATERIALIZED (
-            SELECT c.id, -(c.bm25 <#> {vec}) AS score FROM chunks c
-            WHERE {where.clause} AND ({" OR ".join(matches)}) AND c.bm25 IS NOT NULL
-            ORDER BY c.bm25 <#> {vec} LIMIT {lim})
-        SELECT {_CANDIDATE_COLUMNS}, h.score
-        FROM hits h JOIN chunks c ON c.id = h.id JOIN documents d ON d.id = c.document_id
-        ORDER BY h.score DESC, c.id"""  # noqa: S608 - only placeholders are interpolated
+        SELECT {_HIT_COLUMNS}, -(c.bm25 <#> {vec}) AS score FROM chunks c
+        WHERE {where.clause} AND ({" OR ".join(matches)}) AND c.bm25 IS NOT NULL
+        ORDER BY c.bm25 <#> {vec}, c.id LIMIT {lim}"""  # noqa: S608 - only placeholders are interpolated
     return list(await conn.fetch(sql, *params))
+
+
+async def candidate_rows(conn: Any, *, tenant_id: str, chunk_ids: Sequence[Any]) -> dict[Any, Any]:
+    """The candidate columns of these chunks of the tenant, by chunk id (a chunk whose
+    document stopped being searchable since it was found is left out)."""
+    rows = await conn.fetch(
+        f"""SELECT {_CANDIDATE_COLUMNS}
+            FROM chunks c JOIN documents d ON d.id = c.document_id
+            WHERE c.id = ANY($2::uuid[]) AND c.tenant_id = $1 AND c.active""",  # noqa: S608
+        tenant_id,
+        list(chunk_ids),
+    )
+    return {row["chunk_id"]: row for row in rows}
 
 
 async def reweight(conn: Any, *, tenant_id: str) -> int | None:

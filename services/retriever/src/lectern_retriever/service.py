@@ -239,9 +239,8 @@ def to_hits(rows: Sequence[Any]) -> list[Hit]:
     ]
 
 
-def to_candidate(fused: Fused) -> Candidate:
-    """The wire form of a fused hit."""
-    row = fused.row
+def to_candidate(fused: Fused, row: Any) -> Candidate:
+    """The wire form of a fused hit, with its chunk's candidate columns."""
     metadata: dict[str, Any] = {
         key: row[key]
         for key in (
@@ -325,22 +324,30 @@ async def hybrid_search(
                 for q in queries
             ]
 
+    terms_job = asyncio.ensure_future(clock.time("terms", term_stats())) if use_sparse else None
+
     async def is_small() -> bool:
+        if not has_selective_filter(request.filters):
+            # tenant + collection only: the tenant's size bounds the filtered set (the term
+            # statistics carry it; without them, one row of the same table)
+            if terms_job is not None:
+                size = (await terms_job)[0].chunk_count
+            else:
+                async with pool.acquire() as conn:
+                    size = await repository.tenant_chunk_count(conn, tenant_id=request.tenant_id)
+            if size > defaults.exact_search_below:
+                return False
         async with pool.acquire() as conn:
-            if not has_selective_filter(request.filters):
-                # tenant + collection only: the tenant's size (one row) bounds the filtered set
-                size = await repository.tenant_chunk_count(conn, tenant_id=request.tenant_id)
-                if size > defaults.exact_search_below:
-                    return False
             count = await repository.count_up_to(
                 conn, where=where, limit=defaults.exact_search_below
             )
         return count <= defaults.exact_search_below
 
     embed_task = clock.time("embed", embed(queries)) if use_dense else _none()
-    terms_task = clock.time("terms", term_stats()) if use_sparse else _none()
     small_task = clock.time("filter", is_small()) if use_dense else _none()
-    vectors, stats, small = await asyncio.gather(embed_task, terms_task, small_task)
+    vectors, stats, small = await asyncio.gather(
+        embed_task, terms_job if terms_job is not None else _none(), small_task
+    )
 
     async def dense(vector: Vector) -> list[Any]:
         async with pool.acquire() as conn:
@@ -437,8 +444,16 @@ async def hybrid_search(
         cited_document_ids=request.cited_document_ids,
         cited_boost=defaults.cited_boost,
     )
-    candidates = [to_candidate(f) for f in fused]
     clock.timings["fuse"] = round((time.perf_counter() - fuse_start) * 1000, 3)
+    rows: dict[Any, Any] = {}
+    if fused:
+        fetch_start = time.perf_counter()
+        async with pool.acquire() as conn:
+            rows = await repository.candidate_rows(
+                conn, tenant_id=request.tenant_id, chunk_ids=[f.chunk_id for f in fused]
+            )
+        clock.timings["fetch"] = round((time.perf_counter() - fetch_start) * 1000, 3)
+    candidates = [to_candidate(f, rows[f.chunk_id]) for f in fused if f.chunk_id in rows]
     clock.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
     return RetrieveReply(
         request_id=request.request_id,

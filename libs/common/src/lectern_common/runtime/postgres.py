@@ -64,8 +64,15 @@ class EmbeddedPostgres:
         *,
         run_as: str | None = None,
         create_user: bool = False,
+        shared_buffers: str | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
+        # Postgres touches its buffer pool lazily, so a large setting costs no memory until
+        # pages are read; too small a pool makes every query copy pages from the OS cache
+        # and verify their checksums (measured at 100k chunks: see docs/benchmarks.md)
+        self.shared_buffers = (
+            shared_buffers or os.environ.get("LECTERN_EMBEDDED_PG_SHARED_BUFFERS") or "1GB"
+        )
         self.pgdata = self.data_dir / "pgdata"
         self.process: subprocess.Popen[bytes] | None = None
         self._account: pwd.struct_passwd | None = None
@@ -163,7 +170,7 @@ class EmbeddedPostgres:
             self.process = subprocess.Popen(  # type: ignore[call-overload]
                 [str(bin_dir / "postgres"), "-D", str(self.pgdata), "-k", str(self.socket_dir),
                  "-c", "listen_addresses=", "-c", "max_connections=300",
-                 "-c", "shared_buffers=256MB", "-c", "maintenance_work_mem=512MB",
+                 "-c", f"shared_buffers={self.shared_buffers}", "-c", "maintenance_work_mem=512MB",
                  "-c", "fsync=on", "-c", "synchronous_commit=off"],
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file,
                 start_new_session=True, env=env, **self._run_kwargs(),
