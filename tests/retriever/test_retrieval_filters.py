@@ -196,3 +196,36 @@ async def test_request_settings_do_not_outlive_the_request(
                 assert await conn.fetchval("SHOW hnsw.ef_search") == "64"
     finally:
         await retriever.close()
+
+
+async def test_candidate_columns_come_from_one_fetch_of_the_fused_top_k(
+    db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any
+) -> None:
+    """Searches return ids and scores; the candidates' columns are fetched once after fusion,
+    for the tenant only and only while the chunk's document is still searchable."""
+    from lectern_retriever import repository
+
+    mine = await add_doc(
+        db_pool, tenant_id=tenant_id, texts=[PHOTO], embedder=embedder, title="Plants",
+        subject="biology", topic_tags=["photosynthesis"],
+    )  # fmt: skip
+    theirs = await add_doc(db_pool, tenant_id=tenant_id + "x", texts=[PHOTO], embedder=embedder)
+    ids = {
+        row["document_id"]: row["id"]
+        for row in await db_pool.fetch(
+            "SELECT id, document_id FROM chunks WHERE document_id = ANY($1::uuid[])",
+            [mine, theirs],
+        )
+    }
+    async with db_pool.acquire() as conn:
+        rows = await repository.candidate_rows(
+            conn, tenant_id=tenant_id, chunk_ids=[ids[mine], ids[theirs]]
+        )
+        assert list(rows) == [ids[mine]]  # another tenant's chunk id yields nothing
+        row = rows[ids[mine]]
+        assert (row["title"], row["text"], row["subject"]) == ("Plants", PHOTO, "biology")
+        # a document archived between the search and the fetch drops out of the reply
+        await conn.execute("UPDATE documents SET status = 'archived' WHERE id = $1", mine)
+        assert (
+            await repository.candidate_rows(conn, tenant_id=tenant_id, chunk_ids=[ids[mine]]) == {}
+        )
