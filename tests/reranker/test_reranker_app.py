@@ -145,7 +145,7 @@ async def test_rerank_over_nats(
             timeout=30,
         )
         by_id = {c.candidate.chunk_id: c for c in again.chunks}
-        expected = float(decoy @ minilm.embed_documents_sync([query])[0])
+        expected = float(decoy @ minilm.embed_queries_sync([query])[0])
         assert by_id[candidates[1].chunk_id].semantic == pytest.approx(max(expected, 0), abs=1e-4)
         assert by_id[candidates[1].chunk_id].semantic < 0.3 < reply.chunks[0].semantic
         # another tenant's request does not see this tenant's vectors
