@@ -7,6 +7,7 @@ so cosine similarity is a dot product and pgvector's cosine distance agrees with
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import threading
@@ -127,14 +128,10 @@ class OnnxSentenceEncoder:
     back to sentence-transformers itself.
     """
 
-    def __init__(
-        self, model_dir: Path, *, cache_dir: Path, threads: int | None, quantize: bool = False
-    ) -> None:
+    def __init__(self, model_dir: Path, *, cache_dir: Path, threads: int | None) -> None:
         import json
 
         from transformers import AutoTokenizer
-
-        from lectern_common import onnx_models
 
         modules = json.loads((model_dir / "modules.json").read_text())
         kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
@@ -148,12 +145,25 @@ class OnnxSentenceEncoder:
         self.max_seq_length = int(st_config.get("max_seq_length") or LOCAL_MAX_TOKENS)
         self.dimension = int(pooling["word_embedding_dimension"])
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        self._source = (model_dir, cache_dir, threads)
+        self._open(quantize=False)
+
+    def _open(self, *, quantize: bool) -> None:
+        from lectern_common import onnx_models
+
+        model_dir, cache_dir, threads = self._source
         graph = onnx_models.export(
             model_dir, cache_dir=cache_dir, head="encoder", quantize=quantize
         )
         self.session = onnx_models.open_session(graph, threads=threads)
         self._inputs = onnx_models.session_inputs(self.session)
         self.path = graph
+
+    def quantized(self) -> OnnxSentenceEncoder:
+        """The same model with int8 weights (its own session; tokenizer and config shared)."""
+        twin = copy.copy(self)
+        twin._open(quantize=True)
+        return twin
 
     def encode(self, texts: Sequence[str], *, batch_size: int) -> Vectors:
         """Normalised mean-pooled vectors, longest texts batched together (less padding)."""
@@ -227,11 +237,7 @@ class LocalEmbedder:
             cache_dir = (cache / "embedder") if cache else default_cache_dir("embedder")
             try:
                 self._onnx = OnnxSentenceEncoder(path, cache_dir=cache_dir, threads=threads)
-                self._onnx_query = (
-                    OnnxSentenceEncoder(path, cache_dir=cache_dir, threads=threads, quantize=True)
-                    if precision == "int8"
-                    else self._onnx
-                )
+                self._onnx_query = self._onnx.quantized() if precision == "int8" else self._onnx
             except (ConfigurationError, ImportError, OSError, RuntimeError, ValueError) as exc:
                 log.warning("ONNX export of %s failed (%s); using sentence-transformers", path, exc)
                 self._onnx = self._onnx_query = None
@@ -279,7 +285,7 @@ class LocalEmbedder:
         per input tensor, so in a batch a query's vector would depend on the other queries
         (and their padding). One at a time also costs less CPU on one thread (batches of 8
         bioasq questions: 12% more per query, from the padding)."""
-        single = self._onnx_query is not None and self._onnx_query is not self._onnx
+        single = self.query_precision == "int8"
         return self._encode(texts, self._onnx_query, batch_size=1 if single else None)
 
     def _encode(

@@ -39,7 +39,7 @@ class Settings(ServiceHttpSettings):
     concurrency: int = Field(
         default=8, ge=1,
         description="requests one replica works on at once (they overlap their database "
-        "round trips and share query-embedding batches)",
+        "round trips and query embeddings)",
     )  # fmt: skip
     pool_size: int = Field(default=16, ge=2, description="the retriever's own Postgres pool")
     reweight_interval_s: float = Field(

@@ -53,7 +53,8 @@ class SearchDefaults:
 
 
 class QueryBatcher:
-    """Coalesces concurrent query embeddings into one batch call (CPU models batch well)."""
+    """Coalesces concurrent query embeddings into one embedder call (one hand-off to the
+    encoding thread for all of them; the int8 query model then encodes them one by one)."""
 
     def __init__(self, embedder: Embedder, *, max_batch: int = 32) -> None:
         self.embedder = embedder

@@ -64,15 +64,12 @@ class EmbeddedPostgres:
         *,
         run_as: str | None = None,
         create_user: bool = False,
-        shared_buffers: str | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         # Postgres touches its buffer pool lazily, so a large setting costs no memory until
         # pages are read; too small a pool makes every query copy pages from the OS cache
         # and verify their checksums (measured at 100k chunks: see docs/benchmarks.md)
-        self.shared_buffers = (
-            shared_buffers or os.environ.get("LECTERN_EMBEDDED_PG_SHARED_BUFFERS") or "1GB"
-        )
+        self.shared_buffers = os.environ.get("LECTERN_EMBEDDED_PG_SHARED_BUFFERS") or "1GB"
         self.pgdata = self.data_dir / "pgdata"
         self.process: subprocess.Popen[bytes] | None = None
         self._account: pwd.struct_passwd | None = None
