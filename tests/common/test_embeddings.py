@@ -181,3 +181,44 @@ def test_a_model_onnx_cannot_run_falls_back_to_torch(tmp_path: Path) -> None:
     assert embedder.backend == "torch"
     assert not (tmp_path / "cache").exists(), "nothing exported for a layout ONNX cannot run"
     assert embedder.embed_documents_sync(["cells"]).shape == (1, 384)
+
+
+_EXPORT_INT8 = """
+import sys
+from pathlib import Path
+from lectern_common import onnx_models
+from lectern_common.embeddings import local_model_path
+cache = Path(sys.argv[1])
+print(onnx_models.export(local_model_path(), cache_dir=cache, head="encoder", quantize=True))
+"""
+
+
+def test_replicas_quantizing_at_once_each_get_the_graph(
+    embedder: LocalEmbedder, tmp_path: Path
+) -> None:
+    """Processes quantizing into one empty cache both succeed (quantize_dynamic writes a
+    shape-inferred file beside its input under a fixed name: shared, one replica deleted the
+    other's and fell back to sentence-transformers)."""
+    import shutil
+    import subprocess
+    import sys
+
+    assert embedder._onnx is not None
+    graph = embedder._onnx.path  # the float graph, exported once already
+    folder = tmp_path / graph.parent.name
+    folder.mkdir()
+    shutil.copyfile(graph, folder / graph.name)
+    # Separate interpreters, as replicas are: started together, each quantizing at once.
+    command = [sys.executable, "-c", _EXPORT_INT8, str(tmp_path)]
+    for _ in range(2):  # the collision is a matter of timing: try it more than once
+        (folder / "model.s8.onnx").unlink(missing_ok=True)
+        replicas = [
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(3)
+        ]
+        outputs = [replica.communicate(timeout=300) for replica in replicas]
+        for replica, (_, stderr) in zip(replicas, outputs, strict=True):
+            assert replica.returncode == 0, stderr
+        paths = {stdout.strip().splitlines()[-1] for stdout, _ in outputs}
+        assert paths == {str(folder / "model.s8.onnx")}
+        assert {p.name for p in folder.iterdir()} == {"model.onnx", "model.s8.onnx"}

@@ -190,7 +190,7 @@ class LocalEmbedder:
     """A sentence-transformers model on the CPU, loaded offline from a local directory.
 
     MiniLM has no instruction prefixes, so queries and documents go through the same model;
-    by default queries go through its int8 copy (``query_precision``), which costs 1.7x less
+    by default queries go through its int8 copy (``query_precision``), which costs 2.3x less
     CPU per query for vectors within cosine 0.99 of the float ones. Inputs longer than
     ``max_input_tokens`` are truncated: the chunker guarantees documents fit, and truncating
     an over-long query is acceptable. By default the model runs as an ONNX graph exported
@@ -320,7 +320,7 @@ class LocalEmbedder:
 
     async def embed_queries(self, texts: Sequence[str]) -> Vectors:
         """Vectors for queries (MiniLM has no query prefix; with ``query_precision`` int8, the
-        model's int8 copy: documents stay float, queries cost 1.7x less CPU)."""
+        model's int8 copy: documents stay float, queries cost 2.3x less CPU)."""
         return await asyncio.to_thread(self.embed_queries_sync, list(texts))
 
     async def embed_query(self, text: str) -> Vectors:

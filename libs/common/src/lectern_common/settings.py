@@ -90,8 +90,8 @@ class BaseServiceSettings(BaseSettings):
     query_embedding_precision: Literal["int8", "float32"] = shared(
         "query_embedding_precision",
         "int8",
-        "queries through the local ONNX model with int8 weights (1.7x less CPU; cosine 0.98+ "
-        "to float, bioasq-dev nDCG@10 dense -0.003, hybrid -0.002) or float32 like documents",
+        "queries through the local ONNX model with int8 weights (2.3x less CPU; cosine 0.98+ "
+        "to float, bioasq-dev nDCG@10 dense -0.003, hybrid -0.001) or float32 like documents",
     )
     model_cache_dir: Path | None = shared(
         "model_cache_dir", None, "where ONNX exports are cached (unset: ~/.cache/lectern)"
