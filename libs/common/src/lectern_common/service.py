@@ -11,6 +11,7 @@ timeout), then the pool closes.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -54,9 +55,30 @@ class ServiceState:
     checks: dict[str, ReadinessCheck] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
     accepting: bool = False
+    #: the app is its process's only service (``run_service``): start-up may tune the
+    #: process-wide garbage collector (not when tests host several apps in one process)
+    own_process: bool = False
 
 
 Hook = Callable[[ServiceState], Awaitable[None]]
+
+
+#: young-generation collections at 700 allocations (CPython's default) traverse the
+#: objects of every request in flight, again and again; most of them die by reference
+#: counting before a larger threshold is reached (the retriever under load: collections in
+#: 6 s fell from ~170 taking 120 ms to 1-2 taking 4-23 ms)
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def settle_garbage_collector() -> None:
+    """Once start-up has loaded the models and libraries: move everything alive now out of
+    the collector's sight (``gc.freeze``: a full collection no longer walks the ~330k
+    objects of the libraries, ~200 ms each time in the retriever), and collect the young
+    generation less often."""
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 async def wait_for_schema(dsn: str, *, timeout: float) -> None:
@@ -119,6 +141,8 @@ def create_service_app(
         try:
             if on_startup is not None:
                 await on_startup(state)
+            if state.own_process:
+                settle_garbage_collector()
             await broker.start()
             state.accepting = True
             log.info("%s ready", settings.service_name)
@@ -190,6 +214,7 @@ async def readiness(state: ServiceState) -> dict[str, str]:
 
 def run_service(app: FastAPI, settings: ServiceHttpSettings) -> None:
     """Serve the app until SIGTERM/SIGINT, then shut down gracefully."""
+    app.state.lectern.own_process = True
     uvicorn.run(
         app,
         host=settings.health_host,
