@@ -19,13 +19,6 @@ from lectern_retriever.service import QueryBatcher, SearchDefaults, Vector, hybr
 log = logging.getLogger(__name__)
 
 
-async def keep_session(conn: Any) -> None:
-    """Release a pooled connection without asyncpg's reset query (a round trip per release,
-    ~4 per request): the retriever leaves no session state behind. Its ``SET LOCAL`` and
-    transaction-level advisory locks end with their transaction, and asyncpg still rolls
-    back a transaction left open before calling this."""
-
-
 class Retriever:
     """Answers ``RetrieveRequest``s; ``start`` loads the model and opens the pool."""
 
@@ -62,7 +55,6 @@ class Retriever:
                 "hnsw.ef_search": str(self.settings.ef_search),
                 "hnsw.iterative_scan": "relaxed_order",
             },
-            reset=keep_session,
         )
         if self.settings.gemini_enabled and self.settings.llm_rewrite:
             key = self.settings.gemini_api_key
