@@ -186,7 +186,7 @@ async def ingest_corpus(
     tenant_id: str,
     corpus: Mapping[str, tuple[str, str]],
     concurrency: int = 8,
-    timeout_s: float = 3600.0,
+    timeout_s: float | None = None,
     stall_s: float = 120.0,
     progress: Callable[[str], None] | None = None,
 ) -> LoadedCorpus:
@@ -197,6 +197,10 @@ async def ingest_corpus(
     it is type-checked, stored, extracted, cleaned, chunked, embedded and BM25-indexed by the
     real pipeline. Identical uploads and identical cleaned texts become one document (the
     product's deduplication); all their external ids map to it.
+
+    Waiting ends with ``TimeoutError`` when no document finished for ``stall_s`` seconds, or
+    after ``timeout_s`` in all (by default an hour, or half a second a document for larger
+    corpora: ~10x the measured pace, so only a stuck ingest reaches it).
     """
     say = progress or (lambda _msg: None)
     externals: dict[uuid.UUID, list[str]] = {}
@@ -226,6 +230,8 @@ async def ingest_corpus(
             say(f"uploaded {uploaded}/{len(corpus)}")
 
     await asyncio.gather(*(upload(external_id) for external_id in corpus))
+    if timeout_s is None:
+        timeout_s = max(3600.0, 0.5 * len(corpus))
     deadline = time.monotonic() + timeout_s
     statuses: dict[str, int] = {}
     least_waiting, last_progress = len(corpus) + 1, time.monotonic()
