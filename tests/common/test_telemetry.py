@@ -128,3 +128,21 @@ async def test_service_app_continues_http_trace_context_and_skips_probes() -> No
     assert server.parent.is_remote
     assert "/work" in server.name
     assert len(exporter.get_finished_spans()) == 1, "the probes are not traced"
+
+
+def test_a_stopped_service_leaves_the_global_providers_working(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Services hosted one after another in one process (``lectern eval``, the benchmarks)
+    share the global providers: stopping one must not shut them down for the next (it did,
+    and every later meter warned that a shut-down provider cannot provide one)."""
+    from opentelemetry import metrics
+
+    from lectern_common.telemetry import setup_telemetry
+
+    for name in ("first-service", "second-service"):
+        setup_telemetry(ServiceHttpSettings(service_name=name)).shutdown()
+    with caplog.at_level(logging.WARNING):
+        counter = metrics.get_meter("lectern.test").create_counter("lectern_test_total")
+        counter.add(1)
+    assert not [r for r in caplog.records if "shutdown" in r.getMessage().lower()]

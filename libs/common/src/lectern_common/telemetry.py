@@ -45,11 +45,21 @@ class Telemetry:
 
     tracer_provider: TracerProvider
     meter_provider: MeterProvider
+    #: installed as the process' global providers (the first service set up in a process)
+    installed: bool = False
 
     def shutdown(self) -> None:
-        """Flush and stop exporters."""
-        self.tracer_provider.shutdown()
-        self.meter_provider.shutdown()
+        """Flush the exporters; stop them unless they are the process' global providers.
+
+        Global providers stay open: a process hosting several services one after another
+        (``lectern eval``, the benchmarks, the tests) keeps using them, and OpenTelemetry lets
+        a process install them only once. Their exporters' threads end with the process.
+        """
+        self.tracer_provider.force_flush()
+        self.meter_provider.force_flush()
+        if not self.installed:
+            self.tracer_provider.shutdown()
+            self.meter_provider.shutdown()
 
 
 def configure_logging(*, level: str, json_logs: bool, service_name: str) -> None:
@@ -90,10 +100,13 @@ def setup_telemetry(settings: BaseServiceSettings) -> Telemetry:
             PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics"))
         )
     meter_provider = MeterProvider(resource=resource, metric_readers=readers)
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+    installed = not isinstance(trace.get_tracer_provider(), TracerProvider)
+    if installed:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
-    return Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    return Telemetry(
+        tracer_provider=tracer_provider, meter_provider=meter_provider, installed=installed
+    )
 
 
 def instrument_http_app(
