@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from lectern_common.events import RetrieveReply, RetrieveRequest
 from lectern_retriever.app import create_app
 from lectern_retriever.config import Settings
 from lectern_retriever.evaluation import (
+    DatasetError,
     document_ranking,
     evaluate,
     latency_summary,
@@ -147,6 +149,49 @@ def test_load_beir_keeps_judged_queries(tmp_path: Path) -> None:
     assert sorted(dataset.queries) == ["q1", "q2", "q3"]
     assert dataset.qrels["q2"] == {"his1": 1}  # score 0 is not relevant
     assert dataset.corpus["phy1"][0] == "Motion"
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: (d / "queries.jsonl").unlink(), "queries.jsonl not found"),
+        (lambda d: (d / "qrels" / "test.tsv").unlink(), "qrels/test.tsv not found"),
+        (
+            lambda d: (d / "corpus.jsonl").write_text('{"_id": "a", "text": "x"}\n{"_id": "b",\n'),
+            "corpus.jsonl:2: not a JSON object",
+        ),
+        (
+            lambda d: (d / "corpus.jsonl").write_text('{"title": "no id", "text": "x"}\n'),
+            'corpus.jsonl:1: a JSON object with an "_id" is expected',
+        ),
+        (
+            lambda d: (d / "qrels" / "test.tsv").write_text(
+                "query-id\tcorpus-id\tscore\nq1 bio1 1\n"
+            ),
+            "test.tsv:2: expected query-id, corpus-id and an integer score",
+        ),
+        (
+            lambda d: (d / "qrels" / "test.tsv").write_text("q1\tbio1\t0\nq9\tbio1\t1\n"),
+            "no query of",
+        ),
+    ],
+)
+def test_load_beir_names_what_is_wrong(
+    tmp_path: Path, damage: Callable[[Path], object], message: str
+) -> None:
+    write_beir(tmp_path / "tiny")
+    damage(tmp_path / "tiny")
+    with pytest.raises(DatasetError, match=re.escape(message)):
+        load_beir(tmp_path / "tiny")
+
+
+def test_eval_cli_reports_a_bad_dataset_without_starting_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lectern_cli.main import main
+
+    assert main(["eval", "--dataset", str(tmp_path / "absent")]) == 2
+    assert "is not a BEIR-format dataset" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the evaluation and print the result."""
     import logging
 
-    from lectern_retriever.evaluation import evaluate
+    from lectern_retriever.evaluation import DatasetError, evaluate, load_beir
 
     logging.getLogger("faststream").setLevel(logging.WARNING)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -91,8 +91,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     nats_url, database_url = _stack_urls(args)
     offtopic: list[str] = []
-    if args.offtopic is not None:
-        offtopic = [line.strip() for line in args.offtopic.read_text().splitlines() if line.strip()]
+    try:  # clear messages before anything starts
+        dataset = load_beir(args.dataset)
+        if args.offtopic is not None:
+            lines = args.offtopic.read_text(encoding="utf-8").splitlines()
+            offtopic = [line.strip() for line in lines if line.strip()]
+    except (DatasetError, OSError, UnicodeDecodeError) as exc:
+        print(f"lectern eval: {exc}", file=sys.stderr)
+        return 2
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -106,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         result = asyncio.run(
             evaluate(
                 dataset_dir=args.dataset,
+                dataset=dataset,
                 nats_url=nats_url,
                 database_url=database_url,
                 methods=methods,

@@ -41,33 +41,71 @@ class BeirDataset:
     qrels: dict[str, dict[str, int]]  # query id -> {doc id: relevance}
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+class DatasetError(ValueError):
+    """The directory is not a readable BEIR-format dataset (the message says where)."""
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                yield json.loads(line)
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{number}: not a JSON object ({exc.msg})") from exc
+            if not isinstance(record, dict) or "_id" not in record:
+                raise DatasetError(f'{path}:{number}: a JSON object with an "_id" is expected')
+            yield number, record
 
 
 def load_beir(directory: Path, *, split: str = "test") -> BeirDataset:
-    """Read a BEIR dataset; only queries with at least one positive judgement are kept."""
+    """Read a BEIR dataset; only queries with at least one positive judgement are kept.
+
+    Raises ``DatasetError`` naming the file (and line) when a part is missing or malformed,
+    or when no query has a positive judgement.
+    """
+    qrels_path = directory / "qrels" / f"{split}.tsv"
+    missing = [
+        str(path.relative_to(directory))
+        for path in (directory / "corpus.jsonl", directory / "queries.jsonl", qrels_path)
+        if not path.is_file()
+    ]
+    if missing:
+        raise DatasetError(
+            f"{directory} is not a BEIR-format dataset: {', '.join(missing)} not found "
+            f"(expected corpus.jsonl, queries.jsonl and qrels/{split}.tsv)"
+        )
     corpus = {
         str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or ""))
-        for d in _jsonl(directory / "corpus.jsonl")
+        for _, d in _jsonl(directory / "corpus.jsonl")
     }
     qrels: dict[str, dict[str, int]] = {}
-    with (directory / "qrels" / f"{split}.tsv").open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle):
+    with qrels_path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
             parts = line.rstrip("\n").split("\t")
-            if len(parts) < 3 or (number == 0 and not parts[2].lstrip("-").isdigit()):
-                continue
-            if int(parts[2]) > 0:
-                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
-    queries = {
-        str(q["_id"]): str(q["text"])
-        for q in _jsonl(directory / "queries.jsonl")
-        if str(q["_id"]) in qrels
-    }
+            if not line.strip() or (number == 1 and not parts[-1].strip().lstrip("-").isdigit()):
+                continue  # blank, or the header line
+            try:
+                query_id, doc_id, score = parts[0], parts[1], int(parts[2])
+            except (IndexError, ValueError) as exc:
+                raise DatasetError(
+                    f"{qrels_path}:{number}: expected query-id, corpus-id and an integer "
+                    "score separated by tabs"
+                ) from exc
+            if score > 0:
+                qrels.setdefault(query_id, {})[doc_id] = score
+    queries: dict[str, str] = {}
+    for number, q in _jsonl(directory / "queries.jsonl"):
+        if str(q["_id"]) in qrels:
+            if not isinstance(q.get("text"), str):
+                raise DatasetError(f'{directory / "queries.jsonl"}:{number}: no "text"')
+            queries[str(q["_id"])] = q["text"]
     qrels = {q: rel for q, rel in qrels.items() if q in queries}
+    if not queries:
+        raise DatasetError(
+            f"no query of {directory / 'queries.jsonl'} has a positive judgement in {qrels_path}"
+        )
     return BeirDataset(directory.name, corpus, queries, qrels)
 
 
@@ -469,8 +507,11 @@ async def evaluate(
     embedder: Embedder | None = None,
     progress: Callable[[str], None] | None = None,
     offtopic: Sequence[str] = (),
+    dataset: BeirDataset | None = None,
 ) -> EvalResult:
     """Load ``dataset_dir`` into a fresh tenant and evaluate the retriever on it.
+
+    ``dataset`` is ``dataset_dir`` already read by ``load_beir`` (it is read here otherwise).
 
     With ``nats_url`` and ``database_url`` it uses a running stack (its retriever answers);
     otherwise it starts embedded NATS + Postgres and an in-process retriever service.
@@ -480,7 +521,8 @@ async def evaluate(
     from lectern_common.embeddings import LocalEmbedder
 
     say = progress or (lambda _msg: None)
-    dataset = load_beir(dataset_dir)
+    if dataset is None:
+        dataset = load_beir(dataset_dir)
     query_ids = sorted(dataset.queries)
     if limit_queries is not None:
         query_ids = query_ids[:limit_queries]
