@@ -36,3 +36,35 @@ def test_text_search_configurations() -> None:
     assert ts_config_for("nb") == "norwegian"
     assert ts_config_for("ja") == "simple"
     assert ts_config_for(None) == "simple"
+
+
+def test_documents_read_at_once_after_start_up_load_the_model_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model takes ~0.8 s of CPU to load: parallel first documents must share one load."""
+    import functools
+    import threading
+    import time
+
+    from lectern_ingest import language
+
+    loads: list[int] = []
+    real = language._load.__wrapped__
+
+    @functools.cache
+    def counting_load() -> object:
+        loads.append(1)
+        time.sleep(0.2)  # a window for the other threads to arrive
+        return real()
+
+    language._identifier.cache_clear()
+    monkeypatch.setattr(language, "_load", counting_load)
+    threads = [
+        threading.Thread(target=language.detect_language, args=(SAMPLES["en"],)) for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    language._identifier.cache_clear()  # the next test loads the real, cached model again
+    assert loads == [1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI
@@ -12,6 +13,7 @@ from lectern_common.broker import INGEST_DURABLE, create_broker, publish_event, 
 from lectern_common.embeddings import Embedder, build_embedder
 from lectern_common.events import Event, Subjects
 from lectern_common.service import ServiceState, create_service_app
+from lectern_ingest import language
 from lectern_ingest.config import Settings
 from lectern_ingest.handlers import handle_uploaded
 from lectern_ingest.service import IngestWorker
@@ -32,6 +34,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     async def startup(state: ServiceState) -> None:
         model = embedder if embedder is not None else build_embedder(settings)
         await model.embed_documents(["warm-up"])
+        await asyncio.to_thread(language.load_model)
         holder["worker"] = IngestWorker(
             settings=settings,
             embedder=model,
