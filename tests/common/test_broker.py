@@ -201,3 +201,36 @@ class _Renamed:
     async def publish(self, message: Any, subject: str, **kwargs: Any) -> Any:
         kwargs.pop("stream", None)
         return await self._broker.publish(message, self._subject, stream="LECTERN_CHAT", **kwargs)
+
+
+async def test_broker_logs_go_through_the_service_logging_not_stdout(
+    nats_url: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """FastStream's own logger prints coloured text on stdout, which breaks a deployment's
+    JSON log pipeline: the broker logs through the standard ``logging`` tree instead."""
+    import logging
+
+    from lectern_common.broker import BROKER_LOGGER
+
+    broker = create_broker(nats_url, service_name="test")
+    subject = f"lectern.test.logs.{uuid.uuid4().hex[:8]}"
+    handled = asyncio.Event()
+
+    @broker.subscriber(subject)
+    async def handle(body: dict[str, Any]) -> None:
+        handled.set()
+        raise ValueError("a handler that fails")
+
+    capfd.readouterr()
+    with caplog.at_level(logging.INFO):
+        async with broker:
+            await broker.start()
+            await broker.publish({"n": 1}, subject)
+            await asyncio.wait_for(handled.wait(), 5.0)
+            for _ in range(50):  # the error is logged after the handler returns
+                if any(r.exc_info for r in caplog.records if r.name == BROKER_LOGGER):
+                    break
+                await asyncio.sleep(0.05)
+    failures = [r for r in caplog.records if r.name == BROKER_LOGGER and r.exc_info]
+    assert failures and "a handler that fails" in str(failures[0].exc_info[1])  # type: ignore[index]
+    assert capfd.readouterr().out == ""

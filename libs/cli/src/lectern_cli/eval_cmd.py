@@ -81,9 +81,11 @@ def run(args: argparse.Namespace) -> int:
     """Run the evaluation and print the result."""
     import logging
 
+    from lectern_common.broker import BROKER_LOGGER
     from lectern_retriever.evaluation import DatasetError, evaluate, load_beir
 
-    logging.getLogger("faststream").setLevel(logging.WARNING)
+    for name in ("faststream", BROKER_LOGGER):  # subscribers starting and stopping
+        logging.getLogger(name).setLevel(logging.WARNING)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHOD_CHOICES]
     if unknown:

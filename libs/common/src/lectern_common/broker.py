@@ -96,6 +96,10 @@ def stream_for(subject: str) -> JStream:
     raise KeyError(subject)
 
 
+#: the logger FastStream writes to (handler errors, subscribers starting and stopping)
+BROKER_LOGGER = "lectern.broker"
+
+
 def create_broker(
     nats_url: str,
     *,
@@ -110,6 +114,9 @@ def create_broker(
         name=service_name,
         graceful_timeout=graceful_timeout,
         middlewares=[NatsTelemetryMiddleware(tracer_provider=tracer_provider)],
+        # through the service's own logging (JSON lines on stderr with trace ids): FastStream's
+        # default logger writes coloured text to stdout and does not propagate
+        logger=logging.getLogger(BROKER_LOGGER),
         # FastStream's per-message "Received"/"Processed" lines at DEBUG: at INFO they would
         # log every request and event; traces and metrics already account for each message
         log_level=logging.DEBUG,
