@@ -55,11 +55,11 @@ class Telemetry:
         (``lectern eval``, the benchmarks, the tests) keeps using them, and OpenTelemetry lets
         a process install them only once. Their exporters' threads end with the process.
         """
-        self.tracer_provider.force_flush()
-        self.meter_provider.force_flush()
-        if not self.installed:
-            self.tracer_provider.shutdown()
-            self.meter_provider.shutdown()
+        for provider in (self.tracer_provider, self.meter_provider):
+            if self.installed:
+                provider.force_flush()
+            else:
+                provider.shutdown()  # flushes first
 
 
 def configure_logging(*, level: str, json_logs: bool, service_name: str) -> None:
