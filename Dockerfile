@@ -25,6 +25,7 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 COPY constraints.txt ./
 COPY deploy/docker/pyproject_deps.py deploy/docker/
 COPY libs/common/pyproject.toml libs/common/
+COPY libs/eval/pyproject.toml libs/eval/
 COPY libs/cli/pyproject.toml libs/cli/
 COPY services/ingest/pyproject.toml services/ingest/
 COPY services/retriever/pyproject.toml services/retriever/
@@ -40,7 +41,7 @@ RUN python deploy/docker/pyproject_deps.py libs/*/pyproject.toml services/*/pypr
 COPY libs/ libs/
 COPY services/ services/
 RUN pip install --no-deps \
-        ./libs/common ./libs/cli \
+        ./libs/common ./libs/eval ./libs/cli \
         ./services/ingest ./services/retriever ./services/reranker ./services/memory \
         ./services/chat-gateway \
     && pip check \

@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-PACKAGES := -e libs/common -e libs/cli -e services/ingest -e services/retriever \
+PACKAGES := -e libs/common -e libs/eval -e libs/cli -e services/ingest -e services/retriever \
             -e services/reranker -e services/memory -e services/chat-gateway
 STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory tune-rerank clean
+.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-answers tune-rerank clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -39,7 +39,7 @@ run: install ## Start the embedded stack (NATS, Postgres, five services) and ser
 lint: install ## ruff + mypy --strict
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy libs/common/src libs/cli/src services/*/src tests bench
+	$(VENV)/bin/mypy libs/common/src libs/eval/src libs/cli/src services/*/src tests bench
 
 format: install ## Format the code
 	$(VENV)/bin/ruff format .
@@ -55,7 +55,10 @@ asyncapi: install ## Regenerate docs/asyncapi.yaml and docs/openapi.json from th
 	$(PY) -m lectern_common.asyncapi > docs/asyncapi.yaml
 	$(PY) -m lectern_gateway.openapi > docs/openapi.json
 
-bench: bench-ingest bench-retrieval bench-rerank bench-chat bench-memory ## Run every benchmark
+bench: bench-answers bench-ingest bench-retrieval bench-rerank bench-chat bench-memory ## Run every benchmark
+
+bench-answers: install ## Answer quality on real documents through upload, ingest and chat SSE (bench/answers)
+	$(PY) bench/bench_answers.py
 
 bench-ingest: install ## Ingest throughput vs the raw embedder (../shared/data/docs)
 	$(PY) bench/bench_ingest.py

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from typing import Any
+
+from lectern_common.tokens import make_token, signing_secret
+
+__all__ = ["make_token", "register", "run", "signing_secret"]
 
 ROLES = ("student", "teacher", "admin")
 PLANS = ("free", "pro")
@@ -39,31 +42,6 @@ def _positive_int(value: str) -> int:
     if number <= 0:
         raise argparse.ArgumentTypeError("must be a positive number of seconds")
     return number
-
-
-def signing_secret(environ: dict[str, str] | os._Environ[str]) -> str | None:
-    """The HS256 secret to use, or None when none may be (outside development, without one)."""
-    from lectern_common.settings import DEV_JWT_SECRET
-
-    secret = environ.get("LECTERN_JWT_SECRET", "")
-    development = environ.get("LECTERN_ENVIRONMENT", "development").lower() == "development"
-    if not development:
-        return secret if secret and secret != DEV_JWT_SECRET else None
-    return secret or DEV_JWT_SECRET
-
-
-def make_token(
-    *, secret: str, tenant: str, user: str, role: str, plan: str, ttl_s: int, now: int | None = None
-) -> str:
-    """An HS256 JWT with the gateway's claims."""
-    import jwt
-
-    issued = int(time.time()) if now is None else now
-    claims = {
-        "tenant": tenant, "sub": user, "role": role, "plan": plan,
-        "iat": issued, "exp": issued + ttl_s,
-    }  # fmt: skip
-    return jwt.encode(claims, secret, algorithm="HS256")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,79 @@
+"""``lectern eval-answers``: answer quality through upload, ingest and chat (SSE)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add ``eval-answers``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "eval-answers",
+        help="answer quality of chat on real documents (context recall, key facts, citations)",
+        description=(
+            "Upload every document named by the question file (JSON Lines: id, document, "
+            "question, kind, pages, evidence, facts, follow_up_to) into a fresh tenant through "
+            "the gateway, wait for ingest, ask each question as a student over SSE with chat's "
+            "default settings, and report gold-page recall of the context, key-fact recall of "
+            "the answers, citation precision, and the share refused (answerable and off-topic). "
+            "Uses the gateway at --url, or starts the embedded stack in a temporary directory."
+        ),
+    )
+    parser.add_argument("--questions", type=Path, required=True, metavar="FILE")
+    parser.add_argument("--offtopic", type=Path, metavar="FILE", help="questions to refuse")
+    parser.add_argument(
+        "--documents", type=Path, default=Path("../shared/data/docs"), metavar="DIR",
+        help="folder the questions' document paths are relative to (../shared/data/docs)",
+    )  # fmt: skip
+    parser.add_argument("--url", help="a running gateway (default: start the embedded stack)")
+    parser.add_argument("--data-dir", type=Path, help="embedded stack's data dir (temporary)")
+    parser.add_argument("--concurrency", type=int, default=2, help="sessions in flight (2)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write every result as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation; exit 2 on a bad question file."""
+    from lectern_common.tokens import signing_secret
+    from lectern_eval.answer_set import DatasetError, load_offtopic, load_questions
+    from lectern_eval.answers import AnswerEval, embedded_stack, format_report
+
+    try:
+        questions = load_questions(args.questions)
+        offtopic = load_offtopic(args.offtopic) if args.offtopic else []
+    except DatasetError as exc:
+        print(f"lectern eval-answers: {exc}", file=sys.stderr)
+        return 2
+    if not args.documents.is_dir():
+        print(f"lectern eval-answers: no folder {args.documents}", file=sys.stderr)
+        return 2
+
+    def report(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    async def evaluate(url: str, secret: str) -> Any:
+        runner = AnswerEval(
+            gateway_url=url, secret=secret, documents_dir=args.documents,
+            concurrency=args.concurrency, report=report,
+        )  # fmt: skip
+        return await runner.run(questions, offtopic)
+
+    if args.url:
+        secret = signing_secret(os.environ)
+        if secret is None:
+            print("lectern eval-answers: set LECTERN_JWT_SECRET", file=sys.stderr)
+            return 2
+        result = asyncio.run(evaluate(args.url, secret))
+    else:
+        with embedded_stack(data_dir=args.data_dir, report=report) as (url, secret):
+            result = asyncio.run(evaluate(url, secret))
+    print(format_report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result.to_json(), indent=1, default=str))
+    return 0

@@ -1,0 +1,1 @@
+"""Evaluation of a running Lectern through its public contracts (HTTP, SSE, NATS)."""

@@ -1,0 +1,446 @@
+"""Answer quality through the product's real path: upload -> ingest -> chat over SSE.
+
+Every document of the question set is uploaded through ``POST /v1/documents`` into one
+fresh tenant (a course library), ingested by the ingest service, and every question is
+asked as a student through ``POST /v1/sessions/{id}/messages`` with the chat's default
+settings, reading the Server-Sent Events as any client does. Follow-up questions are asked
+in the session of the question they follow. Only public contracts are used; the stack is a
+running gateway (``--url``) or one started here with the embedded runtime's supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from lectern_common.tokens import make_token
+from lectern_eval.answer_set import (
+    AnswerQuestion,
+    OfftopicQuestion,
+    QuestionResult,
+    SourceSeen,
+    Summary,
+    breakdown,
+    conversations,
+    fact_recall,
+    holds_any_fact,
+    on_gold,
+    summarise,
+)
+
+log = logging.getLogger(__name__)
+
+Report = Callable[[str], None]
+FINAL_STATUSES = ("indexed", "failed", "duplicate")
+TOKEN_TTL_S = 6 * 3600
+
+
+@dataclass
+class AnswerEvalReport:
+    """The outcome of one run: the summary, breakdowns and every question's result."""
+
+    summary: Summary
+    by_document: dict[str, dict[str, float]]
+    by_kind: dict[str, dict[str, float]]
+    results: list[QuestionResult]
+    offtopic: list[QuestionResult]
+    documents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ingest_s: float = 0.0
+    answer_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything, as plain JSON."""
+        return {
+            "summary": asdict(self.summary),
+            "by_document": self.by_document,
+            "by_kind": self.by_kind,
+            "documents": self.documents,
+            "ingest_s": round(self.ingest_s, 1),
+            "answer_s": round(self.answer_s, 1),
+            "results": [asdict(r) | {"citation_precision": r.citation_precision}
+                        for r in self.results],
+            "offtopic": [asdict(r) for r in self.offtopic],
+        }  # fmt: skip
+
+
+class AnswerEval:
+    """Runs a question set against a gateway (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        gateway_url: str,
+        secret: str,
+        documents_dir: Path,
+        tenant: str | None = None,
+        concurrency: int = 2,
+        ingest_timeout_s: float = 3600.0,
+        request_timeout_s: float = 120.0,
+        report: Report | None = None,
+    ) -> None:
+        self.url = gateway_url.rstrip("/")
+        self.secret = secret
+        self.documents_dir = documents_dir
+        self.tenant = tenant or f"eval-answers-{uuid.uuid4().hex[:8]}"
+        self.concurrency = max(1, concurrency)
+        self.ingest_timeout_s = ingest_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.report: Report = report or log.info
+        self._chunks: dict[str, dict[str, Any]] = {}
+
+    def _token(self, user: str, role: str) -> str:
+        return make_token(
+            secret=self.secret, tenant=self.tenant, user=user, role=role, plan="pro",
+            ttl_s=TOKEN_TTL_S,
+        )  # fmt: skip
+
+    def _client(self, token: str) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=self.request_timeout_s,
+        )
+
+    async def run(
+        self, questions: Sequence[AnswerQuestion], offtopic: Sequence[OfftopicQuestion] = ()
+    ) -> AnswerEvalReport:
+        """Upload, wait for ingest, ask everything; the scored report."""
+        documents = list(dict.fromkeys(q.document for q in questions))
+        missing = [d for d in documents if not (self.documents_dir / d).is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"not in {self.documents_dir}: {', '.join(missing)} (give --documents DIR)"
+            )
+        async with self._client(self._token("eval-teacher", "teacher")) as teacher:
+            started = time.monotonic()
+            views = await self._ingest(teacher, documents)
+            ingest_s = time.monotonic() - started
+            ids = {name: str(view["id"]) for name, view in views.items()}
+            started = time.monotonic()
+            semaphore = asyncio.Semaphore(self.concurrency)
+            chains = conversations(questions)
+            done = [0]
+            total = len(questions) + len(offtopic)
+
+            async def chain_job(index: int, chain: list[AnswerQuestion]) -> list[QuestionResult]:
+                async with semaphore:
+                    out = await self._conversation(teacher, f"student-{index}", chain, ids)
+                done[0] += len(chain)
+                if done[0] % 10 < len(chain):
+                    self.report(f"asked {done[0]}/{total}")
+                return out
+
+            async def offtopic_job(index: int, item: OfftopicQuestion) -> QuestionResult:
+                async with semaphore:
+                    result = await self._offtopic(teacher, f"offtopic-student-{index}", item)
+                done[0] += 1
+                return result
+
+            answered = await asyncio.gather(*(chain_job(i, c) for i, c in enumerate(chains)))
+            refused = await asyncio.gather(*(offtopic_job(i, q) for i, q in enumerate(offtopic)))
+            answer_s = time.monotonic() - started
+        order = {q.id: i for i, q in enumerate(questions)}
+        results = sorted((r for chain in answered for r in chain), key=lambda r: order[r.id])
+        return AnswerEvalReport(
+            summary=summarise(results, refused),
+            by_document=breakdown(results, by="document"),
+            by_kind=breakdown(results, by="kind"),
+            results=results,
+            offtopic=list(refused),
+            documents={name: _document_view(view) for name, view in views.items()},
+            ingest_s=ingest_s,
+            answer_s=answer_s,
+        )
+
+    # -- ingest -------------------------------------------------------------------------------
+
+    async def _ingest(
+        self, client: httpx.AsyncClient, documents: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        ids: dict[str, str] = {}
+        for name in documents:
+            path = self.documents_dir / name
+            with path.open("rb") as handle:
+                response = await client.post(
+                    "/v1/documents",
+                    files={"file": (path.name, handle, "application/octet-stream")},
+                )
+            if response.status_code not in (200, 201, 202):
+                raise RuntimeError(f"upload of {name}: HTTP {response.status_code} {response.text}")
+            ids[name] = str(response.json()["id"])
+        self.report(f"uploaded {len(ids)} documents to tenant {self.tenant}; waiting for ingest")
+        views: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + self.ingest_timeout_s
+        while True:
+            for name, document_id in ids.items():
+                if views.get(name, {}).get("status") in FINAL_STATUSES:
+                    continue
+                response = await client.get(f"/v1/documents/{document_id}")
+                response.raise_for_status()
+                views[name] = response.json()
+                if views[name]["status"] in FINAL_STATUSES:
+                    view = views[name]
+                    self.report(
+                        f"  {name}: {view['status']}, {view.get('chunk_count')} chunks"
+                        + (f" ({(view.get('error') or {}).get('message')})"
+                           if view["status"] == "failed" else "")
+                    )  # fmt: skip
+            if all(v.get("status") in FINAL_STATUSES for v in views.values()) and len(views) == len(
+                ids
+            ):
+                return views
+            if time.monotonic() > deadline:
+                waiting = [n for n, v in views.items() if v.get("status") not in FINAL_STATUSES]
+                raise TimeoutError(f"not indexed after {self.ingest_timeout_s:.0f} s: {waiting}")
+            await asyncio.sleep(0.5)
+
+    # -- asking -------------------------------------------------------------------------------
+
+    async def _conversation(
+        self,
+        teacher: httpx.AsyncClient,
+        user: str,
+        chain: Sequence[AnswerQuestion],
+        ids: dict[str, str],
+    ) -> list[QuestionResult]:
+        results: list[QuestionResult] = []
+        async with self._client(self._token(user, "student")) as student:
+            session_id = await self._session(student)
+            for question in chain:
+                result = QuestionResult(
+                    id=question.id, document=question.document, kind=question.kind,
+                    question=question.question,
+                )  # fmt: skip
+                try:
+                    turn = await self._ask(student, session_id, question.question)
+                    await self._score(teacher, question, turn, result, ids.get(question.document))
+                except (httpx.HTTPError, RuntimeError) as exc:
+                    result.error = f"{type(exc).__name__}: {exc}"
+                    result.refused = True
+                results.append(result)
+        return results
+
+    async def _offtopic(
+        self, teacher: httpx.AsyncClient, user: str, item: OfftopicQuestion
+    ) -> QuestionResult:
+        result = QuestionResult(id=item.id, document="", kind="offtopic", question=item.question)
+        try:
+            async with self._client(self._token(user, "student")) as student:
+                turn = await self._ask(student, await self._session(student), item.question)
+            _fill_turn(result, turn)
+        except (httpx.HTTPError, RuntimeError) as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+        return result
+
+    async def _session(self, student: httpx.AsyncClient) -> str:
+        response = await student.post("/v1/sessions", json={"mode": "chat"})
+        if response.status_code != 201:
+            raise RuntimeError(f"POST /v1/sessions: HTTP {response.status_code} {response.text}")
+        return str(response.json()["id"])
+
+    async def _ask(self, student: httpx.AsyncClient, session_id: str, text: str) -> Turn:
+        turn = Turn()
+        started = time.monotonic()
+        async with aconnect_sse(
+            student, "POST", f"/v1/sessions/{session_id}/messages", json={"content": text}
+        ) as source:
+            if source.response.status_code != 200:
+                await source.response.aread()
+                raise RuntimeError(
+                    f"chat: HTTP {source.response.status_code} {source.response.text[:300]}"
+                )
+            async for sse in source.aiter_sse():
+                event = json.loads(sse.data)
+                kind = event.get("type")
+                if kind == "sources":
+                    turn.sources = list(event["sources"])
+                elif kind == "token":
+                    if turn.first_token_ms is None:
+                        turn.first_token_ms = (time.monotonic() - started) * 1000
+                    turn.answer += event["text"]
+                elif kind == "done":
+                    turn.done = event
+                elif kind == "error":
+                    raise RuntimeError(f"chat error {event.get('reason')}: {event.get('message')}")
+        turn.total_ms = (time.monotonic() - started) * 1000
+        if turn.done is None:
+            raise RuntimeError("the stream ended without a done event")
+        return turn
+
+    async def _chunk(self, teacher: httpx.AsyncClient, chunk_id: str) -> dict[str, Any]:
+        if chunk_id not in self._chunks:
+            response = await teacher.get(f"/v1/chunks/{chunk_id}")
+            response.raise_for_status()
+            self._chunks[chunk_id] = response.json()
+        return self._chunks[chunk_id]
+
+    async def _score(
+        self,
+        teacher: httpx.AsyncClient,
+        question: AnswerQuestion,
+        turn: Turn,
+        result: QuestionResult,
+        gold_document_id: str | None,
+    ) -> None:
+        _fill_turn(result, turn)
+        seen: list[SourceSeen] = []
+        for source in turn.sources:
+            chunk = await self._chunk(teacher, str(source["chunk_id"]))
+            seen.append(
+                SourceSeen(
+                    label=str(source["label"]), chunk_id=str(source["chunk_id"]),
+                    document_id=str(source["document_id"]), page_start=source.get("page_start"),
+                    page_end=source.get("page_end"), slide=source.get("slide"),
+                    text=str(chunk["text"]),
+                )
+            )  # fmt: skip
+        result.context_hit = any(on_gold(s, question, gold_document_id) for s in seen)
+        result.sources = [
+            {"label": s.label, "document": s.document_id == gold_document_id,
+             "pages": [s.page_start, s.page_end], "gold": on_gold(s, question, gold_document_id)}
+            for s in seen
+        ]  # fmt: skip
+        if result.refused:
+            return
+        result.fact_recall = fact_recall(turn.answer, question.facts)
+        cited = {
+            str(c["chunk_id"])
+            for c in (turn.done or {}).get("citations", [])
+            if c.get("kind") == "textbook" and c.get("chunk_id")
+        }
+        by_chunk = {s.chunk_id: s for s in seen}
+        result.cited = len(cited)
+        result.cited_precise = sum(
+            1 for c in cited if c in by_chunk and holds_any_fact(by_chunk[c].text, question.facts)
+        )
+
+
+def _document_view(view: dict[str, Any]) -> dict[str, Any]:
+    keys = ("id", "status", "title", "page_count", "chunk_count", "error")
+    return {key: view.get(key) for key in keys}
+
+
+@dataclass
+class Turn:
+    """What the SSE stream of one question carried."""
+
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    answer: str = ""
+    done: dict[str, Any] | None = None
+    first_token_ms: float | None = None
+    total_ms: float | None = None
+
+
+def _fill_turn(result: QuestionResult, turn: Turn) -> None:
+    done = turn.done or {}
+    usage = done.get("usage") or {}
+    result.answer = turn.answer
+    result.band = done.get("band")
+    result.confidence = done.get("confidence")
+    result.answered_by = done.get("answered_by")
+    result.refused = bool(done.get("knowledge_gap")) or usage.get("outcome") == "no_support"
+    result.first_token_ms = None if turn.first_token_ms is None else round(turn.first_token_ms, 1)
+    result.total_ms = None if turn.total_ms is None else round(turn.total_ms, 1)
+
+
+# --- the embedded stack --------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def embedded_stack(
+    *, data_dir: Path | None = None, report: Report | None = None, ready_timeout_s: float = 300.0
+) -> Iterator[tuple[str, str]]:
+    """Start NATS, Postgres and the five services (as processes, the way ``lectern up`` does)
+    in ``data_dir`` (a temporary directory by default); yields (gateway URL, JWT secret)."""
+    from lectern_common.runtime.supervisor import Supervisor
+
+    say: Report = report or log.info
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            data_dir = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="lectern-eval-"))
+            )
+            # our own fresh directory: the embedded Postgres's account (``nobody`` as root)
+            # must be able to traverse it
+            data_dir.chmod(0o711)
+        ready = threading.Event()
+        supervisor = Supervisor(
+            data_dir=data_dir, gateway_port=0, nats_port=0, nats_monitor_port=0,
+            report=lambda message: say(f"stack: {message}"),
+            on_ready=lambda _: ready.set(),
+        )  # fmt: skip
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                supervisor.run(install_signal_handlers=False)
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+
+        thread = threading.Thread(target=run, name="lectern-eval-stack", daemon=True)
+        thread.start()
+        try:
+            if not ready.wait(ready_timeout_s) or failure:
+                raise RuntimeError(
+                    f"the embedded stack did not become ready: {failure[0] if failure else ''} "
+                    f"(logs in {data_dir / 'logs'})"
+                )
+            yield supervisor.children["gateway"].url, supervisor.settings.effective_jwt_secret
+        finally:
+            supervisor.stop_requested.set()
+            thread.join(timeout=120)
+
+
+def format_report(report: AnswerEvalReport) -> str:
+    """A plain-text report: overall figures, per document and per kind, and the misses."""
+    s = report.summary
+    lines = [
+        f"questions {s.questions}, off-topic {s.offtopic}, errors {s.errors}; "
+        f"ingest {report.ingest_s:.0f} s, answering {report.answer_s:.0f} s",
+        f"gold-page recall of the context  {s.context_recall:.3f}",
+        f"key-fact recall of the answers   {s.fact_recall:.3f}",
+        f"citation precision               {s.citation_precision:.3f}",
+        f"answerable refused               {s.answerable_refused:.3f}",
+        f"off-topic refused                {s.offtopic_refused:.3f}",
+        f"bands (answerable) {json.dumps(s.bands)}; (off-topic) {json.dumps(s.offtopic_bands)}",
+        "",
+        f"{'document':44} {'n':>3} {'context':>8} {'facts':>6} {'refused':>8}",
+    ]
+    for name, row in report.by_document.items():
+        lines.append(
+            f"{name[:44]:44} {int(row['n']):3d} {row['context_recall']:8.2f} "
+            f"{row['fact_recall']:6.2f} {row['refused']:8.2f}"
+        )
+    lines += ["", f"{'kind':44} {'n':>3} {'context':>8} {'facts':>6} {'refused':>8}"]
+    for name, row in report.by_kind.items():
+        lines.append(
+            f"{name:44} {int(row['n']):3d} {row['context_recall']:8.2f} "
+            f"{row['fact_recall']:6.2f} {row['refused']:8.2f}"
+        )
+    misses = [r for r in report.results if r.fact_recall < 1.0 or not r.context_hit]
+    if misses:
+        lines += ["", "misses (id, context hit, fact recall, band: question):"]
+        lines += [
+            f"  {r.id}: {'ctx' if r.context_hit else '---'} {r.fact_recall:.2f} {r.band}: "
+            f"{r.question}" + (f" [{r.error}]" if r.error else "")
+            for r in misses
+        ]
+    answered_off = [r for r in report.offtopic if not r.refused]
+    if answered_off:
+        lines += ["", "off-topic questions answered:"]
+        lines += [f"  {r.id} ({r.band}): {r.question}" for r in answered_off]
+    return "\n".join(lines)
