@@ -433,5 +433,5 @@ def test_split_sentences_handles_paragraphs_bullets_and_line_breaks() -> None:
         "Heading line",
         "First sentence runs across lines.",
         "Second one!",
-        "- bullet point here",
+        "bullet point here",
     ]

@@ -470,8 +470,11 @@ async def test_gemini_enrichment_adds_prefixes_and_linked_qa(
     assert len(qa) == row["qa_count"] and len(texts) == row["chunk_count"]
     assert all(c["parent_chunk_id"] in texts for c in qa)
     assert any(c["text"].startswith("Q: What is inertia?") for c in qa)
+    # the model's context follows the chunk's place in the document (title > sections)
     assert any(
-        (c["context_prefix"] or "").startswith("From a physics unit") for c in texts.values()
+        (c["context_prefix"] or "").lower().startswith("forces")
+        and (c["context_prefix"] or "").split("\n")[1].startswith("From a physics unit")
+        for c in texts.values()
     )
 
 

@@ -51,4 +51,5 @@ def test_offtopic_questions_land_in_the_gap_band(shared_data: Path, minilm: Loca
     off = bands(offtopic)
     assert off["gap"] >= 0.9, off
     assert answerable["gap"] < 0.1, answerable
-    assert answerable["medium"] > 0.5, "neutral sources and prior cap answerable at medium"
+    # grounding is assumed until measured: well-retrieved answerable questions open high
+    assert answerable["high"] > 0.5, answerable

@@ -289,14 +289,15 @@ def test_confidence_combines_retrieval_source_quality_and_prior() -> None:
     quality = (1.0 + 0.4) / 2
     assert conf.retrieval == pytest.approx(retrieval, abs=1e-6)
     assert conf.source_quality == pytest.approx(quality)
-    assert conf.grounding == 0.5
+    # grounding is assumed (1.0) until the gateway measures it, which can only lower it
+    assert conf.grounding == 1.0
     assert conf.grounding_is_prior
-    assert conf.score == pytest.approx(0.4 * retrieval + 0.3 * quality + 0.3 * 0.5, abs=1e-6)
-    assert conf.band == "medium"
+    assert conf.score == pytest.approx(0.4 * retrieval + 0.3 * quality + 0.3 * 1.0, abs=1e-6)
+    assert conf.band == "high"
     weak = confidence_of(top_semantic=0.1, kept_signals=signals, scorer="bi-encoder", config=config)
     assert weak.band == "gap"
     empty = confidence_of(top_semantic=None, kept_signals=[], scorer="bi-encoder", config=config)
-    assert empty.score == pytest.approx(0.15)
+    assert empty.score == pytest.approx(0.3)
     assert empty.band == "gap"
 
 
@@ -306,10 +307,10 @@ def test_measured_grounding_replaces_the_prior() -> None:
     prior = confidence_of(
         top_semantic=0.9, kept_signals=signals, scorer="bi-encoder", config=config
     )
-    assert prior.band == "high"  # 0.4 * ~1 + 0.3 * 1 + 0.3 * 0.5
+    assert prior.band == "high"  # 0.4 * ~1 + 0.3 * 1 + 0.3 * 1 (assumed)
     grounded = with_grounding(prior, grounding=0.1)
     assert not grounded.grounding_is_prior
-    assert grounded.score == pytest.approx(prior.score - 0.3 * 0.4, abs=1e-5)
+    assert grounded.score == pytest.approx(prior.score - 0.3 * 0.9, abs=1e-5)
     assert grounded.band == "medium"
     assert with_grounding(prior, grounding=1.0).score == pytest.approx(1.0, abs=1e-3)
 

@@ -56,7 +56,11 @@ def test_rrf_weights_change_the_order() -> None:
 
 def test_cap_per_document_and_limit() -> None:
     ranked = RankedList("dense", hits((A, DOC1), (B, DOC1), (C, DOC1), (D, DOC2)))
-    assert [f.chunk_id for f in rrf_fuse([ranked], limit=10, max_per_document=2)] == [A, B, D]
+    assert [f.chunk_id for f in rrf_fuse([ranked], limit=3, max_per_document=2)] == [A, B, D]
+    # the cap spreads the top over documents; it never starves a one-document tenant
+    assert [f.chunk_id for f in rrf_fuse([ranked], limit=10, max_per_document=2)] == [A, B, D, C]
+    one_document = RankedList("dense", hits((A, DOC1), (B, DOC1), (C, DOC1)))
+    assert len(rrf_fuse([one_document], limit=10, max_per_document=1)) == 3
     assert [f.chunk_id for f in rrf_fuse([ranked], limit=2, max_per_document=None)] == [A, B]
     assert cap_per_document([], max_per_document=1) == []
 
@@ -148,9 +152,18 @@ def test_filter_sql_is_parameterised() -> None:
     )  # fmt: skip
     sql = build_filter(tenant_id="t1", filters=filters)
     assert "DROP" not in sql.clause
-    assert sql.params == ["t1", ["educational"], "biology", 6, 8, "m'; DROP TABLE chunks; --",
-                          ["slides"], [DOC1]]  # fmt: skip
-    assert "c.grade_level BETWEEN $4::smallint AND $5::smallint" in sql.clause
+    assert sql.params == ["t1", ["educational"], ["text", "table", "qa"], "biology", 6, 8,
+                          "m'; DROP TABLE chunks; --", ["slides"], [DOC1]]  # fmt: skip
+    assert "c.grade_level BETWEEN $5::smallint AND $6::smallint" in sql.clause
+    assert "lower(c.subject) = lower($4)" in sql.clause and "IS NULL" not in sql.clause
+    untagged = build_filter(
+        tenant_id="t1", filters=RetrievalFilters(subject="Biology", include_untagged=True)
+    )
+    assert "(c.subject IS NULL OR lower(c.subject) = lower($4))" in untagged.clause
+    everything = build_filter(
+        tenant_id="t1", filters=RetrievalFilters(kinds=["references", "text"])
+    )
+    assert everything.params[2] == ["references", "text"]
     # searchability is the chunk's own flag (kept in step with its document by a trigger)
     assert "c.active" in sql.clause and "documents" not in sql.clause
 

@@ -5,8 +5,8 @@
   mapped to web sources [W1].. and the answer segments they support.
 - ``OpenAICompatibleGenerator``: any ``/chat/completions`` endpoint that streams SSE
   (DeepSeek, vLLM, Ollama, OpenAI ...), the fallback provider.
-- ``OfflineAnswerer``: no model at all; picks the sentences of the given sources that best
-  answer the question and cites them [T#]. Deterministic, so everything runs offline.
+- ``OfflineAnswerer`` (``lectern_common.answerer``): no model at all; answers in the
+  question's form from the sentences and list items of the sources, citing them [T#].
 - ``FallbackGenerator``: primary, one retry, then the fallbacks in order.
 
 Every stream is text deltas, then at most one grounding chunk and one usage chunk, then
@@ -20,20 +20,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import re
-from collections import Counter
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 import httpx
-import numpy as np
 from google import genai
 from google.genai import types
 from pydantic import BaseModel, Field
 
+from lectern_common.answerer import (
+    NO_SUPPORT_TEXT,
+    ExtractiveAnswer,
+    OfflineAnswerer,
+    ScoredSentence,
+    candidate_sentences,
+    extract_answer,
+    split_sentences,
+    terms,
+)
 from lectern_common.embeddings import GEMINI_CALL_ERRORS, create_gemini_client, upstream_error
 from lectern_common.errors import (
     BadInputError,
@@ -45,6 +51,12 @@ from lectern_common.settings import BaseServiceSettings
 
 if TYPE_CHECKING:
     from lectern_common.embeddings import Embedder
+
+#: the offline answerer's names, re-exported (it lives in lectern_common.answerer)
+__all__ = [
+    "NO_SUPPORT_TEXT", "ExtractiveAnswer", "OfflineAnswerer", "ScoredSentence",
+    "candidate_sentences", "extract_answer", "split_sentences", "terms",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -444,223 +456,6 @@ class FallbackGenerator:
                 last_error = exc
         assert last_error is not None  # attempts is never empty
         raise last_error
-
-
-# --- the offline extractive answerer ---------------------------------------------------
-
-_STOPWORDS = frozenset(
-    """a about above after again against all also am an and any are as at be because been
-    before being below between both but by can could did do does doing down during each few
-    for from further had has have having he her here hers herself him himself his how i if in
-    into is it its itself just me more most my myself no nor not now of off on once only or
-    other our ours ourselves out over own same she should so some such than that the their
-    theirs them themselves then there these they this those through to too under until up
-    very was we were what when where which while who whom why will with would you your yours
-    yourself yourselves explain describe tell please give mean means""".split()
-)
-_WORDS = re.compile(r"[^\W_]+", re.UNICODE)
-_PARAGRAPHS = re.compile(r"\n\s*\n|\n(?=\s*(?:[-•*▪]|\d+[.)])\s)")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-_PIECE = re.compile(r"\S+\s*")
-NO_SUPPORT_TEXT = "I could not find anything in the provided material that answers this question."
-
-
-def _stem(word: str) -> str:
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix in ("ing", "ed"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
-
-
-def terms(text: str) -> list[str]:
-    """Lower-cased, lightly stemmed content words of ``text`` (stopwords removed)."""
-    return [_stem(w) for w in _WORDS.findall(text.lower()) if w not in _STOPWORDS]
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences of a source text: paragraphs and bullets first, then sentence ends."""
-    sentences: list[str] = []
-    for paragraph in _PARAGRAPHS.split(text):
-        flat = " ".join(paragraph.split())
-        sentences.extend(s.strip() for s in _SENTENCE_END.split(flat) if s.strip())
-    return sentences
-
-
-@dataclass(frozen=True)
-class ScoredSentence:
-    """A sentence of a source, with its position there and its scores."""
-
-    label: str
-    source_index: int
-    position: int
-    text: str
-    lexical: float
-    semantic: float | None
-    score: float
-
-
-@dataclass(frozen=True)
-class ExtractiveAnswer:
-    """The sentences chosen to answer, in reading order; empty when nothing supports one."""
-
-    sentences: list[ScoredSentence]
-
-    @property
-    def supported(self) -> bool:
-        """Whether any sentence was found."""
-        return bool(self.sentences)
-
-    @property
-    def cited(self) -> list[str]:
-        """Distinct labels cited, in order."""
-        return list(dict.fromkeys(s.label for s in self.sentences))
-
-    def render(self) -> str:
-        """The answer text, each sentence followed by its citation."""
-        if not self.sentences:
-            return NO_SUPPORT_TEXT
-        return " ".join(_cite(s.text, s.label) for s in self.sentences)
-
-
-def _cite(sentence: str, label: str) -> str:
-    if sentence[-1:] in ".!?":
-        return f"{sentence[:-1]} [{label}]{sentence[-1]}"
-    return f"{sentence} [{label}]"
-
-
-def candidate_sentences(sources: Sequence[SourceText]) -> list[tuple[int, int, str]]:
-    """(source index, position, sentence) of every sentence worth quoting (3+ words)."""
-    return [
-        (source_index, position, sentence)
-        for source_index, source in enumerate(sources)
-        for position, sentence in enumerate(split_sentences(source.text))
-        if len(sentence.split()) >= 3
-    ]
-
-
-def extract_answer(
-    *,
-    question: str,
-    sources: Sequence[SourceText],
-    similarities: Sequence[float] | None = None,
-    max_sentences: int = 3,
-    min_lexical: float = 0.2,
-    min_semantic: float = 0.5,  # MiniLM: answering paraphrases ~0.5+, unrelated text < 0.3
-    k1: float = 1.2,
-    b: float = 0.75,
-) -> ExtractiveAnswer:
-    """Pick the sentences of ``sources`` that best answer ``question`` (BM25 over sentences).
-
-    ``similarities`` (question-to-sentence cosines, in ``candidate_sentences`` order) add a
-    semantic signal. A sentence is eligible with enough lexical overlap or similarity; the
-    best ones within half of the top score are kept, grouped by source in document order.
-    """
-    candidates = candidate_sentences(sources)
-    query = list(dict.fromkeys(terms(question)))
-    if not candidates or (not query and similarities is None):
-        return ExtractiveAnswer([])
-    bags = [Counter(terms(sentence)) for _, _, sentence in candidates]
-    lengths = [sum(bag.values()) for bag in bags]
-    average = (sum(lengths) / len(lengths)) or 1.0
-    count = len(candidates)
-    idf = {
-        term: math.log(1 + (count - df + 0.5) / (df + 0.5))
-        for term in query
-        for df in [sum(1 for bag in bags if term in bag)]
-    }
-    ceiling = sum(idf.values()) or 1.0
-    scored: list[ScoredSentence] = []
-    for index, ((source_index, position, sentence), bag) in enumerate(
-        zip(candidates, bags, strict=True)
-    ):
-        norm = k1 * (1 - b + b * lengths[index] / average)
-        bm25 = sum(idf[t] * bag[t] * (k1 + 1) / (bag[t] + norm) for t in query if bag.get(t))
-        lexical = bm25 / ceiling
-        semantic = None if similarities is None else max(0.0, float(similarities[index]))
-        score = lexical if semantic is None else 0.6 * lexical + 0.4 * semantic
-        eligible = lexical >= min_lexical or (semantic is not None and semantic >= min_semantic)
-        if eligible:
-            scored.append(
-                ScoredSentence(
-                    label=sources[source_index].label,
-                    source_index=source_index,
-                    position=position,
-                    text=sentence,
-                    lexical=lexical,
-                    semantic=semantic,
-                    score=score,
-                )
-            )
-    if not scored:
-        return ExtractiveAnswer([])
-    scored.sort(key=lambda s: (-s.score, s.source_index, s.position))
-    best = scored[0].score
-    chosen = [s for s in scored if s.score >= 0.5 * best][:max_sentences]
-    group_rank: dict[int, int] = {}
-    for picked in chosen:
-        group_rank.setdefault(picked.source_index, len(group_rank))
-    chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
-    return ExtractiveAnswer(chosen)
-
-
-class OfflineAnswerer:
-    """Answers from the sources alone: the best supporting sentences, cited, streamed."""
-
-    name = "offline"
-
-    def __init__(
-        self,
-        *,
-        embedder: Embedder | None = None,
-        max_sentences: int = 3,
-        words_per_chunk: int = 4,
-    ) -> None:
-        self.embedder = embedder
-        self.max_sentences = max_sentences
-        self.words_per_chunk = max(1, words_per_chunk)
-
-    async def answer(self, *, question: str, sources: Sequence[SourceText]) -> ExtractiveAnswer:
-        """The extractive answer (sentence similarity from the embedder when one is set)."""
-        similarities: list[float] | None = None
-        candidates = candidate_sentences(sources)
-        if self.embedder is not None and candidates and question.strip():
-            query = await self.embedder.embed_query(question)
-            vectors = await self.embedder.embed_documents([c[2] for c in candidates])
-            similarities = [float(v) for v in np.asarray(vectors @ query).ravel()]
-        return extract_answer(
-            question=question,
-            sources=sources,
-            similarities=similarities,
-            max_sentences=self.max_sentences,
-        )
-
-    async def stream(
-        self,
-        *,
-        system: str,
-        messages: Sequence[ChatMessage],
-        sources: Sequence[SourceText],
-        web_search: bool = False,
-    ) -> GenerationStream:
-        """Stream the extractive answer to the last user message, a few words at a time."""
-        question = next((m.content for m in reversed(messages) if m.role == "user"), "")
-        result = await self.answer(question=question, sources=sources)
-        pieces = _PIECE.findall(result.render())
-        for start in range(0, len(pieces), self.words_per_chunk):
-            yield TextDelta(text="".join(pieces[start : start + self.words_per_chunk]))
-            await asyncio.sleep(0)
-        yield Final(
-            provider=self.name,
-            finish_reason="stop",
-            outcome="answered" if result.supported else "no_support",
-            cited_sources=result.cited,
-        )
 
 
 def build_generator(

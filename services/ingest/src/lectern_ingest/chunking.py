@@ -9,8 +9,78 @@ from typing import Literal
 
 from lectern_ingest.extract.model import Block, Unit
 
-ChunkKind = Literal["text", "table"]
+ChunkKind = Literal["text", "table", "references", "contents", "index"]
 TokenCounter = Callable[[str], int]
+
+#: section titles whose text is apparatus, not content (compared case-folded, numbering off)
+_SECTION_TITLES: tuple[tuple[ChunkKind, str], ...] = (
+        ("references", "references|reference list|bibliography|works cited|literature cited|"
+         "citations|cited literature|literature|literatur|literaturverzeichnis|quellen|"
+         "quellenverzeichnis|bibliographie|références|referencias|bibliografía"),
+        ("contents", "contents|table of contents|inhaltsverzeichnis|inhalt|"
+         "table des matières|sommaire|índice|list of figures|list of tables|"
+         "abbildungsverzeichnis|tabellenverzeichnis"),
+        ("index", "index|subject index|author index|general index|register|"
+         "stichwortverzeichnis|sachverzeichnis|sachregister|namensregister"),
+)  # fmt: skip
+_SECTION_KINDS: dict[str, ChunkKind] = {
+    name: kind for kind, names in _SECTION_TITLES for name in names.split("|")
+}
+_SECTION_NUMBERING = re.compile(r"^(?:(?:\d+|[ivxlc]+|[a-z])[.)]?\s+)+", re.IGNORECASE)
+#: a citation's marks: "2006;91:3897", "1998;83", "(2004)", "et al", "doi"
+_YEAR_MARK = re.compile(r"\b(?:19|20)\d{2}[a-z]?\s*[;:.,)]")
+_VOLUME_MARK = re.compile(r"\b\d+\s*(?:\(\d+\))?\s*:\s*\d+(?:\s*[–-]\s*\d+)?")
+_ET_AL = re.compile(r"\bet al\b|\bdoi\b|\bpp\.\s*\d|\bvol\.\s*\d", re.IGNORECASE)
+_LEADER_PAGE = re.compile(r"(?:\.\s?){3,}\s*\d{1,4}\b|…\s*\d{1,4}\b")
+#: an index entry: a word, a comma, page numbers ("Torus, iii, 5, 38", "affine, 107")
+_INDEX_ENTRY = re.compile(
+    r"[^\W\d_]{2,}[)\]]?,\s*(?:\d{1,4}|[ivxl]{1,5})(?:\s*[–-]\s*\d{1,4})?(?=[\s,;]|$)"
+)
+
+
+_LEAF_SECTIONS = frozenset(
+    "abstract|summary|zusammenfassung|résumé|keywords|key words|schlüsselwörter|"
+    "acknowledgements|acknowledgments|acknowledgement|acknowledgment|danksagung|"
+    "conflict of interest|conflicts of interest|conflict of interest statement|funding|"
+    "author contributions".split("|")
+)
+
+
+def _is_leaf_section(title: str) -> bool:
+    return _SECTION_NUMBERING.sub("", title.strip()).strip(" .:").casefold() in _LEAF_SECTIONS
+
+
+def section_kind(section_path: list[str]) -> ChunkKind | None:
+    """The kind of apparatus a section holds (its own or an enclosing title says), or None."""
+    for title in reversed(section_path):
+        key = _SECTION_NUMBERING.sub("", title.strip()).strip(" .:").casefold()
+        if key in _SECTION_KINDS:
+            return _SECTION_KINDS[key]
+    return None
+
+
+def text_kind(text: str) -> ChunkKind:
+    """``text``, or the apparatus it plainly is by its own marks: a reference list (citation
+    marks at least every ~90 characters), a table of contents (dot leaders to page numbers)
+    or an index (entries ending in page numbers)."""
+    length = max(len(text), 1)
+    citations = len(_YEAR_MARK.findall(text)) + len(_VOLUME_MARK.findall(text))
+    citations += len(_ET_AL.findall(text))
+    if citations >= 5 and citations * 90 >= length:
+        return "references"
+    leaders = len(_LEADER_PAGE.findall(text))
+    if leaders >= 3 and leaders * 120 >= length:
+        return "contents"
+    entries = len(_INDEX_ENTRY.findall(text))
+    if entries >= 8 and entries * 30 >= length:
+        return "index"
+    return "text"
+
+
+def chunk_kind(text: str, section_path: list[str]) -> ChunkKind:
+    """What a text chunk is: content (``text``), or a reference list, contents or index."""
+    return section_kind(section_path) or text_kind(text)
+
 
 _BREAK = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[。！？]+[」』”’)]*\s*")
 _NEXT_STARTS_SENTENCE = re.compile(r"[\"'“‘(\[]?[A-Z0-9À-ÖØ-ÞΑ-ΩА-Я\u0600-\u06ff\u0590-\u05ff]")
@@ -51,6 +121,25 @@ class ChunkDraft:
     time_start: float | None
     time_end: float | None
     token_count: int
+    #: where the chunk sits ("Title > Chapter > Section"): embedded and indexed with its text
+    context_prefix: str | None = None
+
+
+MAX_PREFIX_CHARS = 300
+
+
+def structural_prefix(title: str | None, section_path: list[str]) -> str | None:
+    """ "Title > Chapter > Section" of a chunk, so that a question naming its document or
+    section finds it (headings are not in the chunk's own text); the innermost titles are
+    kept when it is long."""
+    parts: list[str] = []
+    for part in ([title] if title else []) + section_path:
+        part = " ".join(part.split())[:120]
+        if part and not any(part.casefold() == p.casefold() for p in parts):
+            parts.append(part)
+    while len(parts) > 1 and len(" > ".join(parts)) > MAX_PREFIX_CHARS:
+        parts.pop(1 if len(parts) > 2 else 0)
+    return " > ".join(parts)[:MAX_PREFIX_CHARS] or None
 
 
 @dataclass(slots=True)
@@ -144,6 +233,10 @@ class Chunker:
         if block.kind == "heading":
             yield from self._end_section()
             level = block.level or 1
+            if self._path and _is_leaf_section(self._path[-1][1]):
+                # "Abstract" or "Keywords" set larger than the sections that follow them
+                # holds none of them: "Background" is not a part of the abstract
+                self._path.pop()
             while self._path and self._path[-1][0] >= level:
                 self._path.pop()
             self._path.append((level, block.text))
@@ -381,6 +474,9 @@ class Chunker:
             yield from self._finalize(_Parts("text", parts.pieces[:half], parts.section_path))
             yield from self._finalize(_Parts("text", parts.pieces[half:], parts.section_path))
             return
+        kind: ChunkKind = parts.kind
+        if kind == "text":
+            kind = chunk_kind(text, parts.section_path)
         pages = [p.page for p in parts.pieces if p.page is not None]
         starts = [p.time_start for p in parts.pieces if p.time_start is not None]
         ends = [p.time_end for p in parts.pieces if p.time_end is not None]
@@ -388,7 +484,7 @@ class Chunker:
         path = list(parts.section_path)
         draft = ChunkDraft(
             index=self._index,
-            kind=parts.kind,
+            kind=kind,
             text=text,
             section_path=path,
             chapter=path[0] if path else None,

@@ -169,8 +169,12 @@ class GeminiEnricher:
             if isinstance(prefixes, list):
                 for i, prefix in zip(group, prefixes, strict=False):
                     if isinstance(prefix, str) and prefix.strip():
+                        structural = out[i].context_prefix
+                        combined = prefix.strip()[:PREFIX_MAX_CHARS]
+                        if structural:
+                            combined = f"{structural}\n{combined}"
                         fitted = fit_prefix(
-                            prefix.strip()[:PREFIX_MAX_CHARS], out[i].text,
+                            combined, out[i].text,
                             count_tokens=count_tokens, max_tokens=max_tokens,
                         )  # fmt: skip
                         if fitted:

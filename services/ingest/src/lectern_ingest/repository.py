@@ -62,6 +62,8 @@ class IndexedDocument:
     near_duplicate_score: float | None
     enriched: bool
     enrichment_note: str | None
+    #: the document's own title, replacing the file name the upload defaulted to
+    title: str | None = None
 
 
 async def _copy_chunks(conn: Any, records: list[tuple[Any, ...]]) -> None:
@@ -358,11 +360,11 @@ async def store_document(
                    content_sha256 = $8, simhash = $9, near_duplicate_of = $10,
                    near_duplicate_score = $11, enriched = $12, enrichment_note = $13,
                    error_stage = NULL, error_reason = NULL, error_message = NULL,
-                   indexed_at = now(), updated_at = now()
+                   title = coalesce($14, title), indexed_at = now(), updated_at = now()
                WHERE id = $1""",
             document_id, result.page_count, result.skipped_pages, result.chunk_count,
             result.qa_count, result.language, result.ts_config, result.content_sha256,
             result.simhash, result.near_duplicate_of, result.near_duplicate_score,
-            result.enriched, result.enrichment_note,
+            result.enriched, result.enrichment_note, result.title,
         )  # fmt: skip
     return "indexed"

@@ -20,6 +20,7 @@ import contextlib
 import contextvars
 import hashlib
 import logging
+import re
 import tempfile
 import threading
 import time
@@ -44,7 +45,7 @@ from lectern_common.events import (
 )
 from lectern_ingest import dedup, language, objects
 from lectern_ingest import repository as repo
-from lectern_ingest.chunking import ChunkDraft, ChunkingConfig, chunk_units
+from lectern_ingest.chunking import ChunkDraft, ChunkingConfig, chunk_units, structural_prefix
 from lectern_ingest.config import Settings
 from lectern_ingest.enrich import Enricher, build_enricher
 from lectern_ingest.extract import Extraction, Unit, extract
@@ -156,6 +157,8 @@ class _Produced:
     extracted: bool = False
     sample: list[str] = field(default_factory=list)
     sample_chars: int = 0
+    #: the document's own title (PDF metadata) or its first heading, when it has one
+    title: str | None = None
 
 
 @dataclass
@@ -179,6 +182,7 @@ class _Producer:
         path: Path,
         mime: str,
         password: str | None,
+        title: str | None,
         config: ChunkingConfig,
         count_tokens: Callable[[str], int],
         batch_size: int,
@@ -188,6 +192,8 @@ class _Producer:
         self.path = path
         self.mime = mime
         self.password = password
+        #: the title the uploader gave (None: the document's own, when it has one)
+        self.title = title
         self.config = config
         self.count_tokens = count_tokens
         self.batch_size = batch_size
@@ -219,6 +225,11 @@ class _Producer:
             unit = next(units, None)
             if unit is None:
                 return
+            if self.stats.title is None and self.stats.units_done < 3:
+                self.stats.title = next(
+                    (b.text for b in unit.blocks if b.kind == "heading" and (b.level or 1) <= 1),
+                    None,
+                )
             text = "\n".join(block.text for block in unit.blocks)
             self.stats.content.update(text)
             self.stats.simhash.update(text)
@@ -233,12 +244,16 @@ class _Producer:
         try:
             with extract(self.path, mime=self.mime, password=self.password) as extraction:
                 self.stats.page_count = extraction.page_count
+                self.stats.title = usable_title(extraction.title)
                 batch: list[ChunkDraft] = []
                 for draft in chunk_units(
                     self._units(extraction), config=self.config, count_tokens=self.count_tokens
                 ):
                     if self.stop.is_set():
                         return
+                    draft.context_prefix = structural_prefix(
+                        self.title or self.stats.title, draft.section_path
+                    )
                     batch.append(draft)
                     if len(batch) >= self.batch_size:
                         self._put(batch)
@@ -493,7 +508,8 @@ class IngestWorker:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.settings.queue_batches)
         producer = _Producer(
-            path=path, mime=event.mime_type, password=password, config=self.chunking,
+            path=path, mime=event.mime_type, password=password,
+            title=given_title(event), config=self.chunking,
             count_tokens=self.count_tokens, batch_size=self.settings.embed_batch_size,
             loop=loop, queue=queue,
         )  # fmt: skip
@@ -586,6 +602,7 @@ class IngestWorker:
             near_duplicate_of=near[0] if near else None,
             near_duplicate_score=near[1] if near else None,
             enriched=enriched, enrichment_note=note,
+            title=None if given_title(event) else stats.title,
         )  # fmt: skip
         return PipelineResult(
             chunks=records, embeddings=embeddings, indexed=indexed, embed_s=embed_timer[0]
@@ -748,7 +765,35 @@ def _chunking_config(settings: Settings, *, max_tokens: int) -> ChunkingConfig:
 
 
 def _embed_text(draft: ChunkDraft) -> str:
+    if draft.context_prefix:
+        return f"{draft.context_prefix}\n{draft.text}"
     return draft.text
+
+
+_JUNK_TITLE = re.compile(
+    r"^(?:untitled|no title|title|document\d*|microsoft (?:word|powerpoint) - .*|.*\.(?:pdf|docx?|"
+    r"pptx?|tex|dvi|indd|qxd|rtf|txt))$",
+    re.IGNORECASE,
+)
+
+
+def usable_title(title: str | None) -> str | None:
+    """A document's metadata title, unless it is a placeholder ("untitled", a file name)."""
+    if not title:
+        return None
+    title = " ".join(title.split())
+    if len(title) < 4 or _JUNK_TITLE.match(title) or sum(ch.isalpha() for ch in title) < 3:
+        return None
+    return title[:500]
+
+
+def given_title(event: DocumentUploaded) -> str | None:
+    """The title the uploader chose; None when it is only the file name (the gateway's
+    default), so the document's own title may replace it."""
+    title = event.metadata.title
+    if not title or title in (event.filename, Path(event.filename).stem):
+        return None
+    return title
 
 
 def _record_embed_text(record: repo.ChunkRecord) -> str:
@@ -761,7 +806,7 @@ def _record(document_id: uuid.UUID, index: int, draft: ChunkDraft) -> repo.Chunk
     kind = getattr(draft, "kind", "text") or "text"
     return repo.ChunkRecord(
         id=chunk_id(document_id, kind, index), chunk_index=index, kind=kind,
-        parent_chunk_id=None, text=draft.text, context_prefix=None,
+        parent_chunk_id=None, text=draft.text, context_prefix=draft.context_prefix,
         section_path=list(getattr(draft, "section_path", []) or []),
         chapter=getattr(draft, "chapter", None),
         page_start=getattr(draft, "page_start", None), page_end=getattr(draft, "page_end", None),

@@ -84,8 +84,10 @@ class Settings(ServiceHttpSettings):
     confidence_weight_source_quality: float = Field(default=_C.source_quality, ge=0.0)
     confidence_weight_grounding: float = Field(default=_C.grounding, ge=0.0)
     grounding_prior: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="grounding until the gateway measures it"
-    )
+        default=1.0, ge=0.0, le=1.0,
+        description="grounding assumed until the gateway measures it (which can only lower "
+        "the band an answer opened in)",
+    )  # fmt: skip
     bi_encoder_midpoint: float = BI_ENCODER_CALIBRATION.midpoint
     bi_encoder_scale: float = Field(default=BI_ENCODER_CALIBRATION.scale, gt=0.0)
     cross_encoder_midpoint: float = CROSS_ENCODER_CALIBRATION.midpoint

@@ -128,7 +128,9 @@ class RerankConfig:
             "cross-encoder": CROSS_ENCODER_CALIBRATION,
         }
     )
-    grounding_prior: float = NEUTRAL
+    #: grounding is assumed until the gateway measures it: the band an answer opens in
+    #: (and its preamble) says what retrieval found; checking the answer can only lower it
+    grounding_prior: float = 1.0
     duplicate_overlap: float = 0.80
     # The bi-encoder is the retriever's own dense model: its cosine is a signal the fused
     # hybrid order already holds, and weighing it again tilts that order back towards dense

@@ -96,14 +96,16 @@ def _keep_best(entry: Fused, side: Side, hit: Hit) -> None:
 
 
 def cap_per_document(items: Sequence[Fused], *, max_per_document: int | None) -> list[Fused]:
-    """Keep at most ``max_per_document`` chunks of each document, order preserved."""
+    """At most ``max_per_document`` chunks of each document first, order preserved; the rest
+    stay behind them, best first, so the cap only spreads the top over competing documents
+    and never starves a tenant with one textbook (its chunks beyond the cap still follow)."""
     if max_per_document is None:
         return list(items)
     seen: dict[uuid.UUID, int] = {}
     kept: list[Fused] = []
+    over: list[Fused] = []
     for item in items:
         count = seen.get(item.document_id, 0)
-        if count < max_per_document:
-            kept.append(item)
-            seen[item.document_id] = count + 1
-    return kept
+        (kept if count < max_per_document else over).append(item)
+        seen[item.document_id] = count + 1
+    return kept + over

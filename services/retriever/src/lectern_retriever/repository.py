@@ -11,6 +11,7 @@ from pgvector import SparseVector
 
 from lectern_common.bm25 import SPARSE_DIM
 from lectern_common.events import RetrievalFilters
+from lectern_common.events.retrieval import CONTENT_KINDS
 
 # What a search returns per hit: enough to fuse (ids, tags for the tag boost) and no more.
 # The candidate columns (text, metadata, the document's title) are fetched once, for the
@@ -48,17 +49,27 @@ def build_filter(*, tenant_id: str, filters: RetrievalFilters) -> SqlFilter:
         "c.active",
         f"c.collection = ANY({sql.placeholder(list(filters.collections))}::text[])",
     ]
+    kinds = list(filters.kinds) if filters.kinds else list(CONTENT_KINDS)
+    parts.append(f"c.kind = ANY({sql.placeholder(kinds)}::text[])")
+
+    def tagged(column: str, condition: str) -> str:
+        if filters.include_untagged:
+            return f"(c.{column} IS NULL OR {condition})"
+        return condition
+
     if filters.subject is not None:
-        parts.append(f"c.subject = {sql.placeholder(filters.subject)}")
+        subject = sql.placeholder(filters.subject.strip())
+        parts.append(tagged("subject", f"lower(c.subject) = lower({subject})"))
     if filters.grade_level is not None:
         if filters.grade_within_one:
             low = sql.placeholder(filters.grade_level - 1)
             high = sql.placeholder(filters.grade_level + 1)
-            parts.append(f"c.grade_level BETWEEN {low}::smallint AND {high}::smallint")
+            condition = f"c.grade_level BETWEEN {low}::smallint AND {high}::smallint"
         else:
-            parts.append(f"c.grade_level = {sql.placeholder(filters.grade_level)}::smallint")
+            condition = f"c.grade_level = {sql.placeholder(filters.grade_level)}::smallint"
+        parts.append(tagged("grade_level", condition))
     if filters.module_tag is not None:
-        parts.append(f"c.module_tag = {sql.placeholder(filters.module_tag)}")
+        parts.append(tagged("module_tag", f"c.module_tag = {sql.placeholder(filters.module_tag)}"))
     if filters.class_id is not None:
         class_id = sql.placeholder(filters.class_id)
         if filters.include_unassigned:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lectern_common.events.retrieval import Turn
+from lectern_common.text import resolve_follow_up
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,19 @@ ABBREVIATIONS: dict[str, str] = {
     "uk": "united kingdom",
     "photosynth": "photosynthesis",
 }
+# What a question's opening asks for, in the words material states it with ("How common
+# is X?" is answered by "X affects 1 in 2,500 ..." or "the prevalence of X ...").
+QUESTION_HINTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(rf"\b{phrase}\b", re.IGNORECASE), hint)
+    for phrase, hint in (
+        ("how common", "prevalence frequency"),
+        ("how often", "frequency"),
+        ("how long", "duration"),
+        ("how many", "number"),
+        ("how old", "age"),
+        ("what percentage", "percent"),
+    )
+)
 COLLOQUIAL: dict[str, str] = {
     "whats": "what is",
     "what's": "what is",
@@ -138,7 +152,9 @@ def expand(text: str) -> str:
         else:
             out.append(token)
     joined = " ".join(out)
-    return re.sub(r"\s+([?.!,;:)])", r"\1", joined).replace("( ", "(")
+    joined = re.sub(r"\s+([?.!,;:)])", r"\1", joined).replace("( ", "(")
+    hints = [hint for pattern, hint in QUESTION_HINTS if pattern.search(text)]
+    return f"{joined} ({' '.join(hints)})" if hints else joined
 
 
 def context_keywords(text: str, context: RewriteContext) -> list[str]:
@@ -166,10 +182,15 @@ def split_multi_hop(text: str) -> tuple[str, list[str]]:
 
 
 def rule_rewrite(
-    query: str, *, context: RewriteContext = RewriteContext(), multi_hop: bool = True
+    query: str,
+    *,
+    context: RewriteContext = RewriteContext(),
+    multi_hop: bool = True,
+    earlier_questions: Sequence[str] = (),
 ) -> Rewritten:
-    """The fast path: normalise, expand, add context keywords, split multi-hop questions."""
-    base = normalise(query)
+    """The fast path: normalise, carry the topic into a follow-up, expand, add context
+    keywords, split multi-hop questions."""
+    base = resolve_follow_up(normalise(query), [normalise(q) for q in earlier_questions])
     expanded = expand(base)
     extra = context_keywords(expanded, context)
     main = f"{expanded} {' '.join(extra)}".strip() if extra else expanded

@@ -94,7 +94,10 @@ def plan_queries(request: RetrieveRequest) -> Rewritten:
         context = RewriteContext(
             subject=filters.subject, module_tag=filters.module_tag, topic_tags=request.boost_tags
         )
-        return rule_rewrite(request.query, context=context, multi_hop=request.multi_hop)
+        earlier = [turn.text for turn in request.history if turn.role == "user"]
+        return rule_rewrite(
+            request.query, context=context, multi_hop=request.multi_hop, earlier_questions=earlier
+        )
     main = normalise(request.query)
     if not request.multi_hop:
         return Rewritten(main=main)

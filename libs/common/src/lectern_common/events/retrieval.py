@@ -12,6 +12,10 @@ from lectern_common.events.chat import ConfidenceBand
 
 CollectionName = Literal["educational", "assessment"]
 Method = Literal["dense", "sparse"]
+ChunkKind = Literal["text", "table", "qa", "references", "contents", "index"]
+#: what chunks hold: the rest (reference lists, tables of contents, indexes) is kept, typed,
+#: and only searched when a request asks for those kinds
+CONTENT_KINDS: tuple[ChunkKind, ...] = ("text", "table", "qa")
 
 
 def _educational_only() -> list[CollectionName]:
@@ -29,10 +33,20 @@ class RetrievalFilters(BaseModel):
         default_factory=_educational_only,
         description="students are always limited to educational",
     )
-    subject: str | None = None
+    subject: str | None = Field(default=None, description="matched case-insensitively")
     grade_level: int | None = None
     grade_within_one: bool = Field(default=False, description="accept grade_level +/- 1")
     module_tag: str | None = None
+    include_untagged: bool = Field(
+        default=False,
+        description="material without a subject, grade or module matches those filters too "
+        "(chat: a course's untagged uploads must not silently disappear)",
+    )
+    kinds: list[ChunkKind] | None = Field(
+        default=None,
+        description="chunk kinds to search; unset: content only (text, table, qa), never "
+        "reference lists, tables of contents or indexes",
+    )
     class_id: str | None = None
     include_unassigned: bool = Field(
         default=False, description="with class_id: material assigned to no class matches too"

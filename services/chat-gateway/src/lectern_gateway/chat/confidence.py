@@ -71,6 +71,17 @@ def final_confidence(
     )
 
 
+def in_band(confidence: Confidence, thresholds: BandThresholds | None = None) -> Confidence:
+    """The verdict with its score inside its band's range, so score and band never disagree
+    ("medium 0.88"): a band lowered by a check or capped at the opening band caps the score
+    just below the next band's cut-off."""
+    t = thresholds or BandThresholds()
+    ceiling = {"gap": t.low, "low": t.medium, "medium": t.high}.get(confidence.band)
+    if ceiling is None or confidence.score < ceiling:
+        return confidence
+    return confidence.model_copy(update={"score": round(max(0.0, ceiling - 0.001), 3)})
+
+
 def lower_band(band: ConfidenceBand, other: ConfidenceBand) -> ConfidenceBand:
     """The lower of two bands."""
     return band if _ORDER.index(band) <= _ORDER.index(other) else other

@@ -55,6 +55,7 @@ from lectern_gateway.chat.citations import (
 from lectern_gateway.chat.confidence import (
     caveat,
     final_confidence,
+    in_band,
     lower_band,
     no_material,
     preamble,
@@ -135,6 +136,7 @@ def filters_for(session: dict[str, Any]) -> RetrievalFilters:
         module_tag=session.get("module_tag"),
         class_id=class_id,
         include_unassigned=class_id is not None,
+        include_untagged=True,
     )
 
 
@@ -476,7 +478,7 @@ async def _gap_turn(
     related = [t for t in related if t != topic][:5]
     text = knowledge_gap_message(question=question, related_topics=related)
     yield TokenEvent(text=text, origin="gateway")
-    confidence = retrieved.confidence
+    confidence = in_band(retrieved.confidence, deps.settings.band_thresholds())
     yield ConfidenceEvent(**confidence.model_dump())
     message_id, gap_id = uuid.uuid4(), uuid.uuid4()
     await repo.insert_message(
@@ -629,6 +631,7 @@ async def _answer_turn(
     if finished.usage.get("outcome") == "no_support":
         # the answerer found nothing in the sources that answers: say so in the band too
         confidence = confidence.model_copy(update={"band": lower_band(confidence.band, "low")})
+    confidence = in_band(confidence, settings.band_thresholds())
     closing = "" if general else caveat(prior.band, confidence.band)
     if closing:
         # the opening was streamed for the prior band: the copy ends in the final band's words

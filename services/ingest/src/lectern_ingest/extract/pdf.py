@@ -47,6 +47,12 @@ _SAMPLE_PAGES = 120
 _EDGE_BLOCKS = 2
 _HEADING_RATIO = 1.12
 _MAX_HEADING_CHARS = 200
+#: a sideways or top/bottom line on this share of the sampled pages (and at least 4) is
+#: furniture, even where it shares a baseline with other text
+_REPEATED_LINE_SHARE = 0.3
+#: the top and bottom share of a page where running headers and footers sit
+_MARGIN_BAND = 0.08
+_MIN_REPEATED_CHARS = 16
 _CAPTION = re.compile(r"^(?:table|tab\.|figure|fig\.)\s*[\dIVXivx]+[\w.\-]*", re.IGNORECASE)
 _TABLE_CAPTION = re.compile(r"^(?:table|tab\.)\s*[\dIVXivx]+", re.IGNORECASE)
 _CHAPTER_LABEL = re.compile(
@@ -134,12 +140,42 @@ def _visual_lines(block: dict[str, Any]) -> list[_Line]:
     return out
 
 
-def _page_blocks(page: Any, textpage: Any = None) -> list[_PBlock]:
-    data = page.get_text("dict", flags=_TEXT_FLAGS, sort=True, textpage=textpage)
+def _marginal(line: dict[str, Any], page_height: float) -> bool:
+    """A line set sideways (a margin note) or in the top or bottom band of the page."""
+    dx, dy = line.get("dir", (1.0, 0.0))
+    if abs(dy) > 0.2 or dx < 0:
+        return True
+    y0, y1 = line["bbox"][1], line["bbox"][3]
+    return y1 <= _MARGIN_BAND * page_height or y0 >= (1 - _MARGIN_BAND) * page_height
+
+
+def _line_key(line: dict[str, Any]) -> str:
+    return furniture_key("".join(span["text"] for span in line["spans"]))
+
+
+def _page_blocks(
+    page: Any,
+    textpage: Any = None,
+    *,
+    drop: frozenset[str] = frozenset(),
+    data: dict[str, Any] | None = None,
+) -> list[_PBlock]:
+    """The page's text blocks; marginal lines whose furniture key is in ``drop`` are left out
+    before lines on one baseline are merged (a running title beside a margin note stays
+    out). ``data``: the page's ``get_text("dict")``, when the caller has it already."""
+    if data is None:
+        data = page.get_text("dict", flags=_TEXT_FLAGS, sort=True, textpage=textpage)
     blocks = []
     for raw in data["blocks"]:
         if raw.get("type", 0) != 0:
             continue
+        if drop:
+            raw = dict(raw)
+            raw["lines"] = [
+                line
+                for line in raw.get("lines", [])
+                if not _marginal(line, page.rect.height) or _line_key(line) not in drop
+            ]
         lines = _visual_lines(raw)
         if lines:
             blocks.append(_PBlock(bbox=tuple(raw["bbox"]), lines=lines))
@@ -250,10 +286,25 @@ class _FontProfile:
         return min(larger) if larger else max(self.levels.values(), default=0) + 1
 
 
+_FOOTNOTE_MARKS = re.compile(r"[†‡§¶*]|\b(?:and|und|et)\b")
+_NOT_A_TITLE = re.compile(r"@|\bdoi\b|https?://|www\.", re.IGNORECASE)
+
+
+def _looks_like_byline(text: str) -> bool:
+    """An author line ("A. Smith†, B. Jones‡ and C. Lee*"), e-mail or link: large or bold
+    like a heading, but no section starts there."""
+    commas = text.count(",")
+    return bool(
+        _NOT_A_TITLE.search(text) or commas >= 3 or (commas >= 2 and _FOOTNOTE_MARKS.search(text))
+    )
+
+
 def _is_font_heading(block: _PBlock, fonts: _FontProfile) -> int | None:
     text = block.text
     letters = sum(ch.isalpha() for ch in text)
     if len(text) > _MAX_HEADING_CHARS or len(block.lines) > 3 or letters < 2:
+        return None
+    if _looks_like_byline(text):
         return None
     size = block.size
     if size >= fonts.body * _HEADING_RATIO:
@@ -426,6 +477,7 @@ class PdfExtraction(Extraction):
         for entry in self.outline:
             if entry.page is not None:
                 self._toc_by_page.setdefault(entry.page, []).append(entry)
+        self._repeated_lines: frozenset[str] = frozenset()
         self._furniture, self._fonts = self._profile()
         self._last_table: tuple[int, str, int] | None = None  # columns, header row, page
 
@@ -438,14 +490,28 @@ class PdfExtraction(Extraction):
         n = self.page_count
         step = max(1, n // _SAMPLE_PAGES)
         edges: list[list[str]] = []
+        lines: Counter[str] = Counter()
+        sampled = 0
         sizes: Counter[float] = Counter()
         heading_sizes: Counter[float] = Counter()
         for index in range(0, n, step):
             try:
-                blocks = _page_blocks(self._doc.load_page(index))
+                page = self._doc.load_page(index)
+                raw = page.get_text("dict", flags=_TEXT_FLAGS, sort=True)
+                blocks = _page_blocks(page, data=raw)
             except Exception:  # noqa: S112 - the second pass reports broken pages
                 continue
+            sampled += 1
             edges.append([b.text for b in _edge_blocks(blocks)])
+            lines.update(
+                {
+                    key
+                    for block in raw["blocks"]
+                    for line in block.get("lines", [])
+                    if _marginal(line, page.rect.height)
+                    and len(key := _line_key(line)) >= _MIN_REPEATED_CHARS
+                }
+            )
             for block in blocks:
                 for line in block.lines:
                     sizes[line.size] += len(line.text)
@@ -453,6 +519,8 @@ class PdfExtraction(Extraction):
                 if len(block.text) <= _MAX_HEADING_CHARS and len(block.lines) <= 3 and letters >= 3:
                     heading_sizes[block.size] += 1
         furniture = repeated_furniture(edges) if len(edges) >= 4 else frozenset()
+        threshold = max(4, math.ceil(_REPEATED_LINE_SHARE * sampled))
+        self._repeated_lines = frozenset(k for k, c in lines.items() if c >= threshold)
         return furniture, _FontProfile(sizes, heading_sizes)
 
     def _iter_units(self) -> Iterator[Unit]:
@@ -471,7 +539,7 @@ class PdfExtraction(Extraction):
             raise BadInputError("no page of the document could be read", reason="corrupt")
 
     def _read_page(self, page: Any, number: int) -> list[Block]:
-        blocks = _page_blocks(page)
+        blocks = _page_blocks(page, drop=self._repeated_lines)
         ocred = False
         if not blocks and page.get_images():
             textpage = self._ocr_page(page, number)

@@ -1,0 +1,524 @@
+"""The offline extractive answerer: answers a question from its sources alone, no model.
+
+It reads the form of the question and answers in that form, from the sentences and list
+items of the sources that address it:
+
+- "what are the stages of ..." (a list): the list that answers it, item by item, with the
+  line that introduces it;
+- "how many / how long / what share ..." (a number): sentences that state a number first;
+- "how does X differ from Y" (a comparison): the best sentence about each side;
+- "what is X" (a definition): the sentence that says what X is;
+- anything else: the best few sentences.
+
+Units are scored by BM25 over the units (term overlap) and, with an embedder, cosine
+similarity to the question; a unit that only repeats the question's words ("Mitosis is
+different from meiosis.") counts for little, and near-repeats of a chosen unit are dropped.
+Every sentence is cited with its source's label; when nothing addresses the question the
+answer says so plainly. Deterministic, so everything runs and is testable offline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from lectern_common.text import resolve_follow_up
+
+if TYPE_CHECKING:
+    from lectern_common.embeddings import Embedder
+    from lectern_common.llm import ChatMessage, GenerationStream, SourceText
+
+QuestionForm = Literal["list", "number", "comparison", "definition", "general"]
+
+_STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been
+    before being below between both but by can could did do does doing down during each few
+    for from further had has have having he her here hers herself him himself his how i if in
+    into is it its itself just me more most my myself no nor not now of off on once only or
+    other our ours ourselves out over own same she should so some such than that the their
+    theirs them themselves then there these they this those through to too under until up
+    very was we were what when where which while who whom why will with would you your yours
+    yourself yourselves explain describe tell please give mean means der die das ein eine
+    einer eines einem einen und oder ist sind was wie wer wo warum welche welcher welches
+    von zu im in den dem des mit auf für nicht auch es sich""".split()
+)
+_WORDS = re.compile(r"[^\W_]+", re.UNICODE)
+_PARAGRAPHS = re.compile(r"\n\s*\n|\n(?=\s*(?:[-•*▪◦–]|\d{1,2}[.)]|\(?[a-z][.)])\s)")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9ÄÖÜ])")
+_ITEM_MARK = re.compile(r"^\s*(?:[-•*▪◦–]|\d{1,2}[.)]|\(?[a-z][.)])\s+")
+_INLINE_ITEMS = re.compile(r"\s+[-•▪◦]\s+")
+_NUMBER = re.compile(
+    r"\d|%|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
+    r"thirty|forty|fifty|hundred|thousand|million|billion|half|third|quarter|once|twice|"
+    r"ein|zwei|drei|vier|fünf|sechs|sieben|acht|neun|zehn)\b",
+    re.IGNORECASE,
+)
+_PIECE = re.compile(r"\S+\s*")
+#: numbers that only label things ("Table 1", "Fig. 2", "Vol. 113") or footnote markers
+_LABEL_NUMBER = re.compile(
+    r"\b(?:table|tab|fig|figure|vol|volume|chapter|section|eq|equation|page|p|pp|no|abb|"
+    r"kapitel|abschnitt|tabelle)\.?\s*\d+(?:\.\d+)*|(?<=[^\W\d_])[.,;]?\d{1,3}(?:[,–-]\d{1,3})*(?=\s|$)",
+    re.IGNORECASE,
+)
+_FOOTNOTE_END = re.compile(r"(?<=[.!?])\d{1,3}(?:[,–-]\d{1,3})*$")
+
+
+def states_number(text: str) -> bool:
+    """Whether ``text`` states a quantity (not just "Table 1" or a footnote marker)."""
+    return bool(_NUMBER.search(_LABEL_NUMBER.sub(" ", text)))
+NO_SUPPORT_TEXT = "I could not find anything in the provided material that answers this question."
+
+_COMPARISON = re.compile(
+    r"\b(?:differ\w*|difference\w*|different|compare\w*|comparison|contrast\w*|versus|vs\.?|"
+    r"distinguish\w*|unterschied\w*|unterscheid\w*|vergleich\w*)\b",
+    re.IGNORECASE,
+)
+_NUMBER_QUESTION = re.compile(
+    r"^\s*(?:how (?:many|much|long|old|often|far|big|large|high|common|likely|fast|"
+    r"frequent(?:ly)?|soon)|(?:what|which) (?:percentage|percent|proportion|share|fraction|"
+    r"number|amount|year|age|rate|risk|size|prevalence|incidence|speedup|cost|date|"
+    r"deadline)|when\b|in what year|at what age|by how much|wie (?:viele?|lange|oft|alt|"
+    r"groß|hoch)|wann)|\b(?:what|which) is the (?:risk|rate|prevalence|incidence|"
+    r"percentage|proportion|number|speedup|cost|amount|age|frequency|threshold|limit)\b",
+    re.IGNORECASE,
+)
+_LIST_NOUNS = (
+    r"stages|steps|phases|types|kinds|sorts|features|symptoms|causes|signs|components|parts|"
+    r"factors|examples|advantages|disadvantages|benefits|risks|problems|complications|"
+    r"methods|ways|reasons|categories|classes|properties|characteristics|elements|"
+    r"requirements|conditions|rules|criteria|options|tools|functions|roles|areas|issues|"
+    r"effects|principles|ingredients|members|events|arten|schritte|eigenschaften|beispiele"
+)
+_LIST_QUESTION = re.compile(
+    rf"^\s*(?:list|name|enumerate|give)\b|\b(?:{_LIST_NOUNS})\b|^\s*(?:what|which) "
+    r"(?:are|were)\b",
+    re.IGNORECASE,
+)
+_DEFINITION = re.compile(
+    r"^\s*(?:what(?: i|')s (?:a |an |the )?(?P<a>[^?]{1,60}?)\??$|define (?P<b>[^?]+)|"
+    r"what does (?P<c>[^?]+?) mean|what is meant by (?P<d>[^?]+)|was (?:ist|sind|bedeutet)"
+    r" (?:ein |eine |der |die |das )?(?P<e>[^?]+))\s*\??\s*$",
+    re.IGNORECASE,
+)
+_SIDES = (
+    re.compile(
+        r"(?:how|in what way)s? (?:does|do|is|are) (.+?) (?:differ|different) from (.+)",
+        re.IGNORECASE,
+    ),
+    re.compile(r"differences? between (.+?) and (.+)", re.IGNORECASE),
+    re.compile(r"compare (.+?) (?:and|with|to) (.+)", re.IGNORECASE),
+    re.compile(r"(.+?) (?:vs\.?|versus) (.+)", re.IGNORECASE),
+    re.compile(r"unterschied zwischen (.+?) und (.+)", re.IGNORECASE),
+)
+
+
+def _stem(word: str) -> str:
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if word.endswith("sses"):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased, lightly stemmed content words of ``text`` (stopwords removed)."""
+    return [_stem(w) for w in _WORDS.findall(text.lower()) if w not in _STOPWORDS]
+
+
+def question_form(question: str) -> QuestionForm:
+    """The form an answer to ``question`` should take."""
+    if _COMPARISON.search(question):
+        return "comparison"
+    if _NUMBER_QUESTION.search(question):
+        return "number"
+    if _LIST_QUESTION.search(question):
+        return "list"
+    if _DEFINITION.match(question):
+        return "definition"
+    return "general"
+
+
+def comparison_sides(question: str) -> list[str]:
+    """The two things a comparison question names ("mitosis", "meiosis"), when it names them."""
+    text = question.strip().rstrip("?. ")
+    for pattern in _SIDES:
+        match = pattern.search(text)
+        if match:
+            sides = [s.strip(" ,") for s in match.groups()]
+            if all(terms(s) for s in sides):
+                return sides
+    return []
+
+
+def definiendum(question: str) -> str | None:
+    """What a definition question asks about ("a trace tree" in "What is a trace tree?")."""
+    match = _DEFINITION.match(question)
+    if match is None:
+        return None
+    return next((g for g in match.groups() if g), None)
+
+
+@dataclass(frozen=True)
+class SourceUnit:
+    """A sentence or list item of a source, with where it is."""
+
+    source_index: int
+    position: int
+    paragraph: int
+    text: str
+    item: bool
+    introduces_list: bool
+
+
+def split_units(text: str) -> list[tuple[int, str, bool]]:
+    """(paragraph, unit, is a list item) of a source text: paragraphs and list items first
+    (a line of "- a - b - c" items is split into them), then sentence ends."""
+    units: list[tuple[int, str, bool]] = []
+    for paragraph_index, paragraph in enumerate(_PARAGRAPHS.split(text)):
+        flat = " ".join(paragraph.split())
+        if not flat:
+            continue
+        if _ITEM_MARK.match(flat):
+            body = _ITEM_MARK.sub("", flat, count=1)
+            pieces = [p for p in _INLINE_ITEMS.split(body) if p.strip()] if (
+                flat[0] in "-•▪◦") else [body]  # fmt: skip
+            units.extend((paragraph_index, p.strip(), True) for p in pieces)
+            continue
+        units.extend(
+            (paragraph_index, s.strip(), False) for s in _SENTENCE_END.split(flat) if s.strip()
+        )
+    return units
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences and list items of a source text, in order."""
+    return [unit for _, unit, _ in split_units(text)]
+
+
+def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
+    """Every unit worth quoting: sentences of 3+ words, and list items of any length."""
+    out: list[SourceUnit] = []
+    for source_index, source in enumerate(sources):
+        units = split_units(source.text)
+        for position, (paragraph, text, item) in enumerate(units):
+            if not item and len(text.split()) < 3:
+                continue
+            following = units[position + 1] if position + 1 < len(units) else None
+            introduces = text.rstrip().endswith(":") or (
+                not item and following is not None and following[2]
+            )
+            out.append(SourceUnit(source_index, position, paragraph, text, item, introduces))
+    return out
+
+
+def candidate_sentences(sources: Sequence[SourceText]) -> list[tuple[int, int, str]]:
+    """(source index, position, text) of every unit worth quoting."""
+    return [(u.source_index, u.position, u.text) for u in source_units(sources)]
+
+
+@dataclass(frozen=True)
+class ScoredSentence:
+    """A unit of a source, with its position there and its scores."""
+
+    label: str
+    source_index: int
+    position: int
+    text: str
+    lexical: float
+    semantic: float | None
+    score: float
+    item: bool = False
+
+
+@dataclass(frozen=True)
+class ExtractiveAnswer:
+    """The units chosen to answer, in reading order; empty when nothing supports one."""
+
+    sentences: list[ScoredSentence]
+    form: QuestionForm = "general"
+
+    @property
+    def supported(self) -> bool:
+        """Whether any unit was found."""
+        return bool(self.sentences)
+
+    @property
+    def cited(self) -> list[str]:
+        """Distinct labels cited, in order."""
+        return list(dict.fromkeys(s.label for s in self.sentences))
+
+    def render(self) -> str:
+        """The answer text: sentences each followed by its citation, list items as a list."""
+        if not self.sentences:
+            return NO_SUPPORT_TEXT
+        out: list[str] = []
+        for s in self.sentences:
+            cited = _cite(s.text, s.label)
+            if s.item:
+                out.append(f"\n- {cited}")
+            else:
+                out.append(("\n" if out and out[-1].startswith("\n- ") else " ") + cited)
+        return "".join(out).strip()
+
+
+def _cite(sentence: str, label: str) -> str:
+    """The sentence with its citation before its final stop (one is added where it has none,
+    so that the next sentence is a sentence of its own; an introduction keeps its colon)."""
+    sentence = _FOOTNOTE_END.sub("", sentence.rstrip())
+    if sentence[-1:] in ".!?":
+        return f"{sentence[:-1]} [{label}]{sentence[-1]}"
+    if sentence[-1:] == ":":
+        return f"{sentence[:-1]} [{label}]:"
+    return f"{sentence} [{label}]."
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
+
+
+def extract_answer(
+    *,
+    question: str,
+    sources: Sequence[SourceText],
+    similarities: Sequence[float] | None = None,
+    max_sentences: int = 3,
+    max_items: int = 10,
+    min_lexical: float = 0.2,
+    min_semantic: float = 0.5,  # MiniLM: answering paraphrases ~0.5+, unrelated text < 0.3
+    k1: float = 1.2,
+    b: float = 0.75,
+) -> ExtractiveAnswer:
+    """Pick the units of ``sources`` that answer ``question``, in the question's form.
+
+    ``similarities`` (question-to-unit cosines, in ``candidate_sentences`` order) add a
+    semantic signal. A unit is eligible with enough lexical overlap or similarity; the best
+    ones within half of the top score are kept (see the module docstring for each form),
+    grouped by source in document order.
+    """
+    units = source_units(sources)
+    query = list(dict.fromkeys(terms(question)))
+    if not units or (not query and similarities is None):
+        return ExtractiveAnswer([])
+    form = question_form(question)
+    bags = [Counter(terms(u.text)) for u in units]
+    lengths = [sum(bag.values()) for bag in bags]
+    average = (sum(lengths) / len(lengths)) or 1.0
+    count = len(units)
+    idf = {
+        term: math.log(1 + (count - df + 0.5) / (df + 0.5))
+        for term in query
+        for df in [sum(1 for bag in bags if term in bag)]
+    }
+    ceiling = sum(idf.values()) or 1.0
+    asked = set(query)
+    subject = set(terms(definiendum(question) or "")) if form == "definition" else set()
+    scored: list[ScoredSentence] = []
+    eligible_at: dict[int, ScoredSentence] = {}
+    for index, (unit, bag) in enumerate(zip(units, bags, strict=True)):
+        norm = k1 * (1 - b + b * max(lengths[index], 3) / average)
+        bm25 = sum(idf[t] * bag[t] * (k1 + 1) / (bag[t] + norm) for t in query if bag.get(t))
+        lexical = bm25 / ceiling
+        semantic = None if similarities is None else max(0.0, float(similarities[index]))
+        score = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic
+        new_terms = set(bag) - asked
+        if len(new_terms) < 2 and not unit.item:
+            score *= 0.4  # says nothing the question did not ("Mitosis differs from meiosis.")
+        if form == "number":
+            score *= 1.25 if states_number(unit.text) else 0.8
+        elif form == "definition" and subject and subject <= set(bag):
+            lead = terms(unit.text)[: len(subject) + 3]
+            if subject & set(lead):
+                score *= 1.25
+        elif form == "list" and (unit.item or unit.introduces_list):
+            score *= 1.15
+        eligible = lexical >= min_lexical or (semantic is not None and semantic >= min_semantic)
+        entry = ScoredSentence(
+            label=sources[unit.source_index].label,
+            source_index=unit.source_index,
+            position=unit.position,
+            text=unit.text,
+            lexical=lexical,
+            semantic=semantic,
+            score=score,
+            item=unit.item,
+        )
+        if eligible:
+            scored.append(entry)
+            eligible_at[index] = entry
+    if not scored:
+        return ExtractiveAnswer([], form)
+    ranked = sorted(scored, key=lambda s: (-s.score, s.source_index, s.position))
+    best = ranked[0].score
+    if form == "list":
+        chosen = _list_answer(units, bags, ranked, eligible_at, sources, max_items=max_items)
+    elif form == "comparison":
+        chosen = _comparison_answer(question, ranked, max_sentences=max(max_sentences, 4))
+    else:
+        chosen = _best(ranked, floor=0.5 * best, limit=max_sentences)
+        if form == "number" and not any(states_number(s.text) for s in chosen):
+            stating = [s for s in ranked if states_number(s.text) and s.score >= 0.3 * best]
+            if stating:
+                chosen = [stating[0], *chosen][:max_sentences]
+    group_rank: dict[int, int] = {}
+    for picked in chosen:
+        group_rank.setdefault(picked.source_index, len(group_rank))
+    chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
+    return ExtractiveAnswer(chosen, form)
+
+
+def _best(ranked: Sequence[ScoredSentence], *, floor: float, limit: int) -> list[ScoredSentence]:
+    """The best units above ``floor``, skipping near-repeats of one already chosen."""
+    chosen: list[ScoredSentence] = []
+    bags: list[set[str]] = []
+    for s in ranked:
+        if s.score < floor or len(chosen) >= limit:
+            break
+        bag = set(terms(s.text))
+        if any(_jaccard(bag, other) >= 0.6 for other in bags):
+            continue
+        chosen.append(s)
+        bags.append(bag)
+    return chosen
+
+
+def _list_answer(
+    units: Sequence[SourceUnit],
+    bags: Sequence[Counter[str]],
+    ranked: Sequence[ScoredSentence],
+    eligible_at: dict[int, ScoredSentence],
+    sources: Sequence[SourceText],
+    *,
+    max_items: int,
+) -> list[ScoredSentence]:
+    """The list that answers: the best-scoring unit that introduces a list or is an item,
+    with its sibling items; the best sentences when no list addresses the question."""
+    best = ranked[0].score
+    index_of = {(u.source_index, u.position): i for i, u in enumerate(units)}
+    for anchor in ranked:
+        if anchor.score < 0.6 * best:
+            break
+        i = index_of[(anchor.source_index, anchor.position)]
+        unit = units[i]
+        if not (unit.item or unit.introduces_list):
+            continue
+        start = i
+        if unit.item:  # back to the list's first item, and its introduction
+            while (
+                start > 0
+                and units[start - 1].source_index == unit.source_index
+                and (units[start - 1].item)
+            ):
+                start -= 1
+            if (
+                start > 0
+                and units[start - 1].source_index == unit.source_index
+                and (units[start - 1].introduces_list)
+            ):
+                start -= 1
+        picked: list[ScoredSentence] = []
+        j = start
+        while (
+            j < len(units)
+            and units[j].source_index == unit.source_index
+            and len(picked) <= (max_items)
+        ):
+            u = units[j]
+            if j > start and not u.item:
+                break
+            entry = eligible_at.get(j) or ScoredSentence(
+                label=sources[u.source_index].label, source_index=u.source_index,
+                position=u.position, text=u.text, lexical=0.0, semantic=None, score=0.0,
+                item=u.item,
+            )  # fmt: skip
+            picked.append(entry)
+            j += 1
+        if sum(1 for p in picked if p.item) >= 2:
+            return picked
+    return _best(ranked, floor=0.5 * best, limit=3)
+
+
+def _comparison_answer(
+    question: str, ranked: Sequence[ScoredSentence], *, max_sentences: int
+) -> list[ScoredSentence]:
+    """Both sides: the best unit about each thing compared (one about both counts for both)."""
+    sides = [set(terms(side)) for side in comparison_sides(question)]
+    best = ranked[0].score
+    chosen = _best(ranked, floor=0.5 * best, limit=2)
+    if len(sides) == 2:
+        for side in sides:
+            if any(side & set(terms(s.text)) for s in chosen):
+                continue
+            about = [s for s in ranked if side & set(terms(s.text)) and s not in chosen]
+            if about and about[0].score >= 0.25 * best:
+                chosen.append(about[0])
+    return chosen[:max_sentences]
+
+
+class OfflineAnswerer:
+    """Answers from the sources alone: the units that answer, cited, streamed."""
+
+    name = "offline"
+
+    def __init__(
+        self,
+        *,
+        embedder: Embedder | None = None,
+        max_sentences: int = 3,
+        words_per_chunk: int = 4,
+    ) -> None:
+        self.embedder = embedder
+        self.max_sentences = max_sentences
+        self.words_per_chunk = max(1, words_per_chunk)
+
+    async def answer(self, *, question: str, sources: Sequence[SourceText]) -> ExtractiveAnswer:
+        """The extractive answer (unit similarity from the embedder when one is set)."""
+        similarities: list[float] | None = None
+        candidates = candidate_sentences(sources)
+        if self.embedder is not None and candidates and question.strip():
+            query = await self.embedder.embed_query(question)
+            vectors = await self.embedder.embed_documents([c[2] for c in candidates])
+            similarities = [float(v) for v in np.asarray(vectors @ query).ravel()]
+        return extract_answer(
+            question=question,
+            sources=sources,
+            similarities=similarities,
+            max_sentences=self.max_sentences,
+        )
+
+    async def stream(
+        self,
+        *,
+        system: str,
+        messages: Sequence[ChatMessage],
+        sources: Sequence[SourceText],
+        web_search: bool = False,
+    ) -> GenerationStream:
+        """Stream the answer to the last user message (a follow-up takes the topic of the
+        questions before it), a few words at a time."""
+        from lectern_common.llm import Final, TextDelta
+
+        asked = [m.content for m in messages if m.role == "user"]
+        question = resolve_follow_up(asked[-1], asked[:-1]) if asked else ""
+        result = await self.answer(question=question, sources=sources)
+        pieces = _PIECE.findall(result.render())
+        for start in range(0, len(pieces), self.words_per_chunk):
+            yield TextDelta(text="".join(pieces[start : start + self.words_per_chunk]))
+            await asyncio.sleep(0)
+        yield Final(
+            provider=self.name,
+            finish_reason="stop",
+            outcome="answered" if result.supported else "no_support",
+            cited_sources=result.cited,
+        )
