@@ -472,8 +472,8 @@ async def test_gemini_enrichment_adds_prefixes_and_linked_qa(
     assert any(c["text"].startswith("Q: What is inertia?") for c in qa)
     # the model's context follows the chunk's place in the document (title > sections)
     assert any(
-        (c["context_prefix"] or "").lower().startswith("forces")
-        and (c["context_prefix"] or "").partition("\n")[2].startswith("From a physics unit")
+        (c["context_prefix"] or "").startswith("Forces > Newton's")
+        and "From a physics unit" in (c["context_prefix"] or "")
         for c in texts.values()
     )
 
