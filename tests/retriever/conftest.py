@@ -40,6 +40,7 @@ async def add_document(
     vectors: np.ndarray[Any, Any] | None = None,
     status: str = "indexed",
     title: str = "doc",
+    ts_config: str | None = None,
     **columns: Any,
 ) -> uuid.UUID:
     """Insert a document and its chunks and index them for BM25, in one transaction.
@@ -78,6 +79,13 @@ async def add_document(
                 digest(text),
                 *[columns[n] for n in names],
             )
+        if ts_config is not None:  # the language the chunks are stemmed in (default English)
+            for table, key in (("chunks", "document_id"), ("documents", "id")):
+                await conn.execute(
+                    f"UPDATE {table} SET ts_config = $2::text::regconfig WHERE {key} = $1",  # noqa: S608
+                    document_id,
+                    ts_config,
+                )
         await conn.execute("SELECT lectern_bm25_index_document($1)", document_id)
         await conn.execute("UPDATE documents SET status = $2 WHERE id = $1", document_id, status)
     return document_id

@@ -73,6 +73,8 @@ _FOOTNOTE_END = re.compile(r"(?<=[.!?])\d{1,3}(?:[,–-]\d{1,3})*$")
 def states_number(text: str) -> bool:
     """Whether ``text`` states a quantity (not just "Table 1" or a footnote marker)."""
     return bool(_NUMBER.search(_LABEL_NUMBER.sub(" ", text)))
+
+
 NO_SUPPORT_TEXT = "I could not find anything in the provided material that answers this question."
 
 _COMPARISON = re.compile(

@@ -14,37 +14,25 @@ B = 0.4
 # Every BM25 sparsevec has this dimension (term ids are 1-based and stay below it).
 SPARSE_DIM = 1_000_000_000
 
-# ISO 639-1 code -> Postgres text search configuration (the chunk's ts_config)
+# ISO 639-1 code -> the built-in Postgres text search configurations: one map for ingest
+# (a chunk's ts_config) and retrieval (the query's), so both stem a language alike
 TS_CONFIGS = {
-    "ar": "arabic",
-    "da": "danish",
-    "de": "german",
-    "el": "greek",
-    "en": "english",
-    "es": "spanish",
-    "fi": "finnish",
-    "fr": "french",
-    "hu": "hungarian",
-    "id": "indonesian",
-    "it": "italian",
-    "lt": "lithuanian",
-    "nl": "dutch",
-    "no": "norwegian",
-    "pt": "portuguese",
-    "ro": "romanian",
-    "ru": "russian",
-    "sv": "swedish",
-    "ta": "tamil",
-    "tr": "turkish",
-}
+    "ar": "arabic", "hy": "armenian", "eu": "basque", "ca": "catalan", "da": "danish",
+    "nl": "dutch", "en": "english", "fi": "finnish", "fr": "french", "de": "german",
+    "el": "greek", "hi": "hindi", "hu": "hungarian", "id": "indonesian", "ga": "irish",
+    "it": "italian", "lt": "lithuanian", "ne": "nepali", "no": "norwegian", "nb": "norwegian",
+    "nn": "norwegian", "pt": "portuguese", "ro": "romanian", "ru": "russian", "sr": "serbian",
+    "es": "spanish", "sv": "swedish", "ta": "tamil", "tr": "turkish", "yi": "yiddish",
+}  # fmt: skip
 DEFAULT_TS_CONFIG = "english"
 
 
-def ts_config_for(language: str | None) -> str:
-    """The text search configuration for a language code ('simple' for unknown ones)."""
+def ts_config_for(language: str | None, *, default: str = DEFAULT_TS_CONFIG) -> str:
+    """The text search configuration for a language code (``default`` when none is given,
+    'simple' for a language Postgres has none for)."""
     if not language:
-        return DEFAULT_TS_CONFIG
-    return TS_CONFIGS.get(language.lower().split("-")[0], "simple")
+        return default
+    return TS_CONFIGS.get(language.split("-")[0].split("_")[0].lower(), "simple")
 
 
 def idf(*, chunk_count: int, df: int) -> float:

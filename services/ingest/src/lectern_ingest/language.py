@@ -10,43 +10,10 @@ import functools
 import threading
 from typing import Any
 
+from lectern_common import bm25
+
 _SAMPLE_CHARS = 5000
 DEFAULT_LANGUAGE = "en"
-
-# ISO 639-1 -> the built-in Postgres 18 text search configurations.
-_TS_CONFIGS = {
-    "ar": "arabic",
-    "hy": "armenian",
-    "eu": "basque",
-    "ca": "catalan",
-    "da": "danish",
-    "nl": "dutch",
-    "en": "english",
-    "fi": "finnish",
-    "fr": "french",
-    "de": "german",
-    "el": "greek",
-    "hi": "hindi",
-    "hu": "hungarian",
-    "id": "indonesian",
-    "ga": "irish",
-    "it": "italian",
-    "lt": "lithuanian",
-    "ne": "nepali",
-    "no": "norwegian",
-    "nb": "norwegian",
-    "nn": "norwegian",
-    "pt": "portuguese",
-    "ro": "romanian",
-    "ru": "russian",
-    "sr": "serbian",
-    "es": "spanish",
-    "sv": "swedish",
-    "ta": "tamil",
-    "tr": "turkish",
-    "yi": "yiddish",
-}
-
 
 _LOADING = threading.Lock()
 
@@ -89,6 +56,4 @@ def detect_language(sample_text: str, *, default: str = DEFAULT_LANGUAGE) -> str
 
 def ts_config_for(lang: str | None) -> str:
     """Postgres text search configuration for an ISO 639-1 code ('simple' when none fits)."""
-    if not lang:
-        return "simple"
-    return _TS_CONFIGS.get(lang.split("-")[0].split("_")[0].lower(), "simple")
+    return bm25.ts_config_for(lang, default="simple")

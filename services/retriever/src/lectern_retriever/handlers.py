@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 from lectern_common.db import create_pool
@@ -19,6 +20,10 @@ from lectern_retriever.service import QueryBatcher, SearchDefaults, Vector, hybr
 log = logging.getLogger(__name__)
 
 
+#: how long a tenant's document languages are cached
+TS_CONFIG_TTL_S = 30.0
+
+
 class Retriever:
     """Answers ``RetrieveRequest``s; ``start`` loads the model and opens the pool."""
 
@@ -29,6 +34,8 @@ class Retriever:
         self.pool: Any = None
         self.llm_client: Any = None
         self._reweighter: asyncio.Task[None] | None = None
+        #: tenant -> (expiry, the text search configurations of its documents)
+        self._ts_configs: dict[str, tuple[float, list[str]]] = {}
         self.defaults = SearchDefaults(
             dense_weight=settings.dense_weight,
             sparse_weight=settings.sparse_weight,
@@ -136,10 +143,26 @@ class Retriever:
         """Ranked candidates for one request."""
         if self.pool is None:
             await self.start()
+        configs = [] if request.filters.language else await self._tenant_configs(request.tenant_id)
         return await hybrid_search(
             pool=self.pool,
             embed=self._embed,
             request=request,
             defaults=self.defaults,
             llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
+            ts_configs=configs,
         )
+
+    async def _tenant_configs(self, tenant_id: str) -> list[str]:
+        """The tenant's documents' text search configurations, looked up at most every
+        ``TS_CONFIG_TTL_S`` (a new language shows up in BM25 within that)."""
+        now = time.monotonic()
+        cached = self._ts_configs.get(tenant_id)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        async with self.pool.acquire() as conn:
+            configs = await repository.tenant_ts_configs(conn, tenant_id=tenant_id)
+        if len(self._ts_configs) > 10_000:
+            self._ts_configs.clear()
+        self._ts_configs[tenant_id] = (now + TS_CONFIG_TTL_S, configs)
+        return configs

@@ -104,18 +104,33 @@ class TermStats:
     total_length: int
 
 
-async def query_terms(conn: Any, *, tenant_id: str, ts_config: str, text: str) -> TermStats:
-    """Lexemes of ``text`` under ``ts_config`` with their document frequencies in the tenant."""
+async def tenant_ts_configs(conn: Any, *, tenant_id: str) -> list[str]:
+    """The text search configurations the tenant's searchable documents were indexed with."""
+    rows = await conn.fetch(
+        """SELECT DISTINCT ts_config::text AS name FROM documents
+           WHERE tenant_id = $1 AND status = 'indexed' AND ts_config IS NOT NULL""",
+        tenant_id,
+    )
+    return sorted(str(r["name"]) for r in rows)
+
+
+async def query_terms(
+    conn: Any, *, tenant_id: str, ts_configs: Sequence[str], text: str
+) -> TermStats:
+    """Lexemes of ``text`` under each of ``ts_configs`` (the languages the tenant's chunks
+    were stemmed in), with their document frequencies in the tenant."""
     rows = await conn.fetch(
         """SELECT t.lexeme, v.id AS term_id, coalesce(s.df, 0) AS df,
                   coalesce(cs.chunk_count, 0) AS chunk_count,
                   coalesce(cs.total_length, 0) AS total_length
-           FROM unnest(to_tsvector($2::regconfig, $3)) t
+           FROM (SELECT DISTINCT u.lexeme
+                 FROM unnest($2::text[]) AS c(name),
+                      unnest(to_tsvector(c.name::regconfig, $3)) AS u) t
            LEFT JOIN bm25_vocabulary v ON v.term = t.lexeme
            LEFT JOIN bm25_term_stats s ON s.tenant_id = $1 AND s.term_id = v.id
            LEFT JOIN bm25_collection_stats cs ON cs.tenant_id = $1""",
         tenant_id,
-        ts_config,
+        list(ts_configs),
         text,
     )
     if not rows:

@@ -304,8 +304,13 @@ async def hybrid_search(
     request: RetrieveRequest,
     defaults: SearchDefaults,
     llm_rewriter: LlmRewriter | None = None,
+    ts_configs: Sequence[str] = (),
 ) -> RetrieveReply:
-    """Candidates for a question: both sides per (sub-)query, fused by weighted RRF."""
+    """Candidates for a question: both sides per (sub-)query, fused by weighted RRF.
+
+    ``ts_configs``: the text search configurations of the tenant's documents, which stem the
+    question for BM25 when the request names no language (English when empty).
+    """
     started = time.perf_counter()
     clock = _Clock()
     rewrite_start = time.perf_counter()
@@ -317,13 +322,17 @@ async def hybrid_search(
     use_dense = "dense" in request.methods and request.k_dense > 0
     use_sparse = "sparse" in request.methods and request.k_sparse > 0
     where = repository.build_filter(tenant_id=request.tenant_id, filters=request.filters)
-    ts_config = ts_config_for(request.filters.language)
+    if request.filters.language:
+        configs: Sequence[str] = [ts_config_for(request.filters.language)]
+    else:
+        # chat sets no language: stem the question as each of the tenant's languages is
+        configs = ts_configs or [ts_config_for(None)]
 
     async def term_stats() -> list[repository.TermStats]:
         async with pool.acquire() as conn:
             return [
                 await repository.query_terms(
-                    conn, tenant_id=request.tenant_id, ts_config=ts_config, text=q
+                    conn, tenant_id=request.tenant_id, ts_configs=configs, text=q
                 )
                 for q in queries
             ]

@@ -145,7 +145,7 @@ def _marginal(line: dict[str, Any], page_height: float) -> bool:
     dx, dy = line.get("dir", (1.0, 0.0))
     if abs(dy) > 0.2 or dx < 0:
         return True
-    y0, y1 = line["bbox"][1], line["bbox"][3]
+    y0, y1 = float(line["bbox"][1]), float(line["bbox"][3])
     return y1 <= _MARGIN_BAND * page_height or y0 >= (1 - _MARGIN_BAND) * page_height
 
 
