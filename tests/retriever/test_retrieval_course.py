@@ -79,9 +79,7 @@ async def test_a_german_question_is_stemmed_as_the_german_material_is(
     reply = await retriever.retrieve(ask(tenant_id, question, methods=["sparse"]))
     assert [c.document_id for c in reply.candidates] == [document]
     english = RetrievalFilters(language="en")
-    reply = await retriever.retrieve(
-        ask(tenant_id, question, methods=["sparse"], filters=english)
-    )
+    reply = await retriever.retrieve(ask(tenant_id, question, methods=["sparse"], filters=english))
     assert reply.candidates == []
 
 
