@@ -325,6 +325,7 @@ def extract_answer(
     }
     ceiling = sum(idf.values()) or 1.0
     asked = set(query)
+    asked_prefixes = {t[:5] for t in query if len(t) >= 5}
     subject = set(terms(definiendum(question) or "")) if form == "definition" else set()
     scored: list[ScoredSentence] = []
     eligible_at: dict[int, ScoredSentence] = {}
@@ -334,9 +335,9 @@ def extract_answer(
         lexical = bm25 / ceiling
         semantic = None if similarities is None else max(0.0, float(similarities[index]))
         score = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic
-        new_terms = set(bag) - asked
+        new_terms = {t for t in bag if t not in asked and t[:5] not in asked_prefixes}
         if len(new_terms) < 2 and not unit.item:
-            score *= 0.4  # says nothing the question did not ("Mitosis differs from meiosis.")
+            score *= 0.25  # says nothing the question did not ("Mitosis differs from meiosis.")
         if form == "number":
             score *= 1.25 if states_number(unit.text) else 0.8
         elif form == "definition" and subject and subject <= set(bag):

@@ -1,0 +1,109 @@
+"""Follow-up questions without a model, and the offline answerer answering in the question's
+form (lists, numbers, comparisons, definitions), from sources written here."""
+
+from __future__ import annotations
+
+from lectern_common.answerer import (
+    OfflineAnswerer,
+    comparison_sides,
+    extract_answer,
+    question_form,
+    states_number,
+)
+from lectern_common.llm import ChatMessage, SourceText, TextDelta
+from lectern_common.text import is_follow_up, resolve_follow_up
+
+MITOSIS = SourceText(
+    label="T1",
+    text=(
+        "Mitosis is usually described in four stages:\n"
+        "1. Prophase: chromosomes condense.\n"
+        "2. Metaphase: chromosomes line up in the middle.\n"
+        "3. Anaphase: sister chromatids are pulled apart.\n"
+        "4. Telophase: two new nuclei form.\n\n"
+        "Mitosis is different from meiosis. Mitosis produces two identical diploid cells, "
+        "while meiosis produces four genetically different haploid cells. "
+        "A full cell cycle takes about 24 hours in human cells."
+    ),
+)
+PHOTO = SourceText(
+    label="T2",
+    text="Photosynthesis happens in two connected stages. Light reactions make ATP.",
+)
+
+
+def answer_text(question: str, *sources: SourceText) -> str:
+    return extract_answer(question=question, sources=list(sources)).render()
+
+
+def test_question_forms() -> None:
+    assert question_form("What are the stages of mitosis?") == "list"
+    assert question_form("How long does a cell cycle take?") == "number"
+    assert question_form("What is the risk of gonadoblastoma?") == "number"
+    assert question_form("How does mitosis differ from meiosis?") == "comparison"
+    assert question_form("What is a trace tree?") == "definition"
+    assert question_form("Why do leaves change colour?") == "general"
+    assert comparison_sides("How does mitosis differ from meiosis?") == ["mitosis", "meiosis"]
+    assert comparison_sides("What is the difference between DNA and RNA?") == ["DNA", "RNA"]
+
+
+def test_a_list_question_gets_the_list() -> None:
+    text = answer_text("What are the stages of mitosis?", MITOSIS, PHOTO)
+    for stage in ("Prophase", "Metaphase", "Anaphase", "Telophase"):
+        assert stage in text
+    assert "Photosynthesis" not in text and "meiosis" not in text
+    assert text.startswith("Mitosis is usually described in four stages [T1]:")
+    assert "\n- Prophase: chromosomes condense [T1]." in text
+
+
+def test_a_comparison_gets_both_sides_not_the_restated_question() -> None:
+    text = answer_text("How does mitosis differ from meiosis?", MITOSIS, PHOTO)
+    assert "two identical diploid cells" in text and "four genetically different" in text
+    assert "Mitosis is different from meiosis" not in text
+
+
+def test_a_number_question_gets_the_number() -> None:
+    text = answer_text("How long does a human cell cycle take?", MITOSIS, PHOTO)
+    assert "24 hours" in text
+    assert states_number("about 24 hours") and not states_number("see Table 1")
+    assert not states_number("as described earlier.8")
+
+
+def test_citations_end_sentences_even_after_footnote_markers() -> None:
+    source = SourceText(
+        label="T1", text="Turner syndrome affects about 1 in 2500 live female births.12"
+    )
+    text = answer_text("How common is Turner syndrome among female births?", source)
+    assert text == "Turner syndrome affects about 1 in 2500 live female births [T1]."
+
+
+def test_follow_up_questions_carry_the_topic() -> None:
+    assert is_follow_up("What are its side effects?")
+    assert is_follow_up("And how long does the treatment last?")
+    assert not is_follow_up("What are the side effects of tamoxifen?")
+    earlier = ["What is tamoxifen used for?"]
+    resolved = resolve_follow_up("What are its side effects?", earlier)
+    assert resolved == "What are its side effects? (tamoxifen used)"
+    # a follow-up of a follow-up still reaches the first topic
+    chain = ["What is tamoxifen used for?", "What are its side effects?"]
+    assert "tamoxifen" in resolve_follow_up("How long do they last?", chain)
+    assert resolve_follow_up("What are the stages of mitosis?", earlier) == (
+        "What are the stages of mitosis?"
+    )
+
+
+async def test_the_offline_answerer_resolves_a_follow_up_from_the_conversation() -> None:
+    messages = [
+        ChatMessage(role="user", content="What does mitosis produce?"),
+        ChatMessage(role="assistant", content="Two identical cells [T1]."),
+        ChatMessage(role="user", content="And what are its stages?"),
+    ]
+    pieces = [
+        chunk.text
+        async for chunk in OfflineAnswerer().stream(
+            system="", messages=messages, sources=[PHOTO, MITOSIS]
+        )
+        if isinstance(chunk, TextDelta)
+    ]
+    text = "".join(pieces)
+    assert "Prophase" in text and "Telophase" in text and "Photosynthesis" not in text

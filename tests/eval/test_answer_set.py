@@ -1,0 +1,109 @@
+"""The answer benchmark's file format and scoring (pure functions, no server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lectern_eval.answer_set import (
+    AnswerQuestion,
+    DatasetError,
+    QuestionResult,
+    SourceSeen,
+    conversations,
+    fact_recall,
+    holds,
+    load_offtopic,
+    load_questions,
+    on_gold,
+    summarise,
+)
+
+QUESTION = {
+    "id": "t-01", "document": "turner.pdf", "question": "How common is Turner syndrome?",
+    "kind": "number", "pages": [2], "evidence": "affects ∼1/2500 live female births",
+    "facts": [["1/2500", "1 in 2500"]], "follow_up_to": None,
+}  # fmt: skip
+
+
+def write(path: Path, rows: list[object]) -> Path:
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_facts_match_whatever_the_case_spacing_dashes_and_citations() -> None:
+    assert holds("It affects ∼1/2500 [T1] births.", ["1/2500"])
+    assert holds("a 45, X karyotype", ["45,X"])
+    assert holds("Horseshoe  Kidneys and malrotations", ["horseshoe kidneys"])
+    assert holds("ages 12–15", ["12-15"])
+    assert not holds("1/25000", ["1/2500 births"])
+    assert fact_recall("Prophase then metaphase.", [["prophase"], ["metaphase"], ["anaphase"]]) == (
+        pytest.approx(2 / 3)
+    )
+
+
+def test_the_gold_passage_is_the_gold_document_on_a_gold_page_or_holding_the_evidence() -> None:
+    question = AnswerQuestion.model_validate(QUESTION)
+    on_page = SourceSeen("T1", "c1", "d1", 1, 2, None, "text")
+    assert on_gold(on_page, question, "d1")
+    assert not on_gold(on_page, question, "d2")
+    off_page = SourceSeen("T2", "c2", "d1", 3, 3, None, "text")
+    assert not on_gold(off_page, question, "d1")
+    unpaged = question.model_copy(update={"pages": None})
+    holding = SourceSeen(
+        "T3", "c3", "d1", None, None, None, "It affects ∼1/2500 live female births"
+    )
+    assert on_gold(holding, unpaged, "d1")
+
+
+def test_loading_names_the_line_at_fault(tmp_path: Path) -> None:
+    good = write(
+        tmp_path / "q.jsonl", [QUESTION, {**QUESTION, "id": "t-02", "follow_up_to": "t-01"}]
+    )
+    questions = load_questions(good)
+    assert [q.id for q in questions] == ["t-01", "t-02"]
+    assert [[q.id for q in c] for c in conversations(questions)] == [["t-01", "t-02"]]
+    cases = {
+        "repeats line 1": [QUESTION, QUESTION],
+        "must name a question on an earlier line": [{**QUESTION, "follow_up_to": "nope"}],
+        "facts": [{**QUESTION, "facts": []}],
+        "give the gold pages": [{**QUESTION, "pages": None, "evidence": None}],
+    }
+    for expected, rows in cases.items():
+        with pytest.raises(DatasetError, match=expected):
+            load_questions(write(tmp_path / "bad.jsonl", rows))
+    (tmp_path / "broken.jsonl").write_text('{"id": 1\n')
+    with pytest.raises(DatasetError, match=r"broken.jsonl:1: not JSON"):
+        load_questions(tmp_path / "broken.jsonl")
+    plain = tmp_path / "off.txt"
+    plain.write_text("Who painted the Mona Lisa?\n\nWhat is the capital of Peru?\n")
+    assert [q.question for q in load_offtopic(plain)] == [
+        "Who painted the Mona Lisa?",
+        "What is the capital of Peru?",
+    ]
+
+
+def test_summary_pools_citations_and_counts_refusals() -> None:
+    answered = QuestionResult("a", "d", "fact", "q", context_hit=True, fact_recall=1.0, cited=2,
+                              cited_precise=2, band="high")  # fmt: skip
+    partial = QuestionResult("b", "d", "fact", "q", context_hit=False, fact_recall=0.5, cited=2,
+                             cited_precise=0, band="medium")  # fmt: skip
+    refused = QuestionResult("c", "d", "fact", "q", refused=True, band="gap")
+    off = [QuestionResult("o", "", "offtopic", "q", refused=True, band="gap")]
+    summary = summarise([answered, partial, refused], off)
+    assert summary.context_recall == pytest.approx(1 / 3)
+    assert summary.fact_recall == pytest.approx(0.5)
+    assert summary.citation_precision == pytest.approx(0.5)
+    assert summary.answerable_refused == pytest.approx(1 / 3)
+    assert summary.offtopic_refused == 1.0
+    assert summary.bands == {"high": 1, "medium": 1, "gap": 1}
+
+
+def test_the_repository_question_sets_load() -> None:
+    root = Path(__file__).resolve().parents[2] / "bench" / "answers"
+    questions = load_questions(root / "questions.jsonl")
+    documents = {q.document for q in questions}
+    assert len(questions) >= 80 and len(documents) >= 10
+    assert len(load_offtopic(root / "offtopic.jsonl")) >= 20
