@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ QUESTION = {
 }  # fmt: skip
 
 
-def write(path: Path, rows: list[object]) -> Path:
+def write(path: Path, rows: Sequence[object]) -> Path:
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return path
 
