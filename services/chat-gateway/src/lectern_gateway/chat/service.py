@@ -42,6 +42,7 @@ from lectern_common.events import (
 from lectern_common.events.base import Event
 from lectern_common.events.chat import CitationRef
 from lectern_common.events.retrieval import Turn
+from lectern_common.text import resolve_follow_up
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.citations import (
@@ -272,7 +273,9 @@ async def retrieve_sources(
         deps.broker,
         RerankRequest(
             tenant_id=principal.tenant_id,
-            query=query,
+            # a follow-up ("where does it happen?") is scored with the topic it refers to,
+            # the same resolution the retriever applied to find the candidates
+            query=resolve_follow_up(query, [t.text for t in history[-4:] if t.role == "user"]),
             candidates=candidates,
             top_k=settings.rerank_top_k,
             token_budget=max(100, int(settings.context_token_budget * SOURCE_BUDGET_SHARE)),
