@@ -69,6 +69,20 @@ def test_a_number_question_gets_the_number() -> None:
     assert not states_number("as described earlier.8")
 
 
+def test_a_list_introduction_is_not_quoted_without_its_list() -> None:
+    cycle = SourceText(
+        label="T1",
+        text="A human cell cycle takes about 24 hours, of which mitosis lasts about one hour.",
+    )
+    stages = SourceText(label="T2", text="Mitosis proceeds through four stages:")
+    picked = extract_answer(
+        question="How long does mitosis last?", sources=[cycle, stages], similarities=[0.6, 0.6]
+    )
+    text = picked.render()
+    assert "one hour" in text
+    assert "four stages" not in text
+
+
 def test_citations_end_sentences_even_after_footnote_markers() -> None:
     source = SourceText(
         label="T1", text="Turner syndrome affects about 1 in 2500 live female births.12"

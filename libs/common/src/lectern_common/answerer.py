@@ -346,6 +346,8 @@ def extract_answer(
                 score *= 1.25
         elif form == "list" and (unit.item or unit.introduces_list):
             score *= 1.15
+        if form != "list" and unit.text.rstrip().endswith(":"):
+            score *= 0.5  # an introduction without its items ("... in four stages:")
         eligible = lexical >= min_lexical or (semantic is not None and semantic >= min_semantic)
         entry = ScoredSentence(
             label=sources[unit.source_index].label,
