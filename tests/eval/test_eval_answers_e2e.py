@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-import pymupdf
+import pymupdf as _pymupdf
 import pytest
 
 from lectern_cli.main import main
+from lectern_common.gemini_fake import FakeGemini
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pymupdf: Any = _pymupdf  # untyped
 
 PAGES = [
     (
@@ -132,3 +135,44 @@ def test_eval_answers_runs_the_real_path_and_scores_it(
     assert summary["offtopic_refused"] == 1.0
     assert summary["citation_precision"] >= 0.5
     assert "key-fact recall" in out
+
+
+class CourseGemini(FakeGemini):
+    """A fake Gemini that answers the mitosis question from its source, and nothing else."""
+
+    def _answer_text(self, body: dict[str, Any]) -> str:
+        text = json.dumps(body)
+        if "stages of mitosis" in text and "Prophase" in text:
+            return "Mitosis has four stages: prophase, metaphase, anaphase and telophase [T1]."
+        return "The sources do not say."
+
+
+def test_eval_answers_runs_through_a_configured_model(
+    question_files: tuple[Path, Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    docs, questions, offtopic = question_files
+    report = tmp_path / "report.json"
+    with CourseGemini() as gemini:
+        # the services are processes: they read the key and endpoint from the environment
+        monkeypatch.setenv("LECTERN_GEMINI_API_KEY", "fake-key")
+        monkeypatch.setenv("LECTERN_GEMINI_BASE_URL", gemini.base_url)
+        code = main(
+            ["eval-answers", "--questions", str(questions), "--offtopic", str(offtopic),
+             "--documents", str(docs), "--json", str(report)]
+        )  # fmt: skip
+        asked = [r for r in gemini.requests if r.path.endswith(":streamGenerateContent")]
+    out = capsys.readouterr().out
+    assert code == 0, out
+    result = json.loads(report.read_text())
+    by_id = {r["id"]: r for r in result["results"]}
+    first = by_id["cell-01"]
+    assert first["answered_by"] not in (None, "offline"), first
+    assert first["fact_recall"] == 1.0, first
+    assert by_id["cell-02"]["fact_recall"] == 0.0  # the model's answer is what gets scored
+    assert result["summary"]["offtopic_refused"] == 1.0
+    # every answerable question reached the model, with its sources in the prompt
+    assert len(asked) >= 4
+    assert any("Prophase" in json.dumps(r.body) for r in asked)
