@@ -7,7 +7,9 @@ estimate errs high for English prose, which keeps the real prompt inside the bud
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -128,18 +130,26 @@ def system_prompt(
     return "\n\n".join(parts)
 
 
+_TAG = re.compile(r"<(\s*/?\s*sources?\b)", re.IGNORECASE)
+
+
 def _escape(text: str) -> str:
-    # a source must not be able to close its own data block
-    return text.replace("</source", "&lt;/source").replace("<sources", "&lt;sources")
+    """Source text that cannot open or close a data block, whatever its case or spacing."""
+    return _TAG.sub(r"&lt;\1", text)
+
+
+def _attribute(value: str) -> str:
+    """A value safe inside a double-quoted attribute (a title cannot add attributes)."""
+    return html.escape(" ".join(value.split()), quote=True)
 
 
 def render_source(source: PromptSource) -> str:
     """One source as a delimited data block."""
-    attrs = [f'label="{source.label}"', f'title="{_escape(source.title)}"']
+    attrs = [f'label="{_attribute(source.label)}"', f'title="{_attribute(source.title)}"']
     if source.pages:
-        attrs.append(f'pages="{source.pages}"')
+        attrs.append(f'pages="{_attribute(source.pages)}"')
     if source.section:
-        attrs.append(f'section="{_escape(source.section)}"')
+        attrs.append(f'section="{_attribute(source.section)}"')
     return f"<source {' '.join(attrs)}>\n{_escape(source.text)}\n</source>"
 
 
