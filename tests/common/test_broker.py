@@ -154,6 +154,45 @@ class Orphan(Request):
     subject: ClassVar[str] = f"lectern.test.orphan.{uuid.uuid4().hex[:6]}.v1"
 
 
+class Late(Request):
+    """A request on a subject whose responder subscribes after the request is sent."""
+
+    subject: ClassVar[str] = f"lectern.test.late.{uuid.uuid4().hex[:6]}.v1"
+
+
+async def test_a_responder_still_starting_is_waited_for_within_the_deadline(
+    nats_url: str,
+) -> None:
+    """The start-up race: the first chat after the gateway is ready must not fail because
+    the retriever is still subscribing."""
+    client = create_broker(nats_url, service_name="client")
+    responder = NatsBroker(nats_url)
+
+    async def answer(body: dict[str, Any]) -> dict[str, Any]:
+        return Reply(request_id=body["request_id"]).model_dump(mode="json")
+
+    responder.subscriber(Late.subject, queue="late")(answer)
+
+    async def start_late() -> None:
+        await asyncio.sleep(0.6)
+        await responder.start()
+
+    async with client, responder:
+        await client.start()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        late = asyncio.create_task(start_late())
+        reply = await request(client, Late(tenant_id="t"), Reply, timeout=5)
+        await late
+        assert reply.error is None
+        assert 0.5 < loop.time() - started < 3.0
+        # nobody ever answering still fails, within the deadline
+        started = loop.time()
+        with pytest.raises(UpstreamError, match="no service answers"):
+            await request(client, Orphan(tenant_id="t"), Reply, timeout=0.8)
+        assert loop.time() - started < 1.5
+
+
 async def test_publish_event_is_acknowledged_once_and_fails_clearly(
     nats_url: str, tenant_id: str
 ) -> None:

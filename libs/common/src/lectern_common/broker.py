@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -228,6 +229,14 @@ async def publish_event(
 R = TypeVar("R", bound=Reply)
 
 
+NO_RESPONDERS_FIRST_WAIT_S = 0.05
+NO_RESPONDERS_MAX_WAIT_S = 1.0
+
+
+def _no_responders(exc: BaseException) -> bool:
+    return "no responders" in str(exc).lower() or type(exc).__name__ == "NoRespondersError"
+
+
 async def request(
     broker: NatsBroker,
     message: Request,
@@ -237,19 +246,30 @@ async def request(
 ) -> R:
     """Send a request to a queue group and decode its reply.
 
-    Raises ``UpstreamError`` on timeout or when nobody answers, and ``RetryableError`` when the
-    responder replied with an error.
+    Nobody subscribed yet (a service still starting, a replica restarting) is retried with
+    backoff until ``timeout`` is spent. Raises ``UpstreamError`` on timeout or when nobody
+    answered within it, and ``RetryableError`` when the responder replied with an error.
     """
-    try:
-        response = await broker.request(
-            message.model_dump(mode="json"), message.subject, timeout=timeout
-        )
-    except TimeoutError as exc:
-        raise UpstreamError(f"no reply on {message.subject} within {timeout} s") from exc
-    except Exception as exc:
-        if "no responders" in str(exc).lower() or type(exc).__name__ == "NoRespondersError":
-            raise UpstreamError(f"no service answers {message.subject}") from exc
-        raise
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    wait = NO_RESPONDERS_FIRST_WAIT_S
+    while True:
+        remaining = deadline - loop.time()
+        try:
+            response = await broker.request(
+                message.model_dump(mode="json"), message.subject, timeout=max(remaining, 0.001)
+            )
+            break
+        except TimeoutError as exc:
+            raise UpstreamError(f"no reply on {message.subject} within {timeout} s") from exc
+        except Exception as exc:
+            if not _no_responders(exc):
+                raise
+            remaining = deadline - loop.time()
+            if remaining <= wait:
+                raise UpstreamError(f"no service answers {message.subject}") from exc
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, NO_RESPONDERS_MAX_WAIT_S)
     reply = reply_type.model_validate_json(response.body)
     if reply.error:
         raise RetryableError(reply.error_message or reply.error, reason=reply.error)
