@@ -10,7 +10,7 @@ from lectern_common.service import ServiceState, create_service_app
 from lectern_gateway.auth import TokenVerifier
 from lectern_gateway.chat.runtime import start_chat, stop_chat
 from lectern_gateway.config import Settings
-from lectern_gateway.problems import install_problem_handlers
+from lectern_gateway.problems import RejectNulBytes, install_problem_handlers
 from lectern_gateway.routes import (
     api_keys,
     chat,
@@ -64,6 +64,7 @@ def create_app(
         jwks_cache_s=settings.jwks_cache_s,
     )
     install_problem_handlers(app)
+    app.add_middleware(RejectNulBytes)
     app.include_router(documents.router)
     app.include_router(search.router)
     app.include_router(chat.router)

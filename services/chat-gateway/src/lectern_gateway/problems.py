@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -18,6 +21,12 @@ from lectern_common.errors import (
 )
 
 PROBLEM_JSON = "application/problem+json"
+MAX_JSON_BODY_BYTES = 1024 * 1024
+_NUL_IN_URL = re.compile(rb"%00|\x00")
+# an escaped NUL in JSON: \u0000 after an even number of backslashes (\\u0000 is text)
+_NUL_IN_JSON = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000|\x00")
+
+log = logging.getLogger(__name__)
 
 
 class ProblemError(Exception):
@@ -106,3 +115,86 @@ def install_problem_handlers(app: FastAPI) -> None:
             exc.status_code, str(exc.detail), str(exc.detail), instance=request.url.path,
             headers=dict(exc.headers or {}),
         )  # fmt: skip
+
+    @app.exception_handler(asyncpg.DataError)
+    async def _data(request: Request, exc: asyncpg.DataError) -> JSONResponse:
+        # a value Postgres cannot hold (out of range, a character it cannot store): the
+        # caller's fault, said without Postgres's own words
+        log.info("rejected a value Postgres cannot store: %s", type(exc).__name__)
+        return problem_response(
+            400, "Bad request", "a value in the request is out of range or cannot be stored",
+            instance=request.url.path, reason="bad_value",
+        )  # fmt: skip
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(
+            500, "Internal error", "the server failed; the error is logged",
+            instance=request.url.path, reason="internal",
+        )  # fmt: skip
+
+
+class RejectNulBytes:
+    """ASGI middleware: NUL characters in the query string or a JSON body are refused with
+    400 problem+json before any route sees them (Postgres text cannot hold them), and JSON
+    bodies larger than ``MAX_JSON_BODY_BYTES`` with 413. Uploads (multipart) pass through;
+    their text fields are checked by the upload route."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if _NUL_IN_URL.search(scope.get("query_string", b"")) or "\x00" in scope.get("path", ""):
+            await _send_problem(scope, send, 400, "a NUL character in the URL")
+            return
+        headers = dict(scope.get("headers") or [])
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if not content_type.endswith(b"json"):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > MAX_JSON_BODY_BYTES:
+                await _send_problem(
+                    scope, send, 413, f"a JSON body over {MAX_JSON_BODY_BYTES} bytes"
+                )
+                return
+            chunks.append(body)
+            if not message.get("more_body"):
+                break
+        data = b"".join(chunks)
+        if _NUL_IN_JSON.search(data):
+            await _send_problem(scope, send, 400, "a NUL character (\\u0000) in the JSON body")
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _send_problem(scope: Any, send: Any, status: int, detail: str) -> None:
+    response = problem_response(
+        status, "Bad request" if status == 400 else "Request too large", detail,
+        instance=scope.get("path"), reason="bad_input" if status == 400 else "too_large",
+    )  # fmt: skip
+    await response(scope, _no_receive, send)
+
+
+async def _no_receive() -> dict[str, Any]:
+    return {"type": "http.disconnect"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from datetime import date
 from enum import StrEnum
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from lectern_common.events.base import Event, Subjects, register_event
 
@@ -42,6 +42,10 @@ class FailureReason(StrEnum):
     INTERNAL = "internal"
 
 
+MAX_LABELS = 50
+Label = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
+
+
 class DocumentMetadata(BaseModel):
     """Teacher-supplied metadata; copied onto every chunk as filter columns."""
 
@@ -52,8 +56,8 @@ class DocumentMetadata(BaseModel):
     grade_level: int | None = Field(default=None, ge=0, le=16)
     module_tag: str | None = Field(default=None, max_length=100)
     class_id: str | None = Field(default=None, max_length=100)
-    curriculum_standards: list[str] = Field(default_factory=list)
-    topic_tags: list[str] = Field(default_factory=list)
+    curriculum_standards: list[Label] = Field(default_factory=list, max_length=MAX_LABELS)
+    topic_tags: list[Label] = Field(default_factory=list, max_length=MAX_LABELS)
     content_type: str | None = Field(
         default=None, max_length=50, description="textbook, slides, notes, worksheet, video ..."
     )

@@ -34,7 +34,7 @@ class RetrievalFilters(BaseModel):
         description="students are always limited to educational",
     )
     subject: str | None = Field(default=None, description="matched case-insensitively")
-    grade_level: int | None = None
+    grade_level: int | None = Field(default=None, ge=0, le=20)
     grade_within_one: bool = Field(default=False, description="accept grade_level +/- 1")
     module_tag: str | None = None
     include_untagged: bool = Field(

@@ -45,7 +45,7 @@ _SSE_DOC = """Server-Sent Events; each `event:` name equals the JSON `type` of i
 class MessageIn(BaseModel):
     """A question."""
 
-    content: str = Field(min_length=1, max_length=4000)
+    content: str = Field(min_length=1, max_length=4000, pattern=r"\S", description="not blank")
 
 
 def plan_limits(settings: Settings, plan: str) -> PlanLimits:

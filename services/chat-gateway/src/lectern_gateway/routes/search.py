@@ -23,7 +23,7 @@ def _both_methods() -> list[Method]:
 class SearchRequest(BaseModel):
     """A search: the question, the same filters as chat retrieval, and tuning knobs."""
 
-    query: str = Field(min_length=1, max_length=4000)
+    query: str = Field(min_length=1, max_length=4000, pattern=r"\S", description="not blank")
     filters: RetrievalFilters = Field(default_factory=RetrievalFilters)
     k: int = Field(default=10, ge=1, le=100)
     k_dense: int = Field(default=20, ge=0, le=1000)
