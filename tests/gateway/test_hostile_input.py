@@ -5,10 +5,12 @@ and a chat message refused this way does not count against the quota."""
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 
 from lectern_gateway.chat.testing import (
@@ -30,7 +32,9 @@ async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterat
     """The gateway with retriever and re-ranker stand-ins."""
     async with (
         run_responders(nats_url, Responders(pool=db_pool)),
-        serve_gateway(gateway_settings(nats_url, database_url)) as running,
+        serve_gateway(
+            gateway_settings(nats_url, database_url, jwt_issuer="https://lectern.example")
+        ) as running,
     ):
         yield running
 
@@ -130,3 +134,42 @@ async def test_odd_values_blank_queries_big_bodies_and_cursors_are_4xx(
     assert_problem(malformed, 422)
     bad_id = await client.get("/v1/documents/not-a-uuid", headers=teacher)
     assert_problem(bad_id, 422)
+
+
+async def test_tokens_must_carry_usable_claims(
+    gateway: Gateway, client: httpx.AsyncClient, tenant_id: str
+) -> None:
+    secret = gateway.settings.effective_jwt_secret
+    now = int(time.time())
+    good = {"tenant": tenant_id, "sub": "sam", "role": "student", "iat": now, "exp": now + 600}
+
+    def sign(claims: dict[str, Any]) -> dict[str, str]:
+        return {"Authorization": f"Bearer {jwt.encode(claims, secret, algorithm='HS256')}"}
+
+    ok = await client.get("/v1/sessions", headers=sign(good))
+    assert ok.status_code == 200, ok.text
+    bad_claims: list[dict[str, Any]] = [
+        good | {"tenant": ""},
+        good | {"tenant": []},
+        good | {"tenant": {}},
+        good | {"tenant": 5},
+        good | {"tenant": "x" * 200},
+        good | {"tenant": "a b"},
+        good | {"sub": ""},
+        good | {"exp": str(now + 600)},
+        good | {"exp": 253402300799},  # year 9999: no token lives that long
+        good | {"iss": "https://evil.example"},
+        {k: v for k, v in good.items() if k != "tenant"},
+        good | {"exp": now - 10},
+    ]
+    for claims in bad_claims:
+        response = await client.get("/v1/sessions", headers=sign(claims))
+        assert_problem(response, 401)
+    forged = jwt.encode(good, "another-secret-of-at-least-32-chars!", algorithm="HS256")
+    refused = await client.get("/v1/sessions", headers={"Authorization": f"Bearer {forged}"})
+    assert_problem(refused, 401)
+    unsigned = jwt.encode(good, None, algorithm="none")
+    refused = await client.get("/v1/sessions", headers={"Authorization": f"Bearer {unsigned}"})
+    assert_problem(refused, 401)
+    huge = sign(good | {"pad": "x" * 20_000})
+    assert_problem(await client.get("/v1/sessions", headers=huge), 401)

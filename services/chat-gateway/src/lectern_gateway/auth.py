@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import secrets
 import time
 import uuid
@@ -20,6 +21,11 @@ import jwt
 from fastapi import Depends, Request
 
 from lectern_gateway.problems import ProblemError
+
+MAX_TOKEN_BYTES = 8192
+MAX_TOKEN_LIFETIME_S = 30 * 24 * 3600
+#: tenant and user ids: 1-128 characters, no white space or control characters
+_IDENTIFIER = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")
 
 Role = Literal["student", "teacher", "admin"]
 Plan = Literal["free", "pro"]
@@ -63,26 +69,58 @@ def issue_token(
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
-def decode_token(token: str, *, secret: str) -> Principal:
-    """Verify a bearer token and return its principal; raises ``ProblemError`` (401)."""
+def decode_token(
+    token: str,
+    *,
+    secret: str,
+    audience: str | None = None,
+    issuer: str | None = None,
+    max_lifetime_s: int = MAX_TOKEN_LIFETIME_S,
+) -> Principal:
+    """Verify an HS256 bearer token and return its principal; raises ``ProblemError`` (401).
+
+    Holders of the shared secret may leave out ``iss`` and ``aud``; a token that states them
+    must state the configured ones."""
     try:
+        unverified = jwt.decode(token, options={"verify_signature": False})
         claims = jwt.decode(
-            token, secret, algorithms=["HS256"], options={"require": ["exp", "sub", "tenant"]}
+            token,
+            secret,
+            algorithms=["HS256"],
+            audience=audience,
+            issuer=issuer if "iss" in unverified else None,
+            options={
+                "require": ["exp", "sub", "tenant"],
+                "verify_aud": "aud" in unverified and audience is not None,
+            },
         )
     except jwt.PyJWTError as exc:
         raise _unauthorized(f"invalid bearer token: {exc}") from exc
-    return principal_from_claims(claims)
+    return principal_from_claims(claims, max_lifetime_s=max_lifetime_s)
 
 
-def principal_from_claims(claims: dict[str, Any]) -> Principal:
+def principal_from_claims(
+    claims: dict[str, Any], *, max_lifetime_s: int = MAX_TOKEN_LIFETIME_S
+) -> Principal:
     """The principal a verified token's claims describe; raises ``ProblemError`` (401)."""
     role = claims.get("role", "student")
     plan = claims.get("plan", "free")
     if role not in ROLES or plan not in ("free", "pro"):
         raise _unauthorized("token has an unknown role or plan")
-    return Principal(
-        tenant_id=str(claims["tenant"]), user_id=str(claims["sub"]), role=role, plan=plan
-    )
+    tenant, user = claims.get("tenant"), claims.get("sub")
+    for name, value in (("tenant", tenant), ("sub", user)):
+        if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+            raise _unauthorized(
+                f"token claim {name!r} must be a string of 1-128 characters without spaces"
+            )
+    expires = claims.get("exp")
+    if not isinstance(expires, int | float) or isinstance(expires, bool):
+        raise _unauthorized("token claim 'exp' must be a number")
+    issued = claims.get("iat")
+    start = issued if isinstance(issued, int | float) and not isinstance(issued, bool) else None
+    if expires - (start if start is not None else time.time()) > max_lifetime_s:
+        raise _unauthorized(f"token lives longer than the maximum of {max_lifetime_s} s")
+    return Principal(tenant_id=str(tenant), user_id=str(user), role=role, plan=plan)
 
 
 class TokenVerifier:
@@ -108,12 +146,16 @@ class TokenVerifier:
 
     async def __call__(self, token: str) -> Principal:
         """Verify ``token`` and return its principal; raises ``ProblemError`` (401)."""
+        if len(token) > MAX_TOKEN_BYTES:
+            raise _unauthorized(f"bearer token longer than {MAX_TOKEN_BYTES} bytes")
         try:
             algorithm = jwt.get_unverified_header(token).get("alg")
         except jwt.PyJWTError as exc:
             raise _unauthorized(f"invalid bearer token: {exc}") from exc
         if algorithm == "HS256":
-            return decode_token(token, secret=self._secret)
+            return decode_token(
+                token, secret=self._secret, audience=self._audience, issuer=self._issuer
+            )
         if algorithm != "RS256" or self._jwks is None:
             raise _unauthorized(f"unsupported token algorithm {algorithm!r}")
         jwks = self._jwks
