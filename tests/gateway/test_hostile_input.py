@@ -168,7 +168,7 @@ async def test_tokens_must_carry_usable_claims(
     forged = jwt.encode(good, "another-secret-of-at-least-32-chars!", algorithm="HS256")
     refused = await client.get("/v1/sessions", headers={"Authorization": f"Bearer {forged}"})
     assert_problem(refused, 401)
-    unsigned = jwt.encode(good, None, algorithm="none")
+    unsigned = jwt.encode(good, "", algorithm="none")
     refused = await client.get("/v1/sessions", headers={"Authorization": f"Bearer {unsigned}"})
     assert_problem(refused, 401)
     huge = sign(good | {"pad": "x" * 20_000})
