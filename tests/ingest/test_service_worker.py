@@ -624,3 +624,48 @@ async def test_new_version_swaps_atomically_and_drops_the_old_one(
     assert status == "superseded"
     assert not await object_exists(nc, v1.object_name), "the old version's bytes are removed"
     assert await object_exists(nc, v2.object_name)
+
+
+async def test_an_unbounded_token_is_cut_and_a_huge_document_fails_early(
+    app: Any, settings: Settings, embedder: Embedder, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    """A 1-million-character "word" must not become one chunk counted as 3 tokens (the
+    retriever's reply would then exceed NATS's payload limit), and a document making more
+    chunks than the limit fails as soon as it does, with a reason, and stores nothing."""
+    state = app.state.lectern
+    published: list[Any] = []
+
+    async def publish(event: Any) -> None:
+        published.append(event)
+
+    worker = IngestWorker(
+        settings=settings.model_copy(update={"max_chunks_per_document": 50}),
+        embedder=embedder, pool=state.pool, jetstream=nc.jetstream(), publish=publish,
+    )  # fmt: skip
+    token = ("Photosynthesis makes sugar. " * 20 + "q" * 9_000).encode()
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=token, filename="token.txt", mime=filetype.TEXT
+    )
+    assert (await worker.process(event=event, deliveries=1)).status == "indexed"
+    rows = await db_pool.fetch(
+        "SELECT text, token_count FROM chunks WHERE document_id = $1", event.document_id
+    )
+    assert len(rows) > 1
+    limit = worker.chunking.max_tokens
+    for row in rows:
+        assert row["token_count"] <= limit
+        assert embedder.count_tokens(row["text"]) <= limit
+        assert len(row["text"]) < 40 * limit  # bounded by tokens, never by luck
+
+    huge = ("Mitosis makes two cells. " * 2_000).encode()  # ~150 chunks of text
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=huge, filename="huge.txt", mime=filetype.TEXT
+    )
+    assert (await worker.process(event=event, deliveries=1)).status == "failed"
+    failures = [e for e in published if isinstance(e, DocumentFailed)]
+    assert [(f.stage.value, f.reason.value) for f in failures] == [("chunk", "too_large")]
+    assert "more than 50 chunks" in failures[0].message
+    count = await db_pool.fetchval(
+        "SELECT count(*) FROM chunks WHERE document_id = $1", event.document_id
+    )
+    assert count == 0

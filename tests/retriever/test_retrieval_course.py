@@ -90,3 +90,17 @@ async def test_one_textbook_is_not_capped_at_three_candidates(
     await add_doc(db_pool, tenant_id=tenant_id, texts=texts, embedder=embedder)
     reply = await retriever.retrieve(ask(tenant_id, "photosynthesis light leaves", k=8))
     assert len(reply.candidates) == 8  # the default max_per_document=3 only spreads the top
+
+
+async def test_a_reply_stays_under_the_nats_payload_limit_whatever_is_stored(
+    db_pool: Any, retriever: Any, embedder: Embedder, tenant_id: str, add_doc: Any
+) -> None:
+    """Rows written before ingest cut long tokens (or by hand) must not make every search of
+    the tenant fail with a reply larger than NATS's 1 MB maximum payload."""
+    vectors = await embedder.embed_documents([PHOTO] * 30)
+    huge = [PHOTO + " " + "z" * 300_000 for _ in range(30)]  # 9 MB of text in all
+    await add_doc(db_pool, tenant_id=tenant_id, texts=huge, vectors=vectors)
+    reply = await retriever.retrieve(ask(tenant_id, "how does photosynthesis work", k=30))
+    assert reply.candidates
+    assert len(reply.model_dump_json()) < 1024 * 1024
+    assert all(len(c.text) <= 8000 for c in reply.candidates)

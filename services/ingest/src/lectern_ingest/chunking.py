@@ -163,6 +163,26 @@ class _Parts:
     text: str | None = None
 
 
+#: WordPiece reads a longer "word" as one [UNK] token, so counts of such text are meaningless
+MAX_WORD_CHARS = 100
+_LONG_WORD = re.compile(rf"\S{{{MAX_WORD_CHARS + 1},}}")
+MAX_HEADING_CHARS = 300
+
+
+def break_long_words(text: str) -> str:
+    """``text`` with every run of more than ``MAX_WORD_CHARS`` non-space characters cut into
+    pieces of that size, so that token counts are exact and no chunk can hold an unbounded
+    token (a 5-million-character "word" would otherwise count as one token)."""
+    if len(text) <= MAX_WORD_CHARS:
+        return text
+    return _LONG_WORD.sub(
+        lambda m: " ".join(
+            m.group(0)[i : i + MAX_WORD_CHARS] for i in range(0, len(m.group(0)), MAX_WORD_CHARS)
+        ),
+        text,
+    )
+
+
 def split_sentences(text: str) -> list[str]:
     """Split text into sentences (line breaks always end one; common abbreviations do not)."""
     sentences: list[str] = []
@@ -230,6 +250,12 @@ class Chunker:
         return [title for _, title in self._path]
 
     def _block(self, block: Block, unit: Unit) -> Iterator[ChunkDraft]:
+        text = break_long_words(block.text)
+        if block.kind == "heading":
+            text = text[:MAX_HEADING_CHARS]
+        caption = break_long_words(block.caption) if block.caption else block.caption
+        if text is not block.text or caption is not block.caption:
+            block = Block(block.kind, text, level=block.level, caption=caption)
         if block.kind == "heading":
             yield from self._end_section()
             level = block.level or 1

@@ -33,6 +33,11 @@ class Settings(ServiceHttpSettings):
         default=2.0, ge=0, description="first retry delay; doubles per delivery"
     )
     retry_backoff_max_s: float = Field(default=60.0, ge=0, description="cap of the retry delay")
+    max_chunks_per_document: int = Field(
+        default=5000, ge=1,
+        description="a document that would make more chunks fails (too_large) as soon as it "
+        "does, before it takes an ingest slot for long; the 400-page manual makes ~1,100",
+    )  # fmt: skip
     document_timeout_s: float = Field(
         default=600.0, gt=0, description="time limit for one document (then failed: timeout)"
     )

@@ -188,6 +188,7 @@ class _Producer:
         batch_size: int,
         loop: asyncio.AbstractEventLoop,
         queue: asyncio.Queue[Any],
+        max_chunks: int,
     ) -> None:
         self.path = path
         self.mime = mime
@@ -197,6 +198,7 @@ class _Producer:
         self.config = config
         self.count_tokens = count_tokens
         self.batch_size = batch_size
+        self.max_chunks = max_chunks
         self.loop = loop
         self.queue = queue
         self.stats = _Produced()
@@ -246,11 +248,18 @@ class _Producer:
                 self.stats.page_count = extraction.page_count
                 self.stats.title = usable_title(extraction.title)
                 batch: list[ChunkDraft] = []
-                for draft in chunk_units(
+                drafts = chunk_units(
                     self._units(extraction), config=self.config, count_tokens=self.count_tokens
-                ):
+                )
+                for made, draft in enumerate(drafts, start=1):
                     if self.stop.is_set():
                         return
+                    if made > self.max_chunks:
+                        raise IngestFailure(
+                            f"the document makes more than {self.max_chunks} chunks (stopped "
+                            f"at page {draft.page_start or '?'}); split it into parts",
+                            stage=IngestStage.CHUNK, reason=FailureReason.TOO_LARGE,
+                        )  # fmt: skip
                     draft.context_prefix = structural_prefix(
                         self.title or self.stats.title, draft.section_path
                     )
@@ -511,7 +520,7 @@ class IngestWorker:
             path=path, mime=event.mime_type, password=password,
             title=given_title(event), config=self.chunking,
             count_tokens=self.count_tokens, batch_size=self.settings.embed_batch_size,
-            loop=loop, queue=queue,
+            loop=loop, queue=queue, max_chunks=self.settings.max_chunks_per_document,
         )  # fmt: skip
         progress.stage = IngestStage.EXTRACT
         producer.start()

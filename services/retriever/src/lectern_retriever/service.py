@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ from lectern_retriever.rewrite import (
     rule_rewrite,
     split_multi_hop,
 )
+
+log = logging.getLogger(__name__)
 
 Vector = np.ndarray[Any, Any]
 LlmRewriter = Callable[[RetrieveRequest, Rewritten], Awaitable[Rewritten]]
@@ -256,18 +260,20 @@ def to_candidate(fused: Fused, row: Any) -> Candidate:
     }  # fmt: skip
     if row["freshness_date"] is not None:
         metadata["freshness_date"] = row["freshness_date"].isoformat()
-    if row["document_metadata"]:
+    if row["document_metadata"] and len(json.dumps(row["document_metadata"])) <= MAX_FIELD_CHARS:
         metadata["document"] = row["document_metadata"]
     if fused.boosts:
         metadata["boosts"] = fused.boosts
     return Candidate(
         chunk_id=fused.chunk_id,
         document_id=fused.document_id,
-        title=row["title"],
-        text=row["text"],
+        title=row["title"][:MAX_FIELD_CHARS],
+        text=row["text"][:MAX_CANDIDATE_TEXT_CHARS],
         kind=row["kind"],
-        context_prefix=row["context_prefix"],
-        section_path=" > ".join(row["section_path"]) if row["section_path"] else None,
+        context_prefix=_clip(row["context_prefix"], MAX_FIELD_CHARS),
+        section_path=_clip(" > ".join(row["section_path"]), MAX_FIELD_CHARS)
+        if row["section_path"]
+        else None,
         page_start=row["page_start"],
         page_end=row["page_end"],
         slide=row["slide"],
@@ -280,6 +286,33 @@ def to_candidate(fused: Fused, row: Any) -> Candidate:
         sparse_score=fused.sparse_score,
         fused_score=fused.fused_score,
     )
+
+
+#: what one candidate may carry, whatever is stored: a reply (and the re-rank request that
+#: echoes it) must stay under NATS's 1 MB payload limit
+MAX_CANDIDATE_TEXT_CHARS = 8000
+MAX_FIELD_CHARS = 2000
+REPLY_BUDGET_BYTES = 768 * 1024
+
+
+def _clip(text: str | None, limit: int) -> str | None:
+    return text if text is None or len(text) <= limit else text[:limit]
+
+
+def within_payload(
+    candidates: list[Candidate], budget: int = REPLY_BUDGET_BYTES
+) -> list[Candidate]:
+    """The best candidates whose JSON fits in ``budget`` bytes (the rest are dropped)."""
+    kept: list[Candidate] = []
+    used = 0
+    for candidate in candidates:
+        size = len(candidate.model_dump_json())
+        if used + size > budget:
+            log.warning("retrieve reply capped at %d of %d candidates", len(kept), len(candidates))
+            break
+        kept.append(candidate)
+        used += size
+    return kept
 
 
 class _Clock:
@@ -466,7 +499,9 @@ async def hybrid_search(
                 conn, tenant_id=request.tenant_id, chunk_ids=[f.chunk_id for f in fused]
             )
         clock.timings["fetch"] = round((time.perf_counter() - fetch_start) * 1000, 3)
-    candidates = [to_candidate(f, rows[f.chunk_id]) for f in fused if f.chunk_id in rows]
+    candidates = within_payload(
+        [to_candidate(f, rows[f.chunk_id]) for f in fused if f.chunk_id in rows]
+    )
     clock.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
     return RetrieveReply(
         request_id=request.request_id,

@@ -36,6 +36,7 @@ class FailureReason(StrEnum):
     CORRUPT = "corrupt"
     NO_TEXT = "no_text"
     TIMEOUT = "timeout"
+    TOO_LARGE = "too_large"
     TOO_MANY_DELIVERIES = "too_many_deliveries"
     EMBEDDING_FAILED = "embedding_failed"
     STORE_FAILED = "store_failed"
