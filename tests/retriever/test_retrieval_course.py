@@ -83,6 +83,26 @@ async def test_a_german_question_is_stemmed_as_the_german_material_is(
     assert reply.candidates == []
 
 
+async def test_a_few_misdetected_documents_do_not_stem_every_question(
+    db_pool: Any, retriever: Any, embedder: Embedder, tenant_id: str, add_doc: Any
+) -> None:
+    """One document in twelve indexed "simple" (a language detector's miss) must not add the
+    question's stop words as rare, heavy terms that pull that document to the top."""
+    for i in range(11):
+        await add_doc(
+            db_pool, tenant_id=tenant_id, embedder=embedder, ts_config="english",
+            texts=[f"Chlorophyll absorbs light for photosynthesis in leaf cell {i}."],
+        )  # fmt: skip
+    noise = await add_doc(
+        db_pool, tenant_id=tenant_id, embedder=embedder, ts_config="simple",
+        texts=["What is the thing that is in the box and what is it for?"],
+    )  # fmt: skip
+    question = "What is the role of chlorophyll in the leaf?"
+    reply = await retriever.retrieve(ask(tenant_id, question, methods=["sparse"]))
+    assert reply.candidates
+    assert noise not in [c.document_id for c in reply.candidates]
+
+
 async def test_one_textbook_is_not_capped_at_three_candidates(
     db_pool: Any, retriever: Any, embedder: Embedder, tenant_id: str, add_doc: Any
 ) -> None:
