@@ -46,7 +46,9 @@ HTML_DOC = """<!DOCTYPE html><html><head><title>Ducks - Encyclopedia</title></he
 the world, and most of them feed on plants, insects and small fish found in shallow water.</p>
 <h2>Diet</h2>
 <p>Ducks eat a varied diet of grasses, aquatic plants, fish, insects, small amphibians, worms and
-small molluscs. Dabbling ducks feed on the surface of water or on land.</p>
+small molluscs.<sup class="reference"><a href="#cite-1">[1]</a></sup> Dabbling ducks feed on the
+surface of water or on land.<sup>[2]</sup><sup>[self-published source?]</sup> The verb *dūcan
+means to dive; 10<sup>6</sup> ducklings hatch [in spring].</p>
 <h2>Behaviour</h2>
 <p>Many species of duck are temporarily flightless while moulting; they seek out protected
 habitat with good food supplies during this period.</p>
@@ -119,6 +121,10 @@ def test_html_main_content_without_boilerplate(tmp_path: Path, count_tokens: Any
         chunks = list(chunk_units(ex.units(), config=ChunkingConfig(), count_tokens=count_tokens))
     diet = next(c for c in chunks if "grasses" in c.text)
     assert diet.section_path[-1] == "Diet"
+    # citation markers and inline tags of the Markdown do not reach the text, nor its escapes
+    assert "small molluscs. Dabbling" in diet.text and "on land. The verb" in diet.text
+    assert "<sup>" not in diet.text and "\\" not in diet.text
+    assert "*dūcan" in diet.text and "10^6 ducklings hatch [in spring]" in diet.text
 
 
 def test_plain_text_paragraphs(tmp_path: Path) -> None:

@@ -20,6 +20,11 @@ _SETEXT = re.compile(r"^(=+|-+)\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+")
+# trafilatura's Markdown keeps inline HTML and escapes: "fed with bread<sup>\[25\]</sup>"
+_CITATION_SUP = re.compile(r"<sup>\s*(?:\\?\[[^\]<]{0,80}\\?\]\s*)+</sup>")
+_SUPERSCRIPT = re.compile(r"<sup>([^<]{1,20})</sup>", re.IGNORECASE)
+_INLINE_TAG = re.compile(r"</?(?:sup|sub|span|small|mark|u|abbr)\b[^>]*>", re.IGNORECASE)
+_ESCAPED = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>])")
 _INLINE_MD = [
     (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), r"\1"),
     (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),
@@ -169,7 +174,15 @@ def open_html(path: Path) -> Extraction:
     except Exception as exc:
         raise BadInputError(f"unreadable HTML: {exc}", reason="corrupt") from exc
     title = clean_inline(metadata.title) if metadata is not None and metadata.title else None
-    blocks = parse_markdown(markdown or "")
+    # citation markers go, exponents stay exponents, other inline tags give up their text;
+    # escapes are undone in the parsed text (before parsing "\#" could become a heading)
+    markdown = _CITATION_SUP.sub("", markdown or "")
+    markdown = _INLINE_TAG.sub("", _SUPERSCRIPT.sub(r"^\1", markdown))  # 10<sup>6</sup>: 10^6
+    blocks = [
+        Block(b.kind, _ESCAPED.sub(r"\1", b.text), level=b.level,
+              caption=_ESCAPED.sub(r"\1", b.caption) if b.caption else b.caption)
+        for b in parse_markdown(markdown)
+    ]  # fmt: skip
     if title and not any(b.kind == "heading" and b.level == 1 for b in blocks):
         blocks.insert(0, Block(kind="heading", text=title, level=1))
     return _finish("text/html", blocks, title)
