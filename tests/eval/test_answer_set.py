@@ -108,3 +108,34 @@ def test_the_repository_question_sets_load() -> None:
     documents = {q.document for q in questions}
     assert len(questions) >= 80 and len(documents) >= 10
     assert len(load_offtopic(root / "offtopic.jsonl")) >= 20
+
+
+@pytest.mark.shared_data
+@pytest.mark.slow
+def test_every_key_fact_is_on_its_gold_pages_as_the_product_extracts_them(
+    shared_data: Path,
+) -> None:
+    """The development set cannot ask for what the documents do not say: each fact group
+    (and the evidence) occurs on the gold pages of the text ingest extracts."""
+    from lectern_ingest import filetype
+    from lectern_ingest.extract import extract
+
+    root = Path(__file__).resolve().parents[2] / "bench" / "answers"
+    questions = load_questions(root / "questions.jsonl")
+    problems: list[str] = []
+    for document in sorted({q.document for q in questions}):
+        path = shared_data / "docs" / document
+        assert path.is_file(), f"{document} is not in {shared_data / 'docs'}"
+        pages: dict[int | None, str] = {}
+        with extract(path, mime=filetype.detect_mime_path(path)) as extraction:
+            for unit in extraction.units():
+                key = unit.page if unit.page is not None else unit.slide
+                pages[key] = pages.get(key, "") + " " + " ".join(b.text for b in unit.blocks)
+        for q in (q for q in questions if q.document == document):
+            text = (
+                " ".join(pages.get(p, "") for p in q.pages) if q.pages else " ".join(pages.values())
+            )
+            problems += [f"{q.id}: {group}" for group in q.facts if not holds(text, group)]
+            if q.evidence and not holds(text, [q.evidence]):
+                problems.append(f"{q.id}: evidence {q.evidence[:40]!r}")
+    assert problems == []
