@@ -33,6 +33,11 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     parser.add_argument("--url", help="a running gateway (default: start the embedded stack)")
     parser.add_argument("--data-dir", type=Path, help="embedded stack's data dir (temporary)")
+    parser.add_argument(
+        "--tenant",
+        help="tenant to upload into (default: a fresh one); with a kept --data-dir, a second "
+        "run finds its documents already indexed and only asks",
+    )
     parser.add_argument("--concurrency", type=int, default=2, help="sessions in flight (2)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every result as JSON")
     parser.set_defaults(func=run)
@@ -60,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     async def evaluate(url: str, secret: str) -> Any:
         runner = AnswerEval(
             gateway_url=url, secret=secret, documents_dir=args.documents,
-            concurrency=args.concurrency, report=report,
+            tenant=args.tenant, concurrency=args.concurrency, report=report,
         )  # fmt: skip
         return await runner.run(questions, offtopic)
 

@@ -24,7 +24,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -50,10 +50,10 @@ _STOPWORDS = frozenset(
     von zu im in den dem des mit auf für nicht auch es sich""".split()
 )
 _WORDS = re.compile(r"[^\W_]+", re.UNICODE)
-_PARAGRAPHS = re.compile(r"\n\s*\n|\n(?=\s*(?:[-•*▪◦–]|\d{1,2}[.)]|\(?[a-z][.)])\s)")
+_PARAGRAPHS = re.compile(r"\n\s*\n|\n(?=\s*(?:[-•*▪◦–‒—]|\d{1,2}[.)]|\(?[a-z][.)])\s)")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9ÄÖÜ])")
-_ITEM_MARK = re.compile(r"^\s*(?:[-•*▪◦–]|\d{1,2}[.)]|\(?[a-z][.)])\s+")
-_INLINE_ITEMS = re.compile(r"\s+[-•▪◦]\s+")
+_ITEM_MARK = re.compile(r"^\s*(?:[-•*▪◦–‒—]|\d{1,2}[.)]|\(?[a-z][.)])\s+")
+_INLINE_ITEMS = re.compile(r"\s+[-•▪◦‒]\s+")
 _NUMBER = re.compile(
     r"\d|%|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
     r"thirty|forty|fifty|hundred|thousand|million|billion|half|third|quarter|once|twice|"
@@ -67,6 +67,13 @@ _LABEL_NUMBER = re.compile(
     r"kapitel|abschnitt|tabelle)\.?\s*\d+(?:\.\d+)*|(?<=[^\W\d_])[.,;]?\d{1,3}(?:[,–-]\d{1,3})*(?=\s|$)",
     re.IGNORECASE,
 )
+#: "X is / are / means / is called / heißt / ist ...": a sentence that defines what it names
+_COPULA = re.compile(
+    r"\b(?:is|are|was|were|means|refers to|denotes|is called|are called|heißt|hei(?:ß|ss)en|"
+    r"ist|sind|bezeichnet|nennt man)\b",
+    re.IGNORECASE,
+)
+_TERMINAL = re.compile(r"[.!?:;)\]\"'”]\s*$")
 _FOOTNOTE_END = re.compile(r"(?<=[.!?])\d{1,3}(?:[,–-]\d{1,3})*$")
 
 
@@ -87,7 +94,7 @@ _NUMBER_QUESTION = re.compile(
     r"frequent(?:ly)?|soon)|(?:what|which) (?:percentage|percent|proportion|share|fraction|"
     r"number|amount|year|age|rate|risk|size|prevalence|incidence|speedup|cost|date|"
     r"deadline)|when\b|in what year|at what age|by how much|wie (?:viele?|lange|oft|alt|"
-    r"groß|hoch)|wann)|\b(?:what|which) is the (?:risk|rate|prevalence|incidence|"
+    r"groß|hoch)|wann(?! hei(?:ß|ss)t))|\b(?:what|which) is the (?:risk|rate|prevalence|incidence|"
     r"percentage|proportion|number|speedup|cost|amount|age|frequency|threshold|limit)\b",
     re.IGNORECASE,
 )
@@ -106,7 +113,9 @@ _LIST_QUESTION = re.compile(
 _DEFINITION = re.compile(
     r"^\s*(?:what(?: i|')s (?:a |an |the )?(?P<a>[^?]{1,60}?)\??$|define (?P<b>[^?]+)|"
     r"what does (?P<c>[^?]+?) mean|what is meant by (?P<d>[^?]+)|was (?:ist|sind|bedeutet)"
-    r" (?:ein |eine |der |die |das )?(?P<e>[^?]+))\s*\??\s*$",
+    r" (?:ein |eine |der |die |das )?(?P<e>[^?]+)|wann hei(?:ß|ss)t (?:ein |eine |der |die |das )?"
+    r"(?P<f>[^?]+)|was versteht man unter (?P<g>[^?]+)|what counts as (?:a |an )?(?P<h>[^?]+))"
+    r"\s*\??\s*$",
     re.IGNORECASE,
 )
 _SIDES = (
@@ -184,18 +193,41 @@ class SourceUnit:
     introduces_list: bool
 
 
+def table_rows(paragraph: str) -> list[str]:
+    """The rows of a table paragraph (lines with cells joined by " | ", header first), each as
+    "header: cell; ..." so that a row answers alone; [] when the paragraph is no table."""
+    lines = [line.strip() for line in paragraph.split("\n") if line.strip()]
+    cells = [[c.strip() for c in line.split(" | ")] for line in lines]
+    if len(lines) < 2 or sum(1 for c in cells if len(c) > 1) < len(lines) - 1:
+        return []
+    first = next(i for i, c in enumerate(cells) if len(c) > 1)
+    header = cells[first]
+    rows = [" ".join(lines[i].split()) for i in range(first + 1)]  # caption and header
+    for row in cells[first + 1 :]:
+        if len(row) == len(header) and any(row):
+            pairs = [f"{h}: {v}" if h else v for h, v in zip(header, row, strict=True) if v]
+            rows.append("; ".join(pairs))
+        elif any(row):
+            rows.append(" | ".join(c for c in row if c))
+    return rows
+
+
 def split_units(text: str) -> list[tuple[int, str, bool]]:
     """(paragraph, unit, is a list item) of a source text: paragraphs and list items first
     (a line of "- a - b - c" items is split into them), then sentence ends."""
     units: list[tuple[int, str, bool]] = []
     for paragraph_index, paragraph in enumerate(_PARAGRAPHS.split(text)):
+        rows = table_rows(paragraph)
+        if rows:
+            units.extend((paragraph_index, row, False) for row in rows)
+            continue
         flat = " ".join(paragraph.split())
         if not flat:
             continue
         if _ITEM_MARK.match(flat):
             body = _ITEM_MARK.sub("", flat, count=1)
             pieces = [p for p in _INLINE_ITEMS.split(body) if p.strip()] if (
-                flat[0] in "-•▪◦") else [body]  # fmt: skip
+                flat[0] in "-•▪◦‒") else [body]  # fmt: skip
             units.extend((paragraph_index, p.strip(), True) for p in pieces)
             continue
         units.extend(
@@ -301,6 +333,7 @@ def extract_answer(
     min_semantic: float = 0.5,  # MiniLM: answering paraphrases ~0.5+, unrelated text < 0.3
     k1: float = 1.2,
     b: float = 0.75,
+    rank_decay: float = 0.1,
 ) -> ExtractiveAnswer:
     """Pick the units of ``sources`` that answer ``question``, in the question's form.
 
@@ -335,15 +368,20 @@ def extract_answer(
         lexical = bm25 / ceiling
         semantic = None if similarities is None else max(0.0, float(similarities[index]))
         score = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic
+        # the sources come best first from the re-ranker, which read them whole
+        score /= 1 + rank_decay * unit.source_index
         new_terms = {t for t in bag if t not in asked and t[:5] not in asked_prefixes}
         if len(new_terms) < 2 and not unit.item:
             score *= 0.25  # says nothing the question did not ("Mitosis differs from meiosis.")
+        elif len(unit.text.split()) < 6 and not unit.item:
+            score *= 0.5  # a caption or a heading ("Table 1 Clinical features in ...")
         if form == "number":
             score *= 1.25 if states_number(unit.text) else 0.8
         elif form == "definition" and subject and subject <= set(bag):
             lead = terms(unit.text)[: len(subject) + 3]
             if subject & set(lead):
-                score *= 1.25
+                head = " ".join(unit.text.split()[:12])
+                score *= 1.6 if _COPULA.search(head) else 1.25
         elif form == "list" and (unit.item or unit.introduces_list):
             score *= 1.15
         if form != "list" and unit.text.rstrip().endswith(":"):
@@ -371,7 +409,7 @@ def extract_answer(
     elif form == "comparison":
         chosen = _comparison_answer(question, ranked, max_sentences=max(max_sentences, 4))
     else:
-        chosen = _best(ranked, floor=0.5 * best, limit=max_sentences)
+        chosen = _best(ranked, floor=0.5 * best, limit=max_sentences, other_floor=0.8 * best)
         if form == "number" and not any(states_number(s.text) for s in chosen):
             stating = [s for s in ranked if states_number(s.text) and s.score >= 0.3 * best]
             if stating:
@@ -380,16 +418,56 @@ def extract_answer(
     for picked in chosen:
         group_rank.setdefault(picked.source_index, len(group_rank))
     chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
-    return ExtractiveAnswer(chosen, form)
+    return ExtractiveAnswer(_completed(chosen, units), form)
 
 
-def _best(ranked: Sequence[ScoredSentence], *, floor: float, limit: int) -> list[ScoredSentence]:
-    """The best units above ``floor``, skipping near-repeats of one already chosen."""
+def _completed(
+    chosen: Sequence[ScoredSentence], units: Sequence[SourceUnit], *, most: int = 2
+) -> list[ScoredSentence]:
+    """Chosen sentences that stop mid-way (a line break of the PDF cut them: "X heißt kompakt,
+    wenn jede offene Überdeckung von X") carry on with the next units of their source."""
+    at = {(u.source_index, u.position): u for u in units}
+    taken = {(c.source_index, c.position) for c in chosen}
+    out: list[ScoredSentence] = []
+    for picked in chosen:
+        text = picked.text
+        position = picked.position
+        for _ in range(most):
+            if picked.item or _TERMINAL.search(text):
+                break
+            following = at.get((picked.source_index, position + 1))
+            if following is None or following.item or (picked.source_index, position + 1) in taken:
+                break
+            if "," not in text and not following.text[:1].islower():
+                break  # a caption or a heading, not a sentence cut by a line break
+            position += 1
+            text = f"{text} {following.text}"
+        out.append(replace(picked, text=text) if text != picked.text else picked)
+    return out
+
+
+def _best(
+    ranked: Sequence[ScoredSentence],
+    *,
+    floor: float,
+    limit: int,
+    other_floor: float | None = None,
+) -> list[ScoredSentence]:
+    """The best units above ``floor`` (``other_floor`` for units of another source than the
+    best one's: an answer cites what answers, not everything near it), skipping
+    near-repeats of one already chosen."""
     chosen: list[ScoredSentence] = []
     bags: list[set[str]] = []
     for s in ranked:
         if s.score < floor or len(chosen) >= limit:
             break
+        if (
+            chosen
+            and other_floor is not None
+            and s.source_index != chosen[0].source_index
+            and (s.score < other_floor)
+        ):
+            continue
         bag = set(terms(s.text))
         if any(_jaccard(bag, other) >= 0.6 for other in bags):
             continue

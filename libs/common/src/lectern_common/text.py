@@ -27,7 +27,8 @@ _QUESTION_WORDS = frozenset(
     the a an of in on at to for from by with about and or as be been being has have had
     there some any many much more most other such than that this these those it its they
     them their you your i we our my was wie wer wo warum welche welcher welches ist sind
-    der die das ein eine und oder mit von zu im in den dem des""".split()
+    der die das ein eine und oder mit von zu im in den dem des common often frequent
+    frequently usually typically long""".split()
 )
 MAX_CARRIED_WORDS = 8
 

@@ -45,6 +45,11 @@ class Settings(ServiceHttpSettings):
     web_search: bool = Field(
         default=True, description="let Gemini search the web and cite it as [W#]"
     )
+    offline_answerer_embeddings: bool = Field(
+        default=True,
+        description="the offline answerer scores sentences with the local embedding model "
+        "too (loaded at start, ~90 MB); false: term overlap only",
+    )
     grounding_weight: float = Field(
         default=0.3, description="weight of grounding in the final confidence score"
     )

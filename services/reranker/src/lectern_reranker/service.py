@@ -470,9 +470,19 @@ def with_grounding(
 
 
 def scoring_text(candidate: Candidate) -> str:
-    """The text a scorer sees: the contextual prefix (title, section) and the chunk."""
-    if candidate.context_prefix:
-        return f"{candidate.context_prefix}\n{candidate.text}"
+    """The text a scorer sees: the contextual prefix without the document's title (its
+    sections, an enrichment note) and the chunk.
+
+    Retrieval embeds the title with every chunk so that a question naming a document finds
+    it; re-ranking the candidates it found must judge what each chunk says, and a title that
+    every chunk shares would make a short one (a journal header, a copyright line) look like
+    the document's best answer to any question about its topic."""
+    prefix = candidate.context_prefix
+    title = candidate.title.strip()
+    if prefix and title and prefix.casefold().startswith(title.casefold()):
+        prefix = prefix[len(title) :].lstrip(" >")
+    if prefix:
+        return f"{prefix}\n{candidate.text}"
     return candidate.text
 
 

@@ -16,8 +16,18 @@ SWEEPER = "idle_sweeper"
 
 
 async def start_chat(state: ServiceState, settings: Settings) -> None:
-    """Build the answer streamer and start the idle-session sweep."""
-    generator = build_generator(settings)
+    """Build the answer streamer and start the idle-session sweep.
+
+    The offline answerer, which ends every chain of models, scores the sentences of the
+    sources with the local embedding model as well as by term overlap: the model is loaded
+    here (off the event loop), in float precision so that a question and the sentences it
+    is compared with are encoded alike."""
+    embedder = None
+    if settings.offline_answerer_embeddings:
+        from lectern_common.embeddings import LocalEmbedder
+
+        embedder = await asyncio.to_thread(LocalEmbedder, settings, query_precision="float32")
+    generator = build_generator(settings, embedder=embedder)
     state.resources[STREAMER] = streamer_for(generator, web_search=settings.web_search)
     if settings.idle_sweep_interval_s > 0:
         state.resources[SWEEPER] = asyncio.create_task(
