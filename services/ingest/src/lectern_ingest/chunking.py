@@ -142,6 +142,19 @@ def structural_prefix(title: str | None, section_path: list[str]) -> str | None:
     return " > ".join(parts)[:MAX_PREFIX_CHARS] or None
 
 
+def embedding_text(text: str, prefix: str | None, title: str | None) -> str:
+    """What is embedded for a chunk: its prefix without the document's title, then its text.
+
+    The title is in the chunk's BM25 terms (a question naming the document finds it), but
+    not in its vector: every chunk of a document shares it, so in a short chunk (a journal
+    header, a copyright line) it would outweigh the text and make the chunk look like the
+    document's best answer to any question about its topic."""
+    if prefix and title:
+        parts = [p for p in prefix.split(" > ") if p.strip().casefold() != title.casefold()]
+        prefix = " > ".join(parts)
+    return f"{prefix}\n{text}" if prefix else text
+
+
 @dataclass(slots=True)
 class _Piece:
     """A sentence (or a word-boundary slice of an over-long one) with where it came from."""

@@ -45,7 +45,13 @@ from lectern_common.events import (
 )
 from lectern_ingest import dedup, language, objects
 from lectern_ingest import repository as repo
-from lectern_ingest.chunking import ChunkDraft, ChunkingConfig, chunk_units, structural_prefix
+from lectern_ingest.chunking import (
+    ChunkDraft,
+    ChunkingConfig,
+    chunk_units,
+    embedding_text,
+    structural_prefix,
+)
 from lectern_ingest.config import Settings
 from lectern_ingest.enrich import Enricher, build_enricher
 from lectern_ingest.extract import Extraction, Unit, extract
@@ -548,7 +554,12 @@ class IngestWorker:
                     await _report_units(progress, producer.stats, IngestStage.EXTRACT)
                     continue
                 progress.stage = IngestStage.EMBED
-                vectors.append(await self._embed([_embed_text(d) for d in item]))
+                title = producer.title or producer.stats.title
+                vectors.append(
+                    await self._embed(
+                        [embedding_text(d.text, d.context_prefix, title) for d in item]
+                    )
+                )
                 await _report_embedded(progress, producer.stats, item)
         finally:
             producer.stop.set()
@@ -595,7 +606,8 @@ class IngestWorker:
                 max_tokens=self.chunking.max_tokens,
             )  # fmt: skip
             progress.stage = IngestStage.EMBED
-            texts = [_record_embed_text(r) for r in records]
+            title = producer.title or stats.title
+            texts = [embedding_text(r.text, r.context_prefix, title) for r in records]
             for start in range(0, len(texts), self.settings.embed_batch_size):
                 batch = texts[start : start + self.settings.embed_batch_size]
                 vectors.append(await self._embed(batch))
@@ -773,12 +785,6 @@ def _chunking_config(settings: Settings, *, max_tokens: int) -> ChunkingConfig:
     return ChunkingConfig(**values)
 
 
-def _embed_text(draft: ChunkDraft) -> str:
-    if draft.context_prefix:
-        return f"{draft.context_prefix}\n{draft.text}"
-    return draft.text
-
-
 _JUNK_TITLE = re.compile(
     r"^(?:untitled|no title|title|document\d*|microsoft (?:word|powerpoint) - .*|.*\.(?:pdf|docx?|"
     r"pptx?|tex|dvi|indd|qxd|rtf|txt))$",
@@ -803,12 +809,6 @@ def given_title(event: DocumentUploaded) -> str | None:
     if not title or title in (event.filename, Path(event.filename).stem):
         return None
     return title
-
-
-def _record_embed_text(record: repo.ChunkRecord) -> str:
-    if record.context_prefix:
-        return f"{record.context_prefix}\n{record.text}"
-    return record.text
 
 
 def _record(document_id: uuid.UUID, index: int, draft: ChunkDraft) -> repo.ChunkRecord:
