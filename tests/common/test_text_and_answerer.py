@@ -121,3 +121,60 @@ async def test_the_offline_answerer_resolves_a_follow_up_from_the_conversation()
     ]
     text = "".join(pieces)
     assert "Prophase" in text and "Telophase" in text and "Photosynthesis" not in text
+
+
+def test_a_table_row_answers_alone_with_its_header() -> None:
+    warn = SourceText(
+        label="T1",
+        text=(
+            "Company | City | No. Of | Layoff/Closure\n"
+            "Symantec Corporation | Mountain View | 60 | Layoff Permanent\n"
+            "KLA-Tencor Corporation | Milpitas | 213 | Layoff Permanent\n"
+            "Boeing Company | Long Beach | 56 | Layoff Unknown at this time"
+        ),
+    )
+    text = answer_text("How many employees did KLA-Tencor lay off in Milpitas?", warn)
+    assert "Company: KLA-Tencor Corporation; City: Milpitas; No. Of: 213" in text
+    assert "Symantec" not in text and "Boeing" not in text
+
+
+def test_a_definition_is_the_sentence_that_defines_not_a_caption_naming_it() -> None:
+    caption = SourceText(label="T1", text="Table 1 Clinical features in Turner syndrome")
+    review = SourceText(
+        label="T2",
+        text=(
+            "Delayed diagnosis of Turner syndrome is still seen in 20% of cases. Turner "
+            "syndrome (TS) is a condition in girls and women with a lack of one sex chromosome."
+        ),
+    )
+    picked = extract_answer(
+        question="What is Turner syndrome?", sources=[caption, review],
+        similarities=[0.82, 0.4, 0.6],
+    )  # fmt: skip
+    assert "lack of one sex chromosome" in picked.render()
+    assert "Table 1" not in picked.render()
+
+
+def test_german_definitions_and_sentences_cut_by_a_line_break() -> None:
+    assert question_form("Wann heißt ein topologischer Raum kompakt?") == "definition"
+    assert question_form("Wann beginnt die Vorlesung?") == "number"
+    notes = SourceText(
+        label="T1",
+        text=(
+            "Sei X ein topologischer Raum.\n\n"
+            "Ein topologischer Raum X heißt kompakt, wenn jede offene Überdeckung von X\n\n"
+            "eine endliche Teilüberdeckung besitzt.\n\n"
+            "Jeder kompakte Raum ist beschränkt."
+        ),
+    )
+    text = answer_text("Wann heißt ein topologischer Raum kompakt?", notes)
+    assert "offene Überdeckung von X eine endliche Teilüberdeckung besitzt" in text
+
+
+def test_answers_cite_the_source_that_answers_not_every_source_near_it() -> None:
+    best = SourceText(label="T1", text="Mitosis produces two identical daughter cells.")
+    near = SourceText(label="T2", text="Cells divide in several ways, and mitosis is one.")
+    picked = extract_answer(
+        question="What does mitosis produce?", sources=[best, near], similarities=[0.8, 0.45]
+    )
+    assert picked.cited == ["T1"]

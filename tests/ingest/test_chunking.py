@@ -9,7 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lectern_ingest.chunking import ChunkDraft, ChunkingConfig, chunk_units, split_sentences
+from lectern_ingest.chunking import (
+    ChunkDraft,
+    ChunkingConfig,
+    chunk_units,
+    embedding_text,
+    split_sentences,
+    structural_prefix,
+)
 from lectern_ingest.extract.model import Block, Unit
 
 TokenCounter = Callable[[str], int]
@@ -269,3 +276,14 @@ def test_a_single_word_over_the_cap_is_split_by_characters(count_tokens: TokenCo
     texts = [c.text for c in chunks]
     assert all(len(w) <= 100 for t in texts for w in t.split())
     assert list(dict.fromkeys(w for t in texts for w in t.split())) == pieces  # all, in order
+
+
+def test_the_vector_of_a_chunk_leaves_out_the_title_every_chunk_shares() -> None:
+    title = "Turner syndrome: issues to consider"
+    prefix = structural_prefix(title, [title, "Background"])
+    assert prefix == "Turner syndrome: issues to consider > Background"
+    assert embedding_text("TS affects 1/2500 births.", prefix, title) == (
+        "Background\nTS affects 1/2500 births."
+    )
+    assert embedding_text("doi: 10.1093/bmb", title, title) == "doi: 10.1093/bmb"
+    assert embedding_text("text", None, title) == "text"

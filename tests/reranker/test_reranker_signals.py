@@ -433,3 +433,15 @@ async def test_no_candidates_is_a_gap() -> None:
     assert reply.chunks == []
     assert reply.confidence is not None
     assert reply.confidence.band == "gap"
+
+
+def test_the_scorer_reads_a_chunk_without_the_title_every_chunk_shares() -> None:
+    from lectern_reranker.service import scoring_text
+
+    chunk = Candidate(
+        chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="Turner syndrome review",
+        text="doi: 10.1093/bmb/ldu038", context_prefix="Turner syndrome review > Abstract",
+    )  # fmt: skip
+    assert scoring_text(chunk) == "Abstract\ndoi: 10.1093/bmb/ldu038"
+    bare = chunk.model_copy(update={"context_prefix": "Turner syndrome review"})
+    assert scoring_text(bare) == "doi: 10.1093/bmb/ldu038"

@@ -73,6 +73,11 @@ _COPULA = re.compile(
     r"ist|sind|bezeichnet|nennt man)\b",
     re.IGNORECASE,
 )
+_CAPTION = re.compile(
+    r"^\s*(?:table|tab\.|figure|fig\.|chart|exhibit|plate|abbildung|abb\.|tabelle)\s*"
+    r"[\dIVX]+[\d.\-]*\b(?![^.]*\b(?:is|are|shows?|zeigt)\b)",
+    re.IGNORECASE,
+)
 _TERMINAL = re.compile(r"[.!?:;)\]\"'”]\s*$")
 _FOOTNOTE_END = re.compile(r"(?<=[.!?])\d{1,3}(?:[,–-]\d{1,3})*$")
 
@@ -373,15 +378,15 @@ def extract_answer(
         new_terms = {t for t in bag if t not in asked and t[:5] not in asked_prefixes}
         if len(new_terms) < 2 and not unit.item:
             score *= 0.25  # says nothing the question did not ("Mitosis differs from meiosis.")
-        elif len(unit.text.split()) < 6 and not unit.item:
-            score *= 0.5  # a caption or a heading ("Table 1 Clinical features in ...")
+        elif _CAPTION.match(unit.text) or (len(unit.text.split()) < 6 and not unit.item):
+            score *= 0.4  # a caption or a heading ("Table 1 Clinical features in ...")
         if form == "number":
             score *= 1.25 if states_number(unit.text) else 0.8
         elif form == "definition" and subject and subject <= set(bag):
             lead = terms(unit.text)[: len(subject) + 3]
             if subject & set(lead):
                 head = " ".join(unit.text.split()[:12])
-                score *= 1.6 if _COPULA.search(head) else 1.25
+                score *= 1.6 if _COPULA.search(head) else 1.0
         elif form == "list" and (unit.item or unit.introduces_list):
             score *= 1.15
         if form != "list" and unit.text.rstrip().endswith(":"):

@@ -478,9 +478,9 @@ def scoring_text(candidate: Candidate) -> str:
     every chunk shares would make a short one (a journal header, a copyright line) look like
     the document's best answer to any question about its topic."""
     prefix = candidate.context_prefix
-    title = candidate.title.strip()
-    if prefix and title and prefix.casefold().startswith(title.casefold()):
-        prefix = prefix[len(title) :].lstrip(" >")
+    title = candidate.title.strip().casefold()
+    if prefix and title:  # as ingest embedded it (lectern_ingest.chunking.embedding_text)
+        prefix = " > ".join(p for p in prefix.split(" > ") if p.strip().casefold() != title)
     if prefix:
         return f"{prefix}\n{candidate.text}"
     return candidate.text
