@@ -37,6 +37,7 @@ def answer_text(question: str, *sources: SourceText) -> str:
 
 
 def test_question_forms() -> None:
+    assert question_form("What backward filters does nanojit apply?") == "list"
     assert question_form("What are the stages of mitosis?") == "list"
     assert question_form("How long does a cell cycle take?") == "number"
     assert question_form("What is the risk of gonadoblastoma?") == "number"

@@ -287,3 +287,11 @@ def test_the_vector_of_a_chunk_leaves_out_the_title_every_chunk_shares() -> None
     )
     assert embedding_text("doi: 10.1093/bmb", title, title) == "doi: 10.1093/bmb"
     assert embedding_text("text", None, title) == "text"
+
+
+def test_a_chunk_without_a_word_is_not_kept(count_tokens: TokenCounter) -> None:
+    units = [
+        Unit([Block("heading", "Trademarks", level=1), Block("paragraph", "®")], page=1),
+        Unit([Block("heading", "Cells", level=1), Block("paragraph", "Cells divide.")], page=2),
+    ]
+    assert [c.text for c in _chunks(units, count_tokens)] == ["Cells divide."]

@@ -112,7 +112,8 @@ _LIST_NOUNS = (
 )
 _LIST_QUESTION = re.compile(
     rf"^\s*(?:list|name|enumerate|give)\b|\b(?:{_LIST_NOUNS})\b|^\s*(?:what|which) "
-    r"(?:are|were)\b",
+    r"(?:are|were)\b|^\s*(?:what|which) (?:[^\W\d_]+ )?[^\W\d_]{3,}s (?:do|does|did|are|were|"
+    r"can|could|should|must|will|would|have|has)\b",
     re.IGNORECASE,
 )
 _DEFINITION = re.compile(

@@ -180,6 +180,7 @@ class _Parts:
 MAX_WORD_CHARS = 100
 _LONG_WORD = re.compile(rf"\S{{{MAX_WORD_CHARS + 1},}}")
 MAX_HEADING_CHARS = 300
+_SOME_WORD = re.compile(r"[^\W_]")
 
 
 def break_long_words(text: str) -> str:
@@ -506,6 +507,8 @@ class Chunker:
             text = "".join(chunks)
         else:
             text = parts.text
+        if not _SOME_WORD.search(text):
+            return  # "®", "•", a lone page furniture symbol: nothing anyone could ask about
         tokens = self._count(text)
         if tokens > self.config.max_tokens and parts.kind == "text" and len(parts.pieces) > 1:
             # Rare: the joined text tokenises longer than its sentences did. Re-split.
