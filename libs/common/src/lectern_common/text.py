@@ -67,3 +67,21 @@ def resolve_follow_up(question: str, earlier_questions: Sequence[str]) -> str:
     if not carried:
         return question
     return f"{question.rstrip()} ({' '.join(carried[:MAX_CARRIED_WORDS])})"
+
+
+#: a chunk with fewer words than this is embedded without its document's title
+TITLE_OUTWEIGHS_WORDS = 30
+
+
+def embedding_text(text: str, prefix: str | None, title: str | None) -> str:
+    """What is embedded for a chunk (ingest) and scored against a question (re-ranker): its
+    contextual prefix ("Title > Section > ...") and its text.
+
+    A short chunk (a journal header, a copyright line) is embedded without the title: every
+    chunk of the document shares it, and in a few words it would outweigh the text and make
+    the chunk look like the document's best answer to any question about its topic. The
+    title stays in every chunk's BM25 terms either way."""
+    if prefix and title and len(text.split()) < TITLE_OUTWEIGHS_WORDS:
+        key = title.strip().casefold()
+        prefix = " > ".join(p for p in prefix.split(" > ") if p.strip().casefold() != key)
+    return f"{prefix}\n{text}" if prefix else text

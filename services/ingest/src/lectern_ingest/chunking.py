@@ -31,7 +31,7 @@ _SECTION_NUMBERING = re.compile(r"^(?:(?:\d+|[ivxlc]+|[a-z])[.)]?\s+)+", re.IGNO
 _YEAR_MARK = re.compile(r"\b(?:19|20)\d{2}[a-z]?\s*[;:.,)]")
 _VOLUME_MARK = re.compile(r"\b\d+\s*(?:\(\d+\))?\s*:\s*\d+(?:\s*[–-]\s*\d+)?")
 _ET_AL = re.compile(r"\bet al\b|\bdoi\b|\bpp\.\s*\d|\bvol\.\s*\d", re.IGNORECASE)
-_LEADER_PAGE = re.compile(r"(?:\.\s?){3,}\s*\d{1,4}\b|…\s*\d{1,4}\b")
+_LEADER_PAGE = re.compile(r"(?:\.\s?){3,}\s*\d{1,4}\b|…\s*\d{1,4}\b|(?:\.\s){6,}|\.{6,}")
 #: an index entry: a word, a comma, page numbers ("Torus, iii, 5, 38", "affine, 107")
 _INDEX_ENTRY = re.compile(
     r"[^\W\d_]{2,}[)\]]?,\s*(?:\d{1,4}|[ivxl]{1,5})(?:\s*[–-]\s*\d{1,4})?(?=[\s,;]|$)"
@@ -140,19 +140,6 @@ def structural_prefix(title: str | None, section_path: list[str]) -> str | None:
     while len(parts) > 1 and len(" > ".join(parts)) > MAX_PREFIX_CHARS:
         parts.pop(1 if len(parts) > 2 else 0)
     return " > ".join(parts)[:MAX_PREFIX_CHARS] or None
-
-
-def embedding_text(text: str, prefix: str | None, title: str | None) -> str:
-    """What is embedded for a chunk: its prefix without the document's title, then its text.
-
-    The title is in the chunk's BM25 terms (a question naming the document finds it), but
-    not in its vector: every chunk of a document shares it, so in a short chunk (a journal
-    header, a copyright line) it would outweigh the text and make the chunk look like the
-    document's best answer to any question about its topic."""
-    if prefix and title:
-        parts = [p for p in prefix.split(" > ") if p.strip().casefold() != title.casefold()]
-        prefix = " > ".join(parts)
-    return f"{prefix}\n{text}" if prefix else text
 
 
 @dataclass(slots=True)

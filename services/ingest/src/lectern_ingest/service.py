@@ -43,13 +43,13 @@ from lectern_common.events import (
     FailureReason,
     IngestStage,
 )
+from lectern_common.text import embedding_text
 from lectern_ingest import dedup, language, objects
 from lectern_ingest import repository as repo
 from lectern_ingest.chunking import (
     ChunkDraft,
     ChunkingConfig,
     chunk_units,
-    embedding_text,
     structural_prefix,
 )
 from lectern_ingest.config import Settings

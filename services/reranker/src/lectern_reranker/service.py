@@ -32,6 +32,7 @@ from lectern_common.events import (
     RerankRequest,
     StudentContext,
 )
+from lectern_common.text import embedding_text
 
 ScorerName = Literal["cross-encoder", "bi-encoder"]
 
@@ -470,20 +471,9 @@ def with_grounding(
 
 
 def scoring_text(candidate: Candidate) -> str:
-    """The text a scorer sees: the contextual prefix without the document's title (its
-    sections, an enrichment note) and the chunk.
-
-    Retrieval embeds the title with every chunk so that a question naming a document finds
-    it; re-ranking the candidates it found must judge what each chunk says, and a title that
-    every chunk shares would make a short one (a journal header, a copyright line) look like
-    the document's best answer to any question about its topic."""
-    prefix = candidate.context_prefix
-    title = candidate.title.strip().casefold()
-    if prefix and title:  # as ingest embedded it (lectern_ingest.chunking.embedding_text)
-        prefix = " > ".join(p for p in prefix.split(" > ") if p.strip().casefold() != title)
-    if prefix:
-        return f"{prefix}\n{candidate.text}"
-    return candidate.text
+    """The text a scorer sees: the chunk with its contextual prefix, as ingest embedded it
+    (``lectern_common.text.embedding_text``: a short chunk without its document's title)."""
+    return embedding_text(candidate.text, candidate.context_prefix, candidate.title)
 
 
 def rank_candidates(
