@@ -73,6 +73,11 @@ _COPULA = re.compile(
     r"ist|sind|bezeichnet|nennt man)\b",
     re.IGNORECASE,
 )
+_DEFINES = re.compile(
+    r"\bhei(?:ß|ss)t\b[^.]{0,80}?\bwenn\b|\b(?:is|are) (?:called|defined as|said to be)\b|"
+    r"\bwe call\b|\bnennt man\b|\bbezeichnet man\b|\bdefined as\b",
+    re.IGNORECASE,
+)
 _CAPTION = re.compile(
     r"^\s*(?:table|tab\.|figure|fig\.|chart|exhibit|plate|abbildung|abb\.|tabelle)\s*"
     r"[\dIVX]+[\d.\-]*\b(?![^.]*\b(?:is|are|shows?|zeigt)\b)",
@@ -371,7 +376,8 @@ def extract_answer(
     for index, (unit, bag) in enumerate(zip(units, bags, strict=True)):
         norm = k1 * (1 - b + b * max(lengths[index], 3) / average)
         bm25 = sum(idf[t] * bag[t] * (k1 + 1) / (bag[t] + norm) for t in query if bag.get(t))
-        lexical = bm25 / ceiling
+        lexical = min(1.0, bm25 / ceiling)  # the share of the question's terms; a repeated
+        # term ("the Call duck is a domestic duck breed") does not make a unit answer more
         semantic = None if similarities is None else max(0.0, float(similarities[index]))
         score = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic
         # the sources come best first from the re-ranker, which read them whole
@@ -385,9 +391,21 @@ def extract_answer(
             score *= 1.25 if states_number(unit.text) else 0.8
         elif form == "definition" and subject and subject <= set(bag):
             lead = terms(unit.text)[: len(subject) + 3]
-            if subject & set(lead):
-                head = " ".join(unit.text.split()[:12])
-                score *= 1.6 if _COPULA.search(head) else 1.0
+            if _DEFINES.search(unit.text):
+                score *= 3.0  # "X heißt kompakt, wenn ...", "is called ... if", "is defined as"
+            elif subject & set(lead):
+                words = unit.text.split()
+                opening = " ".join(words[: len(subject) + 4])
+                first = terms(opening)[:1]
+                if (
+                    first
+                    and first[0] in subject
+                    and subject <= set(terms(opening))
+                    and _COPULA.search(opening)
+                ):
+                    score *= 2.0  # opens with what it defines: "Duck is the common name ..."
+                elif _COPULA.search(" ".join(words[:12])):
+                    score *= 1.2
         elif form == "list" and (unit.item or unit.introduces_list):
             score *= 1.15
         if form != "list" and unit.text.rstrip().endswith(":"):
@@ -424,7 +442,53 @@ def extract_answer(
     for picked in chosen:
         group_rank.setdefault(picked.source_index, len(group_rank))
     chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
+    if form != "list":
+        chosen = _followed_on(chosen, units, sources, limit=max_sentences + 1)
     return ExtractiveAnswer(_completed(chosen, units), form)
+
+
+_FOLLOW_ON = re.compile(
+    r"^\s*(?:he|she|it|its|they|their|this|these|those|such|that|er|sie|es|dies|diese|"
+    r"dieser|dieses)\b",
+    re.IGNORECASE,
+)
+
+
+def _followed_on(
+    chosen: Sequence[ScoredSentence],
+    units: Sequence[SourceUnit],
+    sources: Sequence[SourceText],
+    *,
+    limit: int,
+) -> list[ScoredSentence]:
+    """The best sentence with the next one of its source when that one goes on about it
+    ("Our friend Mojo stands next to the ladder. He is an intelligent monkey."): what a
+    pronoun refers to is only in the sentence before, so term overlap never finds it."""
+    if not chosen:
+        return list(chosen)
+    best = max(chosen, key=lambda c: c.score)
+    at = {(u.source_index, u.position): u for u in units}
+    following = at.get((best.source_index, best.position + 1))
+    taken = {(c.source_index, c.position) for c in chosen}
+    if (
+        following is None
+        or following.item
+        or following.paragraph != at[(best.source_index, best.position)].paragraph
+        or (best.source_index, best.position + 1) in taken
+        or not _FOLLOW_ON.match(following.text)
+    ):
+        return list(chosen)
+    extra = ScoredSentence(
+        label=sources[best.source_index].label, source_index=best.source_index,
+        position=following.position, text=following.text, lexical=0.0, semantic=None,
+        score=0.0,
+    )  # fmt: skip
+    out = [*chosen, extra]
+    if len(out) > limit:  # the weakest other sentence makes room
+        weakest = min((c for c in chosen if c is not best), key=lambda c: c.score)
+        out.remove(weakest)
+    return sorted(out, key=lambda c: (c.source_index != best.source_index, c.source_index,
+                                      c.position))  # fmt: skip
 
 
 def _completed(
