@@ -433,7 +433,7 @@ def extract_answer(
     elif form == "comparison":
         chosen = _comparison_answer(question, ranked, max_sentences=max(max_sentences, 4))
     else:
-        chosen = _best(ranked, floor=0.5 * best, limit=max_sentences, other_floor=0.8 * best)
+        chosen = _best(ranked, floor=0.5 * best, limit=max_sentences, other_floor=0.9 * best)
         if form == "number" and not any(states_number(s.text) for s in chosen):
             stating = [s for s in ranked if states_number(s.text) and s.score >= 0.3 * best]
             if stating:

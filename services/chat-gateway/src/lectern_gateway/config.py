@@ -36,7 +36,11 @@ class Settings(ServiceHttpSettings):
     memory_k: int = Field(default=3, description="long-term memories recalled per question")
     memory_timeout_s: float = Field(default=0.3, description="recall is skipped past this")
     retrieve_k: int = Field(default=20, description="candidates asked of the retriever")
-    rerank_top_k: int = Field(default=5, description="sources kept by the re-ranker")
+    rerank_top_k: int = Field(
+        default=8,
+        description="sources kept by the re-ranker (answer benchmark: 8 over 5 raised "
+        "gold-page recall 0.906 -> 0.925)",
+    )
     retrieve_timeout_s: float = Field(default=10.0)
     rerank_timeout_s: float = Field(default=10.0)
     support_threshold: float = Field(
