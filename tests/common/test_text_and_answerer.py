@@ -156,6 +156,16 @@ def test_a_definition_is_the_sentence_that_defines_not_a_caption_naming_it() -> 
     assert "Table 1" not in picked.render()
 
 
+def test_a_definition_by_condition_defines_the_word_after_its_verb() -> None:
+    from lectern_common.answerer import defines, terms
+
+    assert defines("Ein Raum X heißt hausdorffsch, wenn es je zwei", terms("Raum hausdorffsch"))
+    assert defines("a) f heißt stetig :⇔ f−1(U) ∈ TX.", terms("Abbildung f stetig"))
+    assert not defines("f heißt Homöomorphismus, wenn f stetig ist", terms("Abbildung f stetig"))
+    assert defines("A space is called compact if every cover has a finite subcover", ["compact"])
+    assert not defines("A male is called a drake and the female is called a duck", ["duck"])
+
+
 def test_german_definitions_and_sentences_cut_by_a_line_break() -> None:
     assert question_form("Wann heißt ein topologischer Raum kompakt?") == "definition"
     assert question_form("Wann beginnt die Vorlesung?") == "number"

@@ -73,11 +73,23 @@ _COPULA = re.compile(
     r"ist|sind|bezeichnet|nennt man)\b",
     re.IGNORECASE,
 )
+#: a definition by condition: "X heißt kompakt, wenn ...", "f heißt stetig :⇔ ...", "a space is
+#: called compact if ..."; group 1 holds the word(s) being defined
 _DEFINES = re.compile(
-    r"\bhei(?:ß|ss)t\b[^.]{0,80}?\bwenn\b|\b(?:is|are) (?:called|defined as|said to be)\b|"
-    r"\bwe call\b|\bnennt man\b|\bbezeichnet man\b|\bdefined as\b",
+    r"\b(?:hei(?:ß|ss)t|hei(?:ß|ss)en|(?:is|are) called|(?:is|are) said to be)\s+"
+    r"((?:\S+\s+){0,2}?[^\s,:]+)\s*,?\s*(?:\bwenn\b|\bfalls\b|\bif\b|\bwhen\b|:?⇔)",
     re.IGNORECASE,
 )
+
+
+def defines(text: str, subject: Sequence[str]) -> bool:
+    """Whether ``text`` defines by condition the last word of ``subject`` (its terms)."""
+    if not subject:
+        return False
+    match = _DEFINES.search(text)
+    return match is not None and subject[-1] in terms(match.group(1))
+
+
 _CAPTION = re.compile(
     r"^\s*(?:table|tab\.|figure|fig\.|chart|exhibit|plate|abbildung|abb\.|tabelle)\s*"
     r"[\dIVX]+[\d.\-]*\b(?![^.]*\b(?:is|are|shows?|zeigt)\b)",
@@ -370,7 +382,8 @@ def extract_answer(
     ceiling = sum(idf.values()) or 1.0
     asked = set(query)
     asked_prefixes = {t[:5] for t in query if len(t) >= 5}
-    subject = set(terms(definiendum(question) or "")) if form == "definition" else set()
+    subject_order = terms(definiendum(question) or "") if form == "definition" else []
+    subject = set(subject_order)
     scored: list[ScoredSentence] = []
     eligible_at: dict[int, ScoredSentence] = {}
     for index, (unit, bag) in enumerate(zip(units, bags, strict=True)):
@@ -391,8 +404,8 @@ def extract_answer(
             score *= 1.25 if states_number(unit.text) else 0.8
         elif form == "definition" and subject and subject <= set(bag):
             lead = terms(unit.text)[: len(subject) + 3]
-            if _DEFINES.search(unit.text):
-                score *= 3.0  # "X heißt kompakt, wenn ...", "is called ... if", "is defined as"
+            if defines(unit.text, subject_order):
+                score *= 3.0  # "X heißt kompakt, wenn ...", "f heißt stetig :⇔", "is called .. if"
             elif subject & set(lead):
                 words = unit.text.split()
                 opening = " ".join(words[: len(subject) + 4])
