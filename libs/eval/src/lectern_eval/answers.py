@@ -310,7 +310,8 @@ class AnswerEval:
         result.context_hit = any(on_gold(s, question, gold_document_id) for s in seen)
         result.sources = [
             {"label": s.label, "document": s.document_id == gold_document_id,
-             "pages": [s.page_start, s.page_end], "gold": on_gold(s, question, gold_document_id)}
+             "pages": [s.page_start, s.page_end], "gold": on_gold(s, question, gold_document_id),
+             "text": s.text}
             for s in seen
         ]  # fmt: skip
         if result.refused:
