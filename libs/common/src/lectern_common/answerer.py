@@ -353,7 +353,7 @@ def extract_answer(
     max_sentences: int = 3,
     max_items: int = 10,
     min_lexical: float = 0.2,
-    min_semantic: float = 0.5,  # MiniLM: answering paraphrases ~0.5+, unrelated text < 0.3
+    min_semantic: float = 0.4,  # MiniLM: answering paraphrases ~0.4+, unrelated text < 0.3
     k1: float = 1.2,
     b: float = 0.75,
     rank_decay: float = 0.1,
