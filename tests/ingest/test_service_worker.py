@@ -242,8 +242,10 @@ async def test_redelivery_does_not_duplicate_chunks(
     # a crash between commit and ack: the re-delivery republishes, touching nothing
     again = await worker.process(event=event, deliveries=2)
     assert again.status == "indexed"
-    assert (await asyncio.wait_for(indexed.get(), 5))["chunk_count"] == len(ids)
-    assert (await asyncio.wait_for(indexed.get(), 5))["chunk_count"] == len(ids)
+    published = [await asyncio.wait_for(indexed.get(), 5) for _ in range(2)]
+    assert [p["chunk_count"] for p in published] == [len(ids), len(ids)]
+    # the republished outcome is the same event: consumers (and JetStream) drop the copy
+    assert published[0]["event_id"] == published[1]["event_id"]
     # a re-delivery racing a slow first attempt: same deterministic ids, no duplicates
     await db_pool.execute(
         "UPDATE documents SET status = 'processing' WHERE id = $1", event.document_id
@@ -523,6 +525,7 @@ async def test_same_cleaned_text_is_a_duplicate_not_a_second_index(
     assert (await worker.process(event=copy, deliveries=2)).status == "duplicate"
     again = DocumentIndexed.model_validate(await asyncio.wait_for(outcomes.get(), 5))
     assert again.duplicate_of == original.document_id
+    assert again.event_id == published.event_id
 
     # the same text in the assessment collection is indexed: students must not reach it
     # through the educational copy, nor the other way round
@@ -669,3 +672,26 @@ async def test_an_unbounded_token_is_cut_and_a_huge_document_fails_early(
         "SELECT count(*) FROM chunks WHERE document_id = $1", event.document_id
     )
     assert count == 0
+
+
+async def test_the_consumer_takes_this_releases_ack_wait(
+    app: Any, nc: Any, settings: Settings, embedder: Embedder
+) -> None:
+    """A consumer left by an earlier release (ack wait 120 s) is brought to the configured
+    one, so a killed worker's document is redelivered after 30 s, not 120 s."""
+    from nats.js.api import ConsumerConfig
+
+    from lectern_common.broker import INGEST_DURABLE, stream_for
+    from lectern_common.events import Subjects
+
+    js = nc.jetstream()
+    stream = stream_for(Subjects.DOCUMENTS_UPLOADED).name
+    old = (await js.consumer_info(stream, INGEST_DURABLE)).config
+    assert old.ack_wait == settings.ack_wait_s == 30.0
+    await js.add_consumer(stream, config=ConsumerConfig(**{**old.as_dict(), "ack_wait": 120.0}))
+    assert (await js.consumer_info(stream, INGEST_DURABLE)).config.ack_wait == 120.0
+    second = create_app(settings, embedder=embedder)
+    async with second.router.lifespan_context(second):
+        info = await js.consumer_info(stream, INGEST_DURABLE)
+    assert info.config.ack_wait == settings.ack_wait_s
+    assert info.config.max_deliver == settings.max_deliveries

@@ -27,6 +27,14 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         graceful_timeout=settings.graceful_timeout_s,
     )
     holder: dict[str, IngestWorker] = {}
+    consumer = ConsumerConfig(
+        durable_name=INGEST_DURABLE,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        max_deliver=settings.max_deliveries,
+        ack_wait=settings.ack_wait_s,
+        max_ack_pending=1000,
+    )
 
     async def publish(event: Event) -> None:
         await publish_event(broker, event)
@@ -43,6 +51,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             publish=publish,
         )
         state.resources["ingest_worker"] = holder["worker"]
+        # a consumer created by an earlier release keeps its settings when bound by name:
+        # bring its ack wait and delivery limit to this configuration's
+        stream = stream_for(Subjects.DOCUMENTS_UPLOADED).name
+        await broker.config.connection_state.stream.add_consumer(stream, config=consumer)
 
     app = create_service_app(
         settings=settings, broker=broker, title="Lectern ingest", on_startup=startup
@@ -54,14 +66,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         durable=INGEST_DURABLE,
         pull_sub=PullSub(batch_size=1, timeout=5.0),
         max_workers=settings.concurrency,
-        config=ConsumerConfig(
-            durable_name=INGEST_DURABLE,
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            max_deliver=settings.max_deliveries,
-            ack_wait=settings.ack_wait_s,
-            max_ack_pending=1000,
-        ),
+        config=consumer,
     )
     async def on_uploaded(body: dict[str, Any], message: NatsMessage) -> None:
         """documents.uploaded -> extract, chunk, embed, store -> indexed | failed."""

@@ -20,14 +20,19 @@ class Settings(ServiceHttpSettings):
     max_deliveries: int = Field(
         default=MAX_INGEST_DELIVERIES, ge=1, description="deliveries of one upload before failed"
     )
-    ack_wait_s: float = Field(default=120.0, gt=0, description="JetStream ack wait per delivery")
+    ack_wait_s: float = Field(
+        default=30.0, gt=0,
+        description="JetStream ack wait per delivery: a worker killed mid-document is "
+        "redelivered this long after its last keep-alive (a live one sends one every "
+        "in_progress_interval_s)",
+    )  # fmt: skip
     concurrency: int = Field(
         default=2, ge=1,
         description="documents one worker processes at once (embedding stays one batch at a "
         "time; the others extract, store and publish meanwhile)",
     )  # fmt: skip
     in_progress_interval_s: float = Field(
-        default=30.0, gt=0, description="how often a working delivery tells JetStream it is alive"
+        default=10.0, gt=0, description="how often a working delivery tells JetStream it is alive"
     )
     retry_backoff_s: float = Field(
         default=2.0, ge=0, description="first retry delay; doubles per delivery"

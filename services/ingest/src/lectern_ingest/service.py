@@ -42,6 +42,7 @@ from lectern_common.events import (
     Event,
     FailureReason,
     IngestStage,
+    outcome_event_id,
 )
 from lectern_common.text import embedding_text
 from lectern_ingest import dedup, language, objects
@@ -701,6 +702,7 @@ class IngestWorker:
     ) -> None:
         await self.publish(
             DocumentFailed(
+                event_id=outcome_event_id(event.document_id, event.version, "failed"),
                 tenant_id=event.tenant_id, document_id=event.document_id, stage=stage,
                 reason=reason, message=message[:4000], attempts=attempts,
             )
@@ -712,6 +714,7 @@ class IngestWorker:
             IngestStage.FETCH.value)  # fmt: skip
         await self.publish(
             DocumentFailed(
+                event_id=outcome_event_id(row["id"], row["version"], "failed"),
                 tenant_id=row["tenant_id"], document_id=row["id"], stage=IngestStage(stage),
                 reason=FailureReason(reason), message=row["error_message"] or "",
                 attempts=row["attempts"],
@@ -721,6 +724,7 @@ class IngestWorker:
     async def _publish_indexed(self, row: Any, *, duration_ms: float) -> None:
         await self.publish(
             DocumentIndexed(
+                event_id=outcome_event_id(row["id"], row["version"], "indexed"),
                 tenant_id=row["tenant_id"], document_id=row["id"], version=row["version"],
                 page_count=row["page_count"] or 0, skipped_pages=row["skipped_pages"],
                 chunk_count=row["chunk_count"], qa_count=row["qa_count"],

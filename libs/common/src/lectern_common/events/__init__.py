@@ -22,6 +22,7 @@ from lectern_common.events.documents import (
     DocumentUploaded,
     FailureReason,
     IngestStage,
+    outcome_event_id,
 )
 from lectern_common.events.feedback import FeedbackFlagged, KnowledgeGapDetected
 from lectern_common.events.memory import (
@@ -75,4 +76,5 @@ __all__ = [
     "RetrieveRequest",
     "StudentContext",
     "Subjects",
+    "outcome_event_id",
 ]

@@ -121,9 +121,22 @@ class DocumentProgress(Event):
     unit: Literal["pages", "chunks", "units"] = "pages"
 
 
+def outcome_event_id(document_id: uuid.UUID, version: int, outcome: str) -> uuid.UUID:
+    """The id of a document version's outcome event (``indexed`` or ``failed``).
+
+    Derived, not random: a worker that crashes after storing the outcome and before its
+    acknowledgement republishes it on redelivery with the same id, so JetStream's duplicate
+    window drops the copy and a consumer that remembers event ids can drop it later.
+    """
+    return uuid.uuid5(document_id, f"lectern.documents.{outcome}:{version}")
+
+
 @register_event
 class DocumentIndexed(Event):
-    """Every chunk of the document is stored and searchable (or it duplicates one that is)."""
+    """Every chunk of the document is stored and searchable (or it duplicates one that is).
+
+    Published once per version; a republished copy carries the same ``event_id``.
+    """
 
     subject: ClassVar[str] = Subjects.DOCUMENTS_INDEXED
 
@@ -149,7 +162,10 @@ class DocumentIndexed(Event):
 
 @register_event
 class DocumentFailed(Event):
-    """The document could not be indexed; nothing of it is searchable."""
+    """The document could not be indexed; nothing of it is searchable.
+
+    A republished copy (same document version) carries the same ``event_id``.
+    """
 
     subject: ClassVar[str] = Subjects.DOCUMENTS_FAILED
 
