@@ -136,7 +136,11 @@ def create_service_app(
         )
         await wait_for_schema(settings.database_url, timeout=startup_timeout)
         state.pool = await create_pool(
-            settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max
+            settings.database_url,
+            min_size=settings.db_pool_min,
+            max_size=settings.db_pool_max,
+            timeout=settings.db_connect_timeout_s,
+            command_timeout=settings.db_command_timeout_s,
         )
         try:
             if on_startup is not None:

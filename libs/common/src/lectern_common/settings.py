@@ -59,6 +59,14 @@ class BaseServiceSettings(BaseSettings):
     )
     db_pool_min: int = shared("db_pool_min", 1, "asyncpg pool minimum size")
     db_pool_max: int = shared("db_pool_max", 10, "asyncpg pool maximum size")
+    db_connect_timeout_s: float = shared(
+        "db_connect_timeout_s", 5.0, "opening a Postgres connection gives up after this"
+    )
+    db_command_timeout_s: float = shared(
+        "db_command_timeout_s",
+        60.0,
+        "a Postgres statement gives up after this (an unreachable server fails, not hangs)",
+    )
     stream_replicas: int = shared(
         "stream_replicas", 1, "JetStream stream replicas (3 in a cluster)"
     )

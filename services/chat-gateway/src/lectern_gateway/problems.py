@@ -69,6 +69,29 @@ def problem_response(
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
+# Postgres is down, restarting, refusing connections or not answering in time: the
+# request may succeed later, so 503 with Retry-After (never a hang or a 500)
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.ConnectionDoesNotExistError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.OperatorInterventionError,
+    asyncpg.TooManyConnectionsError,
+    ConnectionError,
+    TimeoutError,
+)
+DATABASE_RETRY_AFTER_S = 5
+
+
+def database_unavailable(instance: str | None = None) -> JSONResponse:
+    """503 problem+json for a request that could not reach Postgres."""
+    return problem_response(
+        503, "Service unavailable", "the database is unavailable; retry shortly",
+        instance=instance, reason="database_unavailable",
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+    )  # fmt: skip
+
+
 _STATUS_BY_ERROR: list[tuple[type[LecternError], int, str]] = [
     (NotFoundError, 404, "Not found"),
     (ForbiddenError, 403, "Forbidden"),
@@ -125,6 +148,16 @@ def install_problem_handlers(app: FastAPI) -> None:
             400, "Bad request", "a value in the request is out of range or cannot be stored",
             instance=request.url.path, reason="bad_value",
         )  # fmt: skip
+
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        log.warning(
+            "Postgres unavailable on %s %s: %s", request.method, request.url.path,
+            type(exc).__name__,
+        )  # fmt: skip
+        return database_unavailable(request.url.path)
+
+    for error_type in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(error_type, _database)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

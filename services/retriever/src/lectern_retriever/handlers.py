@@ -58,6 +58,8 @@ class Retriever:
             self.settings.database_url,
             min_size=2,
             max_size=self.settings.pool_size,
+            timeout=self.settings.db_connect_timeout_s,
+            command_timeout=self.settings.db_command_timeout_s,
             server_settings={
                 "hnsw.ef_search": str(self.settings.ef_search),
                 "hnsw.iterative_scan": "relaxed_order",

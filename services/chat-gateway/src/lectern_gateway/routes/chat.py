@@ -19,7 +19,7 @@ from lectern_gateway.chat.service import ChatDeps, TurnInput, run_turn
 from lectern_gateway.chat.sse import ErrorEvent, to_sse
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep, StateDep
-from lectern_gateway.problems import ProblemError
+from lectern_gateway.problems import DATABASE_UNAVAILABLE, ProblemError
 from lectern_gateway.routes.sessions import session_for
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,15 @@ async def _events(deps: ChatDeps, turn: TurnInput) -> AsyncIterator[ServerSentEv
         yield to_sse(
             ErrorEvent(
                 reason=exc.reason, message=exc.message, retryable=isinstance(exc, RetryableError)
+            )
+        )
+    except DATABASE_UNAVAILABLE as exc:
+        log.warning("chat turn failed: Postgres unavailable (%s)", type(exc).__name__)
+        yield to_sse(
+            ErrorEvent(
+                reason="database_unavailable",
+                message="the database is unavailable; retry shortly",
+                retryable=True,
             )
         )
     except Exception as exc:

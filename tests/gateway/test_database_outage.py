@@ -1,0 +1,195 @@
+"""Postgres going away under the gateway: requests during the outage get 503 problem+json
+with Retry-After within a bounded time (never a hang, never a 500), a chat turn ends with
+a retryable SSE ``error``, and the pool recovers on its own once Postgres is back.
+
+The gateway reaches the real Postgres through a TCP proxy this test controls, so the
+outage is real sockets being cut, not a patched pool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from lectern_gateway.chat.testing import (
+    Gateway,
+    Responders,
+    gateway_settings,
+    run_responders,
+    serve_gateway,
+)
+
+pytestmark = pytest.mark.integration
+
+# an outage answer must come well inside this (connect timeout 1 s in these tests)
+BOUNDED_S = 8.0
+
+
+@dataclass
+class PostgresProxy:
+    """A loopback TCP proxy to Postgres: ``cut`` closes every connection and, while cut,
+    either refuses new ones (closes them at once) or black-holes them (accepts and never
+    answers, like a partitioned network); ``restore`` lets connections through again."""
+
+    upstream: tuple[str, int] | str
+    mode: str = "up"  # up | refuse | blackhole
+    port: int = 0
+    _server: asyncio.base_events.Server | None = None
+    _links: set[asyncio.StreamWriter] = field(default_factory=set)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        self.cut("refuse")
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def cut(self, mode: str) -> None:
+        self.mode = mode
+        for writer in list(self._links):
+            writer.transport.abort()
+        self._links.clear()
+
+    def restore(self) -> None:
+        self.mode = "up"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.mode == "refuse":
+            writer.transport.abort()
+            return
+        self._links.add(writer)
+        if self.mode == "blackhole":
+            with contextlib.suppress(Exception):
+                await reader.read()  # hold the socket until cut or closed
+            return
+        if isinstance(self.upstream, str):
+            up_reader, up_writer = await asyncio.open_unix_connection(self.upstream)
+        else:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+        self._links.add(up_writer)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(Exception):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._links.discard(writer)
+        self._links.discard(up_writer)
+
+
+def _proxied(database_url: str) -> tuple[tuple[str, int] | str, str]:
+    """The upstream address of ``database_url`` and a DSN pointing at the proxy
+    (``{port}`` left to fill in)."""
+    url = urllib.parse.urlsplit(database_url)
+    query = urllib.parse.parse_qs(url.query)
+    upstream: tuple[str, int] | str
+    if "host" in query:  # a Unix socket directory
+        upstream = f"{query['host'][0]}/.s.PGSQL.{url.port or 5432}"
+    else:
+        upstream = (url.hostname or "127.0.0.1", url.port or 5432)
+    rest = {k: v for k, v in query.items() if k != "host"}
+    userinfo = url.netloc.rsplit("@", 1)[0] + "@" if "@" in url.netloc else ""
+    dsn = urllib.parse.urlunsplit(
+        (url.scheme, f"{userinfo}127.0.0.1:{{port}}", url.path,
+         urllib.parse.urlencode(rest, doseq=True), "")
+    )  # fmt: skip
+    return upstream, dsn
+
+
+@pytest.fixture
+async def proxy(database_url: str) -> AsyncIterator[tuple[PostgresProxy, str]]:
+    upstream, dsn = _proxied(database_url)
+    running = PostgresProxy(upstream)
+    await running.start()
+    try:
+        yield running, dsn.format(port=running.port)
+    finally:
+        await running.stop()
+
+
+@pytest.fixture
+async def gateway(
+    nats_url: str, db_pool: Any, proxy: tuple[PostgresProxy, str]
+) -> AsyncIterator[Gateway]:
+    settings = gateway_settings(
+        nats_url, proxy[1], db_connect_timeout_s=1.0, db_command_timeout_s=2.0, db_pool_max=4
+    )
+    async with run_responders(nats_url, Responders(pool=db_pool)), serve_gateway(settings) as gw:
+        yield gw
+
+
+def _assert_unavailable(response: httpx.Response, elapsed: float) -> None:
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert int(response.headers["retry-after"]) > 0
+    assert response.json()["reason"] == "database_unavailable"
+    assert elapsed < BOUNDED_S, f"took {elapsed:.1f} s"
+
+
+async def _timed(client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> Any:
+    started = time.perf_counter()
+    response = await client.request(method, url, **kw)
+    return response, time.perf_counter() - started
+
+
+async def _sse_error(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> str:
+    """POST a chat message; the problem status or the reason of the stream's error event."""
+    async with client.stream("POST", url, headers=headers, json={"content": "mitosis?"}) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return f"{r.status_code}:{r.json().get('reason')}"
+        body = (await r.aread()).decode()
+    assert "event: error" in body, body
+    return "error:" + body.split('"reason":"', 1)[1].split('"', 1)[0]
+
+
+@pytest.mark.parametrize("mode", ["refuse", "blackhole"])
+async def test_requests_during_an_outage_get_503_and_the_pool_recovers(
+    gateway: Gateway, proxy: tuple[PostgresProxy, str], tenant_id: str, mode: str
+) -> None:
+    pg, _ = proxy
+    student = gateway.token(tenant_id, "sam")
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        session = await client.post("/v1/sessions", headers=student, json={"mode": "chat"})
+        assert session.status_code == 201, session.text
+        messages = f"/v1/sessions/{session.json()['id']}/messages"
+
+        pg.cut(mode)
+        for method, url, kw in [
+            ("GET", "/v1/sessions", {}),
+            ("POST", "/v1/sessions", {"json": {"mode": "chat"}}),
+            ("GET", messages, {}),
+        ]:
+            response, elapsed = await _timed(client, method, url, headers=student, **kw)
+            _assert_unavailable(response, elapsed)
+        started = time.perf_counter()
+        outcome = await _sse_error(client, messages, student)
+        assert outcome in {"503:database_unavailable", "error:database_unavailable"}, outcome
+        assert time.perf_counter() - started < BOUNDED_S
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503, ready.text
+
+        pg.restore()
+        deadline = time.monotonic() + 15
+        while True:  # the pool reconnects by itself: no restart of the gateway
+            listed = await client.get("/v1/sessions", headers=student)
+            if listed.status_code == 200 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert listed.status_code == 200, listed.text
+        assert (await client.get("/readyz")).status_code == 200
+        again = await client.post("/v1/sessions", headers=student, json={"mode": "chat"})
+        assert again.status_code == 201, again.text
