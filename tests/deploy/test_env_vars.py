@@ -105,6 +105,8 @@ def k8s_env(service: str, docs: list[Doc]) -> dict[str, str]:
             env[entry["name"]] = entry["value"]
         elif entry["name"] == "LECTERN_DATABASE_URL":
             env[entry["name"]] = SAMPLE_DSN
+        elif entry["name"] == "LECTERN_NATS_PASSWORD":
+            env[entry["name"]] = secrets.token_hex(24)
     return env
 
 
@@ -166,8 +168,12 @@ def test_k8s_environment_builds_the_service_settings(
     next(d for d in docs if d["kind"] == "ConfigMap")["data"].update(overlay_config)
     settings = build_settings(clean_env, service, k8s_env(service, docs))
     assert settings.http_port == PORTS[service]
+    assert settings.nats_credentials is not None
+    assert settings.nats_credentials[0] == f"lectern-{service}"
     assert settings.health_host == "0.0.0.0"  # noqa: S104
     assert settings.stream_replicas == (3 if overlay == "prod" else 1)
+    assert settings.nats_credentials is not None
+    assert settings.nats_credentials[0] == f"lectern-{service}"
     assert settings.environment == ("production" if overlay == "prod" else "development")
 
 

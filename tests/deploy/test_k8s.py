@@ -669,3 +669,31 @@ def test_postgres_cluster_creates_every_extension_the_migrations_need(
     assert needed <= created, f"not created by the bootstrap: {needed - created}"
     image = postgres_cluster["spec"]["imageName"]
     assert re.search(r":\d+", image), "CloudNativePG reads the major version from the tag"
+
+
+def test_nats_users_are_generated_from_the_service_permissions() -> None:
+    from lectern_common.nats_auth import render_helm_values
+
+    current = (INFRA / "nats-auth-values.yaml").read_text()
+    assert current == render_helm_values(), (
+        "run: python -m lectern_common.nats_auth > deploy/k8s/infra/nats-auth-values.yaml"
+    )
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_connects_to_nats_as_its_own_user(
+    service: str, builds: dict[str, list[Doc]]
+) -> None:
+    from lectern_common.nats_auth import K8S_SECRET, helm_values, nats_user
+
+    deployment = find(builds["base"], "Deployment", f"lectern-{service}")
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LECTERN_NATS_USER"]["value"] == nats_user(service)
+    ref = env["LECTERN_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": K8S_SECRET, "key": service}
+    server_env = helm_values()["container"]["env"]
+    assert any(v["valueFrom"]["secretKeyRef"] == ref for v in server_env.values())
+    # the example Secret has the key in the base, and production brings its own
+    assert service in find(builds["base"], "Secret", K8S_SECRET)["stringData"]
+    assert not [d for d in builds["prod"] if d["kind"] == "Secret" and
+                d["metadata"]["name"] == K8S_SECRET]  # fmt: skip

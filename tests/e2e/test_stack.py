@@ -25,7 +25,7 @@ import nats
 import pytest
 
 from lectern_common.runtime.nats import free_port
-from lectern_common.runtime.supervisor import SERVICES, process_alive, read_state
+from lectern_common.runtime.supervisor import SERVICES, process_alive, read_state, stack_nats_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -217,7 +217,7 @@ async def write_marker(state: dict[str, Any], marker: str) -> int:
         await conn.execute("INSERT INTO e2e_marker VALUES ($1)", marker)
     finally:
         await conn.close()
-    nc = await nats.connect(state["nats"]["url"])
+    nc = await nats.connect(stack_nats_url(state))
     try:
         ack = await nc.jetstream().publish(MARKER_SUBJECT, marker.encode(), stream=MARKER_STREAM)
     finally:
@@ -232,7 +232,7 @@ async def read_marker(state: dict[str, Any], seq: int) -> tuple[list[str], bytes
         rows = [r["value"] for r in await conn.fetch("SELECT value FROM e2e_marker")]
     finally:
         await conn.close()
-    nc = await nats.connect(state["nats"]["url"])
+    nc = await nats.connect(stack_nats_url(state))
     try:
         message = await nc.jetstream().get_msg(MARKER_STREAM, seq)
     finally:
@@ -325,6 +325,7 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
         assert rows == [marker]
         assert data == marker.encode()
         stop_stack(stack, signal.SIGINT)
+        assert_within_nats_permissions(stack)
     finally:
         if stack.process.poll() is None:  # a failed assertion: still stop everything
             stack.process.send_signal(signal.SIGTERM)
@@ -333,6 +334,14 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
             except subprocess.TimeoutExpired:
                 stack.process.kill()
                 stack.process.wait()
+
+
+def assert_within_nats_permissions(stack: Stack) -> None:
+    """Every service stayed inside its NATS user's permissions (nats-server logs each
+    refused publish or subscribe as a "Permissions Violation")."""
+    log = (stack.data_dir / "nats" / "nats-server.log").read_text(errors="replace")
+    violations = [line for line in log.splitlines() if "Violation" in line]
+    assert not violations, "\n".join(violations[:20])
 
 
 def long_pdf(pages: int, seed: int = 7) -> bytes:
@@ -475,7 +484,7 @@ async def test_services_killed_mid_work_lose_nothing(
     try:
         await wait_until(stack, "all five /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
         state = stack.state()
-        url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], state["nats"]["url"]
+        url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
         manual = long_pdf(320)
 
         # watch the upload's progress and kill the worker once embedding is under way
@@ -550,6 +559,7 @@ async def test_services_killed_mid_work_lose_nothing(
             after = await ask(url, "faults-a", "What is osmosis?")
             assert after["event"] == "done" and after["citations"], after
         stop_stack(stack)
+        assert_within_nats_permissions(stack)
     finally:
         if stack.process.poll() is None:
             stack.process.send_signal(signal.SIGTERM)

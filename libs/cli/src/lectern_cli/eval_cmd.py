@@ -50,12 +50,12 @@ def _stack_urls(args: argparse.Namespace) -> tuple[str | None, str | None]:
     if args.data_dir is None:
         return args.nats_url, args.database_url
     from lectern_common.errors import ConfigurationError
-    from lectern_common.runtime.supervisor import read_state
+    from lectern_common.runtime.supervisor import read_state, stack_nats_url
 
     state = read_state(args.data_dir)
     if not state or not state.get("running"):
         raise ConfigurationError(f"no running stack in {args.data_dir} (start `lectern up`)")
-    return state["nats"]["url"], state["postgres"]["dsn"]
+    return stack_nats_url(state), state["postgres"]["dsn"]
 
 
 def format_table(result: dict[str, Any]) -> str:

@@ -57,7 +57,12 @@ def register(subparsers: Any) -> None:
 
 def resolve_targets(data_dir: Path | None, environ: Mapping[str, str]) -> Targets:
     """Targets from ``data_dir/stack.json`` (an embedded stack) or from the environment."""
-    from lectern_common.runtime.supervisor import STATE_FILE, process_alive, read_state
+    from lectern_common.runtime.supervisor import (
+        STATE_FILE,
+        process_alive,
+        read_state,
+        stack_nats_url,
+    )
 
     if data_dir is None and (DEFAULT_DATA_DIR / STATE_FILE).exists():
         data_dir = DEFAULT_DATA_DIR
@@ -70,7 +75,7 @@ def resolve_targets(data_dir: Path | None, environ: Mapping[str, str]) -> Target
             )  # fmt: skip
         targets = Targets(
             services={name: info["url"] for name, info in state.get("services", {}).items()},
-            nats_url=state.get("nats", {}).get("url", ""),
+            nats_url=stack_nats_url(state),
             database_url=state.get("postgres", {}).get("dsn", ""),
             source=str(data_dir.resolve() / STATE_FILE),
             stack=state,
@@ -161,7 +166,11 @@ async def _jetstream(url: str, timeout: float) -> dict[str, Any]:
     import nats
     from nats.errors import Error as NatsError
 
-    result: dict[str, Any] = {"nats": {"url": url, "ok": False}, "streams": {}, "consumers": {}}
+    result: dict[str, Any] = {
+        "nats": {"url": redact(url), "ok": False},
+        "streams": {},
+        "consumers": {},
+    }
     if not url:
         result["nats"]["error"] = "no NATS URL"
         return result

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from faststream.nats import JStream, NatsBroker
+from faststream.nats import JStream, NatsBroker, NatsUserPassword
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
@@ -107,11 +107,15 @@ def create_broker(
     service_name: str,
     graceful_timeout: float | None = 30.0,
     tracer_provider: trace.TracerProvider | None = None,
+    credentials: tuple[str, str] | None = None,
 ) -> NatsBroker:
-    """A FastStream NATS broker with OpenTelemetry tracing (W3C context in message headers)."""
+    """A FastStream NATS broker with OpenTelemetry tracing (W3C context in message headers),
+    authenticated as ``credentials`` (user, password) when given."""
     servers = [s.strip() for s in nats_url.split(",") if s.strip()]
+    security = NatsUserPassword(*credentials) if credentials is not None else None
     return NatsBroker(
         servers,
+        security=security,
         name=service_name,
         graceful_timeout=graceful_timeout,
         middlewares=[NatsTelemetryMiddleware(tracer_provider=tracer_provider)],

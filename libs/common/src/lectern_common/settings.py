@@ -52,6 +52,10 @@ class BaseServiceSettings(BaseSettings):
     nats_url: str = shared(
         "nats_url", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated"
     )
+    nats_user: str | None = shared(
+        "nats_user", None, "NATS user of this service (unset: connect without authentication)"
+    )
+    nats_password: SecretStr | None = shared("nats_password", None, "password of NATS_USER")
     database_url: str = shared(
         "database_url",
         "postgresql://postgres@127.0.0.1:5432/postgres",
@@ -152,6 +156,8 @@ class BaseServiceSettings(BaseSettings):
                     f"outside development (LECTERN_ENVIRONMENT={self.environment}; the built-in "
                     "development secret is refused)"
                 )
+        if (self.nats_user is None) != (self.nats_password is None):
+            raise ValueError("LECTERN_NATS_USER and LECTERN_NATS_PASSWORD go together")
         if self.embedding_provider == "gemini" and self.gemini_api_key is None:
             raise ValueError("LECTERN_EMBEDDING_PROVIDER=gemini needs LECTERN_GEMINI_API_KEY")
         self.band_thresholds()  # raises on cut-offs out of order
@@ -172,6 +178,14 @@ class BaseServiceSettings(BaseSettings):
         if self.jwt_secret is not None:
             return self.jwt_secret.get_secret_value()
         return DEV_JWT_SECRET
+
+    @property
+    def nats_credentials(self) -> tuple[str, str] | None:
+        """(user, password) for NATS, or None to connect without authentication."""
+        if self.nats_user is None:
+            return None
+        password = self.nats_password.get_secret_value() if self.nats_password else ""
+        return self.nats_user, password
 
     @property
     def gemini_enabled(self) -> bool:

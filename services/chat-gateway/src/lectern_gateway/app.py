@@ -39,7 +39,10 @@ def create_app(
     ``tracer_provider`` (tests pass their own) or else the global provider.
     """
     broker = create_broker(
-        settings.nats_url, service_name=settings.service_name, tracer_provider=tracer_provider
+        settings.nats_url,
+        service_name=settings.service_name,
+        tracer_provider=tracer_provider,
+        credentials=settings.nats_credentials,
     )
 
     async def startup(state: ServiceState) -> None:

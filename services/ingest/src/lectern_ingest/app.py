@@ -25,6 +25,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         settings.nats_url,
         service_name=settings.service_name,
         graceful_timeout=settings.graceful_timeout_s,
+        credentials=settings.nats_credentials,
     )
     holder: dict[str, IngestWorker] = {}
     consumer = ConsumerConfig(

@@ -23,7 +23,11 @@ SESSIONS_DURABLE = "lectern-memory-sessions"
 
 def create_app(settings: Settings) -> FastAPI:
     """Build the broker, the subscribers and the health app."""
-    broker = create_broker(settings.nats_url, service_name=settings.service_name)
+    broker = create_broker(
+        settings.nats_url,
+        service_name=settings.service_name,
+        credentials=settings.nats_credentials,
+    )
     holder: dict[str, MemoryService] = {}
 
     def service() -> MemoryService:

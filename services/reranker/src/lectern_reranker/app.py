@@ -15,7 +15,11 @@ from lectern_reranker.handlers import Reranker
 
 def create_app(settings: Settings) -> FastAPI:
     """Build the broker, the subscriber and the health app."""
-    broker = create_broker(settings.nats_url, service_name=settings.service_name)
+    broker = create_broker(
+        settings.nats_url,
+        service_name=settings.service_name,
+        credentials=settings.nats_credentials,
+    )
     reranker = Reranker(settings=settings)
 
     async def startup(state: ServiceState) -> None:

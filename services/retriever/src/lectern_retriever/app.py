@@ -16,7 +16,11 @@ from lectern_retriever.handlers import Retriever
 
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
     """Build the broker, the subscriber and the health app (``embedder``: reuse a loaded one)."""
-    broker = create_broker(settings.nats_url, service_name=settings.service_name)
+    broker = create_broker(
+        settings.nats_url,
+        service_name=settings.service_name,
+        credentials=settings.nats_credentials,
+    )
     retriever = Retriever(settings=settings, embedder=embedder)
 
     async def startup(state: ServiceState) -> None:

@@ -43,8 +43,13 @@ class EmbeddedNats:
         port: int | None = None,
         monitor_port: int | None = None,
         host: str = "127.0.0.1",
+        authorization: str | None = None,
     ) -> None:
+        """``authorization``: an ``authorization { users ... }`` block of nats-server
+        configuration (``lectern_common.nats_auth.authorization_config``); None lets anyone
+        connect, which only tests on loopback should do."""
         self.data_dir = data_dir
+        self.authorization = authorization
         self.host = host
         self.port = port or free_port(host)
         self.monitor_port = monitor_port or free_port(host)
@@ -64,8 +69,17 @@ class EmbeddedNats:
         """Start the server and wait until it accepts connections."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log_file = self.data_dir / "nats-server.log"
+        config: list[str] = []
+        if self.authorization is not None:
+            # passwords inside: readable by this account only, never on the command line
+            conf = self.data_dir / "nats-server.conf"
+            conf.touch(mode=0o600, exist_ok=True)
+            conf.chmod(0o600)
+            conf.write_text(self.authorization)
+            config = ["-c", str(conf)]
         args = [
             str(nats_server_binary()),
+            *config,
             "-a", self.host,
             "-p", str(self.port),
             "-m", str(self.monitor_port),

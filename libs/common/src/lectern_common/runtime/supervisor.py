@@ -34,6 +34,12 @@ import psutil
 from pydantic import ValidationError
 
 from lectern_common.errors import ConfigurationError
+from lectern_common.nats_auth import (
+    ADMIN_USER,
+    authorization_config,
+    nats_user,
+    new_credentials,
+)
 from lectern_common.runtime.nats import EmbeddedNats, free_port
 from lectern_common.runtime.postgres import DEFAULT_ROOT_ACCOUNT, EmbeddedPostgres
 from lectern_common.settings import BaseServiceSettings
@@ -103,6 +109,36 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 def preferred_or_free_port(preferred: int, host: str = "127.0.0.1") -> int:
     """``preferred`` if it is free, else any free port."""
     return preferred if port_is_free(preferred, host) else free_port(host)
+
+
+def nats_credentials_path(data_dir: Path) -> Path:
+    """Where the embedded stack keeps its NATS users' passwords (mode 0600)."""
+    return data_dir / "nats" / "credentials.json"
+
+
+def write_nats_credentials(data_dir: Path, passwords: dict[str, str]) -> None:
+    """Write the NATS passwords readable by this account only."""
+    path = nats_credentials_path(data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_text(json.dumps(passwords, indent=2))
+
+
+def stack_nats_url(state: dict[str, Any]) -> str:
+    """The NATS URL of an embedded stack (from its ``stack.json`` state) carrying the admin
+    user's credentials, for operator tools (``lectern status``, ``lectern eval``); keep it
+    out of logs (``lectern_cli.status.redact``)."""
+    nats = state.get("nats", {})
+    url: str = nats.get("url", "")
+    path = nats.get("credentials")
+    if not url or not path or not Path(path).exists():
+        return url
+    password = json.loads(Path(path).read_text()).get(ADMIN_USER)
+    if not password:
+        return url
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{ADMIN_USER}:{password}@{rest}"
 
 
 def read_state(data_dir: Path) -> dict[str, Any] | None:
@@ -232,6 +268,7 @@ class Supervisor:
         self._nats_monitor_port = nats_monitor_port
         self.postgres: EmbeddedPostgres | None = None
         self.nats: EmbeddedNats | None = None
+        self.nats_passwords: dict[str, str] = {}
         self.children: dict[str, Child] = {}
         self.started_monotonic = 0.0
         self.started_at = ""
@@ -314,11 +351,20 @@ class Supervisor:
         self.write_state()
         self.postgres = self._embedded_postgres()
         nats_port, monitor_port = self._nats_ports()
+        self.nats_passwords = new_credentials(list(self.services))
+        write_nats_credentials(self.data_dir, self.nats_passwords)
         self.nats = EmbeddedNats(
-            self.data_dir / "nats", port=nats_port, monitor_port=monitor_port, host=self.host
+            self.data_dir / "nats",
+            port=nats_port,
+            monitor_port=monitor_port,
+            host=self.host,
+            authorization=authorization_config(self.nats_passwords),
         )
         self.nats.start()
-        self.report(f"NATS (JetStream) on {self.nats.url}, store {self.data_dir / 'nats'}")
+        self.report(
+            f"NATS (JetStream) on {self.nats.url}, store {self.data_dir / 'nats'}; one user per "
+            f"service, passwords in {nats_credentials_path(self.data_dir)}"
+        )
         # Services spend most of their start-up importing torch and loading models; they wait
         # for the schema themselves, so Postgres and the migrations overlap with that.
         for child in self.children.values():
@@ -379,6 +425,9 @@ class Supervisor:
         env = dict(os.environ)
         if self.nats is not None:
             env["LECTERN_NATS_URL"] = self.nats.url
+            user = nats_user(child.name)
+            env["LECTERN_NATS_USER"] = user
+            env["LECTERN_NATS_PASSWORD"] = self.nats_passwords[user]
         if self.postgres is not None:
             env["LECTERN_DATABASE_URL"] = self.postgres.dsn
         env.update(
@@ -614,6 +663,7 @@ class Supervisor:
                 "pid": nats_pid,
                 "pid_create_time": _create_time(nats_pid) if nats_pid else None,
                 "data_dir": str(self.data_dir / "nats"),
+                "credentials": str(nats_credentials_path(self.data_dir)),
             }
         postgres: dict[str, Any] = {}
         if self.postgres is not None:

@@ -1,0 +1,203 @@
+"""Who may publish and subscribe to what on NATS: one user per service, least privilege.
+
+Without authentication anyone who reaches the NATS port can send a retrieve request for any
+tenant, recall any student's memories or read any stored file. The embedded stack and the
+Kubernetes manifests therefore give every service its own NATS user whose permissions name
+only the subjects that service needs (``SERVICE_PERMISSIONS``); requests and events are
+otherwise refused by the server ("Permissions Violation").
+
+Every service declares Lectern's streams at start (``ensure_streams``), so each may create,
+update and look up streams; only the gateway (stores uploads, serves and deletes them) and
+ingest (reads them) may touch the object store's stream ``OBJ_<bucket>``; a service can
+create and read consumers only on the streams it consumes. Replies to requests a service
+answers are allowed by ``allow_responses`` (no blanket publish on ``_INBOX.>``).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from lectern_common.broker import DOCUMENTS_BUCKET
+from lectern_common.events import Subjects
+
+OBJECT_STREAM = f"OBJ_{DOCUMENTS_BUCKET}"
+
+#: every service: declare and inspect streams, dead-letter, replies to its own requests
+_COMMON_PUBLISH = [
+    "$JS.API.INFO",
+    "$JS.API.STREAM.INFO.*",
+    "$JS.API.STREAM.CREATE.*",
+    "$JS.API.STREAM.UPDATE.*",
+    "$JS.API.STREAM.NAMES",
+    Subjects.DEAD_LETTER,
+]
+_COMMON_SUBSCRIBE = ["_INBOX.>"]
+
+
+def consume(stream: str) -> list[str]:
+    """Subjects a client publishes to create, inspect, fetch from and ack a consumer on
+    ``stream`` (the JetStream API, acks and flow control)."""
+    return [
+        f"$JS.API.CONSUMER.*.{stream}",
+        f"$JS.API.CONSUMER.*.{stream}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.>",
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.>",
+        f"$JS.ACK.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    ]
+
+
+def object_store() -> list[str]:
+    """Subjects for putting, getting and deleting objects in the documents bucket."""
+    return [
+        f"$O.{DOCUMENTS_BUCKET}.>",
+        f"$JS.API.STREAM.MSG.GET.{OBJECT_STREAM}",
+        f"$JS.API.STREAM.PURGE.{OBJECT_STREAM}",
+        f"$JS.API.DIRECT.GET.{OBJECT_STREAM}",
+        f"$JS.API.DIRECT.GET.{OBJECT_STREAM}.>",
+        *consume(OBJECT_STREAM),
+    ]
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """Subjects one NATS user may publish to and subscribe to (beyond the common ones)."""
+
+    publish: list[str] = field(default_factory=list)
+    subscribe: list[str] = field(default_factory=list)
+    answers_requests: bool = False
+
+    def as_config(self) -> dict[str, Any]:
+        """The ``permissions`` object of a nats-server user."""
+        config: dict[str, Any] = {
+            "publish": {"allow": [*_COMMON_PUBLISH, *self.publish]},
+            "subscribe": {"allow": [*_COMMON_SUBSCRIBE, *self.subscribe]},
+        }
+        if self.answers_requests:
+            config["allow_responses"] = True
+        return config
+
+
+#: the NATS user of each service, by the service's short name
+SERVICE_PERMISSIONS: dict[str, Permissions] = {
+    "gateway": Permissions(
+        publish=[
+            Subjects.DOCUMENTS_UPLOADED,
+            Subjects.DOCUMENTS_DELETED,
+            Subjects.CHAT_TURN_COMPLETED,
+            Subjects.CHAT_SESSION_ENDED,
+            Subjects.FEEDBACK_FLAGGED,
+            Subjects.KNOWLEDGE_GAP_DETECTED,
+            Subjects.RETRIEVE,
+            Subjects.RERANK,
+            Subjects.MEMORY_RECALL,
+            *object_store(),
+        ],
+        # a document's status stream follows its progress and outcome
+        subscribe=[
+            Subjects.DOCUMENTS_PROGRESS,
+            Subjects.DOCUMENTS_INDEXED,
+            Subjects.DOCUMENTS_FAILED,
+            Subjects.DOCUMENTS_DELETED,
+        ],
+    ),
+    "ingest": Permissions(
+        publish=[
+            Subjects.DOCUMENTS_PROGRESS,
+            Subjects.DOCUMENTS_INDEXED,
+            Subjects.DOCUMENTS_FAILED,
+            *consume("LECTERN_DOCUMENTS"),
+            *object_store(),
+        ],
+    ),
+    "retriever": Permissions(subscribe=[Subjects.RETRIEVE], answers_requests=True),
+    "reranker": Permissions(subscribe=[Subjects.RERANK], answers_requests=True),
+    "memory": Permissions(
+        publish=[Subjects.MEMORY_DISTILLED, *consume("LECTERN_CHAT")],
+        subscribe=[Subjects.MEMORY_RECALL],
+        answers_requests=True,
+    ),
+}
+
+#: the operator's user (``lectern status``, evaluation against a running stack): everything
+ADMIN_USER = "lectern-admin"
+
+
+def nats_user(service: str) -> str:
+    """The NATS user name of a service (``gateway`` -> ``lectern-gateway``)."""
+    return f"lectern-{service}"
+
+
+def new_credentials(services: list[str]) -> dict[str, str]:
+    """A fresh random password for each service's user and the admin user."""
+    users = [nats_user(s) for s in services if s in SERVICE_PERMISSIONS] + [ADMIN_USER]
+    return {user: secrets.token_urlsafe(24) for user in users}
+
+
+def authorization_config(passwords: dict[str, str]) -> str:
+    """The ``authorization`` block of a nats-server configuration file: one user per
+    service with its permissions, the admin user unrestricted. JSON is valid NATS config."""
+    users: list[dict[str, Any]] = []
+    for service, permissions in SERVICE_PERMISSIONS.items():
+        user = nats_user(service)
+        if user in passwords:
+            users.append(
+                {"user": user, "password": passwords[user], "permissions": permissions.as_config()}
+            )
+    if ADMIN_USER in passwords:
+        users.append({"user": ADMIN_USER, "password": passwords[ADMIN_USER]})
+    return "authorization: " + json.dumps({"users": users}, indent=2) + "\n"
+
+
+#: the Kubernetes Secret holding each service's NATS password (one key per service, and
+#: ``admin``), in Lectern's namespace for the services and in the NATS namespace for the server
+K8S_SECRET = "lectern-nats-users"  # noqa: S105 - a Secret's name, not a password
+
+
+def password_variable(user: str) -> str:
+    """The NATS server container's environment variable holding ``user``'s password."""
+    return user.upper().replace("-", "_") + "_NATS_PASSWORD"
+
+
+def helm_values() -> dict[str, Any]:
+    """Values for the NATS Helm chart: the users and permissions of ``SERVICE_PERMISSIONS``,
+    each password read from the ``K8S_SECRET`` Secret into the server's environment (the
+    chart writes ``<< $VAR >>`` unquoted, so nats-server expands it at start)."""
+    users: list[dict[str, Any]] = []
+    env: dict[str, Any] = {}
+    for service, permissions in [*SERVICE_PERMISSIONS.items(), ("admin", None)]:
+        user = ADMIN_USER if permissions is None else nats_user(service)
+        variable = password_variable(user)
+        entry: dict[str, Any] = {"user": user, "password": f"<< ${variable} >>"}
+        if permissions is not None:
+            entry["permissions"] = permissions.as_config()
+        users.append(entry)
+        env[variable] = {"valueFrom": {"secretKeyRef": {"name": K8S_SECRET, "key": service}}}
+    return {"config": {"merge": {"authorization": {"users": users}}}, "container": {"env": env}}
+
+
+HELM_VALUES_HEADER = """\
+# GENERATED by `python -m lectern_common.nats_auth > deploy/k8s/infra/nats-auth-values.yaml`
+# from lectern_common.nats_auth.SERVICE_PERMISSIONS; tests/deploy checks it is current.
+# NATS users for Lectern, one per service with only the subjects it needs, for the official
+# NATS Helm chart, beside nats-values.yaml:
+#   helm upgrade --install nats nats/nats -n nats --create-namespace \\
+#     -f deploy/k8s/infra/nats-values.yaml -f deploy/k8s/infra/nats-auth-values.yaml
+# The passwords come from the Secret lectern-nats-users in the nats namespace (keys gateway,
+# ingest, retriever, reranker, memory, admin); the services read the same Secret in the
+# lectern namespace (docs/deploy.md).
+"""
+
+
+def render_helm_values() -> str:
+    """The text of deploy/k8s/infra/nats-auth-values.yaml."""
+    import yaml
+
+    return HELM_VALUES_HEADER + yaml.safe_dump(helm_values(), sort_keys=False, width=100)
+
+
+if __name__ == "__main__":
+    print(render_helm_values(), end="")
