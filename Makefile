@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-answers tune-rerank clean
+.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-answers tune-rerank soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -71,6 +71,9 @@ bench-rerank: install ## Re-rank latency and confidence bands
 
 bench-chat: install ## Gateway overhead to first token
 	$(PY) bench/bench_chat.py
+
+soak: install ## 20 concurrent chats + continuous ingestion for 5 minutes on the embedded stack
+	$(PY) bench/soak.py
 
 clean: ## Remove the virtualenv, caches and local data
 	rm -rf $(VENV) .lectern .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,413 @@
+"""Soak: concurrent chats and continuous ingestion on the embedded stack, for minutes.
+
+Starts the embedded stack the way ``lectern up`` does (NATS with per-service users, Postgres,
+the five services as processes), uploads the demo lessons as one tenant's course, then for
+``--duration`` seconds runs ``--chats`` students asking questions over SSE without pause
+while a teacher uploads a new document every ``--upload-every`` seconds (one in five is a
+broken file that must fail cleanly). It samples every service's resident memory (RSS) and
+reports, from that one run:
+
+- chat turns, errors, and time to first token / whole answer (p50, p95);
+- uploads = indexed + failed (+ duplicate), none left pending;
+- messages the students saw completed = assistant messages stored;
+- each service's RSS after warm-up and at the end, its growth, and restarts;
+- ERROR lines in the services' logs.
+
+It exits non-zero when an invariant breaks: an error turn, a lost or stuck upload, a
+missing message, a restart, or a service whose RSS grew more than ``--max-growth`` after
+warm-up. The figures go to docs/reliability.md.
+
+    make soak                       # 20 chats, 5 minutes
+    .venv/bin/python bench/soak.py --duration 60 --chats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from lectern_cli.demo import default_demo_dir, read_corpus
+from lectern_common.runtime.supervisor import read_state
+from lectern_common.tokens import make_token
+from lectern_eval.answers import embedded_stack
+
+QUESTIONS = [
+    "What are the stages of mitosis?",
+    "What does chlorophyll do in photosynthesis?",
+    "State Newton's second law of motion.",
+    "How does water get from the ocean into clouds?",
+    "Why do cells divide?",
+    "What are the products of photosynthesis?",
+    "What happens during anaphase?",
+    "What is inertia?",
+    "What is condensation in the water cycle?",
+    "Who won the football world cup in 1998?",  # off-topic: an honest refusal
+]
+WORDS = (
+    "cell energy light water force motion plant carbon oxygen cycle membrane nucleus "
+    "chromosome glucose evaporation rain cloud mass acceleration friction gravity root leaf "
+    "stem enzyme protein current voltage circuit magnet wave sound heat temperature pressure "
+    "volume density molecule atom electron reaction acid base salt solution crystal rock soil"
+).split()
+FINAL = {"indexed", "failed", "duplicate"}
+
+
+@dataclass
+class Turn:
+    """One question asked."""
+
+    worker: int
+    outcome: str  # done | error | http-<status> | exception
+    first_token_s: float | None
+    total_s: float
+    refused: bool = False
+
+
+@dataclass
+class Soak:
+    """Everything measured in one run."""
+
+    turns: list[Turn] = field(default_factory=list)
+    sessions: dict[int, str] = field(default_factory=dict)
+    uploads: dict[str, str] = field(default_factory=dict)  # id -> "valid" | "broken"
+    upload_errors: list[str] = field(default_factory=list)
+    rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+
+
+def _token(secret: str, tenant: str, user: str, role: str) -> str:
+    return make_token(secret=secret, tenant=tenant, user=user, role=role, plan="pro", ttl_s=7200)
+
+
+def _document(rng: random.Random, index: int) -> tuple[str, bytes, str]:
+    """A generated lesson (a few pages of prose), or every fifth time a broken file."""
+    if index % 5 == 4:
+        return f"broken-{index}.pdf", b"%PDF-1.7\n" + rng.randbytes(4096), "broken"
+    paragraphs = []
+    for p in range(rng.randint(8, 30)):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(60, 140))]
+        paragraphs.append(f"## Part {p + 1}\n\n" + " ".join(words).capitalize() + ".")
+    text = f"# Soak lesson {index} ({uuid.uuid4().hex[:8]})\n\n" + "\n\n".join(paragraphs)
+    return f"lesson-{index}.md", text.encode(), "valid"
+
+
+async def _ask(client: httpx.AsyncClient, session_id: str, text: str, worker: int) -> Turn:
+    started = time.perf_counter()
+    first: float | None = None
+    outcome, refused = "exception", False
+    try:
+        async with client.stream(
+            "POST", f"/v1/sessions/{session_id}/messages", json={"content": text}
+        ) as response:
+            if response.status_code != 200:
+                await response.aread()
+                return Turn(worker, f"http-{response.status_code}", None, 0.0)
+            event = ""
+            async for line in response.aiter_lines():
+                if line.startswith("event:"):
+                    event = line.split(":", 1)[1].strip()
+                    if event == "token" and first is None:
+                        first = time.perf_counter() - started
+                elif line.startswith("data:") and event in {"done", "error"}:
+                    outcome = event
+                    if event == "done":
+                        data = json.loads(line[5:])
+                        usage = data.get("usage") or {}
+                        refused = bool(data.get("knowledge_gap")) or (
+                            usage.get("outcome") == "no_support"
+                        )
+    except httpx.HTTPError:
+        outcome = "exception"
+    return Turn(worker, outcome, first, time.perf_counter() - started, refused)
+
+
+async def _chatter(
+    url: str, secret: str, tenant: str, worker: int, until: float, soak: Soak
+) -> None:
+    token = _token(secret, tenant, f"student-{worker}", "student")
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120
+    ) as client:
+        session = await client.post("/v1/sessions", json={"mode": "chat"})
+        session.raise_for_status()
+        session_id = str(session.json()["id"])
+        soak.sessions[worker] = session_id
+        index = worker
+        while time.monotonic() < until:
+            soak.turns.append(
+                await _ask(client, session_id, QUESTIONS[index % len(QUESTIONS)], worker)
+            )
+            index += 1
+
+
+async def _uploader(
+    teacher: httpx.AsyncClient, every_s: float, until: float, soak: Soak, seed: int
+) -> None:
+    rng = random.Random(seed)
+    index = 0
+    while time.monotonic() < until:
+        name, data, kind = _document(rng, index)
+        response = await teacher.post(
+            "/v1/documents", files={"file": (name, data, "application/octet-stream")}
+        )
+        if response.status_code in (200, 201, 202):
+            soak.uploads[str(response.json()["id"])] = kind
+        elif kind == "broken" and response.status_code in (400, 415, 422):
+            soak.uploads[f"refused-{index}"] = "refused at upload"
+        else:
+            soak.upload_errors.append(f"{name}: HTTP {response.status_code} {response.text[:200]}")
+        index += 1
+        await asyncio.sleep(every_s)
+
+
+async def _sampler(pids: dict[str, int], until: float, soak: Soak, started: float) -> None:
+    processes = {name: psutil.Process(pid) for name, pid in pids.items()}
+    while time.monotonic() < until:
+        for name, process in processes.items():
+            with contextlib.suppress(psutil.Error):
+                soak.rss.setdefault(name, []).append(
+                    (time.monotonic() - started, process.memory_info().rss)
+                )
+        await asyncio.sleep(5.0)
+
+
+def _form(fields: list[tuple[str, str]]) -> dict[str, list[str]]:
+    form: dict[str, list[str]] = {}
+    for name, value in fields:
+        form.setdefault(name, []).append(value)
+    return form
+
+
+async def _statuses(teacher: httpx.AsyncClient, ids: list[str]) -> dict[str, str]:
+    statuses: dict[str, str] = {}
+    for document_id in ids:
+        response = await teacher.get(f"/v1/documents/{document_id}")
+        statuses[document_id] = response.json()["status"] if response.status_code == 200 else "?"
+    return statuses
+
+
+async def _run(url: str, secret: str, data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    tenant = f"soak-{uuid.uuid4().hex[:8]}"
+    soak = Soak()
+    teacher_token = _token(secret, tenant, "soak-teacher", "teacher")
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {teacher_token}"}, timeout=120
+    ) as teacher:
+        demo = default_demo_dir()
+        assert demo is not None, "the demo corpus (demo/) is needed"
+        course = []
+        for document in read_corpus(demo):
+            with document.path.open("rb") as handle:
+                response = await teacher.post(
+                    "/v1/documents", files={"file": (document.path.name, handle)},
+                    data=_form(document.fields),
+                )  # fmt: skip
+            response.raise_for_status()
+            course.append(str(response.json()["id"]))
+        deadline = time.monotonic() + 300
+        while set((await _statuses(teacher, course)).values()) - FINAL:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the course was not indexed within 300 s")
+            await asyncio.sleep(0.5)
+        print(f"course of {len(course)} lessons indexed for tenant {tenant}", flush=True)
+
+        state = read_state(data_dir) or {}
+        pids = {name: int(info["pid"]) for name, info in state.get("services", {}).items()}
+        started = time.monotonic()
+        until = started + args.duration
+        print(f"soak: {args.chats} chats + an upload every {args.upload_every} s for "
+              f"{args.duration} s", flush=True)  # fmt: skip
+        await asyncio.gather(
+            *(_chatter(url, secret, tenant, w, until, soak) for w in range(args.chats)),
+            _uploader(teacher, args.upload_every, until, soak, seed=args.seed),
+            _sampler(pids, until + 1, soak, started),
+        )
+        elapsed = time.monotonic() - started
+        # every upload must reach an outcome: give ingest time to drain its queue
+        ids = [i for i in soak.uploads if not i.startswith("refused-")]
+        drain_deadline = time.monotonic() + args.drain_timeout
+        statuses = await _statuses(teacher, ids)
+        while set(statuses.values()) - FINAL and time.monotonic() < drain_deadline:
+            await asyncio.sleep(2.0)
+            statuses = await _statuses(teacher, ids)
+        drained_s = time.monotonic() - started - elapsed
+
+        stored = 0
+        for worker, session_id in soak.sessions.items():
+            token = _token(secret, tenant, f"student-{worker}", "student")
+            response = await teacher.get(
+                f"/v1/sessions/{session_id}/messages", params={"limit": 1000},
+                headers={"Authorization": f"Bearer {token}"},
+            )  # fmt: skip
+            response.raise_for_status()
+            stored += sum(1 for m in response.json() if m["role"] == "assistant")
+
+    state = read_state(data_dir) or {}
+    return _report(soak, statuses, stored, state, data_dir, elapsed, drained_s, args)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _report(
+    soak: Soak,
+    statuses: dict[str, str],
+    stored: int,
+    state: dict[str, Any],
+    data_dir: Path,
+    elapsed: float,
+    drained_s: float,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    done = [t for t in soak.turns if t.outcome == "done"]
+    failed = [t for t in soak.turns if t.outcome != "done"]
+    firsts = [t.first_token_s for t in done if t.first_token_s is not None]
+    totals = [t.total_s for t in done]
+    outcomes: dict[str, int] = {}
+    for document_id, status in statuses.items():
+        key = f"{soak.uploads[document_id]}:{status}"
+        outcomes[key] = outcomes.get(key, 0) + 1
+    refused_at_upload = sum(1 for k in soak.uploads.values() if k == "refused at upload")
+    warm_at = min(args.warmup, elapsed / 3)
+    memory: dict[str, dict[str, float]] = {}
+    for name, samples in soak.rss.items():
+        warm = [rss for t, rss in samples if t >= warm_at]
+        if not warm:
+            continue
+        start_mb, end_mb = warm[0] / 2**20, statistics.mean(warm[-3:]) / 2**20
+        memory[name] = {
+            "rss_after_warmup_mb": round(start_mb, 1),
+            "rss_end_mb": round(end_mb, 1),
+            "rss_peak_mb": round(max(warm) / 2**20, 1),
+            "growth": round(end_mb / start_mb - 1, 3),
+        }
+    restarts = {n: i.get("restarts", 0) for n, i in state.get("services", {}).items()}
+    error_lines: dict[str, int] = {}
+    for log in sorted((data_dir / "logs").glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        error_lines[log.stem] = sum(1 for line in lines if '"level": "ERROR"' in line
+                                    or '"level":"ERROR"' in line)  # fmt: skip
+    pending = [i for i, s in statuses.items() if s not in FINAL]
+    problems = []
+    if failed:
+        problems.append(f"{len(failed)} chat turns did not end with done")
+    if pending or soak.upload_errors:
+        problems.append(f"uploads not settled: {pending[:5]} {soak.upload_errors[:3]}")
+    if outcomes.get("broken:indexed"):
+        problems.append("a broken file was indexed")
+    if stored != len(done):
+        problems.append(f"messages completed {len(done)} != stored {stored}")
+    if any(restarts.values()):
+        problems.append(f"restarts {restarts}")
+    grew = {n: m["growth"] for n, m in memory.items() if m["growth"] > args.max_growth}
+    if grew:
+        problems.append(f"RSS grew after warm-up: {grew}")
+    return {
+        "duration_s": round(elapsed, 1),
+        "chats": args.chats,
+        "turns": len(soak.turns),
+        "turns_done": len(done),
+        "turns_refused": sum(1 for t in done if t.refused),
+        "turns_failed": {
+            o: sum(1 for t in failed if t.outcome == o) for o in {t.outcome for t in failed}
+        },
+        "turns_per_s": round(len(soak.turns) / elapsed, 2),
+        "first_token_s": {"p50": _pct(firsts, 0.5), "p95": _pct(firsts, 0.95)},
+        "answer_s": {"p50": _pct(totals, 0.5), "p95": _pct(totals, 0.95)},
+        "uploads": len(soak.uploads),
+        "uploads_refused_at_upload": refused_at_upload,
+        "upload_outcomes": outcomes,
+        "uploads_pending": len(pending),
+        "drain_s": round(drained_s, 1),
+        "messages_completed": len(done),
+        "messages_stored": stored,
+        "memory": memory,
+        "warmup_s": round(warm_at, 1),
+        "restarts": restarts,
+        "error_log_lines": error_lines,
+        "problems": problems,
+    }
+
+
+def _print(result: dict[str, Any]) -> None:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1000:.0f} ms"
+
+    r = result
+    print(f"\nsoak: {r['chats']} concurrent chats + continuous ingestion for {r['duration_s']} s")
+    print(
+        f"  chat turns        {r['turns']} ({r['turns_per_s']}/s), done {r['turns_done']} "
+        f"(of which refused as off-topic {r['turns_refused']}), failed {r['turns_failed']}"
+    )
+    print(
+        f"  first token       p50 {ms(r['first_token_s']['p50'])}, "
+        f"p95 {ms(r['first_token_s']['p95'])}"
+    )
+    print(f"  whole answer      p50 {ms(r['answer_s']['p50'])}, p95 {ms(r['answer_s']['p95'])}")
+    print(
+        f"  uploads           {r['uploads']} = {r['upload_outcomes']} + refused at upload "
+        f"{r['uploads_refused_at_upload']}; pending {r['uploads_pending']} "
+        f"(queue drained {r['drain_s']} s after the load stopped)"
+    )
+    print(f"  messages          completed {r['messages_completed']}, stored {r['messages_stored']}")
+    print(f"  RSS (MB) after {r['warmup_s']} s warm-up -> end (peak), growth:")
+    for name, m in r["memory"].items():
+        print(
+            f"    {name:<10} {m['rss_after_warmup_mb']:>7} -> {m['rss_end_mb']:>7} "
+            f"({m['rss_peak_mb']}), {m['growth']:+.1%}"
+        )
+    print(f"  restarts          {r['restarts']}")
+    print(f"  ERROR log lines   {r['error_log_lines']}")
+    print("  verdict           " + ("OK" if not r["problems"] else "; ".join(r["problems"])))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=300.0, help="seconds of load")
+    parser.add_argument("--chats", type=int, default=20, help="concurrent students")
+    parser.add_argument("--upload-every", type=float, default=5.0, help="seconds between uploads")
+    parser.add_argument(
+        "--warmup", type=float, default=60.0, help="seconds before RSS is baselined"
+    )
+    parser.add_argument(
+        "--max-growth", type=float, default=0.2, help="allowed RSS growth after warm-up"
+    )
+    parser.add_argument("--drain-timeout", type=float, default=300.0)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", type=Path, default=Path("/tmp/lectern-soak.json"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="lectern-soak-") as tmp:
+        data_dir = Path(tmp)
+        data_dir.chmod(0o711)  # the embedded Postgres's account must traverse it
+        with embedded_stack(data_dir=data_dir, report=lambda m: print(m, flush=True)) as (
+            url,
+            secret,
+        ):
+            result = asyncio.run(_run(url, secret, data_dir, args))
+    args.json.write_text(json.dumps(result, indent=2))
+    _print(result)
+    print(f"\n(JSON in {args.json})")
+    return 1 if result["problems"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
