@@ -292,9 +292,13 @@ def _report(
         if not warm:
             continue
         start_mb, end_mb = warm[0] / 2**20, statistics.mean(warm[-3:]) / 2**20
+        mid_mb = warm[len(warm) // 2] / 2**20
         memory[name] = {
             "rss_after_warmup_mb": round(start_mb, 1),
+            "rss_mid_mb": round(mid_mb, 1),
             "rss_end_mb": round(end_mb, 1),
+            # growth over the second half: a leak keeps growing, a warm-up plateau does not
+            "second_half_growth": round(end_mb / mid_mb - 1, 3),
             "rss_peak_mb": round(max(warm) / 2**20, 1),
             "growth": round(end_mb / start_mb - 1, 3),
         }
@@ -367,11 +371,13 @@ def _print(result: dict[str, Any]) -> None:
         f"(queue drained {r['drain_s']} s after the load stopped)"
     )
     print(f"  messages          completed {r['messages_completed']}, stored {r['messages_stored']}")
-    print(f"  RSS (MB) after {r['warmup_s']} s warm-up -> end (peak), growth:")
+    print(f"  RSS (MB) after {r['warmup_s']} s warm-up -> half-way -> end (peak), growth "
+          "(second half):")  # fmt: skip
     for name, m in r["memory"].items():
         print(
-            f"    {name:<10} {m['rss_after_warmup_mb']:>7} -> {m['rss_end_mb']:>7} "
-            f"({m['rss_peak_mb']}), {m['growth']:+.1%}"
+            f"    {name:<10} {m['rss_after_warmup_mb']:>7} -> {m['rss_mid_mb']:>7} -> "
+            f"{m['rss_end_mb']:>7} ({m['rss_peak_mb']}), {m['growth']:+.1%} "
+            f"({m['second_half_growth']:+.1%})"
         )
     print(f"  restarts          {r['restarts']}")
     print(f"  ERROR log lines   {r['error_log_lines']}")

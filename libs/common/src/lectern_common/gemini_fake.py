@@ -66,6 +66,8 @@ class Behaviour:
     #: streaming: after the first chunk, wait (up to 10 s) until this event is set
     gate: threading.Event | None = None
     finish_reason: str = "STOP"
+    #: streaming: drop the connection after this many chunks (no last chunk, no usage)
+    cut_after: int | None = None
 
     @classmethod
     def error(
@@ -373,6 +375,9 @@ class FakeGemini(_FakeServer):
     ) -> AsyncIterator[bytes]:
         total = "".join(pieces)
         for index, piece in enumerate(pieces):
+            if behaviour.cut_after is not None and index >= behaviour.cut_after:
+                # an exception in a streaming body makes the server abort the connection
+                raise ConnectionAbortedError("fake Gemini cut the stream")
             last = index == len(pieces) - 1
             response = self._response(model, piece, behaviour, last=last)
             if last:

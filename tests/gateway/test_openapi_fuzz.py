@@ -1,0 +1,118 @@
+"""Property-based requests generated from the gateway's own OpenAPI schema (schemathesis):
+whatever a client sends, conforming or not, the gateway never answers 5xx, and every error
+is problem+json. The gateway runs for real (NATS, Postgres, retriever and re-ranker
+stand-ins) on its own event loop in a thread, since schemathesis calls it synchronously."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+
+from lectern_gateway.chat.testing import (
+    Gateway,
+    Responders,
+    gateway_settings,
+    run_responders,
+    serve_gateway,
+)
+
+pytestmark = pytest.mark.integration
+
+#: examples per operation: about 50 operations, so a few thousand requests in all
+EXAMPLES = 40
+
+
+class ThreadedGateway:
+    """The gateway and its stand-ins served from a thread with its own event loop."""
+
+    def __init__(self, nats_url: str, database_url: str) -> None:
+        self.nats_url = nats_url
+        self.database_url = database_url
+        self.ready = threading.Event()
+        self.gateway: Gateway | None = None
+        self.error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="gateway", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # reported to the test thread
+            self.error = exc
+            self.ready.set()
+
+    async def _serve(self) -> None:
+        from lectern_common.db import create_pool
+
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        pool = await create_pool(self.database_url, min_size=1, max_size=8)
+        try:
+            async with (
+                run_responders(self.nats_url, Responders(pool=pool)),
+                serve_gateway(gateway_settings(self.nats_url, self.database_url)) as gateway,
+            ):
+                self.gateway = gateway
+                self.ready.set()
+                await self._stop.wait()
+        finally:
+            await pool.close()
+
+    def __enter__(self) -> Gateway:
+        self._thread.start()
+        if not self.ready.wait(120) or self.error is not None or self.gateway is None:
+            raise RuntimeError(f"the gateway did not start: {self.error}")
+        return self.gateway
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def served(nats_url: str, database_url: str) -> Iterator[Gateway]:
+    with ThreadedGateway(nats_url, database_url) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def api_schema(served: Gateway) -> Any:
+    return schemathesis.openapi.from_url(f"{served.url}/openapi.json")
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@pytest.fixture(scope="module")
+def headers(served: Gateway) -> dict[str, str]:
+    """An admin of a tenant of its own: every route is open to it."""
+    return dict(served.token("t-fuzz", "fuzz-admin", role="admin"))
+
+
+@schema.parametrize()
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+def test_no_request_gets_a_server_error(
+    case: Any, served: Gateway, headers: dict[str, str]
+) -> None:
+    response = case.call(base_url=served.url, headers=headers, timeout=30)
+    assert response.status_code < 500, (
+        f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:500]}"
+    )
+    if response.status_code >= 400:
+        assert response.headers["content-type"].startswith("application/problem+json"), (
+            f"{case.method} {case.formatted_path} -> {response.status_code} "
+            f"{response.headers.get('content-type')}: {response.text[:200]}"
+        )
