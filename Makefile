@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-answers tune-rerank soak clean
+.PHONY: help install system-deps run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-answers tune-rerank soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -45,7 +45,19 @@ format: install ## Format the code
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: install lint ## Install, lint, and run the whole test suite against real NATS + Postgres
+# OCR and the browser tests need Tesseract and Chromium: installed from Debian's packages when
+# missing and this runs as root (CI does), so those tests run instead of skipping
+SYSTEM_TOOLS := tesseract chromium
+system-deps: ## Tesseract (OCR) and Chromium (browser tests) from Debian's packages, as root
+	@missing=""; for t in $(SYSTEM_TOOLS); do command -v $$t >/dev/null || missing="$$missing $$t"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing$$missing from Debian's packages"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    tesseract-ocr tesseract-ocr-eng chromium >/dev/null; \
+	else echo "system-deps: missing$$missing (not root: OCR and browser tests will skip)"; fi
+
+test: install system-deps lint ## Install, lint, and run the whole test suite against real NATS + Postgres
 	$(VENV)/bin/pytest
 
 test-fast: install ## The suite without slow and e2e tests

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
+import hostile_files as hostile
 import nats
 import numpy as np
 import pymupdf as _pymupdf
@@ -264,8 +265,27 @@ async def test_redelivery_does_not_duplicate_chunks(
         (b"", filetype.PDF, "extract", "empty_file"),
         (b"%PDF-1.7\n" + bytes(range(256)) * 20, filetype.PDF, "extract", "corrupt"),
         (bytes(range(256)) * 4, "application/octet-stream", "extract", "unsupported_type"),
+        (hostile.docx_bomb(), filetype.DOCX, "extract", "too_large"),
+        (hostile.pptx_bomb(), filetype.PPTX, "extract", "too_large"),
+        (hostile.epub_bomb(), filetype.EPUB, "extract", "too_large"),
+        (hostile.docx_of_many_members(), filetype.DOCX, "extract", "too_large"),
+        (hostile.pdf_claiming_pages(100_000), filetype.PDF, "extract", "corrupt"),
+        (hostile.pdf_of_too_many_pages(), filetype.PDF, "extract", "too_large"),
+        (b"PK\x03\x04" + bytes(range(256)) * 8, filetype.DOCX, "extract", "corrupt"),
     ],
-    ids=["encrypted", "empty", "corrupt", "unsupported"],
+    ids=[
+        "encrypted",
+        "empty",
+        "corrupt",
+        "unsupported",
+        "docx-bomb",
+        "pptx-bomb",
+        "epub-bomb",
+        "many-members",
+        "claims-100000-pages",
+        "too-many-pages",
+        "zip-posing-as-docx",
+    ],
 )
 async def test_permanent_failures_end_failed_without_chunks(
     worker: IngestWorker,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 from lectern_common.errors import BadInputError
@@ -22,8 +23,48 @@ __all__ = [
     "ExtractionSummary",
     "OutlineEntry",
     "Unit",
+    "check_archive",
     "extract",
 ]
+
+
+#: what an Office or EPUB archive may expand to: members, their total size, and the
+#: compression ratio of a large member (XML compresses 5-20x; a bomb 1,000x)
+MAX_ARCHIVE_MEMBERS = 20_000
+MAX_ARCHIVE_BYTES = 512 * 1024 * 1024
+MAX_MEMBER_RATIO = 200
+_RATIO_FROM_BYTES = 8 * 1024 * 1024
+
+
+def check_archive(path: Path) -> None:
+    """Refuse a ZIP-based document (DOCX, PPTX, EPUB) that would expand beyond the limits,
+    from its central directory and before anything is decompressed (``too_large``; an
+    unreadable archive is ``corrupt``). ``zipfile`` never inflates a member past the size
+    its directory declares, so these declared sizes bound what extraction will read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise BadInputError(f"unreadable archive: {exc}", reason="corrupt") from exc
+    if len(members) > MAX_ARCHIVE_MEMBERS:
+        raise BadInputError(
+            f"the archive holds {len(members)} files; at most {MAX_ARCHIVE_MEMBERS}",
+            reason="too_large",
+        )
+    total = sum(m.file_size for m in members)
+    if total > MAX_ARCHIVE_BYTES:
+        raise BadInputError(
+            f"the archive expands to {total // 2**20} MB; at most {MAX_ARCHIVE_BYTES // 2**20} MB",
+            reason="too_large",
+        )
+    for member in members:
+        ratio = member.file_size / max(member.compress_size, 1)
+        if member.file_size > _RATIO_FROM_BYTES and ratio > MAX_MEMBER_RATIO:
+            raise BadInputError(
+                f"{member.filename} expands {ratio:.0f}x (a decompression bomb?); "
+                f"at most {MAX_MEMBER_RATIO}x",
+                reason="too_large",
+            )
 
 
 def extract(
@@ -38,6 +79,8 @@ def extract(
     """
     if path.stat().st_size == 0:
         raise BadInputError("the file is empty", reason="empty_file")
+    if mime in (filetype.DOCX, filetype.PPTX, filetype.EPUB):
+        check_archive(path)
     if mime in (filetype.PDF, filetype.EPUB):
         from lectern_ingest.extract.pdf import open_pymupdf
 

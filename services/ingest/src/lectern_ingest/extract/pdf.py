@@ -59,6 +59,9 @@ _CHAPTER_LABEL = re.compile(
     r"^(?:chapter|part|unit|kapitel|chapitre|teil)\s+\w{1,6}\.?$", re.IGNORECASE
 )
 _KEY_CHARS = re.compile(r"[\W_]+", re.UNICODE)
+#: a longer PDF or EPUB is refused before any page is read (a 400-page manual is typical;
+#: a file claiming 100,000 pages is an attack or a broken page tree)
+MAX_PAGES = 5000
 #: OCR: render at _OCR_DPI, but never above _OCR_MAX_PIXELS (about A4 at 200 dpi): scanners
 #: often declare one point per pixel, and such a page at 200 dpi would keep Tesseract busy for
 #: minutes. A document stops being OCRed once _OCR_BUDGET_S is spent.
@@ -763,7 +766,20 @@ def open_pymupdf(
         if not doc.authenticate(password):
             doc.close()
             raise BadInputError("the password does not open the document", reason="wrong_password")
-    if doc.page_count == 0:
+    try:
+        # MuPDF reads the page tree's claimed /Count; an impossible one raises here
+        pages = doc.page_count
+    except Exception as exc:
+        doc.close()
+        raise BadInputError(
+            f"unreadable {filetype.upper()} page tree: {exc}", reason="corrupt"
+        ) from exc
+    if pages == 0:
         doc.close()
         raise BadInputError("the document has no pages", reason="corrupt")
+    if pages > MAX_PAGES:
+        doc.close()
+        raise BadInputError(
+            f"the document has {pages} pages; at most {MAX_PAGES} are accepted", reason="too_large"
+        )
     return PdfExtraction(doc, mime=mime, ocr=ocr, ocr_language=ocr_language)
