@@ -568,3 +568,119 @@ async def test_services_killed_mid_work_lose_nothing(
             except subprocess.TimeoutExpired:
                 stack.process.kill()
                 stack.process.wait()
+
+
+def restart_nats(state: dict[str, Any], data_dir: Path) -> Any:
+    """A new nats-server on the stack's ports, store and users (the supervisor's died)."""
+    from urllib.parse import urlsplit
+
+    from lectern_common.runtime.nats import EmbeddedNats
+
+    conf = (data_dir / "nats" / "nats-server.conf").read_text()
+    server = EmbeddedNats(
+        data_dir / "nats",
+        port=urlsplit(state["nats"]["url"]).port,
+        monitor_port=urlsplit(state["nats"]["monitor_url"]).port,
+        authorization=conf,
+    )
+    server.start()
+    return server
+
+
+async def test_nats_restart_loses_no_upload_and_chat_recovers(
+    base_dir: Path, record_property: Callable[[str, object], None]
+) -> None:
+    """Kill NATS while a long PDF is being ingested, ask and upload during the outage, then
+    start NATS again on its store: the services reconnect by themselves, the upload in flight
+    ends indexed exactly once (one outcome event id, no duplicate chunks), requests during the
+    outage end with an error in bounded time, and new uploads and chats work."""
+    stack = start_stack(base_dir, 1, demo=False)
+    restarted: Any = None
+    try:
+        await wait_until(stack, "all five /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
+        state = stack.state()
+        url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
+
+        async def settled(document_id: str) -> bool:
+            found = await document_row(dsn, document_id)
+            return found is not None and found["status"] in ("indexed", "failed")
+
+        course = await upload(url, "nats-r", long_pdf(4, seed=3))
+        await wait_until(stack, "the course indexed", 120, lambda: settled(course))
+
+        nc = await nats.connect(nats_url)
+        embedding = asyncio.Event()
+        target: dict[str, str] = {}
+
+        async def on_progress(message: Any) -> None:
+            event = json.loads(message.data)
+            ours = event.get("document_id") == target.get("id") and event.get("stage") == "embed"
+            if ours and 0 < event["done"] < event["total"]:
+                embedding.set()
+
+        await nc.subscribe("lectern.documents.progress.v1", cb=on_progress)
+        target["id"] = in_flight = await upload(url, "nats-r", long_pdf(200, seed=5))
+        try:
+            await asyncio.wait_for(embedding.wait(), 120)
+        finally:
+            await nc.close()
+
+        os.kill(state["nats"]["pid"], signal.SIGKILL)
+        down_at = time.monotonic()
+        # during the outage: a question ends with an error, an upload is refused; neither hangs
+        began = time.monotonic()
+        during = await ask(url, "nats-r", "What is osmosis?")
+        asked_s = time.monotonic() - began
+        print(f"\nNATS down: the chat ended with {during['event']!r} after {asked_s:.1f} s")
+        assert during["event"] == "error", during
+        assert asked_s < 30
+        async with httpx.AsyncClient(timeout=60) as client:
+            began = time.monotonic()
+            refused = await client.post(
+                f"{url}/v1/documents", headers=bearer("nats-r", "teacher-1", "teacher"),
+                files={"file": ("late.pdf", long_pdf(2, seed=9), "application/pdf")},
+            )  # fmt: skip
+            upload_s = time.monotonic() - began
+        print(f"NATS down: an upload got {refused.status_code} after {upload_s:.1f} s")
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        assert upload_s < 30
+
+        await asyncio.sleep(max(0.0, 5 - (time.monotonic() - down_at)))
+        restarted = restart_nats(state, stack.data_dir)
+        up_at = time.monotonic()
+        ready_s = await wait_until(stack, "all ready after the restart", 90,
+                                   lambda: all_ready(stack))  # fmt: skip
+        ready_s = time.monotonic() - up_at
+        await wait_until(stack, "the upload in flight settled", 300, lambda: settled(in_flight))
+        indexed_s = time.monotonic() - up_at
+        record_property("nats_restart_ready_s", round(ready_s, 1))
+        print(f"NATS restarted: all services ready {ready_s:.1f} s later, the upload in flight "
+              f"indexed {indexed_s:.1f} s later")  # fmt: skip
+        row = await document_row(dsn, in_flight)
+        assert row is not None and row["status"] == "indexed", row
+        chunks = await chunk_fingerprint(dsn, in_flight)
+        assert len(chunks) == row["chunk_count"] > 150
+        assert len({c[0] for c in chunks}) == len(chunks), "no duplicate chunks"
+        outcomes = await outcome_events(nats_url, in_flight)
+        assert {o["subject"] for o in outcomes} == {"lectern.documents.indexed.v1"}, outcomes
+        assert len({o["event_id"] for o in outcomes}) == 1, "one outcome, by its event id"
+        assert stack.state()["services"]["ingest"]["restarts"] == 0, "reconnected, not restarted"
+
+        after = await upload(url, "nats-r", long_pdf(3, seed=11))
+        await wait_until(stack, "an upload after the restart indexed", 120,
+                         lambda: settled(after))  # fmt: skip
+        answer = await ask(url, "nats-r", "What is osmosis?")
+        assert answer["event"] == "done" and answer["citations"], answer
+        stop_stack(stack)
+        assert_within_nats_permissions(stack)
+    finally:
+        if stack.process.poll() is None:
+            stack.process.send_signal(signal.SIGTERM)
+            try:
+                stack.process.wait(STOP_WITHIN_S)
+            except subprocess.TimeoutExpired:
+                stack.process.kill()
+                stack.process.wait()
+        if restarted is not None:
+            restarted.stop()
