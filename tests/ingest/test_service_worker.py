@@ -24,6 +24,7 @@ from lectern_common.events import (
     DocumentMetadata,
     DocumentProgress,
     DocumentUploaded,
+    MessageParked,
     RetrievalFilters,
 )
 from lectern_gateway import documents_repository as docs
@@ -715,3 +716,54 @@ async def test_the_consumer_takes_this_releases_ack_wait(
         info = await js.consumer_info(stream, INGEST_DURABLE)
     assert info.config.ack_wait == settings.ack_wait_s
     assert info.config.max_deliver == settings.max_deliveries
+
+
+async def test_poison_messages_are_parked_for_an_operator(
+    app: Any, settings: Settings, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    """A message the worker cannot read, and one that exhausts its deliveries, are copied to
+    the dead-letter stream (reason, stream sequence, payload) instead of vanishing, and the
+    worker goes on indexing."""
+    parked: asyncio.Queue[MessageParked] = asyncio.Queue()
+
+    async def on_parked(msg: Any) -> None:
+        event = MessageParked.model_validate_json(msg.data)
+        if event.tenant_id == tenant_id:
+            await parked.put(event)
+
+    subscription = await nc.subscribe(MessageParked.subject, cb=on_parked)
+    try:
+        js = nc.jetstream()
+        garbage = json.dumps({"tenant_id": tenant_id, "document_id": "not-a-uuid"}).encode()
+        ack = await js.publish(DocumentUploaded.subject, garbage)
+        invalid = await asyncio.wait_for(parked.get(), 30)
+        assert invalid.reason == "invalid_message"
+        assert (invalid.stream, invalid.stream_sequence) == (ack.stream, ack.seq)
+        assert invalid.original_subject == DocumentUploaded.subject
+        assert invalid.payload == garbage.decode() and "document_id" in invalid.detail
+        assert invalid.service == settings.service_name
+
+        # an upload whose document row never appears: retried, then given up on and parked
+        orphan = DocumentUploaded(
+            tenant_id=tenant_id, document_id=uuid.uuid4(), version=1, object_name="missing",
+            filename="gone.pdf", mime_type=filetype.PDF, size_bytes=10, file_sha256="0" * 64,
+            uploaded_by="t", metadata=DocumentMetadata(),
+        )  # fmt: skip
+        await js.publish(orphan.subject, orphan.model_dump_json().encode())
+        exhausted = await asyncio.wait_for(parked.get(), 60)
+        assert exhausted.reason == "too_many_deliveries"
+        assert exhausted.deliveries == settings.max_deliveries
+        assert str(orphan.document_id) in exhausted.payload
+
+        # the worker is still taking uploads
+        event = await stage_upload(
+            db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(1), filename="ok.pdf",
+            mime=filetype.PDF,
+        )  # fmt: skip
+        indexed = await watch(nc, DocumentIndexed.subject, event.document_id)
+        await js.publish(event.subject, event.model_dump_json().encode())
+        await asyncio.wait_for(indexed.get(), 60)
+        stored = await js.stream_info("LECTERN_DEADLETTER")
+        assert stored.state.messages >= 2
+    finally:
+        await subscription.unsubscribe()

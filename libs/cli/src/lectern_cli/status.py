@@ -261,6 +261,10 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
+#: where consumers park messages they give up on (``lectern_common.events.MessageParked``)
+DEAD_LETTER_STREAM = "LECTERN_DEADLETTER"
+
+
 def render(status: Mapping[str, Any]) -> str:
     """The human-readable report."""
     lines = [f"Lectern status ({status['source']})", "", "services"]
@@ -284,6 +288,12 @@ def render(status: Mapping[str, Any]) -> str:
                 f"    {consumer:<26} pending {counts['pending']}, ack pending "
                 f"{counts['ack_pending']}, redelivered {counts['redelivered']}"
             )
+    parked = status["streams"].get(DEAD_LETTER_STREAM, {}).get("messages", 0)
+    if parked:
+        lines.append(
+            f"  {parked} parked message(s) a consumer gave up on: "
+            f"nats stream view {DEAD_LETTER_STREAM}"
+        )
     pg = status["postgres"]
     lines += ["", f"Postgres ({pg['url']}): {'ok' if pg['ok'] else pg.get('error')}"]
     if status["documents"]:

@@ -286,6 +286,58 @@ def deliveries(message: Any) -> int:
     return int(getattr(metadata, "num_delivered", 1) or 1)
 
 
+async def park(broker: NatsBroker, message: Any, *, service: str, reason: str, detail: str) -> None:
+    """Copy a JetStream message a consumer is giving up on to the dead-letter stream
+    (``MessageParked`` on ``lectern.deadletter.v1``) before it is rejected or acked, so an
+    operator can see and replay it. Never raises: a parking failure is logged."""
+    import json
+
+    from lectern_common.events.deadletter import (
+        MAX_PARKED_PAYLOAD,
+        MessageParked,
+        parked_event_id,
+    )
+
+    raw = getattr(message, "raw_message", message)
+    data: bytes = getattr(raw, "data", b"") or b""
+    subject = str(getattr(raw, "subject", "") or "")
+    try:
+        metadata = raw.metadata
+        stream, sequence = metadata.stream, metadata.sequence.stream
+        consumer, delivered = metadata.consumer, int(metadata.num_delivered or 1)
+    except Exception:  # not a JetStream message
+        stream = sequence = consumer = None
+        delivered = 1
+    tenant = "unknown"
+    try:
+        claimed = json.loads(data).get("tenant_id")
+        if isinstance(claimed, str) and 0 < len(claimed) <= 128:
+            tenant = claimed
+    except (ValueError, AttributeError):
+        pass
+    try:
+        event = MessageParked(
+            event_id=parked_event_id(stream, sequence, subject),
+            tenant_id=tenant,
+            original_subject=subject,
+            stream=stream,
+            stream_sequence=sequence,
+            consumer=consumer,
+            service=service,
+            deliveries=delivered,
+            reason=reason,  # type: ignore[arg-type]  # validated by the model
+            detail=detail[:2000],
+            payload=data.decode("utf-8", errors="replace")[:MAX_PARKED_PAYLOAD],
+        )
+        await publish_event(broker, event)
+        log.warning(
+            "parked %s message (stream %s seq %s) on %s: %s",
+            subject, stream, sequence, Subjects.DEAD_LETTER, reason,
+        )  # fmt: skip
+    except Exception:
+        log.exception("could not park a %s message on %s", subject, Subjects.DEAD_LETTER)
+
+
 def to_payload(model: BaseModel) -> dict[str, Any]:
     """JSON-ready dict of a model (secrets revealed only where the model says so)."""
     return model.model_dump(mode="json")

@@ -30,6 +30,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     holder: dict[str, IngestWorker] = {}
     consumer = ConsumerConfig(
         durable_name=INGEST_DURABLE,
+        # the subscriber's filter too: created or updated at start-up without it, the consumer
+        # would take the whole work-queue stream and refuse any other filtered consumer
+        filter_subject=Subjects.DOCUMENTS_UPLOADED,
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
         max_deliver=settings.max_deliveries,
@@ -71,6 +74,6 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     )
     async def on_uploaded(body: dict[str, Any], message: NatsMessage) -> None:
         """documents.uploaded -> extract, chunk, embed, store -> indexed | failed."""
-        await handle_uploaded(holder["worker"], body, message)
+        await handle_uploaded(holder["worker"], body, message, broker)
 
     return app

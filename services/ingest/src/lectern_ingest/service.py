@@ -84,6 +84,8 @@ class Outcome:
 
     status: str
     retry_after: float | None = None
+    #: set when the message is given up on after its deliveries: the handler parks a copy
+    gave_up: str | None = None
 
 
 def chunk_id(document_id: uuid.UUID, kind: str, index: int) -> uuid.UUID:
@@ -324,7 +326,7 @@ class IngestWorker:
                     f"no document row {event.document_id} after {deliveries} deliveries",
                     deliveries,
                 )  # fmt: skip
-                return Outcome("failed")
+                return Outcome("failed", gave_up="too_many_deliveries")
             return Outcome("retry", self._delay(deliveries))
         status = row["status"]
         if status in ("indexed", "duplicate") and row["version"] == event.version:
@@ -346,7 +348,7 @@ class IngestWorker:
                 FailureReason.TOO_MANY_DELIVERIES,
                 f"gave up after {deliveries - 1} attempts; last error: {last}", deliveries,
             )  # fmt: skip
-            return Outcome("failed")
+            return Outcome("failed", gave_up="too_many_deliveries")
         async with self.pool.acquire() as conn:
             await repo.mark_processing(conn, event.document_id, attempts=deliveries)
         progress = Progress(
@@ -385,7 +387,7 @@ class IngestWorker:
                     event, progress.stage, FailureReason.TOO_MANY_DELIVERIES,
                     f"gave up after {deliveries} attempts; last error: {message}", deliveries,
                 )  # fmt: skip
-                return Outcome("failed")
+                return Outcome("failed", gave_up="too_many_deliveries")
             async with self.pool.acquire() as conn:
                 await repo.record_retry(
                     conn, event.document_id, attempts=deliveries, stage=progress.stage.value,

@@ -53,9 +53,9 @@ def create_app(settings: Settings) -> FastAPI:
         pull_sub=PullSub(batch_size=10, timeout=5.0),
         config=consumer,
     )
-    async def on_turn(body: dict[str, Any]) -> None:
+    async def on_turn(body: dict[str, Any], message: NatsMessage) -> None:
         """Record a completed turn's signals."""
-        await handle_turn(service(), state.pool, body)
+        await handle_turn(service(), state.pool, body, message, broker)
 
     @broker.subscriber(
         Subjects.CHAT_SESSION_ENDED,

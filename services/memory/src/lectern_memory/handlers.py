@@ -9,20 +9,30 @@ from faststream.exceptions import NackMessage, RejectMessage
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
-from lectern_common.broker import deliveries, publish_event
+from lectern_common.broker import deliveries, park, publish_event
 from lectern_common.errors import PermanentError, RetryableError
 from lectern_common.events import ChatSessionEnded, ChatTurnCompleted
 from lectern_memory.service import MemoryService
 
 log = logging.getLogger(__name__)
+SERVICE = "lectern-memory"
 
 
-async def handle_turn(service: MemoryService, pool: Any, body: Any) -> None:
-    """chat.turn.completed -> record its signals."""
+async def handle_turn(
+    service: MemoryService,
+    pool: Any,
+    body: Any,
+    message: NatsMessage | None = None,
+    broker: NatsBroker | None = None,
+) -> None:
+    """chat.turn.completed -> record its signals (an invalid message is parked)."""
     try:
         event = ChatTurnCompleted.model_validate(body)
     except ValidationError as exc:
         log.error("rejecting invalid chat.turn.completed: %s", exc)
+        if broker is not None and message is not None:
+            await park(broker, message, service=SERVICE, reason="invalid_message",
+                       detail=str(exc))  # fmt: skip
         raise RejectMessage() from exc
     await service.record_turn(pool=pool, event=event)
 
@@ -36,11 +46,13 @@ async def handle_session_ended(
     *,
     max_deliveries: int,
 ) -> None:
-    """chat.session.ended -> distil, then publish memory.distilled."""
+    """chat.session.ended -> distil, then publish memory.distilled (a message that is
+    invalid or cannot be distilled is parked)."""
     try:
         event = ChatSessionEnded.model_validate(body)
     except ValidationError as exc:
         log.error("rejecting invalid chat.session.ended: %s", exc)
+        await park(broker, message, service=SERVICE, reason="invalid_message", detail=str(exc))
         raise RejectMessage() from exc
     attempt = deliveries(message)
     try:
@@ -49,6 +61,7 @@ async def handle_session_ended(
         )
     except PermanentError as exc:
         log.error("session %s cannot be distilled: %s", event.session_id, exc.message)
+        await park(broker, message, service=SERVICE, reason="permanent_error", detail=exc.message)
         raise RejectMessage() from exc
     except RetryableError as exc:
         log.info("session %s: %s; retrying (delivery %d)", event.session_id, exc, attempt)

@@ -13,6 +13,7 @@ from lectern_common.events.base import (
     Subjects,
 )
 from lectern_common.events.chat import ChatSessionEnded, ChatTurnCompleted, CitationRef
+from lectern_common.events.deadletter import MAX_PARKED_PAYLOAD, MessageParked, parked_event_id
 from lectern_common.events.documents import (
     DocumentDeleted,
     DocumentFailed,
@@ -46,6 +47,7 @@ from lectern_common.events.retrieval import (
 __all__ = [
     "ALL_EVENTS",
     "ALL_REQUESTS",
+    "MAX_PARKED_PAYLOAD",
     "Candidate",
     "ChatSessionEnded",
     "ChatTurnCompleted",
@@ -65,6 +67,7 @@ __all__ = [
     "MemoryDistilled",
     "MemoryRecallReply",
     "MemoryRecallRequest",
+    "MessageParked",
     "RankedChunk",
     "RecalledMemory",
     "Reply",
@@ -77,4 +80,5 @@ __all__ = [
     "StudentContext",
     "Subjects",
     "outcome_event_id",
+    "parked_event_id",
 ]
