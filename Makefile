@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PACKAGES := -e libs/common -e libs/eval -e libs/cli -e services/ingest -e services/retriever \
-            -e services/reranker -e services/memory -e services/chat-gateway
+            -e services/reranker -e services/memory -e services/chat-gateway -e libs/testing
 STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
@@ -28,7 +28,7 @@ $(STAMP): libs/*/pyproject.toml services/*/pyproject.toml requirements-dev.txt c
 	# the wheel's pgvector is built for AVX-512 CPUs: probe it, rebuild portably if it crashes
 	$(PY) -m lectern_common.runtime.pgvector ensure
 	# export the local embedding model to ONNX once, before services start together
-	$(PY) -m lectern_common.onnx_models
+	$(PY) -m lectern_common.prepare_models
 	touch $(STAMP)
 
 install: $(STAMP) ## Install everything into .venv (torch pinned, then all packages editable)
@@ -39,7 +39,7 @@ run: install ## Start the embedded stack (NATS, Postgres, five services) and ser
 lint: install ## ruff + mypy --strict
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy libs/common/src libs/eval/src libs/cli/src services/*/src tests bench
+	$(VENV)/bin/mypy libs/common/src libs/eval/src libs/cli/src libs/testing/src services/*/src tests bench
 
 format: install ## Format the code
 	$(VENV)/bin/ruff format .

@@ -41,6 +41,7 @@ import uvicorn
 from fastapi import FastAPI
 from faststream.nats import NatsBroker
 from httpx_sse import aconnect_sse
+from lectern_testing.gemini_fake import Behaviour, FakeGemini
 from pydantic import SecretStr
 
 from lectern_common.broker import QUEUE_GROUPS, request
@@ -57,7 +58,6 @@ from lectern_common.events import (
     RetrieveRequest,
     Subjects,
 )
-from lectern_common.gemini_fake import Behaviour, FakeGemini
 from lectern_common.runtime import EmbeddedNats, EmbeddedPostgres
 from lectern_gateway.app import create_app as create_gateway
 from lectern_gateway.auth import issue_token

@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from lectern_testing.chat import Gateway, gateway_settings, serve_gateway
 
 from lectern_cli.apikey_cmd import format_keys
 from lectern_cli.main import main
 from lectern_gateway.auth import Role
-from lectern_gateway.chat.testing import Gateway, gateway_settings, serve_gateway
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+from lectern_testing.plugin import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
 from lectern_common.db import migrate
 from lectern_common.db.migrate import load_migrations
 from lectern_common.errors import EmbeddingDimensionMismatch, EmbeddingModelMismatch
-from lectern_common.testing import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
 pytestmark = pytest.mark.integration
 

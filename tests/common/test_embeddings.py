@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from lectern_testing.plugin import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
 from lectern_common.embeddings import Embedder, LocalEmbedder, build_embedder, l2_normalise
 from lectern_common.llm import ChatMessage, OfflineAnswerer, SourceText, TextDelta, extract_answer
 from lectern_common.settings import BaseServiceSettings
-from lectern_common.testing import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
 pytestmark = pytest.mark.slow  # loading torch + MiniLM takes several seconds
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from lectern_testing.gemini_fake import Behaviour, FakeGemini, hashed_embedding, iter_texts
 
 from lectern_common.embeddings import (
     GEMINI_MAX_BATCH,
@@ -14,7 +15,6 @@ from lectern_common.embeddings import (
     l2_normalise,
 )
 from lectern_common.errors import BadInputError, ConfigurationError, UpstreamError
-from lectern_common.gemini_fake import Behaviour, FakeGemini, hashed_embedding, iter_texts
 from lectern_common.settings import BaseServiceSettings
 
 

@@ -5,10 +5,10 @@ import threading
 from collections.abc import Iterator, Sequence
 
 import pytest
+from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
 
 from lectern_common.embeddings import create_gemini_client
 from lectern_common.errors import BadInputError, ConfigurationError, UpstreamError
-from lectern_common.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
 from lectern_common.llm import (
     NO_SUPPORT_TEXT,
     ChatMessage,

@@ -62,13 +62,25 @@ def instructions() -> list[Instruction]:
     return parse(DOCKERFILE.read_text(encoding="utf-8"))
 
 
+#: test support: installed for tests and benchmarks, never into an image
+TEST_ONLY_PACKAGES = frozenset({"libs/testing"})
+
+
 def package_dirs() -> list[str]:
-    """Every installable package of the workspace, relative to the repository."""
+    """Every installable package of the workspace that goes into the image."""
     return sorted(
         p.parent.relative_to(REPO).as_posix()
         for pattern in ("libs/*/pyproject.toml", "services/*/pyproject.toml")
         for p in REPO.glob(pattern)
+        if p.parent.relative_to(REPO).as_posix() not in TEST_ONLY_PACKAGES
     )
+
+
+def test_test_support_stays_out_of_the_image(instructions: list[Instruction]) -> None:
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    for package in TEST_ONLY_PACKAGES:
+        assert ignored(f"{package}/pyproject.toml", ignore), package
+        assert not any(package in ins.args for ins in instructions), package
 
 
 def index_of(instructions: list[Instruction], keyword: str, needle: str) -> int:

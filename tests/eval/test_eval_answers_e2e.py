@@ -10,9 +10,9 @@ from typing import Any
 
 import pymupdf as _pymupdf
 import pytest
+from lectern_testing.gemini_fake import FakeGemini
 
 from lectern_cli.main import main
-from lectern_common.gemini_fake import FakeGemini
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 pymupdf: Any = _pymupdf  # untyped

@@ -11,14 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from httpx_sse import aconnect_sse
-
-from lectern_common.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
-from lectern_gateway.chat.confidence import MEDIUM_CAVEAT
-from lectern_gateway.chat.generation import Piece
-from lectern_gateway.chat.prompt import Prompt
-from lectern_gateway.chat.runtime import STREAMER
-from lectern_gateway.chat.sse import parse_event
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     Gateway,
     Responders,
     ask,
@@ -28,6 +21,13 @@ from lectern_gateway.chat.testing import (
     seed_document,
     serve_gateway,
 )
+from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
+
+from lectern_gateway.chat.confidence import MEDIUM_CAVEAT
+from lectern_gateway.chat.generation import Piece
+from lectern_gateway.chat.prompt import Prompt
+from lectern_gateway.chat.runtime import STREAMER
+from lectern_gateway.chat.sse import parse_event
 
 pytestmark = pytest.mark.integration
 

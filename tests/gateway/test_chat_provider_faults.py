@@ -12,9 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from lectern_common.gemini_fake import Behaviour, FakeGemini, FakeOpenAI
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     Gateway,
     Responders,
     ask,
@@ -24,6 +22,7 @@ from lectern_gateway.chat.testing import (
     seed_document,
     serve_gateway,
 )
+from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from lectern_common.embeddings import LocalEmbedder
-from lectern_common.testing import LOCAL_EMBEDDING_DIM
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     PHOTOSYNTHESIS,
     Gateway,
     ask,
@@ -20,6 +17,9 @@ from lectern_gateway.chat.testing import (
     seed_document,
     serve_gateway,
 )
+from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
+
+from lectern_common.embeddings import LocalEmbedder
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -9,9 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from lectern_common.events import Subjects
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     Gateway,
     Responders,
     ask,
@@ -22,6 +20,8 @@ from lectern_gateway.chat.testing import (
     seed_document,
     serve_gateway,
 )
+
+from lectern_common.events import Subjects
 
 pytestmark = pytest.mark.integration
 

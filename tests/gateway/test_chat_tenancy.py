@@ -19,17 +19,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
-
-from lectern_common.events import Subjects
-from lectern_common.testing import LOCAL_EMBEDDING_DIM
-from lectern_gateway.auth import (
-    authenticate_api_key,
-    create_api_key,
-    hash_api_key,
-    list_api_keys,
-)
-from lectern_gateway.chat.service import sweep_idle_sessions
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     Gateway,
     Responders,
     ask,
@@ -40,6 +30,16 @@ from lectern_gateway.chat.testing import (
     seed_document,
     serve_gateway,
 )
+from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
+
+from lectern_common.events import Subjects
+from lectern_gateway.auth import (
+    authenticate_api_key,
+    create_api_key,
+    hash_api_key,
+    list_api_keys,
+)
+from lectern_gateway.chat.service import sweep_idle_sessions
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     Gateway,
     Responders,
     gateway_settings,

@@ -12,14 +12,14 @@ from typing import Any
 import httpx
 import jwt
 import pytest
-
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     Gateway,
     Responders,
     gateway_settings,
     run_responders,
     serve_gateway,
 )
+
 from lectern_gateway.problems import MAX_JSON_BODY_BYTES
 
 pytestmark = pytest.mark.integration

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     Gateway,
     Responders,
     gateway_settings,
     run_responders,
     serve_gateway,
 )
+
 from lectern_gateway.openapi import openapi_json
 
 pytestmark = pytest.mark.integration

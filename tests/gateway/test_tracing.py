@@ -11,6 +11,14 @@ from typing import Any
 import httpx
 import pytest
 from faststream.nats import NatsMessage
+from lectern_testing.chat import (
+    Responders,
+    ask,
+    gateway_settings,
+    new_session,
+    seed_document,
+    serve_gateway,
+)
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -26,14 +34,6 @@ from lectern_common.events import (
     Subjects,
 )
 from lectern_common.telemetry import UNTRACED_PATHS
-from lectern_gateway.chat.testing import (
-    Responders,
-    ask,
-    gateway_settings,
-    new_session,
-    seed_document,
-    serve_gateway,
-)
 
 pytestmark = pytest.mark.integration
 

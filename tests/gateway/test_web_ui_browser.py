@@ -20,8 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets
-
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     Gateway,
     Responders,
     gateway_settings,

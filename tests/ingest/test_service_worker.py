@@ -8,11 +8,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-import hostile_files as hostile
 import nats
 import numpy as np
 import pymupdf as _pymupdf
 import pytest
+from lectern_testing import hostile_files as hostile
 from nats.js.errors import NotFoundError as NatsNotFoundError
 from pydantic import SecretStr
 
@@ -452,7 +452,7 @@ async def test_near_duplicate_is_flagged(
 async def test_gemini_enrichment_adds_prefixes_and_linked_qa(
     app: Any, settings: Settings, embedder: Embedder, nc: Any, db_pool: Any, tenant_id: str
 ) -> None:
-    from lectern_common.gemini_fake import FakeGemini
+    from lectern_testing.gemini_fake import FakeGemini
 
     answer = {
         "prefixes": ["From a physics unit on forces: Newton's laws of motion."],

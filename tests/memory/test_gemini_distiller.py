@@ -4,9 +4,9 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from lectern_testing.gemini_fake import Behaviour, FakeGemini
 from pydantic import SecretStr
 
-from lectern_common.gemini_fake import Behaviour, FakeGemini
 from lectern_memory.config import Settings
 from lectern_memory.distill import TurnSignal
 from lectern_memory.gemini_distiller import build_model_distiller

@@ -8,8 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-
-from lectern_gateway.chat.testing import (
+from lectern_testing.chat import (
     Gateway,
     Responders,
     ask,
@@ -19,6 +18,7 @@ from lectern_gateway.chat.testing import (
     seed_document,
     serve_gateway,
 )
+
 from lectern_memory.app import create_app
 from lectern_memory.config import Settings
 

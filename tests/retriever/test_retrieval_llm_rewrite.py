@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from lectern_testing.gemini_fake import Behaviour, FakeGemini
+
 from lectern_common.embeddings import create_gemini_client
 from lectern_common.events.retrieval import Turn
-from lectern_common.gemini_fake import Behaviour, FakeGemini
 from lectern_retriever.rewrite import Rewritten, llm_rewrite
 
 

@@ -151,21 +151,3 @@ def open_session(path: Path, *, threads: int | None = None) -> Any:
 def session_inputs(session: Any) -> frozenset[str]:
     """The input names a session takes (some checkpoints have no ``token_type_ids``)."""
     return frozenset(item.name for item in session.get_inputs())
-
-
-def main() -> None:
-    """``python -m lectern_common.onnx_models``: export the local embedding model ahead of use.
-
-    ``make install`` and the container build run it, so services that start together find
-    the export cached instead of each tracing the model at start-up.
-    """
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    from lectern_common.embeddings import LocalEmbedder
-    from lectern_common.settings import BaseServiceSettings
-
-    embedder = LocalEmbedder(BaseServiceSettings())
-    print(f"local embedding model {embedder.name}: backend {embedder.backend}")
-
-
-if __name__ == "__main__":
-    main()

@@ -37,11 +37,11 @@ from lectern_common.events import (
     Subjects,
 )
 from lectern_common.events.chat import ConfidenceBand
-from lectern_common.testing import LOCAL_EMBEDDING_DIM
 from lectern_gateway.app import create_app
 from lectern_gateway.auth import Plan, Role, issue_token
 from lectern_gateway.chat.sse import ChatEvent, parse_event
 from lectern_gateway.config import Settings
+from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
 PHOTOSYNTHESIS = [
     (
