@@ -36,15 +36,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import nats
 import psutil
 
+from lectern_common import filetype
 from lectern_common.db import create_pool, migrate
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import DocumentFailed, DocumentIndexed, DocumentUploaded
+from lectern_common.objects import object_name, put_file
 from lectern_common.runtime import EmbeddedNats, EmbeddedPostgres
 from lectern_gateway import documents_repository as docs
-from lectern_ingest import filetype
 from lectern_ingest.app import create_app
 from lectern_ingest.config import Settings
-from lectern_ingest.objects import object_name, put_file
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO.parent / "shared" / "data" / "docs"

@@ -117,7 +117,7 @@ def test_every_key_fact_is_on_its_gold_pages_as_the_product_extracts_them(
 ) -> None:
     """The development set cannot ask for what the documents do not say: each fact group
     (and the evidence) occurs on the gold pages of the text ingest extracts."""
-    from lectern_ingest import filetype
+    from lectern_common import filetype
     from lectern_ingest.extract import extract
 
     root = Path(__file__).resolve().parents[2] / "bench" / "answers"

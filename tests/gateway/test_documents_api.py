@@ -22,12 +22,12 @@ from lectern_common.broker import DOCUMENTS_BUCKET
 from lectern_common.embeddings import Embedder, LocalEmbedder
 from lectern_common.errors import UpstreamError
 from lectern_common.events import DocumentDeleted, DocumentUploaded
+from lectern_common.objects import password_object_name
 from lectern_gateway.app import create_app as create_gateway
 from lectern_gateway.auth import issue_token
 from lectern_gateway.config import Settings as GatewaySettings
 from lectern_ingest.app import create_app as create_ingest
 from lectern_ingest.config import Settings as IngestSettings
-from lectern_ingest.objects import password_object_name
 
 #: PyMuPDF's partial annotations make mypy --strict reject plain calls
 pymupdf: Any = _pymupdf

@@ -11,6 +11,7 @@ import pymupdf as _pymupdf
 import pytest
 
 from lectern_common.events import DocumentMetadata, DocumentUploaded
+from lectern_common.filetype import PDF
 from lectern_ingest.chunking import (
     ChunkingConfig,
     chunk_units,
@@ -20,7 +21,6 @@ from lectern_ingest.chunking import (
 )
 from lectern_ingest.extract import extract
 from lectern_ingest.extract.model import Block, Unit
-from lectern_ingest.filetype import PDF
 from lectern_ingest.service import given_title, usable_title
 
 pymupdf: Any = _pymupdf

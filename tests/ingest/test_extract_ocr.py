@@ -11,9 +11,9 @@ import pymupdf as _pymupdf
 import pytest
 
 from lectern_common.errors import BadInputError
+from lectern_common.filetype import PDF
 from lectern_ingest.extract import extract
 from lectern_ingest.extract.pdf import _OCR_MAX_PIXELS, PdfExtraction, _ocr_dpi
-from lectern_ingest.filetype import PDF
 
 pymupdf: Any = _pymupdf
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from lectern_common.errors import BadInputError
+from lectern_common.filetype import DOCX, PPTX, detect_mime_path
 from lectern_ingest.chunking import ChunkingConfig, chunk_units
 from lectern_ingest.extract import extract
-from lectern_ingest.filetype import DOCX, PPTX, detect_mime_path
 
 
 def _docx(path: Path) -> None:

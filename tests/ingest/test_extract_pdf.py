@@ -9,9 +9,9 @@ import pymupdf as _pymupdf
 import pytest
 
 from lectern_common.errors import BadInputError
+from lectern_common.filetype import PDF
 from lectern_ingest.chunking import ChunkingConfig, chunk_units
 from lectern_ingest.extract import Block, extract
-from lectern_ingest.filetype import PDF
 
 pymupdf: Any = _pymupdf
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from lectern_common.errors import BadInputError
+from lectern_common.filetype import detect_mime_path
 from lectern_ingest.chunking import ChunkDraft, ChunkingConfig, chunk_units
 from lectern_ingest.extract import Extraction, Unit, extract
-from lectern_ingest.filetype import detect_mime_path
 from lectern_ingest.language import detect_language
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.timeout(120)]

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from lectern_common.errors import BadInputError
+from lectern_common.filetype import HTML, MARKDOWN, SRT, TEXT, VTT, detect_mime_path
 from lectern_ingest.chunking import ChunkingConfig, chunk_units
 from lectern_ingest.extract import extract
 from lectern_ingest.extract.transcript import parse_cues, parse_timestamp
-from lectern_ingest.filetype import HTML, MARKDOWN, SRT, TEXT, VTT, detect_mime_path
 
 MARKDOWN_DOC = """# Cell Biology
 

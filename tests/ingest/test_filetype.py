@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from lectern_common import filetype
 from lectern_common.errors import BadInputError
-from lectern_ingest import filetype
 
 
 def _zip(names: list[str], *, epub: bool = False) -> bytes:

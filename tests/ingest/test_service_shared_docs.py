@@ -18,13 +18,13 @@ from typing import Any
 import nats
 import pytest
 
+from lectern_common import filetype
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.errors import BadInputError
 from lectern_common.events import DocumentUploaded, Event
+from lectern_common.objects import object_name, put_file, put_password
 from lectern_gateway import documents_repository as docs
-from lectern_ingest import filetype
 from lectern_ingest.config import Settings
-from lectern_ingest.objects import object_name, put_file, put_password
 from lectern_ingest.service import IngestWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.shared_data]

@@ -16,6 +16,7 @@ from lectern_testing import hostile_files as hostile
 from nats.js.errors import NotFoundError as NatsNotFoundError
 from pydantic import SecretStr
 
+from lectern_common import filetype
 from lectern_common.broker import DOCUMENTS_BUCKET
 from lectern_common.embeddings import Embedder, LocalEmbedder
 from lectern_common.events import (
@@ -27,12 +28,12 @@ from lectern_common.events import (
     MessageParked,
     RetrievalFilters,
 )
+from lectern_common.objects import object_name, password_object_name, put_bytes, put_password
 from lectern_gateway import documents_repository as docs
-from lectern_ingest import dedup, filetype
+from lectern_ingest import dedup
 from lectern_ingest import repository as ingest_repo
 from lectern_ingest.app import create_app
 from lectern_ingest.config import Settings
-from lectern_ingest.objects import object_name, password_object_name, put_bytes, put_password
 from lectern_ingest.service import IngestWorker
 from lectern_retriever.repository import build_filter
 

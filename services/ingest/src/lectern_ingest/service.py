@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from lectern_common import objects
 from lectern_common.embeddings import Embedder
 from lectern_common.errors import LecternError, NotFoundError, PermanentError, RetryableError
 from lectern_common.events import (
@@ -45,7 +46,7 @@ from lectern_common.events import (
     outcome_event_id,
 )
 from lectern_common.text import embedding_text
-from lectern_ingest import dedup, language, objects
+from lectern_ingest import dedup, language
 from lectern_ingest import repository as repo
 from lectern_ingest.chunking import (
     ChunkDraft,

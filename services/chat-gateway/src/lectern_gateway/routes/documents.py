@@ -26,19 +26,19 @@ from lectern_common.events import (
     Event,
     Subjects,
 )
-from lectern_gateway import documents_repository as repo
-from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
-from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
-from lectern_gateway.problems import ProblemError
-from lectern_gateway.uploads import MalformedUpload, UploadTooLarge, receive_upload
-from lectern_ingest.filetype import detect_mime_path
-from lectern_ingest.objects import (
+from lectern_common.filetype import detect_mime_path
+from lectern_common.objects import (
     delete_object,
     delete_password,
     object_name,
     put_file,
     put_password,
 )
+from lectern_gateway import documents_repository as repo
+from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
+from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
+from lectern_gateway.problems import ProblemError
+from lectern_gateway.uploads import MalformedUpload, UploadTooLarge, receive_upload
 
 log = logging.getLogger(__name__)
 

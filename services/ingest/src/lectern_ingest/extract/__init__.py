@@ -5,8 +5,8 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from lectern_common import filetype
 from lectern_common.errors import BadInputError
-from lectern_ingest import filetype
 from lectern_ingest.extract.model import (
     Block,
     BlockKind,
