@@ -34,7 +34,7 @@ import nats
 import numpy as np
 
 from lectern_common.embeddings import LocalEmbedder
-from lectern_retriever.evaluation import (
+from lectern_eval.retrieval import (
     BeirDataset,
     document_ranking,
     embedded_stack,

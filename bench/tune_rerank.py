@@ -22,7 +22,7 @@ from lectern_common.broker import create_broker, request
 from lectern_common.db import create_pool
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import RerankReply, RerankRequest, RetrieveReply, RetrieveRequest
-from lectern_retriever.evaluation import (
+from lectern_eval.retrieval import (
     _in_process_gateway,
     _in_process_ingest,
     _in_process_reranker,

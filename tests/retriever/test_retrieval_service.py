@@ -15,9 +15,7 @@ import pytest
 from lectern_common.broker import create_broker, request
 from lectern_common.embeddings import Embedder
 from lectern_common.events import RetrieveReply, RetrieveRequest
-from lectern_retriever.app import create_app
-from lectern_retriever.config import Settings
-from lectern_retriever.evaluation import (
+from lectern_eval.retrieval import (
     DatasetError,
     document_ranking,
     evaluate,
@@ -30,6 +28,8 @@ from lectern_retriever.evaluation import (
     recall_at,
     rerank_order,
 )
+from lectern_retriever.app import create_app
+from lectern_retriever.config import Settings
 
 
 @pytest.fixture(scope="module")

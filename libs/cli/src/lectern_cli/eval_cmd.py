@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
 
     from lectern_common.broker import BROKER_LOGGER
-    from lectern_retriever.evaluation import DatasetError, evaluate, load_beir
+    from lectern_eval.retrieval import DatasetError, evaluate, load_beir
 
     for name in ("faststream", BROKER_LOGGER):  # subscribers starting and stopping
         logging.getLogger(name).setLevel(logging.WARNING)

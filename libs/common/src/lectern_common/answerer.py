@@ -33,7 +33,7 @@ from lectern_common.text import resolve_follow_up
 
 if TYPE_CHECKING:
     from lectern_common.embeddings import Embedder
-    from lectern_common.llm import ChatMessage, GenerationStream, SourceText
+    from lectern_common.generation import ChatMessage, GenerationStream, SourceText
 
 QuestionForm = Literal["list", "number", "comparison", "definition", "general"]
 
@@ -673,7 +673,7 @@ class OfflineAnswerer:
     ) -> GenerationStream:
         """Stream the answer to the last user message (a follow-up takes the topic of the
         questions before it), a few words at a time."""
-        from lectern_common.llm import Final, TextDelta
+        from lectern_common.generation import Final, TextDelta
 
         asked = [m.content for m in messages if m.role == "user"]
         question = resolve_follow_up(asked[-1], asked[:-1]) if asked else ""

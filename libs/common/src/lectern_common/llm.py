@@ -21,14 +21,13 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 from google import genai
 from google.genai import types
-from pydantic import BaseModel, Field
 
 from lectern_common.answerer import (
     NO_SUPPORT_TEXT,
@@ -47,94 +46,33 @@ from lectern_common.errors import (
     LecternError,
     UpstreamError,
 )
+from lectern_common.generation import (
+    ChatMessage,
+    Final,
+    GenerationChunk,
+    GenerationStream,
+    Grounding,
+    GroundingSupport,
+    SourceText,
+    TextDelta,
+    Usage,
+    WebSource,
+)
 from lectern_common.settings import BaseServiceSettings
 
 if TYPE_CHECKING:
     from lectern_common.embeddings import Embedder
 
-#: the offline answerer's names, re-exported (it lives in lectern_common.answerer)
+#: re-exported: the offline answerer (lectern_common.answerer) and the stream's types
+#: (lectern_common.generation)
 __all__ = [
-    "NO_SUPPORT_TEXT", "ExtractiveAnswer", "OfflineAnswerer", "ScoredSentence",
-    "candidate_sentences", "extract_answer", "split_sentences", "terms",
+    "NO_SUPPORT_TEXT", "ChatMessage", "ExtractiveAnswer", "Final", "GenerationChunk",
+    "GenerationStream", "Grounding", "GroundingSupport", "OfflineAnswerer", "ScoredSentence",
+    "SourceText", "TextDelta", "Usage", "WebSource", "candidate_sentences", "extract_answer",
+    "split_sentences", "terms",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
-
-
-class ChatMessage(BaseModel):
-    """One turn of the conversation sent to the model."""
-
-    role: Literal["user", "assistant"]
-    content: str
-
-
-class SourceText(BaseModel):
-    """A source the answer may cite, labelled as in the prompt (``T1`` ..)."""
-
-    label: str
-    text: str
-    title: str | None = None
-
-
-class TextDelta(BaseModel):
-    """The next piece of the answer text."""
-
-    type: Literal["text"] = "text"
-    text: str
-
-
-class WebSource(BaseModel):
-    """A web page found by the model's search tool, cited as ``[W#]``."""
-
-    label: str
-    uri: str
-    title: str | None = None
-
-
-class GroundingSupport(BaseModel):
-    """A span of the answer and the web sources supporting it (character offsets)."""
-
-    start: int
-    end: int
-    text: str
-    sources: list[str]
-
-
-class Grounding(BaseModel):
-    """Web search grounding of the whole answer (sent after the text)."""
-
-    type: Literal["grounding"] = "grounding"
-    sources: list[WebSource]
-    supports: list[GroundingSupport]
-    queries: list[str] = Field(default_factory=list)
-
-
-class Usage(BaseModel):
-    """Token accounting reported by the provider."""
-
-    type: Literal["usage"] = "usage"
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    total_tokens: int | None = None
-
-
-class Final(BaseModel):
-    """The end of a stream: who answered, why it stopped, what it cited."""
-
-    type: Literal["final"] = "final"
-    provider: str
-    model: str | None = None
-    finish_reason: str | None = None
-    #: ``no_support``: the offline answerer found nothing in the sources that answers
-    outcome: Literal["answered", "no_support"] = "answered"
-    cited_sources: list[str] = Field(default_factory=list)
-    #: providers that failed before this one answered, in order (a retry appears twice)
-    fallback_from: list[str] = Field(default_factory=list)
-
-
-GenerationChunk = Annotated[TextDelta | Grounding | Usage | Final, Field(discriminator="type")]
-#: an async generator, so callers can ``aclose()`` it (e.g. when the client disconnects)
-GenerationStream = AsyncGenerator[GenerationChunk, None]
 
 
 class Generator(Protocol):

@@ -1,0 +1,140 @@
+"""Who may import whom (docs/architecture.md, "Packages"), read from the source's import
+statements, lazy imports inside functions included:
+
+- a service (gateway, ingest, retriever, re-ranker, memory) imports only ``lectern_common``:
+  its container needs no other service's code;
+- ``lectern_common`` imports no other Lectern package;
+- the tools (``lectern_eval``, ``lectern_cli``) sit above; the CLI starts services as
+  processes (the supervisor), never by importing them;
+- ``lectern_testing`` (fixtures, fake servers) is imported by tests and benchmarks only;
+- no package has an import cycle between its own modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES: dict[str, Path] = {
+    "lectern_common": REPO / "libs/common/src/lectern_common",
+    "lectern_eval": REPO / "libs/eval/src/lectern_eval",
+    "lectern_cli": REPO / "libs/cli/src/lectern_cli",
+    "lectern_testing": REPO / "libs/testing/src/lectern_testing",
+    "lectern_gateway": REPO / "services/chat-gateway/src/lectern_gateway",
+    "lectern_ingest": REPO / "services/ingest/src/lectern_ingest",
+    "lectern_retriever": REPO / "services/retriever/src/lectern_retriever",
+    "lectern_reranker": REPO / "services/reranker/src/lectern_reranker",
+    "lectern_memory": REPO / "services/memory/src/lectern_memory",
+}
+SERVICES = frozenset(
+    {"lectern_gateway", "lectern_ingest", "lectern_retriever", "lectern_reranker",
+     "lectern_memory"}
+)  # fmt: skip
+ALLOWED: dict[str, frozenset[str]] = {
+    "lectern_common": frozenset(),
+    **{service: frozenset({"lectern_common"}) for service in SERVICES},
+    "lectern_eval": frozenset({"lectern_common"}),
+    "lectern_cli": frozenset({"lectern_common", "lectern_eval"}),
+    "lectern_testing": frozenset({"lectern_common", *SERVICES}),
+}
+#: the one module still allowed more, and why (it shrinks; nothing may join it)
+EXCEPTIONS: dict[str, frozenset[str]] = {
+    # the BEIR harness runs the services in-process (to be moved onto processes and the
+    # public contracts, like lectern_eval.answers)
+    "lectern_eval.retrieval": frozenset(
+        {"lectern_gateway", "lectern_ingest", "lectern_retriever", "lectern_reranker"}
+    ),
+}
+
+
+def modules(package: str) -> Iterator[tuple[str, Path]]:
+    """(dotted module name, file) of every module of a package."""
+    root = PACKAGES[package]
+    for path in sorted(root.rglob("*.py")):
+        parts = (package, *path.relative_to(root).with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        yield name, path
+
+
+def imported(path: Path) -> set[str]:
+    """Every absolute module an import statement of the file names (``from a import b``
+    gives ``a`` and ``a.b``, since ``b`` may be a module)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_a_package_imports_only_what_its_layer_allows(package: str) -> None:
+    wrong = []
+    for name, path in modules(package):
+        allowed = ALLOWED[package] | EXCEPTIONS.get(name, frozenset()) | {package}
+        for target in imported(path):
+            top = target.split(".")[0]
+            if top in PACKAGES and top not in allowed:
+                wrong.append(f"{name} imports {target}")
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def test_exceptions_are_still_needed() -> None:
+    """An exception nobody uses any more is removed, so the rule can only get stricter."""
+    for name, extra in EXCEPTIONS.items():
+        package = name.split(".")[0]
+        path = dict(modules(package))[name]
+        used = {t.split(".")[0] for t in imported(path)}
+        assert extra <= used, f"{name} no longer imports {sorted(extra - used)}"
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_import_cycle_between_a_packages_modules(package: str) -> None:
+    names = dict(modules(package))
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, path in names.items():
+        graph[name] = {t for t in imported(path) if t in names and t != name}
+    cycles = _cycles(graph)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
