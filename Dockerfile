@@ -52,6 +52,10 @@ RUN LECTERN_MODEL_CACHE_DIR=/opt/lectern/models python -m lectern_common.prepare
 
 FROM ${PYTHON_IMAGE} AS runtime
 ARG LECTERN_UID=10001
+# Tesseract: ingest OCRs PDF pages without a text layer (scanned worksheets)
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends tesseract-ocr tesseract-ocr-eng \
+    && rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid ${LECTERN_UID} lectern \
     && useradd --system --uid ${LECTERN_UID} --gid ${LECTERN_UID} \
         --home-dir /home/lectern --create-home --shell /usr/sbin/nologin lectern

@@ -268,3 +268,10 @@ def test_dockerignore_keeps_the_build_inputs_and_drops_local_state() -> None:
         "tests/test_x.py",
     ]:
         assert ignored(path, patterns), f"{path} is sent to the build context"
+
+
+def test_the_image_has_tesseract_for_scanned_pages(instructions: list[Instruction]) -> None:
+    runtime = max(i for i, ins in enumerate(instructions) if ins.keyword == "FROM")
+    installs = [ins.args for ins in instructions[runtime:] if ins.keyword == "RUN"]
+    assert any("apt-get install" in a and "tesseract-ocr" in a for a in installs)
+    assert any("rm -rf /var/lib/apt/lists" in a for a in installs)
