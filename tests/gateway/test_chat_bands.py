@@ -22,7 +22,7 @@ from lectern_gateway.chat.confidence import (
     final_confidence,
     preamble,
 )
-from lectern_gateway.chat.service import (
+from lectern_gateway.chat.context import (
     boost_tags_for,
     cited_documents,
     filters_for,

@@ -39,7 +39,7 @@ from lectern_gateway.auth import (
     hash_api_key,
     list_api_keys,
 )
-from lectern_gateway.chat.service import sweep_idle_sessions
+from lectern_gateway.chat.lifecycle import sweep_idle_sessions
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import contextlib
 from lectern_common.llm import build_generator
 from lectern_common.service import ServiceState
 from lectern_gateway.chat.generation import streamer_for
-from lectern_gateway.chat.service import idle_sweeper
+from lectern_gateway.chat.lifecycle import idle_sweeper
 from lectern_gateway.config import Settings
 
 STREAMER = "answer_streamer"

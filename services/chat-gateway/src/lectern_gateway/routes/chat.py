@@ -15,8 +15,9 @@ from lectern_common.errors import LecternError, RetryableError
 from lectern_gateway.auth import PrincipalDep
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
 from lectern_gateway.chat.runtime import STREAMER
-from lectern_gateway.chat.service import ChatDeps, TurnInput, run_turn
+from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import ErrorEvent, to_sse
+from lectern_gateway.chat.turn import ChatDeps, TurnInput
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep, StateDep
 from lectern_gateway.problems import DATABASE_UNAVAILABLE, ProblemError

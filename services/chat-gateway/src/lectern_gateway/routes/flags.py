@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from lectern_common.events import FeedbackFlagged
 from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.service import publish
+from lectern_gateway.chat.turn import publish
 from lectern_gateway.deps import BrokerDep, PoolDep
 from lectern_gateway.problems import ProblemError
 

@@ -11,7 +11,7 @@ from pydantic import AliasChoices, BaseModel, Field
 
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.service import end_session
+from lectern_gateway.chat.lifecycle import end_session
 from lectern_gateway.chat.sse import Citation
 from lectern_gateway.deps import BrokerDep, PoolDep
 from lectern_gateway.problems import ProblemError

@@ -1,0 +1,263 @@
+"""Step 3b, answer: the prompt, the streamed model answer with citations checked as each
+sentence ends, and the final confidence; the answer is stored once complete."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anyio
+from pydantic import BaseModel
+
+from lectern_gateway.chat import repository as repo
+from lectern_gateway.chat.citations import (
+    CheckedCitation,
+    SentenceTracker,
+    check_sentence,
+    grounding_of,
+    split_sentences,
+)
+from lectern_gateway.chat.confidence import (
+    caveat,
+    final_confidence,
+    in_band,
+    lower_band,
+    no_material,
+    preamble,
+)
+from lectern_gateway.chat.context import guess_topic
+from lectern_gateway.chat.generation import Finished, TextDelta, WebGrounding
+from lectern_gateway.chat.prompt import (
+    Prompt,
+    PromptSource,
+    PromptTurn,
+    build_prompt,
+    pages_label,
+    system_prompt,
+)
+from lectern_gateway.chat.record import publish_turn
+from lectern_gateway.chat.sse import (
+    Citation,
+    CitationEvent,
+    ConfidenceEvent,
+    DoneEvent,
+    Source,
+    TokenEvent,
+)
+from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput, elapsed_ms
+
+
+def turn_prompt(
+    deps: ChatDeps,
+    turn: TurnInput,
+    question: str,
+    retrieved: Retrieved,
+    history: list[PromptTurn],
+    memories: list[str],
+    general: bool,
+) -> Prompt:
+    session = turn.session
+    system = system_prompt(
+        mode=session["mode"],
+        learning_style=session.get("learning_style"),
+        explanation_depth=session.get("explanation_depth"),
+        grade_level=session.get("grade_level"),
+        memories=memories,
+        with_sources=not general,
+    )
+    prompt_sources = [
+        PromptSource(
+            label=s.label,
+            title=s.title,
+            text=retrieved.texts[s.label],
+            pages=pages_label(s.page_start, s.page_end, s.slide),
+            section=s.section,
+        )
+        for s in retrieved.sources
+    ]
+    built = build_prompt(
+        system=system,
+        question=question,
+        history=history,
+        sources=prompt_sources,
+        budget=deps.settings.context_token_budget,
+    )
+    built.memories = list(memories)
+    return built
+
+
+def previous_question(rows: Sequence[dict[str, Any]]) -> str:
+    for row in reversed(rows):
+        if row["role"] == "user":
+            return str(row["content"])
+    return ""
+
+
+async def answer_turn(
+    deps: ChatDeps,
+    turn: TurnInput,
+    retrieved: Retrieved,
+    prompt: Prompt,
+    user_message_id: uuid.UUID,
+    timings: dict[str, float],
+    *,
+    general: bool,
+    started: float,
+) -> AsyncIterator[BaseModel]:
+    settings, session, principal = deps.settings, turn.session, turn.principal
+    texts = retrieved.texts
+    prior = (
+        retrieved.confidence
+        if not general
+        else no_material().model_copy(update={"band": "low", "score": 0.2})
+    )
+    opening = "" if general else preamble(prior.band)
+    if general:
+        opening = "This general explanation is not based on your course materials.\n\n"
+    answer = opening
+    if opening:
+        yield TokenEvent(text=opening, origin="gateway")
+    tracker = SentenceTracker(text=opening, _done=len(opening))
+    checked: list[CheckedCitation] = []
+    citations: list[Citation] = []
+    web: list[Citation] = []
+    supports: list[tuple[int, int, str, list[str]]] = []
+    finished = Finished(answered_by="unknown")
+    by_label = {s.label: s for s in retrieved.sources}
+    generation_started = time.perf_counter()
+    stream = deps.streamer(prompt)
+    model_text = ""
+    try:
+        async for piece in stream:
+            if isinstance(piece, TextDelta):
+                if not piece.text:
+                    continue
+                if "first_token_ms" not in timings:
+                    timings["first_token_ms"] = elapsed_ms(started)
+                    timings["model_first_token_ms"] = elapsed_ms(generation_started)
+                answer += piece.text
+                model_text += piece.text
+                yield TokenEvent(text=piece.text)
+                for sentence in tracker.feed(piece.text):
+                    for c in check_sentence(sentence, texts, threshold=settings.support_threshold):
+                        checked.append(c)
+                        citation = _textbook_citation(c, by_label)
+                        citations.append(citation)
+                        yield CitationEvent(citation=citation)
+            elif isinstance(piece, WebGrounding):
+                for label, uri, title in piece.sources:
+                    citation = Citation(label=label, kind="web", url=uri, title=title)
+                    web.append(citation)
+                    yield CitationEvent(citation=citation)
+                supports.extend(piece.supports)
+            elif isinstance(piece, Finished):
+                finished = piece
+    finally:
+        # a client disconnect cancels this generator: closing the stream cancels the model call
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
+    timings["generation_ms"] = elapsed_ms(generation_started)
+    for sentence in tracker.finish():
+        for c in check_sentence(sentence, texts, threshold=settings.support_threshold):
+            checked.append(c)
+            citation = _textbook_citation(c, by_label)
+            citations.append(citation)
+            yield CitationEvent(citation=citation)
+    web_by_label = {w.label: w for w in web}
+    for start, end, span, labels in supports:
+        for label in labels:
+            if label in web_by_label:
+                w = web_by_label[label]
+                spanned = w.model_copy(
+                    update={
+                        "span_start": start + len(opening),
+                        "span_end": end + len(opening),
+                        "text": span,
+                    }
+                )
+                citations.append(spanned)
+                yield CitationEvent(citation=spanned)
+    sentences, _ = split_sentences(model_text, final=True)
+    grounding = grounding_of(checked, sentences=sentences) if not general else 0.0
+    confidence = final_confidence(
+        prior,
+        grounding=grounding,
+        weight=settings.grounding_weight,
+        thresholds=settings.band_thresholds(),
+    )
+    if finished.usage.get("outcome") == "no_support":
+        # the answerer found nothing in the sources that answers: say so in the band too
+        confidence = confidence.model_copy(update={"band": lower_band(confidence.band, "low")})
+    confidence = in_band(confidence, settings.band_thresholds())
+    closing = "" if general else caveat(prior.band, confidence.band)
+    if closing:
+        # the opening was streamed for the prior band: the copy ends in the final band's words
+        answer += closing
+        yield TokenEvent(text=closing, origin="gateway")
+    yield ConfidenceEvent(**confidence.model_dump())
+    all_citations = citations + [w for w in web if not any(c.label == w.label for c in citations)]
+    flagged = list(dict.fromkeys(c.label for c in checked if not c.supported))
+    message_id = uuid.uuid4()
+    timings["total_ms"] = elapsed_ms(started)
+    usage = dict(finished.usage)
+    usage["prompt_tokens_estimate"] = prompt.tokens
+    usage["dropped_history"] = prompt.dropped_history
+    usage["dropped_sources"] = prompt.dropped_sources
+    await repo.insert_message(
+        pool=deps.pool,
+        message_id=message_id,
+        session_id=session["id"],
+        tenant_id=principal.tenant_id,
+        user_id=principal.user_id,
+        role="assistant",
+        content=answer,
+        citations=repo.citations_json(all_citations),
+        confidence=confidence.score,
+        band=confidence.band,
+        answered_by=finished.answered_by,
+        usage=usage,
+        timings=timings,
+    )
+    await publish_turn(
+        deps,
+        turn,
+        user_message_id,
+        message_id,
+        answer,
+        confidence,
+        all_citations,
+        finished.answered_by,
+        topic=guess_topic(turn.text, turn.session, retrieved.topic_tags),
+    )
+    yield DoneEvent(
+        message_id=message_id,
+        user_message_id=user_message_id,
+        session_id=session["id"],
+        citations=all_citations,
+        unsupported=flagged,
+        band=confidence.band,
+        confidence=confidence.score,
+        answered_by=finished.answered_by,
+        memories_used=prompt.memories,
+        usage=usage,
+        timings_ms=timings,
+    )
+
+
+def _textbook_citation(checked: CheckedCitation, by_label: dict[str, Source]) -> Citation:
+    source = by_label.get(checked.label)
+    return Citation(
+        label=checked.label,
+        kind="textbook",
+        chunk_id=source.chunk_id if source and checked.valid else None,
+        document_id=source.document_id if source and checked.valid else None,
+        title=source.title if source and checked.valid else None,
+        span_start=checked.sentence.start,
+        span_end=checked.sentence.end,
+        text=checked.sentence.text,
+        support=checked.support,
+        supported=checked.supported,
+        valid=checked.valid,
+    )

@@ -1,0 +1,123 @@
+"""Step 1, context: the session's filters and collections, the student's context for the
+re-ranker, the documents of recent answers, the topic, and the student's memories."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from lectern_common.broker import request
+from lectern_common.education import preferred_content_types
+from lectern_common.errors import LecternError
+from lectern_common.events import (
+    MemoryRecallReply,
+    MemoryRecallRequest,
+    RetrievalFilters,
+    StudentContext,
+)
+from lectern_gateway.auth import Principal
+from lectern_gateway.chat.citations import content_terms
+from lectern_gateway.chat.turn import ChatDeps
+
+log = logging.getLogger(__name__)
+
+
+#: answers whose cited documents the retriever boosts (follow-up questions stay on them)
+CITED_TURNS = 3
+
+
+def collections_for(principal: Principal) -> list[str]:
+    """Collections a caller's chat may draw on: never assessments (chat is for learning)."""
+    return ["educational"]
+
+
+def filters_for(session: dict[str, Any]) -> RetrievalFilters:
+    """Retrieval filters from the session's subject, module, class and grade.
+
+    A class session draws on its class's material and on material assigned to no class (the
+    re-ranker prefers the class teacher's), never on another class's.
+    """
+    class_id = session.get("class_id")
+    return RetrievalFilters(
+        collections=["educational"],
+        subject=session.get("subject"),
+        grade_level=session.get("grade_level"),
+        grade_within_one=session.get("grade_level") is not None,
+        module_tag=session.get("module_tag"),
+        class_id=class_id,
+        include_unassigned=class_id is not None,
+        include_untagged=True,
+    )
+
+
+def boost_tags_for(session: dict[str, Any]) -> list[str]:
+    """Topic tags the retriever boosts: the session's module."""
+    module = session.get("module_tag")
+    return [module] if module else []
+
+
+def cited_documents(rows: Sequence[dict[str, Any]], *, turns: int = CITED_TURNS) -> list[uuid.UUID]:
+    """Documents cited by the session's last ``turns`` answers, most recent first."""
+    answers = [r for r in rows if r["role"] == "assistant"][-turns:]
+    found: list[uuid.UUID] = []
+    for row in reversed(answers):
+        for citation in row.get("citations") or []:
+            raw = citation.get("document_id") if isinstance(citation, dict) else None
+            try:
+                document_id = uuid.UUID(str(raw)) if raw else None
+            except ValueError:
+                continue
+            if document_id is not None and document_id not in found:
+                found.append(document_id)
+    return found
+
+
+def student_context(
+    principal: Principal, session: dict[str, Any], *, teacher_ids: Sequence[str]
+) -> StudentContext:
+    """What the re-ranker's educational signals need to know of the asker."""
+    style = session.get("learning_style")
+    return StudentContext(
+        user_id=principal.user_id,
+        grade_level=session.get("grade_level"),
+        subject=session.get("subject"),
+        class_id=session.get("class_id"),
+        teacher_ids=list(teacher_ids),
+        curriculum_standards=list(session.get("curriculum_standards") or []),
+        learning_style=style,
+        preferred_content_types=preferred_content_types(style),
+    )
+
+
+def guess_topic(question: str, session: dict[str, Any], tags: Sequence[str]) -> str | None:
+    """A topic to group a gap under: the material's tag, else the question's key words."""
+    if tags:
+        return tags[0]
+    words = [w for w in re.findall(r"[^\W_]+", question.lower()) if content_terms(w)]
+    key = sorted(dict.fromkeys(words), key=len, reverse=True)[:3]
+    if key:
+        return " ".join(w for w in words if w in key)[:120]
+    return session.get("module_tag") or session.get("subject")
+
+
+async def recall_memories(deps: ChatDeps, *, principal: Principal, query: str) -> list[str]:
+    """Top long-term memories of the student; empty when the memory service is silent."""
+    try:
+        reply = await request(
+            deps.broker,
+            MemoryRecallRequest(
+                tenant_id=principal.tenant_id,
+                user_id=principal.user_id,
+                query=query,
+                k=deps.settings.memory_k,
+            ),
+            MemoryRecallReply,
+            timeout=deps.settings.memory_timeout_s,
+        )
+    except LecternError as exc:
+        log.info("memory recall skipped: %s", exc.message)
+        return []
+    return [m.text for m in reply.memories[: deps.settings.memory_k]]

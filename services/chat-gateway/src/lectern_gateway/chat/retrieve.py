@@ -1,0 +1,147 @@
+"""Step 2, retrieve: candidates from the retriever, re-ranked, labelled as sources [T#]."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from lectern_common.broker import request
+from lectern_common.events import (
+    Candidate,
+    Confidence,
+    RankedChunk,
+    RerankReply,
+    RerankRequest,
+    RetrieveReply,
+    RetrieveRequest,
+)
+from lectern_common.events.retrieval import Turn
+from lectern_common.text import resolve_follow_up
+from lectern_gateway.auth import Principal
+from lectern_gateway.chat import repository as repo
+from lectern_gateway.chat.confidence import no_material
+from lectern_gateway.chat.context import (
+    boost_tags_for,
+    collections_for,
+    filters_for,
+    student_context,
+)
+from lectern_gateway.chat.sse import Source
+from lectern_gateway.chat.turn import ChatDeps, Retrieved, elapsed_ms
+
+#: share of the context budget the re-ranker may fill with sources
+SOURCE_BUDGET_SHARE = 0.6
+
+
+async def retrieve_sources(
+    deps: ChatDeps,
+    *,
+    principal: Principal,
+    session: dict[str, Any],
+    query: str,
+    history: Sequence[Turn],
+    timings: dict[str, float],
+    cited_document_ids: Sequence[uuid.UUID] = (),
+) -> Retrieved:
+    """Retrieve, re-rank and keep only chunks the caller may see, labelled T1..Tn."""
+    settings = deps.settings
+    started = time.perf_counter()
+
+    async def teachers() -> list[str]:
+        # looked up while the retriever works: only the re-ranker needs it
+        class_id = session.get("class_id")
+        if not class_id:
+            return []
+        begun = time.perf_counter()
+        found = await repo.class_teachers(
+            pool=deps.pool, tenant_id=principal.tenant_id, class_id=class_id
+        )
+        timings["class_teachers_ms"] = elapsed_ms(begun)
+        return found
+
+    retrieved, teacher_ids = await asyncio.gather(
+        request(
+            deps.broker,
+            RetrieveRequest(
+                tenant_id=principal.tenant_id,
+                query=query,
+                filters=filters_for(session),
+                k=settings.retrieve_k,
+                history=list(history[-4:]),
+                boost_tags=boost_tags_for(session),
+                cited_document_ids=list(cited_document_ids),
+            ),
+            RetrieveReply,
+            timeout=settings.retrieve_timeout_s,
+        ),
+        teachers(),
+    )
+    timings["retrieve_ms"] = elapsed_ms(started)
+    # defence in depth: whatever the retriever returned, only the caller's tenant's live,
+    # allowed-collection chunks go on to the re-ranker and the prompt
+    started = time.perf_counter()
+    rows = await repo.visible_chunks(
+        pool=deps.pool,
+        tenant_id=principal.tenant_id,
+        chunk_ids=[c.chunk_id for c in retrieved.candidates],
+        collections=collections_for(principal),
+    )
+    candidates = [c for c in retrieved.candidates if c.chunk_id in rows]
+    timings["visibility_ms"] = elapsed_ms(started)
+    if not candidates:
+        return Retrieved()
+    started = time.perf_counter()
+    reranked = await request(
+        deps.broker,
+        RerankRequest(
+            tenant_id=principal.tenant_id,
+            # a follow-up ("where does it happen?") is scored with the topic it refers to,
+            # the same resolution the retriever applied to find the candidates
+            query=resolve_follow_up(query, [t.text for t in history[-4:] if t.role == "user"]),
+            candidates=candidates,
+            top_k=settings.rerank_top_k,
+            token_budget=max(100, int(settings.context_token_budget * SOURCE_BUDGET_SHARE)),
+            student=student_context(principal, session, teacher_ids=teacher_ids),
+        ),
+        RerankReply,
+        timeout=settings.rerank_timeout_s,
+    )
+    timings["rerank_ms"] = elapsed_ms(started)
+    return _labelled(rows, reranked.chunks, reranked.confidence)
+
+
+def _labelled(
+    rows: dict[uuid.UUID, dict[str, Any]],
+    ranked: Sequence[RankedChunk],
+    confidence: Confidence | None,
+) -> Retrieved:
+    out = Retrieved(confidence=confidence or no_material())
+    for item in ranked:
+        row = rows.get(item.candidate.chunk_id)
+        if row is None:
+            continue
+        label = f"T{len(out.sources) + 1}"
+        out.sources.append(_source(label, item.candidate, row, item.score))
+        out.texts[label] = str(row["text"])
+        out.topic_tags.extend(t for t in row["topic_tags"] or [] if t not in out.topic_tags)
+    if not out.sources:
+        out.confidence = no_material()
+    return out
+
+
+def _source(label: str, candidate: Candidate, row: dict[str, Any], score: float) -> Source:
+    section = " > ".join(row["section_path"] or []) or row.get("chapter") or None
+    return Source(
+        label=label,
+        chunk_id=candidate.chunk_id,
+        document_id=row["document_id"],
+        title=row["title"],
+        page_start=row["page_start"],
+        page_end=row["page_end"],
+        slide=row["slide"],
+        section=section,
+        score=round(float(score), 4),
+    )

@@ -1,0 +1,58 @@
+"""What a turn is given and shares: the gateway's dependencies, the question, the
+chosen sources; and the small helpers every step uses."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from faststream.nats import NatsBroker
+
+from lectern_common.broker import publish_event
+from lectern_common.events import Confidence
+from lectern_common.events.base import Event
+from lectern_gateway.auth import Principal
+from lectern_gateway.chat.confidence import no_material
+from lectern_gateway.chat.generation import AnswerStreamer
+from lectern_gateway.chat.sse import Source
+from lectern_gateway.config import Settings
+
+
+@dataclass
+class ChatDeps:
+    """What a turn needs from the running gateway."""
+
+    pool: Any
+    broker: NatsBroker
+    settings: Settings
+    streamer: AnswerStreamer
+
+
+@dataclass
+class TurnInput:
+    """One question in one session."""
+
+    principal: Principal
+    session: dict[str, Any]
+    text: str
+    delay_s: float = 0.0
+
+
+@dataclass
+class Retrieved:
+    """Sources chosen for a turn and the confidence prior."""
+
+    sources: list[Source] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)
+    topic_tags: list[str] = field(default_factory=list)
+    confidence: Confidence = field(default_factory=no_material)
+
+
+async def publish(broker: NatsBroker, event: Event) -> None:
+    """Publish an event on its JetStream stream."""
+    await publish_event(broker, event)
+
+
+def elapsed_ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)
