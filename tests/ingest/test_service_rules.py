@@ -16,15 +16,15 @@ from lectern_common.events import DocumentUploaded, FailureReason, IngestStage
 from lectern_gateway.routes.documents import _decode_cursor, _encode_cursor, parse_metadata
 from lectern_gateway.uploads import MalformedUpload, UploadTooLarge, receive_upload
 from lectern_ingest.enrich import sections_of
-from lectern_ingest.repository import ChunkRecord
-from lectern_ingest.service import (
+from lectern_ingest.outcomes import (
     Progress,
-    chunk_id,
     failure_reason,
     retry_delay,
     similarity_from_distance,
     to_signed64,
 )
+from lectern_ingest.pipeline import chunk_id
+from lectern_ingest.repository import ChunkRecord
 
 
 def test_chunk_ids_are_deterministic_and_distinct() -> None:

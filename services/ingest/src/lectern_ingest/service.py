@@ -11,22 +11,20 @@ not indexed again: it ends ``duplicate``, usually noticed as soon as extraction 
 before most of it is embedded, and always re-checked under a lock when storing. After an
 outcome is stored, the upload's PDF password, a replaced version's bytes and a duplicate's
 own bytes are removed from the object store.
+
+The steps live beside it: ``pipeline`` (extract -> chunk in a thread, records) and
+``outcomes`` (failures, settlement, progress).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import hashlib
 import logging
-import re
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,257 +32,51 @@ import numpy as np
 
 from lectern_common import objects
 from lectern_common.embeddings import Embedder
-from lectern_common.errors import LecternError, NotFoundError, PermanentError, RetryableError
+from lectern_common.errors import NotFoundError, PermanentError, RetryableError
 from lectern_common.events import (
     DocumentFailed,
     DocumentIndexed,
-    DocumentProgress,
     DocumentUploaded,
-    Event,
     FailureReason,
     IngestStage,
     outcome_event_id,
 )
 from lectern_common.text import embedding_text
-from lectern_ingest import dedup, language
+from lectern_ingest import language
 from lectern_ingest import repository as repo
 from lectern_ingest.chunking import (
     ChunkDraft,
-    ChunkingConfig,
-    chunk_units,
-    structural_prefix,
 )
 from lectern_ingest.config import Settings
 from lectern_ingest.enrich import Enricher, build_enricher
-from lectern_ingest.extract import Extraction, Unit, extract
+from lectern_ingest.outcomes import (
+    VALID_REASONS,
+    IngestFailure,
+    Outcome,
+    Progress,
+    Publish,
+    default_reason,
+    failure_reason,
+    retry_delay,
+    similarity_from_distance,
+)
+from lectern_ingest.pipeline import (
+    DONE,
+    EMBED_TIMER,
+    PipelineResult,
+    Produced,
+    Producer,
+    chunk_record,
+    chunking_config,
+    given_title,
+    report_embedded,
+    report_units,
+    thread_safe_counter,
+)
 
 log = logging.getLogger(__name__)
 
-#: seconds spent embedding the document this task is working on
-_EMBED_TIMER: contextvars.ContextVar[list[float]] = contextvars.ContextVar("embed_timer")
-
-Publish = Callable[[Event], Awaitable[None]]
 KeepAlive = Callable[[], Awaitable[None]]
-
-_VALID_REASONS = {r.value for r in FailureReason}
-_DONE = object()
-
-
-class IngestFailure(LecternError):
-    """Raised inside the pipeline for a permanent failure with its stage and reason."""
-
-    def __init__(self, message: str, *, stage: IngestStage, reason: FailureReason) -> None:
-        super().__init__(message, reason=reason.value)
-        self.stage = stage
-        self.failure = reason
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How to settle the message: ack (``retry_after`` None) or nack with a delay."""
-
-    status: str
-    retry_after: float | None = None
-    #: set when the message is given up on after its deliveries: the handler parks a copy
-    gave_up: str | None = None
-
-
-def chunk_id(document_id: uuid.UUID, kind: str, index: int) -> uuid.UUID:
-    """Deterministic chunk id: the same document, kind and index always give the same id."""
-    return uuid.uuid5(document_id, f"{kind}:{index}")
-
-
-def retry_delay(*, deliveries: int, base_s: float, max_s: float) -> float:
-    """Exponential back-off for the next delivery (base, 2·base, 4·base ... capped)."""
-    return float(min(max_s, base_s * 2 ** max(0, deliveries - 1)))
-
-
-def failure_reason(error: LecternError, default: FailureReason) -> FailureReason:
-    """The event's reason for an error: its own reason when it is a known one."""
-    if error.reason in _VALID_REASONS:
-        return FailureReason(error.reason)
-    return default
-
-
-def similarity_from_distance(distance: int) -> float:
-    """SimHash similarity (share of equal bits of 64) from a Hamming distance."""
-    return 1.0 - distance / 64.0
-
-
-def to_signed64(value: int) -> int:
-    """An unsigned 64-bit SimHash as the signed bigint Postgres stores."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-@dataclass
-class Progress:
-    """Throttled ``documents.progress`` events of one document."""
-
-    event: DocumentUploaded
-    publish: Publish
-    interval_s: float
-    stage: IngestStage = IngestStage.FETCH
-    _last: float = 0.0
-    _last_key: tuple[str, int, int] = ("", -1, -1)
-
-    async def report(
-        self, stage: IngestStage, done: int, total: int, unit: str = "pages", *, force: bool = False
-    ) -> None:
-        """Publish progress unless one was sent very recently (stage changes always go out)."""
-        changed = stage != self.stage
-        self.stage = stage
-        now = time.monotonic()
-        key = (stage.value, done, total)
-        if key == self._last_key:
-            return
-        if not (force or changed or now - self._last >= self.interval_s):
-            return
-        self._last = now
-        self._last_key = key
-        try:
-            await self.publish(
-                DocumentProgress(
-                    tenant_id=self.event.tenant_id, document_id=self.event.document_id,
-                    stage=stage, done=done, total=max(total, done), unit=unit,  # type: ignore[arg-type]
-                )
-            )  # fmt: skip
-        except Exception as exc:  # progress is best effort; the outcome event is what counts
-            log.warning("progress event for %s not published: %s", self.event.document_id, exc)
-
-
-@dataclass
-class _Produced:
-    """What the producer thread learnt besides the chunks."""
-
-    page_count: int | None = None
-    total_units: int = 0
-    units_done: int = 0
-    skipped_pages: int = 0
-    content: dedup.TextHasher = field(default_factory=dedup.TextHasher)
-    simhash: dedup.SimHasher = field(default_factory=dedup.SimHasher)
-    #: every unit was read (content and simhash are final); set by the producer thread
-    extracted: bool = False
-    sample: list[str] = field(default_factory=list)
-    sample_chars: int = 0
-    #: the document's own title (PDF metadata) or its first heading, when it has one
-    title: str | None = None
-
-
-@dataclass
-class PipelineResult:
-    """A document ready to store."""
-
-    chunks: list[repo.ChunkRecord]
-    embeddings: np.ndarray[Any, Any]
-    indexed: repo.IndexedDocument
-    embed_s: float = 0.0
-    #: an indexed document with the same cleaned text, found before embedding everything
-    duplicate_of: uuid.UUID | None = None
-
-
-class _Producer:
-    """Extraction and chunking in a thread, handing chunk batches to the event loop."""
-
-    def __init__(
-        self,
-        *,
-        path: Path,
-        mime: str,
-        password: str | None,
-        title: str | None,
-        config: ChunkingConfig,
-        count_tokens: Callable[[str], int],
-        batch_size: int,
-        loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue[Any],
-        max_chunks: int,
-    ) -> None:
-        self.path = path
-        self.mime = mime
-        self.password = password
-        #: the title the uploader gave (None: the document's own, when it has one)
-        self.title = title
-        self.config = config
-        self.count_tokens = count_tokens
-        self.batch_size = batch_size
-        self.max_chunks = max_chunks
-        self.loop = loop
-        self.queue = queue
-        self.stats = _Produced()
-        self.stop = threading.Event()
-        self.stage = IngestStage.EXTRACT
-        self.thread = threading.Thread(target=self._run, name="ingest-producer", daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def _put(self, item: Any) -> None:
-        while not self.stop.is_set():
-            future = asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop)
-            try:
-                future.result(timeout=1.0)
-                return
-            except TimeoutError:
-                future.cancel()
-
-    def _units(self, extraction: Extraction) -> Iterator[Unit]:
-        self.stats.total_units = extraction.total_units
-        units = extraction.units()
-        while not self.stop.is_set():
-            # the stage is extract while the extractor runs (it raises no_text at its end)
-            self.stage = IngestStage.EXTRACT
-            unit = next(units, None)
-            if unit is None:
-                return
-            if self.stats.title is None and self.stats.units_done < 3:
-                self.stats.title = next(
-                    (b.text for b in unit.blocks if b.kind == "heading" and (b.level or 1) <= 1),
-                    None,
-                )
-            text = "\n".join(block.text for block in unit.blocks)
-            self.stats.content.update(text)
-            self.stats.simhash.update(text)
-            if self.stats.sample_chars < 20_000:
-                self.stats.sample.append(text)
-                self.stats.sample_chars += len(text)
-            self.stats.units_done += 1
-            self.stage = IngestStage.CHUNK
-            yield unit
-
-    def _run(self) -> None:
-        try:
-            with extract(self.path, mime=self.mime, password=self.password) as extraction:
-                self.stats.page_count = extraction.page_count
-                self.stats.title = usable_title(extraction.title)
-                batch: list[ChunkDraft] = []
-                drafts = chunk_units(
-                    self._units(extraction), config=self.config, count_tokens=self.count_tokens
-                )
-                for made, draft in enumerate(drafts, start=1):
-                    if self.stop.is_set():
-                        return
-                    if made > self.max_chunks:
-                        raise IngestFailure(
-                            f"the document makes more than {self.max_chunks} chunks (stopped "
-                            f"at page {draft.page_start or '?'}); split it into parts",
-                            stage=IngestStage.CHUNK, reason=FailureReason.TOO_LARGE,
-                        )  # fmt: skip
-                    draft.context_prefix = structural_prefix(
-                        self.title or self.stats.title, draft.section_path
-                    )
-                    batch.append(draft)
-                    if len(batch) >= self.batch_size:
-                        self._put(batch)
-                        batch = []
-                self.stats.skipped_pages = len(extraction.summary.skipped_pages)
-                if not self.stop.is_set():
-                    self.stats.extracted = True
-                if batch:
-                    self._put(batch)
-            self._put(_DONE)
-        except BaseException as exc:  # handed to the event loop, which decides the outcome
-            self._put(exc)
 
 
 class IngestWorker:
@@ -309,7 +101,7 @@ class IngestWorker:
         max_tokens = embedder.max_input_tokens
         if settings.chunk_max_tokens is not None:
             max_tokens = min(max_tokens, settings.chunk_max_tokens)
-        self.chunking = _chunking_config(settings, max_tokens=max_tokens)
+        self.chunking = chunking_config(settings, max_tokens=max_tokens)
         self.count_tokens = thread_safe_counter(embedder)
 
     async def process(
@@ -376,7 +168,7 @@ class IngestWorker:
             await self._fail(event, exc.stage, exc.failure, exc.message, deliveries)
             return Outcome("failed")
         except PermanentError as exc:
-            reason = failure_reason(exc, _default_reason(progress.stage))
+            reason = failure_reason(exc, default_reason(progress.stage))
             await self._fail(event, progress.stage, reason, exc.message, deliveries)
             return Outcome("failed")
         except Exception as exc:
@@ -523,10 +315,10 @@ class IngestWorker:
     ) -> PipelineResult:
         # several documents may be in flight in one worker: embedding time is per document
         embed_timer = [0.0]
-        _EMBED_TIMER.set(embed_timer)
+        EMBED_TIMER.set(embed_timer)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.settings.queue_batches)
-        producer = _Producer(
+        producer = Producer(
             path=path, mime=event.mime_type, password=password,
             title=given_title(event), config=self.chunking,
             count_tokens=self.count_tokens, batch_size=self.settings.embed_batch_size,
@@ -541,7 +333,7 @@ class IngestWorker:
         try:
             while True:
                 item = await queue.get()
-                if item is _DONE:
+                if item is DONE:
                     break
                 if isinstance(item, BaseException):
                     progress.stage = producer.stage
@@ -555,7 +347,7 @@ class IngestWorker:
                     if duplicate_of is not None:
                         break
                 if self.enricher is not None:
-                    await _report_units(progress, producer.stats, IngestStage.EXTRACT)
+                    await report_units(progress, producer.stats, IngestStage.EXTRACT)
                     continue
                 progress.stage = IngestStage.EMBED
                 title = producer.title or producer.stats.title
@@ -564,12 +356,12 @@ class IngestWorker:
                         [embedding_text(d.text, d.context_prefix, title) for d in item]
                     )
                 )
-                await _report_embedded(progress, producer.stats, item)
+                await report_embedded(progress, producer.stats, item)
         finally:
             producer.stop.set()
         stats = producer.stats
         final_stage = IngestStage.EXTRACT if self.enricher is not None else IngestStage.EMBED
-        await _report_units(progress, stats, final_stage, force=True)
+        await report_units(progress, stats, final_stage, force=True)
         if not drafts:
             skipped = f" ({stats.skipped_pages} pages without a text layer)" if (
                 stats.skipped_pages) else ""  # fmt: skip
@@ -598,7 +390,7 @@ class IngestWorker:
                 embed_s=embed_timer[0], duplicate_of=duplicate_of,
             )  # fmt: skip
 
-        records = [_record(event.document_id, i, d) for i, d in enumerate(drafts)]
+        records = [chunk_record(event.document_id, i, d) for i, d in enumerate(drafts)]
         enriched = False
         note: str | None = "no Gemini key"
         if self.enricher is not None:
@@ -634,7 +426,7 @@ class IngestWorker:
         )
 
     async def _content_duplicate(
-        self, event: DocumentUploaded, stats: _Produced
+        self, event: DocumentUploaded, stats: Produced
     ) -> uuid.UUID | None:
         """An indexed document of the tenant (same collection) with exactly the same text."""
         if stats.content.empty:
@@ -658,7 +450,7 @@ class IngestWorker:
                 stage=IngestStage.EMBED, reason=FailureReason.EMBEDDING_FAILED,
             ) from exc  # fmt: skip
         finally:
-            _EMBED_TIMER.get([0.0])[0] += time.monotonic() - started
+            EMBED_TIMER.get([0.0])[0] += time.monotonic() - started
 
     async def _near_duplicate(
         self, event: DocumentUploaded, simhash: int
@@ -712,7 +504,7 @@ class IngestWorker:
         )  # fmt: skip
 
     async def _publish_failed_row(self, row: Any) -> None:
-        reason = row["error_reason"] if row["error_reason"] in _VALID_REASONS else "internal"
+        reason = row["error_reason"] if row["error_reason"] in VALID_REASONS else "internal"
         stage = row["error_stage"] if row["error_stage"] in {s.value for s in IngestStage} else (
             IngestStage.FETCH.value)  # fmt: skip
         await self.publish(
@@ -736,98 +528,3 @@ class IngestWorker:
                 duration_ms=duration_ms,
             )
         )  # fmt: skip
-
-
-async def _report_units(
-    progress: Progress, stats: _Produced, stage: IngestStage, *, force: bool = False
-) -> None:
-    unit = "pages" if stats.page_count else "units"
-    await progress.report(stage, stats.units_done, stats.total_units, unit, force=force)
-
-
-async def _report_embedded(progress: Progress, stats: _Produced, batch: list[ChunkDraft]) -> None:
-    """Pages (or slides) whose chunks are embedded so far; extraction runs ahead of this."""
-    reached = [d.page_end or d.slide or 0 for d in batch]
-    if stats.page_count and max(reached, default=0) > 0:
-        await progress.report(IngestStage.EMBED, max(reached), stats.page_count, "pages")
-    else:
-        await _report_units(progress, stats, IngestStage.EMBED)
-
-
-def thread_safe_counter(embedder: Embedder) -> Callable[[str], int]:
-    """The embedder's token count, safe to call while the embedder encodes in another thread.
-
-    A Hugging Face fast tokenizer is mutated by every padded/truncated encode call, so the
-    chunker thread counting with the embedder's own instance can fail with "Already
-    borrowed"; a clone of the same tokenizer gives identical counts without sharing state.
-    """
-    backend = getattr(getattr(embedder, "tokenizer", None), "backend_tokenizer", None)
-    if backend is None:
-        return embedder.count_tokens
-    from tokenizers import Tokenizer
-
-    clone = Tokenizer.from_str(backend.to_str())
-    clone.no_truncation()
-    clone.no_padding()
-    return lambda text: len(clone.encode(text).ids)
-
-
-def _default_reason(stage: IngestStage) -> FailureReason:
-    return {
-        IngestStage.FETCH: FailureReason.OBJECT_MISSING,
-        IngestStage.EXTRACT: FailureReason.CORRUPT,
-        IngestStage.CHUNK: FailureReason.INTERNAL,
-        IngestStage.ENRICH: FailureReason.INTERNAL,
-        IngestStage.EMBED: FailureReason.EMBEDDING_FAILED,
-        IngestStage.STORE: FailureReason.STORE_FAILED,
-    }[stage]
-
-
-def _chunking_config(settings: Settings, *, max_tokens: int) -> ChunkingConfig:
-    values: dict[str, int] = {"max_tokens": max_tokens}
-    for name in ("target", "overlap", "min"):
-        value = getattr(settings, f"chunk_{name}_tokens")
-        if value is not None:
-            values[f"{name}_tokens"] = value
-    return ChunkingConfig(**values)
-
-
-_JUNK_TITLE = re.compile(
-    r"^(?:untitled|no title|title|document\d*|microsoft (?:word|powerpoint) - .*|.*\.(?:pdf|docx?|"
-    r"pptx?|tex|dvi|indd|qxd|rtf|txt))$",
-    re.IGNORECASE,
-)
-
-
-def usable_title(title: str | None) -> str | None:
-    """A document's metadata title, unless it is a placeholder ("untitled", a file name)."""
-    if not title:
-        return None
-    title = " ".join(title.split())
-    if len(title) < 4 or _JUNK_TITLE.match(title) or sum(ch.isalpha() for ch in title) < 3:
-        return None
-    return title[:500]
-
-
-def given_title(event: DocumentUploaded) -> str | None:
-    """The title the uploader chose; None when it is only the file name (the gateway's
-    default), so the document's own title may replace it."""
-    title = event.metadata.title
-    if not title or title in (event.filename, Path(event.filename).stem):
-        return None
-    return title
-
-
-def _record(document_id: uuid.UUID, index: int, draft: ChunkDraft) -> repo.ChunkRecord:
-    kind = getattr(draft, "kind", "text") or "text"
-    return repo.ChunkRecord(
-        id=chunk_id(document_id, kind, index), chunk_index=index, kind=kind,
-        parent_chunk_id=None, text=draft.text, context_prefix=draft.context_prefix,
-        section_path=list(getattr(draft, "section_path", []) or []),
-        chapter=getattr(draft, "chapter", None),
-        page_start=getattr(draft, "page_start", None), page_end=getattr(draft, "page_end", None),
-        slide=getattr(draft, "slide", None), time_start=getattr(draft, "time_start", None),
-        time_end=getattr(draft, "time_end", None),
-        token_count=int(getattr(draft, "token_count", 0) or 0),
-        content_hash=hashlib.sha256(draft.text.encode("utf-8")).hexdigest(),
-    )  # fmt: skip
