@@ -42,7 +42,7 @@ from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import DocumentFailed, DocumentIndexed, DocumentUploaded
 from lectern_common.objects import object_name, put_file
 from lectern_common.runtime import EmbeddedNats, EmbeddedPostgres
-from lectern_gateway import documents_repository as docs
+from lectern_gateway.documents import repository as docs
 from lectern_ingest.app import create_app
 from lectern_ingest.config import Settings
 

@@ -444,7 +444,7 @@ async def test_repeated_delete_finishes_a_failed_clean_up(
     nats_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from lectern_gateway.routes import documents as routes
+    from lectern_gateway.documents import routes
 
     settings = stack[1]
     teacher = auth(settings, tenant_id, "t1", "teacher")

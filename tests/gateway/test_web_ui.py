@@ -19,7 +19,7 @@ from pydantic import SecretStr
 from lectern_common.settings import DEV_JWT_SECRET
 from lectern_gateway.app import create_app
 from lectern_gateway.config import Settings
-from lectern_gateway.routes.ui import STATIC_DIR
+from lectern_gateway.web.routes import STATIC_DIR
 
 PRODUCTION_SECRET = "a-production-secret-of-at-least-32-characters"
 

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from lectern_common.errors import BadInputError, UpstreamError
 from lectern_common.events import DocumentUploaded, FailureReason, IngestStage
-from lectern_gateway.routes.documents import _decode_cursor, _encode_cursor, parse_metadata
-from lectern_gateway.uploads import MalformedUpload, UploadTooLarge, receive_upload
+from lectern_gateway.documents.routes import _decode_cursor, _encode_cursor, parse_metadata
+from lectern_gateway.documents.uploads import MalformedUpload, UploadTooLarge, receive_upload
 from lectern_ingest.enrich import sections_of
 from lectern_ingest.outcomes import (
     Progress,

@@ -23,7 +23,7 @@ from lectern_common.embeddings import LocalEmbedder
 from lectern_common.errors import BadInputError
 from lectern_common.events import DocumentUploaded, Event
 from lectern_common.objects import object_name, put_file, put_password
-from lectern_gateway import documents_repository as docs
+from lectern_gateway.documents import repository as docs
 from lectern_ingest.config import Settings
 from lectern_ingest.service import IngestWorker
 

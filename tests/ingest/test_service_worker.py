@@ -29,7 +29,7 @@ from lectern_common.events import (
     RetrievalFilters,
 )
 from lectern_common.objects import object_name, password_object_name, put_bytes, put_password
-from lectern_gateway import documents_repository as docs
+from lectern_gateway.documents import repository as docs
 from lectern_ingest import dedup
 from lectern_ingest import repository as ingest_repo
 from lectern_ingest.app import create_app

@@ -8,22 +8,19 @@ from opentelemetry import trace
 from lectern_common.broker import create_broker
 from lectern_common.service import ServiceState, create_service_app
 from lectern_gateway.auth import TokenVerifier
+from lectern_gateway.chat import routes as chat
 from lectern_gateway.chat.runtime import start_chat, stop_chat
 from lectern_gateway.config import Settings
+from lectern_gateway.documents import chunks
+from lectern_gateway.documents import routes as documents
+from lectern_gateway.feedback import flags, gaps
+from lectern_gateway.keys import routes as api_keys
+from lectern_gateway.memories import routes as memories
 from lectern_gateway.problems import RejectNulBytes, install_problem_handlers
-from lectern_gateway.routes import (
-    api_keys,
-    chat,
-    chunks,
-    dev,
-    documents,
-    flags,
-    gaps,
-    memories,
-    search,
-    sessions,
-    ui,
-)
+from lectern_gateway.search import routes as search
+from lectern_gateway.sessions import routes as sessions
+from lectern_gateway.web import dev
+from lectern_gateway.web import routes as ui
 
 DESCRIPTION = """Lectern's public API: upload course material, search it, and chat with a tutor
 that answers from it with citations. Authenticate with `Authorization: Bearer <JWT>`, or

@@ -21,7 +21,7 @@ from lectern_gateway.chat.turn import ChatDeps, TurnInput
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep, StateDep
 from lectern_gateway.problems import DATABASE_UNAVAILABLE, ProblemError
-from lectern_gateway.routes.sessions import session_for
+from lectern_gateway.sessions.routes import session_for
 
 log = logging.getLogger(__name__)
 

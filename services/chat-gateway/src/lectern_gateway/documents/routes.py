@@ -34,11 +34,11 @@ from lectern_common.objects import (
     put_file,
     put_password,
 )
-from lectern_gateway import documents_repository as repo
 from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
+from lectern_gateway.documents import repository as repo
+from lectern_gateway.documents.uploads import MalformedUpload, UploadTooLarge, receive_upload
 from lectern_gateway.problems import ProblemError
-from lectern_gateway.uploads import MalformedUpload, UploadTooLarge, receive_upload
 
 log = logging.getLogger(__name__)
 
