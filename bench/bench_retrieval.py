@@ -32,12 +32,12 @@ from typing import Any
 
 import nats
 import numpy as np
+from inprocess import embedded_stack
 
 from lectern_common.embeddings import LocalEmbedder
 from lectern_eval.retrieval import (
     BeirDataset,
     document_ranking,
-    embedded_stack,
     evaluate,
     load_beir,
     mean_metrics,
@@ -82,7 +82,6 @@ async def quality(name: str, limit: int | None, embedder: LocalEmbedder) -> dict
         dataset_dir=directory,
         methods=["dense", "sparse", "hybrid", "hybrid+rerank"],
         limit_queries=limit,
-        embedder=embedder,
         progress=say,
         offtopic=[q for q in OFFTOPIC.read_text().splitlines() if q.strip()],
     )

@@ -18,17 +18,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from inprocess import (
+    embedded_stack,
+    in_process_gateway,
+    in_process_ingest,
+    in_process_reranker,
+    in_process_retriever,
+)
+
 from lectern_common.broker import create_broker, request
 from lectern_common.db import create_pool
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import RerankReply, RerankRequest, RetrieveReply, RetrieveRequest
 from lectern_eval.retrieval import (
-    _in_process_gateway,
-    _in_process_ingest,
-    _in_process_reranker,
-    _in_process_retriever,
     document_ranking,
-    embedded_stack,
     ingest_corpus,
     load_beir,
     query_metrics,
@@ -67,8 +70,8 @@ async def main() -> None:
         pool = await create_pool(servers.database_url, min_size=1, max_size=4)
         print(f"uploading {len(dataset.corpus)} documents", file=sys.stderr, flush=True)
         async with (
-            _in_process_ingest(servers, embedder),
-            _in_process_gateway(servers, "tune") as client,
+            in_process_ingest(servers, embedder),
+            in_process_gateway(servers, "tune") as client,
         ):
             loaded = await ingest_corpus(
                 client=client, pool=pool, tenant_id="tune", corpus=dataset.corpus
@@ -76,8 +79,8 @@ async def main() -> None:
         await pool.execute("SELECT lectern_bm25_reweight('tune')")
         external_of = loaded.externals
         async with (
-            _in_process_retriever(servers, embedder),
-            _in_process_reranker(servers),
+            in_process_retriever(servers, embedder),
+            in_process_reranker(servers),
         ):
             broker = create_broker(servers.nats_url, service_name="tune")
             await broker.connect()

@@ -210,21 +210,31 @@ async def ingest_service(
         yield app
 
 
+@pytest.fixture(scope="module")
+async def gateway_service(nats_url: str, database_url: str) -> AsyncIterator[Any]:
+    """The gateway over HTTP, which the harness uploads documents through."""
+    from lectern_testing.chat import gateway_settings, serve_gateway
+
+    async with serve_gateway(gateway_settings(nats_url, database_url)) as gateway:
+        yield gateway
+
+
 @pytest.mark.integration
 async def test_eval_harness_end_to_end(
     retriever_service: Any,
     ingest_service: Any,
+    gateway_service: Any,
     nats_url: str,
     database_url: str,
-    embedder: Embedder,
     tmp_path: Path,
 ) -> None:
     write_beir(tmp_path / "tiny")
     result = await evaluate(
         dataset_dir=tmp_path / "tiny",
+        gateway_url=gateway_service.url,
+        secret=gateway_service.settings.effective_jwt_secret,
         nats_url=nats_url,
         database_url=database_url,
-        embedder=embedder,
         methods=["dense", "sparse", "hybrid"],
     )
     out = result.to_json()
@@ -293,9 +303,9 @@ async def test_gateway_search_route(
 async def test_eval_reports_rerank_and_confidence_bands(
     retriever_service: Any,
     ingest_service: Any,
+    gateway_service: Any,
     nats_url: str,
     database_url: str,
-    embedder: Embedder,
     tmp_path: Path,
 ) -> None:
     from lectern_reranker.app import create_app as create_reranker
@@ -309,9 +319,10 @@ async def test_eval_reports_rerank_and_confidence_bands(
     async with reranker.router.lifespan_context(reranker):
         result = await evaluate(
             dataset_dir=tmp_path / "tiny",
+            gateway_url=gateway_service.url,
+            secret=gateway_service.settings.effective_jwt_secret,
             nats_url=nats_url,
             database_url=database_url,
-            embedder=embedder,
             methods=["hybrid", "hybrid+rerank"],
             offtopic=offtopic,
         )

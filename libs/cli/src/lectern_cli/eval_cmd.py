@@ -22,9 +22,11 @@ def register(subparsers: Any) -> None:
             "Load DIR (corpus.jsonl, queries.jsonl, qrels/test.tsv) into a fresh tenant, ask "
             "the retriever (and the re-ranker, when one answers) over NATS, and report per "
             "document nDCG@10, Recall@5/10/100 and MRR@10 for each method, with p50/p95 "
-            "latency per stage. Uses the stack of --data-dir (from `lectern up`) or "
-            "--nats-url + --database-url; without them it starts embedded NATS + Postgres "
-            "and an in-process retriever in a temporary directory."
+            "latency per stage. Documents go through the gateway (HTTP) and the ingest "
+            "service; questions over NATS. Uses the stack of --data-dir (from `lectern up`) "
+            "or --gateway-url + --nats-url + --database-url (tokens signed with "
+            "LECTERN_JWT_SECRET); without them it starts the embedded stack (the five "
+            "services as processes) in a temporary directory."
         ),
     )
     parser.add_argument("--dataset", type=Path, required=True, metavar="DIR")
@@ -41,21 +43,37 @@ def register(subparsers: Any) -> None:
         "reported next to the dataset's (needs the re-ranker)",
     )  # fmt: skip
     parser.add_argument("--data-dir", type=Path, help="a running `lectern up` stack's data dir")
+    parser.add_argument("--gateway-url", default=os.environ.get("LECTERN_EVAL_GATEWAY_URL"))
     parser.add_argument("--nats-url", default=os.environ.get("LECTERN_EVAL_NATS_URL"))
     parser.add_argument("--database-url", default=os.environ.get("LECTERN_EVAL_DATABASE_URL"))
     parser.set_defaults(func=run)
 
 
-def _stack_urls(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    if args.data_dir is None:
-        return args.nats_url, args.database_url
+def _running_system(args: argparse.Namespace) -> dict[str, str | None]:
+    """The running system to evaluate (all None: start the embedded stack)."""
     from lectern_common.errors import ConfigurationError
+    from lectern_common.tokens import signing_secret
+
+    secret = signing_secret(os.environ)
+    if args.data_dir is None:
+        given = {"gateway_url": args.gateway_url, "nats_url": args.nats_url,
+                 "database_url": args.database_url}  # fmt: skip
+        if any(given.values()) and not all(given.values()):
+            raise ConfigurationError(
+                "give --gateway-url, --nats-url and --database-url together (or --data-dir)"
+            )
+        return {**given, "secret": secret if any(given.values()) else None}
     from lectern_common.runtime.supervisor import read_state, stack_nats_url
 
     state = read_state(args.data_dir)
     if not state or not state.get("running"):
         raise ConfigurationError(f"no running stack in {args.data_dir} (start `lectern up`)")
-    return stack_nats_url(state), state["postgres"]["dsn"]
+    return {
+        "gateway_url": state["gateway_url"],
+        "secret": secret,
+        "nats_url": stack_nats_url(state),
+        "database_url": state["postgres"]["dsn"],
+    }
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -91,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"lectern eval: unknown methods {unknown}", file=sys.stderr)
         return 2
-    nats_url, database_url = _stack_urls(args)
+    system = _running_system(args)
     offtopic: list[str] = []
     try:  # clear messages before anything starts
         dataset = load_beir(args.dataset)
@@ -115,8 +133,7 @@ def run(args: argparse.Namespace) -> int:
             evaluate(
                 dataset_dir=args.dataset,
                 dataset=dataset,
-                nats_url=nats_url,
-                database_url=database_url,
+                **system,
                 methods=methods,
                 limit_queries=args.limit_queries,
                 concurrency=args.concurrency,

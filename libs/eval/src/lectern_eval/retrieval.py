@@ -11,7 +11,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import statistics
 import tempfile
 import time
@@ -21,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lectern_common.embeddings import Embedder
 from lectern_common.events.chat import band_shares
 
 METHODS = ("dense", "sparse", "hybrid", "hybrid+rerank")
@@ -465,60 +463,33 @@ async def run_queries(
 # ---------------------------------------------------------------- orchestration
 
 
-@dataclass
-class Stack:
-    """Where to reach NATS and Postgres, and whether a retriever already answers there."""
-
-    nats_url: str
-    database_url: str
-    external: bool
-
-
-@contextlib.asynccontextmanager
-async def embedded_stack() -> AsyncIterator[Stack]:
-    """Embedded NATS + Postgres in a temporary directory, migrated, removed afterwards."""
-    from lectern_common.db import migrate
-    from lectern_common.embeddings import LOCAL_DIMENSION, LOCAL_MODEL_NAME
-    from lectern_common.runtime import EmbeddedNats, EmbeddedPostgres
-
-    base = Path(tempfile.mkdtemp(prefix="lectern-eval-"))
-    os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it
-    pg = EmbeddedPostgres(base / "pg", run_as=os.environ.get("LECTERN_EMBEDDED_PG_USER"))
-    nats = EmbeddedNats(base / "nats")
-    try:
-        await asyncio.to_thread(pg.start)
-        await asyncio.to_thread(nats.start)
-        await migrate(pg.dsn, embedding_model=LOCAL_MODEL_NAME, embedding_dim=LOCAL_DIMENSION)
-        yield Stack(nats_url=nats.url, database_url=pg.dsn, external=False)
-    finally:
-        await asyncio.to_thread(nats.stop)
-        await asyncio.to_thread(pg.stop)
-        shutil.rmtree(base, ignore_errors=True)
-
-
 async def evaluate(
     *,
     dataset_dir: Path,
+    gateway_url: str | None = None,
+    secret: str | None = None,
     nats_url: str | None = None,
     database_url: str | None = None,
     methods: Sequence[str] = METHODS,
     limit_queries: int | None = None,
     concurrency: int = 4,
-    embedder: Embedder | None = None,
     progress: Callable[[str], None] | None = None,
     offtopic: Sequence[str] = (),
     dataset: BeirDataset | None = None,
 ) -> EvalResult:
-    """Load ``dataset_dir`` into a fresh tenant and evaluate the retriever on it.
+    """Load ``dataset_dir`` into a fresh tenant and evaluate the retriever on it, through
+    the system's public contracts only: documents are uploaded to the gateway over HTTP and
+    indexed by the ingest service; questions go to ``lectern.retrieve.v1`` and
+    ``lectern.rerank.v1`` over NATS.
 
     ``dataset`` is ``dataset_dir`` already read by ``load_beir`` (it is read here otherwise).
-
-    With ``nats_url`` and ``database_url`` it uses a running stack (its retriever answers);
-    otherwise it starts embedded NATS + Postgres and an in-process retriever service.
+    With ``gateway_url``, ``secret`` (the JWT signing secret), ``nats_url`` and
+    ``database_url`` it uses that running system; otherwise it starts the embedded stack
+    (NATS, Postgres and the five services as processes, as ``lectern up`` does) in a
+    temporary directory.
     """
     from lectern_common.broker import create_broker
     from lectern_common.db import create_pool
-    from lectern_common.embeddings import LocalEmbedder
 
     say = progress or (lambda _msg: None)
     if dataset is None:
@@ -526,21 +497,16 @@ async def evaluate(
     query_ids = sorted(dataset.queries)
     if limit_queries is not None:
         query_ids = query_ids[:limit_queries]
-    if embedder is None:
-        say("loading the embedding model")
-        embedder = await asyncio.to_thread(LocalEmbedder)
     tenant_id = f"eval-{dataset.name}-{uuid.uuid4().hex[:8]}"
     async with contextlib.AsyncExitStack() as stack:
-        if nats_url and database_url:
-            servers = Stack(nats_url=nats_url, database_url=database_url, external=True)
+        if gateway_url and secret and nats_url and database_url:
+            running = RunningSystem(gateway_url, secret, nats_url, database_url)
         else:
-            say("starting embedded NATS and Postgres")
-            servers = await stack.enter_async_context(embedded_stack())
-        pool = await create_pool(servers.database_url, min_size=1, max_size=4)
+            say("starting the embedded stack (NATS, Postgres, five services as processes)")
+            running = stack.enter_context(_processes(say))
+        pool = await create_pool(running.database_url, min_size=1, max_size=4)
         stack.push_async_callback(pool.close)
-        if not servers.external:
-            await stack.enter_async_context(_in_process_ingest(servers, embedder))
-        client = await stack.enter_async_context(_in_process_gateway(servers, tenant_id))
+        client = await stack.enter_async_context(_teacher(running, tenant_id))
         say(f"uploading {len(dataset.corpus)} documents into tenant {tenant_id} (real ingest)")
         started = time.perf_counter()
         loaded = await ingest_corpus(
@@ -552,11 +518,7 @@ async def evaluate(
             await conn.execute("ANALYZE chunks")
         load_seconds = time.perf_counter() - started
         say(f"ingested in {load_seconds:.0f} s: {loaded.statuses}")
-        if not servers.external:
-            await stack.enter_async_context(_in_process_retriever(servers, embedder))
-            if "hybrid+rerank" in methods:
-                await stack.enter_async_context(_in_process_reranker(servers))
-        broker = create_broker(servers.nats_url, service_name="lectern-eval")
+        broker = create_broker(running.nats_url, service_name="lectern-eval")
         await broker.connect()
         stack.push_async_callback(broker.stop)
         say(f"querying {len(query_ids)} questions")
@@ -592,92 +554,51 @@ async def evaluate(
     )
 
 
+@dataclass
+class RunningSystem:
+    """Where a running Lectern answers: its gateway, JWT secret, NATS and Postgres."""
+
+    gateway_url: str
+    secret: str
+    nats_url: str
+    database_url: str
+
+
+@contextlib.contextmanager
+def _processes(say: Callable[[str], None]) -> Iterator[RunningSystem]:
+    """The embedded stack as processes in a temporary directory (ingest taking 4 uploads at
+    once: a corpus of short documents hides each one's round trips)."""
+    from lectern_common.runtime.supervisor import read_state, stack_nats_url
+    from lectern_eval.answers import embedded_stack
+
+    with tempfile.TemporaryDirectory(prefix="lectern-eval-") as tmp:
+        data_dir = Path(tmp)
+        data_dir.chmod(0o711)  # the embedded Postgres's account must traverse it
+        saved = os.environ.get("LECTERN_INGEST_CONCURRENCY")
+        os.environ.setdefault("LECTERN_INGEST_CONCURRENCY", "4")
+        try:
+            with embedded_stack(data_dir=data_dir, report=say) as (url, secret):
+                state = read_state(data_dir) or {}
+                yield RunningSystem(url, secret, stack_nats_url(state), state["postgres"]["dsn"])
+        finally:
+            if saved is None:
+                os.environ.pop("LECTERN_INGEST_CONCURRENCY", None)
+
+
 @contextlib.asynccontextmanager
-async def _in_process_ingest(servers: Stack, embedder: Embedder) -> AsyncIterator[None]:
-    """The ingest service (its durable consumer) in this process, sharing the embedder."""
-    from lectern_ingest.app import create_app
-    from lectern_ingest.config import Settings
-
-    settings = Settings(
-        nats_url=servers.nats_url,
-        database_url=servers.database_url,
-        http_port=0,
-        log_json=False,
-        log_level="WARNING",
-        # a corpus of short documents: more of them in flight hides each one's round trips
-        concurrency=4,
-    )
-    app = create_app(settings, embedder=embedder)
-    async with app.router.lifespan_context(app):
-        yield
-
-
-@contextlib.asynccontextmanager
-async def _in_process_gateway(servers: Stack, tenant_id: str) -> AsyncIterator[Any]:
-    """The gateway app in this process and an HTTP client on it, signed in as a teacher."""
+async def _teacher(running: RunningSystem, tenant_id: str) -> AsyncIterator[Any]:
+    """An HTTP client of the gateway, signed in as a teacher of ``tenant_id``."""
     import httpx
 
-    from lectern_gateway.app import create_app
-    from lectern_gateway.auth import issue_token
-    from lectern_gateway.config import Settings
+    from lectern_common.tokens import make_token
 
-    settings = Settings(
-        nats_url=servers.nats_url,
-        database_url=servers.database_url,
-        http_port=0,
-        log_json=False,
-        log_level="WARNING",
-    )
-    app = create_app(settings)
-    token = issue_token(
-        secret=settings.effective_jwt_secret, tenant_id=tenant_id, user_id="lectern-eval",
-        role="teacher", plan="pro",
+    token = make_token(
+        secret=running.secret, tenant=tenant_id, user="lectern-eval", role="teacher",
+        plan="pro", ttl_s=24 * 3600,
     )  # fmt: skip
-    async with (
-        app.router.lifespan_context(app),
-        httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app),
-            base_url="http://lectern-eval",
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=120.0,
-        ) as client,
-    ):
+    async with httpx.AsyncClient(
+        base_url=running.gateway_url,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=120.0,
+    ) as client:
         yield client
-
-
-@contextlib.asynccontextmanager
-async def _in_process_retriever(servers: Stack, embedder: Embedder) -> AsyncIterator[None]:
-    from lectern_retriever.app import create_app
-    from lectern_retriever.config import Settings
-
-    settings = Settings(
-        nats_url=servers.nats_url,
-        database_url=servers.database_url,
-        http_port=0,
-        log_json=False,
-        log_level="WARNING",
-    )
-    app = create_app(settings, embedder=embedder)
-    async with app.router.lifespan_context(app):
-        yield
-
-
-@contextlib.asynccontextmanager
-async def _in_process_reranker(servers: Stack) -> AsyncIterator[None]:
-    """The re-ranker service with its default settings, when it is installed."""
-    try:
-        from lectern_reranker.app import create_app
-        from lectern_reranker.config import Settings
-    except ImportError:  # the harness then notes that hybrid+rerank was skipped
-        yield
-        return
-    settings = Settings(
-        nats_url=servers.nats_url,
-        database_url=servers.database_url,
-        http_port=0,
-        log_json=False,
-        log_level="WARNING",
-    )
-    app = create_app(settings)
-    async with app.router.lifespan_context(app):
-        yield
