@@ -11,40 +11,60 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
-import psutil
 from pydantic import ValidationError
 
 from lectern_common.errors import ConfigurationError
 from lectern_common.nats_auth import (
-    ADMIN_USER,
     authorization_config,
     nats_user,
     new_credentials,
 )
+from lectern_common.runtime.children import (
+    Child,
+    die_with_parent,
+    log_tail,
+    port_is_free,
+    preferred_or_free_port,
+    probe_ready,
+    restart_delay,
+)
 from lectern_common.runtime.nats import EmbeddedNats, free_port
 from lectern_common.runtime.postgres import DEFAULT_ROOT_ACCOUNT, EmbeddedPostgres
+from lectern_common.runtime.state import (
+    STATE_FILE,
+    create_time,
+    nats_credentials_path,
+    process_alive,
+    read_state,
+    stack_nats_url,
+    terminate_pid,
+    write_nats_credentials,
+)
 from lectern_common.settings import BaseServiceSettings
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_NATS_MONITOR_PORT", "DEFAULT_NATS_PORT", "DEFAULT_PORTS", "LOCAL_EMBEDDING_DIM",
+    "LOCAL_EMBEDDING_MODEL", "SERVICES", "STATE_FILE", "Child", "Supervisor",
+    "embedding_identity", "load_settings", "port_is_free", "preferred_or_free_port",
+    "probe_ready", "process_alive", "read_state", "restart_delay", "service_command",
+    "stack_nats_url",
+]  # fmt: skip
 
 SERVICES: tuple[str, ...] = ("gateway", "ingest", "retriever", "reranker", "memory")
 DEFAULT_PORTS: dict[str, int] = {
@@ -54,7 +74,6 @@ DEFAULT_NATS_PORT = 4222
 DEFAULT_NATS_MONITOR_PORT = 8222
 LOCAL_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 LOCAL_EMBEDDING_DIM = 384
-STATE_FILE = "stack.json"
 
 Reporter = Callable[[str], None]
 CommandFor = Callable[[str], list[str]]
@@ -93,130 +112,6 @@ def embedding_identity(settings: BaseServiceSettings) -> tuple[str, int]:
     raise ConfigurationError(
         f"cannot tell the embedding dimension of {path} (no sentence-transformers config found)"
     )
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether ``host:port`` can be bound right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
-def preferred_or_free_port(preferred: int, host: str = "127.0.0.1") -> int:
-    """``preferred`` if it is free, else any free port."""
-    return preferred if port_is_free(preferred, host) else free_port(host)
-
-
-def nats_credentials_path(data_dir: Path) -> Path:
-    """Where the embedded stack keeps its NATS users' passwords (mode 0600)."""
-    return data_dir / "nats" / "credentials.json"
-
-
-def write_nats_credentials(data_dir: Path, passwords: dict[str, str]) -> None:
-    """Write the NATS passwords readable by this account only."""
-    path = nats_credentials_path(data_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600, exist_ok=True)
-    path.chmod(0o600)
-    path.write_text(json.dumps(passwords, indent=2))
-
-
-def stack_nats_url(state: dict[str, Any]) -> str:
-    """The NATS URL of an embedded stack (from its ``stack.json`` state) carrying the admin
-    user's credentials, for operator tools (``lectern status``, ``lectern eval``); keep it
-    out of logs (``lectern_cli.status.redact``)."""
-    nats = state.get("nats", {})
-    url: str = nats.get("url", "")
-    path = nats.get("credentials")
-    if not url or not path or not Path(path).exists():
-        return url
-    password = json.loads(Path(path).read_text()).get(ADMIN_USER)
-    if not password:
-        return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://{ADMIN_USER}:{password}@{rest}"
-
-
-def read_state(data_dir: Path) -> dict[str, Any] | None:
-    """The state a supervisor wrote to ``data_dir/stack.json``, if any."""
-    path = data_dir / STATE_FILE
-    if not path.exists():
-        return None
-    try:
-        state: dict[str, Any] = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return state
-
-
-def process_alive(pid: int | None, create_time: float | None = None) -> bool:
-    """Whether ``pid`` runs (not a zombie) and, if given, was created at ``create_time``."""
-    if not pid:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return create_time is None or abs(proc.create_time() - create_time) < 1.0
-    except psutil.Error:
-        return False
-
-
-def _create_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    # A service must not outlive a supervisor killed with SIGKILL (no chance to clean up).
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-@dataclass
-class Child:
-    """One service process and its restart bookkeeping."""
-
-    name: str
-    port: int
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    starts: int = 0
-    consecutive_crashes: int = 0
-    restart_at: float | None = None
-    failed: bool = False
-    ready: bool = False
-    ready_at: float | None = None
-    last_exit: int | None = None
-    checks: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def url(self) -> str:
-        """Base HTTP URL."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def state(self) -> str:
-        """starting, ready, not ready, restarting, failed or stopped."""
-        if self.failed:
-            return "failed"
-        if self.restart_at is not None:
-            return "restarting"
-        if self.process is None or self.process.poll() is not None:
-            return "stopped"
-        if self.ready:
-            return "ready"
-        return "not ready" if self.ready_at is not None else "starting"
 
 
 class Supervisor:
@@ -332,7 +227,7 @@ class Supervisor:
             pid = info.get("pid")
             if pid and process_alive(pid, info.get("pid_create_time")):
                 self.report(f"stopping {what} (pid {pid}) left over from a previous run")
-                _terminate_pid(pid, timeout=self.kill_after_s)
+                terminate_pid(pid, timeout=self.kill_after_s)
 
     def start(self) -> None:
         """Start NATS, the services, Postgres, and migrate; returns once all are spawned."""
@@ -466,7 +361,7 @@ class Supervisor:
                 env=self.child_env(child),
                 cwd=self.data_dir,
                 start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops in order
-                preexec_fn=_die_with_parent,  # only the main thread spawns children
+                preexec_fn=die_with_parent,  # only the main thread spawns children
             )
         child.started_at = time.monotonic()
 
@@ -503,7 +398,7 @@ class Supervisor:
         child.consecutive_crashes = (
             1 if uptime >= self.stable_after_s else (child.consecutive_crashes + 1)
         )
-        tail = _tail(child.log_path, 8)
+        tail = log_tail(child.log_path, 8)
         if child.consecutive_crashes >= self.crash_loop_limit:
             child.failed = True
             self.report(
@@ -647,7 +542,7 @@ class Supervisor:
                 "url": child.url,
                 "port": child.port,
                 "pid": child_pid,
-                "pid_create_time": _create_time(child_pid) if child_pid else None,
+                "pid_create_time": create_time(child_pid) if child_pid else None,
                 "state": child.state,
                 "ready": child.ready,
                 "restarts": max(child.starts - 1, 0),
@@ -661,7 +556,7 @@ class Supervisor:
                 "url": self.nats.url,
                 "monitor_url": self.nats.monitor_url,
                 "pid": nats_pid,
-                "pid_create_time": _create_time(nats_pid) if nats_pid else None,
+                "pid_create_time": create_time(nats_pid) if nats_pid else None,
                 "data_dir": str(self.data_dir / "nats"),
                 "credentials": str(nats_credentials_path(self.data_dir)),
             }
@@ -671,13 +566,13 @@ class Supervisor:
             postgres = {
                 "dsn": self.postgres.dsn,
                 "pid": pg_pid,
-                "pid_create_time": _create_time(pg_pid) if pg_pid else None,
+                "pid_create_time": create_time(pg_pid) if pg_pid else None,
                 "data_dir": str(self.postgres.data_dir),
             }
         return {
             "running": self._running,
             "pid": pid,
-            "pid_create_time": _create_time(pid),
+            "pid_create_time": create_time(pid),
             "data_dir": str(self.data_dir),
             "started_at": self.started_at,
             "updated_at": datetime.now(UTC).isoformat(),
@@ -700,55 +595,3 @@ class Supervisor:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(self.state(), indent=2))
         tmp.replace(path)
-
-
-def restart_delay(crashes: int, *, initial_s: float, max_s: float) -> float:
-    """Seconds to wait before restarting after ``crashes`` crashes in a row (exponential)."""
-    return float(min(initial_s * 2 ** max(crashes - 1, 0), max_s))
-
-
-def probe_ready(url: str, *, timeout: float) -> tuple[bool, dict[str, str]]:
-    """GET ``url/readyz``: whether it answered 200, and its checks."""
-    try:
-        with urllib.request.urlopen(f"{url}/readyz", timeout=timeout) as response:  # noqa: S310
-            return response.status == 200, _checks(response)
-    except urllib.error.HTTPError as exc:
-        return False, _checks(exc)
-    except (OSError, ValueError):
-        return False, {}
-
-
-def _checks(response: IO[bytes]) -> dict[str, str]:
-    try:
-        body = json.loads(response.read() or b"{}")
-    except ValueError:
-        return {}
-    checks = body.get("checks", {}) if isinstance(body, dict) else {}
-    return {str(k): str(v) for k, v in checks.items()} if isinstance(checks, dict) else {}
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(handle.tell() - 8192, 0))
-            text = handle.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(_iter_last(text.splitlines(), lines))
-
-
-def _iter_last(items: list[str], count: int) -> Iterator[str]:
-    yield from (f"    {line}" for line in items[-count:])
-
-
-def _terminate_pid(pid: int, *, timeout: float) -> None:
-    try:
-        proc = psutil.Process(pid)
-        proc.terminate()
-        proc.wait(timeout)
-    except psutil.TimeoutExpired:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    except psutil.Error:
-        pass
