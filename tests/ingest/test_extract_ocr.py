@@ -13,7 +13,9 @@ import pytest
 from lectern_common.errors import BadInputError
 from lectern_common.filetype import PDF
 from lectern_ingest.extract import extract
-from lectern_ingest.extract.pdf import _OCR_MAX_PIXELS, PdfExtraction, _ocr_dpi
+from lectern_ingest.extract.ocr import _OCR_MAX_PIXELS
+from lectern_ingest.extract.ocr import ocr_dpi as _ocr_dpi
+from lectern_ingest.extract.pdf import PdfExtraction
 
 pymupdf: Any = _pymupdf
 
