@@ -31,9 +31,21 @@ async def handle_uploaded(
             await park(broker, message, service=service, reason="invalid_message",
                        detail=str(exc))  # fmt: skip
         raise RejectMessage() from exc
-    outcome = await worker.process(
-        event=event, deliveries=deliveries(message), keepalive=message.in_progress
-    )
+    delivered = deliveries(message)
+    try:
+        outcome = await worker.process(
+            event=event, deliveries=delivered, keepalive=message.in_progress
+        )
+    except Exception as exc:
+        # an infrastructure fault the worker could not even record (Postgres unreachable):
+        # FastStream would reject (terminate) the message and the upload would be lost, left
+        # `processing`; redeliver it with the worker's backoff instead
+        delay = worker.retry_delay_for(delivered)
+        log.warning(
+            "upload %s could not be processed (%s: %s); redelivering in %.1f s",
+            event.document_id, type(exc).__name__, exc, delay,
+        )  # fmt: skip
+        raise NackMessage(delay=delay) from exc
     if outcome.gave_up is not None and broker is not None:
         await park(broker, message, service=service, reason=outcome.gave_up,
                    detail=f"document {event.document_id} failed: {outcome.gave_up}")  # fmt: skip

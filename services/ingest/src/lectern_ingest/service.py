@@ -260,6 +260,10 @@ class IngestWorker:
             return False
         return True
 
+    def retry_delay_for(self, deliveries: int) -> float:
+        """Seconds before redelivering a message delivered ``deliveries`` times."""
+        return self._delay(deliveries)
+
     def _delay(self, deliveries: int) -> float:
         return retry_delay(
             deliveries=deliveries,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import asyncpg
 from faststream.exceptions import NackMessage, RejectMessage
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
@@ -34,7 +35,14 @@ async def handle_turn(
             await park(broker, message, service=SERVICE, reason="invalid_message",
                        detail=str(exc))  # fmt: skip
         raise RejectMessage() from exc
-    await service.record_turn(pool=pool, event=event)
+    try:
+        await service.record_turn(pool=pool, event=event)
+    except Exception as exc:
+        # Postgres unreachable, say: redeliver later instead of FastStream's reject, which
+        # would drop the turn's signals for good
+        attempt = deliveries(message) if message is not None else 1
+        log.warning("turn %s not recorded (%s); retrying", event.event_id, type(exc).__name__)
+        raise NackMessage(delay=min(2.0**attempt, 30.0)) from exc
 
 
 async def handle_session_ended(
@@ -63,7 +71,8 @@ async def handle_session_ended(
         log.error("session %s cannot be distilled: %s", event.session_id, exc.message)
         await park(broker, message, service=SERVICE, reason="permanent_error", detail=exc.message)
         raise RejectMessage() from exc
-    except RetryableError as exc:
+    except (RetryableError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        # a model or Postgres that is down: redeliver with backoff, never drop the session
         log.info("session %s: %s; retrying (delivery %d)", event.session_id, exc, attempt)
         raise NackMessage(delay=min(2.0**attempt, 30.0)) from exc
     await publish_event(broker, distilled)

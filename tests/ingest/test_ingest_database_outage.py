@@ -1,0 +1,136 @@
+"""Postgres going away under the ingest worker in the middle of a document (through a TCP
+proxy in front of the real Postgres): the upload is not lost or left `processing`; once
+Postgres is back it is redelivered and indexed exactly once, and the worker keeps going."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import nats
+import pymupdf as _pymupdf
+import pytest
+from lectern_testing.pgproxy import PostgresProxy, proxied
+
+from lectern_common import objects
+from lectern_common.embeddings import Embedder, LocalEmbedder
+from lectern_common.events import DocumentIndexed, DocumentMetadata, DocumentUploaded
+from lectern_common.filetype import PDF
+from lectern_gateway.documents import repository as docs
+from lectern_ingest.app import create_app
+from lectern_ingest.config import Settings
+
+pytestmark = pytest.mark.integration
+pymupdf: Any = _pymupdf  # PyMuPDF is only partly typed
+
+
+def lesson_pdf(pages: int) -> bytes:
+    doc = pymupdf.open()
+    for number in range(1, pages + 1):
+        page = doc.new_page()
+        page.insert_text((72, 60), f"Chapter {number}: Waves and energy", fontsize=16)
+        text = " ".join(
+            f"Waves carry energy through a medium in lesson {number}." for _ in range(30)
+        )
+        page.insert_textbox(pymupdf.Rect(60, 80, 540, 780), text, fontsize=10)
+    data: bytes = doc.tobytes()
+    doc.close()
+    return data
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    """The packaged MiniLM, loaded once for the module."""
+    return LocalEmbedder(Settings())
+
+
+@pytest.fixture
+async def proxy(database_url: str) -> AsyncIterator[tuple[PostgresProxy, str]]:
+    upstream, dsn = proxied(database_url)
+    running = PostgresProxy(upstream)
+    await running.start()
+    try:
+        yield running, dsn.format(port=running.port)
+    finally:
+        await running.stop()
+
+
+@pytest.fixture
+async def app(
+    nats_url: str, proxy: tuple[PostgresProxy, str], embedder: Embedder
+) -> AsyncIterator[Any]:
+    settings = Settings(
+        nats_url=nats_url, database_url=proxy[1], http_port=0, log_json=False,
+        progress_interval_s=0.0, retry_backoff_s=0.5, db_connect_timeout_s=1.0,
+        db_command_timeout_s=3.0,
+    )  # fmt: skip
+    application = create_app(settings, embedder=embedder)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+async def test_postgres_lost_while_storing_redelivers_and_indexes_once(
+    app: Any, proxy: tuple[PostgresProxy, str], nats_url: str, db_pool: Any, tenant_id: str
+) -> None:
+    pg, _ = proxy
+    nc = await nats.connect(nats_url)
+    try:
+        data = lesson_pdf(12)
+        document_id = uuid.uuid4()
+        name = objects.object_name(document_id, 1)
+        await objects.put_bytes(nc.jetstream(), name=name, data=data)
+        async with db_pool.acquire() as conn:
+            await docs.insert_document(
+                conn,
+                docs.NewDocument(
+                    id=document_id, tenant_id=tenant_id, title="Waves", filename="waves.pdf",
+                    mime_type=PDF, size_bytes=len(data), file_sha256=uuid.uuid4().hex,
+                    subject="physics", grade_level=10, module_tag=None, class_id=None,
+                    content_type="notes", language=None, collection="educational",
+                    curriculum_standards=[], topic_tags=[], source_priority=0.7,
+                    freshness_date=None, version=1, previous_version_id=None,
+                    object_name=name, uploaded_by="teacher-1", uploader_role="teacher",
+                    metadata={},
+                ),
+            )  # fmt: skip
+        event = DocumentUploaded(
+            tenant_id=tenant_id, document_id=document_id, version=1, object_name=name,
+            filename="waves.pdf", mime_type=PDF, size_bytes=len(data),
+            file_sha256=uuid.uuid4().hex, uploaded_by="teacher-1", metadata=DocumentMetadata(),
+        )  # fmt: skip
+        storing = asyncio.Event()
+        indexed: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        async def on_progress(msg: Any) -> None:
+            body = json.loads(msg.data)
+            ours = body.get("document_id") == str(document_id) and body.get("stage") == "store"
+            if ours and not storing.is_set():
+                pg.cut("refuse")  # Postgres goes away just as the chunks are written
+                storing.set()
+
+        async def on_indexed(msg: Any) -> None:
+            body = json.loads(msg.data)
+            if body.get("document_id") == str(document_id):
+                await indexed.put(body)
+
+        await nc.subscribe("lectern.documents.progress.v1", cb=on_progress)
+        await nc.subscribe(DocumentIndexed.subject, cb=on_indexed)
+        await nc.jetstream().publish(event.subject, event.model_dump_json().encode())
+        await asyncio.wait_for(storing.wait(), 60)
+        await asyncio.sleep(3)
+        row = await db_pool.fetchrow("SELECT status FROM documents WHERE id = $1", document_id)
+        assert row["status"] in ("pending", "processing"), row  # not failed for an outage
+        pg.restore()
+        done = await asyncio.wait_for(indexed.get(), 90)
+        row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", document_id)
+        assert row["status"] == "indexed" and row["attempts"] >= 2, dict(row)
+        chunks = await db_pool.fetch(
+            "SELECT chunk_index FROM chunks WHERE document_id = $1", document_id
+        )
+        assert len(chunks) == done["chunk_count"] == row["chunk_count"] > 0
+        assert len({c["chunk_index"] for c in chunks}) == len(chunks), "no duplicate chunks"
+    finally:
+        await nc.close()
