@@ -418,22 +418,30 @@ async def chunk_fingerprint(dsn: str, document_id: str) -> list[tuple[Any, ...]]
 
 
 async def outcome_events(nats_url: str, document_id: str) -> list[dict[str, Any]]:
-    """Every documents.indexed / documents.failed event the stream holds for the document."""
+    """Every documents.indexed / documents.failed event the stream holds for the document,
+    read message by message by sequence (a consumer's pending count races its deliveries)."""
+    from nats.js.errors import NotFoundError as MessageNotFound
+
+    from lectern_common.broker import stream_for
     from lectern_common.events import Subjects
 
+    wanted = (Subjects.DOCUMENTS_INDEXED, Subjects.DOCUMENTS_FAILED)
+    stream = stream_for(Subjects.DOCUMENTS_INDEXED).name
     nc = await nats.connect(nats_url)
     found: list[dict[str, Any]] = []
     try:
         js = nc.jetstream()
-        for subject in (Subjects.DOCUMENTS_INDEXED, Subjects.DOCUMENTS_FAILED):
-            subscription = await js.subscribe(subject, ordered_consumer=True)
-            pending = (await subscription.consumer_info()).num_pending
-            for _ in range(pending or 0):
-                message = await subscription.next_msg(timeout=5)
-                event = json.loads(message.data)
-                if event.get("document_id") == document_id:
-                    found.append({"subject": message.subject, **event})
-            await subscription.unsubscribe()
+        state = (await js.stream_info(stream)).state
+        for seq in range(state.first_seq, state.last_seq + 1):
+            try:
+                message = await js.get_msg(stream, seq)
+            except MessageNotFound:
+                continue
+            if message.subject not in wanted:
+                continue
+            event = json.loads(message.data or b"{}")
+            if event.get("document_id") == document_id:
+                found.append({"subject": message.subject, **event})
     finally:
         await nc.close()
     return found
