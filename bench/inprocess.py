@@ -11,21 +11,20 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lectern_common.embeddings import Embedder
 
 
 @dataclass
 class Stack:
-    """Where to reach NATS and Postgres, and whether a retriever already answers there."""
+    """Where to reach NATS and Postgres."""
 
     nats_url: str
     database_url: str
-    external: bool
 
 
 @contextlib.asynccontextmanager
@@ -43,11 +42,22 @@ async def embedded_stack() -> AsyncIterator[Stack]:
         await asyncio.to_thread(pg.start)
         await asyncio.to_thread(nats.start)
         await migrate(pg.dsn, embedding_model=LOCAL_MODEL_NAME, embedding_dim=LOCAL_DIMENSION)
-        yield Stack(nats_url=nats.url, database_url=pg.dsn, external=False)
+        yield Stack(nats_url=nats.url, database_url=pg.dsn)
     finally:
         await asyncio.to_thread(nats.stop)
         await asyncio.to_thread(pg.stop)
         shutil.rmtree(base, ignore_errors=True)
+
+
+S = TypeVar("S")
+
+
+def quiet_settings(settings_type: Callable[..., S], servers: Stack, **extra: Any) -> S:
+    """A service's settings on these servers, with no HTTP port and warnings-only logs."""
+    return settings_type(
+        nats_url=servers.nats_url, database_url=servers.database_url, http_port=0,
+        log_json=False, log_level="WARNING", **extra,
+    )  # fmt: skip
 
 
 @contextlib.asynccontextmanager
@@ -56,12 +66,9 @@ async def in_process_ingest(servers: Stack, embedder: Embedder) -> AsyncIterator
     from lectern_ingest.app import create_app
     from lectern_ingest.config import Settings
 
-    settings = Settings(
-        nats_url=servers.nats_url,
-        database_url=servers.database_url,
-        http_port=0,
-        log_json=False,
-        log_level="WARNING",
+    settings = quiet_settings(
+        Settings,
+        servers,
         # a corpus of short documents: more of them in flight hides each one's round trips
         concurrency=4,
     )
@@ -79,13 +86,7 @@ async def in_process_gateway(servers: Stack, tenant_id: str) -> AsyncIterator[An
     from lectern_gateway.auth import issue_token
     from lectern_gateway.config import Settings
 
-    settings = Settings(
-        nats_url=servers.nats_url,
-        database_url=servers.database_url,
-        http_port=0,
-        log_json=False,
-        log_level="WARNING",
-    )
+    settings = quiet_settings(Settings, servers)
     app = create_app(settings)
     token = issue_token(
         secret=settings.effective_jwt_secret, tenant_id=tenant_id, user_id="lectern-eval",
@@ -108,13 +109,7 @@ async def in_process_retriever(servers: Stack, embedder: Embedder) -> AsyncItera
     from lectern_retriever.app import create_app
     from lectern_retriever.config import Settings
 
-    settings = Settings(
-        nats_url=servers.nats_url,
-        database_url=servers.database_url,
-        http_port=0,
-        log_json=False,
-        log_level="WARNING",
-    )
+    settings = quiet_settings(Settings, servers)
     app = create_app(settings, embedder=embedder)
     async with app.router.lifespan_context(app):
         yield
@@ -129,13 +124,7 @@ async def in_process_reranker(servers: Stack) -> AsyncIterator[None]:
     except ImportError:  # the harness then notes that hybrid+rerank was skipped
         yield
         return
-    settings = Settings(
-        nats_url=servers.nats_url,
-        database_url=servers.database_url,
-        http_port=0,
-        log_json=False,
-        log_level="WARNING",
-    )
+    settings = quiet_settings(Settings, servers)
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         yield

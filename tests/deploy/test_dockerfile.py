@@ -77,9 +77,8 @@ def package_dirs() -> list[str]:
 
 
 def test_test_support_stays_out_of_the_image(instructions: list[Instruction]) -> None:
-    ignore = (REPO / ".dockerignore").read_text().splitlines()
     for package in TEST_ONLY_PACKAGES:
-        assert ignored(f"{package}/pyproject.toml", ignore), package
+        assert ignored(f"{package}/pyproject.toml", dockerignore_patterns()), package
         assert not any(package in ins.args for ins in instructions), package
 
 
@@ -249,12 +248,17 @@ def ignored(path: str, patterns: list[str]) -> bool:
     return excluded
 
 
-def test_dockerignore_keeps_the_build_inputs_and_drops_local_state() -> None:
-    patterns = [
+def dockerignore_patterns() -> list[str]:
+    """The patterns of .dockerignore, in order, without comments and blank lines."""
+    return [
         line.strip()
         for line in (REPO / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
+
+
+def test_dockerignore_keeps_the_build_inputs_and_drops_local_state() -> None:
+    patterns = dockerignore_patterns()
     needed = ["constraints.txt", "deploy/docker/pyproject_deps.py"]
     for package in package_dirs():
         needed += [f"{package}/pyproject.toml", f"{package}/src/x.py"]

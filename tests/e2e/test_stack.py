@@ -327,13 +327,24 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
         stop_stack(stack, signal.SIGINT)
         assert_within_nats_permissions(stack)
     finally:
-        if stack.process.poll() is None:  # a failed assertion: still stop everything
-            stack.process.send_signal(signal.SIGTERM)
-            try:
-                stack.process.wait(STOP_WITHIN_S)
-            except subprocess.TimeoutExpired:
-                stack.process.kill()
-                stack.process.wait()
+        ensure_stopped(stack)  # after a failed assertion too
+
+
+def ensure_stopped(stack: Stack) -> None:
+    """Stop `lectern up` if it still runs (SIGTERM, then SIGKILL)."""
+    if stack.process.poll() is None:
+        stack.process.send_signal(signal.SIGTERM)
+        try:
+            stack.process.wait(STOP_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            stack.process.kill()
+            stack.process.wait()
+
+
+async def settled(dsn: str, document_id: str) -> bool:
+    """Whether ingest is done with the document (indexed or failed)."""
+    found = await document_row(dsn, document_id)
+    return found is not None and found["status"] in ("indexed", "failed")
 
 
 def assert_within_nats_permissions(stack: Stack) -> None:
@@ -519,12 +530,8 @@ async def test_services_killed_mid_work_lose_nothing(
         assert row is not None and row["status"] == "processing", row
         assert await chunk_fingerprint(dsn, killed_doc) == [], "nothing stored before the kill"
 
-        async def settled(document_id: str) -> bool:
-            found = await document_row(dsn, document_id)
-            return found is not None and found["status"] in ("indexed", "failed")
-
         await wait_until(stack, "the killed upload indexed", 240,
-                         lambda: settled(killed_doc))  # fmt: skip
+                         lambda: settled(dsn, killed_doc))  # fmt: skip
         recovered_s = time.monotonic() - killed_at
         record_property("ingest_sigkill_recovery_s", round(recovered_s, 1))
         print(f"\ningest SIGKILLed mid-embedding: document indexed {recovered_s:.1f} s later")
@@ -536,7 +543,7 @@ async def test_services_killed_mid_work_lose_nothing(
         # the same bytes in another tenant, undisturbed
         clean_doc = await upload(url, "faults-b", manual)
         await wait_until(stack, "the undisturbed upload indexed", 240,
-                         lambda: settled(clean_doc))  # fmt: skip
+                         lambda: settled(dsn, clean_doc))  # fmt: skip
         killed = await chunk_fingerprint(dsn, killed_doc)
         clean = await chunk_fingerprint(dsn, clean_doc)
         assert len(killed) == row["chunk_count"] > 300
@@ -569,13 +576,7 @@ async def test_services_killed_mid_work_lose_nothing(
         stop_stack(stack)
         assert_within_nats_permissions(stack)
     finally:
-        if stack.process.poll() is None:
-            stack.process.send_signal(signal.SIGTERM)
-            try:
-                stack.process.wait(STOP_WITHIN_S)
-            except subprocess.TimeoutExpired:
-                stack.process.kill()
-                stack.process.wait()
+        ensure_stopped(stack)  # after a failed assertion too
 
 
 def restart_nats(state: dict[str, Any], data_dir: Path) -> Any:
@@ -609,12 +610,8 @@ async def test_nats_restart_loses_no_upload_and_chat_recovers(
         state = stack.state()
         url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
 
-        async def settled(document_id: str) -> bool:
-            found = await document_row(dsn, document_id)
-            return found is not None and found["status"] in ("indexed", "failed")
-
         course = await upload(url, "nats-r", long_pdf(4, seed=3))
-        await wait_until(stack, "the course indexed", 120, lambda: settled(course))
+        await wait_until(stack, "the course indexed", 120, lambda: settled(dsn, course))
 
         nc = await nats.connect(nats_url)
         embedding = asyncio.Event()
@@ -657,10 +654,11 @@ async def test_nats_restart_loses_no_upload_and_chat_recovers(
         await asyncio.sleep(max(0.0, 5 - (time.monotonic() - down_at)))
         restarted = restart_nats(state, stack.data_dir)
         up_at = time.monotonic()
-        ready_s = await wait_until(stack, "all ready after the restart", 90,
-                                   lambda: all_ready(stack))  # fmt: skip
+        await wait_until(stack, "all ready after the restart", 90, lambda: all_ready(stack))
         ready_s = time.monotonic() - up_at
-        await wait_until(stack, "the upload in flight settled", 300, lambda: settled(in_flight))
+        await wait_until(
+            stack, "the upload in flight settled", 300, lambda: settled(dsn, in_flight)
+        )
         indexed_s = time.monotonic() - up_at
         record_property("nats_restart_ready_s", round(ready_s, 1))
         print(f"NATS restarted: all services ready {ready_s:.1f} s later, the upload in flight "
@@ -677,18 +675,12 @@ async def test_nats_restart_loses_no_upload_and_chat_recovers(
 
         after = await upload(url, "nats-r", long_pdf(3, seed=11))
         await wait_until(stack, "an upload after the restart indexed", 120,
-                         lambda: settled(after))  # fmt: skip
+                         lambda: settled(dsn, after))  # fmt: skip
         answer = await ask(url, "nats-r", "What is osmosis?")
         assert answer["event"] == "done" and answer["citations"], answer
         stop_stack(stack)
         assert_within_nats_permissions(stack)
     finally:
-        if stack.process.poll() is None:
-            stack.process.send_signal(signal.SIGTERM)
-            try:
-                stack.process.wait(STOP_WITHIN_S)
-            except subprocess.TimeoutExpired:
-                stack.process.kill()
-                stack.process.wait()
+        ensure_stopped(stack)  # after a failed assertion too
         if restarted is not None:
             restarted.stop()

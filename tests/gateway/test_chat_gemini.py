@@ -15,7 +15,7 @@ from lectern_testing.chat import (
     Gateway,
     Responders,
     ask,
-    gateway_settings,
+    hosted_model_settings,
     new_session,
     run_responders,
     seed_document,
@@ -52,14 +52,7 @@ async def gateway(
 ) -> AsyncIterator[Gateway]:
     """The gateway with Gemini (fake) and the OpenAI-compatible fallback (fake)."""
     gemini, oai = fakes
-    settings = gateway_settings(
-        nats_url,
-        database_url,
-        gemini_api_key="fake-key",
-        gemini_base_url=gemini.base_url,
-        fallback_llm_base_url=oai.api_base,
-        fallback_llm_model="deepseek-chat",
-    )
+    settings = hosted_model_settings(nats_url, database_url, gemini, oai)
     async with (
         run_responders(nats_url, Responders(pool=db_pool, memories=MEMORIES)),
         serve_gateway(settings) as running,

@@ -16,7 +16,7 @@ from lectern_testing.chat import (
     Gateway,
     Responders,
     ask,
-    gateway_settings,
+    hosted_model_settings,
     new_session,
     run_responders,
     seed_document,
@@ -41,14 +41,8 @@ async def gateway(
     nats_url: str, database_url: str, db_pool: Any, fakes: tuple[FakeGemini, FakeOpenAI]
 ) -> AsyncIterator[Gateway]:
     gemini, oai = fakes
-    settings = gateway_settings(
-        nats_url,
-        database_url,
-        gemini_api_key="fake-key",
-        gemini_base_url=gemini.base_url,
-        fallback_llm_base_url=oai.api_base,
-        fallback_llm_model="deepseek-chat",
-        llm_timeout_s=LLM_TIMEOUT_S,
+    settings = hosted_model_settings(
+        nats_url, database_url, gemini, oai, llm_timeout_s=LLM_TIMEOUT_S
     )
     async with run_responders(nats_url, Responders(pool=db_pool)), serve_gateway(settings) as gw:
         yield gw

@@ -21,7 +21,7 @@ from lectern_testing.chat import (
     run_responders,
     serve_gateway,
 )
-from lectern_testing.pgproxy import PostgresProxy, proxied
+from lectern_testing.pgproxy import PostgresProxy
 
 pytestmark = pytest.mark.integration
 
@@ -30,22 +30,15 @@ BOUNDED_S = 8.0
 
 
 @pytest.fixture
-async def proxy(database_url: str) -> AsyncIterator[tuple[PostgresProxy, str]]:
-    upstream, dsn = proxied(database_url)
-    running = PostgresProxy(upstream)
-    await running.start()
-    try:
-        yield running, dsn.format(port=running.port)
-    finally:
-        await running.stop()
-
-
-@pytest.fixture
 async def gateway(
-    nats_url: str, db_pool: Any, proxy: tuple[PostgresProxy, str]
+    nats_url: str, db_pool: Any, postgres_proxy: tuple[PostgresProxy, str]
 ) -> AsyncIterator[Gateway]:
     settings = gateway_settings(
-        nats_url, proxy[1], db_connect_timeout_s=1.0, db_command_timeout_s=2.0, db_pool_max=4
+        nats_url,
+        postgres_proxy[1],
+        db_connect_timeout_s=1.0,
+        db_command_timeout_s=2.0,
+        db_pool_max=4,
     )
     async with run_responders(nats_url, Responders(pool=db_pool)), serve_gateway(settings) as gw:
         yield gw
@@ -78,9 +71,9 @@ async def _sse_error(client: httpx.AsyncClient, url: str, headers: dict[str, str
 
 @pytest.mark.parametrize("mode", ["refuse", "blackhole"])
 async def test_requests_during_an_outage_get_503_and_the_pool_recovers(
-    gateway: Gateway, proxy: tuple[PostgresProxy, str], tenant_id: str, mode: str
+    gateway: Gateway, postgres_proxy: tuple[PostgresProxy, str], tenant_id: str, mode: str
 ) -> None:
-    pg, _ = proxy
+    pg, _ = postgres_proxy
     student = gateway.token(tenant_id, "sam")
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
         session = await client.post("/v1/sessions", headers=student, json={"mode": "chat"})

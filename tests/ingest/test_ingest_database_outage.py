@@ -13,7 +13,7 @@ from typing import Any
 import nats
 import pymupdf as _pymupdf
 import pytest
-from lectern_testing.pgproxy import PostgresProxy, proxied
+from lectern_testing.pgproxy import PostgresProxy
 
 from lectern_common import objects
 from lectern_common.embeddings import Embedder, LocalEmbedder
@@ -48,22 +48,11 @@ def embedder() -> Embedder:
 
 
 @pytest.fixture
-async def proxy(database_url: str) -> AsyncIterator[tuple[PostgresProxy, str]]:
-    upstream, dsn = proxied(database_url)
-    running = PostgresProxy(upstream)
-    await running.start()
-    try:
-        yield running, dsn.format(port=running.port)
-    finally:
-        await running.stop()
-
-
-@pytest.fixture
 async def app(
-    nats_url: str, proxy: tuple[PostgresProxy, str], embedder: Embedder
+    nats_url: str, postgres_proxy: tuple[PostgresProxy, str], embedder: Embedder
 ) -> AsyncIterator[Any]:
     settings = Settings(
-        nats_url=nats_url, database_url=proxy[1], http_port=0, log_json=False,
+        nats_url=nats_url, database_url=postgres_proxy[1], http_port=0, log_json=False,
         progress_interval_s=0.0, retry_backoff_s=0.5, db_connect_timeout_s=1.0,
         db_command_timeout_s=3.0,
     )  # fmt: skip
@@ -73,9 +62,9 @@ async def app(
 
 
 async def test_postgres_lost_while_storing_redelivers_and_indexes_once(
-    app: Any, proxy: tuple[PostgresProxy, str], nats_url: str, db_pool: Any, tenant_id: str
+    app: Any, postgres_proxy: tuple[PostgresProxy, str], nats_url: str, db_pool: Any, tenant_id: str
 ) -> None:
-    pg, _ = proxy
+    pg, _ = postgres_proxy
     nc = await nats.connect(nats_url)
     try:
         data = lesson_pdf(12)

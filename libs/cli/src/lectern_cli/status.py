@@ -261,10 +261,6 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
-#: where consumers park messages they give up on (``lectern_common.events.MessageParked``)
-DEAD_LETTER_STREAM = "LECTERN_DEADLETTER"
-
-
 def render(status: Mapping[str, Any]) -> str:
     """The human-readable report."""
     lines = [f"Lectern status ({status['source']})", "", "services"]
@@ -288,11 +284,15 @@ def render(status: Mapping[str, Any]) -> str:
                 f"    {consumer:<26} pending {counts['pending']}, ack pending "
                 f"{counts['ack_pending']}, redelivered {counts['redelivered']}"
             )
-    parked = status["streams"].get(DEAD_LETTER_STREAM, {}).get("messages", 0)
+    from lectern_common.broker import stream_for
+    from lectern_common.events import Subjects
+
+    # where consumers park the messages they give up on (MessageParked)
+    dead_letter = stream_for(Subjects.DEAD_LETTER).name
+    parked = status["streams"].get(dead_letter, {}).get("messages", 0)
     if parked:
         lines.append(
-            f"  {parked} parked message(s) a consumer gave up on: "
-            f"nats stream view {DEAD_LETTER_STREAM}"
+            f"  {parked} parked message(s) a consumer gave up on: nats stream view {dead_letter}"
         )
     pg = status["postgres"]
     lines += ["", f"Postgres ({pg['url']}): {'ok' if pg['ok'] else pg.get('error')}"]

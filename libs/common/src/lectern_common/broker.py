@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,12 @@ from pydantic import BaseModel, ValidationError
 
 from lectern_common.errors import LecternError, RetryableError, UpstreamError
 from lectern_common.events.base import Event, Reply, Request, Subjects
+from lectern_common.events.deadletter import (
+    MAX_PARKED_PAYLOAD,
+    MessageParked,
+    ParkReason,
+    parked_event_id,
+)
 
 log = logging.getLogger(__name__)
 
@@ -286,18 +293,12 @@ def deliveries(message: Any) -> int:
     return int(getattr(metadata, "num_delivered", 1) or 1)
 
 
-async def park(broker: NatsBroker, message: Any, *, service: str, reason: str, detail: str) -> None:
+async def park(
+    broker: NatsBroker, message: Any, *, service: str, reason: ParkReason, detail: str
+) -> None:
     """Copy a JetStream message a consumer is giving up on to the dead-letter stream
     (``MessageParked`` on ``lectern.deadletter.v1``) before it is rejected or acked, so an
     operator can see and replay it. Never raises: a parking failure is logged."""
-    import json
-
-    from lectern_common.events.deadletter import (
-        MAX_PARKED_PAYLOAD,
-        MessageParked,
-        parked_event_id,
-    )
-
     raw = getattr(message, "raw_message", message)
     data: bytes = getattr(raw, "data", b"") or b""
     subject = str(getattr(raw, "subject", "") or "")
@@ -325,7 +326,7 @@ async def park(broker: NatsBroker, message: Any, *, service: str, reason: str, d
             consumer=consumer,
             service=service,
             deliveries=delivered,
-            reason=reason,  # type: ignore[arg-type]  # validated by the model
+            reason=reason,
             detail=detail[:2000],
             payload=data.decode("utf-8", errors="replace")[:MAX_PARKED_PAYLOAD],
         )

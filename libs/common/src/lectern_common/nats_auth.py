@@ -137,18 +137,24 @@ def new_credentials(services: list[str]) -> dict[str, str]:
     return {user: secrets.token_urlsafe(24) for user in users}
 
 
+def user_entries() -> list[tuple[str, str, dict[str, Any]]]:
+    """(key, user, entry) of every NATS user: one per service with its permissions (key: the
+    service), then the unrestricted admin (key ``admin``); ``entry`` lacks the password."""
+    entries = [
+        (service, nats_user(service), {"permissions": permissions.as_config()})
+        for service, permissions in SERVICE_PERMISSIONS.items()
+    ]
+    return [*entries, ("admin", ADMIN_USER, {})]
+
+
 def authorization_config(passwords: dict[str, str]) -> str:
-    """The ``authorization`` block of a nats-server configuration file: one user per
-    service with its permissions, the admin user unrestricted. JSON is valid NATS config."""
-    users: list[dict[str, Any]] = []
-    for service, permissions in SERVICE_PERMISSIONS.items():
-        user = nats_user(service)
-        if user in passwords:
-            users.append(
-                {"user": user, "password": passwords[user], "permissions": permissions.as_config()}
-            )
-    if ADMIN_USER in passwords:
-        users.append({"user": ADMIN_USER, "password": passwords[ADMIN_USER]})
+    """The ``authorization`` block of a nats-server configuration file for the users that
+    have a password in ``passwords``. JSON is valid NATS config."""
+    users = [
+        {"user": user, "password": passwords[user], **entry}
+        for _, user, entry in user_entries()
+        if user in passwords
+    ]
     return "authorization: " + json.dumps({"users": users}, indent=2) + "\n"
 
 
@@ -168,14 +174,10 @@ def helm_values() -> dict[str, Any]:
     chart writes ``<< $VAR >>`` unquoted, so nats-server expands it at start)."""
     users: list[dict[str, Any]] = []
     env: dict[str, Any] = {}
-    for service, permissions in [*SERVICE_PERMISSIONS.items(), ("admin", None)]:
-        user = ADMIN_USER if permissions is None else nats_user(service)
+    for key, user, entry in user_entries():
         variable = password_variable(user)
-        entry: dict[str, Any] = {"user": user, "password": f"<< ${variable} >>"}
-        if permissions is not None:
-            entry["permissions"] = permissions.as_config()
-        users.append(entry)
-        env[variable] = {"valueFrom": {"secretKeyRef": {"name": K8S_SECRET, "key": service}}}
+        users.append({"user": user, "password": f"<< ${variable} >>", **entry})
+        env[variable] = {"valueFrom": {"secretKeyRef": {"name": K8S_SECRET, "key": key}}}
     return {"config": {"merge": {"authorization": {"users": users}}}, "container": {"env": env}}
 
 

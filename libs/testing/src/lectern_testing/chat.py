@@ -293,6 +293,20 @@ def gateway_settings(nats_url: str, database_url: str, **overrides: Any) -> Sett
     return Settings(**values)
 
 
+def hosted_model_settings(
+    nats_url: str, database_url: str, gemini: Any, fallback: Any, **overrides: Any
+) -> Settings:
+    """Test settings with Gemini and the OpenAI-compatible fallback pointed at the fake
+    servers of ``lectern_testing.gemini_fake`` (``gemini``, ``fallback``)."""
+    values: dict[str, Any] = {
+        "gemini_api_key": "fake-key",
+        "gemini_base_url": gemini.base_url,
+        "fallback_llm_base_url": fallback.api_base,
+        "fallback_llm_model": "deepseek-chat",
+    }
+    return gateway_settings(nats_url, database_url, **{**values, **overrides})
+
+
 @asynccontextmanager
 async def serve_gateway(
     settings: Settings, *, tracer_provider: trace.TracerProvider | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import urllib.parse
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 
@@ -84,3 +85,15 @@ def proxied(database_url: str) -> tuple[tuple[str, int] | str, str]:
          urllib.parse.urlencode(rest, doseq=True), "")
     )  # fmt: skip
     return upstream, dsn
+
+
+@contextlib.asynccontextmanager
+async def postgres_proxy(database_url: str) -> AsyncIterator[tuple[PostgresProxy, str]]:
+    """A running proxy in front of ``database_url`` and the DSN that goes through it."""
+    upstream, dsn = proxied(database_url)
+    running = PostgresProxy(upstream)
+    await running.start()
+    try:
+        yield running, dsn.format(port=running.port)
+    finally:
+        await running.stop()

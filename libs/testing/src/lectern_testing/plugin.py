@@ -125,6 +125,16 @@ def nats_url(lectern_servers: Servers) -> str:
     return lectern_servers.nats_url
 
 
+@pytest.fixture
+async def postgres_proxy(database_url: str) -> AsyncIterator[tuple[Any, str]]:
+    """A TCP proxy in front of the session's Postgres (``lectern_testing.pgproxy``), for
+    outage tests, and the DSN through it."""
+    from lectern_testing.pgproxy import postgres_proxy as running
+
+    async with running(database_url) as proxy:
+        yield proxy
+
+
 @pytest.fixture(scope="session")
 def database_url(lectern_servers: Servers) -> str:
     """DSN of the session's migrated Postgres."""

@@ -16,6 +16,7 @@ from lectern_common.events import (
     FailureReason,
     IngestStage,
 )
+from lectern_common.events.deadletter import ParkReason
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class Outcome:
     status: str
     retry_after: float | None = None
     #: set when the message is given up on after its deliveries: the handler parks a copy
-    gave_up: str | None = None
+    gave_up: ParkReason | None = None
 
 
 def retry_delay(*, deliveries: int, base_s: float, max_s: float) -> float:

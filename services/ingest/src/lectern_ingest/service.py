@@ -120,13 +120,13 @@ class IngestWorker:
                     deliveries,
                 )  # fmt: skip
                 return Outcome("failed", gave_up="too_many_deliveries")
-            return Outcome("retry", self._delay(deliveries))
+            return Outcome("retry", self.retry_delay_for(deliveries))
         status = row["status"]
         if status in ("indexed", "duplicate") and row["version"] == event.version:
             # a crash between commit and ack: repair the clean-up, republish the outcome
             cleaned = await self._clean_up(event, row)
             await self._publish_indexed(row, duration_ms=0.0)
-            return Outcome(status, None if cleaned else self._delay(deliveries))
+            return Outcome(status, None if cleaned else self.retry_delay_for(deliveries))
         if status == "failed":
             await self._forget_password(event)
             await self._publish_failed_row(row)
@@ -186,7 +186,7 @@ class IngestWorker:
                     conn, event.document_id, attempts=deliveries, stage=progress.stage.value,
                     message=message[:2000],
                 )  # fmt: skip
-            return Outcome("retry", self._delay(deliveries))
+            return Outcome("retry", self.retry_delay_for(deliveries))
         finally:
             if alive is not None:
                 alive.cancel()
@@ -207,7 +207,7 @@ class IngestWorker:
         cleaned = await self._clean_up(event, row)
         await self._publish_indexed(row, duration_ms=(time.monotonic() - started) * 1000.0)
         # a failed clean-up is retried by the re-delivery (which republishes the same outcome)
-        return Outcome(stored, None if cleaned else self._delay(deliveries))
+        return Outcome(stored, None if cleaned else self.retry_delay_for(deliveries))
 
     async def _store(self, row: Any, result: PipelineResult) -> str | None:
         """Store the outcome: ``indexed``, ``duplicate`` or None (the document changed)."""
@@ -262,9 +262,6 @@ class IngestWorker:
 
     def retry_delay_for(self, deliveries: int) -> float:
         """Seconds before redelivering a message delivered ``deliveries`` times."""
-        return self._delay(deliveries)
-
-    def _delay(self, deliveries: int) -> float:
         return retry_delay(
             deliveries=deliveries,
             base_s=self.settings.retry_backoff_s,

@@ -19,6 +19,11 @@ log = logging.getLogger(__name__)
 SERVICE = "lectern-memory"
 
 
+def backoff(attempt: int) -> float:
+    """Seconds before a redelivery after ``attempt`` deliveries (doubling, at most 30)."""
+    return min(2.0**attempt, 30.0)
+
+
 async def handle_turn(
     service: MemoryService,
     pool: Any,
@@ -42,7 +47,7 @@ async def handle_turn(
         # would drop the turn's signals for good
         attempt = deliveries(message) if message is not None else 1
         log.warning("turn %s not recorded (%s); retrying", event.event_id, type(exc).__name__)
-        raise NackMessage(delay=min(2.0**attempt, 30.0)) from exc
+        raise NackMessage(delay=backoff(attempt)) from exc
 
 
 async def handle_session_ended(
@@ -74,5 +79,5 @@ async def handle_session_ended(
     except (RetryableError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         # a model or Postgres that is down: redeliver with backoff, never drop the session
         log.info("session %s: %s; retrying (delivery %d)", event.session_id, exc, attempt)
-        raise NackMessage(delay=min(2.0**attempt, 30.0)) from exc
+        raise NackMessage(delay=backoff(attempt)) from exc
     await publish_event(broker, distilled)
