@@ -189,3 +189,49 @@ def test_answers_cite_the_source_that_answers_not_every_source_near_it() -> None
         question="What does mitosis produce?", sources=[best, near], similarities=[0.8, 0.45]
     )
     assert picked.cited == ["T1"]
+
+
+def test_a_footnote_number_after_the_stop_still_ends_the_sentence() -> None:
+    source = SourceText(
+        label="T1",
+        text=(
+            "Storing ovarian tissue was studied in 57 girls.48 This report concluded that at "
+            "the age of 13 years girls should be counselled about fertility options."
+        ),
+    )
+    picked = extract_answer(
+        question="At what age should girls be counselled about fertility?", sources=[source]
+    )
+    assert picked.sentences[0].text.startswith("This report concluded")
+    assert "57 girls" not in picked.render()
+
+
+def test_a_question_in_the_text_does_not_answer_the_question() -> None:
+    source = SourceText(
+        label="T1",
+        text=(
+            "Draw two lines across a sheet of paper. How many regions are there after "
+            "drawing two intersecting lines? Two intersecting lines divide the sheet into "
+            "4 regions."
+        ),
+    )
+    picked = extract_answer(
+        question="How many regions are there after drawing two intersecting lines?",
+        sources=[source],
+    )
+    assert "4 regions" in picked.render()
+    assert "?" not in picked.render()
+
+
+def test_a_comparison_cites_another_source_only_when_it_answers_nearly_as_well() -> None:
+    both = SourceText(
+        label="T1",
+        text="Mitosis produces two identical cells, while meiosis produces four different cells.",
+    )
+    near = SourceText(label="T2", text="Mitosis and meiosis were first observed in the 1880s.")
+    picked = extract_answer(
+        question="How does mitosis differ from meiosis?",
+        sources=[both, near],
+        similarities=[0.8, 0.5],
+    )
+    assert picked.cited == ["T1"]

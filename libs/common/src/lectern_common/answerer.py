@@ -51,7 +51,10 @@ _STOPWORDS = frozenset(
 )
 _WORDS = re.compile(r"[^\W_]+", re.UNICODE)
 _PARAGRAPHS = re.compile(r"\n\s*\n|\n(?=\s*(?:[-•*▪◦–‒—]|\d{1,2}[.)]|\(?[a-z][.)])\s)")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9ÄÖÜ])")
+_SENTENCE_END = re.compile(
+    r"(?:(?<=[.!?])|(?<=[a-z)][.!?]\d)|(?<=[a-z)][.!?]\d\d)|(?<=[a-z)][.!?]\d\d\d))"
+    r"\s+(?=[\"'(\[]?[A-Z0-9ÄÖÜ])"
+)  # a sentence ends at its stop, or after the footnote number stuck to it ("growth.31 A")
 _ITEM_MARK = re.compile(r"^\s*(?:[-•*▪◦–‒—]|\d{1,2}[.)]|\(?[a-z][.)])\s+")
 _INLINE_ITEMS = re.compile(r"\s+[-•▪◦‒]\s+")
 _NUMBER = re.compile(
@@ -421,6 +424,9 @@ def extract_answer(
                     score *= 1.2
         elif form == "list" and (unit.item or unit.introduces_list):
             score *= 1.15
+        if unit.text.rstrip().endswith("?"):
+            score *= 0.3  # a question in the text ("How many regions are there?") asks, it
+            # does not answer
         if form != "list" and unit.text.rstrip().endswith(":"):
             score *= 0.5  # an introduction without its items ("... in four stages:")
         eligible = lexical >= min_lexical or (semantic is not None and semantic >= min_semantic)
@@ -621,7 +627,7 @@ def _comparison_answer(
     """Both sides: the best unit about each thing compared (one about both counts for both)."""
     sides = [set(terms(side)) for side in comparison_sides(question)]
     best = ranked[0].score
-    chosen = _best(ranked, floor=0.5 * best, limit=2)
+    chosen = _best(ranked, floor=0.5 * best, limit=2, other_floor=0.9 * best)
     if len(sides) == 2:
         for side in sides:
             if any(side & set(terms(s.text)) for s in chosen):
