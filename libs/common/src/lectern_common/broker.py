@@ -88,6 +88,12 @@ STREAMS: list[StreamSpec] = [
         description="flags and knowledge gaps for teachers",
     ),
     StreamSpec(
+        "LECTERN_STUDY",
+        [Subjects.QUIZ_ATTEMPTED],
+        max_age_s=365 * DAY,
+        description="quiz attempts, for memory and gradebooks",
+    ),
+    StreamSpec(
         "LECTERN_DEADLETTER",
         [Subjects.DEAD_LETTER],
         max_age_s=30 * DAY,

@@ -91,6 +91,7 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.CHAT_SESSION_ENDED,
             Subjects.FEEDBACK_FLAGGED,
             Subjects.KNOWLEDGE_GAP_DETECTED,
+            Subjects.QUIZ_ATTEMPTED,
             Subjects.RETRIEVE,
             Subjects.RERANK,
             Subjects.MEMORY_RECALL,
@@ -116,7 +117,7 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
     "retriever": Permissions(subscribe=[Subjects.RETRIEVE], answers_requests=True),
     "reranker": Permissions(subscribe=[Subjects.RERANK], answers_requests=True),
     "memory": Permissions(
-        publish=[Subjects.MEMORY_DISTILLED, *consume("LECTERN_CHAT")],
+        publish=[Subjects.MEMORY_DISTILLED, *consume("LECTERN_CHAT"), *consume("LECTERN_STUDY")],
         subscribe=[Subjects.MEMORY_RECALL],
         answers_requests=True,
     ),

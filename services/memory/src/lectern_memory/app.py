@@ -1,4 +1,5 @@
-"""Memory app: distils ended sessions, records turns, answers recall requests."""
+"""Memory app: distils ended sessions, records turns and quiz attempts, answers recall
+requests."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from lectern_common.events import MemoryRecallReply, MemoryRecallRequest, Subjec
 from lectern_common.service import ServiceState, create_service_app
 from lectern_memory.config import Settings
 from lectern_memory.gemini_distiller import build_model_distiller
-from lectern_memory.handlers import handle_session_ended, handle_turn
+from lectern_memory.handlers import handle_quiz_attempted, handle_session_ended, handle_turn
 from lectern_memory.service import MemoryService
 
 TURNS_DURABLE = "lectern-memory-turns"
 SESSIONS_DURABLE = "lectern-memory-sessions"
+QUIZZES_DURABLE = "lectern-memory-quizzes"
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -69,6 +71,17 @@ def create_app(settings: Settings) -> FastAPI:
         await handle_session_ended(
             service(), state.pool, broker, body, message, max_deliveries=settings.max_deliveries
         )
+
+    @broker.subscriber(
+        Subjects.QUIZ_ATTEMPTED,
+        stream=stream_for(Subjects.QUIZ_ATTEMPTED),
+        durable=QUIZZES_DURABLE,
+        pull_sub=PullSub(batch_size=10, timeout=5.0),
+        config=consumer,
+    )
+    async def on_quiz_attempted(body: dict[str, Any], message: NatsMessage) -> None:
+        """Turn a checked quiz attempt into struggles and mastered topics."""
+        await handle_quiz_attempted(service(), state.pool, broker, body, message)
 
     async def recall(request: MemoryRecallRequest) -> MemoryRecallReply:
         return await service().recall(pool=state.pool, request=request)

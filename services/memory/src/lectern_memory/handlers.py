@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from lectern_common.broker import deliveries, park, publish_event
 from lectern_common.errors import PermanentError, RetryableError
-from lectern_common.events import ChatSessionEnded, ChatTurnCompleted
+from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, QuizAttempted
 from lectern_memory.service import MemoryService
 
 log = logging.getLogger(__name__)
@@ -81,3 +81,22 @@ async def handle_session_ended(
         log.info("session %s: %s; retrying (delivery %d)", event.session_id, exc, attempt)
         raise NackMessage(delay=backoff(attempt)) from exc
     await publish_event(broker, distilled)
+
+
+async def handle_quiz_attempted(
+    service: MemoryService, pool: Any, broker: NatsBroker, body: Any, message: NatsMessage
+) -> None:
+    """quiz.attempted -> struggles and mastered topics (an invalid message is parked)."""
+    try:
+        event = QuizAttempted.model_validate(body)
+    except ValidationError as exc:
+        log.error("rejecting invalid quiz.attempted: %s", exc)
+        await park(broker, message, service=SERVICE, reason="invalid_message", detail=str(exc))
+        raise RejectMessage() from exc
+    try:
+        await service.record_quiz(pool=pool, event=event)
+    except Exception as exc:
+        attempt = deliveries(message)
+        log.warning("quiz attempt %s not recorded (%s); retrying", event.attempt_id,
+                    type(exc).__name__)  # fmt: skip
+        raise NackMessage(delay=backoff(attempt)) from exc

@@ -106,7 +106,7 @@ async def insert_memory(
     kind: str,
     text: str,
     topic: str | None,
-    session_id: uuid.UUID,
+    session_id: uuid.UUID | None,
     embedding: np.ndarray,
 ) -> uuid.UUID:
     """Add a memory; returns its id."""
@@ -127,7 +127,7 @@ async def update_memory(
     kind: str,
     text: str,
     topic: str | None,
-    session_id: uuid.UUID,
+    session_id: uuid.UUID | None,
     embedding: np.ndarray,
     strengthen: bool,
 ) -> None:
@@ -167,3 +167,31 @@ async def recall_candidates(
 def age_days(updated_at: datetime, now: datetime) -> float:
     """Age in days."""
     return max(0.0, (now - updated_at).total_seconds() / 86400.0)
+
+
+async def claim_quiz_attempt(conn: Any, attempt_id: uuid.UUID, tenant_id: str) -> bool:
+    """Mark a quiz attempt recorded; False when it already was (a redelivery)."""
+    claimed = await conn.fetchval(
+        "INSERT INTO memory_quiz_attempts (attempt_id, tenant_id) VALUES ($1, $2) "
+        "ON CONFLICT DO NOTHING RETURNING attempt_id",
+        attempt_id,
+        tenant_id,
+    )
+    return claimed is not None
+
+
+async def tally_quiz_topic(
+    conn: Any, *, tenant_id: str, user_id: str, topic: str, right: bool
+) -> int:
+    """Count an attempt's outcome on a topic; returns the run of right attempts."""
+    streak: int = await conn.fetchval(
+        """INSERT INTO memory_quiz_topics (tenant_id, user_id, topic, right_streak, wrong_total)
+           VALUES ($1, $2, $3, CASE WHEN $4 THEN 1 ELSE 0 END, CASE WHEN $4 THEN 0 ELSE 1 END)
+           ON CONFLICT (tenant_id, user_id, topic) DO UPDATE SET
+               right_streak = CASE WHEN $4 THEN memory_quiz_topics.right_streak + 1 ELSE 0 END,
+               wrong_total = memory_quiz_topics.wrong_total + CASE WHEN $4 THEN 0 ELSE 1 END,
+               updated_at = now()
+           RETURNING right_streak""",
+        tenant_id, user_id, topic, right,
+    )  # fmt: skip
+    return streak

@@ -18,6 +18,7 @@ from lectern_common.events import (
     MemoryDistilled,
     MemoryRecallReply,
     MemoryRecallRequest,
+    QuizAttempted,
     RecalledMemory,
 )
 from lectern_memory import repository as repo
@@ -25,6 +26,8 @@ from lectern_memory.config import Settings
 from lectern_memory.distill import MemoryDraft, TurnSignal, distill_turns
 
 log = logging.getLogger(__name__)
+#: right answers on a topic in this many attempts running make it mastered
+QUIZ_MASTERY_STREAK = 2
 
 #: an optional model-based distiller: turns -> drafts (None when it gave up)
 Distiller = Callable[[Sequence[TurnSignal]], Awaitable[list[MemoryDraft] | None]]
@@ -102,7 +105,9 @@ class MemoryService:
             created: list[uuid.UUID] = []
             updated: list[uuid.UUID] = []
             for draft, vector in zip(drafts, vectors, strict=True):
-                memory_id, is_new = await self._merge(conn, event, draft, vector)
+                memory_id, is_new = await self._merge(
+                    conn, event.tenant_id, event.user_id, event.session_id, draft, vector
+                )
                 (created if is_new else updated).append(memory_id)
             updated = [m for m in dict.fromkeys(updated) if m not in created]
             await repo.record_distillation(
@@ -118,16 +123,54 @@ class MemoryService:
                 return drafts, "gemini"
         return distill_turns(turns), "deterministic"
 
+    async def record_quiz(self, *, pool: Any, event: QuizAttempted) -> list[uuid.UUID]:
+        """A quiz attempt becomes memory: a topic answered wrongly is a struggle; a topic
+        answered right in two attempts running is mastered (replacing its struggle).
+        Idempotent per attempt; returns the memories created or changed."""
+        outcome: dict[str, bool] = {}
+        for result in event.results:
+            outcome[result.topic] = outcome.get(result.topic, True) and result.correct
+        drafts: list[MemoryDraft] = []
+        async with pool.acquire() as conn, conn.transaction():
+            await repo.lock_user(conn, tenant_id=event.tenant_id, user_id=event.user_id)
+            if not await repo.claim_quiz_attempt(conn, event.attempt_id, event.tenant_id):
+                return []
+            for topic, right in outcome.items():
+                streak = await repo.tally_quiz_topic(
+                    conn, tenant_id=event.tenant_id, user_id=event.user_id, topic=topic,
+                    right=right,
+                )  # fmt: skip
+                if not right:
+                    drafts.append(MemoryDraft("struggle", f"Got a quiz question on {topic} "
+                                              "wrong", topic))  # fmt: skip
+                elif streak == QUIZ_MASTERY_STREAK:
+                    drafts.append(MemoryDraft("mastered", f"Answered quiz questions on {topic} "
+                                              "right twice running", topic))  # fmt: skip
+            if not drafts:
+                return []
+            vectors = list(await self.embedder.embed_documents([d.text for d in drafts]))
+            changed = [
+                (await self._merge(conn, event.tenant_id, event.user_id, None, d, v))[0]
+                for d, v in zip(drafts, vectors, strict=True)
+            ]
+        return changed
+
     async def _merge(
-        self, conn: Any, event: ChatSessionEnded, draft: MemoryDraft, vector: Any
+        self,
+        conn: Any,
+        tenant_id: str,
+        user_id: str,
+        session_id: uuid.UUID | None,
+        draft: MemoryDraft,
+        vector: Any,
     ) -> tuple[uuid.UUID, bool]:
         """Strengthen a twin, let 'mastered' replace a 'struggle', or insert."""
-        common = {"tenant_id": event.tenant_id, "user_id": event.user_id, "embedding": vector}
+        common = {"tenant_id": tenant_id, "user_id": user_id, "embedding": vector}
         twin = await repo.nearest(conn, kinds=[draft.kind], **common)
         if twin is not None and twin["similarity"] >= self.settings.merge_threshold:
             await repo.update_memory(
                 conn, memory_id=twin["id"], kind=draft.kind, text=draft.text, topic=draft.topic,
-                session_id=event.session_id, embedding=vector, strengthen=True,
+                session_id=session_id, embedding=vector, strengthen=True,
             )  # fmt: skip
             return twin["id"], False
         opposite = {"mastered": "struggle", "struggle": "mastered"}.get(draft.kind)
@@ -139,13 +182,13 @@ class MemoryService:
             ):
                 await repo.update_memory(
                     conn, memory_id=other["id"], kind=draft.kind, text=draft.text,
-                    topic=draft.topic, session_id=event.session_id, embedding=vector,
+                    topic=draft.topic, session_id=session_id, embedding=vector,
                     strengthen=False,
                 )  # fmt: skip
                 return other["id"], False
         memory_id = await repo.insert_memory(
             conn, kind=draft.kind, text=draft.text, topic=draft.topic,
-            session_id=event.session_id, **common,
+            session_id=session_id, **common,
         )  # fmt: skip
         return memory_id, True
 

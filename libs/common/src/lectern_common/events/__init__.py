@@ -43,6 +43,7 @@ from lectern_common.events.retrieval import (
     RetrieveRequest,
     StudentContext,
 )
+from lectern_common.events.study import QuizAnswerResult, QuizAttempted
 
 __all__ = [
     "ALL_EVENTS",
@@ -68,6 +69,8 @@ __all__ = [
     "MemoryRecallReply",
     "MemoryRecallRequest",
     "MessageParked",
+    "QuizAnswerResult",
+    "QuizAttempted",
     "RankedChunk",
     "RecalledMemory",
     "Reply",

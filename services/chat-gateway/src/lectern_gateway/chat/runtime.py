@@ -13,6 +13,7 @@ from lectern_gateway.config import Settings
 
 STREAMER = "answer_streamer"
 SWEEPER = "idle_sweeper"
+EMBEDDER = "embedder"
 
 
 async def start_chat(state: ServiceState, settings: Settings) -> None:
@@ -27,6 +28,7 @@ async def start_chat(state: ServiceState, settings: Settings) -> None:
         from lectern_common.embeddings import LocalEmbedder
 
         embedder = await asyncio.to_thread(LocalEmbedder, settings, query_precision="float32")
+    state.resources[EMBEDDER] = embedder  # also checks typed quiz answers (study)
     generator = build_generator(settings, embedder=embedder)
     state.resources[STREAMER] = streamer_for(generator, web_search=settings.web_search)
     if settings.idle_sweep_interval_s > 0:

@@ -1,0 +1,1 @@
+"""Study tools: quizzes, answer checking and the syllabus explorer."""

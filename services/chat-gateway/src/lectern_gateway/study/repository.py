@@ -1,0 +1,146 @@
+"""Postgres access of the study tools: the material a quiz or syllabus reads, and quizzes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+#: at most this many chunks are read to draw a quiz from (about a 500-page book)
+MAX_QUIZ_CHUNKS = 5000
+
+
+def material_conditions(
+    *,
+    tenant_id: str,
+    collections: Sequence[str],
+    subject: str | None,
+    module: str | None,
+    class_id: str | None,
+    document_ids: Sequence[uuid.UUID],
+) -> tuple[str, list[Any]]:
+    """The WHERE clause (on ``d`` documents and ``c`` chunks) selecting live material.
+
+    Subject matches case-insensitively; material uploaded without a subject, module or class
+    is not excluded by a filter on them (it would silently disappear otherwise)."""
+    args: list[Any] = [tenant_id, list(collections)]
+    where = [
+        "c.tenant_id = $1", "c.active", "d.status = 'indexed'", "d.deleted_at IS NULL",
+        "c.collection = ANY($2::text[])",
+    ]  # fmt: skip
+    if subject:
+        args.append(subject)
+        where.append(f"(d.subject IS NULL OR lower(d.subject) = lower(${len(args)}))")
+    if module:
+        args.append(module)
+        where.append(f"(d.module_tag IS NULL OR d.module_tag = ${len(args)})")
+    if class_id:
+        args.append(class_id)
+        where.append(f"(d.class_id IS NULL OR d.class_id = ${len(args)})")
+    if document_ids:
+        args.append(list(document_ids))
+        where.append(f"d.id = ANY(${len(args)}::uuid[])")
+    return " AND ".join(where), args
+
+
+async def quiz_material(pool: Any, where: str, args: list[Any]) -> list[Any]:
+    """Content chunks and Q&A pairs in document order (oldest document first)."""
+    return list(
+        await pool.fetch(
+            "SELECT c.id, c.document_id, d.title AS document_title, c.kind, c.text, "  # noqa: S608
+            "c.section_path, c.page_start, c.page_end, c.parent_chunk_id "
+            "FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"WHERE {where} AND c.kind IN ('text', 'table', 'qa') "
+            "ORDER BY d.created_at, d.id, c.kind = 'qa', c.chunk_index "
+            f"LIMIT {MAX_QUIZ_CHUNKS}",
+            *args,
+        )
+    )
+
+
+async def syllabus_material(pool: Any, where: str, args: list[Any]) -> list[Any]:
+    """Every content chunk's outline fields, with its document's, in document order."""
+    return list(
+        await pool.fetch(
+            "SELECT c.id, c.document_id, c.section_path, c.page_start, c.page_end, "  # noqa: S608
+            "left(c.text, 1200) AS text, c.topic_tags, d.title, d.subject, d.module_tag, "
+            "d.page_count, d.filename, d.collection, d.created_at "
+            "FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"WHERE {where} AND c.kind IN ('text', 'table') "
+            "ORDER BY d.module_tag NULLS LAST, d.created_at, d.id, c.chunk_index",
+            *args,
+        )
+    )
+
+
+async def struggle_topics(pool: Any, *, tenant_id: str, user_id: str) -> list[str]:
+    """Topics a student struggles with (memories), strongest first."""
+    rows = await pool.fetch(
+        "SELECT topic FROM user_memories WHERE tenant_id = $1 AND user_id = $2 "
+        "AND kind = 'struggle' AND topic IS NOT NULL ORDER BY strength DESC LIMIT 20",
+        tenant_id,
+        user_id,
+    )
+    return [str(r["topic"]) for r in rows]
+
+
+async def insert_quiz(pool: Any, values: dict[str, Any]) -> None:
+    """Store a generated quiz."""
+    await pool.execute(
+        "INSERT INTO quizzes (id, tenant_id, created_by, creator_role, title, difficulty, "
+        "request, generator, uses_assessment, assigned_class_id, questions) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11::jsonb)",
+        values["id"], values["tenant_id"], values["created_by"], values["creator_role"],
+        values["title"], values["difficulty"], json.dumps(values["request"]),
+        values["generator"], values["uses_assessment"], values["assigned_class_id"],
+        json.dumps(values["questions"]),
+    )  # fmt: skip
+
+
+async def get_quiz(pool: Any, *, tenant_id: str, quiz_id: uuid.UUID) -> dict[str, Any] | None:
+    """A quiz of the tenant, questions decoded."""
+    row = await pool.fetchrow(
+        "SELECT * FROM quizzes WHERE id = $1 AND tenant_id = $2", quiz_id, tenant_id
+    )
+    return _decoded(row) if row is not None else None
+
+
+async def list_quizzes(
+    pool: Any, *, tenant_id: str, user_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    """Quizzes newest first: a student's own and those assigned to a class; staff: all."""
+    if user_id is None:
+        rows = await pool.fetch(
+            "SELECT * FROM quizzes WHERE tenant_id = $1 ORDER BY created_at DESC LIMIT $2",
+            tenant_id,
+            limit,
+        )
+    else:
+        rows = await pool.fetch(
+            "SELECT * FROM quizzes WHERE tenant_id = $1 AND (created_by = $2 OR "
+            "assigned_class_id IS NOT NULL) ORDER BY created_at DESC LIMIT $3",
+            tenant_id,
+            user_id,
+            limit,
+        )
+    return [_decoded(r) for r in rows]
+
+
+def _decoded(row: Any) -> dict[str, Any]:
+    out = dict(row)
+    for key in ("questions", "request"):
+        if isinstance(out.get(key), str):
+            out[key] = json.loads(out[key])
+    return out
+
+
+async def insert_attempt(conn: Any, values: dict[str, Any]) -> None:
+    """Store a checked attempt."""
+    await conn.execute(
+        "INSERT INTO quiz_attempts (id, quiz_id, tenant_id, user_id, answers, results, "
+        "correct, total) VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, $8)",
+        values["id"], values["quiz_id"], values["tenant_id"], values["user_id"],
+        json.dumps(values["answers"]), json.dumps(values["results"]), values["correct"],
+        values["total"],
+    )  # fmt: skip
