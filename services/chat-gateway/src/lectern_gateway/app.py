@@ -20,6 +20,7 @@ from lectern_gateway.problems import RejectNulBytes, install_problem_handlers
 from lectern_gateway.search import routes as search
 from lectern_gateway.sessions import routes as sessions
 from lectern_gateway.study import routes as study
+from lectern_gateway.study.model_writer import build_quiz_writer
 from lectern_gateway.web import dev
 from lectern_gateway.web import routes as ui
 
@@ -46,6 +47,7 @@ def create_app(
     async def startup(state: ServiceState) -> None:
         state.resources["settings"] = settings
         await start_chat(state, settings)
+        state.resources[study.QUIZ_WRITER] = build_quiz_writer(settings)
 
     app = create_service_app(
         settings=settings,

@@ -465,3 +465,22 @@ def _next_question(
             if made is not None:
                 return made
     return None
+
+
+def passages(
+    chunks: Sequence[SourceChunk], *, count: int, focus_topics: Sequence[str] = ()
+) -> list[SourceChunk]:
+    """Up to ``count`` chunks for a model to write questions from: one per section (the one
+    stating most), sections spread over the material as ``generate`` spreads them."""
+    out: list[SourceChunk] = []
+    for section in _spread(_sections(chunks), focus_topics):
+        if len(out) >= count:
+            break
+        if not section.facts:
+            continue
+        tally: dict[uuid.UUID, int] = {}
+        for fact in section.facts:
+            tally[fact.chunk.id] = tally.get(fact.chunk.id, 0) + 1
+        best = max(tally, key=lambda chunk_id: tally[chunk_id])
+        out.append(next(f.chunk for f in section.facts if f.chunk.id == best))
+    return out

@@ -20,9 +20,11 @@ from lectern_gateway.problems import ProblemError
 from lectern_gateway.study import generator
 from lectern_gateway.study import repository as repo
 from lectern_gateway.study.grading import choice_is_right, short_answer_is_right
+from lectern_gateway.study.model_writer import GeminiQuizWriter
 from lectern_gateway.study.syllabus import outline
 
 router = APIRouter(tags=["study"])
+QUIZ_WRITER = "quiz_writer"
 Collection = Literal["educational", "assessment"]
 
 
@@ -151,9 +153,12 @@ async def _quiz_for(pool: Any, principal: Principal, quiz_id: uuid.UUID) -> dict
 
 
 @router.post("/v1/quizzes", status_code=201, summary="Draw a quiz from the material")
-async def create_quiz(body: QuizRequest, principal: PrincipalDep, pool: PoolDep) -> QuizView:
+async def create_quiz(
+    body: QuizRequest, principal: PrincipalDep, pool: PoolDep, state: StateDep
+) -> QuizView:
     """Questions spread over the sections of the selected material, each citing the chunk
-    that holds its answer; a student's struggle topics come first."""
+    that holds its answer; a student's struggle topics come first. With a model key the
+    model writes them (validated against their passages); the offline generator fills in."""
     if body.collection == "assessment" and not principal.is_staff:
         raise ProblemError(403, "Forbidden", "assessment material is for teachers")
     if body.assign_to_class and not principal.is_staff:
@@ -184,10 +189,7 @@ async def create_quiz(body: QuizRequest, principal: PrincipalDep, pool: PoolDep)
     focus = await repo.struggle_topics(
         pool, tenant_id=principal.tenant_id, user_id=principal.user_id
     )
-    questions = generator.generate(
-        chunks, num_questions=body.num_questions, kinds=body.kinds,
-        difficulty=body.difficulty, focus_topics=focus,
-    )  # fmt: skip
+    questions, made_by = await _questions(state.resources.get(QUIZ_WRITER), chunks, body, focus)
     if not questions:
         raise ProblemError(
             422, "No questions", "the selected material states no definitions or facts to ask"
@@ -199,7 +201,7 @@ async def create_quiz(body: QuizRequest, principal: PrincipalDep, pool: PoolDep)
         "creator_role": principal.role,
         "title": body.title or f"Quiz: {', '.join(titles[:2])}"[:200],
         "difficulty": body.difficulty, "request": body.model_dump(mode="json"),
-        "generator": "offline", "uses_assessment": body.collection == "assessment",
+        "generator": made_by, "uses_assessment": body.collection == "assessment",
         "assigned_class_id": body.assign_to_class,
         "questions": [_stored(q) for q in questions],
     }  # fmt: skip
@@ -207,6 +209,33 @@ async def create_quiz(body: QuizRequest, principal: PrincipalDep, pool: PoolDep)
     stored = await repo.get_quiz(pool, tenant_id=principal.tenant_id, quiz_id=quiz_id)
     assert stored is not None
     return _view(stored, principal)
+
+
+async def _questions(
+    writer: GeminiQuizWriter | None,
+    chunks: list[generator.SourceChunk],
+    body: QuizRequest,
+    focus: list[str],
+) -> tuple[list[generator.Question], str]:
+    """The model's validated questions topped up by the offline generator, and who made
+    them (``gemini:<model>``, ``offline`` or both joined by ``+``)."""
+    written: list[generator.Question] = []
+    if writer is not None:
+        written = await writer.write(
+            chunks, num_questions=body.num_questions, kinds=body.kinds,
+            difficulty=body.difficulty, focus_topics=focus,
+        ) or []  # fmt: skip
+    missing = body.num_questions - len(written)
+    offline: list[generator.Question] = []
+    if missing > 0:
+        taken = {q.evidence for q in written}
+        candidates = generator.generate(
+            chunks, num_questions=body.num_questions, kinds=body.kinds,
+            difficulty=body.difficulty, focus_topics=focus,
+        )  # fmt: skip
+        offline = [q for q in candidates if q.evidence not in taken][:missing]
+    makers = ([writer.name] if written and writer else []) + (["offline"] if offline else [])
+    return written + offline, "+".join(makers) or "offline"
 
 
 @router.get("/v1/quizzes", summary="Quizzes I made or may take, newest first")
