@@ -17,7 +17,7 @@ MITOSIS = "Mitosis is a type of cell division that produces two identical daught
 MEIOSIS = "Meiosis is a type of cell division that produces four different gametes."
 PHOTO = "Photosynthesis is a process that converts light energy into chemical energy."
 ATP = "One glucose molecule yields about 30 molecules of ATP."
-MATERIAL = [
+MATERIAL: list[tuple[str, list[str], list[str]]] = [
     (f"{MITOSIS} A full cell cycle takes about 24 hours in human cells.",
      ["1 Cells", "1.1 Mitosis"], []),
     (f"{MEIOSIS} Human gametes carry 23 chromosomes each.", ["1 Cells", "1.2 Meiosis"], []),
