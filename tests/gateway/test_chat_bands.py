@@ -155,6 +155,12 @@ def test_class_sessions_retrieve_their_class_and_unassigned_material() -> None:
     assert boost_tags_for(_session(module_tag=None)) == []
 
 
+def test_a_sessions_curriculum_standards_filter_chat_untagged_material_included() -> None:
+    filters = filters_for(_session())
+    assert filters.curriculum_standards == ["NGSS-LS1-1"] and filters.include_untagged
+    assert filters_for(_session(curriculum_standards=None)).curriculum_standards is None
+
+
 def test_cited_documents_of_the_last_answers_most_recent_first() -> None:
     d1, d2, d3, d4 = (uuid.uuid4() for _ in range(4))
 

@@ -19,6 +19,7 @@ from lectern_gateway.memories import routes as memories
 from lectern_gateway.problems import RejectNulBytes, install_problem_handlers
 from lectern_gateway.search import routes as search
 from lectern_gateway.sessions import routes as sessions
+from lectern_gateway.study import curriculum
 from lectern_gateway.study import routes as study
 from lectern_gateway.study.model_writer import build_quiz_writer
 from lectern_gateway.web import dev
@@ -78,6 +79,7 @@ def create_app(
     app.include_router(chunks.router)
     app.include_router(api_keys.router)
     app.include_router(study.router)
+    app.include_router(curriculum.router)
     app.include_router(dev.router)
     app.include_router(ui.router)
     return app

@@ -82,6 +82,12 @@ def build_filter(*, tenant_id: str, filters: RetrievalFilters) -> SqlFilter:
         parts.append(f"c.content_type = ANY({sql.placeholder(filters.content_types)}::text[])")
     if filters.document_ids:
         parts.append(f"c.document_id = ANY({sql.placeholder(filters.document_ids)}::uuid[])")
+    if filters.curriculum_standards:
+        standards = sql.placeholder(list(filters.curriculum_standards))
+        condition = f"c.curriculum_standards && {standards}::text[]"
+        if filters.include_untagged:
+            condition = f"(cardinality(c.curriculum_standards) = 0 OR {condition})"
+        parts.append(condition)
     sql.clause = " AND ".join(parts)
     return sql
 

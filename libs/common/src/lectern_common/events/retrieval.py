@@ -54,6 +54,11 @@ class RetrievalFilters(BaseModel):
     language: str | None = None
     content_types: list[str] | None = None
     document_ids: list[uuid.UUID] | None = None
+    curriculum_standards: list[str] | None = Field(
+        default=None,
+        description="material tagged with any of these curriculum standards (with "
+        "include_untagged: material tagged with none matches too)",
+    )
 
 
 class Turn(BaseModel):

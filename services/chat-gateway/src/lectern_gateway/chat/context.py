@@ -50,6 +50,7 @@ def filters_for(session: dict[str, Any]) -> RetrievalFilters:
         class_id=class_id,
         include_unassigned=class_id is not None,
         include_untagged=True,
+        curriculum_standards=list(session.get("curriculum_standards") or []) or None,
     )
 
 

@@ -1,0 +1,301 @@
+"""Curriculum tagging: a tenant's standards, proposals for a document and its sections by
+embedding similarity, and a teacher's confirmation.
+
+Standards are embedded with the index's own model, so a standard's description and a
+document's chunks are compared in one space: the proposals for a document are the standards
+nearest the mean of its content chunks' vectors, and for each top-level section (its first
+two headings) those nearest that section's mean. Confirmed standards are written to the
+document and its chunks, where search and chat filter on them
+(``RetrievalFilters.curriculum_standards``) and the re-ranker scores a student's standards.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field, ValidationError
+
+from lectern_common.embeddings import Embedder, build_embedder
+from lectern_gateway.auth import PrincipalDep, StaffDep
+from lectern_gateway.chat.runtime import EMBEDDER
+from lectern_gateway.deps import PoolDep, SettingsDep, StateDep
+from lectern_gateway.problems import ProblemError
+
+router = APIRouter(tags=["curriculum"])
+INDEX_EMBEDDER = "index_embedder"
+MAX_STANDARDS = 5000
+DOCUMENT_PROPOSALS = 5
+SECTION_PROPOSALS = 3
+MAX_SECTIONS = 40
+
+Code = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^\S(.*\S)?$")]
+
+
+class Standard(BaseModel):
+    """A curriculum standard."""
+
+    code: Code
+    description: str = Field(min_length=3, max_length=2000)
+    subject: str | None = Field(default=None, max_length=100)
+    grade: int | None = Field(default=None, ge=0, le=20)
+
+
+class StandardsUpload(BaseModel):
+    """Standards as JSON (CSV is accepted too: ``code,description,subject,grade``)."""
+
+    standards: list[Standard] = Field(min_length=1, max_length=MAX_STANDARDS)
+
+
+class Imported(BaseModel):
+    """How many standards were stored (new or updated)."""
+
+    imported: int
+
+
+class Proposal(BaseModel):
+    """A standard proposed for a document or section, with its cosine similarity."""
+
+    code: str
+    description: str
+    score: float
+
+
+class SectionProposals(BaseModel):
+    """Proposals for one top-level section."""
+
+    path: list[str]
+    chunk_count: int
+    proposals: list[Proposal]
+    confirmed: list[str]
+
+
+class DocumentCurriculum(BaseModel):
+    """A document's confirmed standards and the proposals for it and its sections."""
+
+    document_id: uuid.UUID
+    confirmed: list[str]
+    proposals: list[Proposal]
+    sections: list[SectionProposals]
+
+
+class SectionConfirmation(BaseModel):
+    """Standards confirmed for a section (every chunk under this heading path)."""
+
+    path: list[str] = Field(min_length=1, max_length=10)
+    standards: list[Code] = Field(max_length=20)
+
+
+class Confirmation(BaseModel):
+    """A teacher's choice: standards for the whole document, and per section."""
+
+    document: list[Code] = Field(default_factory=list, max_length=20)
+    sections: list[SectionConfirmation] = Field(default_factory=list, max_length=MAX_SECTIONS)
+
+
+async def _embedder(state: Any, settings: Any) -> Embedder:
+    """The index's embedding model (the chat's local model when that is the index's)."""
+    cached = state.resources.get(INDEX_EMBEDDER)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    local = state.resources.get(EMBEDDER)
+    embedder: Embedder = (
+        local if settings.embedding_provider == "local" and local else build_embedder(settings)
+    )
+    state.resources[INDEX_EMBEDDER] = embedder
+    return embedder
+
+
+def _from_csv(text: str) -> StandardsUpload:
+    rows = list(csv.DictReader(io.StringIO(text)))
+    standards = [
+        {"code": (r.get("code") or "").strip(), "description": (r.get("description") or "").strip(),
+         "subject": (r.get("subject") or "").strip() or None,
+         "grade": int(r["grade"]) if (r.get("grade") or "").strip() else None}
+        for r in rows
+    ]  # fmt: skip
+    return StandardsUpload.model_validate({"standards": standards})
+
+
+@router.post(
+    "/v1/curriculum/standards",
+    summary="Upload curriculum standards (JSON or CSV)",
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {"schema": StandardsUpload.model_json_schema()},
+                "text/csv": {"schema": {"type": "string"}},
+            }
+        }
+    },
+)
+async def upload_standards(
+    request: Request, staff: StaffDep, pool: PoolDep, state: StateDep, settings: SettingsDep
+) -> Imported:
+    """Adds or replaces the tenant's standards by code (teachers and admins)."""
+    raw = await request.body()
+    kind = request.headers.get("content-type", "").split(";")[0].strip()
+    try:
+        if kind == "text/csv":
+            upload = _from_csv(raw.decode("utf-8-sig"))
+        else:
+            upload = StandardsUpload.model_validate_json(raw)
+    except (ValidationError, UnicodeDecodeError, ValueError, KeyError) as exc:
+        raise ProblemError(422, "Invalid standards", str(exc)[:2000]) from exc
+    embedder = await _embedder(state, settings)
+    vectors = await embedder.embed_documents(
+        [f"{s.code}: {s.description}" for s in upload.standards]
+    )
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.executemany(
+            "INSERT INTO curriculum_standards (tenant_id, code, description, subject, "
+            "grade_level, embedding) VALUES ($1, $2, $3, $4, $5, $6) "
+            "ON CONFLICT (tenant_id, code) DO UPDATE SET description = excluded.description, "
+            "subject = excluded.subject, grade_level = excluded.grade_level, "
+            "embedding = excluded.embedding, updated_at = now()",
+            [(staff.tenant_id, s.code, s.description, s.subject, s.grade, v)
+             for s, v in zip(upload.standards, vectors, strict=True)],
+        )  # fmt: skip
+    return Imported(imported=len(upload.standards))
+
+
+@router.get("/v1/curriculum/standards", summary="The tenant's curriculum standards")
+async def list_standards(
+    principal: PrincipalDep,
+    pool: PoolDep,
+    subject: str | None = Query(default=None, max_length=100),
+) -> list[Standard]:
+    rows = await pool.fetch(
+        "SELECT code, description, subject, grade_level AS grade FROM curriculum_standards "
+        "WHERE tenant_id = $1 AND ($2::text IS NULL OR lower(subject) = lower($2)) "
+        "ORDER BY code",
+        principal.tenant_id,
+        subject,
+    )
+    return [Standard.model_validate(dict(r)) for r in rows]
+
+
+async def _document(pool: Any, tenant_id: str, document_id: uuid.UUID) -> Any:
+    row = await pool.fetchrow(
+        "SELECT id, subject, grade_level, curriculum_standards FROM documents "
+        "WHERE id = $1 AND tenant_id = $2 AND status = 'indexed' AND deleted_at IS NULL",
+        document_id,
+        tenant_id,
+    )
+    if row is None:
+        raise ProblemError(404, "Not found", f"no indexed document {document_id}")
+    return row
+
+
+_NEAREST = (
+    "SELECT code, description, 1 - (embedding <=> $2) AS score FROM curriculum_standards "
+    "WHERE tenant_id = $1 AND ($3::text IS NULL OR subject IS NULL OR "
+    "lower(subject) = lower($3)) AND ($4::smallint IS NULL OR grade_level IS NULL OR "
+    "abs(grade_level - $4) <= 1) ORDER BY embedding <=> $2 LIMIT $5"
+)
+
+
+async def _curriculum(pool: Any, tenant_id: str, document: Any) -> DocumentCurriculum:
+    async with pool.acquire() as conn:
+        centroid = await conn.fetchval(
+            "SELECT avg(embedding) FROM chunks WHERE document_id = $1 "
+            "AND kind IN ('text', 'table')",
+            document["id"],
+        )
+        sections = await conn.fetch(
+            "SELECT section_path[1:2] AS path, avg(embedding) AS centroid, count(*) AS n, "
+            "min(chunk_index) AS first FROM chunks WHERE document_id = $1 "
+            "AND kind IN ('text', 'table') AND cardinality(section_path) > 0 "
+            "GROUP BY 1 ORDER BY count(*) DESC LIMIT $2",
+            document["id"],
+            MAX_SECTIONS,
+        )
+        tagged = {
+            tuple(r["path"]): list(r["codes"])
+            for r in await conn.fetch(
+                "SELECT c.section_path[1:2] AS path, array_agg(DISTINCT s) AS codes "
+                "FROM chunks c, unnest(c.curriculum_standards) s WHERE c.document_id = $1 "
+                "GROUP BY 1",
+                document["id"],
+            )
+        }
+        filters = (document["subject"], document["grade_level"])
+
+        async def nearest(vector: Any, limit: int) -> list[Proposal]:
+            rows = await conn.fetch(_NEAREST, tenant_id, vector, *filters, limit)
+            return [Proposal(code=r["code"], description=r["description"],
+                             score=round(float(r["score"]), 4)) for r in rows]  # fmt: skip
+
+        proposals = await nearest(centroid, DOCUMENT_PROPOSALS) if centroid is not None else []
+        per_section = [
+            SectionProposals(
+                path=list(s["path"]), chunk_count=s["n"],
+                proposals=await nearest(s["centroid"], SECTION_PROPOSALS),
+                confirmed=sorted(
+                    set(tagged.get(tuple(s["path"]), [])) - set(document["curriculum_standards"])
+                ),
+            )
+            for s in sorted(sections, key=lambda s: s["first"])
+        ]  # fmt: skip
+    return DocumentCurriculum(
+        document_id=document["id"], confirmed=list(document["curriculum_standards"]),
+        proposals=proposals, sections=per_section,
+    )  # fmt: skip
+
+
+@router.get(
+    "/v1/documents/{document_id}/curriculum",
+    summary="Proposed and confirmed curriculum standards of a document",
+)
+async def document_curriculum(
+    document_id: uuid.UUID, staff: StaffDep, pool: PoolDep
+) -> DocumentCurriculum:
+    """The 5 standards nearest the document and the 3 nearest each top-level section
+    (standards of the document's subject and grade +/- 1, or of none)."""
+    document = await _document(pool, staff.tenant_id, document_id)
+    return await _curriculum(pool, staff.tenant_id, document)
+
+
+@router.post(
+    "/v1/documents/{document_id}/curriculum",
+    summary="Confirm a document's curriculum standards",
+)
+async def confirm_curriculum(
+    document_id: uuid.UUID, body: Confirmation, staff: StaffDep, pool: PoolDep
+) -> DocumentCurriculum:
+    """Sets the document's standards (every chunk) and each section's (its chunks): they
+    take effect in search, chat and re-ranking at once."""
+    document = await _document(pool, staff.tenant_id, document_id)
+    codes = set(body.document) | {c for s in body.sections for c in s.standards}
+    known = {
+        r["code"]
+        for r in await pool.fetch(
+            "SELECT code FROM curriculum_standards WHERE tenant_id = $1 AND code = ANY($2)",
+            staff.tenant_id,
+            sorted(codes),
+        )
+    }
+    if codes - known:
+        raise ProblemError(422, "Unknown standards", f"not uploaded: {sorted(codes - known)}")
+    whole = list(dict.fromkeys(body.document))
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "UPDATE documents SET curriculum_standards = $2, updated_at = now() WHERE id = $1",
+            document_id,
+            whole,
+        )
+        await conn.execute(
+            "UPDATE chunks SET curriculum_standards = $2 WHERE document_id = $1", document_id, whole
+        )
+        for section in body.sections:
+            await conn.execute(
+                "UPDATE chunks SET curriculum_standards = ARRAY(SELECT DISTINCT unnest("
+                "curriculum_standards || $3::text[])) WHERE document_id = $1 "
+                "AND section_path[1:$4] = $2::text[]",
+                document_id, section.path, list(section.standards), len(section.path),
+            )  # fmt: skip
+    document = await _document(pool, staff.tenant_id, document_id)
+    return await _curriculum(pool, staff.tenant_id, document)
