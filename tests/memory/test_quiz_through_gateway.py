@@ -159,3 +159,50 @@ async def test_the_syllabus_lists_documents_and_sections_in_order(
         nowhere = {"document_id": "00000000-0000-0000-0000-000000000000"}
         missing = await client.get("/v1/syllabus", headers=student, params=nowhere)
         assert missing.status_code == 404
+
+
+def right_reply(question: dict[str, Any]) -> str:
+    """What a student who knows types: the option's number, or the answer."""
+    if question["kind"] == "multiple_choice":
+        return str(question["options"].index(question["answer"]) + 1)
+    return str(question["answer"])
+
+
+def wrong_reply(question: dict[str, Any]) -> str:
+    """A wrong reply of the form the question asks for."""
+    if question["kind"] == "true_false":
+        return "f" if question["answer"] == "true" else "t"
+    if question["kind"] == "multiple_choice":
+        return "1" if question["options"][0] != question["answer"] else "2"
+    return "no idea"
+
+
+async def test_lectern_quiz_and_syllabus_in_the_terminal(
+    gateway: Gateway, db_pool: Any, tenant_id: str
+) -> None:
+    import io
+
+    from lectern_cli.quiz_cmd import show_syllabus, take_quiz
+
+    await seed_document(db_pool, tenant_id=tenant_id, chunks=MATERIAL)
+    teacher = gateway.token(tenant_id, "t-1", role="teacher")
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as client:
+        made = await client.post("/v1/quizzes", headers=teacher,
+                                 json={"num_questions": 3, "assign_to_class": "9b"})  # fmt: skip
+    keyed = made.json()["questions"]
+    typed = [right_reply(q) for q in keyed]
+    typed[0] = wrong_reply(keyed[0])
+    replies = iter(typed)
+    out = io.StringIO()
+    token = gateway.token(tenant_id, "maya")["Authorization"].split()[1]
+    code = await take_quiz(url=gateway.url, token=token, out=out,
+                           prompt=lambda _: next(replies), quiz_id=made.json()["id"])  # fmt: skip
+    printed = out.getvalue()
+    assert code == 0, printed
+    assert "1. " + keyed[0]["prompt"] in printed
+    assert "1. wrong: Not quite" in printed and "2. right" in printed
+    assert f"Score: 2/3 (quiz {made.json()['id']})" in printed
+    outline = io.StringIO()
+    assert await show_syllabus(url=gateway.url, token=token, out=outline, subject=None,
+                               document=None) == 0  # fmt: skip
+    assert "      1.1 Mitosis  p. 1\n" in outline.getvalue()

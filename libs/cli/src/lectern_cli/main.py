@@ -24,6 +24,7 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.ingest_cmd",
     "lectern_cli.ask_cmd",
     "lectern_cli.search_cmd",
+    "lectern_cli.quiz_cmd",
     "lectern_cli.eval_cmd",
     "lectern_cli.eval_answers_cmd",
 ]

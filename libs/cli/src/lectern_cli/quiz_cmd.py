@@ -1,0 +1,178 @@
+"""``lectern quiz``: take a quiz in the terminal (questions asked, typed answers checked);
+``lectern syllabus``: the material as modules, documents and sections."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from lectern_cli.ask_cmd import DEFAULT_URL, _problem
+
+Prompt = Callable[[str], str]
+
+
+def register(subparsers: Any) -> None:
+    """Add ``quiz`` and ``syllabus``."""
+    quiz: argparse.ArgumentParser = subparsers.add_parser(
+        "quiz",
+        help="take a quiz on the course material in the terminal",
+        description=(
+            "Draw a quiz from the material (or take quiz --id), ask each question, check the "
+            "typed answers and show what was right, with the passage each answer came from."
+        ),
+    )
+    quiz.add_argument("--id", help="take an existing quiz (default: draw a new one)")
+    quiz.add_argument("--subject", help="quiz on this subject's material")
+    quiz.add_argument("--document", action="append", default=[], help="document id (repeat)")
+    quiz.add_argument("--questions", type=int, default=5, help="number of questions (1-50)")
+    quiz.add_argument("--difficulty", choices=("easy", "medium", "hard"), default="medium")
+    quiz.add_argument(
+        "--kinds", default="multiple_choice,short_answer,true_false",
+        help="comma-separated kinds of questions",
+    )  # fmt: skip
+    _connection(quiz)
+    quiz.set_defaults(func=run_quiz)
+    syllabus: argparse.ArgumentParser = subparsers.add_parser(
+        "syllabus", help="list the material as modules, documents and sections"
+    )
+    syllabus.add_argument("--subject", help="only this subject's material")
+    syllabus.add_argument("--document", help="only this document")
+    _connection(syllabus)
+    syllabus.set_defaults(func=run_syllabus)
+
+
+def _connection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
+    parser.add_argument(
+        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
+    )
+
+
+def _ask(question: dict[str, Any], number: int, out: TextIO, prompt: Prompt) -> str:
+    out.write(f"\n{number}. {question['prompt']}\n")
+    options: list[str] = question["options"]
+    if question["kind"] == "true_false":
+        said = prompt("   true or false? ").strip().casefold()
+        return {"t": "true", "f": "false"}.get(said, said)
+    if options:
+        for index, option in enumerate(options, 1):
+            out.write(f"   {index}) {option}\n")
+        said = prompt("   your choice (number or text): ").strip()
+        if said.isdigit() and 1 <= int(said) <= len(options):
+            return options[int(said) - 1]
+        return said
+    return prompt("   your answer: ")
+
+
+async def take_quiz(
+    *,
+    url: str,
+    token: str,
+    out: TextIO,
+    prompt: Prompt,
+    quiz_id: str | None = None,
+    request: dict[str, Any] | None = None,
+) -> int:
+    """Draw (or fetch) a quiz, ask it through ``prompt``, print the checked results."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        if quiz_id is None:
+            got = await client.post("/v1/quizzes", json=request or {}, headers=headers)
+        else:
+            got = await client.get(f"/v1/quizzes/{quiz_id}", headers=headers)
+        if got.status_code not in (200, 201):
+            print(f"lectern quiz: {_problem(got)}", file=sys.stderr)
+            return 1
+        quiz = got.json()
+        out.write(f"{quiz['title']} ({len(quiz['questions'])} questions)\n")
+        answers = {q["id"]: _ask(q, n, out, prompt) for n, q in enumerate(quiz["questions"], 1)}
+        checked = await client.post(
+            f"/v1/quizzes/{quiz['id']}/attempts", json={"answers": answers}, headers=headers
+        )
+        if checked.status_code != 201:
+            print(f"lectern quiz: {_problem(checked)}", file=sys.stderr)
+            return 1
+    result = checked.json()
+    out.write("\n")
+    for number, item in enumerate(result["results"], 1):
+        mark = "right" if item["correct"] else "wrong"
+        out.write(f"{number}. {mark}: {item['feedback']}\n")
+    out.write(f"\nScore: {result['correct']}/{result['total']} (quiz {quiz['id']})\n")
+    return 0
+
+
+async def show_syllabus(
+    *, url: str, token: str, out: TextIO, subject: str | None, document: str | None
+) -> int:
+    """Print the syllabus as an indented outline with page ranges."""
+    import httpx
+
+    params = {k: v for k, v in (("subject", subject), ("document_id", document)) if v}
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        got = await client.get(
+            "/v1/syllabus", params=params, headers={"Authorization": f"Bearer {token}"}
+        )
+    if got.status_code != 200:
+        print(f"lectern syllabus: {_problem(got)}", file=sys.stderr)
+        return 1
+    for module in got.json()["modules"]:
+        out.write(f"{module['module'] or '(no module)'}\n")
+        for doc in module["documents"]:
+            out.write(f"  {doc['title']}  [{doc['id']}]\n")
+            for section in doc["sections"]:
+                pages = _pages(section["page_start"], section["page_end"])
+                indent = "  " * (section["level"] + 1)
+                out.write(f"  {indent}{section['title'] or '(start)'}{pages}\n")
+    return 0
+
+
+def _pages(start: int | None, end: int | None) -> str:
+    if start is None:
+        return ""
+    return f"  p. {start}" if end in (None, start) else f"  pp. {start}-{end}"
+
+
+def _credentials(args: argparse.Namespace, command: str) -> tuple[str, str] | None:
+    token = args.token or os.environ.get("LECTERN_TOKEN")
+    if not token:
+        print(f"lectern {command}: give --token or set LECTERN_TOKEN (see `lectern token`)",
+              file=sys.stderr)  # fmt: skip
+        return None
+    return args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL, token
+
+
+def run_quiz(args: argparse.Namespace) -> int:
+    """Entry of ``lectern quiz``."""
+    found = _credentials(args, "quiz")
+    if found is None:
+        return 1
+    url, token = found
+    request = {
+        "subject": args.subject, "document_ids": args.document,
+        "num_questions": args.questions, "difficulty": args.difficulty,
+        "kinds": [k.strip() for k in args.kinds.split(",") if k.strip()],
+    }  # fmt: skip
+    return asyncio.run(
+        take_quiz(
+            url=url, token=token, out=sys.stdout, prompt=input, quiz_id=args.id, request=request
+        )  # fmt: skip
+    )
+
+
+def run_syllabus(args: argparse.Namespace) -> int:
+    """Entry of ``lectern syllabus``."""
+    found = _credentials(args, "syllabus")
+    if found is None:
+        return 1
+    url, token = found
+    return asyncio.run(
+        show_syllabus(
+            url=url, token=token, out=sys.stdout, subject=args.subject, document=args.document
+        )  # fmt: skip
+    )
