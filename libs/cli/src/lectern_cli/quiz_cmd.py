@@ -161,7 +161,7 @@ def run_quiz(args: argparse.Namespace) -> int:
     return asyncio.run(
         take_quiz(
             url=url, token=token, out=sys.stdout, prompt=input, quiz_id=args.id, request=request
-        )  # fmt: skip
+        )
     )
 
 
@@ -174,5 +174,5 @@ def run_syllabus(args: argparse.Namespace) -> int:
     return asyncio.run(
         show_syllabus(
             url=url, token=token, out=sys.stdout, subject=args.subject, document=args.document
-        )  # fmt: skip
+        )
     )
