@@ -106,6 +106,8 @@ async def test_the_index_page_has_every_screen(dev_client: httpx.AsyncClient) ->
         "view-documents", "upload-form", "upload-file", "document-rows",  # documents
         "view-search", "search-form", "search-results",  # search
         "view-memories", "memory-list", "memories-forget-all",  # memories
+        "view-syllabus", "syllabus-form", "syllabus-tree",  # syllabus explorer
+        "view-quizzes", "quiz-form", "quiz-area", "quiz-list",  # quizzes
     ):  # fmt: skip
         assert element in page.ids, element
     assert page.assets == ["/static/style.css", "/static/app.js"]
@@ -183,7 +185,8 @@ def test_the_ui_calls_only_documented_endpoints() -> None:
     assert {"/v1/sessions", "/v1/sessions/{param}/messages", "/v1/chunks/{param}",
             "/v1/messages/{param}/flags", "/v1/documents", "/v1/documents/{param}/events",
             "/v1/search", "/v1/me/memories", "/v1/me/memories/{param}",
-            "/v1/dev/token"} <= used  # fmt: skip
+            "/v1/dev/token", "/v1/syllabus", "/v1/quizzes",
+            "/v1/quizzes/{param}/attempts"} <= used  # fmt: skip
     for path in used:
         assert path in patterns, f"the UI calls {path}, which the OpenAPI document lacks"
 

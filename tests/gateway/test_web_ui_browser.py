@@ -223,3 +223,95 @@ async def test_a_teacher_sees_documents_and_searches(
         assert "Plant biology" in await page.text("#search-results")
         assert await page.js("document.querySelector('[data-view=memories]').hidden")
         assert page.exceptions == []
+
+
+QUIZ_MATERIAL: list[tuple[str, list[str], list[str]]] = [
+    ("Mitosis is a type of cell division that produces two identical daughter cells. "
+     "A full cell cycle takes about 24 hours in human cells.", ["1 Cells", "1.1 Mitosis"], []),
+    ("Meiosis is a type of cell division that produces four different gametes. "
+     "Human gametes carry 23 chromosomes each.", ["1 Cells", "1.2 Meiosis"], []),
+    ("Photosynthesis is a process that converts light energy into chemical energy. "
+     "A leaf can hold about 500000 chloroplasts per square millimetre.",
+     ["2 Plants", "2.1 Photosynthesis"], []),
+]  # fmt: skip
+
+
+async def _answer_quiz(page: Page, db_pool: Any, tenant_id: str) -> list[dict[str, Any]]:
+    """Fill the quiz on screen: every answer right but the first (read from Postgres, as a
+    student who knows would)."""
+    row = await db_pool.fetchrow(
+        "SELECT questions FROM quizzes WHERE tenant_id = $1 ORDER BY created_at DESC LIMIT 1",
+        tenant_id,
+    )
+    stored = row["questions"]
+    questions: list[dict[str, Any]] = json.loads(stored) if isinstance(stored, str) else stored
+    for index, q in enumerate(questions):
+        if q["options"]:
+            wrong = next(o for o in q["options"] if o != q["answer"])
+            value = wrong if index == 0 else q["answer"]
+            await page.js(
+                f"[...document.querySelectorAll('input[name=q-{index}]')]"
+                f".find((i) => i.value === {json.dumps(value)}).checked = true"
+            )
+        else:
+            value = "no idea" if index == 0 else q["answer"]
+            await page.js(f"document.getElementById('q-{index}').value = {json.dumps(value)}")
+    return questions
+
+
+async def test_a_student_explores_the_syllabus_and_takes_a_quiz(
+    gateway: Gateway, db_pool: Any, tenant_id: str
+) -> None:
+    await seed_document(db_pool, tenant_id=tenant_id, title="Cells and plants",
+                        chunks=QUIZ_MATERIAL)  # fmt: skip
+    async with chromium() as page:
+        await page.goto(f"{gateway.url}/")
+        await page.until("document.body && document.body.dataset.ready === 'true'")
+        await _sign_in(page, _bearer(gateway, tenant_id, "stu-9"))
+        await page.js("location.hash = 'syllabus'")
+        await page.until("document.querySelectorAll('.syllabus-section').length === 5")
+        titles = await page.js(
+            "[...document.querySelectorAll('.syllabus-heading strong')].map((n) => n.textContent)"
+        )
+        assert titles == ["1 Cells", "1.1 Mitosis", "1.2 Meiosis", "2 Plants",
+                          "2.1 Photosynthesis"]  # fmt: skip
+
+        # a quiz on one section, from the syllabus
+        await page.js(
+            "document.querySelectorAll('.syllabus-section')[0]"
+            ".querySelector('[data-action=quiz-section]').click()"
+        )
+        await page.until("!document.getElementById('view-quizzes').hidden")
+        await page.until("document.querySelectorAll('#quiz-take .quiz-question').length > 0")
+        questions = await _answer_quiz(page, db_pool, tenant_id)
+        assert {q["section"] for q in questions} <= {"1.1 Mitosis", "1.2 Meiosis"}
+        await page.js("document.querySelector('#quiz-take button[type=submit]').click()")
+        await page.until("document.querySelector('.quiz-score')")
+        total = len(questions)
+        assert await page.text(".quiz-score") == f"Score: {total - 1} of {total}"
+        first = await page.text(".quiz-question .quiz-result")
+        assert first.startswith("Not quite") and questions[0]["topic"] in first
+        assert await page.js(
+            "document.querySelectorAll('.quiz-result.right').length"
+        ) == total - 1  # fmt: skip
+
+        # the passage an answer came from opens in the source viewer
+        await page.js("document.querySelector('[data-action=quiz-passage]').click()")
+        await page.until("document.getElementById('source-dialog').open")
+        assert questions[0]["evidence"] in await page.text("#source-text")
+        await page.js("document.getElementById('source-dialog').close()")
+
+        # a quiz drawn from the form spans the material, and is listed
+        await page.js(
+            "document.getElementById('quiz-count').value = '3';"
+            "document.getElementById('quiz-form').requestSubmit()"
+        )
+        await page.until("document.querySelectorAll('#quiz-list button').length === 2")
+        sections = await db_pool.fetchval(
+            "SELECT count(DISTINCT q->>'section') FROM quizzes, jsonb_array_elements(questions) q "
+            "WHERE id = (SELECT id FROM quizzes WHERE tenant_id = $1 ORDER BY created_at DESC "
+            "LIMIT 1)",
+            tenant_id,
+        )
+        assert sections == 3
+        assert page.exceptions == []

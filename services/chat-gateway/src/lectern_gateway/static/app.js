@@ -189,7 +189,8 @@ function signOut(message) {
   state.session = null;
   sessionStorage.removeItem(TOKEN_KEY);
   // nothing of the previous user stays on screen for the next one
-  for (const id of ["messages", "session-list", "document-rows", "search-results", "memory-list"]) {
+  for (const id of ["messages", "session-list", "document-rows", "search-results", "memory-list",
+                    "syllabus-tree", "quiz-area", "quiz-list"]) {
     $(id).replaceChildren();
   }
   $("session-header").replaceChildren(el("p", { class: "hint" }, "Start a session, or open a past one."));
@@ -233,6 +234,8 @@ function showView(view) {
   if (view === "chat") attempt(loadSessions);
   if (view === "documents") attempt(() => loadDocuments({ reset: true }));
   if (view === "memories") attempt(loadMemories);
+  if (view === "syllabus") attempt(loadSyllabus);
+  if (view === "quizzes") attempt(loadQuizzes);
   if (view !== "documents") stopWatchers();
 }
 
@@ -802,6 +805,147 @@ async function forgetAll() {
   await loadMemories();
 }
 
+// -- syllabus ------------------------------------------------------------------------------
+
+async function loadSyllabus(event) {
+  event?.preventDefault();
+  const subject = $("syllabus-subject").value.trim();
+  const syllabus = await apiJSON(`/v1/syllabus?subject=${encodeURIComponent(subject)}`);
+  const tree = $("syllabus-tree");
+  tree.replaceChildren();
+  if (syllabus.modules.length === 0) tree.append(el("p", { class: "hint" }, "No indexed material yet."));
+  for (const module of syllabus.modules) {
+    const block = el("section", { class: "card syllabus-module" },
+      el("h2", {}, module.module || "Material without a module"));
+    for (const doc of module.documents) {
+      const list = el("ol", { class: "syllabus-sections" });
+      for (const section of doc.sections) {
+        list.append(syllabusSection(doc, section));
+      }
+      block.append(el("h3", {}, doc.title), list);
+    }
+    tree.append(block);
+  }
+}
+
+function syllabusSection(doc, section) {
+  const title = section.title || "(before the first heading)";
+  return el("li", { class: `syllabus-section level-${Math.min(section.level, 4)}` },
+    el("p", { class: "syllabus-heading" }, el("strong", {}, title),
+      el("span", { class: "hint" }, ` ${pages(section)} · ${section.chunk_count} passages`)),
+    section.overview && section.overview !== section.title
+      ? el("p", { class: "hint" }, section.overview) : null,
+    el("div", { class: "row" },
+      el("button", { type: "button", class: "small",
+        onclick: () => attempt(() => openSource(section.first_chunk_id)) }, "Read"),
+      el("button", { type: "button", class: "small", "data-action": "quiz-section",
+        onclick: () => attempt(() => quizOnSection(doc, section)) }, "Quiz me on this"),
+      el("button", { type: "button", class: "small", "data-action": "chat-section",
+        onclick: () => attempt(() => chatAboutSection(section)) }, "Ask about this"),
+    ),
+  );
+}
+
+async function quizOnSection(doc, section) {
+  const quiz = await apiJSON("/v1/quizzes", {
+    method: "POST",
+    json: { document_ids: [doc.id], section: section.path, num_questions: 5 },
+  });
+  go("quizzes");
+  showQuiz(quiz);
+}
+
+async function chatAboutSection(section) {
+  const session = await apiJSON("/v1/sessions", { method: "POST", json: { mode: "tutor" } });
+  go("chat");
+  await openSession(session);
+  const title = section.title.replace(/^\s*[\d.]+\s+/, "");
+  $("question").value = `Explain ${title}.`;
+  $("question").focus();
+}
+
+// -- quizzes -------------------------------------------------------------------------------
+
+async function loadQuizzes() {
+  const quizzes = await apiJSON("/v1/quizzes?limit=20");
+  const list = $("quiz-list");
+  list.replaceChildren();
+  if (quizzes.length === 0) list.append(el("li", { class: "hint" }, "No quizzes yet."));
+  for (const quiz of quizzes) {
+    list.append(el("li", {},
+      el("button", { type: "button", class: "link", onclick: () => showQuiz(quiz) }, quiz.title),
+      el("span", { class: "hint" }, ` ${quiz.questions.length} questions · ${formatDate(quiz.created_at)}`)));
+  }
+}
+
+async function newQuiz(event) {
+  event.preventDefault();
+  const body = {
+    num_questions: Number($("quiz-count").value) || 5,
+    difficulty: $("quiz-difficulty").value,
+  };
+  const subject = $("quiz-subject").value.trim();
+  if (subject) body.subject = subject;
+  showQuiz(await apiJSON("/v1/quizzes", { method: "POST", json: body }));
+  await loadQuizzes();
+}
+
+function showQuiz(quiz) {
+  const form = el("form", { id: "quiz-take", class: "card quiz" }, el("h2", {}, quiz.title));
+  quiz.questions.forEach((question, index) => {
+    const name = `q-${index}`;
+    const box = el("fieldset", { class: "quiz-question", "data-question-id": question.id },
+      el("legend", {}, `${index + 1}. ${question.prompt}`));
+    if (question.options.length > 0) {
+      question.options.forEach((option, n) => {
+        const id = `${name}-${n}`;
+        box.append(el("div", { class: "option" },
+          el("input", { type: "radio", name, id, value: option }),
+          el("label", { for: id }, option)));
+      });
+    } else {
+      box.append(el("label", { for: name, class: "visually-hidden" }, "Your answer"),
+        el("input", { type: "text", id: name, name, maxlength: 300, autocomplete: "off" }));
+    }
+    box.append(el("p", { class: "quiz-result", hidden: true }));
+    form.append(box);
+  });
+  form.append(el("button", { type: "submit" }, "Check my answers"));
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    attempt(() => submitQuiz(quiz, form));
+  });
+  $("quiz-area").replaceChildren(form);
+  form.querySelector("input")?.focus();
+}
+
+async function submitQuiz(quiz, form) {
+  const answers = {};
+  quiz.questions.forEach((question, index) => {
+    const name = `q-${index}`;
+    const chosen = form.querySelector(`input[name="${name}"]:checked`);
+    const typed = form.querySelector(`input[type=text][name="${name}"]`);
+    const value = chosen ? chosen.value : typed ? typed.value : "";
+    if (value) answers[question.id] = value;
+  });
+  const result = await apiJSON(`/v1/quizzes/${encodeURIComponent(quiz.id)}/attempts`, {
+    method: "POST", json: { answers },
+  });
+  for (const item of result.results) {
+    const box = form.querySelector(`[data-question-id="${CSS.escape(item.question_id)}"]`);
+    const line = box.querySelector(".quiz-result");
+    line.classList.toggle("right", item.correct);
+    line.classList.toggle("wrong", !item.correct);
+    line.replaceChildren(item.feedback, " ",
+      el("button", { type: "button", class: "small", "data-action": "quiz-passage",
+        onclick: () => attempt(() => openSource(item.chunk_ids[0])) }, "See the passage"));
+    line.hidden = false;
+  }
+  form.querySelector("button[type=submit]").disabled = true;
+  form.append(el("p", { class: "quiz-score", role: "status" },
+    `Score: ${result.correct} of ${result.total}`));
+}
+
 // -- wiring --------------------------------------------------------------------------------
 
 function devSignIn(role) {
@@ -844,6 +988,8 @@ function init() {
   $("documents-more").addEventListener("click", () => attempt(() => loadDocuments()));
   $("search-form").addEventListener("submit", (event) => attempt(() => search(event)));
   $("memories-refresh").addEventListener("click", () => attempt(loadMemories));
+  $("syllabus-form").addEventListener("submit", (event) => attempt(() => loadSyllabus(event)));
+  $("quiz-form").addEventListener("submit", (event) => attempt(() => newQuiz(event)));
   $("memories-forget-all").addEventListener("click", () => attempt(forgetAll));
 
   const saved = sessionStorage.getItem(TOKEN_KEY);

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -92,9 +91,8 @@ async def insert_quiz(pool: Any, values: dict[str, Any]) -> None:
         "request, generator, uses_assessment, assigned_class_id, questions) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11::jsonb)",
         values["id"], values["tenant_id"], values["created_by"], values["creator_role"],
-        values["title"], values["difficulty"], json.dumps(values["request"]),
-        values["generator"], values["uses_assessment"], values["assigned_class_id"],
-        json.dumps(values["questions"]),
+        values["title"], values["difficulty"], values["request"], values["generator"],
+        values["uses_assessment"], values["assigned_class_id"], values["questions"],
     )  # fmt: skip
 
 
@@ -128,11 +126,7 @@ async def list_quizzes(
 
 
 def _decoded(row: Any) -> dict[str, Any]:
-    out = dict(row)
-    for key in ("questions", "request"):
-        if isinstance(out.get(key), str):
-            out[key] = json.loads(out[key])
-    return out
+    return dict(row)  # jsonb columns come decoded (the pool's codec)
 
 
 async def insert_attempt(conn: Any, values: dict[str, Any]) -> None:
@@ -141,6 +135,5 @@ async def insert_attempt(conn: Any, values: dict[str, Any]) -> None:
         "INSERT INTO quiz_attempts (id, quiz_id, tenant_id, user_id, answers, results, "
         "correct, total) VALUES ($1, $2, $3, $4, $5::jsonb, $6::jsonb, $7, $8)",
         values["id"], values["quiz_id"], values["tenant_id"], values["user_id"],
-        json.dumps(values["answers"]), json.dumps(values["results"]), values["correct"],
-        values["total"],
+        values["answers"], values["results"], values["correct"], values["total"],
     )  # fmt: skip
