@@ -199,6 +199,40 @@ async def ask_the_demo(state: dict[str, Any]) -> dict[str, Any]:
     return done
 
 
+async def quiz_the_demo(state: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A quiz on the demo lessons, answered wrongly throughout by a student; the checked
+    attempt and the topics the memory service then records as struggles."""
+    from lectern_cli.token_cmd import make_token, signing_secret
+
+    secret = signing_secret(os.environ)
+    assert secret is not None
+    token = make_token(secret=secret, tenant="demo", user="e2e-quiz", role="student",
+                       plan="pro", ttl_s=600)  # fmt: skip
+    headers = {"Authorization": f"Bearer {token}"}
+    url = state["gateway_url"]
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
+        made = await client.post("/v1/quizzes", json={"num_questions": 4})
+        assert made.status_code == 201, made.text
+        quiz = made.json()
+        answers = {q["id"]: "not a real answer" for q in quiz["questions"]}
+        checked = await client.post(f"/v1/quizzes/{quiz['id']}/attempts",
+                                    json={"answers": answers})  # fmt: skip
+        assert checked.status_code == 201, checked.text
+    conn = await asyncpg.connect(state["postgres"]["dsn"])
+    try:
+        for _ in range(300):
+            rows = await conn.fetch(
+                "SELECT topic FROM user_memories WHERE tenant_id = 'demo' AND user_id = "
+                "'e2e-quiz' AND kind = 'struggle'"
+            )
+            if rows:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await conn.close()
+    return checked.json(), sorted(str(r["topic"]) for r in rows)
+
+
 async def demo_documents(state: dict[str, Any]) -> list[str]:
     """Titles of the demo tenant's documents."""
     conn = await asyncpg.connect(state["postgres"]["dsn"])
@@ -280,6 +314,10 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
         assert cited, done["citations"]
         assert done["viewer"]["document_title"] == "Cell division: mitosis and the cell cycle"
         assert done["viewer"]["highlights"], "the cited span is marked"
+        # a quiz through the gateway; memory consumes quiz.attempted (its own NATS user)
+        attempt, struggles = await quiz_the_demo(state)
+        assert attempt["correct"] == 0 and attempt["total"] == 4
+        assert struggles, "the quiz's topics became struggles"
 
         code, status = lectern_status(stack.data_dir)
         assert code == 0, status

@@ -132,9 +132,15 @@ async def test_assessment_quizzes_are_for_teachers_to_assign(
         made = await client.post("/v1/quizzes", headers=teacher, json={
             "collection": "assessment", "assign_to_class": "9b", "num_questions": 3})  # fmt: skip
         assert made.status_code == 201, made.text
-        listed = (await client.get("/v1/quizzes", headers=student)).json()
+        # only students of class 9b (the token's classes claim) see it
+        assert (await client.get("/v1/quizzes", headers=student)).json() == []
+        in_9b = gateway.token(tenant_id, "ines", classes=["9b"])
+        listed = (await client.get("/v1/quizzes", headers=in_9b)).json()
         assert [q["id"] for q in listed] == [made.json()["id"]]
         assert all(q["answer"] is None for q in listed[0]["questions"])
+        quiz_url = f"/v1/quizzes/{made.json()['id']}"
+        assert (await client.get(quiz_url, headers=student)).status_code == 404
+        assert (await client.get(quiz_url, headers=in_9b)).status_code == 200
 
 
 async def test_the_syllabus_lists_documents_and_sections_in_order(
@@ -194,7 +200,7 @@ async def test_lectern_quiz_and_syllabus_in_the_terminal(
     typed[0] = wrong_reply(keyed[0])
     replies = iter(typed)
     out = io.StringIO()
-    token = gateway.token(tenant_id, "maya")["Authorization"].split()[1]
+    token = gateway.token(tenant_id, "maya", classes=["9b"])["Authorization"].split()[1]
     code = await take_quiz(url=gateway.url, token=token, out=out,
                            prompt=lambda _: next(replies), quiz_id=made.json()["id"])  # fmt: skip
     printed = out.getvalue()

@@ -31,6 +31,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--role", required=True, choices=ROLES)
     parser.add_argument("--plan", choices=PLANS, default="free")
     parser.add_argument("--ttl", type=_positive_int, default=DEFAULT_TTL_S, help="seconds (12 h)")
+    parser.add_argument(
+        "--class", dest="classes", action="append", default=[],
+        help="a class the user belongs to (the `classes` claim; repeat)",
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         make_token(
             secret=secret, tenant=args.tenant, user=args.user, role=args.role, plan=args.plan,
-            ttl_s=args.ttl,
+            ttl_s=args.ttl, classes=args.classes,
         )
     )  # fmt: skip
     return 0

@@ -18,14 +18,24 @@ def signing_secret(environ: dict[str, str] | os._Environ[str]) -> str | None:
 
 
 def make_token(
-    *, secret: str, tenant: str, user: str, role: str, plan: str, ttl_s: int, now: int | None = None
+    *,
+    secret: str,
+    tenant: str,
+    user: str,
+    role: str,
+    plan: str,
+    ttl_s: int,
+    now: int | None = None,
+    classes: list[str] | None = None,
 ) -> str:
-    """An HS256 JWT with the gateway's claims."""
+    """An HS256 JWT with the gateway's claims (``classes``: the user's classes)."""
     import jwt
 
     issued = int(time.time()) if now is None else now
-    claims = {
+    claims: dict[str, object] = {
         "tenant": tenant, "sub": user, "role": role, "plan": plan,
         "iat": issued, "exp": issued + ttl_s,
     }  # fmt: skip
+    if classes:
+        claims["classes"] = classes
     return jwt.encode(claims, secret, algorithm="HS256")

@@ -259,15 +259,22 @@ class Gateway:
     url: str
 
     def token(
-        self, tenant_id: str, user_id: str, *, role: Role = "student", plan: Plan = "pro"
+        self,
+        tenant_id: str,
+        user_id: str,
+        *,
+        role: Role = "student",
+        plan: Plan = "pro",
+        classes: Sequence[str] = (),
     ) -> dict[str, str]:
-        """Authorization headers for a user."""
+        """Authorization headers for a user (``classes``: the token's class claim)."""
         token = issue_token(
             secret=self.settings.effective_jwt_secret,
             tenant_id=tenant_id,
             user_id=user_id,
             role=role,
             plan=plan,
+            classes=classes,
         )
         return {"Authorization": f"Bearer {token}"}
 

@@ -14,6 +14,7 @@ import re
 import secrets
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -30,6 +31,7 @@ _IDENTIFIER = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")
 Role = Literal["student", "teacher", "admin"]
 Plan = Literal["free", "pro"]
 ROLES: tuple[Role, ...] = ("student", "teacher", "admin")
+MAX_CLASSES = 100
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class Principal:
     user_id: str
     role: Role
     plan: Plan = "free"
+    #: the classes the identity provider says the user belongs to (the ``classes`` claim)
+    classes: tuple[str, ...] = ()
 
     @property
     def is_staff(self) -> bool:
@@ -55,10 +59,11 @@ def issue_token(
     role: Role,
     plan: Plan = "free",
     ttl_s: int = 12 * 3600,
+    classes: Sequence[str] = (),
 ) -> str:
     """Sign an HS256 bearer token (development and tests; production uses an IdP)."""
     now = int(time.time())
-    claims = {
+    claims: dict[str, Any] = {
         "tenant": tenant_id,
         "sub": user_id,
         "role": role,
@@ -66,6 +71,8 @@ def issue_token(
         "iat": now,
         "exp": now + ttl_s,
     }
+    if classes:
+        claims["classes"] = list(classes)
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
@@ -120,7 +127,18 @@ def principal_from_claims(
     start = issued if isinstance(issued, int | float) and not isinstance(issued, bool) else None
     if expires - (start if start is not None else time.time()) > max_lifetime_s:
         raise _unauthorized(f"token lives longer than the maximum of {max_lifetime_s} s")
-    return Principal(tenant_id=str(tenant), user_id=str(user), role=role, plan=plan)
+    classes = claims.get("classes", [])
+    if (
+        not isinstance(classes, list)
+        or len(classes) > MAX_CLASSES
+        or not all(isinstance(c, str) and _IDENTIFIER.fullmatch(c) for c in classes)
+    ):
+        raise _unauthorized(
+            f"token claim 'classes' must be a list of at most {MAX_CLASSES} class ids"
+        )
+    return Principal(
+        tenant_id=str(tenant), user_id=str(user), role=role, plan=plan, classes=tuple(classes)
+    )
 
 
 class TokenVerifier:

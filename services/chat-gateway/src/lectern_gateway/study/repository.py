@@ -105,9 +105,10 @@ async def get_quiz(pool: Any, *, tenant_id: str, quiz_id: uuid.UUID) -> dict[str
 
 
 async def list_quizzes(
-    pool: Any, *, tenant_id: str, user_id: str | None, limit: int
+    pool: Any, *, tenant_id: str, user_id: str | None, classes: list[str], limit: int
 ) -> list[dict[str, Any]]:
-    """Quizzes newest first: a student's own and those assigned to a class; staff: all."""
+    """Quizzes newest first: a student's own and those assigned to one of their classes;
+    staff (``user_id`` None): all."""
     if user_id is None:
         rows = await pool.fetch(
             "SELECT * FROM quizzes WHERE tenant_id = $1 ORDER BY created_at DESC LIMIT $2",
@@ -117,9 +118,10 @@ async def list_quizzes(
     else:
         rows = await pool.fetch(
             "SELECT * FROM quizzes WHERE tenant_id = $1 AND (created_by = $2 OR "
-            "assigned_class_id IS NOT NULL) ORDER BY created_at DESC LIMIT $3",
+            "assigned_class_id = ANY($3::text[])) ORDER BY created_at DESC LIMIT $4",
             tenant_id,
             user_id,
+            classes,
             limit,
         )
     return [_decoded(r) for r in rows]

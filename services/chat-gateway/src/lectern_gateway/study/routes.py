@@ -48,8 +48,8 @@ class QuizRequest(BaseModel):
     )
     assign_to_class: str | None = Field(
         default=None, max_length=200,
-        description="teachers: the class whose students may take this quiz (required to "
-        "share a quiz drawn from assessment material)",
+        description="teachers: the class whose students (the token's `classes` claim) may "
+        "take this quiz (required to share a quiz drawn from assessment material)",
     )  # fmt: skip
 
 
@@ -141,8 +141,9 @@ def _view(quiz: dict[str, Any], principal: Principal) -> QuizView:
 def _may_take(quiz: dict[str, Any], principal: Principal) -> bool:
     if principal.is_staff or quiz["created_by"] == principal.user_id:
         return True
-    # a student sees another's quiz only when a teacher assigned it to a class
-    return quiz["assigned_class_id"] is not None
+    # a student sees another's quiz only when a teacher assigned it to one of their classes
+    # (the token's ``classes`` claim)
+    return quiz["assigned_class_id"] in principal.classes
 
 
 async def _quiz_for(pool: Any, principal: Principal, quiz_id: uuid.UUID) -> dict[str, Any]:
@@ -244,7 +245,8 @@ async def list_quizzes(
 ) -> list[QuizView]:
     quizzes = await repo.list_quizzes(
         pool, tenant_id=principal.tenant_id,
-        user_id=None if principal.is_staff else principal.user_id, limit=limit,
+        user_id=None if principal.is_staff else principal.user_id,
+        classes=list(principal.classes), limit=limit,
     )  # fmt: skip
     return [_view(q, principal) for q in quizzes]
 
