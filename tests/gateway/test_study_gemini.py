@@ -101,3 +101,29 @@ async def test_a_failing_model_gives_the_offline_quiz(
     assert made.status_code == 201, made.text
     assert made.json()["generator"] == "offline"
     assert len(made.json()["questions"]) == 4
+
+
+async def test_typed_answers_are_judged_by_the_model_and_by_the_rules_when_it_fails(
+    served: tuple[Gateway, FakeGemini], db_pool: Any, tenant_id: str
+) -> None:
+    gateway, gemini = served
+    await seed_document(db_pool, tenant_id=tenant_id, chunks=MATERIAL)
+    gemini.fail(400, endpoint="generate")  # the offline generator writes this quiz
+    teacher = gateway.token(tenant_id, "t-1", role="teacher")
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as client:
+        made = await client.post("/v1/quizzes", headers=teacher,
+                                 json={"num_questions": 2, "kinds": ["short_answer"]})  # fmt: skip
+        assert made.status_code == 201, made.text
+        first, second = made.json()["questions"]
+        answers = {first["id"]: "the one the rules cannot know", second["id"]: second["answer"]}
+        url = f"/v1/quizzes/{made.json()['id']}/attempts"
+        gemini.enqueue(Behaviour(text='{"verdicts": [{"item": 1, "correct": true}]}'),
+                       endpoint="generate")  # fmt: skip
+        judged = (await client.post(url, headers=teacher, json={"answers": answers})).json()
+        assert [r["correct"] for r in judged["results"]] == [True, True]
+        asked = json.dumps(gemini.requests_to("generate")[-1].body)
+        # only the answer that differs from its reference goes to the model
+        assert "the one the rules cannot know" in asked and asked.count("student_answer") == 1
+        gemini.fail(400, endpoint="generate")
+        ruled = (await client.post(url, headers=teacher, json={"answers": answers})).json()
+        assert [r["correct"] for r in ruled["results"]] == [False, True]

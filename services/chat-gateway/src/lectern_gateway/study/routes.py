@@ -265,6 +265,26 @@ async def _similarities(
     return [float(vectors[2 * i] @ vectors[2 * i + 1]) for i in range(len(pairs))]
 
 
+async def _model_verdicts(
+    writer: GeminiQuizWriter | None, questions: list[dict[str, Any]], given: dict[str, Any]
+) -> dict[str, bool]:
+    """The model's verdicts on typed answers that differ from the reference (empty without
+    a model, or when it fails: the rules decide)."""
+    if writer is None:
+        return {}
+    typed = [
+        q for q in questions
+        if q["kind"] == "short_answer" and str(given.get(q["id"]) or "").strip()
+        and not choice_is_right(q["answer"], str(given[q["id"]]))
+    ]  # fmt: skip
+    verdicts = await writer.judge(
+        [(q["prompt"], q["answer"], q["evidence"], str(given[q["id"]])) for q in typed]
+    )
+    if verdicts is None:
+        return {}
+    return {q["id"]: v for q, v in zip(typed, verdicts, strict=True)}
+
+
 def _feedback(question: dict[str, Any], correct: bool) -> str:
     where = question["topic"] + (f", p.{question['pages'][0]}" if question["pages"] else "")
     if correct:
@@ -299,11 +319,14 @@ async def attempt_quiz(
     ]
     embedder = state.resources.get(EMBEDDER)
     similarity = dict(zip(typed, await _similarities(embedder, typed), strict=True))
+    judged = await _model_verdicts(state.resources.get(QUIZ_WRITER), questions, given)
     checks: list[AnswerCheck] = []
     for q in questions:
         said = given.get(q["id"])
         if said is None or not str(said).strip():
             correct = False
+        elif q["id"] in judged:
+            correct = judged[q["id"]]
         elif q["kind"] == "short_answer":
             correct = short_answer_is_right(
                 q["accepted"] or [q["answer"]], str(said), question=q["prompt"],
