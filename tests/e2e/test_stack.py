@@ -165,13 +165,7 @@ async def ask_the_demo(state: dict[str, Any]) -> dict[str, Any]:
     """A question about a demo lesson, asked as a student of the demo tenant; its done event."""
     from httpx_sse import aconnect_sse
 
-    from lectern_cli.token_cmd import make_token, signing_secret
-
-    secret = signing_secret(os.environ)
-    assert secret is not None
-    token = make_token(secret=secret, tenant="demo", user="e2e-student", role="student",
-                       plan="pro", ttl_s=600)  # fmt: skip
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = bearer("demo", "e2e-student", "student")
     url = state["gateway_url"]
     async with httpx.AsyncClient(timeout=60) as client:
         session = (await client.post(f"{url}/v1/sessions", json={}, headers=headers)).json()
@@ -202,13 +196,8 @@ async def ask_the_demo(state: dict[str, Any]) -> dict[str, Any]:
 async def quiz_the_demo(state: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """A quiz on the demo lessons, answered wrongly throughout by a student; the checked
     attempt and the topics the memory service then records as struggles."""
-    from lectern_cli.token_cmd import make_token, signing_secret
 
-    secret = signing_secret(os.environ)
-    assert secret is not None
-    token = make_token(secret=secret, tenant="demo", user="e2e-quiz", role="student",
-                       plan="pro", ttl_s=600)  # fmt: skip
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = bearer("demo", "e2e-quiz", "student")
     url = state["gateway_url"]
     async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
         made = await client.post("/v1/quizzes", json={"num_questions": 4})

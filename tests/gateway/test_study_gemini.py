@@ -8,7 +8,15 @@ from typing import Any
 
 import httpx
 import pytest
-from lectern_testing.chat import Gateway, gateway_settings, seed_document, serve_gateway
+from lectern_testing.chat import (
+    STUDY_MATERIAL as MATERIAL,
+)
+from lectern_testing.chat import (
+    Gateway,
+    gateway_settings,
+    seed_document,
+    serve_gateway,
+)
 from lectern_testing.gemini_fake import Behaviour, FakeGemini
 
 pytestmark = [pytest.mark.integration]
@@ -17,15 +25,7 @@ MITOSIS = "Mitosis is a type of cell division that produces two identical daught
 MEIOSIS = "Meiosis is a type of cell division that produces four different gametes."
 PHOTO = "Photosynthesis is a process that converts light energy into chemical energy."
 ATP = "One glucose molecule yields about 30 molecules of ATP."
-MATERIAL: list[tuple[str, list[str], list[str]]] = [
-    (f"{MITOSIS} A full cell cycle takes about 24 hours in human cells.",
-     ["1 Cells", "1.1 Mitosis"], []),
-    (f"{MEIOSIS} Human gametes carry 23 chromosomes each.", ["1 Cells", "1.2 Meiosis"], []),
-    (f"{PHOTO} A leaf can hold about 500000 chloroplasts per square millimetre.",
-     ["2 Plants", "2.1 Photosynthesis"], []),
-    (f"Cellular respiration is a process that releases energy from glucose in cells. {ATP}",
-     ["2 Plants", "2.2 Respiration"], []),
-]  # fmt: skip
+assert all(any(e in text for text, _, _ in MATERIAL) for e in (MITOSIS, MEIOSIS, PHOTO, ATP))
 
 
 def reply(*items: dict[str, Any]) -> Behaviour:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from lectern_testing.chat import (
+    STUDY_MATERIAL,
     Gateway,
     Responders,
     gateway_settings,
@@ -225,17 +226,6 @@ async def test_a_teacher_sees_documents_and_searches(
         assert page.exceptions == []
 
 
-QUIZ_MATERIAL: list[tuple[str, list[str], list[str]]] = [
-    ("Mitosis is a type of cell division that produces two identical daughter cells. "
-     "A full cell cycle takes about 24 hours in human cells.", ["1 Cells", "1.1 Mitosis"], []),
-    ("Meiosis is a type of cell division that produces four different gametes. "
-     "Human gametes carry 23 chromosomes each.", ["1 Cells", "1.2 Meiosis"], []),
-    ("Photosynthesis is a process that converts light energy into chemical energy. "
-     "A leaf can hold about 500000 chloroplasts per square millimetre.",
-     ["2 Plants", "2.1 Photosynthesis"], []),
-]  # fmt: skip
-
-
 async def _answer_quiz(page: Page, db_pool: Any, tenant_id: str) -> list[dict[str, Any]]:
     """Fill the quiz on screen: every answer right but the first (read from Postgres, as a
     student who knows would)."""
@@ -263,7 +253,7 @@ async def test_a_student_explores_the_syllabus_and_takes_a_quiz(
     gateway: Gateway, db_pool: Any, tenant_id: str
 ) -> None:
     await seed_document(db_pool, tenant_id=tenant_id, title="Cells and plants",
-                        chunks=QUIZ_MATERIAL)  # fmt: skip
+                        chunks=STUDY_MATERIAL[:3])  # fmt: skip
     async with chromium() as page:
         await page.goto(f"{gateway.url}/")
         await page.until("document.body && document.body.dataset.ready === 'true'")

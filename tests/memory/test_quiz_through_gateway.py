@@ -9,25 +9,20 @@ from typing import Any
 
 import httpx
 import pytest
-from lectern_testing.chat import Gateway, gateway_settings, seed_document, serve_gateway
+from lectern_testing.chat import (
+    STUDY_MATERIAL as MATERIAL,
+)
+from lectern_testing.chat import (
+    Gateway,
+    gateway_settings,
+    seed_document,
+    serve_gateway,
+)
 
 from lectern_memory.app import create_app
 from lectern_memory.config import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-MATERIAL = [
-    ("Mitosis is a type of cell division that produces two identical daughter cells. "
-     "A full cell cycle takes about 24 hours in human cells.", ["1 Cells", "1.1 Mitosis"], []),
-    ("Meiosis is a type of cell division that produces four different gametes. "
-     "Human gametes carry 23 chromosomes each.", ["1 Cells", "1.2 Meiosis"], []),
-    ("Photosynthesis is a process that converts light energy into chemical energy. "
-     "A leaf can hold about 500000 chloroplasts per square millimetre.",
-     ["2 Plants", "2.1 Photosynthesis"], ["photosynthesis"]),
-    ("Cellular respiration is a process that releases energy from glucose in cells. "
-     "One glucose molecule yields about 30 molecules of ATP.",
-     ["2 Plants", "2.2 Respiration"], []),
-]  # fmt: skip
 
 
 @pytest.fixture

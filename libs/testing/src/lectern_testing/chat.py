@@ -43,6 +43,34 @@ from lectern_gateway.chat.sse import ChatEvent, parse_event
 from lectern_gateway.config import Settings
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
+#: a short course in four numbered sections (definitions and stated numbers to quiz on)
+STUDY_MATERIAL: list[tuple[str, list[str], list[str]]] = [
+    (
+        "Mitosis is a type of cell division that produces two identical daughter cells. "
+        "A full cell cycle takes about 24 hours in human cells.",
+        ["1 Cells", "1.1 Mitosis"],
+        [],
+    ),
+    (
+        "Meiosis is a type of cell division that produces four different gametes. "
+        "Human gametes carry 23 chromosomes each.",
+        ["1 Cells", "1.2 Meiosis"],
+        [],
+    ),
+    (
+        "Photosynthesis is a process that converts light energy into chemical energy. "
+        "A leaf can hold about 500000 chloroplasts per square millimetre.",
+        ["2 Plants", "2.1 Photosynthesis"],
+        ["photosynthesis"],
+    ),
+    (
+        "Cellular respiration is a process that releases energy from glucose in cells. "
+        "One glucose molecule yields about 30 molecules of ATP.",
+        ["2 Plants", "2.2 Respiration"],
+        [],
+    ),
+]
+
 PHOTOSYNTHESIS = [
     (
         "Photosynthesis happens in the chloroplasts of plant cells. Chlorophyll absorbs light "
