@@ -317,6 +317,12 @@ async def test_delete_removes_chunks_bytes_and_publishes(
 
     await nc.subscribe(DocumentDeleted.subject, cb=on_deleted)
     try:
+        # the original file, inline, for whoever may read the document's chunks
+        original = await client.get(f"/v1/documents/{doc_id}/file", headers=student)
+        assert original.status_code == 200
+        assert original.content == NOTES.encode()
+        assert original.headers["content-type"].startswith("text/markdown")
+        assert original.headers["content-disposition"].startswith("inline")
         assert (await client.delete(f"/v1/documents/{doc_id}", headers=student)).status_code == 403
         response = await client.delete(f"/v1/documents/{doc_id}", headers=teacher)
         assert response.status_code == 200
@@ -330,6 +336,9 @@ async def test_delete_removes_chunks_bytes_and_publishes(
         store = await nc.jetstream().object_store(DOCUMENTS_BUCKET)
         with pytest.raises(NatsNotFoundError):
             await store.get_info(f"{doc_id}/1")
+        gone = await client.get(f"/v1/documents/{doc_id}/file", headers=teacher)
+        assert gone.status_code == 404
+        assert gone.headers["content-type"].startswith("application/problem+json")
     finally:
         await nc.drain()
 

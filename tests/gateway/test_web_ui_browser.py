@@ -12,6 +12,7 @@ import contextlib
 import json
 import shutil
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -249,8 +250,26 @@ async def _answer_quiz(page: Page, db_pool: Any, tenant_id: str) -> list[dict[st
     return questions
 
 
+async def store_original(nats_url: str, db_pool: Any, document_id: str, data: bytes) -> None:
+    """Put a seeded document's "uploaded" bytes in the object store (seeding skips upload)."""
+    import nats
+
+    from lectern_common.objects import object_name, put_bytes
+
+    name = object_name(uuid.UUID(document_id), 1)
+    client = await nats.connect(nats_url)
+    try:
+        await put_bytes(client.jetstream(), name=name, data=data)
+    finally:
+        await client.drain()
+    await db_pool.execute(
+        "UPDATE documents SET object_name = $2, mime_type = 'application/pdf' WHERE id = $1",
+        uuid.UUID(document_id), name,
+    )  # fmt: skip
+
+
 async def test_a_student_explores_the_syllabus_and_takes_a_quiz(
-    gateway: Gateway, db_pool: Any, tenant_id: str
+    gateway: Gateway, db_pool: Any, tenant_id: str, nats_url: str
 ) -> None:
     await seed_document(db_pool, tenant_id=tenant_id, title="Cells and plants",
                         chunks=STUDY_MATERIAL[:3])  # fmt: skip
@@ -289,6 +308,19 @@ async def test_a_student_explores_the_syllabus_and_takes_a_quiz(
         await page.js("document.querySelector('[data-action=quiz-passage]').click()")
         await page.until("document.getElementById('source-dialog').open")
         assert questions[0]["evidence"] in await page.text("#source-text")
+        # ... and the original file opens at the passage's page
+        await store_original(nats_url, db_pool, questions[0]["document_id"], b"%PDF-1.4 lesson")
+        await page.js(
+            "window.open = (url) => { window.opened = url; return null; };"
+            "const blobUrl = URL.createObjectURL.bind(URL);"
+            "URL.createObjectURL = (blob) => { window.blob = blob; return blobUrl(blob); }"
+        )
+        await page.js("document.querySelector('[data-action=open-original]').click()")
+        await page.until("window.opened")
+        opened = str(await page.js("window.opened"))
+        page_number = questions[0]["pages"][0]
+        assert opened.startswith("blob:") and opened.endswith(f"#page={page_number}")
+        assert await page.js("window.blob.text()") == "%PDF-1.4 lesson"
         await page.js("document.getElementById('source-dialog').close()")
 
         # a quiz drawn from the form spans the material, and is listed

@@ -6,6 +6,8 @@ import asyncio
 import base64
 import json
 import logging
+import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from datetime import date, datetime
@@ -13,12 +15,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, Field, ValidationError
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
 
 from lectern_common.broker import publish_event
-from lectern_common.errors import BadInputError
+from lectern_common.errors import BadInputError, NotFoundError, UpstreamError
 from lectern_common.events import (
     DocumentDeleted,
     DocumentMetadata,
@@ -30,6 +33,7 @@ from lectern_common.filetype import detect_mime_path
 from lectern_common.objects import (
     delete_object,
     delete_password,
+    fetch_to_file,
     object_name,
     put_file,
     put_password,
@@ -471,6 +475,39 @@ async def get_document(
 ) -> DocumentView:
     """One document of the caller's tenant."""
     return document_view(await _load(pool, principal, document_id))
+
+
+@router.get(
+    "/v1/documents/{document_id}/file",
+    summary="The original file (inline; a PDF opens at a page with #page=N)",
+    response_class=FileResponse,
+    responses={200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}},
+)
+async def document_file(
+    document_id: uuid.UUID, principal: PrincipalDep, pool: PoolDep, broker: BrokerDep
+) -> FileResponse:
+    """The uploaded bytes, with the visibility of the document's chunks: students only an
+    indexed document of the educational collection; staff any document still stored."""
+    row = await _load(pool, principal, document_id)
+    gone = row["deleted_at"] is not None or not row["object_name"]
+    if gone or (not principal.is_staff and row["status"] != "indexed"):
+        raise ProblemError(404, "Not found", f"document {document_id} has no file to serve")
+    fd, name = await asyncio.to_thread(tempfile.mkstemp, prefix="lectern-file-")
+    os.close(fd)
+    path = Path(name)
+    try:
+        await fetch_to_file(_jetstream(broker), name=row["object_name"], path=path)
+    except NotFoundError as exc:
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        raise ProblemError(404, "Not found", f"the file of {document_id} is not stored") from exc
+    except UpstreamError as exc:
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        raise ProblemError(503, "Unavailable", str(exc), headers={"Retry-After": "5"}) from exc
+    return FileResponse(
+        path, media_type=row["mime_type"], filename=row["filename"],
+        content_disposition_type="inline",
+        background=BackgroundTask(path.unlink, missing_ok=True),
+    )  # fmt: skip
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:

@@ -544,10 +544,27 @@ async function openSource(chunkId, messageId) {
       cited.append(el("p", { class: "hint" }, `[${h.label}] cited for: “${h.cited_sentence}”`));
     }
   }
+  $("source-original").replaceChildren(
+    el("button", {
+      type: "button", class: "small", "data-action": "open-original",
+      onclick: () => attempt(() => openOriginal(chunk.document_id, chunk.page_start)),
+    }, chunk.page_start ? `Open the original at p. ${chunk.page_start}` : "Open the original"),
+  );
   $("source-text").replaceChildren(...markedText(chunk.text, chunk.highlights));
   const dialog = $("source-dialog");
   if (!dialog.open) dialog.showModal();
   dialog.querySelector("mark")?.scrollIntoView({ block: "center" });
+}
+
+// The uploaded file in a new tab (fetched with the bearer token, shown from a blob URL); a
+// PDF opens at the cited page through the browser's own viewer (#page=N).
+async function openOriginal(documentId, page) {
+  const response = await api(`/v1/documents/${encodeURIComponent(documentId)}/file`, {
+    headers: { Accept: "*/*" },
+  });
+  const url = URL.createObjectURL(await response.blob());
+  window.open(page ? `${url}#page=${page}` : url, "_blank", "noopener");
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
 // The chunk's text as nodes, with the cited spans in <mark> (overlapping spans merged).
