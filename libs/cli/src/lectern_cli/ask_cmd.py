@@ -72,7 +72,7 @@ async def ask(
                 "/v1/sessions", json={"mode": mode, "subject": subject}, headers=headers
             )
             if created.status_code != 201:
-                print(f"lectern ask: {_problem(created)}", file=sys.stderr)
+                print(f"lectern ask: {problem_text(created)}", file=sys.stderr)
                 return 1
             session_id = str(created.json()["id"])
         sources: list[dict[str, Any]] = []
@@ -86,7 +86,7 @@ async def ask(
         ) as source:
             if source.response.status_code != 200:
                 await source.response.aread()
-                print(f"lectern ask: {_problem(source.response)}", file=sys.stderr)
+                print(f"lectern ask: {problem_text(source.response)}", file=sys.stderr)
                 return 2 if source.response.status_code == 429 else 1
             async for sse in source.aiter_sse():
                 event = json.loads(sse.data)
@@ -123,7 +123,8 @@ async def ask(
     return 0
 
 
-def _problem(response: Any) -> str:
+def problem_text(response: Any) -> str:
+    """A problem+json response as one line (status, title, detail) for the terminal."""
     try:
         body = response.json()
         return f"{response.status_code} {body.get('title')}: {body.get('detail')}"

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from lectern_cli.ask_cmd import DEFAULT_URL, _problem
+from lectern_cli.ask_cmd import DEFAULT_URL, problem_text
 
 Prompt = Callable[[str], str]
 
@@ -87,7 +87,7 @@ async def take_quiz(
         else:
             got = await client.get(f"/v1/quizzes/{quiz_id}", headers=headers)
         if got.status_code not in (200, 201):
-            print(f"lectern quiz: {_problem(got)}", file=sys.stderr)
+            print(f"lectern quiz: {problem_text(got)}", file=sys.stderr)
             return 1
         quiz = got.json()
         out.write(f"{quiz['title']} ({len(quiz['questions'])} questions)\n")
@@ -96,7 +96,7 @@ async def take_quiz(
             f"/v1/quizzes/{quiz['id']}/attempts", json={"answers": answers}, headers=headers
         )
         if checked.status_code != 201:
-            print(f"lectern quiz: {_problem(checked)}", file=sys.stderr)
+            print(f"lectern quiz: {problem_text(checked)}", file=sys.stderr)
             return 1
     result = checked.json()
     out.write("\n")
@@ -119,7 +119,7 @@ async def show_syllabus(
             "/v1/syllabus", params=params, headers={"Authorization": f"Bearer {token}"}
         )
     if got.status_code != 200:
-        print(f"lectern syllabus: {_problem(got)}", file=sys.stderr)
+        print(f"lectern syllabus: {problem_text(got)}", file=sys.stderr)
         return 1
     for module in got.json()["modules"]:
         out.write(f"{module['module'] or '(no module)'}\n")

@@ -123,6 +123,18 @@ class GeminiQuizWriter:
         """Recorded as the quiz's generator."""
         return f"gemini:{self.model}"
 
+    async def _json_reply(self, prompt: str, *, temperature: float) -> str:
+        """The model's JSON reply to ``prompt`` (code fences removed); raises APIError."""
+        config = types.GenerateContentConfig(
+            response_mime_type="application/json",
+            temperature=temperature,
+            thinking_config=types.ThinkingConfig(thinking_budget=0),
+        )
+        response = await self.client.aio.models.generate_content(
+            model=self.model, contents=prompt, config=config
+        )
+        return _FENCE.sub("", (response.text or "").strip())
+
     async def write(
         self,
         chunks: Sequence[SourceChunk],
@@ -136,11 +148,6 @@ class GeminiQuizWriter:
         pool = generator.passages(chunks, count=2 * num_questions, focus_topics=focus_topics)
         if not pool:
             return []
-        config = types.GenerateContentConfig(
-            response_mime_type="application/json",
-            temperature=0.4,
-            thinking_config=types.ThinkingConfig(thinking_budget=0),
-        )
         accepted: list[Question] = []
         used: set[Any] = set()
         for _ in range(ROUNDS):
@@ -148,17 +155,14 @@ class GeminiQuizWriter:
             fresh = [c for c in pool if c.id not in used][: max(missing, 1) * 2] or pool
             if missing <= 0:
                 break
+            prompt = prompt_for(fresh, count=missing, kinds=kinds, difficulty=difficulty)
             try:
-                response = await self.client.aio.models.generate_content(
-                    model=self.model,
-                    contents=prompt_for(fresh, count=missing, kinds=kinds, difficulty=difficulty),
-                    config=config,
-                )
+                text = await self._json_reply(prompt, temperature=0.4)
             except errors.APIError as exc:
                 log.warning("quiz writing failed (%s); using the offline generator", exc)
                 return accepted or None
             try:
-                reply = WrittenQuiz.model_validate_json(_json_of(response.text or ""))
+                reply = WrittenQuiz.model_validate_json(text)
             except ValidationError as exc:
                 log.warning("quiz writer returned invalid JSON: %s", exc)
                 continue
@@ -179,16 +183,9 @@ class GeminiQuizWriter:
         failed or did not judge every item (the rules decide then)."""
         if not items:
             return []
-        config = types.GenerateContentConfig(
-            response_mime_type="application/json",
-            temperature=0.0,
-            thinking_config=types.ThinkingConfig(thinking_budget=0),
-        )
         try:
-            response = await self.client.aio.models.generate_content(
-                model=self.model, contents=judging_prompt(items), config=config
-            )
-            reply = Verdicts.model_validate_json(_json_of(response.text or ""))
+            text = await self._json_reply(judging_prompt(items), temperature=0.0)
+            reply = Verdicts.model_validate_json(text)
         except (errors.APIError, ValidationError) as exc:
             log.warning("answer judging failed (%s); using the rules", exc)
             return None
@@ -229,10 +226,6 @@ def judging_prompt(items: Sequence[tuple[str, str, str, str]]) -> str:
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
-
-
-def _json_of(text: str) -> str:
-    return _FENCE.sub("", text.strip())
 
 
 def build_quiz_writer(settings: Any) -> GeminiQuizWriter | None:

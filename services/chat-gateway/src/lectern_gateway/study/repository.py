@@ -84,16 +84,17 @@ async def struggle_topics(pool: Any, *, tenant_id: str, user_id: str) -> list[st
     return [str(r["topic"]) for r in rows]
 
 
-async def insert_quiz(pool: Any, values: dict[str, Any]) -> None:
-    """Store a generated quiz."""
-    await pool.execute(
+async def insert_quiz(pool: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Store a generated quiz; the stored row."""
+    row = await pool.fetchrow(
         "INSERT INTO quizzes (id, tenant_id, created_by, creator_role, title, difficulty, "
         "request, generator, uses_assessment, assigned_class_id, questions) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11::jsonb)",
+        "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11::jsonb) RETURNING *",
         values["id"], values["tenant_id"], values["created_by"], values["creator_role"],
         values["title"], values["difficulty"], values["request"], values["generator"],
         values["uses_assessment"], values["assigned_class_id"], values["questions"],
     )  # fmt: skip
+    return dict(row)
 
 
 async def get_quiz(pool: Any, *, tenant_id: str, quiz_id: uuid.UUID) -> dict[str, Any] | None:
@@ -101,7 +102,7 @@ async def get_quiz(pool: Any, *, tenant_id: str, quiz_id: uuid.UUID) -> dict[str
     row = await pool.fetchrow(
         "SELECT * FROM quizzes WHERE id = $1 AND tenant_id = $2", quiz_id, tenant_id
     )
-    return _decoded(row) if row is not None else None
+    return dict(row) if row is not None else None
 
 
 async def list_quizzes(
@@ -124,11 +125,7 @@ async def list_quizzes(
             classes,
             limit,
         )
-    return [_decoded(r) for r in rows]
-
-
-def _decoded(row: Any) -> dict[str, Any]:
-    return dict(row)  # jsonb columns come decoded (the pool's codec)
+    return [dict(r) for r in rows]
 
 
 async def insert_attempt(conn: Any, values: dict[str, Any]) -> None:

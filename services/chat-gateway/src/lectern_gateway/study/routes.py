@@ -196,9 +196,8 @@ async def create_quiz(
             422, "No questions", "the selected material states no definitions or facts to ask"
         )
     titles = list(dict.fromkeys(c.document_title for c in chunks))
-    quiz_id = uuid.uuid4()
     quiz = {
-        "id": quiz_id, "tenant_id": principal.tenant_id, "created_by": principal.user_id,
+        "id": uuid.uuid4(), "tenant_id": principal.tenant_id, "created_by": principal.user_id,
         "creator_role": principal.role,
         "title": body.title or f"Quiz: {', '.join(titles[:2])}"[:200],
         "difficulty": body.difficulty, "request": body.model_dump(mode="json"),
@@ -206,10 +205,7 @@ async def create_quiz(
         "assigned_class_id": body.assign_to_class,
         "questions": [_stored(q) for q in questions],
     }  # fmt: skip
-    await repo.insert_quiz(pool, quiz)
-    stored = await repo.get_quiz(pool, tenant_id=principal.tenant_id, quiz_id=quiz_id)
-    assert stored is not None
-    return _view(stored, principal)
+    return _view(await repo.insert_quiz(pool, quiz), principal)
 
 
 async def _questions(
@@ -312,14 +308,16 @@ async def attempt_quiz(
     if unknown:
         raise ProblemError(422, "Unknown questions", f"not in this quiz: {sorted(unknown)}")
     given = {k: str(v).lower() if isinstance(v, bool) else v for k, v in body.answers.items()}
+    judged = await _model_verdicts(state.resources.get(QUIZ_WRITER), questions, given)
     typed = [
         (str(given[q["id"]]), q["answer"])
         for q in questions
-        if q["kind"] == "short_answer" and given.get(q["id"]) and len(q["answer"].split()) > 3
-    ]
-    embedder = state.resources.get(EMBEDDER)
-    similarity = dict(zip(typed, await _similarities(embedder, typed), strict=True))
-    judged = await _model_verdicts(state.resources.get(QUIZ_WRITER), questions, given)
+        if q["kind"] == "short_answer" and given.get(q["id"]) and q["id"] not in judged
+        and len(q["answer"].split()) > 3
+    ]  # fmt: skip
+    similarity = dict(
+        zip(typed, await _similarities(state.resources.get(EMBEDDER), typed), strict=True)
+    )
     checks: list[AnswerCheck] = []
     for q in questions:
         said = given.get(q["id"])

@@ -91,17 +91,16 @@ def outline(chunks: Sequence[Any]) -> list[SectionOutline]:
     ``section_path``, ``page_start``, ``page_end``, ``text``, ``topic_tags``)."""
     paths = folded_paths([tuple(c["section_path"] or ()) for c in chunks])
     sections: list[SectionOutline] = []
-    by_path: dict[tuple[str, ...], SectionOutline] = {}
     for chunk, path in zip(chunks, paths, strict=True):
-        section = by_path.get(path)
-        if section is None or (sections and sections[-1] is not section):
+        if sections and sections[-1].path == list(path):
+            section = sections[-1]
+        else:
             section = SectionOutline(
                 path=list(path), page_start=chunk["page_start"], page_end=chunk["page_end"],
                 chunk_count=0, first_chunk_id=chunk["id"],
                 overview=overview(chunk["text"], path[-1] if path else None),
             )  # fmt: skip
             sections.append(section)
-            by_path[path] = section
         section.chunk_count += 1
         for page in (chunk["page_start"], chunk["page_end"]):
             if page is None:
