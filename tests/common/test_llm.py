@@ -1,11 +1,15 @@
 """Generators: Gemini through the real SDK against the fake server, fallback, offline answers."""
 
+import email.utils
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
+from lectern_testing.metrics import install_telemetry, local_total
 
 from lectern_common.embeddings import create_gemini_client
 from lectern_common.errors import BadInputError, ConfigurationError, UpstreamError
@@ -28,6 +32,7 @@ from lectern_common.llm import (
     build_generator,
     cited_labels,
     extract_answer,
+    retry_after_seconds,
     split_sentences,
 )
 from lectern_common.settings import BaseServiceSettings
@@ -309,12 +314,75 @@ async def test_an_unreachable_gemini_falls_back() -> None:
     assert (final.provider, final.fallback_from) == ("offline", ["gemini", "gemini"])
 
 
-async def test_permanent_errors_do_not_fall_back(gemini: FakeGemini, openai: FakeOpenAI) -> None:
-    gemini.fail(400)
+@pytest.mark.parametrize("status", [400, 401, 403])
+async def test_permanent_errors_fall_back_without_a_retry(
+    gemini: FakeGemini, openai: FakeOpenAI, status: int
+) -> None:
+    # a revoked key or a bad model name: retrying the same call cannot help, the next can
+    gemini.fail(status)
+    fallback = OpenAICompatibleGenerator(base_url=openai.api_base, model="m")
+    before = fallback_count()
+    chunks = await collect(FallbackGenerator(gemini_generator(gemini), [fallback], retry_delay_s=0))
+    final = final_of(chunks)
+    assert (final.provider, final.fallback_from) == ("openai-compatible", ["gemini"])
+    assert len(gemini.requests) == 1 and len(openai.requests) == 1
+    assert fallback_count() == before + 1
+
+
+async def test_when_every_provider_fails_the_last_error_is_raised(
+    gemini: FakeGemini, openai: FakeOpenAI
+) -> None:
+    gemini.fail(401)
+    openai.fail(400)
     fallback = OpenAICompatibleGenerator(base_url=openai.api_base, model="m")
     with pytest.raises(BadInputError):
         await collect(FallbackGenerator(gemini_generator(gemini), [fallback], retry_delay_s=0))
-    assert len(gemini.requests) == 1 and openai.requests == []
+
+
+async def test_the_retry_waits_as_long_as_the_server_asks(
+    gemini: FakeGemini, openai: FakeOpenAI
+) -> None:
+    gemini.enqueue(Behaviour.error(429, retry_delay_s=0.6), endpoint="generate")
+    generator = FallbackGenerator(gemini_generator(gemini), [], retry_delay_s=0.01)
+    began = time.perf_counter()
+    final = final_of(await collect(generator))
+    assert final.provider == "gemini" and final.fallback_from == ["gemini"]
+    assert time.perf_counter() - began >= 0.6
+
+
+async def test_a_retry_wait_longer_than_the_cap_goes_straight_to_the_fallback(
+    gemini: FakeGemini, openai: FakeOpenAI
+) -> None:
+    gemini.enqueue(Behaviour.error(429, retry_delay_s=37), endpoint="generate")
+    fallback = OpenAICompatibleGenerator(base_url=openai.api_base, model="m")
+    generator = FallbackGenerator(
+        gemini_generator(gemini), [fallback], retry_delay_s=0, max_retry_wait_s=5
+    )
+    began = time.perf_counter()
+    final = final_of(await collect(generator))
+    assert (final.provider, final.fallback_from) == ("openai-compatible", ["gemini"])
+    assert time.perf_counter() - began < 5 and len(gemini.requests) == 1
+
+
+async def test_an_openai_compatible_retry_after_header_is_read(openai: FakeOpenAI) -> None:
+    openai.enqueue(Behaviour(status=429, headers={"Retry-After": "7"}))
+    generator = OpenAICompatibleGenerator(base_url=openai.api_base, model="m")
+    with pytest.raises(UpstreamError) as raised:
+        await collect(generator)
+    assert raised.value.reason == "rate_limited" and raised.value.retry_after_s == 7.0
+
+
+def test_retry_after_accepts_seconds_and_http_dates() -> None:
+    assert retry_after_seconds("12") == 12.0
+    assert retry_after_seconds(None) is None and retry_after_seconds("soon") is None
+    later = email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    assert 25 <= (retry_after_seconds(later) or 0) <= 30
+
+
+def fallback_count() -> float:
+    """``lectern.llm.fallbacks`` as Prometheus scrapes it."""
+    install_telemetry()
+    return local_total("lectern_llm_fallbacks_total")
 
 
 class _FailsMidStream:
@@ -354,8 +422,10 @@ async def test_build_generator_chains_gemini_fallback_and_offline(
     )
     generator = build_generator(settings)
     assert isinstance(generator, FallbackGenerator)
-    assert [g.name for g in generator.fallbacks] == ["openai-compatible", "offline"]
-    gemini.fail(429, times=2)
+    assert [g.name for g in generator.fallbacks] == [
+        "gemini-secondary", "openai-compatible", "offline"
+    ]  # fmt: skip
+    gemini.fail(429, times=3)
     generator.retry_delay_s = 0
     chunks = await collect(generator)
     assert final_of(chunks).provider == "openai-compatible"

@@ -23,6 +23,7 @@ from lectern_testing.chat import (
     serve_gateway,
 )
 from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI
+from lectern_testing.metrics import sample_total
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +157,36 @@ async def test_every_hosted_provider_down_ends_with_the_offline_answerer(
     assert got.done.citations  # still grounded in the course, from the sources alone
     roles = [r for r, _ in await _history(client, gateway, session, headers)]
     assert roles == ["user", "assistant"]
+
+
+async def test_a_revoked_key_falls_through_to_the_offline_answer_and_is_counted(
+    gateway: Gateway,
+    client: httpx.AsyncClient,
+    db_pool: Any,
+    tenant_id: str,
+    fakes: tuple[FakeGemini, FakeOpenAI],
+) -> None:
+    gemini, oai = fakes
+    gemini.reset()
+    oai.reset()
+    await seed_document(db_pool, tenant_id=tenant_id)
+    # a revoked Gemini key and a fallback that refuses its key: no retry of either
+    gemini.fail(401, times=1, endpoint="generate")
+    oai.fail(401, times=1)
+    before = await _fallbacks(client, gateway)
+    headers = gateway.token(tenant_id, "stu-4")
+    session = await new_session(client, gateway, headers)
+    got = await ask(client, gateway, session["id"], "What is photosynthesis?", headers)
+    assert not got.of("error")
+    assert got.done.answered_by == "offline"
+    assert got.done.usage["fallback_from"] == ["gemini", "openai-compatible"]
+    assert got.done.citations
+    assert len(gemini.requests_to("generate")) == 1 and len(oai.requests_to("chat")) == 1
+    # the operator's alert: two moves down the chain, visible on the gateway's scrape
+    assert await _fallbacks(client, gateway) == before + 2
+
+
+async def _fallbacks(client: httpx.AsyncClient, gateway: Gateway) -> float:
+    response = await client.get(f"{gateway.url}/metrics")
+    assert response.status_code == 200
+    return sample_total(response.text, "lectern_llm_fallbacks_total")

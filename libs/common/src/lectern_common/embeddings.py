@@ -391,10 +391,11 @@ def upstream_error(exc: BaseException, *, what: str) -> LecternError:
     """Our error for a failed Gemini call: rate limit / unavailable / misconfigured / rejected."""
     if isinstance(exc, genai_errors.APIError):
         detail = f"{what}: Gemini answered {exc.code} {exc.status or ''} {exc.message or ''}"
+        hint = retry_delay_hint(exc)
         if exc.code == 429:
-            return UpstreamError(detail.strip(), reason="rate_limited")
+            return UpstreamError(detail.strip(), reason="rate_limited", retry_after_s=hint)
         if exc.code >= 500:
-            return UpstreamError(detail.strip(), reason="upstream_unavailable")
+            return UpstreamError(detail.strip(), reason="upstream_unavailable", retry_after_s=hint)
         if exc.code in (401, 403):
             return ConfigurationError(detail.strip(), reason="upstream_auth")
         return BadInputError(detail.strip(), reason="upstream_rejected")

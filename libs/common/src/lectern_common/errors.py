@@ -76,3 +76,10 @@ class UpstreamError(RetryableError):
     """Raised when a hosted model or another service failed or rate-limited us."""
 
     reason = "upstream"
+
+    def __init__(
+        self, message: str, *, reason: str | None = None, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message, reason=reason)
+        #: the wait the upstream asked for (HTTP ``Retry-After``, Gemini's ``RetryInfo``)
+        self.retry_after_s = retry_after_s

@@ -7,7 +7,8 @@
   (DeepSeek, vLLM, Ollama, OpenAI ...), the fallback provider.
 - ``OfflineAnswerer`` (``lectern_common.answerer``): no model at all; answers in the
   question's form from the sentences and list items of the sources, citing them [T#].
-- ``FallbackGenerator``: primary, one retry, then the fallbacks in order.
+- ``FallbackGenerator``: primary (retried once after the wait it asks for), then the
+  fallbacks in order: a secondary Gemini model, the OpenAI-compatible provider, offline.
 
 Every stream is text deltas, then at most one grounding chunk and one usage chunk, then
 exactly one final chunk naming the provider that answered. Generators send ``system`` and
@@ -18,17 +19,20 @@ exactly one final chunk naming the provider that answered. Generators send ``sys
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import logging
 import re
 from collections.abc import Sequence
 from contextlib import aclosing
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 from google import genai
 from google.genai import types
 
+from lectern_common import metrics as telemetry_metrics
 from lectern_common.answerer import (
     NO_SUPPORT_TEXT,
     ExtractiveAnswer,
@@ -44,6 +48,7 @@ from lectern_common.errors import (
     BadInputError,
     ConfigurationError,
     LecternError,
+    RetryableError,
     UpstreamError,
 )
 from lectern_common.generation import (
@@ -153,8 +158,6 @@ def annotate_web_citations(text: str, grounding: Grounding) -> str:
 class GeminiGenerator:
     """Gemini Flash, streamed, with optional ``google_search`` grounding."""
 
-    name = "gemini"
-
     def __init__(
         self,
         *,
@@ -162,7 +165,9 @@ class GeminiGenerator:
         model: str = "gemini-2.5-flash",
         temperature: float = 0.3,
         thinking_budget: int = 0,
+        name: str = "gemini",
     ) -> None:
+        self.name = name
         self.client = client
         self.model = model
         self.temperature = temperature
@@ -247,12 +252,32 @@ def _enum_text(value: object) -> str:
     return str(getattr(value, "value", value))
 
 
-def _http_error(status: int, body: str, *, what: str) -> LecternError:
+def retry_after_seconds(value: str | None) -> float | None:
+    """An HTTP ``Retry-After`` in seconds (delta-seconds or an HTTP date), else ``None``."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _http_error(
+    status: int, body: str, *, what: str, retry_after: str | None = None
+) -> LecternError:
     detail = f"{what}: HTTP {status} {body[:300]}"
+    wait = retry_after_seconds(retry_after)
     if status == 429:
-        return UpstreamError(detail, reason="rate_limited")
+        return UpstreamError(detail, reason="rate_limited", retry_after_s=wait)
     if status >= 500:
-        return UpstreamError(detail, reason="upstream_unavailable")
+        return UpstreamError(detail, reason="upstream_unavailable", retry_after_s=wait)
     if status in (401, 403):
         return ConfigurationError(detail, reason="upstream_auth")
     return BadInputError(detail, reason="upstream_rejected")
@@ -313,7 +338,12 @@ class OpenAICompatibleGenerator:
             ):
                 if response.status_code != 200:
                     await response.aread()
-                    raise _http_error(response.status_code, response.text, what=what)
+                    raise _http_error(
+                        response.status_code,
+                        response.text,
+                        what=what,
+                        retry_after=response.headers.get("retry-after"),
+                    )
                 async for line in response.aiter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -345,19 +375,39 @@ class OpenAICompatibleGenerator:
 
 
 class FallbackGenerator:
-    """The primary provider, retried once, then each fallback, while nothing was streamed.
+    """The primary provider, then each fallback in order, while nothing was streamed.
 
-    Only ``UpstreamError`` (rate limits, server errors, unreachable) moves on; a failure
-    after the first chunk was streamed is re-raised, since the caller already showed text.
+    Any failure before the first chunk moves on: rate limits, server errors, an unreachable
+    host, and also a 400/401/403 (a revoked key, a bad model name), so a misconfigured model
+    degrades to the next in line instead of failing every answer. A retryable failure of
+    the primary is retried once after the wait it asked for (``Retry-After`` /
+    ``RetryInfo``, at least ``retry_delay_s``); a wait longer than ``max_retry_wait_s``
+    skips the retry. A failure after the first chunk was streamed is re-raised, since the
+    caller already showed text. Every move to the next provider counts in
+    ``lectern.llm.fallbacks``.
     """
 
     def __init__(
-        self, primary: Generator, fallbacks: Sequence[Generator], *, retry_delay_s: float = 0.5
+        self,
+        primary: Generator,
+        fallbacks: Sequence[Generator],
+        *,
+        retry_delay_s: float = 0.5,
+        max_retry_wait_s: float = 5.0,
     ) -> None:
         self.primary = primary
         self.fallbacks = list(fallbacks)
         self.retry_delay_s = retry_delay_s
+        self.max_retry_wait_s = max_retry_wait_s
         self.name = primary.name
+
+    def _retry_wait(self, exc: Exception) -> float | None:
+        """Seconds to wait before retrying the primary, or ``None``: do not retry."""
+        if not isinstance(exc, RetryableError):
+            return None
+        hinted = exc.retry_after_s if isinstance(exc, UpstreamError) else None
+        wait = max(self.retry_delay_s, hinted or 0.0)
+        return wait if wait <= self.max_retry_wait_s else None
 
     async def stream(
         self,
@@ -368,12 +418,12 @@ class FallbackGenerator:
         web_search: bool = False,
     ) -> GenerationStream:
         """Stream from the first provider that starts answering."""
-        attempts = [self.primary, self.primary, *self.fallbacks]
+        queue: list[Generator] = [self.primary, *self.fallbacks]
         failed: list[str] = []
-        last_error: UpstreamError | None = None
-        for number, generator in enumerate(attempts):
-            if number == 1 and self.retry_delay_s:
-                await asyncio.sleep(self.retry_delay_s)
+        last_error: Exception | None = None
+        retried = False
+        while queue:
+            generator = queue.pop(0)
             emitted = False
             inner = generator.stream(
                 system=system, messages=messages, sources=sources, web_search=web_search
@@ -386,13 +436,24 @@ class FallbackGenerator:
                             chunk = chunk.model_copy(update={"fallback_from": list(failed)})
                         yield chunk
                 return
-            except UpstreamError as exc:
+            except Exception as exc:
                 if emitted:
                     raise
-                log.warning("%s failed before answering (%s): %s", generator.name, exc.reason, exc)
+                reason = exc.reason if isinstance(exc, LecternError) else type(exc).__name__
+                log.warning("%s failed before answering (%s): %s", generator.name, reason, exc)
                 failed.append(generator.name)
                 last_error = exc
-        assert last_error is not None  # attempts is never empty
+                wait = self._retry_wait(exc) if generator is self.primary else None
+                if wait is not None and not retried:
+                    retried = True
+                    queue.insert(0, generator)
+                    await asyncio.sleep(wait)
+                    continue
+                if queue:
+                    telemetry_metrics.LLM_FALLBACKS.add(
+                        1, {"provider": generator.name, "reason": reason, "next": queue[0].name}
+                    )
+        assert last_error is not None  # the queue is never empty at the start
         raise last_error
 
 
@@ -414,6 +475,16 @@ def build_generator(
                 temperature=settings.llm_temperature,
             )
         )
+        secondary = settings.gemini_secondary_chat_model
+        if secondary and secondary != settings.gemini_chat_model:
+            chain.append(
+                GeminiGenerator(
+                    client=client,
+                    model=secondary,
+                    temperature=settings.llm_temperature,
+                    name="gemini-secondary",
+                )
+            )
     if settings.fallback_llm_base_url and settings.fallback_llm_model:
         key = settings.fallback_llm_api_key
         chain.append(

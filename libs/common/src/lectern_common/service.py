@@ -22,7 +22,7 @@ from typing import Any
 import asyncpg
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from faststream.nats import NatsBroker
 from opentelemetry import trace
 
@@ -35,6 +35,7 @@ from lectern_common.telemetry import (
     Telemetry,
     configure_logging,
     instrument_http_app,
+    prometheus_scrape,
     setup_telemetry,
 )
 
@@ -184,6 +185,11 @@ def create_service_app(
              "checks": checks},
             status_code=200 if ok else 503,
         )  # fmt: skip
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus scrape of the service's metrics")
+    async def prometheus_metrics() -> Response:
+        body, content_type = prometheus_scrape()
+        return Response(body, media_type=content_type)
 
     instrument_http_app(app, tracer_provider=tracer_provider)
     return app

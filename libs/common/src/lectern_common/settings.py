@@ -117,6 +117,11 @@ class BaseServiceSettings(BaseSettings):
     )
     gemini_embedding_dim: int = shared("gemini_embedding_dim", 768, "output_dimensionality")
     gemini_chat_model: str = shared("gemini_chat_model", "gemini-2.5-flash", "Gemini chat model")
+    gemini_secondary_chat_model: str | None = shared(
+        "gemini_secondary_chat_model",
+        "gemini-2.5-flash-lite",
+        "Gemini model tried when the chat model fails (empty: none)",
+    )
     llm_temperature: float = shared("llm_temperature", 0.3, "sampling temperature for answers")
     llm_timeout_s: float = shared(
         "llm_timeout_s", 60.0, "HTTP timeout of a model call (per read while streaming)"

@@ -4,7 +4,8 @@ Traces cross HTTP (``instrument_http_app``: an incoming W3C ``traceparent`` is c
 NATS (FastStream's telemetry middleware puts ``traceparent`` in message headers, from whatever
 span is current when a handler publishes or requests), so one question is one trace from the
 gateway through retriever and reranker. Spans and metrics are exported over OTLP/HTTP when
-``LECTERN_OTLP_ENDPOINT`` is set.
+``LECTERN_OTLP_ENDPOINT`` is set; metrics are also served for Prometheus at ``GET /metrics``
+(the instruments are in ``lectern_common.metrics``).
 """
 
 from __future__ import annotations
@@ -15,18 +16,20 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 from opentelemetry import metrics, trace
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from pythonjsonlogger.json import JsonFormatter
 
 from lectern_common.settings import BaseServiceSettings
 
 #: probe endpoints: polled every few seconds by Kubernetes and compose, never traced
-UNTRACED_PATHS = ("/healthz", "/readyz")
+UNTRACED_PATHS = ("/healthz", "/readyz", "/metrics")
 
 
 class TraceContextFilter(logging.Filter):
@@ -87,7 +90,7 @@ def setup_telemetry(settings: BaseServiceSettings) -> Telemetry:
     """Create providers for this service and install them globally (once per process)."""
     resource = Resource.create({"service.name": settings.service_name})
     tracer_provider = TracerProvider(resource=resource)
-    readers = []
+    readers: list[MetricReader] = []
     if settings.otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -99,14 +102,23 @@ def setup_telemetry(settings: BaseServiceSettings) -> Telemetry:
         readers.append(
             PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics"))
         )
-    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     installed = not isinstance(trace.get_tracer_provider(), TracerProvider)
+    if installed:
+        # the process' Prometheus registry, served at GET /metrics (once per process: the
+        # reader registers a collector there)
+        readers.append(PrometheusMetricReader())
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     if installed:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
     return Telemetry(
         tracer_provider=tracer_provider, meter_provider=meter_provider, installed=installed
     )
+
+
+def prometheus_scrape() -> tuple[bytes, str]:
+    """The Prometheus text exposition of this process' metrics, and its content type."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 
 def instrument_http_app(

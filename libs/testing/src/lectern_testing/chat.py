@@ -332,10 +332,13 @@ def hosted_model_settings(
     nats_url: str, database_url: str, gemini: Any, fallback: Any, **overrides: Any
 ) -> Settings:
     """Test settings with Gemini and the OpenAI-compatible fallback pointed at the fake
-    servers of ``lectern_testing.gemini_fake`` (``gemini``, ``fallback``)."""
+    servers of ``lectern_testing.gemini_fake`` (``gemini``, ``fallback``). No secondary
+    Gemini model unless asked (``gemini_secondary_chat_model=...``): the chain is Gemini, the
+    fallback, offline."""
     values: dict[str, Any] = {
         "gemini_api_key": "fake-key",
         "gemini_base_url": gemini.base_url,
+        "gemini_secondary_chat_model": "",
         "fallback_llm_base_url": fallback.api_base,
         "fallback_llm_model": "deepseek-chat",
     }

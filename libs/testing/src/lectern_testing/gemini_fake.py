@@ -68,6 +68,8 @@ class Behaviour:
     finish_reason: str = "STOP"
     #: streaming: drop the connection after this many chunks (no last chunk, no usage)
     cut_after: int | None = None
+    #: extra response headers of an error (e.g. ``Retry-After``)
+    headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def error(
@@ -417,6 +419,7 @@ class FakeOpenAI(_FakeServer):
             return JSONResponse(
                 {"error": {"message": message, "type": "fake_error", "code": behaviour.status}},
                 status_code=behaviour.status,
+                headers=behaviour.headers,
             )
         pieces = behaviour.pieces(self.default_text)
         if not recorded.body.get("stream"):

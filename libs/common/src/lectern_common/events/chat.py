@@ -49,7 +49,9 @@ class ChatTurnCompleted(Event):
     knowledge_gap: bool = False
     topic: str | None = None
     citations: list[CitationRef] = Field(default_factory=list)
-    answered_by: str = Field(default="offline", description="gemini, fallback, offline, gap")
+    answered_by: str = Field(
+        default="offline", description="gemini, gemini-secondary, fallback, offline, gap"
+    )
 
 
 @register_event

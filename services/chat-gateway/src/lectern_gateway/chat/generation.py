@@ -44,8 +44,9 @@ AnswerStreamer = Callable[[Prompt], AsyncGenerator[Piece, None]]
 
 
 def answered_by(final: llm.Final) -> str:
-    """``gemini`` or ``offline`` by provider name; any other provider is the ``fallback``."""
-    if final.provider in ("gemini", "offline"):
+    """``gemini``, ``gemini-secondary`` or ``offline`` by provider name; any other provider
+    is the OpenAI-compatible ``fallback``."""
+    if final.provider in ("gemini", "gemini-secondary", "offline"):
         return final.provider
     return "fallback"
 

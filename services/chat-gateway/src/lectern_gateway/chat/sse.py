@@ -98,7 +98,9 @@ class DoneEvent(BaseModel):
     band: ConfidenceBand
     confidence: float
     knowledge_gap: bool = False
-    answered_by: str = Field(description="gemini, fallback, offline or gap")
+    answered_by: str = Field(
+        description="gemini, gemini-secondary, fallback (OpenAI-compatible), offline or gap"
+    )
     memories_used: list[str] = Field(
         default_factory=list, description="long-term memories of the student put in the prompt"
     )

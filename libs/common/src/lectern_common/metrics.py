@@ -1,0 +1,112 @@
+"""The services' own OpenTelemetry metrics, in one place.
+
+Instruments come from the global meter, which is a proxy until ``setup_telemetry`` installs
+the process' ``MeterProvider``; recording before that is a no-op. The provider exports over
+OTLP (``LECTERN_OTLP_ENDPOINT``) and to the Prometheus registry each service serves at
+``GET /metrics``. OpenTelemetry names map to Prometheus ones by replacing dots with
+underscores and adding the unit (``lectern.chat.time_to_first_token`` in seconds is
+``lectern_chat_time_to_first_token_seconds``) and ``_total`` to counters.
+
+Gauges whose value needs I/O (consumer lag, outbox backlog) are observed from a cache that
+a service's background task refreshes (:class:`GaugeCache`), since OpenTelemetry calls the
+callbacks synchronously from the exporter's thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+meter = metrics.get_meter("lectern")
+
+#: request latency buckets in seconds: 5 ms .. 2 min (answers take seconds on 2 cores)
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
+
+# --- chat gateway ---------------------------------------------------------------------
+TIME_TO_FIRST_TOKEN = meter.create_histogram(
+    "lectern.chat.time_to_first_token",
+    unit="s",
+    description="From the question's arrival to the first answer token sent",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+)
+ANSWER_DURATION = meter.create_histogram(
+    "lectern.chat.answer_duration",
+    unit="s",
+    description="From the question's arrival to the done event (whole answer)",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+)
+ANSWERS = meter.create_counter(
+    "lectern.chat.answers",
+    description="Answers completed, by confidence band and by who answered",
+)
+TURN_FAILURES = meter.create_counter(
+    "lectern.chat.turn_failures", description="Turns that ended in an error event, by reason"
+)
+KNOWLEDGE_GAPS = meter.create_counter(
+    "lectern.chat.knowledge_gaps", description="Questions the course material does not cover"
+)
+RATE_LIMITED = meter.create_counter(
+    "lectern.chat.rate_limited", description="Questions refused by the daily limit, by plan"
+)
+STREAMS_IN_FLIGHT = meter.create_up_down_counter(
+    "lectern.chat.streams_in_flight",
+    description="Server-Sent Event answer streams open now (the gateway's HPA scales on it)",
+)
+LLM_FALLBACKS = meter.create_counter(
+    "lectern.llm.fallbacks",
+    description="A model provider failed before answering and the next in line took over "
+    "(alert on any rate above zero)",
+)
+
+# --- retriever and re-ranker ----------------------------------------------------------
+STAGE_DURATION = meter.create_histogram(
+    "lectern.retrieval.stage_duration",
+    unit="s",
+    description="Latency of a retrieval or re-rank stage (embed, dense, lexical, rerank ...)",
+    explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
+)
+
+# --- ingest ---------------------------------------------------------------------------
+DOCUMENTS_INGESTED = meter.create_counter(
+    "lectern.documents.ingested", description="Documents indexed, by file type"
+)
+DOCUMENTS_FAILED = meter.create_counter(
+    "lectern.documents.failed", description="Documents that failed, by stage and reason"
+)
+
+
+class GaugeCache:
+    """Last values of a gauge, set by async code and read by OpenTelemetry's callback."""
+
+    def __init__(self, name: str, *, description: str, unit: str = "1") -> None:
+        self._values: dict[tuple[tuple[str, str], ...], float] = {}
+        self._lock = threading.Lock()
+        meter.create_observable_gauge(
+            name, callbacks=[self._observe], description=description, unit=unit
+        )
+
+    def set(self, value: float, **attributes: str) -> None:
+        """Record the current value for these attributes."""
+        with self._lock:
+            self._values[tuple(sorted(attributes.items()))] = value
+
+    def _observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            items = list(self._values.items())
+        return [Observation(value, dict(key)) for key, value in items]
+
+
+CONSUMER_PENDING = GaugeCache(
+    "lectern.consumer.pending",
+    description="Messages a JetStream durable consumer has not delivered yet (consumer lag)",
+)
+CONSUMER_ACK_PENDING = GaugeCache(
+    "lectern.consumer.ack_pending",
+    description="Messages delivered to a durable consumer and not yet acknowledged",
+)
+OUTBOX_BACKLOG = GaugeCache(
+    "lectern.outbox.backlog", description="Events written to the outbox and not yet published"
+)
