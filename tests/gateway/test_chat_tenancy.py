@@ -228,13 +228,12 @@ async def test_idle_sweep_ends_each_session_once_across_replicas(
         "WHERE id = ANY($1::uuid[])",
         [uuid.UUID(s["id"]) for s in stale],
     )
-    broker = gateway.app.state.lectern.broker
     # two "replicas" sweeping at once
     counts = await asyncio.gather(
-        sweep_idle_sessions(pool=db_pool, broker=broker, idle_s=1800),
-        sweep_idle_sessions(pool=db_pool, broker=broker, idle_s=1800),
+        sweep_idle_sessions(pool=db_pool, idle_s=1800),
+        sweep_idle_sessions(pool=db_pool, idle_s=1800),
     )
-    events = await published(jetstream, Subjects.CHAT_SESSION_ENDED, tenant_id)
+    events = await published(jetstream, Subjects.CHAT_SESSION_ENDED, tenant_id, expect=5)
     ended = sorted(e["session_id"] for e in events)
     assert ended == sorted(s["id"] for s in stale)  # each exactly once
     assert {e["reason"] for e in events} == {"idle"}

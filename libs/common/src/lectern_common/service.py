@@ -30,6 +30,7 @@ from lectern_common.broker import ensure_streams
 from lectern_common.db import create_pool
 from lectern_common.db.migrate import applied_migrations, load_migrations
 from lectern_common.errors import ConfigurationError
+from lectern_common.outbox import OutboxRelay, publishable_subjects
 from lectern_common.settings import ServiceHttpSettings
 from lectern_common.telemetry import (
     Telemetry,
@@ -56,6 +57,8 @@ class ServiceState:
     checks: dict[str, ReadinessCheck] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
     accepting: bool = False
+    #: the relay publishing this service's outbox (``outbox=`` of ``create_service_app``)
+    outbox: OutboxRelay | None = None
     #: the app is its process's only service (``run_service``): start-up may tune the
     #: process-wide garbage collector (not when tests host several apps in one process)
     own_process: bool = False
@@ -114,12 +117,14 @@ def create_service_app(
     startup_timeout: float = 120.0,
     docs: bool = False,
     tracer_provider: trace.TracerProvider | None = None,
+    outbox: str | None = None,
 ) -> FastAPI:
     """A FastAPI app with ``/healthz`` and ``/readyz`` whose lifespan runs the broker.
 
     Every other request gets a server span continuing the caller's W3C trace context (with
     ``tracer_provider``, else the global one), so the broker's requests made while handling
-    it belong to the same trace.
+    it belong to the same trace. ``outbox`` names the service (a key of
+    ``nats_auth.SERVICE_PERMISSIONS``) whose outbox rows this app's relay publishes.
     """
     state = ServiceState(settings=settings, broker=broker)
 
@@ -131,6 +136,7 @@ def create_service_app(
             service_name=settings.service_name,
         )
         state.telemetry = setup_telemetry(settings)
+        relay: asyncio.Task[None] | None = None
         await broker.connect()
         await ensure_streams(
             broker.config.connection_state.stream, replicas=settings.stream_replicas
@@ -149,12 +155,26 @@ def create_service_app(
             if state.own_process:
                 settle_garbage_collector()
             await broker.start()
+            if outbox is not None:
+                state.outbox = OutboxRelay(
+                    pool=state.pool,
+                    broker=broker,
+                    database_url=settings.database_url,
+                    subjects=publishable_subjects(outbox),
+                )
+                relay = asyncio.create_task(state.outbox.run(), name=f"outbox-{outbox}")
             state.accepting = True
             log.info("%s ready", settings.service_name)
             yield
         finally:
             state.accepting = False
-            await broker.stop()
+            if relay is not None:
+                relay.cancel()
+                await asyncio.gather(relay, return_exceptions=True)
+            try:
+                await broker.stop()
+            except Exception as exc:  # NATS unreachable: nothing left to drain
+                log.warning("broker stop: %s", exc)
             if on_shutdown is not None:
                 await on_shutdown(state)
             await state.pool.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -442,8 +443,24 @@ async def new_session(
     return created
 
 
-async def published(js: Any, subject: str, tenant_id: str) -> list[dict[str, Any]]:
-    """Every event of ``subject`` for ``tenant_id`` now on its stream."""
+async def published(
+    js: Any, subject: str, tenant_id: str, *, expect: int = 1, timeout: float = 10.0
+) -> list[dict[str, Any]]:
+    """Every event of ``subject`` for ``tenant_id`` on its stream, once at least ``expect`` of
+    them are there (events go through the outbox relay: they land a moment after the
+    request that caused them) or ``timeout`` passed; a short extra wait then lets a
+    duplicate show."""
+    deadline = time.monotonic() + timeout
+    while True:
+        events = await _published_now(js, subject, tenant_id)
+        if len(events) >= expect or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(0.3)
+    return await _published_now(js, subject, tenant_id)
+
+
+async def _published_now(js: Any, subject: str, tenant_id: str) -> list[dict[str, Any]]:
     stream = stream_for(subject).name
     sub = await js.pull_subscribe(
         subject,

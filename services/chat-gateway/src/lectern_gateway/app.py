@@ -59,6 +59,7 @@ def create_app(
         on_shutdown=stop_chat,
         docs=True,
         tracer_provider=tracer_provider,
+        outbox="gateway",
     )
     app.state.authenticator = TokenVerifier(
         secret=settings.effective_jwt_secret,

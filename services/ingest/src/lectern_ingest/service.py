@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from lectern_common import objects
+from lectern_common import metrics, objects
 from lectern_common.embeddings import Embedder
 from lectern_common.errors import NotFoundError, PermanentError, RetryableError
 from lectern_common.events import (
@@ -205,6 +205,7 @@ class IngestWorker:
         async with self.pool.acquire() as conn:
             row = await repo.get_document(conn, event.document_id)
         cleaned = await self._clean_up(event, row)
+        metrics.DOCUMENTS_INGESTED.add(1, {"outcome": stored, "mime_type": event.mime_type})
         await self._publish_indexed(row, duration_ms=(time.monotonic() - started) * 1000.0)
         # a failed clean-up is retried by the re-delivery (which republishes the same outcome)
         return Outcome(stored, None if cleaned else self.retry_delay_for(deliveries))
@@ -486,6 +487,7 @@ class IngestWorker:
             )  # fmt: skip
         await self._forget_password(event)
         if changed:
+            metrics.DOCUMENTS_FAILED.add(1, {"stage": stage.value, "reason": reason.value})
             await self._publish_failed(event, stage, reason, message, attempts)
 
     async def _publish_failed(

@@ -43,7 +43,11 @@ def create_app(settings: Settings) -> FastAPI:
         await embedder.embed_query("warm-up")
 
     app = create_service_app(
-        settings=settings, broker=broker, title="Lectern memory", on_startup=startup
+        settings=settings,
+        broker=broker,
+        title="Lectern memory",
+        on_startup=startup,
+        outbox="memory",
     )
     state: ServiceState = app.state.lectern
     consumer = ConsumerConfig(max_deliver=settings.max_deliveries, ack_wait=60.0)

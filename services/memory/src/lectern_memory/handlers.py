@@ -10,7 +10,7 @@ from faststream.exceptions import NackMessage, RejectMessage
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
-from lectern_common.broker import deliveries, park, publish_event
+from lectern_common.broker import deliveries, park
 from lectern_common.errors import PermanentError, RetryableError
 from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, QuizAttempted
 from lectern_memory.service import MemoryService
@@ -59,8 +59,8 @@ async def handle_session_ended(
     *,
     max_deliveries: int,
 ) -> None:
-    """chat.session.ended -> distil, then publish memory.distilled (a message that is
-    invalid or cannot be distilled is parked)."""
+    """chat.session.ended -> distil (memory.distilled goes out through the outbox); a message
+    that is invalid or cannot be distilled is parked."""
     try:
         event = ChatSessionEnded.model_validate(body)
     except ValidationError as exc:
@@ -80,7 +80,7 @@ async def handle_session_ended(
         # a model or Postgres that is down: redeliver with backoff, never drop the session
         log.info("session %s: %s; retrying (delivery %d)", event.session_id, exc, attempt)
         raise NackMessage(delay=backoff(attempt)) from exc
-    await publish_event(broker, distilled)
+    log.info("session %s distilled (%s)", distilled.session_id, distilled.distiller)
 
 
 async def handle_quiz_attempted(

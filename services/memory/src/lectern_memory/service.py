@@ -21,6 +21,7 @@ from lectern_common.events import (
     QuizAttempted,
     RecalledMemory,
 )
+from lectern_common.outbox import enqueue
 from lectern_memory import repository as repo
 from lectern_memory.config import Settings
 from lectern_memory.distill import MemoryDraft, TurnSignal, distill_turns
@@ -74,7 +75,8 @@ class MemoryService:
     async def distil_session(
         self, *, pool: Any, event: ChatSessionEnded, final_attempt: bool = False
     ) -> MemoryDistilled:
-        """Distil an ended session into memories; idempotent per session."""
+        """Distil an ended session into memories, with ``memory.distilled`` in the outbox in
+        the same transaction; idempotent per session."""
         async with pool.acquire() as conn:
             rows = await repo.session_turns(
                 conn, tenant_id=event.tenant_id, session_id=event.session_id
@@ -114,7 +116,10 @@ class MemoryService:
                 conn, session_id=event.session_id, tenant_id=event.tenant_id,
                 user_id=event.user_id, created=created, updated=updated, distiller=distiller,
             )  # fmt: skip
-        return self._distilled_event(event, created, updated, distiller)
+            distilled = self._distilled_event(event, created, updated, distiller)
+            # the outbox: memory.distilled is published once the memories are committed
+            await enqueue(conn, distilled)
+        return distilled
 
     async def _drafts(self, turns: list[TurnSignal]) -> tuple[list[MemoryDraft], str]:
         if self.model_distiller is not None and turns:
@@ -200,6 +205,8 @@ class MemoryService:
         distiller: str,
     ) -> MemoryDistilled:
         return MemoryDistilled(
+            # one event per session, whichever delivery distils it
+            event_id=uuid.uuid5(event.session_id, "lectern.memory.distilled"),
             tenant_id=event.tenant_id, session_id=event.session_id, user_id=event.user_id,
             created=list(created), updated=list(updated), distiller=distiller,
         )  # fmt: skip

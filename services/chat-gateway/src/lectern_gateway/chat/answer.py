@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
+from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.citations import (
     CheckedCitation,
@@ -37,7 +38,7 @@ from lectern_gateway.chat.prompt import (
     pages_label,
     system_prompt,
 )
-from lectern_gateway.chat.record import publish_turn
+from lectern_gateway.chat.record import turn_completed
 from lectern_gateway.chat.sse import (
     Citation,
     CitationEvent,
@@ -205,23 +206,7 @@ async def answer_turn(
     usage["prompt_tokens_estimate"] = prompt.tokens
     usage["dropped_history"] = prompt.dropped_history
     usage["dropped_sources"] = prompt.dropped_sources
-    await repo.insert_message(
-        pool=deps.pool,
-        message_id=message_id,
-        session_id=session["id"],
-        tenant_id=principal.tenant_id,
-        user_id=principal.user_id,
-        role="assistant",
-        content=answer,
-        citations=repo.citations_json(all_citations),
-        confidence=confidence.score,
-        band=confidence.band,
-        answered_by=finished.answered_by,
-        usage=usage,
-        timings=timings,
-    )
-    await publish_turn(
-        deps,
+    completed = turn_completed(
         turn,
         user_message_id,
         message_id,
@@ -231,6 +216,23 @@ async def answer_turn(
         finished.answered_by,
         topic=guess_topic(turn.text, turn.session, retrieved.topic_tags),
     )
+    async with deps.pool.acquire() as conn, conn.transaction():
+        await repo.insert_message(
+            pool=conn,
+            message_id=message_id,
+            session_id=session["id"],
+            tenant_id=principal.tenant_id,
+            user_id=principal.user_id,
+            role="assistant",
+            content=answer,
+            citations=repo.citations_json(all_citations),
+            confidence=confidence.score,
+            band=confidence.band,
+            answered_by=finished.answered_by,
+            usage=usage,
+            timings=timings,
+        )
+        await enqueue(conn, completed)
     yield DoneEvent(
         message_id=message_id,
         user_message_id=user_message_id,

@@ -8,17 +8,18 @@ from collections.abc import AsyncIterator
 from pydantic import BaseModel
 
 from lectern_common.events import KnowledgeGapDetected
+from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.confidence import in_band
 from lectern_gateway.chat.context import guess_topic
 from lectern_gateway.chat.prompt import knowledge_gap_message
-from lectern_gateway.chat.record import publish_turn
+from lectern_gateway.chat.record import turn_completed
 from lectern_gateway.chat.sse import (
     ConfidenceEvent,
     DoneEvent,
     TokenEvent,
 )
-from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput, publish
+from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput
 
 
 async def gap_turn(
@@ -40,48 +41,52 @@ async def gap_turn(
     confidence = in_band(retrieved.confidence, deps.settings.band_thresholds())
     yield ConfidenceEvent(**confidence.model_dump())
     message_id, gap_id = uuid.uuid4(), uuid.uuid4()
-    await repo.insert_message(
-        pool=deps.pool,
-        message_id=message_id,
-        session_id=session["id"],
-        tenant_id=principal.tenant_id,
-        user_id=principal.user_id,
-        role="assistant",
-        content=text,
-        confidence=confidence.score,
-        band="gap",
-        answered_by="gap",
-        timings=timings,
-    )
-    await repo.insert_gap(
-        pool=deps.pool,
-        gap_id=gap_id,
-        tenant_id=principal.tenant_id,
-        session_id=session["id"],
-        user_id=principal.user_id,
-        question=question,
-        topic=topic,
-        subject=session.get("subject"),
-        confidence=confidence.score,
-        message_id=message_id,
-        related=related,
-    )
-    await publish(
-        deps.broker,
-        KnowledgeGapDetected(
+    async with deps.pool.acquire() as conn, conn.transaction():
+        await repo.insert_message(
+            pool=conn,
+            message_id=message_id,
+            session_id=session["id"],
             tenant_id=principal.tenant_id,
+            user_id=principal.user_id,
+            role="assistant",
+            content=text,
+            confidence=confidence.score,
+            band="gap",
+            answered_by="gap",
+            timings=timings,
+        )
+        await repo.insert_gap(
+            pool=conn,
             gap_id=gap_id,
+            tenant_id=principal.tenant_id,
             session_id=session["id"],
             user_id=principal.user_id,
             question=question,
             topic=topic,
-            subject_area=session.get("subject"),
+            subject=session.get("subject"),
             confidence=confidence.score,
-        ),
-    )
-    await publish_turn(
-        deps, turn, user_message_id, message_id, text, confidence, [], "gap", topic=topic
-    )
+            message_id=message_id,
+            related=related,
+        )
+        await enqueue(
+            conn,
+            KnowledgeGapDetected(
+                tenant_id=principal.tenant_id,
+                gap_id=gap_id,
+                session_id=session["id"],
+                user_id=principal.user_id,
+                question=question,
+                topic=topic,
+                subject_area=session.get("subject"),
+                confidence=confidence.score,
+            ),
+        )
+        await enqueue(
+            conn,
+            turn_completed(
+                turn, user_message_id, message_id, text, confidence, [], "gap", topic=topic
+            ),
+        )
     yield DoneEvent(
         message_id=message_id,
         user_message_id=user_message_id,

@@ -1,4 +1,5 @@
-"""Step 4, record: ``chat.turn.completed`` for the memory service and anyone else."""
+"""Step 4, record: ``chat.turn.completed`` for the memory service and anyone else, written to
+the outbox in the transaction that stores the answer."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ from lectern_common.events import (
 )
 from lectern_common.events.chat import CitationRef
 from lectern_gateway.chat.sse import Citation
-from lectern_gateway.chat.turn import ChatDeps, TurnInput, publish
+from lectern_gateway.chat.turn import TurnInput
 
 
-async def publish_turn(
-    deps: ChatDeps,
+def turn_completed(
     turn: TurnInput,
     user_message_id: uuid.UUID,
     message_id: uuid.UUID,
@@ -24,7 +24,8 @@ async def publish_turn(
     citations: Sequence[Citation],
     answered_by: str,
     topic: str | None = None,
-) -> None:
+) -> ChatTurnCompleted:
+    """The event of a completed turn."""
     refs = [
         CitationRef(
             label=c.label,
@@ -36,22 +37,19 @@ async def publish_turn(
         )
         for c in citations
     ]
-    await publish(
-        deps.broker,
-        ChatTurnCompleted(
-            tenant_id=turn.principal.tenant_id,
-            session_id=turn.session["id"],
-            user_id=turn.principal.user_id,
-            user_message_id=user_message_id,
-            assistant_message_id=message_id,
-            mode=turn.session["mode"],
-            question=turn.text,
-            answer=answer,
-            confidence=confidence.score,
-            band=confidence.band,
-            knowledge_gap=confidence.band == "gap",
-            citations=refs,
-            answered_by=answered_by,
-            topic=topic or turn.session.get("module_tag"),
-        ),
+    return ChatTurnCompleted(
+        tenant_id=turn.principal.tenant_id,
+        session_id=turn.session["id"],
+        user_id=turn.principal.user_id,
+        user_message_id=user_message_id,
+        assistant_message_id=message_id,
+        mode=turn.session["mode"],
+        question=turn.text,
+        answer=answer,
+        confidence=confidence.score,
+        band=confidence.band,
+        knowledge_gap=confidence.band == "gap",
+        citations=refs,
+        answered_by=answered_by,
+        topic=topic or turn.session.get("module_tag"),
     )

@@ -35,7 +35,6 @@ async def start_chat(state: ServiceState, settings: Settings) -> None:
         state.resources[SWEEPER] = asyncio.create_task(
             idle_sweeper(
                 pool=state.pool,
-                broker=state.broker,
                 idle_s=settings.idle_timeout_s,
                 every_s=settings.idle_sweep_interval_s,
             ),

@@ -38,6 +38,7 @@ from lectern_common.objects import (
     put_file,
     put_password,
 )
+from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
 from lectern_gateway.documents import repository as repo
@@ -390,17 +391,6 @@ async def _accept(
         previous_version_id=replaces, object_name=name, uploaded_by=principal.user_id,
         uploader_role=principal.role, metadata=metadata.model_dump(mode="json"),
     )  # fmt: skip
-    async with pool.acquire() as conn, conn.transaction():
-        await repo.lock_file_hash(conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256)
-        existing = await repo.find_by_file_hash(
-            conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
-        )
-        row = None if existing is not None else await repo.insert_document(conn, new)
-    if existing is not None:
-        await remove_stored_objects(js, object_name=name)
-        async with pool.acquire() as conn:
-            return await _duplicate(conn, existing, principal)
-
     event = DocumentUploaded(
         tenant_id=principal.tenant_id, document_id=document_id, version=version,
         object_name=name, filename=upload.filename, mime_type=mime, size_bytes=upload.size,
@@ -409,17 +399,20 @@ async def _accept(
         metadata=metadata.model_copy(update={"source_priority": priority}),
         replaces_document_id=replaces, has_password=password is not None,
     )  # fmt: skip
-    try:
-        await _publish(broker, event)
-    except Exception as exc:
-        log.exception("could not publish documents.uploaded for %s", document_id)
-        async with pool.acquire() as conn:
-            await repo.remove_document(conn, document_id=document_id)
+    async with pool.acquire() as conn, conn.transaction():
+        await repo.lock_file_hash(conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256)
+        existing = await repo.find_by_file_hash(
+            conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
+        )
+        row = None
+        if existing is None:
+            row = await repo.insert_document(conn, new)
+            # the outbox: documents.uploaded is published once this row is committed
+            await enqueue(conn, event)
+    if existing is not None:
         await remove_stored_objects(js, object_name=name)
-        raise ProblemError(
-            503, "Service unavailable", f"the upload could not be queued: {exc}",
-            reason="upstream",
-        ) from exc  # fmt: skip
+        async with pool.acquire() as conn:
+            return await _duplicate(conn, existing, principal)
     view = document_view(row)
     body = UploadAccepted(
         id=document_id, status=view.status, version=version, status_url=view.status_url,

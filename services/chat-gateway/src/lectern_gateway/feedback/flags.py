@@ -10,10 +10,10 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from lectern_common.events import FeedbackFlagged
+from lectern_common.outbox import enqueue
 from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.turn import publish
-from lectern_gateway.deps import BrokerDep, PoolDep
+from lectern_gateway.deps import PoolDep
 from lectern_gateway.problems import ProblemError
 
 router = APIRouter(tags=["feedback"])
@@ -53,37 +53,38 @@ class Resolution(BaseModel):
 
 @router.post("/v1/messages/{message_id}/flags", status_code=201, summary="Flag an answer")
 async def flag_message(
-    message_id: uuid.UUID, body: FlagIn, principal: PrincipalDep, pool: PoolDep, broker: BrokerDep
+    message_id: uuid.UUID, body: FlagIn, principal: PrincipalDep, pool: PoolDep
 ) -> Flag:
     message = await repo.get_message(
         pool=pool, tenant_id=principal.tenant_id, message_id=message_id
     )
     if message is None or (not principal.is_staff and message["user_id"] != principal.user_id):
         raise ProblemError(404, "Not found", f"no message {message_id}")
-    row = await repo.insert_flag(
-        pool=pool,
-        values={
-            "id": uuid.uuid4(),
-            "tenant_id": principal.tenant_id,
-            "message_id": message_id,
-            "session_id": message["session_id"],
-            "user_id": principal.user_id,
-            "reason": body.reason,
-            "details": body.details,
-        },
-    )
-    await publish(
-        broker,
-        FeedbackFlagged(
-            tenant_id=principal.tenant_id,
-            flag_id=row["id"],
-            message_id=message_id,
-            session_id=message["session_id"],
-            user_id=principal.user_id,
-            reason=body.reason,
-            details=body.details,
-        ),
-    )
+    async with pool.acquire() as conn, conn.transaction():
+        row = await repo.insert_flag(
+            pool=conn,
+            values={
+                "id": uuid.uuid4(),
+                "tenant_id": principal.tenant_id,
+                "message_id": message_id,
+                "session_id": message["session_id"],
+                "user_id": principal.user_id,
+                "reason": body.reason,
+                "details": body.details,
+            },
+        )
+        await enqueue(
+            conn,
+            FeedbackFlagged(
+                tenant_id=principal.tenant_id,
+                flag_id=row["id"],
+                message_id=message_id,
+                session_id=message["session_id"],
+                user_id=principal.user_id,
+                reason=body.reason,
+                details=body.details,
+            ),
+        )
     return Flag.model_validate(row)
 
 

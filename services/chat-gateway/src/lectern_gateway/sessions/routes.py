@@ -169,7 +169,6 @@ async def end(
     await session_for(pool=pool, principal=principal, session_id=session_id)
     ended = await end_session(
         pool=pool,
-        broker=broker,
         tenant_id=principal.tenant_id,
         session_id=session_id,
         reason="explicit",

@@ -10,9 +10,9 @@ import numpy as np
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from lectern_common.broker import publish_event
 from lectern_common.embeddings import Embedder
 from lectern_common.events import QuizAnswerResult, QuizAttempted
+from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat.runtime import EMBEDDER
 from lectern_gateway.deps import BrokerDep, PoolDep, StateDep
@@ -362,9 +362,8 @@ async def attempt_quiz(
              "results": [c.model_dump(mode="json") for c in checks], "correct": right,
              "total": len(checks)},
         )  # fmt: skip
-        # published before the commit: if NATS refuses it the attempt is not stored and the
-        # client retries; memory records an attempt once (by its id)
-        await publish_event(broker, event)
+        # the outbox: the event is published once the attempt is committed
+        await enqueue(conn, event)
     return AttemptResult(
         id=attempt_id, quiz_id=quiz_id, correct=right, total=len(checks), results=checks
     )

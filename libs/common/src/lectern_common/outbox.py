@@ -1,0 +1,218 @@
+"""The transactional outbox: an event that follows a database change is written in the same
+transaction as the change, and a relay publishes it.
+
+Publishing after a commit loses the event when NATS refuses or the process dies in between
+(a session ended with no ``chat.session.ended``: memory never distils it). Instead,
+``enqueue(conn, event)`` inserts the event into ``outbox`` on the caller's connection, inside
+its transaction, and ``pg_notify``-s the relays (delivered at commit). Each service runs one
+:class:`OutboxRelay`, which publishes the pending rows of the subjects that service may
+publish (its NATS permissions), oldest first, with the event id as ``Nats-Msg-Id``, and marks
+each one sent. A publish that fails is retried with backoff until NATS takes it; rows are
+claimed with ``FOR UPDATE SKIP LOCKED`` so replicas never publish the same row at once, and
+a crash between the publish and the mark re-publishes a row that JetStream's duplicate
+window (and every consumer's idempotency on the event id) drops. Sent rows are deleted
+after ``retention``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import asyncpg
+from faststream.nats import NatsBroker
+from opentelemetry import propagate
+
+from lectern_common import metrics
+from lectern_common.broker import publish_event
+from lectern_common.events import ALL_EVENTS, Event
+from lectern_common.nats_auth import SERVICE_PERMISSIONS
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "lectern_outbox"
+
+_INSERT = """
+INSERT INTO outbox (id, subject, payload, headers) VALUES ($1, $2, $3, $4)
+ON CONFLICT (id) DO NOTHING
+"""
+_CLAIM = """
+SELECT id, subject, payload, headers FROM outbox
+WHERE published_at IS NULL AND subject = ANY($1::text[]) AND next_attempt_at <= now()
+ORDER BY created_at, id
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+"""
+_SENT = "UPDATE outbox SET published_at = now(), attempts = attempts + 1 WHERE id = $1"
+_FAILED = """
+UPDATE outbox SET attempts = attempts + 1, last_error = $2,
+    next_attempt_at = now() + make_interval(secs => LEAST($3::float8, power(2, attempts)))
+WHERE id = $1
+"""
+_BACKLOG = "SELECT count(*) FROM outbox WHERE published_at IS NULL AND subject = ANY($1::text[])"
+_PRUNE = "DELETE FROM outbox WHERE published_at < now() - make_interval(secs => $1)"
+
+
+async def enqueue(conn: Any, event: Event, *, headers: dict[str, str] | None = None) -> None:
+    """Write ``event`` to the outbox on ``conn`` (inside the caller's transaction).
+
+    The current trace context goes with it, so the published event continues the trace of
+    the request that caused it. Enqueuing the same event id twice stores it once.
+    """
+    carrier: dict[str, str] = dict(headers or {})
+    propagate.inject(carrier)
+    await conn.execute(
+        _INSERT, event.event_id, event.subject, event.model_dump(mode="json"), carrier
+    )
+    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, event.subject)
+
+
+def event_class(subject: str) -> type[Event]:
+    """The event type published on ``subject``."""
+    for cls in ALL_EVENTS:
+        if cls.subject == subject:
+            return cls
+    raise KeyError(f"no event is published on {subject}")
+
+
+def publishable_subjects(service: str) -> list[str]:
+    """The event subjects ``service`` may publish (its NATS permissions), for its relay."""
+    allowed = SERVICE_PERMISSIONS[service].publish
+    return [s for s in allowed if isinstance(s, str) and s.startswith("lectern.")]
+
+
+class OutboxRelay:
+    """Publishes one service's outbox rows; ``run`` until cancelled."""
+
+    def __init__(
+        self,
+        *,
+        pool: Any,
+        broker: NatsBroker,
+        database_url: str,
+        subjects: Sequence[str],
+        batch: int = 100,
+        poll_s: float = 2.0,
+        max_backoff_s: float = 30.0,
+        retention_s: float = 3600.0,
+        publish_timeout_s: float = 5.0,
+    ) -> None:
+        self.pool = pool
+        self.broker = broker
+        self.database_url = database_url
+        self.subjects = list(subjects)
+        self.batch = batch
+        self.poll_s = poll_s
+        self.max_backoff_s = max_backoff_s
+        self.retention_s = retention_s
+        self.publish_timeout_s = publish_timeout_s
+        self._wake = asyncio.Event()
+        self._pruned_at = 0.0
+
+    def wake(self) -> None:
+        """Look for new rows now (a notification arrived, or a caller just committed)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Relay until cancelled; a failure of Postgres or NATS is logged and retried."""
+        listener = asyncio.create_task(self._listen())
+        failures = 0
+        try:
+            while True:
+                try:
+                    await self.relay_once()
+                    failures = 0
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failures += 1
+                    log.warning("outbox relay: %s (retrying)", exc)
+                delay = self.poll_s if not failures else min(self.max_backoff_s, 2**failures)
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+    async def relay_once(self) -> int:
+        """Publish what is pending now; returns how many rows were sent."""
+        sent = 0
+        while True:
+            published, failed = await self._relay_batch()
+            sent += published
+            if failed or published < self.batch:
+                break
+        await self._observe()
+        return sent
+
+    async def _relay_batch(self) -> tuple[int, bool]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(_CLAIM, self.subjects, self.batch)
+            published = 0
+            for row in rows:
+                try:
+                    await self._publish(row)
+                except Exception as exc:
+                    error = str(exc)[:500] or type(exc).__name__
+                    await conn.execute(_FAILED, row["id"], error, self.max_backoff_s)
+                    log.warning("outbox: %s %s not published: %s", row["subject"], row["id"], exc)
+                    return published, True
+                await conn.execute(_SENT, row["id"])
+                published += 1
+            return published, False
+
+    async def _publish(self, row: Any) -> None:
+        payload = row["payload"]
+        data = json.loads(payload) if isinstance(payload, str) else payload
+        event = event_class(row["subject"]).model_validate(data)
+        headers = {str(k): str(v) for k, v in dict(row["headers"] or {}).items()}
+        await publish_event(
+            self.broker, event, headers=headers, timeout=self.publish_timeout_s, attempts=1
+        )
+
+    async def _observe(self) -> None:
+        backlog = await self.pool.fetchval(_BACKLOG, self.subjects)
+        metrics.OUTBOX_BACKLOG.set(float(backlog), subjects=",".join(sorted(self.subjects)))
+        now = time.monotonic()
+        if now - self._pruned_at > 60.0:
+            self._pruned_at = now
+            await self.pool.execute(_PRUNE, self.retention_s)
+
+    async def _listen(self) -> None:
+        """A dedicated connection LISTENing for commits of new rows (reconnects forever)."""
+
+        def notified(*_: object) -> None:
+            self._wake.set()
+
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self.database_url, timeout=10)
+                closed = asyncio.Event()
+                conn.add_termination_listener(_setter(closed))
+                await conn.add_listener(CHANNEL, notified)
+                self._wake.set()  # rows committed while we were not listening
+                await closed.wait()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("outbox listener: %s", exc)
+            finally:
+                if conn is not None and not conn.is_closed():
+                    await conn.close(timeout=2)
+            await asyncio.sleep(2.0)
+
+
+def _setter(event: asyncio.Event) -> Callable[[object], None]:
+    """A callback setting ``event`` (asyncpg's termination listener)."""
+
+    def set_event(_: object) -> None:
+        event.set()
+
+    return set_event
