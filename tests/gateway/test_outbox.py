@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 from lectern_testing.chat import (
-    Gateway,
     Responders,
     ask,
     gateway_settings,
@@ -102,7 +101,9 @@ async def test_events_written_while_nats_refuses_arrive_once_it_is_back(
 
         proxy.restore()
         deadline = time.monotonic() + 60
-        while await _pending(db_pool, tenant_id) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            if not await _pending(db_pool, tenant_id):
+                break
             await asyncio.sleep(0.25)
         assert await _pending(db_pool, tenant_id) == []
 
