@@ -86,14 +86,10 @@ async def test_events_written_while_nats_refuses_arrive_once_it_is_back(
             headers=student,
         )
         assert flagged.status_code == 201, flagged.text
-        ended = await client.post(
-            f"{gateway.url}/v1/sessions/{session['id']}/end", headers=student
-        )
+        ended = await client.post(f"{gateway.url}/v1/sessions/{session['id']}/end", headers=student)
         assert ended.status_code == 200 and ended.json()["ended"] is True
         # a retried end is not a second event
-        again = await client.post(
-            f"{gateway.url}/v1/sessions/{session['id']}/end", headers=student
-        )
+        again = await client.post(f"{gateway.url}/v1/sessions/{session['id']}/end", headers=student)
         assert again.json()["ended"] is False
         await _wait_for_a_refused_publish(db_pool, tenant_id)
         scrape = (await client.get(f"{gateway.url}/metrics")).text
@@ -129,4 +125,3 @@ async def _wait_for_a_refused_publish(pool: Any, tenant_id: str) -> None:
             return
         await asyncio.sleep(0.25)
     raise AssertionError(f"no refused publish recorded: {await _pending(pool, tenant_id)}")
-
