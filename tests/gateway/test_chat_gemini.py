@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -26,8 +27,9 @@ from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_g
 from lectern_gateway.chat.confidence import MEDIUM_CAVEAT
 from lectern_gateway.chat.generation import Piece
 from lectern_gateway.chat.prompt import Prompt
-from lectern_gateway.chat.runtime import STREAMER
+from lectern_gateway.chat.runtime import STREAMER, TURNS
 from lectern_gateway.chat.sse import parse_event
+from lectern_gateway.chat.turns import TurnRegistry
 
 pytestmark = pytest.mark.integration
 
@@ -191,6 +193,8 @@ async def test_client_disconnect_cancels_the_model_call(
             closed.set()
 
     gateway.resources[STREAMER] = watched
+    turns: TurnRegistry = gateway.resources[TURNS]
+    turns.resume_grace_s = 0  # no reconnection awaited: the turn stops with its reader
     headers = gateway.token(tenant_id, "stu-1")
     session = await new_session(client, gateway, headers)
     try:
@@ -208,11 +212,25 @@ async def test_client_disconnect_cancels_the_model_call(
         assert outcome == ["cancelled"]
     finally:
         gateway.resources[STREAMER] = real
+        turns.resume_grace_s = 30.0
         gate.set()
     rows = await db_pool.fetch(
         "SELECT role FROM chat_messages WHERE session_id = $1", session["id"]
     )
     assert [r["role"] for r in rows] == ["user"]  # no half answer stored
+    status = await _turn_status(db_pool, session["id"])
+    assert status == "abandoned"
+
+
+async def _turn_status(pool: Any, session_id: str) -> str:
+    for _ in range(40):
+        status = await pool.fetchval(
+            "SELECT status FROM chat_turns WHERE session_id = $1", uuid.UUID(session_id)
+        )
+        if status != "streaming":
+            return str(status)
+        await asyncio.sleep(0.1)
+    return "streaming"
 
 
 INJECTION = (

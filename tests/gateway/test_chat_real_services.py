@@ -140,7 +140,7 @@ async def test_the_class_teachers_material_outranks_an_equal_chunk_from_elsewher
     for start in range(1, len(FILLER), 3):  # at most 3 chunks a document reach the re-ranker
         await _seed(db_pool, embedder, tenant_id=tenant_id, texts=FILLER[start : start + 3])
     question = "What happens when a volcano erupts?"
-    headers = gateway.token(tenant_id, "stu-1")
+    headers = gateway.token(tenant_id, "stu-1", classes=["7B"])
     async with httpx.AsyncClient(timeout=60) as client:
         unassigned = await new_session(client, gateway, headers)
         in_class = await new_session(client, gateway, headers, class_id="7B")
@@ -165,3 +165,84 @@ async def test_the_class_teachers_material_outranks_an_equal_chunk_from_elsewher
     by_id = {c["chunk_id"]: c for c in searched.json()["candidates"]}
     assert by_id[str(own)]["metadata"]["uploader_role"] == "teacher"
     assert by_id[str(own)]["metadata"]["uploaded_by"] == "t-7b"
+
+
+ERUPTION_7B = (
+    "During an eruption a volcano ejects lava flows and ash; viscous magma traps gas and "
+    "erupts explosively."
+)
+ERUPTION_SHARED = (
+    "A volcano erupts when pressure from gas-rich magma breaks through the crust at a vent."
+)
+
+
+async def test_a_student_is_kept_to_their_own_classes_material(
+    stack: tuple[Gateway, LocalEmbedder], db_pool: Any, tenant_id: str
+) -> None:
+    gateway, embedder = stack
+    (class_7a,) = await _seed(
+        db_pool, embedder, tenant_id=tenant_id, texts=[VOLCANO], title="7A volcano sheet",
+        uploaded_by="t-7a", uploader_role="teacher", class_id="7A",
+    )  # fmt: skip
+    (class_7b,) = await _seed(
+        db_pool, embedder, tenant_id=tenant_id, texts=[ERUPTION_7B], title="7B sheet",
+        uploaded_by="t-7b", uploader_role="teacher", class_id="7B",
+    )  # fmt: skip
+    (everyone,) = await _seed(
+        db_pool, embedder, tenant_id=tenant_id, texts=[ERUPTION_SHARED], title="Shared",
+    )  # fmt: skip
+    question = "What happens when a volcano erupts?"
+    student = gateway.token(tenant_id, "stu-7b", classes=["7B"])  # the IdP's claim
+    teacher = gateway.token(tenant_id, "t-7a", role="teacher")
+    async with httpx.AsyncClient(timeout=60) as client:
+        url = gateway.url
+        # naming another class is refused; no class means the student's own and shared material
+        refused = await client.post(f"{url}/v1/sessions", json={"class": "7A"}, headers=student)
+        assert refused.status_code == 403 and refused.json()["reason"] == "not_in_class"
+        session = await new_session(client, gateway, student)
+        got = await ask(client, gateway, session["id"], question, student)
+        seen = {s.chunk_id for s in got.of("sources")[0].sources}
+        assert seen == {class_7b, everyone}, got.of("sources")
+        # search: the same limits, whatever the filters say
+        found = await client.post(
+            f"{url}/v1/search", json={"query": question, "rewrite": False}, headers=student
+        )
+        assert {c["chunk_id"] for c in found.json()["candidates"]} == {
+            str(class_7b), str(everyone)
+        }  # fmt: skip
+        forbidden = await client.post(
+            f"{url}/v1/search",
+            json={"query": question, "filters": {"class_id": "7A"}},
+            headers=student,
+        )
+        assert forbidden.status_code == 403
+        sneaky = await client.post(
+            f"{url}/v1/search",
+            json={"query": question, "filters": {"class_ids": ["7A", "7B"]}},
+            headers=student,
+        )
+        assert str(class_7a) not in {c["chunk_id"] for c in sneaky.json()["candidates"]}
+        # the 7A material itself is not there for them
+        chunk = await client.get(f"{url}/v1/chunks/{class_7a}", headers=student)
+        assert chunk.status_code == 404
+        listed = await client.get(f"{url}/v1/documents", headers=student)
+        assert "7A volcano sheet" not in {d["title"] for d in listed.json()["items"]}
+
+        # the 7A teacher puts the student on the 7A roster: 7A opens up
+        added = await client.put(f"{url}/v1/classes/7A/students/stu-7b", headers=teacher)
+        assert added.status_code == 200, added.text
+        mine = await client.get(f"{url}/v1/classes/mine", headers=student)
+        assert mine.json()["classes"] == ["7A", "7B"]
+        roster = await client.get(f"{url}/v1/classes/7A/students", headers=teacher)
+        assert [m["user_id"] for m in roster.json()] == ["stu-7b"]
+        assert (
+            await client.get(f"{url}/v1/classes/7A/students", headers=student)
+        ).status_code == 403
+        in_7a = await new_session(client, gateway, student, **{"class": "7A"})
+        got = await ask(client, gateway, in_7a["id"], question, student)
+        assert {s.chunk_id for s in got.of("sources")[0].sources} == {class_7a, everyone}
+        removed = await client.delete(f"{url}/v1/classes/7A/students/stu-7b", headers=teacher)
+        assert removed.status_code == 204
+        # taken off the roster: the old 7A session no longer reaches 7A's material
+        got = await ask(client, gateway, in_7a["id"], question, student)
+        assert class_7a not in {s.chunk_id for s in got.of("sources")[0].sources}

@@ -205,7 +205,7 @@ async def test_sessions_flags_and_source_viewer(
     gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str, jetstream: Any
 ) -> None:
     seeded = await seed_document(db_pool, tenant_id=tenant_id)
-    student = gateway.token(tenant_id, "stu-1")
+    student = gateway.token(tenant_id, "stu-1", classes=["7B"])
     teacher = gateway.token(tenant_id, "teacher-1", role="teacher")
     session = await new_session(
         client, gateway, student, mode="chat", learning_style="visual", **{"class": "7B"}

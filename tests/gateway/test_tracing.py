@@ -108,7 +108,12 @@ async def test_question_is_one_trace_from_http_through_the_nats_requests(
         exporter.clear()
         for path in UNTRACED_PATHS:
             await client.get(f"{gateway.url}{path}", headers={"traceparent": traceparent})
-        assert exporter.get_finished_spans() == (), "probes are not traced"
+        # (the turn's own work may still end spans: its events go out through the outbox)
+        probes = [
+            s.name for s in exporter.get_finished_spans()
+            if any(path in s.name for path in UNTRACED_PATHS)
+        ]  # fmt: skip
+        assert probes == [], "probes are not traced"
 
     # the gateway continued the caller's trace ...
     assert server.parent is not None and server.parent.is_remote

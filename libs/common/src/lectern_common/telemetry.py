@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import FastAPI
 from opentelemetry import metrics, trace
@@ -50,6 +50,8 @@ class Telemetry:
     meter_provider: MeterProvider
     #: installed as the process' global providers (the first service set up in a process)
     installed: bool = False
+    #: the metric readers that export by pushing (OTLP)
+    push_readers: list[MetricReader] = field(default_factory=list)
 
     def shutdown(self) -> None:
         """Flush the exporters; stop them unless they are the process' global providers.
@@ -58,11 +60,15 @@ class Telemetry:
         (``lectern eval``, the benchmarks, the tests) keeps using them, and OpenTelemetry lets
         a process install them only once. Their exporters' threads end with the process.
         """
-        for provider in (self.tracer_provider, self.meter_provider):
-            if self.installed:
-                provider.force_flush()
-            else:
-                provider.shutdown()  # flushes first
+        if not self.installed:
+            self.tracer_provider.shutdown()  # flushes first
+            self.meter_provider.shutdown()
+            return
+        self.tracer_provider.force_flush()
+        # only the pushing readers: a collection by the Prometheus reader would queue a
+        # snapshot that the next scrape serves beside the current values
+        for reader in self.push_readers:
+            reader.force_flush()
 
 
 def configure_logging(*, level: str, json_logs: bool, service_name: str) -> None:
@@ -102,6 +108,7 @@ def setup_telemetry(settings: BaseServiceSettings) -> Telemetry:
         readers.append(
             PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics"))
         )
+    push_readers = list(readers)
     installed = not isinstance(trace.get_tracer_provider(), TracerProvider)
     if installed:
         # the process' Prometheus registry, served at GET /metrics (once per process: the
@@ -112,7 +119,10 @@ def setup_telemetry(settings: BaseServiceSettings) -> Telemetry:
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
     return Telemetry(
-        tracer_provider=tracer_provider, meter_provider=meter_provider, installed=installed
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        installed=installed,
+        push_readers=push_readers,
     )
 
 

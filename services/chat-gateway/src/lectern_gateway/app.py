@@ -10,6 +10,7 @@ from lectern_common.service import ServiceState, create_service_app
 from lectern_gateway.auth import TokenVerifier
 from lectern_gateway.chat import routes as chat
 from lectern_gateway.chat.runtime import start_chat, stop_chat
+from lectern_gateway.classes import routes as classes
 from lectern_gateway.config import Settings
 from lectern_gateway.documents import chunks
 from lectern_gateway.documents import routes as documents
@@ -79,6 +80,7 @@ def create_app(
     app.include_router(gaps.router)
     app.include_router(chunks.router)
     app.include_router(api_keys.router)
+    app.include_router(classes.router)
     app.include_router(study.router)
     app.include_router(curriculum.router)
     app.include_router(dev.router)

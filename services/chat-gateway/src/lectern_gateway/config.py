@@ -58,6 +58,15 @@ class Settings(ServiceHttpSettings):
         default=0.3, description="weight of grounding in the final confidence score"
     )
 
+    resume_grace_s: float = Field(
+        default=30.0,
+        description="an answer nobody reads is stopped after this long (a dropped stream "
+        "may reconnect with Last-Event-ID meanwhile)",
+    )
+    turn_flush_s: float = Field(
+        default=0.5, description="a streaming turn's events are written to Postgres this often"
+    )
+
     # sessions
     idle_timeout_s: float = Field(default=1800.0, description="sessions idle this long end")
     idle_sweep_interval_s: float = Field(default=60.0, description="0 disables the sweep")

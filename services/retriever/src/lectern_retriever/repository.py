@@ -76,6 +76,11 @@ def build_filter(*, tenant_id: str, filters: RetrievalFilters) -> SqlFilter:
             parts.append(f"(c.class_id = {class_id} OR c.class_id IS NULL)")
         else:
             parts.append(f"c.class_id = {class_id}")
+    if filters.class_ids is not None:
+        classes = f"c.class_id = ANY({sql.placeholder(list(filters.class_ids))}::text[])"
+        if filters.include_unassigned:
+            classes = f"({classes} OR c.class_id IS NULL)"
+        parts.append(classes)
     if filters.language is not None:
         parts.append(f"c.language = {sql.placeholder(filters.language)}")
     if filters.content_types:

@@ -48,8 +48,15 @@ class RetrievalFilters(BaseModel):
         "reference lists, tables of contents or indexes",
     )
     class_id: str | None = None
+    class_ids: list[str] | None = Field(
+        default=None,
+        max_length=200,
+        description="only material of these classes (a student's own); with "
+        "include_unassigned, material assigned to no class too",
+    )
     include_unassigned: bool = Field(
-        default=False, description="with class_id: material assigned to no class matches too"
+        default=False,
+        description="with class_id or class_ids: material assigned to no class matches too",
     )
     language: str | None = None
     content_types: list[str] | None = None

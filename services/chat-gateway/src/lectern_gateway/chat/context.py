@@ -34,21 +34,24 @@ def collections_for(principal: Principal) -> list[str]:
     return ["educational"]
 
 
-def filters_for(session: dict[str, Any]) -> RetrievalFilters:
+def filters_for(session: dict[str, Any], classes: Sequence[str] | None = None) -> RetrievalFilters:
     """Retrieval filters from the session's subject, module, class and grade.
 
     A class session draws on its class's material and on material assigned to no class (the
-    re-ranker prefers the class teacher's), never on another class's.
+    re-ranker prefers the class teacher's), never on another class's. A student's session
+    without a class draws on the student's own ``classes`` and unassigned material (``None``:
+    staff, no class limit).
     """
     class_id = session.get("class_id")
     return RetrievalFilters(
+        class_ids=None if classes is None or class_id else list(classes),
         collections=["educational"],
         subject=session.get("subject"),
         grade_level=session.get("grade_level"),
         grade_within_one=session.get("grade_level") is not None,
         module_tag=session.get("module_tag"),
         class_id=class_id,
-        include_unassigned=class_id is not None,
+        include_unassigned=class_id is not None or classes is not None,
         include_untagged=True,
         curriculum_standards=list(session.get("curriculum_standards") or []) or None,
     )

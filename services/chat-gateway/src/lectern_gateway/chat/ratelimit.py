@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -31,6 +32,8 @@ class Verdict:
     count: int
     delay_s: float
     retry_after_s: int
+    #: the UTC day counted
+    day: date | None = None
 
 
 def seconds_to_utc_midnight(now: datetime) -> int:
@@ -61,4 +64,4 @@ async def count_message(
     count = await pool.fetchval(_COUNT_SQL, tenant_id, user_id, day, limits.hard)
     if count is not None and limits.hard is not None and count > limits.hard:
         count = None  # a first insert is never limited by the upsert's WHERE; hard == 0
-    return decide(count, limits, now=now)
+    return dataclasses.replace(decide(count, limits, now=now), day=day)

@@ -183,18 +183,26 @@ async def get_message(*, pool: Any, tenant_id: str, message_id: uuid.UUID) -> di
 
 
 async def visible_chunks(
-    *, pool: Any, tenant_id: str, chunk_ids: Sequence[uuid.UUID], collections: Sequence[str]
+    *,
+    pool: Any,
+    tenant_id: str,
+    chunk_ids: Sequence[uuid.UUID],
+    collections: Sequence[str],
+    classes: Sequence[str] | None = None,
 ) -> dict[uuid.UUID, dict[str, Any]]:
-    """The given chunks the caller may see (tenant, live document, allowed collection)."""
+    """The given chunks the caller may see (tenant, live document, allowed collection and,
+    with ``classes``, material of those classes or of none)."""
     rows = await pool.fetch(
         "SELECT c.id, c.document_id, c.text, c.section_path, c.chapter, c.page_start, "
         "c.page_end, c.slide, c.topic_tags, c.collection, d.title "
         "FROM chunks c JOIN documents d ON d.id = c.document_id "
         "WHERE c.id = ANY($1::uuid[]) AND c.tenant_id = $2 AND d.tenant_id = $2 AND c.active "
-        "AND c.collection = ANY($3::text[]) AND d.status = 'indexed' AND d.deleted_at IS NULL",
+        "AND c.collection = ANY($3::text[]) AND d.status = 'indexed' AND d.deleted_at IS NULL "
+        "AND ($4::text[] IS NULL OR c.class_id IS NULL OR c.class_id = ANY($4::text[]))",
         list(chunk_ids),
         tenant_id,
         list(collections),
+        None if classes is None else list(classes),
     )
     return {r["id"]: dict(r) for r in rows}
 
@@ -202,8 +210,8 @@ async def visible_chunks(
 async def class_teachers(*, pool: Any, tenant_id: str, class_id: str, limit: int = 50) -> list[str]:
     """The teachers of a class: users who uploaded material for it with the teacher role.
 
-    Lectern has no roster of its own (identity comes from tokens), so a class's teachers are
-    read from what they did: uploading the class's documents as teachers.
+    Rosters list students (``class_members``), so a class's teachers are read from what
+    they did: uploading the class's documents as teachers.
     """
     rows = await pool.fetch(
         "SELECT DISTINCT uploaded_by FROM documents WHERE tenant_id = $1 AND class_id = $2 "
@@ -331,7 +339,7 @@ async def get_chunk(*, pool: Any, tenant_id: str, chunk_id: uuid.UUID) -> dict[s
     row = await pool.fetchrow(
         "SELECT c.id, c.document_id, c.chunk_index, c.kind, c.text, c.context_prefix, "
         "c.section_path, c.chapter, c.page_start, c.page_end, c.slide, c.collection, "
-        "c.topic_tags, c.language, d.title, d.filename "
+        "c.topic_tags, c.language, c.class_id, d.title, d.filename "
         "FROM chunks c JOIN documents d ON d.id = c.document_id "
         "WHERE c.id = $1 AND c.tenant_id = $2 AND d.tenant_id = $2 AND d.deleted_at IS NULL",
         chunk_id,

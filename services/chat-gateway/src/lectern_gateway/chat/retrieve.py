@@ -31,6 +31,7 @@ from lectern_gateway.chat.context import (
 )
 from lectern_gateway.chat.sse import Source
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, elapsed_ms
+from lectern_gateway.classes.membership import student_classes
 
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6
@@ -62,13 +63,14 @@ async def retrieve_sources(
         timings["class_teachers_ms"] = elapsed_ms(begun)
         return found
 
+    classes = await student_classes(deps.pool, principal)
     retrieved, teacher_ids = await asyncio.gather(
         request(
             deps.broker,
             RetrieveRequest(
                 tenant_id=principal.tenant_id,
                 query=query,
-                filters=filters_for(session),
+                filters=filters_for(session, classes),
                 k=settings.retrieve_k,
                 history=list(history[-4:]),
                 boost_tags=boost_tags_for(session),
@@ -88,6 +90,7 @@ async def retrieve_sources(
         tenant_id=principal.tenant_id,
         chunk_ids=[c.chunk_id for c in retrieved.candidates],
         collections=collections_for(principal),
+        classes=allowed_classes(session, classes),
     )
     candidates = [c for c in retrieved.candidates if c.chunk_id in rows]
     timings["visibility_ms"] = elapsed_ms(started)
@@ -111,6 +114,17 @@ async def retrieve_sources(
     )
     timings["rerank_ms"] = elapsed_ms(started)
     return _labelled(rows, reranked.chunks, reranked.confidence)
+
+
+def allowed_classes(session: dict[str, Any], classes: Sequence[str] | None) -> list[str] | None:
+    """Classes whose material a turn may use: the session's class if the student is (still)
+    in it, else the student's classes; ``None``: staff, any class."""
+    if classes is None:
+        return None
+    class_id = session.get("class_id")
+    if class_id:
+        return [class_id] if class_id in classes else []
+    return list(classes)
 
 
 def _labelled(

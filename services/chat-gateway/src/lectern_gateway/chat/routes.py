@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Annotated, Any
 
-import anyio
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from lectern_common.errors import LecternError, RetryableError
-from lectern_gateway.auth import PrincipalDep
+from lectern_common import metrics
+from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
-from lectern_gateway.chat.runtime import STREAMER
-from lectern_gateway.chat.service import run_turn
-from lectern_gateway.chat.sse import ErrorEvent, to_sse
+from lectern_gateway.chat.runtime import STREAMER, TURNS
 from lectern_gateway.chat.turn import ChatDeps, TurnInput
+from lectern_gateway.chat.turns import TurnRegistry, event_id, parse_last_event_id, sse_data
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep, StateDep
-from lectern_gateway.problems import DATABASE_UNAVAILABLE, ProblemError
+from lectern_gateway.problems import ProblemError
 from lectern_gateway.sessions.routes import session_for
 
 log = logging.getLogger(__name__)
@@ -60,10 +60,22 @@ def plan_limits(settings: Settings, plan: str) -> PlanLimits:
     )
 
 
+_RESUME_DOC = """
+
+Every event has an SSE `id` `<turn id>:<n>` (the turn id is the question's message id,
+`done.user_message_id`; `n` counts from 1). The answer is produced whether or not the client
+is still reading (for `LECTERN_GATEWAY_RESUME_GRACE_S` without a reader it is stopped), so a
+dropped stream resumes: send the same `Idempotency-Key` again with `Last-Event-ID`, or
+`GET` the turn's `events` URL (the response's `Content-Location`). A request repeating an
+`Idempotency-Key` of this session is not asked nor counted again: it replays that turn
+(unless the turn failed, when the question is asked anew). A turn that fails on the
+server's side is not counted against the daily limit."""
+
+
 @router.post(
     "/v1/sessions/{session_id}/messages",
     summary="Ask a question; the answer streams as Server-Sent Events",
-    description=_SSE_DOC,
+    description=_SSE_DOC + _RESUME_DOC,
     response_class=EventSourceResponse,
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "the event stream"},
@@ -79,19 +91,43 @@ async def post_message(
     broker: BrokerDep,
     settings: SettingsDep,
     state: StateDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(max_length=200, description="a retry with the same key replays, not re-asks"),
+    ] = None,
+    last_event_id: Annotated[
+        str | None, Header(description="with Idempotency-Key: resume after this event")
+    ] = None,
 ) -> EventSourceResponse:
+    started = time.perf_counter()
     session = await session_for(pool=pool, principal=principal, session_id=session_id)
     if session["user_id"] != principal.user_id:
         raise ProblemError(403, "Forbidden", "only the session's owner can ask in it")
+    turns: TurnRegistry = state.resources[TURNS]
+    turn_id = uuid.uuid4()
+    if idempotency_key is not None:
+        replayed = await _claim_key(pool, session_id, idempotency_key, turn_id, principal)
+        if replayed is not None:
+            after = parse_last_event_id(last_event_id, replayed)
+            return _stream(turns, session_id, replayed, after, replay=True)
+    else:
+        await _insert_turn(pool, session_id, None, turn_id, principal)
     if session["status"] != "active":
+        await _drop_turn(pool, turn_id)
         raise ProblemError(409, "Conflict", "this session has ended; start a new one")
-    verdict = await count_message(
-        pool=pool,
-        tenant_id=principal.tenant_id,
-        user_id=principal.user_id,
-        limits=plan_limits(settings, principal.plan),
-    )
+    try:
+        verdict = await count_message(
+            pool=pool,
+            tenant_id=principal.tenant_id,
+            user_id=principal.user_id,
+            limits=plan_limits(settings, principal.plan),
+        )
+    except BaseException:
+        await _drop_turn(pool, turn_id)
+        raise
     if not verdict.allowed:
+        await _drop_turn(pool, turn_id)
+        metrics.RATE_LIMITED.add(1, {"plan": principal.plan})
         raise ProblemError(
             429,
             "Too many requests",
@@ -99,6 +135,7 @@ async def post_message(
             headers={"Retry-After": str(verdict.retry_after_s)},
             retry_after_s=verdict.retry_after_s,
         )
+    await pool.execute("UPDATE chat_turns SET counted_on = $2 WHERE id = $1", turn_id, verdict.day)
     deps = ChatDeps(
         pool=pool,
         broker=broker,
@@ -106,38 +143,116 @@ async def post_message(
         streamer=state.resources[STREAMER],
     )
     turn = TurnInput(
-        principal=principal, session=session, text=body.content, delay_s=verdict.delay_s
+        principal=principal,
+        session=session,
+        text=body.content,
+        delay_s=verdict.delay_s,
+        message_id=turn_id,
     )
-    headers = {"X-RateLimit-Used": str(verdict.count)}
-    return EventSourceResponse(_events(deps, turn), ping=15, headers=headers, send_timeout=30)
+    turns.start(deps, turn, counted_on=verdict.day, started=started)
+    return _stream(turns, session_id, turn_id, 0, used=verdict.count)
 
 
-async def _events(deps: ChatDeps, turn: TurnInput) -> AsyncIterator[ServerSentEvent]:
-    events = run_turn(deps, turn)
-    try:
-        async for event in events:
-            yield to_sse(event)
-    except LecternError as exc:
-        log.warning("chat turn failed: %s", exc.message)
-        yield to_sse(
-            ErrorEvent(
-                reason=exc.reason, message=exc.message, retryable=isinstance(exc, RetryableError)
-            )
+@router.get(
+    "/v1/sessions/{session_id}/messages/{message_id}/events",
+    summary="Resume or replay a turn's answer stream",
+    description="The Server-Sent Events of the turn whose question is `message_id`, after "
+    "`Last-Event-ID` (a header, or the `after` query parameter): live while it is still "
+    "being answered, else from storage. Same events and ids as the `POST` that asked it.",
+    response_class=EventSourceResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "the event stream"},
+        404: {"description": "no such turn in this session"},
+    },
+)
+async def turn_events(
+    session_id: uuid.UUID,
+    message_id: uuid.UUID,
+    principal: PrincipalDep,
+    pool: PoolDep,
+    state: StateDep,
+    last_event_id: Annotated[str | None, Header()] = None,
+    after: Annotated[int | None, Query(ge=0)] = None,
+) -> EventSourceResponse:
+    await session_for(pool=pool, principal=principal, session_id=session_id)
+    found = await pool.fetchval(
+        "SELECT id FROM chat_turns WHERE id = $1 AND session_id = $2 AND tenant_id = $3",
+        message_id,
+        session_id,
+        principal.tenant_id,
+    )
+    if found is None:
+        raise ProblemError(404, "Not found", f"no turn {message_id} in session {session_id}")
+    seen = after if after is not None else parse_last_event_id(last_event_id, message_id)
+    return _stream(state.resources[TURNS], session_id, message_id, seen, replay=True)
+
+
+def _stream(
+    turns: TurnRegistry,
+    session_id: uuid.UUID,
+    turn_id: uuid.UUID,
+    after: int,
+    *,
+    used: int | None = None,
+    replay: bool = False,
+) -> EventSourceResponse:
+    headers = {
+        "Content-Location": f"/v1/sessions/{session_id}/messages/{turn_id}/events",
+        "X-Lectern-Turn-Id": str(turn_id),
+    }
+    if used is not None:
+        headers["X-RateLimit-Used"] = str(used)
+    if replay:
+        headers["X-Lectern-Replay"] = "true"
+    return EventSourceResponse(
+        _frames(turns, turn_id, after), ping=15, headers=headers, send_timeout=30
+    )
+
+
+async def _frames(
+    turns: TurnRegistry, turn_id: uuid.UUID, after: int
+) -> AsyncIterator[ServerSentEvent]:
+    async for seq, event in turns.follow(turn_id, after=after):
+        yield ServerSentEvent(
+            data=sse_data(event), event=str(event.get("type")), id=event_id(turn_id, seq)
         )
-    except DATABASE_UNAVAILABLE as exc:
-        log.warning("chat turn failed: Postgres unavailable (%s)", type(exc).__name__)
-        yield to_sse(
-            ErrorEvent(
-                reason="database_unavailable",
-                message="the database is unavailable; retry shortly",
-                retryable=True,
-            )
+
+
+async def _insert_turn(
+    pool: Any, session_id: uuid.UUID, key: str | None, turn_id: uuid.UUID, principal: Principal
+) -> bool:
+    inserted = await pool.fetchval(
+        "INSERT INTO chat_turns (id, session_id, tenant_id, user_id, idempotency_key) "
+        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING id",
+        turn_id,
+        session_id,
+        principal.tenant_id,
+        principal.user_id,
+        key,
+    )
+    return inserted is not None
+
+
+async def _claim_key(
+    pool: Any, session_id: uuid.UUID, key: str, turn_id: uuid.UUID, principal: Principal
+) -> uuid.UUID | None:
+    """Claim ``key`` for a new turn; the turn to replay when another already holds it."""
+    for _ in range(3):
+        if await _insert_turn(pool, session_id, key, turn_id, principal):
+            return None
+        row = await pool.fetchrow(
+            "SELECT id, status FROM chat_turns WHERE session_id = $1 AND idempotency_key = $2",
+            session_id,
+            key,
         )
-    except Exception as exc:
-        log.exception("chat turn failed")
-        yield to_sse(ErrorEvent(reason="internal", message=str(exc) or type(exc).__name__))
-    finally:
-        # on a client disconnect sse-starlette cancels us; close the turn (and its model call)
-        # shielded so the close itself is not cancelled half-way
-        with anyio.CancelScope(shield=True):
-            await events.aclose()
+        if row is None:
+            continue  # deleted meanwhile: claim again
+        if row["status"] in ("streaming", "done"):
+            return uuid.UUID(str(row["id"]))
+        # failed or abandoned: the key asks again (its quota was given back)
+        await pool.execute("UPDATE chat_turns SET idempotency_key = NULL WHERE id = $1", row["id"])
+    raise ProblemError(409, "Conflict", "this Idempotency-Key is being used concurrently")
+
+
+async def _drop_turn(pool: Any, turn_id: uuid.UUID) -> None:
+    await pool.execute("DELETE FROM chat_turns WHERE id = $1", turn_id)

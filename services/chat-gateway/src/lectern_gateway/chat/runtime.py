@@ -1,4 +1,5 @@
-"""Chat resources of a running gateway: the answer streamer and the idle-session sweep."""
+"""Chat resources of a running gateway: the answer streamer, the running turns and the
+idle-session sweep."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from lectern_common.llm import build_generator
 from lectern_common.service import ServiceState
 from lectern_gateway.chat.generation import streamer_for
 from lectern_gateway.chat.lifecycle import idle_sweeper
+from lectern_gateway.chat.turns import TurnRegistry
 from lectern_gateway.config import Settings
 
 STREAMER = "answer_streamer"
 SWEEPER = "idle_sweeper"
 EMBEDDER = "embedder"
+TURNS = "chat_turns"
 
 
 async def start_chat(state: ServiceState, settings: Settings) -> None:
@@ -31,6 +34,9 @@ async def start_chat(state: ServiceState, settings: Settings) -> None:
     state.resources[EMBEDDER] = embedder  # also checks typed quiz answers (study)
     generator = build_generator(settings, embedder=embedder)
     state.resources[STREAMER] = streamer_for(generator, web_search=settings.web_search)
+    state.resources[TURNS] = TurnRegistry(
+        pool=state.pool, flush_s=settings.turn_flush_s, resume_grace_s=settings.resume_grace_s
+    )
     if settings.idle_sweep_interval_s > 0:
         state.resources[SWEEPER] = asyncio.create_task(
             idle_sweeper(
@@ -43,7 +49,10 @@ async def start_chat(state: ServiceState, settings: Settings) -> None:
 
 
 async def stop_chat(state: ServiceState) -> None:
-    """Stop the idle-session sweep."""
+    """Stop the idle-session sweep and the turns still running."""
+    turns = state.resources.get(TURNS)
+    if isinstance(turns, TurnRegistry):
+        await turns.stop()
     task = state.resources.pop(SWEEPER, None)
     if isinstance(task, asyncio.Task):
         task.cancel()

@@ -39,7 +39,7 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
     timings: dict[str, float] = {}
     principal, session = turn.principal, turn.session
     session_id: uuid.UUID = session["id"]
-    user_message_id = uuid.uuid4()
+    user_message_id = turn.message_id or uuid.uuid4()
     # the history read excludes the new message, so both statements can run at once
     _, rows = await asyncio.gather(
         repo.insert_message(

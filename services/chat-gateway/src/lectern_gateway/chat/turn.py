@@ -4,6 +4,7 @@ chosen sources; and the small helpers every step uses."""
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,8 @@ class TurnInput:
     session: dict[str, Any]
     text: str
     delay_s: float = 0.0
+    #: the question's message id (also the turn's id); a new one when not given
+    message_id: uuid.UUID | None = None
 
 
 @dataclass

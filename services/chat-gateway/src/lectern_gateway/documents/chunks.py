@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from lectern_gateway.auth import PrincipalDep
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.citations import content_terms, split_sentences
+from lectern_gateway.classes.membership import may_see_class, student_classes
 from lectern_gateway.deps import PoolDep
 from lectern_gateway.problems import ProblemError
 
@@ -99,7 +100,13 @@ async def get_chunk(
 ) -> ChunkView:
     row = await repo.get_chunk(pool=pool, tenant_id=principal.tenant_id, chunk_id=chunk_id)
     # students never see assessments; answer as if it did not exist
-    if row is None or (not principal.is_staff and row["collection"] != "educational"):
+    if row is None or (
+        not principal.is_staff
+        and (
+            row["collection"] != "educational"
+            or not may_see_class(row["class_id"], await student_classes(pool, principal))
+        )
+    ):
         raise ProblemError(404, "Not found", f"no chunk {chunk_id}")
     highlights: list[Highlight] = []
     if message_id is not None:

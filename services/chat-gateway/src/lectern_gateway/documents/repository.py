@@ -65,6 +65,8 @@ class ListFilters:
     title: str | None = None
     uploaded_by: str | None = None
     include_deleted: bool = False
+    #: a student's classes: documents of those classes or of none (None: any class)
+    visible_classes: list[str] | None = None
 
 
 async def get_document(conn: Any, *, tenant_id: str, document_id: uuid.UUID) -> Any:
@@ -159,6 +161,8 @@ async def list_documents(
         value = getattr(filters, column)
         if value is not None:
             add(f"{column} = {{}}", value)
+    if filters.visible_classes is not None:
+        add("(class_id IS NULL OR class_id = ANY({}::text[]))", filters.visible_classes)
     if after is not None:
         args.extend(after)
         clauses.append(f"(created_at, id) < (${len(args) - 1}, ${len(args)})")

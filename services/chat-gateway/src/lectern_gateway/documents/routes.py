@@ -40,6 +40,7 @@ from lectern_common.objects import (
 )
 from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
+from lectern_gateway.classes.membership import may_see_class, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
 from lectern_gateway.documents import repository as repo
 from lectern_gateway.documents.uploads import MalformedUpload, UploadTooLarge, receive_upload
@@ -160,9 +161,11 @@ def document_view(row: Any) -> DocumentView:
     )  # fmt: skip
 
 
-def _visible(principal: Principal, row: Any) -> bool:
-    """Students never see the assessment collection."""
-    return principal.is_staff or row["collection"] == "educational"
+def _visible(principal: Principal, row: Any, classes: list[str] | None) -> bool:
+    """Students never see the assessment collection, nor another class's material."""
+    if principal.is_staff:
+        return True
+    return row["collection"] == "educational" and may_see_class(row["class_id"], classes)
 
 
 def _split_list(values: list[str]) -> list[str]:
@@ -453,7 +456,7 @@ async def _duplicate(conn: Any, existing: Any, principal: Principal) -> JSONResp
 async def _load(pool: Any, principal: Principal, document_id: uuid.UUID) -> Any:
     async with pool.acquire() as conn:
         row = await repo.get_document(conn, tenant_id=principal.tenant_id, document_id=document_id)
-    if row is None or not _visible(principal, row):
+    if row is None or not _visible(principal, row, await student_classes(pool, principal)):
         raise ProblemError(404, "Not found", f"document {document_id} does not exist")
     return row
 
@@ -553,6 +556,7 @@ async def list_documents(
         class_id=class_id, content_type=content_type, language=language,
         grade_level=grade_level, filename=filename, title=title,
         uploaded_by=principal.user_id if mine else None,
+        visible_classes=await student_classes(pool, principal),
     )  # fmt: skip
     after = _decode_cursor(cursor) if cursor else None
     async with pool.acquire() as conn:

@@ -10,8 +10,9 @@ from pydantic import BaseModel, Field
 from lectern_common.broker import request
 from lectern_common.events import Candidate, RetrievalFilters, RetrieveReply, RetrieveRequest
 from lectern_common.events.retrieval import Method
-from lectern_gateway.auth import Principal, PrincipalDep
-from lectern_gateway.deps import BrokerDep, SettingsDep
+from lectern_gateway.auth import PrincipalDep
+from lectern_gateway.classes.membership import require_member, student_classes
+from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
 
 router = APIRouter(tags=["search"])
 
@@ -54,23 +55,34 @@ class SearchResponse(BaseModel):
     timings_ms: dict[str, float]
 
 
-def scoped_filters(filters: RetrievalFilters, principal: Principal) -> RetrievalFilters:
-    """The filters a caller may use: students only ever search the educational collection."""
-    if principal.is_staff:
+def scoped_filters(filters: RetrievalFilters, classes: list[str] | None) -> RetrievalFilters:
+    """The filters a caller may use: students (``classes`` not None) only ever search the
+    educational collection, and only their own classes' material and unassigned material."""
+    if classes is None:
         return filters
-    return filters.model_copy(update={"collections": ["educational"]})
+    require_member(filters.class_id, classes)
+    wanted = (
+        classes if filters.class_ids is None else [c for c in filters.class_ids if c in classes]
+    )
+    return filters.model_copy(
+        update={"collections": ["educational"], "class_ids": wanted, "include_unassigned": True}
+    )
 
 
 @router.post("/v1/search", response_model=SearchResponse, summary="Hybrid search")
 async def search(
-    body: SearchRequest, principal: PrincipalDep, broker: BrokerDep, settings: SettingsDep
+    body: SearchRequest,
+    principal: PrincipalDep,
+    broker: BrokerDep,
+    settings: SettingsDep,
+    pool: PoolDep,
 ) -> SearchResponse:
     """Dense + BM25 search fused by RRF within the caller's tenant, with the given filters."""
     message = RetrieveRequest(
         request_id=uuid.uuid4(),
         tenant_id=principal.tenant_id,
         query=body.query,
-        filters=scoped_filters(body.filters, principal),
+        filters=scoped_filters(body.filters, await student_classes(pool, principal)),
         k=body.k,
         k_dense=body.k_dense,
         k_sparse=body.k_sparse,

@@ -13,6 +13,7 @@ from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.lifecycle import end_session
 from lectern_gateway.chat.sse import Citation
+from lectern_gateway.classes.membership import require_member, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep
 from lectern_gateway.problems import ProblemError
 
@@ -100,6 +101,8 @@ async def session_for(*, pool: Any, principal: Principal, session_id: uuid.UUID)
 
 @router.post("/v1/sessions", status_code=201, summary="Start a chat session")
 async def create_session(body: SessionCreate, principal: PrincipalDep, pool: PoolDep) -> Session:
+    """A student may name only a class they belong to (token claim or roster): 403 else."""
+    require_member(body.class_id, await student_classes(pool, principal))
     row = await repo.insert_session(
         pool=pool,
         values={

@@ -1,0 +1,88 @@
+"""Class rosters: teachers list who is in a class; anyone can ask which classes they are in."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from fastapi import APIRouter, Path, Response
+from pydantic import BaseModel
+
+from lectern_gateway.auth import PrincipalDep, StaffDep
+from lectern_gateway.classes.membership import classes_of
+from lectern_gateway.deps import PoolDep
+from lectern_gateway.problems import ProblemError
+
+router = APIRouter(tags=["classes"])
+
+ClassId = Path(min_length=1, max_length=200)
+UserId = Path(min_length=1, max_length=200)
+
+
+class Member(BaseModel):
+    """A student on a class roster."""
+
+    class_id: str
+    user_id: str
+    added_by: str
+    added_at: datetime
+
+
+class MyClasses(BaseModel):
+    """The caller's classes (token claim and rosters)."""
+
+    classes: list[str]
+
+
+@router.get("/v1/classes/mine", summary="The classes the caller belongs to")
+async def my_classes(principal: PrincipalDep, pool: PoolDep) -> MyClasses:
+    return MyClasses(classes=await classes_of(pool, principal))
+
+
+@router.get("/v1/classes/{class_id}/students", summary="A class's roster (staff)")
+async def roster(staff: StaffDep, pool: PoolDep, class_id: str = ClassId) -> list[Member]:
+    rows = await pool.fetch(
+        "SELECT class_id, user_id, added_by, added_at FROM class_members "
+        "WHERE tenant_id = $1 AND class_id = $2 ORDER BY user_id",
+        staff.tenant_id,
+        class_id,
+    )
+    return [Member.model_validate(dict(r)) for r in rows]
+
+
+@router.put(
+    "/v1/classes/{class_id}/students/{user_id}",
+    summary="Put a student on a class roster (staff; idempotent)",
+)
+async def add_member(
+    staff: StaffDep, pool: PoolDep, class_id: str = ClassId, user_id: str = UserId
+) -> Member:
+    row = await pool.fetchrow(
+        "INSERT INTO class_members (tenant_id, class_id, user_id, added_by) "
+        "VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, class_id, user_id) "
+        "DO UPDATE SET tenant_id = EXCLUDED.tenant_id "
+        "RETURNING class_id, user_id, added_by, added_at",
+        staff.tenant_id,
+        class_id,
+        user_id,
+        staff.user_id,
+    )
+    return Member.model_validate(dict(row))
+
+
+@router.delete(
+    "/v1/classes/{class_id}/students/{user_id}",
+    status_code=204,
+    summary="Take a student off a class roster (staff)",
+)
+async def remove_member(
+    staff: StaffDep, pool: PoolDep, class_id: str = ClassId, user_id: str = UserId
+) -> Response:
+    removed = await pool.execute(
+        "DELETE FROM class_members WHERE tenant_id = $1 AND class_id = $2 AND user_id = $3",
+        staff.tenant_id,
+        class_id,
+        user_id,
+    )
+    if removed == "DELETE 0":
+        raise ProblemError(404, "Not found", f"{user_id} is not on the roster of {class_id}")
+    return Response(status_code=204)
