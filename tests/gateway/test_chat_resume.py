@@ -237,3 +237,33 @@ async def _until(read: Any, wanted: int) -> None:
             return
         await asyncio.sleep(0.1)
     assert await read() == wanted
+
+
+async def test_stop_cancels_the_turn_on_the_server(
+    gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str
+) -> None:
+    await seed_document(db_pool, tenant_id=tenant_id)
+    headers = gateway.token(tenant_id, "stu-5")
+    session = await new_session(client, gateway, headers)
+    real = gateway.resources[STREAMER]
+    gate = asyncio.Event()  # never set: the model would stall mid-answer
+    gateway.resources[STREAMER] = _gated(real, gate)
+    try:
+        response, first = await _read(
+            client, "POST", f"{gateway.url}/v1/sessions/{session['id']}/messages", headers,
+            json={"content": QUESTION}, stop_after=2,
+        )  # fmt: skip
+        turn_id = response.headers["X-Lectern-Turn-Id"]
+        cancel = f"{gateway.url}/v1/sessions/{session['id']}/messages/{turn_id}/cancel"
+        assert (await client.post(cancel, headers=headers)).status_code == 202
+        events_url = f"{gateway.url}{response.headers['Content-Location']}"
+        _, rest = await _read(client, "GET", events_url, {**headers, "Last-Event-ID": first[-1][0]})
+    finally:
+        gateway.resources[STREAMER] = real
+    last = parse_event(rest[-1][2])
+    assert last.type == "error" and last.reason == "abandoned"
+    roles = await db_pool.fetch(
+        "SELECT role FROM chat_messages WHERE session_id = $1", uuid.UUID(session["id"])
+    )
+    assert [r["role"] for r in roles] == ["user"]
+    assert (await client.post(cancel, headers=headers)).status_code == 409

@@ -187,6 +187,31 @@ async def turn_events(
     return _stream(state.resources[TURNS], session_id, message_id, seen, replay=True)
 
 
+@router.post(
+    "/v1/sessions/{session_id}/messages/{message_id}/cancel",
+    status_code=202,
+    summary="Stop a turn still being answered (its model call stops; nothing is stored)",
+    responses={409: {"description": "the turn has ended, or another replica runs it"}},
+)
+async def cancel_turn(
+    session_id: uuid.UUID,
+    message_id: uuid.UUID,
+    principal: PrincipalDep,
+    pool: PoolDep,
+    state: StateDep,
+) -> dict[str, str]:
+    session = await session_for(pool=pool, principal=principal, session_id=session_id)
+    if session["user_id"] != principal.user_id:
+        raise ProblemError(403, "Forbidden", "only the session's owner can stop its answers")
+    turns: TurnRegistry = state.resources[TURNS]
+    if not turns.cancel(message_id):
+        raise ProblemError(
+            409, "Conflict", "this turn is not being answered here (ended, or on another "
+            "replica: it stops by itself when nobody reads it)",
+        )  # fmt: skip
+    return {"status": "stopping"}
+
+
 def _stream(
     turns: TurnRegistry,
     session_id: uuid.UUID,

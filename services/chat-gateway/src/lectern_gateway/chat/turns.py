@@ -122,6 +122,14 @@ class TurnRegistry:
         )
         return log_
 
+    def cancel(self, turn_id: uuid.UUID) -> bool:
+        """Stop a turn this replica runs (the student pressed Stop); False if not running."""
+        local = self.turns.get(turn_id)
+        if local is None or local.finished or local.task is None:
+            return False
+        local.task.cancel()
+        return True
+
     async def stop(self) -> None:
         """Cancel the turns still running (the gateway is stopping)."""
         tasks = [t.task for t in self.turns.values() if t.task is not None and not t.task.done()]
@@ -221,7 +229,7 @@ class TurnRegistry:
         except asyncio.CancelledError:
             abandoned = ErrorEvent(
                 reason="abandoned",
-                message="nobody was reading the answer; it was stopped",
+                message="the answer was stopped (by the student, or nobody was reading it)",
                 retryable=True,
             )
             await self._append(local, abandoned)

@@ -15,6 +15,7 @@ const state = {
   claims: null,
   session: null, // the open chat session
   asking: null, // AbortController of the answer being streamed
+  askingTurn: null, // its turn id (X-Lectern-Turn-Id): Stop cancels it on the server
   documentsCursor: null,
   watchers: new Map(), // document id -> AbortController of its progress stream
   toWatch: [], // ids of unfinished documents waiting for a progress stream
@@ -461,25 +462,45 @@ async function ask(event) {
   state.asking = controller;
   $("ask-button").disabled = true;
   $("stop-button").hidden = false;
+  // a dropped connection resumes where it stopped: the same Idempotency-Key (never asked
+  // twice) and the last event id seen
+  const key = crypto.randomUUID();
+  let lastId = "";
+  let finished = false;
   try {
-    const response = await api(`/v1/sessions/${encodeURIComponent(sessionId)}/messages`, {
-      method: "POST", json: { content: question }, signal: controller.signal,
-      headers: { Accept: "text/event-stream" },
-    });
-    answer.body.textContent = "";
-    for await (const frame of readEventStream(response.body)) {
-      let data;
+    for (let tries = 0; !finished; tries += 1) {
+      const headers = { Accept: "text/event-stream", "Idempotency-Key": key };
+      if (lastId) headers["Last-Event-ID"] = lastId;
       try {
-        data = JSON.parse(frame.data);
-      } catch {
-        continue;
+        const response = await api(`/v1/sessions/${encodeURIComponent(sessionId)}/messages`, {
+          method: "POST", json: { content: question }, signal: controller.signal, headers,
+        });
+        state.askingTurn = response.headers.get("X-Lectern-Turn-Id");
+        if (!lastId) answer.body.textContent = "";
+        for await (const frame of readEventStream(response.body)) {
+          lastId = frame.id || lastId;
+          let data;
+          try {
+            data = JSON.parse(frame.data);
+          } catch {
+            continue;
+          }
+          handleAnswerEvent(answer, frame.event, data);
+          finished = finished || frame.event === "done" || frame.event === "error";
+          answer.node.scrollIntoView({ block: "end" });
+        }
+        finished = true;
+      } catch (error) {
+        // a network failure (not a refusal, not Stop): try again a few times
+        if (error instanceof ApiError || error.name === "AbortError" || tries >= 3) throw error;
+        answer.meta.textContent = "Connection lost; resuming…";
+        await new Promise((resolve) => setTimeout(resolve, 1000 * (tries + 1)));
+        answer.meta.textContent = "";
       }
-      handleAnswerEvent(answer, frame.event, data);
-      answer.node.scrollIntoView({ block: "end" });
     }
   } catch (error) {
     if (error.name === "AbortError") {
-      answer.meta.textContent = "Stopped: nothing of this answer was stored.";
+      answer.meta.textContent = "Stopped.";
     } else {
       answer.body.textContent = "";
       answer.meta.textContent = `Failed: ${error.message}`;
@@ -488,6 +509,7 @@ async function ask(event) {
   } finally {
     answer.body.removeAttribute("aria-busy");
     state.asking = null;
+    state.askingTurn = null;
     $("ask-button").disabled = false;
     $("stop-button").hidden = true;
     if (state.token) attempt(loadSessions);
@@ -994,7 +1016,16 @@ function init() {
   $("question").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("ask-form").requestSubmit();
   });
-  $("stop-button").addEventListener("click", () => state.asking?.abort());
+  $("stop-button").addEventListener("click", () => {
+    // stop the answer on the server too (its model call), then hang up
+    const sessionId = state.session?.id;
+    if (state.askingTurn && sessionId) {
+      const path = `/v1/sessions/${encodeURIComponent(sessionId)}/messages/`
+        + `${encodeURIComponent(state.askingTurn)}/cancel`;
+      api(path, { method: "POST" }).catch(() => {});
+    }
+    state.asking?.abort();
+  });
   $("flag-dialog").addEventListener("close", () => {
     if ($("flag-dialog").returnValue === "flag") attempt(sendFlag);
   });

@@ -8,6 +8,7 @@
 export class SSEParser {
   constructor() {
     this.buffer = "";
+    this.lastId = "";
     this.reset();
   }
 
@@ -16,7 +17,8 @@ export class SSEParser {
     this.dataLines = [];
   }
 
-  // Feed decoded text; returns the events it completed, as {event, data} objects.
+  // Feed decoded text; returns the events it completed, as {event, data, id} objects (id:
+  // the last event id seen, which a dropped stream sends back as Last-Event-ID).
   push(text) {
     this.buffer += text;
     const events = [];
@@ -30,7 +32,9 @@ export class SSEParser {
       this.buffer = this.buffer.slice(match.index + match[0].length);
       if (line === "") {
         if (this.dataLines.length > 0) {
-          events.push({ event: this.eventName || "message", data: this.dataLines.join("\n") });
+          events.push({
+            event: this.eventName || "message", data: this.dataLines.join("\n"), id: this.lastId,
+          });
         }
         this.reset();
         continue;
@@ -42,7 +46,8 @@ export class SSEParser {
       if (value.startsWith(" ")) value = value.slice(1);
       if (field === "event") this.eventName = value;
       else if (field === "data") this.dataLines.push(value);
-      // "id" and "retry" matter for EventSource reconnection only: ignored
+      else if (field === "id" && !value.includes("\0")) this.lastId = value;
+      // "retry" matters for EventSource reconnection only: ignored
     }
     return events;
   }
