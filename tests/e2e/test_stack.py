@@ -23,6 +23,7 @@ import asyncpg
 import httpx
 import nats
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from lectern_common.runtime.nats import free_port
 from lectern_common.runtime.supervisor import SERVICES, process_alive, read_state, stack_nats_url
@@ -125,6 +126,60 @@ async def all_ready(stack: Stack) -> bool:
             if response.status_code != 200:
                 return False
     return True
+
+
+#: per service, metrics its own /metrics must show once the demo was indexed and asked
+EXPECTED_METRICS: dict[str, list[tuple[str, dict[str, str]]]] = {
+    "gateway": [
+        ("lectern_chat_time_to_first_token_seconds_count", {}),
+        ("lectern_chat_answer_duration_seconds_count", {}),
+        ("lectern_chat_answers_total", {"answered_by": "offline"}),
+        ("lectern_chat_streams_in_flight", {}),
+        ("lectern_outbox_backlog", {}),
+    ],
+    "ingest": [
+        ("lectern_documents_ingested_total", {"outcome": "indexed"}),
+        ("lectern_consumer_pending", {"consumer": "lectern-ingest"}),
+    ],
+    "retriever": [("lectern_retrieval_stage_duration_seconds_count", {"stage": "fuse"})],
+    "reranker": [("lectern_retrieval_stage_duration_seconds_count", {"stage": "score"})],
+    "memory": [
+        ("lectern_consumer_pending", {"consumer": "lectern-memory-quizzes"}),
+        ("lectern_outbox_backlog", {}),
+    ],
+}
+
+
+async def assert_each_service_scrapes_its_metrics(state: dict[str, Any]) -> None:
+    """Every service's own process serves its metrics in Prometheus' text format."""
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        for name, wanted in EXPECTED_METRICS.items():
+            url = state["services"][name]["url"]
+            for _ in range(40):  # gauges of consumers are read every few seconds
+                response = await client.get(f"{url}/metrics")
+                assert response.status_code == 200, (name, response.text)
+                names = {
+                    sample.name
+                    for family in text_string_to_metric_families(response.text)
+                    for sample in family.samples
+                    if sample.name.startswith("lectern_")
+                }
+                missing = [
+                    (metric, labels) for metric, labels in wanted
+                    if not _has_sample(response.text, metric, labels)
+                ]  # fmt: skip
+                if not missing:
+                    break
+                await asyncio.sleep(0.5)
+            assert not missing, (name, missing, sorted(names))
+
+
+def _has_sample(scrape: str, name: str, labels: dict[str, str]) -> bool:
+    return any(
+        sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        for family in text_string_to_metric_families(scrape)
+        for sample in family.samples
+    )
 
 
 def lectern_status(data_dir: Path) -> tuple[int, dict[str, Any]]:
@@ -307,6 +362,8 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
         attempt, struggles = await quiz_the_demo(state)
         assert attempt["correct"] == 0 and attempt["total"] == 4
         assert struggles, "the quiz's topics became struggles"
+
+        await assert_each_service_scrapes_its_metrics(state)
 
         code, status = lectern_status(stack.data_dir)
         assert code == 0, status

@@ -20,7 +20,7 @@ from lectern_testing.chat import (
     serve_gateway,
 )
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
@@ -53,6 +53,27 @@ async def _server_span(exporter: InMemorySpanExporter, trace_id: int) -> Readabl
                 return span
         await asyncio.sleep(0.01)
     raise AssertionError("no server span for the traced request")
+
+
+class _Tap(SpanProcessor):
+    """Sends ended spans to an exporter while enabled (a provider's processors stay)."""
+
+    def __init__(self, exporter: InMemorySpanExporter) -> None:
+        self.exporter = exporter
+        self.enabled = True
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.enabled:
+            self.exporter.export([span])
+
+
+async def _span_named(exporter: InMemorySpanExporter, trace_id: int, name: str) -> None:
+    for _ in range(500):
+        for span in exporter.get_finished_spans():
+            if span.name == name and span.context.trace_id == trace_id:
+                return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no {name} span in the trace")
 
 
 async def test_question_is_one_trace_from_http_through_the_nats_requests(
@@ -91,6 +112,12 @@ async def test_question_is_one_trace_from_http_through_the_nats_requests(
     ):
         await responders.start()
         await responders.config.connection_state.connection.flush()
+        # the model-call and query spans come from the process' global tracer provider
+        # (installed by the gateway's start-up): tap it for the length of the test
+        tap = _Tap(exporter)
+        global_provider = trace.get_tracer_provider()
+        assert isinstance(global_provider, TracerProvider)
+        global_provider.add_span_processor(tap)
         auth = gateway.token(tenant_id, "stu-1")
         session = await new_session(client, gateway, auth)
         got = await ask(
@@ -103,7 +130,9 @@ async def test_question_is_one_trace_from_http_through_the_nats_requests(
         assert got.status == 200, got.problem
         assert got.of("sources"), got.events
         server = await _server_span(exporter, trace_id)
+        await _span_named(exporter, trace_id, "llm.generate")
         spans = exporter.get_finished_spans()
+        tap.enabled = False
 
         exporter.clear()
         for path in UNTRACED_PATHS:
@@ -143,3 +172,14 @@ async def test_question_is_one_trace_from_http_through_the_nats_requests(
     for subject in seen:
         assert processed[subject].context.trace_id == trace_id, subject
         assert server.context.span_id in ancestors(processed[subject]), subject
+    # the model call and the database queries are spans of the same tree
+    (model,) = [s for s in spans if s.name == "llm.generate"]
+    assert server.context.span_id in ancestors(model)
+    assert model.attributes is not None and model.attributes["lectern.answered_by"] == "offline"
+    queries = [
+        s for s in spans if s.name.startswith("postgres ") and s.context.trace_id == trace_id
+    ]
+    operations = {s.name for s in queries}
+    assert {"postgres INSERT", "postgres SELECT"} <= operations, operations
+    assert all(server.context.span_id in ancestors(q) for q in queries)
+    assert all(q.kind is SpanKind.CLIENT for q in [model, *queries])

@@ -69,9 +69,17 @@ STAGE_DURATION = meter.create_histogram(
     explicit_bucket_boundaries_advisory=LATENCY_BUCKETS_S,
 )
 
+
+def record_stages(service: str, timings_ms: dict[str, float]) -> None:
+    """Record a request's per-stage timings (milliseconds, as replies report them)."""
+    for stage, elapsed_ms in timings_ms.items():
+        STAGE_DURATION.record(elapsed_ms / 1000.0, {"service": service, "stage": stage})
+
+
 # --- ingest ---------------------------------------------------------------------------
 DOCUMENTS_INGESTED = meter.create_counter(
-    "lectern.documents.ingested", description="Documents indexed, by file type"
+    "lectern.documents.ingested",
+    description="Documents ingested, by outcome (indexed, duplicate) and file type",
 )
 DOCUMENTS_FAILED = meter.create_counter(
     "lectern.documents.failed", description="Documents that failed, by stage and reason"

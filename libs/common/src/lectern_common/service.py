@@ -14,7 +14,7 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +25,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from faststream.nats import NatsBroker
 from opentelemetry import trace
+from prometheus_client import start_http_server
 
+from lectern_common import metrics
 from lectern_common.broker import ensure_streams
 from lectern_common.db import create_pool
 from lectern_common.db.migrate import applied_migrations, load_migrations
@@ -118,13 +120,15 @@ def create_service_app(
     docs: bool = False,
     tracer_provider: trace.TracerProvider | None = None,
     outbox: str | None = None,
+    consumers: Sequence[tuple[str, str]] = (),
 ) -> FastAPI:
     """A FastAPI app with ``/healthz`` and ``/readyz`` whose lifespan runs the broker.
 
     Every other request gets a server span continuing the caller's W3C trace context (with
     ``tracer_provider``, else the global one), so the broker's requests made while handling
     it belong to the same trace. ``outbox`` names the service (a key of
-    ``nats_auth.SERVICE_PERMISSIONS``) whose outbox rows this app's relay publishes.
+    ``nats_auth.SERVICE_PERMISSIONS``) whose outbox rows this app's relay publishes;
+    ``consumers`` are the (stream, durable) JetStream consumers whose lag it reports.
     """
     state = ServiceState(settings=settings, broker=broker)
 
@@ -137,6 +141,7 @@ def create_service_app(
         )
         state.telemetry = setup_telemetry(settings)
         relay: asyncio.Task[None] | None = None
+        lag: asyncio.Task[None] | None = None
         await broker.connect()
         await ensure_streams(
             broker.config.connection_state.stream, replicas=settings.stream_replicas
@@ -163,14 +168,20 @@ def create_service_app(
                     subjects=publishable_subjects(outbox),
                 )
                 relay = asyncio.create_task(state.outbox.run(), name=f"outbox-{outbox}")
+            if consumers:
+                lag = asyncio.create_task(
+                    watch_consumers(broker.config.connection_state.stream, consumers),
+                    name="consumer-lag",
+                )
             state.accepting = True
             log.info("%s ready", settings.service_name)
             yield
         finally:
             state.accepting = False
-            if relay is not None:
-                relay.cancel()
-                await asyncio.gather(relay, return_exceptions=True)
+            for task in (relay, lag):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             try:
                 await broker.stop()
             except Exception as exc:  # NATS unreachable: nothing left to drain
@@ -206,13 +217,33 @@ def create_service_app(
             status_code=200 if ok else 503,
         )  # fmt: skip
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus scrape of the service's metrics")
-    async def prometheus_metrics() -> Response:
-        body, content_type = prometheus_scrape()
-        return Response(body, media_type=content_type)
+    if settings.metrics_on_http:
+
+        @app.get("/metrics", tags=["health"], summary="Prometheus scrape of the service's metrics")
+        async def prometheus_metrics() -> Response:
+            body, content_type = prometheus_scrape()
+            return Response(body, media_type=content_type)
 
     instrument_http_app(app, tracer_provider=tracer_provider)
     return app
+
+
+async def watch_consumers(
+    jetstream: Any, consumers: Sequence[tuple[str, str]], *, every_s: float = 10.0
+) -> None:
+    """Report the lag of durable consumers (``lectern.consumer.pending`` / ``ack_pending``)
+    every ``every_s``, until cancelled."""
+    while True:
+        for stream, durable in consumers:
+            try:
+                info = await jetstream.consumer_info(stream, durable)
+            except Exception as exc:  # not created yet, NATS away: the next round retries
+                log.debug("consumer %s/%s: %s", stream, durable, exc)
+                continue
+            labels = {"stream": stream, "consumer": durable}
+            metrics.CONSUMER_PENDING.set(float(info.num_pending or 0), **labels)
+            metrics.CONSUMER_ACK_PENDING.set(float(info.num_ack_pending or 0), **labels)
+        await asyncio.sleep(every_s)
 
 
 async def readiness(state: ServiceState) -> dict[str, str]:
@@ -243,8 +274,11 @@ async def readiness(state: ServiceState) -> dict[str, str]:
 
 
 def run_service(app: FastAPI, settings: ServiceHttpSettings) -> None:
-    """Serve the app until SIGTERM/SIGINT, then shut down gracefully."""
+    """Serve the app until SIGTERM/SIGINT, then shut down gracefully (and the Prometheus
+    scrape on ``metrics_port``, when set, from a thread of its own)."""
     app.state.lectern.own_process = True
+    if settings.metrics_port is not None:
+        start_http_server(settings.metrics_port)
     uvicorn.run(
         app,
         host=settings.health_host,

@@ -203,6 +203,14 @@ class ServiceHttpSettings(BaseServiceSettings):
 
     http_port: int = 8080
     graceful_timeout_s: float = 30.0
+    metrics_on_http: bool = shared(
+        "metrics_on_http",
+        True,
+        "serve GET /metrics (Prometheus) on the HTTP port; false where that port is public",
+    )
+    metrics_port: int | None = shared(
+        "metrics_port", None, "also serve the Prometheus scrape on this port (all interfaces)"
+    )
 
 
 def default_data_dir() -> Path:

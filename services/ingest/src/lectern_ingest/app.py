@@ -61,7 +61,11 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         await broker.config.connection_state.stream.add_consumer(stream, config=consumer)
 
     app = create_service_app(
-        settings=settings, broker=broker, title="Lectern ingest", on_startup=startup
+        settings=settings,
+        broker=broker,
+        title="Lectern ingest",
+        on_startup=startup,
+        consumers=[(stream_for(Subjects.DOCUMENTS_UPLOADED).name, INGEST_DURABLE)],
     )
 
     @broker.subscriber(

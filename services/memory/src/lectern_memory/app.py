@@ -48,6 +48,11 @@ def create_app(settings: Settings) -> FastAPI:
         title="Lectern memory",
         on_startup=startup,
         outbox="memory",
+        consumers=[
+            (stream_for(Subjects.CHAT_TURN_COMPLETED).name, TURNS_DURABLE),
+            (stream_for(Subjects.CHAT_SESSION_ENDED).name, SESSIONS_DURABLE),
+            (stream_for(Subjects.QUIZ_ATTEMPTED).name, QUIZZES_DURABLE),
+        ],
     )
     state: ServiceState = app.state.lectern
     consumer = ConsumerConfig(max_deliver=settings.max_deliveries, ack_wait=60.0)

@@ -21,6 +21,7 @@ from datetime import UTC, date, datetime
 from typing import Any, Literal, Protocol
 
 # re-exported: the band definition is shared with the gateway (lectern_common.education)
+from lectern_common import metrics
 from lectern_common.education import STYLE_CONTENT_TYPES as STYLE_CONTENT_TYPES
 from lectern_common.education import BandThresholds as BandThresholds
 from lectern_common.education import band_for as band_for
@@ -549,6 +550,12 @@ async def rerank(
         config=config,
     )
     done = time.perf_counter()
+    timings = {
+        "score": round((scored_at - started) * 1000, 3),
+        "rank": round((done - scored_at) * 1000, 3),
+        "total": round((done - started) * 1000, 3),
+    }
+    metrics.record_stages("reranker", timings)
     return RerankReply(
         request_id=request.request_id,
         chunks=chunks,
@@ -560,9 +567,5 @@ async def rerank(
             for dropped, kept in twins.items()
         },
         dropped_for_budget=len(top) - fits,
-        timings_ms={
-            "score": round((scored_at - started) * 1000, 3),
-            "rank": round((done - scored_at) * 1000, 3),
-            "total": round((done - started) * 1000, 3),
-        },
+        timings_ms=timings,
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from lectern_common import metrics
 from lectern_common.bm25 import (
     K1,
     idf,
@@ -503,6 +504,7 @@ async def hybrid_search(
         [to_candidate(f, rows[f.chunk_id]) for f in fused if f.chunk_id in rows]
     )
     clock.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+    metrics.record_stages("retriever", clock.timings)
     return RetrieveReply(
         request_id=request.request_id,
         candidates=candidates,

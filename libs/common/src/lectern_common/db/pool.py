@@ -1,17 +1,51 @@
-"""asyncpg pool with the pgvector codecs registered on every connection."""
+"""asyncpg pool with the pgvector codecs registered on every connection, and a span for
+every query made within a trace."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import asyncpg
+from opentelemetry import trace
 from pgvector.asyncpg import register_vector
+
+_tracer = trace.get_tracer("lectern.db")
+
+
+def trace_query(record: Any) -> None:
+    """A ``postgres <OPERATION>`` client span for a query that ran within a trace.
+
+    asyncpg calls its query loggers with ``loop.call_soon`` from the querying task's context,
+    so the current span is the caller's; the span is placed at the query's measured time.
+    Queries outside any trace (background loops such as the outbox relay) make no span.
+    """
+    parent = trace.get_current_span()
+    if not parent.is_recording():
+        return
+    end = time.time_ns()
+    query = str(record.query or "")
+    operation = query.lstrip().split(None, 1)[0].upper() if query.strip() else "QUERY"
+    span = _tracer.start_span(
+        f"postgres {operation}",
+        kind=trace.SpanKind.CLIENT,
+        start_time=end - int(record.elapsed * 1e9),
+        attributes={
+            "db.system.name": "postgresql",
+            "db.operation.name": operation,
+            "db.query.text": query[:2000],
+        },
+    )
+    if record.exception is not None:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, str(record.exception)[:300]))
+    span.end(end_time=end)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     await register_vector(conn)
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    conn.add_query_logger(trace_query)
 
 
 async def keep_session(conn: asyncpg.Connection) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from opentelemetry import trace
 
 from lectern_common import llm
 from lectern_gateway.chat.prompt import Prompt
@@ -39,6 +40,8 @@ class Finished:
     usage: dict[str, Any] = field(default_factory=dict)
 
 
+_tracer = trace.get_tracer("lectern.llm")
+
 Piece = TextDelta | WebGrounding | Finished
 AnswerStreamer = Callable[[Prompt], AsyncGenerator[Piece, None]]
 
@@ -61,6 +64,16 @@ def streamer_for(generator: llm.Generator, *, web_search: bool) -> AnswerStreame
             llm.SourceText(label=s.label, text=s.text, title=s.title) for s in prompt.sources
         ]
         usage: dict[str, Any] = {}
+        # the model call's span (not made current: this generator yields to its caller)
+        span = _tracer.start_span(
+            "llm.generate",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "lectern.llm.chain": generator.name,
+                "lectern.llm.sources": len(prompt.sources),
+            },
+        )
         chunks = generator.stream(
             system=prompt.system,
             messages=messages,
@@ -87,8 +100,21 @@ def streamer_for(generator: llm.Generator, *, web_search: bool) -> AnswerStreame
                         fallback_from=list(chunk.fallback_from),
                         outcome=chunk.outcome,
                     )
+                    span.set_attributes(
+                        {
+                            "lectern.answered_by": answered_by(chunk),
+                            "gen_ai.request.model": chunk.model or chunk.provider,
+                            "lectern.llm.fallback_from": list(chunk.fallback_from),
+                            "lectern.llm.outcome": chunk.outcome,
+                        }
+                    )
                     yield Finished(answered_by=answered_by(chunk), usage=usage)
+        except Exception as exc:
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)[:300]))
+            raise
         finally:
+            span.end()
             # closing the provider's stream closes its HTTP response: the model call stops
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
