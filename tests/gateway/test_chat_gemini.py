@@ -49,16 +49,24 @@ async def fakes() -> AsyncIterator[tuple[FakeGemini, FakeOpenAI]]:
 
 
 @pytest.fixture(scope="module")
+async def responders(nats_url: str, db_pool: Any) -> AsyncIterator[Responders]:
+    """Retriever, re-ranker and memory stand-ins."""
+    async with run_responders(nats_url, Responders(pool=db_pool, memories=MEMORIES)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
 async def gateway(
-    nats_url: str, database_url: str, db_pool: Any, fakes: tuple[FakeGemini, FakeOpenAI]
+    nats_url: str,
+    database_url: str,
+    fakes: tuple[FakeGemini, FakeOpenAI],
+    responders: Responders,
 ) -> AsyncIterator[Gateway]:
     """The gateway with Gemini (fake) and the OpenAI-compatible fallback (fake)."""
     gemini, oai = fakes
-    settings = hosted_model_settings(nats_url, database_url, gemini, oai)
-    async with (
-        run_responders(nats_url, Responders(pool=db_pool, memories=MEMORIES)),
-        serve_gateway(settings) as running,
-    ):
+    # the memories are asserted on: give the stand-in's first recall time on a busy machine
+    settings = hosted_model_settings(nats_url, database_url, gemini, oai, memory_timeout_s=2.0)
+    async with serve_gateway(settings) as running:
         yield running
 
 
@@ -117,6 +125,80 @@ async def test_gemini_streams_tokens_as_they_arrive_with_web_citations(
     # two of three sentences uncited: measured grounding is lower than full support
     assert got.of("confidence")[0].grounding < 0.9
     assert done.usage["provider"] == "gemini"
+    # the stored answer carries the web label after the span it supports
+    stored = await db_pool.fetchval(
+        "SELECT content FROM chat_messages WHERE id = $1", done.message_id
+    )
+    assert stored.endswith("Scientists first mapped it in the 1950s.[W1]")
+
+
+async def test_a_gap_turn_answers_from_the_web_set_apart_from_the_course(
+    gateway: Gateway,
+    client: httpx.AsyncClient,
+    db_pool: Any,
+    tenant_id: str,
+    fakes: tuple[FakeGemini, FakeOpenAI],
+    responders: Responders,
+) -> None:
+    gemini, _ = fakes
+    responders.band = "gap"  # nothing in the course answers this
+    web_text = "Quantum entanglement links the states of two particles."
+    grounding = web_grounding(
+        web_text,
+        sources=[("https://example.org/entanglement", "Entanglement explained")],
+        supports=[(web_text, [0])],
+    )
+    gemini.enqueue(Behaviour(text=web_text, grounding=grounding), endpoint="generate")
+    headers = gateway.token(tenant_id, "stu-1")
+    session = await new_session(client, gateway, headers)
+    try:
+        got = await ask(client, gateway, session["id"], "Explain quantum entanglement", headers)
+    finally:
+        responders.band = "high"
+    done = got.done
+    assert done.band == "gap" and done.knowledge_gap
+    # the honest gap message first, then the web's answer under its own heading
+    assert got.text.index("From the web (not your course material)") > 0
+    assert got.text.endswith(web_text)
+    body = gemini.requests_to("generate")[-1].body
+    assert body["tools"] == [{"googleSearch": {}}]
+    assert "<sources>" not in body["systemInstruction"]["parts"][0]["text"]
+    web = [c for c in done.citations if c.kind == "web"]
+    assert web and all(c.url == "https://example.org/entanglement" for c in web)
+    spanned = [c for c in web if c.span_start is not None]
+    assert got.text[spanned[0].span_start : spanned[0].span_end] == web_text
+    stored = await db_pool.fetchval(
+        "SELECT content FROM chat_messages WHERE id = $1", done.message_id
+    )
+    assert stored.endswith(web_text + "[W1]")
+    gaps = await db_pool.fetchval(
+        "SELECT count(*) FROM knowledge_gaps WHERE tenant_id = $1", tenant_id
+    )
+    assert gaps == 1  # still recorded for the teacher
+
+
+async def test_a_tenant_can_switch_web_search_off(
+    gateway: Gateway,
+    client: httpx.AsyncClient,
+    db_pool: Any,
+    tenant_id: str,
+    fakes: tuple[FakeGemini, FakeOpenAI],
+) -> None:
+    gemini, _ = fakes
+    await seed_document(db_pool, tenant_id=tenant_id)
+    admin = gateway.token(tenant_id, "admin-1", role="admin")
+    student = gateway.token(tenant_id, "stu-1")
+    url = f"{gateway.url}/v1/tenant/settings"
+    assert (await client.get(url, headers=admin)).json()["web_search"] is True
+    assert (await client.put(url, json={"web_search": False}, headers=student)).status_code == 403
+    off = await client.put(url, json={"web_search": False}, headers=admin)
+    assert off.json() == {**off.json(), "web_search": False, "web_search_set": False}
+    session = await new_session(client, gateway, student)
+    got = await ask(client, gateway, session["id"], "What does the Calvin cycle fix?", student)
+    assert got.done.answered_by == "gemini"
+    assert "tools" not in gemini.requests_to("generate")[-1].body
+    reset = await client.put(url, json={"web_search": None}, headers=admin)
+    assert reset.json()["web_search"] is True and reset.json()["web_search_set"] is None
 
 
 async def test_invalid_and_unsupported_citations_are_flagged(

@@ -22,10 +22,12 @@ from lectern_testing.chat import (
     Gateway,
     Responders,
     gateway_settings,
+    hosted_model_settings,
     run_responders,
     seed_document,
     serve_gateway,
 )
+from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
 
 CHROMIUM = next(
     (p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None
@@ -337,3 +339,67 @@ async def test_a_student_explores_the_syllabus_and_takes_a_quiz(
         )
         assert sections == 3
         assert page.exceptions == []
+
+
+@pytest.fixture(scope="module")
+async def gemini_gateway(
+    nats_url: str, database_url: str, db_pool: Any
+) -> AsyncIterator[tuple[Gateway, FakeGemini]]:
+    """The gateway answering with (a fake) Gemini, web search on."""
+    async with FakeGemini() as gemini, FakeOpenAI() as oai:
+        settings = hosted_model_settings(
+            nats_url, database_url, gemini, oai, environment="development"
+        )
+        async with (
+            run_responders(nats_url, Responders(pool=db_pool)),
+            serve_gateway(settings) as running,
+        ):
+            yield running, gemini
+
+
+async def test_web_sources_show_apart_from_the_course_with_their_labels(
+    gemini_gateway: tuple[Gateway, FakeGemini], db_pool: Any, tenant_id: str
+) -> None:
+    gateway, gemini = gemini_gateway
+    await seed_document(db_pool, tenant_id=tenant_id)
+    text = (
+        "The Calvin cycle fixes carbon dioxide into sugars [T1]. "
+        "Scientists first mapped it in the 1950s."
+    )
+    grounding = web_grounding(
+        text,
+        sources=[("https://example.org/calvin", "Calvin cycle history")],
+        supports=[("Scientists first mapped it in the 1950s.", [0])],
+    )
+    gemini.enqueue(Behaviour(text=text, grounding=grounding), endpoint="generate")
+    async with chromium() as page:
+        await page.goto(f"{gateway.url}/")
+        await page.until("document.body && document.body.dataset.ready === 'true'")
+        await _sign_in(page, _bearer(gateway, tenant_id, "stu-1"))
+        await page.js("document.getElementById('new-session-form').requestSubmit()")
+        await page.until("!document.getElementById('ask-form').hidden")
+        await page.js(
+            "document.getElementById('question').value = 'What does the Calvin cycle fix?';"
+            "document.getElementById('ask-form').requestSubmit()"
+        )
+        await page.until("document.querySelector('.message.assistant button.small')", 60)
+        answer = await page.text(".message.assistant .answer-text")
+        # the web label sits after the span it grounds, as a link to the page
+        assert answer.endswith("in the 1950s.[W1]"), answer
+        link = await page.js(
+            "document.querySelector('.message.assistant .answer-text a.cite').href"
+        )
+        assert link == "https://example.org/calvin"
+        # listed apart from the course's sources
+        assert await page.js("!document.querySelector('.message.assistant .web-box').hidden")
+        web = await page.text(".message.assistant .web-sources")
+        assert web == "[W1] Calvin cycle history"
+        assert "Calvin cycle history" not in await page.text(".message.assistant ul.sources")
+        # a stored answer shows the same after a reload
+        await page.reload()
+        await page.until("document.body && document.body.dataset.ready === 'true'")
+        await page.until("document.querySelector('#session-list button')")
+        await page.js("document.querySelector('#session-list button').click()")
+        await page.until("document.querySelector('.message.assistant .web-sources li')", 30)
+        assert (await page.text(".message.assistant .answer-text")).endswith("1950s.[W1]")
+        assert not page.exceptions, page.exceptions

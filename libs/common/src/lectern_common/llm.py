@@ -142,10 +142,16 @@ def map_grounding(metadata: types.GroundingMetadata, answer: str) -> Grounding |
 
 def annotate_web_citations(text: str, grounding: Grounding) -> str:
     """``text`` with ``[W#]`` markers inserted after each supported segment."""
+    return insert_labels(text, [(s.end, s.sources) for s in grounding.supports])
+
+
+def insert_labels(text: str, marks: Sequence[tuple[int, Sequence[str]]]) -> str:
+    """``text`` with ``[label]`` markers inserted at character offsets (each label once per
+    offset, offsets clamped to the text)."""
     inserts: dict[int, list[str]] = {}
-    for support in grounding.supports:
-        marks = inserts.setdefault(support.end, [])
-        marks.extend(label for label in support.sources if label not in marks)
+    for end, labels in marks:
+        at = inserts.setdefault(min(max(end, 0), len(text)), [])
+        at.extend(label for label in labels if label not in at)
     out, previous = [], 0
     for position in sorted(inserts):
         out.append(text[previous:position])
@@ -457,34 +463,46 @@ class FallbackGenerator:
         raise last_error
 
 
+def build_web_generator(settings: BaseServiceSettings) -> Generator | None:
+    """The Gemini models alone (the providers that can search the web), or None without a
+    key: for answers that must come from a web search or not at all."""
+    chain = _gemini_chain(settings)
+    if not chain:
+        return None
+    return FallbackGenerator(chain[0], chain[1:]) if len(chain) > 1 else chain[0]
+
+
+def _gemini_chain(settings: BaseServiceSettings) -> list[Generator]:
+    if settings.gemini_api_key is None:
+        return []
+    client = create_gemini_client(
+        api_key=settings.gemini_api_key.get_secret_value(),
+        base_url=settings.gemini_base_url,
+        timeout_s=settings.llm_timeout_s,
+    )
+    chain: list[Generator] = [
+        GeminiGenerator(
+            client=client, model=settings.gemini_chat_model, temperature=settings.llm_temperature
+        )
+    ]
+    secondary = settings.gemini_secondary_chat_model
+    if secondary and secondary != settings.gemini_chat_model:
+        chain.append(
+            GeminiGenerator(
+                client=client,
+                model=secondary,
+                temperature=settings.llm_temperature,
+                name="gemini-secondary",
+            )
+        )
+    return chain
+
+
 def build_generator(
     settings: BaseServiceSettings, *, embedder: Embedder | None = None
 ) -> Generator:
     """Gemini (when a key is set) and the fallback provider (when set), ending offline."""
-    chain: list[Generator] = []
-    if settings.gemini_api_key is not None:
-        client = create_gemini_client(
-            api_key=settings.gemini_api_key.get_secret_value(),
-            base_url=settings.gemini_base_url,
-            timeout_s=settings.llm_timeout_s,
-        )
-        chain.append(
-            GeminiGenerator(
-                client=client,
-                model=settings.gemini_chat_model,
-                temperature=settings.llm_temperature,
-            )
-        )
-        secondary = settings.gemini_secondary_chat_model
-        if secondary and secondary != settings.gemini_chat_model:
-            chain.append(
-                GeminiGenerator(
-                    client=client,
-                    model=secondary,
-                    temperature=settings.llm_temperature,
-                    name="gemini-secondary",
-                )
-            )
+    chain = _gemini_chain(settings)
     if settings.fallback_llm_base_url and settings.fallback_llm_model:
         key = settings.fallback_llm_api_key
         chain.append(

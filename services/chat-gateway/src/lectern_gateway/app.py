@@ -23,6 +23,7 @@ from lectern_gateway.sessions import routes as sessions
 from lectern_gateway.study import curriculum
 from lectern_gateway.study import routes as study
 from lectern_gateway.study.model_writer import build_quiz_writer
+from lectern_gateway.tenant import routes as tenant
 from lectern_gateway.web import dev
 from lectern_gateway.web import routes as ui
 
@@ -81,6 +82,7 @@ def create_app(
     app.include_router(chunks.router)
     app.include_router(api_keys.router)
     app.include_router(classes.router)
+    app.include_router(tenant.router)
     app.include_router(study.router)
     app.include_router(curriculum.router)
     app.include_router(dev.router)

@@ -47,7 +47,9 @@ class Settings(ServiceHttpSettings):
         default=0.35, description="a cited sentence below this support is flagged unsupported"
     )
     web_search: bool = Field(
-        default=True, description="let Gemini search the web and cite it as [W#]"
+        default=True,
+        description="let Gemini search the web and cite it as [W#], on every kind of turn "
+        "(the default of tenants that have not chosen: PUT /v1/tenant/settings)",
     )
     offline_answerer_embeddings: bool = Field(
         default=True,

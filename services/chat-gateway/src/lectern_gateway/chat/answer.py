@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
+from lectern_common import llm
 from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.citations import (
@@ -86,6 +87,7 @@ def turn_prompt(
         budget=deps.settings.context_token_budget,
     )
     built.memories = list(memories)
+    built.web_search = turn.web_search
     return built
 
 
@@ -180,6 +182,9 @@ async def answer_turn(
                 )
                 citations.append(spanned)
                 yield CitationEvent(citation=spanned)
+    if supports:
+        # the stored answer carries each [W#] after the span it supports, as the client shows it
+        answer = opening + llm.insert_labels(model_text, [(e, ls) for _, e, _, ls in supports])
     sentences, _ = split_sentences(model_text, final=True)
     grounding = grounding_of(checked, sentences=sentences) if not general else 0.0
     confidence = final_confidence(

@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
 
+import anyio
 from pydantic import BaseModel
 
+from lectern_common import llm
+from lectern_common.errors import LecternError
 from lectern_common.events import KnowledgeGapDetected
 from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.confidence import in_band
 from lectern_gateway.chat.context import guess_topic
-from lectern_gateway.chat.prompt import knowledge_gap_message
+from lectern_gateway.chat.generation import Finished, TextDelta, WebGrounding
+from lectern_gateway.chat.prompt import build_prompt, knowledge_gap_message, system_prompt
 from lectern_gateway.chat.record import turn_completed
 from lectern_gateway.chat.sse import (
+    Citation,
+    CitationEvent,
     ConfidenceEvent,
     DoneEvent,
     TokenEvent,
 )
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput
+
+log = logging.getLogger(__name__)
 
 
 async def gap_turn(
@@ -38,6 +49,12 @@ async def gap_turn(
     related = [t for t in related if t != topic][:5]
     text = knowledge_gap_message(question=question, related_topics=related)
     yield TokenEvent(text=text, origin="gateway")
+    web = WebPart()
+    if turn.web_search and deps.web_streamer is not None:
+        # no course material: what the web says, cited [W#] and set apart from the course
+        async for event in web_answer(deps, turn, question, offset=len(text), into=web):
+            yield event
+        text += web.text
     confidence = in_band(retrieved.confidence, deps.settings.band_thresholds())
     yield ConfidenceEvent(**confidence.model_dump())
     message_id, gap_id = uuid.uuid4(), uuid.uuid4()
@@ -50,9 +67,11 @@ async def gap_turn(
             user_id=principal.user_id,
             role="assistant",
             content=text,
+            citations=repo.citations_json(web.citations),
             confidence=confidence.score,
             band="gap",
             answered_by="gap",
+            usage=web.usage,
             timings=timings,
         )
         await repo.insert_gap(
@@ -84,17 +103,109 @@ async def gap_turn(
         await enqueue(
             conn,
             turn_completed(
-                turn, user_message_id, message_id, text, confidence, [], "gap", topic=topic
+                turn,
+                user_message_id,
+                message_id,
+                text,
+                confidence,
+                web.citations,
+                "gap",
+                topic=topic,
             ),
         )
     yield DoneEvent(
         message_id=message_id,
         user_message_id=user_message_id,
         session_id=session["id"],
-        citations=[],
+        citations=web.citations,
         band="gap",
         confidence=confidence.score,
         knowledge_gap=True,
         answered_by="gap",
         timings_ms=timings,
     )
+
+
+WEB_HEADING = "\n\nFrom the web (not your course material):\n\n"
+
+
+@dataclass
+class WebPart:
+    """The web answer appended to a gap turn: its text (labels inserted) and citations."""
+
+    text: str = ""
+    citations: list[Citation] = field(default_factory=list)
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+async def web_answer(
+    deps: ChatDeps, turn: TurnInput, question: str, *, offset: int, into: WebPart
+) -> AsyncIterator[BaseModel]:
+    """Ask the model to answer from a web search alone; stream it after a heading.
+
+    Its spans are cited [W#] (web citations carry offsets in the whole message, which
+    begins ``offset`` characters earlier). Nothing is added when the model fails or finds
+    no web source: the honest gap message stands alone.
+    """
+    session = turn.session
+    system = system_prompt(
+        mode=session["mode"],
+        learning_style=session.get("learning_style"),
+        explanation_depth=session.get("explanation_depth"),
+        grade_level=session.get("grade_level"),
+        memories=[],
+        with_sources=False,
+    )
+    prompt = build_prompt(
+        system=system,
+        question=question,
+        history=[],
+        sources=[],
+        budget=deps.settings.context_token_budget,
+    )
+    prompt.web_search = True
+    model_text = ""
+    sources: list[Citation] = []
+    supports: list[tuple[int, int, str, list[str]]] = []
+    heading_sent = False
+    assert deps.web_streamer is not None
+    stream = deps.web_streamer(prompt)
+    try:
+        async for piece in stream:
+            if isinstance(piece, TextDelta) and piece.text:
+                if not heading_sent:
+                    heading_sent = True
+                    yield TokenEvent(text=WEB_HEADING, origin="gateway")
+                model_text += piece.text
+                yield TokenEvent(text=piece.text)
+            elif isinstance(piece, WebGrounding):
+                for label, uri, title in piece.sources:
+                    sources.append(Citation(label=label, kind="web", url=uri, title=title))
+                supports.extend(piece.supports)
+            elif isinstance(piece, Finished):
+                into.usage = dict(piece.usage)
+    except LecternError as exc:
+        log.warning("web answer to a gap failed: %s", exc.message)
+        if heading_sent:  # what was shown is stored, without web sources
+            into.text = WEB_HEADING + model_text
+        return
+    finally:
+        with anyio.CancelScope(shield=True):
+            await stream.aclose()
+    if not heading_sent:
+        return
+    start = offset + len(WEB_HEADING)
+    by_label = {c.label: c for c in sources}
+    into.citations = list(sources)
+    for first, end, span, labels in supports:
+        for label in labels:
+            if label in by_label:
+                into.citations.append(
+                    by_label[label].model_copy(
+                        update={"span_start": start + first, "span_end": start + end, "text": span}
+                    )
+                )
+    for citation in into.citations:
+        yield CitationEvent(citation=citation)
+    marks = [(end, labels) for _, end, _, labels in supports]
+    into.text = WEB_HEADING + llm.insert_labels(model_text, marks)

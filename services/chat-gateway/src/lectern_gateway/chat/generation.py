@@ -54,8 +54,9 @@ def answered_by(final: llm.Final) -> str:
     return "fallback"
 
 
-def streamer_for(generator: llm.Generator, *, web_search: bool) -> AnswerStreamer:
-    """An answer streamer over a ``lectern_common.llm`` generator."""
+def streamer_for(generator: llm.Generator) -> AnswerStreamer:
+    """An answer streamer over a ``lectern_common.llm`` generator (web search as the prompt
+    says: the tenant's setting, for every kind of turn)."""
 
     async def stream(prompt: Prompt) -> AsyncGenerator[Piece, None]:
         messages = [llm.ChatMessage(role=t.role, content=t.text) for t in prompt.history]
@@ -72,13 +73,14 @@ def streamer_for(generator: llm.Generator, *, web_search: bool) -> AnswerStreame
                 "gen_ai.operation.name": "chat",
                 "lectern.llm.chain": generator.name,
                 "lectern.llm.sources": len(prompt.sources),
+                "lectern.llm.web_search": prompt.web_search,
             },
         )
         chunks = generator.stream(
             system=prompt.system,
             messages=messages,
             sources=sources,
-            web_search=web_search and bool(prompt.sources),
+            web_search=prompt.web_search,
         )
         try:
             async for chunk in chunks:

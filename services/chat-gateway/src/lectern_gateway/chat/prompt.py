@@ -95,6 +95,8 @@ class Prompt:
     dropped_sources: list[str] = field(default_factory=list)
     #: long-term memories the system prompt carries ("last time you found X hard")
     memories: list[str] = field(default_factory=list)
+    #: let the model search the web (Gemini's Google Search grounding, cited as [W#])
+    web_search: bool = False
 
 
 def system_prompt(

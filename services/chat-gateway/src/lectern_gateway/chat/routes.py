@@ -15,13 +15,14 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from lectern_common import metrics
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
-from lectern_gateway.chat.runtime import STREAMER, TURNS
+from lectern_gateway.chat.runtime import STREAMER, TURNS, WEB_STREAMER
 from lectern_gateway.chat.turn import ChatDeps, TurnInput
 from lectern_gateway.chat.turns import TurnRegistry, event_id, parse_last_event_id, sse_data
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep, StateDep
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.sessions.routes import session_for
+from lectern_gateway.tenant.routes import web_search_for
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ async def post_message(
         broker=broker,
         settings=settings,
         streamer=state.resources[STREAMER],
+        web_streamer=state.resources.get(WEB_STREAMER),
     )
     turn = TurnInput(
         principal=principal,
@@ -148,6 +150,7 @@ async def post_message(
         text=body.content,
         delay_s=verdict.delay_s,
         message_id=turn_id,
+        web_search=await web_search_for(pool, principal.tenant_id, default=settings.web_search),
     )
     turns.start(deps, turn, counted_on=verdict.day, started=started)
     return _stream(turns, session_id, turn_id, 0, used=verdict.count)

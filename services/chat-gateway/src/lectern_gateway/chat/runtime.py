@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from lectern_common.llm import build_generator
+from lectern_common.llm import build_generator, build_web_generator
 from lectern_common.service import ServiceState
 from lectern_gateway.chat.generation import streamer_for
 from lectern_gateway.chat.lifecycle import idle_sweeper
@@ -17,6 +17,7 @@ STREAMER = "answer_streamer"
 SWEEPER = "idle_sweeper"
 EMBEDDER = "embedder"
 TURNS = "chat_turns"
+WEB_STREAMER = "web_answer_streamer"
 
 
 async def start_chat(state: ServiceState, settings: Settings) -> None:
@@ -33,7 +34,9 @@ async def start_chat(state: ServiceState, settings: Settings) -> None:
         embedder = await asyncio.to_thread(LocalEmbedder, settings, query_precision="float32")
     state.resources[EMBEDDER] = embedder  # also checks typed quiz answers (study)
     generator = build_generator(settings, embedder=embedder)
-    state.resources[STREAMER] = streamer_for(generator, web_search=settings.web_search)
+    state.resources[STREAMER] = streamer_for(generator)
+    web = build_web_generator(settings)
+    state.resources[WEB_STREAMER] = None if web is None else streamer_for(web)
     state.resources[TURNS] = TurnRegistry(
         pool=state.pool, flush_s=settings.turn_flush_s, resume_grace_s=settings.resume_grace_s
     )

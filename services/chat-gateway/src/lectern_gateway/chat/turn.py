@@ -28,6 +28,8 @@ class ChatDeps:
     broker: NatsBroker
     settings: Settings
     streamer: AnswerStreamer
+    #: the models that can search the web (Gemini), when configured
+    web_streamer: AnswerStreamer | None = None
 
 
 @dataclass
@@ -40,6 +42,8 @@ class TurnInput:
     delay_s: float = 0.0
     #: the question's message id (also the turn's id); a new one when not given
     message_id: uuid.UUID | None = None
+    #: the tenant lets the model search the web (tenant setting, else the gateway default)
+    web_search: bool = False
 
 
 @dataclass

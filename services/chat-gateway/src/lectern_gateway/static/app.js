@@ -327,10 +327,17 @@ class Answer {
     this.messageId = null;
     this.body = el("div", { class: "answer-text" });
     this.sourceList = el("ul", { class: "sources", "aria-label": "Sources" });
+    // web pages the model's search found: a list of their own, apart from the course
+    this.webSources = new Map(); // label -> {url, title}
+    this.webSpans = []; // {end, label}: where a [W#] goes in the live text
+    this.webList = el("ul", { class: "sources web-sources", "aria-label": "Web sources" });
+    this.webBox = el("div", { class: "web-box", hidden: "" },
+      el("p", { class: "hint" }, "From the web (not your course material):"), this.webList);
     this.meta = el("p", { class: "answer-meta" });
     this.actions = el("div", { class: "row" });
     this.node = el("li", { class: "message assistant" },
-      el("p", { class: "who" }, "Lectern"), this.body, this.sourceList, this.meta, this.actions);
+      el("p", { class: "who" }, "Lectern"), this.body, this.sourceList, this.webBox, this.meta,
+      this.actions);
   }
 
   addSource(source) {
@@ -339,6 +346,18 @@ class Answer {
   }
 
   addCitation(citation) {
+    if (citation.kind === "web") {
+      if (!this.webSources.has(citation.label)) {
+        this.webSources.set(citation.label, { url: citation.url, title: citation.title });
+        this.renderSources();
+      }
+      const spanned = typeof citation.span_end === "number";
+      if (spanned && !this.webSpans.some((s) => s.end === citation.span_end && s.label === citation.label)) {
+        this.webSpans.push({ end: citation.span_end, label: citation.label });
+      }
+      if (!this.citations.has(citation.label) || !spanned) this.citations.set(citation.label, citation);
+      return;
+    }
     this.citations.set(citation.label, citation);
     if (citation.kind === "textbook" && citation.chunk_id && !this.sources.has(citation.label)) {
       this.sources.set(citation.label, {
@@ -354,16 +373,29 @@ class Answer {
 
   // The answer's text, each [T#] a button opening the source viewer, each [W#] a web link.
   renderText() {
+    const text = this.textWithWebLabels();
     const parts = [];
     let last = 0;
-    for (const match of this.text.matchAll(CITATION_LABEL)) {
-      parts.push(this.text.slice(last, match.index));
+    for (const match of text.matchAll(CITATION_LABEL)) {
+      parts.push(text.slice(last, match.index));
       parts.push(this.citationNode(match[1], match[0]));
       last = match.index + match[0].length;
     }
-    parts.push(this.text.slice(last));
+    parts.push(text.slice(last));
     this.body.replaceChildren();
     append(this.body, parts);
+  }
+
+  // The streamed text with each [W#] after the span it grounds (a stored answer has them).
+  textWithWebLabels() {
+    if (!this.webSpans.length || /\[W\d+\]/.test(this.text)) return this.text;
+    let out = this.text;
+    const spans = [...this.webSpans].sort((a, b) => b.end - a.end || b.label.localeCompare(a.label));
+    for (const { end, label } of spans) {
+      const at = Math.min(Math.max(end, 0), out.length);
+      out = `${out.slice(0, at)}[${label}]${out.slice(at)}`;
+    }
+    return out;
   }
 
   citationNode(label, shown) {
@@ -386,6 +418,14 @@ class Answer {
   }
 
   renderSources() {
+    this.webList.replaceChildren();
+    for (const [label, web] of [...this.webSources].sort(byLabel)) {
+      const url = safeUrl(web.url);
+      this.webList.append(el("li", {},
+        url ? el("a", { href: url, target: "_blank", rel: "noopener noreferrer" },
+          `[${label}] ${web.title || url}`) : `[${label}] ${web.title || ""}`));
+    }
+    this.webBox.hidden = this.webSources.size === 0;
     this.sourceList.replaceChildren();
     for (const [label, source] of [...this.sources].sort(byLabel)) {
       const where = [sectionOf(source.section, source.title), pages(source)].filter(Boolean).join(" · ");
@@ -1020,9 +1060,8 @@ function init() {
     // stop the answer on the server too (its model call), then hang up
     const sessionId = state.session?.id;
     if (state.askingTurn && sessionId) {
-      const path = `/v1/sessions/${encodeURIComponent(sessionId)}/messages/`
-        + `${encodeURIComponent(state.askingTurn)}/cancel`;
-      api(path, { method: "POST" }).catch(() => {});
+      const [session, turn] = [sessionId, state.askingTurn].map(encodeURIComponent);
+      api(`/v1/sessions/${session}/messages/${turn}/cancel`, { method: "POST" }).catch(() => {});
     }
     state.asking?.abort();
   });

@@ -9,3 +9,11 @@ CREATE TABLE class_members (
     PRIMARY KEY (tenant_id, class_id, user_id)
 );
 CREATE INDEX class_members_user ON class_members (tenant_id, user_id);
+
+-- A tenant's own choices (admins): NULL keeps the deployment's default.
+CREATE TABLE tenant_settings (
+    tenant_id    text PRIMARY KEY,
+    web_search   boolean,              -- Google Search grounding of answers ([W#] sources)
+    updated_by   text NOT NULL,
+    updated_at   timestamptz NOT NULL DEFAULT now()
+);

@@ -1,0 +1,78 @@
+"""A tenant's own settings (admins): today, whether answers may search the web.
+
+Web search is Gemini's Google Search grounding: the web pages found are cited as [W#], apart
+from the course material [T#]. Unset, a tenant follows the deployment's default
+(``LECTERN_GATEWAY_WEB_SEARCH``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from lectern_gateway.auth import AdminDep, StaffDep
+from lectern_gateway.deps import PoolDep, SettingsDep
+
+router = APIRouter(tags=["tenant"])
+
+
+class TenantSettingsIn(BaseModel):
+    """What an admin sets; ``null`` goes back to the deployment's default."""
+
+    web_search: bool | None = Field(
+        default=None, description="answers may search the web and cite it as [W#]"
+    )
+
+
+class TenantSettings(BaseModel):
+    """The tenant's settings as they apply now."""
+
+    web_search: bool = Field(description="in effect: the tenant's choice or the default")
+    web_search_set: bool | None = Field(description="the tenant's own choice (null: default)")
+    updated_by: str | None = None
+    updated_at: datetime | None = None
+
+
+async def web_search_for(pool: Any, tenant_id: str, *, default: bool) -> bool:
+    """Whether the tenant's answers may search the web."""
+    chosen = await pool.fetchval(
+        "SELECT web_search FROM tenant_settings WHERE tenant_id = $1", tenant_id
+    )
+    return default if chosen is None else bool(chosen)
+
+
+async def _view(pool: Any, tenant_id: str, default: bool) -> TenantSettings:
+    row = await pool.fetchrow(
+        "SELECT web_search, updated_by, updated_at FROM tenant_settings WHERE tenant_id = $1",
+        tenant_id,
+    )
+    chosen = None if row is None else row["web_search"]
+    return TenantSettings(
+        web_search=default if chosen is None else bool(chosen),
+        web_search_set=chosen,
+        updated_by=None if row is None else row["updated_by"],
+        updated_at=None if row is None else row["updated_at"],
+    )
+
+
+@router.get("/v1/tenant/settings", summary="The tenant's settings (staff)")
+async def get_settings(staff: StaffDep, pool: PoolDep, settings: SettingsDep) -> TenantSettings:
+    return await _view(pool, staff.tenant_id, settings.web_search)
+
+
+@router.put("/v1/tenant/settings", summary="Change the tenant's settings (admins)")
+async def put_settings(
+    body: TenantSettingsIn, admin: AdminDep, pool: PoolDep, settings: SettingsDep
+) -> TenantSettings:
+    await pool.execute(
+        "INSERT INTO tenant_settings (tenant_id, web_search, updated_by) VALUES ($1, $2, $3) "
+        "ON CONFLICT (tenant_id) DO UPDATE SET web_search = EXCLUDED.web_search, "
+        "updated_by = EXCLUDED.updated_by, updated_at = now()",
+        admin.tenant_id,
+        body.web_search,
+        admin.user_id,
+    )
+    return await _view(pool, admin.tenant_id, settings.web_search)
