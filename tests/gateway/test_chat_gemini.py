@@ -13,6 +13,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 from lectern_testing.chat import (
+    STUDY_MATERIAL,
     Gateway,
     Responders,
     ask,
@@ -199,6 +200,39 @@ async def test_a_tenant_can_switch_web_search_off(
     assert "tools" not in gemini.requests_to("generate")[-1].body
     reset = await client.put(url, json={"web_search": None}, headers=admin)
     assert reset.json()["web_search"] is True and reset.json()["web_search_set"] is None
+
+
+async def test_online_the_model_judges_a_typed_reply_the_rules_reject(
+    gateway: Gateway,
+    client: httpx.AsyncClient,
+    db_pool: Any,
+    tenant_id: str,
+    fakes: tuple[FakeGemini, FakeOpenAI],
+) -> None:
+    gemini, _ = fakes
+    await seed_document(db_pool, tenant_id=tenant_id, chunks=STUDY_MATERIAL)
+    gemini.enqueue(
+        Behaviour(text="Mitosis makes two identical daughter cells [T1]."), endpoint="generate"
+    )
+    headers = gateway.token(tenant_id, "stu-1")
+    session = await new_session(client, gateway, headers, mode="tutor")
+    got = await ask(client, gateway, session["id"], "What is mitosis?", headers)
+    (asked,) = got.of("check")
+    check = await db_pool.fetchval(
+        "SELECT tutor_check FROM chat_messages WHERE id = $1", got.done.message_id
+    )
+    if check["kind"] != "short_answer":
+        pytest.skip("the generator chose a true/false check (the model judges typed answers)")
+    gemini.enqueue(
+        Behaviour(text='{"verdicts": [{"item": 1, "correct": true}]}'), endpoint="generate"
+    )
+    reply = "the one from the passage I read"
+    judged = await ask(client, gateway, session["id"], reply, headers)
+    (verdict,) = judged.of("check")
+    assert verdict.verdict == "right" and judged.done.usage["judged_by"] == "model"
+    body = gemini.requests_to("generate")[-1].body
+    sent = body["contents"][-1]["parts"][0]["text"]
+    assert reply in sent and check["answer"] in sent
 
 
 async def test_invalid_and_unsupported_citations_are_flagged(

@@ -41,7 +41,7 @@ class ChatTurnCompleted(Event):
     user_id: str
     user_message_id: uuid.UUID
     assistant_message_id: uuid.UUID
-    mode: Literal["chat", "tutor"] = "chat"
+    mode: Literal["chat", "tutor", "drill"] = "chat"
     question: str
     answer: str
     confidence: float = Field(ge=0.0, le=1.0)

@@ -41,6 +41,7 @@ from lectern_gateway.chat.prompt import (
 )
 from lectern_gateway.chat.record import turn_completed
 from lectern_gateway.chat.sse import (
+    CheckEvent,
     Citation,
     CitationEvent,
     ConfidenceEvent,
@@ -49,6 +50,7 @@ from lectern_gateway.chat.sse import (
     TokenEvent,
 )
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput, elapsed_ms
+from lectern_gateway.chat.tutoring import asking_text, check_for_sources
 
 
 def turn_prompt(
@@ -202,6 +204,15 @@ async def answer_turn(
         # the opening was streamed for the prior band: the copy ends in the final band's words
         answer += closing
         yield TokenEvent(text=closing, origin="gateway")
+    check = None
+    if session["mode"] in ("tutor", "drill") and not general and confidence.band != "low":
+        # a question on what the sources say, judged when the student replies
+        check = check_for_sources(retrieved.sources, retrieved.texts)
+        if check is not None:
+            asking = asking_text(check, lead="\n\nCheck your understanding: ")
+            answer += asking
+            yield TokenEvent(text=asking, origin="gateway")
+            yield CheckEvent(phase="asked", question=str(check["prompt"]), kind=check["kind"])
     yield ConfidenceEvent(**confidence.model_dump())
     all_citations = citations + [w for w in web if not any(c.label == w.label for c in citations)]
     flagged = list(dict.fromkeys(c.label for c in checked if not c.supported))
@@ -236,6 +247,7 @@ async def answer_turn(
             answered_by=finished.answered_by,
             usage=usage,
             timings=timings,
+            tutor_check=check,
         )
         await enqueue(conn, completed)
     yield DoneEvent(

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-Mode = Literal["chat", "tutor"]
+Mode = Literal["chat", "tutor", "drill"]
 
 _MODE_PROMPTS: dict[str, str] = {
     "chat": (
@@ -24,8 +24,12 @@ _MODE_PROMPTS: dict[str, str] = {
     ),
     "tutor": (
         "You are Lectern, a patient tutor. Teach in structured steps: state the key idea, "
-        "walk through it in numbered steps, give a short worked example, then end with one "
-        "question that checks the student's understanding."
+        "walk through it in numbered steps and give a short worked example. Do not end "
+        "with a question of your own: Lectern adds a check question from the sources."
+    ),
+    "drill": (
+        "You are Lectern, a drill coach. Answer briefly and precisely, so the student can get "
+        "back to practising."
     ),
 }
 

@@ -14,7 +14,7 @@ _SESSION_COLUMNS = (
 )
 _MESSAGE_COLUMNS = (
     "id, session_id, user_id, role, content, citations, confidence, confidence_band, "
-    "answered_by, usage, timings, created_at"
+    "answered_by, usage, timings, tutor_check, created_at"
 )
 
 
@@ -119,12 +119,14 @@ async def insert_message(
     answered_by: str | None = None,
     usage: dict[str, Any] | None = None,
     timings: dict[str, Any] | None = None,
+    tutor_check: dict[str, Any] | None = None,
 ) -> None:
     """Store a message and mark the session active now (one statement, one round trip)."""
     await pool.execute(
         "WITH stored AS (INSERT INTO chat_messages (id, session_id, tenant_id, user_id, role, "
-        "content, citations, confidence, confidence_band, answered_by, usage, timings) "
-        "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) RETURNING session_id) "
+        "content, citations, confidence, confidence_band, answered_by, usage, timings, "
+        "tutor_check) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$14) "
+        "RETURNING session_id) "
         "UPDATE chat_sessions SET last_activity_at = now(), title = coalesce(title, left($13, 80)) "
         "WHERE id = (SELECT session_id FROM stored) AND tenant_id = $3",
         message_id,
@@ -140,7 +142,33 @@ async def insert_message(
         usage or {},
         timings or {},
         content if role == "user" else None,
+        tutor_check,
     )
+
+
+async def settle_check(
+    *, pool: Any, tenant_id: str, message_id: uuid.UUID, outcome: dict[str, Any]
+) -> bool:
+    """Mark a pending check question judged or skipped; False if it was not pending."""
+    status = await pool.execute(
+        "UPDATE chat_messages SET tutor_check = tutor_check || $3::jsonb "
+        "WHERE id = $1 AND tenant_id = $2 AND tutor_check->>'status' = 'pending'",
+        message_id,
+        tenant_id,
+        outcome,
+    )
+    return bool(status != "UPDATE 0")
+
+
+async def asked_checks(*, pool: Any, tenant_id: str, session_id: uuid.UUID) -> set[str]:
+    """The question ids this session has already asked (drill: never the same twice)."""
+    rows = await pool.fetch(
+        "SELECT tutor_check->>'question_id' AS question_id FROM chat_messages "
+        "WHERE session_id = $1 AND tenant_id = $2 AND tutor_check IS NOT NULL",
+        session_id,
+        tenant_id,
+    )
+    return {r["question_id"] for r in rows if r["question_id"]}
 
 
 async def recent_messages(

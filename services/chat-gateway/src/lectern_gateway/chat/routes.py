@@ -15,13 +15,14 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from lectern_common import metrics
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
-from lectern_gateway.chat.runtime import STREAMER, TURNS, WEB_STREAMER
+from lectern_gateway.chat.runtime import EMBEDDER, STREAMER, TURNS, WEB_STREAMER
 from lectern_gateway.chat.turn import ChatDeps, TurnInput
 from lectern_gateway.chat.turns import TurnRegistry, event_id, parse_last_event_id, sse_data
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep, StateDep
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.sessions.routes import session_for
+from lectern_gateway.study.routes import QUIZ_WRITER
 from lectern_gateway.tenant.routes import web_search_for
 
 log = logging.getLogger(__name__)
@@ -143,6 +144,8 @@ async def post_message(
         settings=settings,
         streamer=state.resources[STREAMER],
         web_streamer=state.resources.get(WEB_STREAMER),
+        quiz_writer=state.resources.get(QUIZ_WRITER),
+        embedder=state.resources.get(EMBEDDER),
     )
     turn = TurnInput(
         principal=principal,

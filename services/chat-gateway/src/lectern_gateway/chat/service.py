@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from lectern_common.errors import LecternError
 from lectern_common.events.retrieval import Turn
 from lectern_gateway.chat import repository as repo
+from lectern_gateway.chat import tutoring
 from lectern_gateway.chat.answer import answer_turn, previous_question, turn_prompt
 from lectern_gateway.chat.context import cited_documents, recall_memories
 from lectern_gateway.chat.gap import gap_turn
@@ -61,6 +62,27 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
     )
     history = [PromptTurn(role=r["role"], text=r["content"]) for r in rows]
     timings["store_question_ms"] = elapsed_ms(started)
+    if session["mode"] in ("tutor", "drill"):
+        pending = tutoring.pending_check(rows)
+        asks = tutoring.is_new_question(turn.text)
+        if pending is not None and not asks:
+            async for event in tutoring.check_turn(
+                deps, turn, pending, user_message_id, timings, started=started,
+                writer=deps.quiz_writer, embedder=deps.embedder,
+            ):  # fmt: skip
+                yield event
+            return
+        if pending is not None:
+            await repo.settle_check(
+                pool=deps.pool, tenant_id=principal.tenant_id,
+                message_id=pending["message_id"], outcome={"status": "skipped"},
+            )  # fmt: skip
+        if session["mode"] == "drill" and not asks:
+            async for event in tutoring.practice_turn(
+                deps, turn, user_message_id, timings, started=started
+            ):
+                yield event
+            return
     general = bool(rows) and rows[-1]["confidence_band"] == "gap"
     general = general and asks_for_general_explanation(turn.text)
     question = previous_question(rows) if general else turn.text

@@ -3,7 +3,8 @@
 Every event's SSE ``event:`` name equals its ``type`` and its ``data:`` is the JSON of the
 model below, so a client can parse ``data`` alone with the discriminated union
 :data:`ChatEvent`. Order of one turn: ``sources`` -> ``token``* (interleaved with
-``citation``) -> ``confidence`` -> ``done``; ``error`` replaces the rest on failure.
+``citation`` and, in tutor and drill modes, ``check``) -> ``confidence`` -> ``done``;
+``error`` replaces the rest on failure.
 """
 
 from __future__ import annotations
@@ -108,6 +109,21 @@ class DoneEvent(BaseModel):
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
 
+class CheckEvent(BaseModel):
+    """Tutor and drill modes: a check question asked, or the student's reply judged."""
+
+    type: Literal["check"] = "check"
+    phase: Literal["asked", "judged"]
+    question: str
+    kind: str = Field(description="short_answer or true_false")
+    verdict: Literal["right", "partly", "wrong"] | None = Field(
+        default=None, description="judged: how the reply measured against the sources"
+    )
+    expected: str | None = Field(default=None, description="judged: the answer")
+    evidence: str | None = Field(default=None, description="judged: the passage's sentence")
+    chunk_id: uuid.UUID | None = Field(default=None, description="judged: the passage")
+
+
 class ErrorEvent(BaseModel):
     """The turn failed; nothing more follows."""
 
@@ -118,7 +134,13 @@ class ErrorEvent(BaseModel):
 
 
 ChatEvent = Annotated[
-    SourcesEvent | TokenEvent | CitationEvent | ConfidenceEvent | DoneEvent | ErrorEvent,
+    SourcesEvent
+    | TokenEvent
+    | CitationEvent
+    | ConfidenceEvent
+    | CheckEvent
+    | DoneEvent
+    | ErrorEvent,
     Field(discriminator="type"),
 ]
 CHAT_EVENT_ADAPTER: TypeAdapter[ChatEvent] = TypeAdapter(ChatEvent)

@@ -30,6 +30,10 @@ class ChatDeps:
     streamer: AnswerStreamer
     #: the models that can search the web (Gemini), when configured
     web_streamer: AnswerStreamer | None = None
+    #: judges typed replies to check questions (Gemini), when configured
+    quiz_writer: Any = None
+    #: the local embedding model (cosine of a reply and its answer), when loaded
+    embedder: Any = None
 
 
 @dataclass

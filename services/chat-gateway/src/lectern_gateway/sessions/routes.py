@@ -26,7 +26,11 @@ Depth = Literal["brief", "standard", "detailed"]
 class SessionCreate(BaseModel):
     """A new chat session; profile fields come from the student's profile."""
 
-    mode: Literal["chat", "tutor"] = "chat"
+    mode: Literal["chat", "tutor", "drill"] = Field(
+        default="chat",
+        description="chat; tutor (answers end with a check question, judged on the reply); "
+        "drill (practice questions, the material's own Q&A pairs first)",
+    )
     subject: str | None = Field(default=None, max_length=200)
     module: str | None = Field(default=None, max_length=200, description="module tag")
     class_id: str | None = Field(
@@ -49,7 +53,7 @@ class Session(BaseModel):
 
     id: uuid.UUID
     user_id: str
-    mode: Literal["chat", "tutor"]
+    mode: Literal["chat", "tutor", "drill"]
     subject: str | None
     module: str | None
     class_id: str | None

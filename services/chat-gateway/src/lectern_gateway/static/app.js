@@ -451,6 +451,9 @@ class Answer {
     this.messageId = messageId;
     this.renderText();
     this.renderSources();
+    if (this.verdict) {
+      this.meta.prepend(el("span", { class: `band verdict-${this.verdict}` }, `your answer: ${this.verdict}`), " ");
+    }
     if (knowledgeGap) {
       this.meta.append(" · no material on this yet: your teacher has been told");
     }
@@ -571,6 +574,10 @@ function handleAnswerEvent(answer, kind, data) {
       break;
     case "confidence":
       answer.renderConfidence(data.band, data.score);
+      break;
+    case "check":
+      // tutor and drill modes: the reply to the last question, judged against the sources
+      if (data.phase === "judged") answer.verdict = data.verdict;
       break;
     case "done":
       for (const citation of data.citations || []) answer.addCitation(citation);

@@ -18,6 +18,7 @@ def material_conditions(
     module: str | None,
     class_id: str | None,
     document_ids: Sequence[uuid.UUID],
+    visible_classes: Sequence[str] | None = None,
 ) -> tuple[str, list[Any]]:
     """The WHERE clause (on ``d`` documents and ``c`` chunks) selecting live material.
 
@@ -37,6 +38,9 @@ def material_conditions(
     if class_id:
         args.append(class_id)
         where.append(f"(d.class_id IS NULL OR d.class_id = ${len(args)})")
+    if visible_classes is not None:  # a student: their classes' material and unassigned
+        args.append(list(visible_classes))
+        where.append(f"(d.class_id IS NULL OR d.class_id = ANY(${len(args)}::text[]))")
     if document_ids:
         args.append(list(document_ids))
         where.append(f"d.id = ANY(${len(args)}::uuid[])")

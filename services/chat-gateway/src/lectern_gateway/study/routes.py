@@ -15,6 +15,7 @@ from lectern_common.events import QuizAnswerResult, QuizAttempted
 from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat.runtime import EMBEDDER
+from lectern_gateway.classes.membership import require_member, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep, StateDep
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.study import generator
@@ -168,9 +169,12 @@ async def create_quiz(
         raise ProblemError(
             422, "Unprocessable", "a quiz from assessment material needs assign_to_class"
         )
+    classes = await student_classes(pool, principal)
+    require_member(body.class_id, classes)
     where, args = repo.material_conditions(
         tenant_id=principal.tenant_id, collections=[body.collection], subject=body.subject,
         module=body.module, class_id=body.class_id, document_ids=body.document_ids,
+        visible_classes=classes,
     )  # fmt: skip
     rows = await repo.quiz_material(pool, where, args)
     chunks = [
@@ -422,6 +426,7 @@ async def syllabus(
     where, args = repo.material_conditions(
         tenant_id=principal.tenant_id, collections=collections, subject=subject,
         module=module, class_id=None, document_ids=[document_id] if document_id else [],
+        visible_classes=await student_classes(pool, principal),
     )  # fmt: skip
     rows = await repo.syllabus_material(pool, where, args)
     if document_id is not None and not rows:

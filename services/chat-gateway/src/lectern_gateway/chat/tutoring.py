@@ -1,0 +1,388 @@
+"""Tutoring beyond a prompt: check questions that are asked, judged and remembered.
+
+- **Tutor mode**: an answer ends with a check question the gateway draws from the answer's
+  own sources (the quiz generator: a blank to fill, a statement to call true or false), the
+  same online and offline. The student's next message is judged against the sources (right,
+  partly, wrong, with the passage) before anything else; a new question instead skips it.
+- **Drill mode**: practice questions one after another, the material's ingest-time Q&A
+  pairs first, then generated ones; each reply is judged, then the next question comes.
+
+A check is stored with the assistant message that asked it (``chat_messages.tutor_check``:
+status ``pending`` until judged or skipped). A judged check is a quiz attempt of one
+question for the memory service (``quiz.attempted``, through the outbox): wrong answers
+become struggles, right ones build towards mastered.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from lectern_common.events import Confidence, QuizAnswerResult, QuizAttempted
+from lectern_common.events.chat import ConfidenceBand
+from lectern_common.outbox import enqueue
+from lectern_gateway.chat import repository as repo
+from lectern_gateway.chat.record import turn_completed
+from lectern_gateway.chat.sse import (
+    CheckEvent,
+    Citation,
+    CitationEvent,
+    ConfidenceEvent,
+    DoneEvent,
+    Source,
+    SourcesEvent,
+    TokenEvent,
+)
+from lectern_gateway.chat.turn import ChatDeps, TurnInput, elapsed_ms
+from lectern_gateway.classes.membership import student_classes
+from lectern_gateway.study import generator
+from lectern_gateway.study import repository as study_repo
+from lectern_gateway.study.grading import (
+    choice_is_right,
+    content_words,
+    normalise,
+    short_answer_is_right,
+)
+
+Verdict = Literal["right", "partly", "wrong"]
+
+#: the kinds of question a typed chat reply can answer
+CHECK_KINDS: tuple[generator.QuestionKind, ...] = ("short_answer", "true_false")
+#: practice questions drawn per drill turn (the session's material, its Q&A pairs first)
+DRILL_POOL = 200
+
+_QUESTION_START = re.compile(
+    r"^\s*(what|why|how|when|where|who|whom|which|whose|can|could|would|should|is|are|does|"
+    r"do|did|explain|describe|tell me|give me|define|compare|list)\b",
+    re.IGNORECASE,
+)
+_SKIP = {"skip", "pass", "next", "next question", "i don't know", "i dont know", "no idea"}
+_TRUE = {"true", "t", "yes", "y", "right", "correct"}
+_FALSE = {"false", "f", "no", "n", "wrong", "incorrect"}
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A reply to a check question, judged."""
+
+    verdict: Verdict
+    by: str  # rules | model
+
+
+def check_of(question: generator.Question) -> dict[str, Any]:
+    """The stored form of a check question (``chat_messages.tutor_check``)."""
+    chunk = question.chunk
+    return {
+        "question_id": question.id,
+        "kind": question.kind,
+        "prompt": question.prompt,
+        "answer": question.answer,
+        "accepted": list(question.accepted),
+        "options": list(question.options),
+        "evidence": question.evidence,
+        "topic": question.topic,
+        "chunk_id": str(chunk.id),
+        "document_id": str(chunk.document_id),
+        "title": chunk.document_title,
+        "section": " > ".join(chunk.section_path) or None,
+        "page_start": chunk.page_start,
+        "page_end": chunk.page_end,
+        "status": "pending",
+    }
+
+
+def check_for_sources(sources: Sequence[Source], texts: dict[str, str]) -> dict[str, Any] | None:
+    """A check question on what the answer's best sources say, or None if they state no
+    definition or quantity to ask about."""
+    chunks = [
+        generator.SourceChunk(
+            id=s.chunk_id, document_id=s.document_id, document_title=s.title, kind="text",
+            text=texts[s.label], section_path=tuple((s.section or "").split(" > ")) if s.section
+            else (), page_start=s.page_start, page_end=s.page_end,
+        )
+        for s in sources[:3]
+        if s.label in texts
+    ]  # fmt: skip
+    questions = generator.generate(chunks, num_questions=1, kinds=CHECK_KINDS)
+    return check_of(questions[0]) if questions else None
+
+
+def asking_text(check: dict[str, Any], *, lead: str) -> str:
+    """How a check question is put to the student."""
+    prompt = str(check["prompt"])
+    if check["kind"] == "true_false":
+        return f"{lead}{prompt} (Reply true or false.)"
+    return f"{lead}{prompt}"
+
+
+def is_new_question(text: str) -> bool:
+    """Whether a reply to a check question is rather a new question (the check is skipped)."""
+    stripped = text.strip()
+    words = stripped.split()
+    if normalise(stripped) in _SKIP:
+        return False
+    if stripped.endswith("?") and len(words) >= 3:
+        return True
+    return bool(_QUESTION_START.match(stripped)) and len(words) >= 4
+
+
+def wants_to_skip(text: str) -> bool:
+    """ "skip", "next", "I don't know": the check counts as not answered."""
+    return normalise(text) in _SKIP
+
+
+async def judge(
+    check: dict[str, Any],
+    reply: str,
+    *,
+    writer: Any = None,
+    embedder: Any = None,
+) -> Judged:
+    """Right, partly or wrong: the quiz rules (and the local model's cosine), then the
+    hosted model's verdict on a typed answer when one is configured."""
+    if wants_to_skip(reply):
+        return Judged("wrong", "rules")
+    answer = str(check["answer"])
+    if check["kind"] == "true_false":
+        said = normalise(reply)
+        given = "true" if said in _TRUE else "false" if said in _FALSE else said
+        return Judged("right" if choice_is_right(answer, given) else "wrong", "rules")
+    accepted = list(check.get("accepted") or [answer])
+    similarity = None
+    if embedder is not None:
+        vectors = await embedder.embed_documents([reply, accepted[0]])
+        similarity = float(vectors[0] @ vectors[1])
+    right = short_answer_is_right(
+        accepted, reply, question=str(check["prompt"]), similarity=similarity
+    )
+    by = "rules"
+    if not right and writer is not None:
+        verdicts = await writer.judge([(check["prompt"], answer, check["evidence"], reply)])
+        if verdicts is not None:
+            right, by = verdicts[0], "model"
+    if right:
+        return Judged("right", by)
+    expected = content_words(answer) - content_words(str(check["prompt"]))
+    overlap = expected & content_words(reply)
+    return Judged("partly" if overlap else "wrong", by)
+
+
+def feedback(check: dict[str, Any], judged: Judged) -> str:
+    """The tutor's reply to a judged answer, citing the passage as [T1]."""
+    evidence = str(check["evidence"]).strip()
+    if judged.verdict == "right":
+        return f"Right! {evidence} [T1]"
+    if judged.verdict == "partly":
+        return f"Partly right. The full answer is: {check['answer']}. {evidence} [T1]"
+    return f"Not quite: the answer is {check['answer']}. {evidence} [T1]"
+
+
+def check_source(check: dict[str, Any]) -> Source:
+    """The passage a check question came from, as the turn's only source [T1]."""
+    return Source(
+        label="T1",
+        chunk_id=uuid.UUID(str(check["chunk_id"])),
+        document_id=uuid.UUID(str(check["document_id"])),
+        title=str(check["title"]),
+        page_start=check.get("page_start"),
+        page_end=check.get("page_end"),
+        section=check.get("section"),
+        score=1.0,
+    )
+
+
+def pending_check(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The last message's check question when it is still waiting for an answer."""
+    if not rows or rows[-1]["role"] != "assistant":
+        return None
+    check = rows[-1].get("tutor_check")
+    if isinstance(check, dict) and check.get("status") == "pending":
+        return {**check, "message_id": rows[-1]["id"]}
+    return None
+
+
+async def next_practice_question(deps: ChatDeps, turn: TurnInput) -> dict[str, Any] | None:
+    """Drill: the next question this session has not asked, Q&A pairs of the material first."""
+    session, principal = turn.session, turn.principal
+    where, args = study_repo.material_conditions(
+        tenant_id=principal.tenant_id, collections=["educational"],
+        subject=session.get("subject"), module=session.get("module_tag"),
+        class_id=session.get("class_id"), document_ids=[],
+        visible_classes=await student_classes(deps.pool, principal),
+    )  # fmt: skip
+    rows = await study_repo.quiz_material(deps.pool, where, args)
+    chunks = [
+        generator.SourceChunk(
+            id=r["id"], document_id=r["document_id"], document_title=r["document_title"],
+            kind=r["kind"], text=r["text"], section_path=tuple(r["section_path"] or ()),
+            page_start=r["page_start"], page_end=r["page_end"],
+            parent_chunk_id=r["parent_chunk_id"],
+        )
+        for r in rows
+    ]  # fmt: skip
+    asked = await repo.asked_checks(
+        pool=deps.pool, tenant_id=principal.tenant_id, session_id=session["id"]
+    )
+    by_id = {c.id: c for c in chunks}
+    paired = [
+        generator.qa_question(c, by_id.get(c.parent_chunk_id) if c.parent_chunk_id else None)
+        for c in chunks
+        if c.kind == "qa"
+    ]
+    prepared = [q for q in paired if q is not None]
+    generated = generator.generate(
+        [c for c in chunks if c.kind != "qa"], num_questions=DRILL_POOL, kinds=CHECK_KINDS
+    )
+    for question in [*prepared, *generated]:
+        if question.id not in asked:
+            return check_of(question)
+    return None
+
+
+async def check_turn(
+    deps: ChatDeps,
+    turn: TurnInput,
+    pending: dict[str, Any],
+    user_message_id: uuid.UUID,
+    timings: dict[str, float],
+    *,
+    started: float,
+    writer: Any = None,
+    embedder: Any = None,
+) -> AsyncIterator[BaseModel]:
+    """Judge the reply to a check question, show the passage, then move on."""
+    principal, session = turn.principal, turn.session
+    source = check_source(pending)
+    yield SourcesEvent(sources=[source])
+    judged = await judge(pending, turn.text, writer=writer, embedder=embedder)
+    yield CheckEvent(
+        phase="judged", question=str(pending["prompt"]), kind=str(pending["kind"]),
+        verdict=judged.verdict, expected=str(pending["answer"]),
+        evidence=str(pending["evidence"]), chunk_id=source.chunk_id,
+    )  # fmt: skip
+    text = feedback(pending, judged)
+    yield TokenEvent(text=text, origin="gateway")
+    citation = Citation(
+        label="T1", kind="textbook", chunk_id=source.chunk_id, document_id=source.document_id,
+        title=source.title, span_start=0, span_end=len(text), text=text, support=1.0,
+        supported=True,
+    )  # fmt: skip
+    yield CitationEvent(citation=citation)
+    following: dict[str, Any] | None = None
+    if session["mode"] == "drill":
+        following = await next_practice_question(deps, turn)
+        closing = (
+            asking_text(following, lead="\n\nNext: ")
+            if following is not None
+            else "\n\nThat was the last practice question on this material."
+        )
+    else:
+        closing = "\n\nAsk me your next question when you're ready."
+    text += closing
+    yield TokenEvent(text=closing, origin="gateway")
+    if following is not None:
+        yield CheckEvent(
+            phase="asked", question=str(following["prompt"]), kind=str(following["kind"])
+        )
+    confidence = Confidence(
+        score=1.0, band="high", retrieval=1.0, source_quality=1.0, grounding=1.0
+    )
+    yield ConfidenceEvent(**confidence.model_dump())
+    message_id = uuid.uuid4()
+    timings["total_ms"] = elapsed_ms(started)
+    attempt = QuizAttempted(
+        tenant_id=principal.tenant_id, attempt_id=message_id, quiz_id=pending["message_id"],
+        user_id=principal.user_id, correct=int(judged.verdict == "right"), total=1,
+        results=[
+            QuizAnswerResult(
+                question_id=str(pending["question_id"]), kind=str(pending["kind"]),
+                correct=judged.verdict == "right", topic=str(pending["topic"]),
+                document_id=source.document_id, chunk_ids=[source.chunk_id],
+            )
+        ],
+    )  # fmt: skip
+    async with deps.pool.acquire() as conn, conn.transaction():
+        await repo.insert_message(
+            pool=conn, message_id=message_id, session_id=session["id"],
+            tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
+            content=text, citations=repo.citations_json([citation]), confidence=1.0,
+            band="high", answered_by="tutor-check",
+            usage={"verdict": judged.verdict, "judged_by": judged.by}, timings=timings,
+            tutor_check=following,
+        )  # fmt: skip
+        await repo.settle_check(
+            pool=conn, tenant_id=principal.tenant_id, message_id=pending["message_id"],
+            outcome={"status": "judged", "verdict": judged.verdict, "reply": turn.text[:2000],
+                     "judged_by": judged.by},
+        )  # fmt: skip
+        await enqueue(conn, attempt)
+        await enqueue(
+            conn,
+            turn_completed(
+                turn, user_message_id, message_id, text,
+                confidence, [citation], "tutor-check", topic=str(pending["topic"]),
+            ),
+        )  # fmt: skip
+    yield DoneEvent(
+        message_id=message_id, user_message_id=user_message_id, session_id=session["id"],
+        citations=[citation], band="high", confidence=1.0, answered_by="tutor-check",
+        usage={"verdict": judged.verdict, "judged_by": judged.by}, timings_ms=timings,
+    )  # fmt: skip
+
+
+async def practice_turn(
+    deps: ChatDeps,
+    turn: TurnInput,
+    user_message_id: uuid.UUID,
+    timings: dict[str, float],
+    *,
+    started: float,
+) -> AsyncIterator[BaseModel]:
+    """Drill: put the next practice question (no question asked by the student)."""
+    principal, session = turn.principal, turn.session
+    following = await next_practice_question(deps, turn)
+    sources = [] if following is None else [check_source(following)]
+    yield SourcesEvent(sources=sources)
+    if following is None:
+        text = (
+            "There is no practice material for this session yet: your teacher's documents "
+            "have no questions or definitions to drill. Ask me anything about the course."
+        )
+    else:
+        text = asking_text(following, lead="Practice question: ")
+    yield TokenEvent(text=text, origin="gateway")
+    if following is not None:
+        yield CheckEvent(
+            phase="asked", question=str(following["prompt"]), kind=str(following["kind"])
+        )
+    band: ConfidenceBand = "high" if following is not None else "gap"
+    score = 1.0 if following is not None else 0.0
+    confidence = Confidence(score=score, band=band, retrieval=score, source_quality=score,
+                            grounding=score)  # fmt: skip
+    yield ConfidenceEvent(**confidence.model_dump())
+    message_id = uuid.uuid4()
+    timings["total_ms"] = elapsed_ms(started)
+    async with deps.pool.acquire() as conn, conn.transaction():
+        await repo.insert_message(
+            pool=conn, message_id=message_id, session_id=session["id"],
+            tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
+            content=text, confidence=score, band=band, answered_by="drill", timings=timings,
+            tutor_check=following,
+        )  # fmt: skip
+        # every turn is announced, so memory's distillation finds them all
+        await enqueue(
+            conn,
+            turn_completed(
+                turn, user_message_id, message_id, text, confidence, [], "drill",
+                topic=None if following is None else str(following["topic"]),
+            ),
+        )  # fmt: skip
+    yield DoneEvent(
+        message_id=message_id, user_message_id=user_message_id, session_id=session["id"],
+        citations=[], band=band, confidence=score, answered_by="drill", timings_ms=timings,
+    )  # fmt: skip

@@ -1,0 +1,168 @@
+"""Tutoring through the real gateway (offline answerer): tutor answers end with a check
+question from their sources, the reply is judged against the sources before moving on, a
+judged check reaches memory as a quiz attempt, and drill mode practises the material's own
+Q&A pairs first."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from lectern_testing.chat import (
+    STUDY_MATERIAL,
+    Gateway,
+    Responders,
+    ask,
+    gateway_settings,
+    new_session,
+    published,
+    run_responders,
+    seed_document,
+    serve_gateway,
+)
+from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
+
+from lectern_common.events import Subjects
+from lectern_gateway.chat.tutoring import Judged, feedback, is_new_question, judge
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
+    async with (
+        run_responders(nats_url, Responders(pool=db_pool)),
+        serve_gateway(gateway_settings(nats_url, database_url)) as running,
+    ):
+        yield running
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=60) as c:
+        yield c
+
+
+async def _pending(pool: Any, message_id: uuid.UUID) -> dict[str, Any]:
+    check = await pool.fetchval("SELECT tutor_check FROM chat_messages WHERE id = $1", message_id)
+    assert isinstance(check, dict), check
+    return check
+
+
+async def test_a_tutor_answer_ends_with_a_check_that_the_reply_is_judged_against(
+    gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str, jetstream: Any
+) -> None:
+    seeded = await seed_document(db_pool, tenant_id=tenant_id, chunks=STUDY_MATERIAL)
+    headers = gateway.token(tenant_id, "stu-1")
+    session = await new_session(client, gateway, headers, mode="tutor")
+    got = await ask(client, gateway, session["id"], "What is mitosis?", headers)
+    (asked,) = got.of("check")
+    assert asked.phase == "asked"
+    assert got.text.endswith(f"Check your understanding: {asked.question}") or got.text.endswith(
+        "(Reply true or false.)"
+    )
+    check = await _pending(db_pool, got.done.message_id)
+    assert check["status"] == "pending" and uuid.UUID(check["chunk_id"]) in seeded.chunk_ids
+    assert check["evidence"] in " ".join(t for t, _, _ in STUDY_MATERIAL)
+
+    # the right answer: judged right, with the passage, before anything else
+    reply = check["answer"]
+    judged = await ask(client, gateway, session["id"], reply, headers)
+    (verdict,) = judged.of("check")
+    assert (verdict.phase, verdict.verdict) == ("judged", "right")
+    assert judged.text.startswith("Right! ") and check["evidence"] in judged.text
+    assert judged.done.answered_by == "tutor-check"
+    (source,) = judged.of("sources")[0].sources
+    assert str(source.chunk_id) == check["chunk_id"]
+    assert [c.label for c in judged.done.citations] == ["T1"]
+    settled = await _pending(db_pool, got.done.message_id)
+    assert settled["status"] == "judged" and settled["verdict"] == "right"
+    # memory hears of it as a one-question quiz attempt
+    attempts = await published(jetstream, Subjects.QUIZ_ATTEMPTED, tenant_id)
+    assert [(a["correct"], a["total"]) for a in attempts] == [(1, 1)]
+    assert attempts[0]["results"][0]["topic"] == check["topic"]
+
+    # a wrong answer to the next check
+    again = await ask(client, gateway, session["id"], "What is meiosis?", headers)
+    if again.of("check"):
+        wrong = await ask(client, gateway, session["id"], "bananas", headers)
+        (verdict,) = wrong.of("check")
+        assert verdict.verdict == "wrong"
+        assert wrong.text.startswith("Not quite: the answer is ")
+
+
+async def test_a_new_question_instead_of_a_reply_skips_the_check(
+    gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str
+) -> None:
+    await seed_document(db_pool, tenant_id=tenant_id, chunks=STUDY_MATERIAL)
+    headers = gateway.token(tenant_id, "stu-2")
+    session = await new_session(client, gateway, headers, mode="tutor")
+    got = await ask(client, gateway, session["id"], "What is mitosis?", headers)
+    assert got.of("check")
+    other = await ask(client, gateway, session["id"], "What does cellular respiration do?", headers)
+    assert other.done.answered_by == "offline"  # answered, not judged
+    assert (await _pending(db_pool, got.done.message_id))["status"] == "skipped"
+
+
+async def test_chat_mode_never_asks_a_check(
+    gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str
+) -> None:
+    await seed_document(db_pool, tenant_id=tenant_id, chunks=STUDY_MATERIAL)
+    headers = gateway.token(tenant_id, "stu-3")
+    session = await new_session(client, gateway, headers, mode="chat")
+    got = await ask(client, gateway, session["id"], "What is mitosis?", headers)
+    assert not got.of("check") and "Check your understanding" not in got.text
+
+
+async def test_drill_practises_the_materials_own_questions_first(
+    gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str
+) -> None:
+    seeded = await seed_document(db_pool, tenant_id=tenant_id, chunks=STUDY_MATERIAL)
+    # an ingest-time Q&A pair on the mitosis chunk
+    await db_pool.execute(
+        "INSERT INTO chunks (id, document_id, tenant_id, chunk_index, kind, text, section_path, "
+        "page_start, page_end, token_count, content_hash, collection, parent_chunk_id, "
+        "embedding) VALUES ($1, $2, $3, 99, 'qa', $4, $5, 1, 1, 12, $6, 'educational', $7, $8)",
+        uuid.uuid4(), seeded.document_id, tenant_id,
+        "Q: How many daughter cells does mitosis produce?\nA: Two identical daughter cells",
+        ["1 Cells", "1.1 Mitosis"], uuid.uuid4().hex, seeded.chunk_ids[0],
+        np.ones(LOCAL_EMBEDDING_DIM, dtype=np.float32),
+    )  # fmt: skip
+    headers = gateway.token(tenant_id, "stu-4")
+    session = await new_session(client, gateway, headers, mode="drill")
+    first = await ask(client, gateway, session["id"], "start", headers)
+    (asked,) = first.of("check")
+    assert asked.question == "How many daughter cells does mitosis produce?"
+    assert first.text == "Practice question: How many daughter cells does mitosis produce?"
+    reply = await ask(client, gateway, session["id"], "two identical daughter cells", headers)
+    judged, following = reply.of("check")
+    assert judged.verdict == "right"
+    assert following.phase == "asked" and following.question != asked.question
+    assert "\n\nNext: " in reply.text
+    # the next reply is judged against the next question
+    skipped = await ask(client, gateway, session["id"], "skip", headers)
+    assert skipped.of("check")[0].verdict == "wrong"
+    assert skipped.of("check")[0].expected
+
+
+async def test_the_rules_judge_right_partly_and_wrong() -> None:
+    check = {
+        "kind": "short_answer",
+        "prompt": "What does the Calvin cycle produce?",
+        "answer": "sugars from carbon dioxide",
+        "accepted": ["sugars from carbon dioxide"],
+        "evidence": "The Calvin cycle fixes carbon dioxide into sugars.",
+    }
+    assert (await judge(check, "it makes sugars from carbon dioxide")).verdict == "right"
+    assert (await judge(check, "sugars")).verdict == "partly"
+    assert (await judge(check, "oxygen")).verdict == "wrong"
+    true_false = {**check, "kind": "true_false", "answer": "false", "accepted": []}
+    assert (await judge(true_false, "False")).verdict == "right"
+    assert (await judge(true_false, "yes")).verdict == "wrong"
+    assert feedback(check, Judged("partly", "rules")).startswith("Partly right. The full answer")
+    assert is_new_question("What is osmosis?") and is_new_question("explain diffusion to me please")
+    assert not is_new_question("carbon dioxide") and not is_new_question("I don't know")
