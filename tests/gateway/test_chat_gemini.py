@@ -218,6 +218,7 @@ async def test_online_the_model_judges_a_typed_reply_the_rules_reject(
     session = await new_session(client, gateway, headers, mode="tutor")
     got = await ask(client, gateway, session["id"], "What is mitosis?", headers)
     (asked,) = got.of("check")
+    assert asked.phase == "asked"
     check = await db_pool.fetchval(
         "SELECT tutor_check FROM chat_messages WHERE id = $1", got.done.message_id
     )
