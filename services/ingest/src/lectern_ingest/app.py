@@ -66,6 +66,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         title="Lectern ingest",
         on_startup=startup,
         consumers=[(stream_for(Subjects.DOCUMENTS_UPLOADED).name, INGEST_DURABLE)],
+        outbox="ingest",
     )
 
     @broker.subscriber(

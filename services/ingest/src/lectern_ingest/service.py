@@ -3,8 +3,10 @@
 Extraction and chunking run in a producer thread while the event loop embeds the chunk
 batches it hands over, so the CPU-bound stages overlap with the embedder. All chunks of a
 document are written in one transaction with deterministic ids, which makes re-delivery of
-the same upload harmless; outcomes are published after the commit, and a crash between the
-two is repaired by the re-delivery republishing the stored outcome.
+the same upload harmless; the outcome event (``documents.indexed`` / ``failed``) is written to
+the outbox in the transaction that stores the outcome, and the service's relay publishes it
+(``lectern_common.outbox``): it can neither be lost nor go out for an outcome that did not
+commit.
 
 A document whose cleaned text equals an indexed document's (same tenant and collection) is
 not indexed again: it ends ``duplicate``, usually noticed as soon as extraction finishes and
@@ -41,6 +43,7 @@ from lectern_common.events import (
     IngestStage,
     outcome_event_id,
 )
+from lectern_common.outbox import enqueue
 from lectern_common.text import embedding_text
 from lectern_ingest import language
 from lectern_ingest import repository as repo
@@ -114,22 +117,26 @@ class IngestWorker:
         if row is None:
             # the gateway commits the row before publishing; its absence is transient
             if deliveries >= settings.max_deliveries:
-                await self._publish_failed(
-                    event, IngestStage.FETCH, FailureReason.TOO_MANY_DELIVERIES,
-                    f"no document row {event.document_id} after {deliveries} deliveries",
-                    deliveries,
+                # nothing in Postgres to commit with: published directly
+                await self.publish(
+                    failed_event(
+                        event, IngestStage.FETCH, FailureReason.TOO_MANY_DELIVERIES,
+                        f"no document row {event.document_id} after {deliveries} deliveries",
+                        deliveries,
+                    )
                 )  # fmt: skip
                 return Outcome("failed", gave_up="too_many_deliveries")
             return Outcome("retry", self.retry_delay_for(deliveries))
         status = row["status"]
         if status in ("indexed", "duplicate") and row["version"] == event.version:
-            # a crash between commit and ack: repair the clean-up, republish the outcome
+            # a crash between commit and ack: repair the clean-up; the outcome is in the outbox
+            # (enqueued again in case it was published and pruned: consumers dedupe on its id)
             cleaned = await self._clean_up(event, row)
-            await self._publish_indexed(row, duration_ms=0.0)
+            await self._enqueue(indexed_event(row, duration_ms=0.0))
             return Outcome(status, None if cleaned else self.retry_delay_for(deliveries))
         if status == "failed":
             await self._forget_password(event)
-            await self._publish_failed_row(row)
+            await self._enqueue(failed_row_event(row))
             return Outcome("failed")
         if status not in ("pending", "processing"):
             log.info("document %s is %s; nothing to do", event.document_id, status)
@@ -156,7 +163,7 @@ class IngestWorker:
                     IngestStage.STORE, 0, len(result.chunks), "chunks", force=True
                 )
                 store_started = time.monotonic()
-                stored = await self._store(row, result)
+                stored = await self._store(row, result, started=started)
         except TimeoutError:
             await self._fail(
                 event, progress.stage, FailureReason.TIMEOUT,
@@ -206,28 +213,37 @@ class IngestWorker:
             row = await repo.get_document(conn, event.document_id)
         cleaned = await self._clean_up(event, row)
         metrics.DOCUMENTS_INGESTED.add(1, {"outcome": stored, "mime_type": event.mime_type})
-        await self._publish_indexed(row, duration_ms=(time.monotonic() - started) * 1000.0)
-        # a failed clean-up is retried by the re-delivery (which republishes the same outcome)
+        # a failed clean-up is retried by the re-delivery
         return Outcome(stored, None if cleaned else self.retry_delay_for(deliveries))
 
-    async def _store(self, row: Any, result: PipelineResult) -> str | None:
-        """Store the outcome: ``indexed``, ``duplicate`` or None (the document changed)."""
-        async with self.pool.acquire() as conn:
+    async def _store(self, row: Any, result: PipelineResult, *, started: float) -> str | None:
+        """Store the outcome: ``indexed``, ``duplicate`` or None (the document changed), with
+        ``documents.indexed`` in the outbox in the same transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
             if result.duplicate_of is None:
-                return await repo.store_document(
+                stored = await repo.store_document(
                     conn, document=row, chunks=result.chunks, embeddings=result.embeddings,
                     result=result.indexed,
                 )  # fmt: skip
-            stored = await repo.store_duplicate(
-                conn, document=row, original_id=result.duplicate_of, result=result.indexed
-            )
-        if stored == "gone":
-            raise RetryableError(
-                f"document {result.duplicate_of}, whose text this one repeats, left the index "
-                "while this one was being read; the next attempt indexes it",
-                reason="duplicate_gone",
-            )
+            else:
+                stored = await repo.store_duplicate(
+                    conn, document=row, original_id=result.duplicate_of, result=result.indexed
+                )
+            if stored == "gone":
+                raise RetryableError(
+                    f"document {result.duplicate_of}, whose text this one repeats, left the "
+                    "index while this one was being read; the next attempt indexes it",
+                    reason="duplicate_gone",
+                )
+            if stored in ("indexed", "duplicate"):
+                fresh = await repo.get_document(conn, row["id"])
+                duration_ms = (time.monotonic() - started) * 1000.0
+                await enqueue(conn, indexed_event(fresh, duration_ms=duration_ms))
         return stored
+
+    async def _enqueue(self, event: DocumentIndexed | DocumentFailed) -> None:
+        async with self.pool.acquire() as conn:
+            await enqueue(conn, event)
 
     async def _clean_up(self, event: DocumentUploaded, row: Any) -> bool:
         """After a stored outcome: drop the PDF password, a replaced version's bytes and a
@@ -480,54 +496,54 @@ class IngestWorker:
         attempts: int,
     ) -> None:
         log.warning("document %s failed at %s (%s): %s", event.document_id, stage, reason, message)
-        async with self.pool.acquire() as conn:
+        async with self.pool.acquire() as conn, conn.transaction():
             changed = await repo.mark_failed(
                 conn, event.document_id, stage=stage.value, reason=reason.value,
                 message=message[:4000], attempts=attempts,
             )  # fmt: skip
+            if changed:  # the outbox: documents.failed commits with the status
+                await enqueue(conn, failed_event(event, stage, reason, message, attempts))
         await self._forget_password(event)
         if changed:
             metrics.DOCUMENTS_FAILED.add(1, {"stage": stage.value, "reason": reason.value})
-            await self._publish_failed(event, stage, reason, message, attempts)
 
-    async def _publish_failed(
-        self,
-        event: DocumentUploaded,
-        stage: IngestStage,
-        reason: FailureReason,
-        message: str,
-        attempts: int,
-    ) -> None:
-        await self.publish(
-            DocumentFailed(
-                event_id=outcome_event_id(event.document_id, event.version, "failed"),
-                tenant_id=event.tenant_id, document_id=event.document_id, stage=stage,
-                reason=reason, message=message[:4000], attempts=attempts,
-            )
-        )  # fmt: skip
 
-    async def _publish_failed_row(self, row: Any) -> None:
-        reason = row["error_reason"] if row["error_reason"] in VALID_REASONS else "internal"
-        stage = row["error_stage"] if row["error_stage"] in {s.value for s in IngestStage} else (
-            IngestStage.FETCH.value)  # fmt: skip
-        await self.publish(
-            DocumentFailed(
-                event_id=outcome_event_id(row["id"], row["version"], "failed"),
-                tenant_id=row["tenant_id"], document_id=row["id"], stage=IngestStage(stage),
-                reason=FailureReason(reason), message=row["error_message"] or "",
-                attempts=row["attempts"],
-            )
-        )  # fmt: skip
+def failed_event(
+    event: DocumentUploaded,
+    stage: IngestStage,
+    reason: FailureReason,
+    message: str,
+    attempts: int,
+) -> DocumentFailed:
+    """``documents.failed`` of an upload (the same id on every publication)."""
+    return DocumentFailed(
+        event_id=outcome_event_id(event.document_id, event.version, "failed"),
+        tenant_id=event.tenant_id, document_id=event.document_id, stage=stage,
+        reason=reason, message=message[:4000], attempts=attempts,
+    )  # fmt: skip
 
-    async def _publish_indexed(self, row: Any, *, duration_ms: float) -> None:
-        await self.publish(
-            DocumentIndexed(
-                event_id=outcome_event_id(row["id"], row["version"], "indexed"),
-                tenant_id=row["tenant_id"], document_id=row["id"], version=row["version"],
-                page_count=row["page_count"] or 0, skipped_pages=row["skipped_pages"],
-                chunk_count=row["chunk_count"], qa_count=row["qa_count"],
-                language=row["language"], enriched=row["enriched"],
-                near_duplicate_of=row["near_duplicate_of"], duplicate_of=row["duplicate_of"],
-                duration_ms=duration_ms,
-            )
-        )  # fmt: skip
+
+def failed_row_event(row: Any) -> DocumentFailed:
+    """``documents.failed`` of a document stored as failed."""
+    reason = row["error_reason"] if row["error_reason"] in VALID_REASONS else "internal"
+    stage = row["error_stage"] if row["error_stage"] in {s.value for s in IngestStage} else (
+        IngestStage.FETCH.value)  # fmt: skip
+    return DocumentFailed(
+        event_id=outcome_event_id(row["id"], row["version"], "failed"),
+        tenant_id=row["tenant_id"], document_id=row["id"], stage=IngestStage(stage),
+        reason=FailureReason(reason), message=row["error_message"] or "",
+        attempts=row["attempts"],
+    )  # fmt: skip
+
+
+def indexed_event(row: Any, *, duration_ms: float) -> DocumentIndexed:
+    """``documents.indexed`` of a stored document (the same id on every publication)."""
+    return DocumentIndexed(
+        event_id=outcome_event_id(row["id"], row["version"], "indexed"),
+        tenant_id=row["tenant_id"], document_id=row["id"], version=row["version"],
+        page_count=row["page_count"] or 0, skipped_pages=row["skipped_pages"],
+        chunk_count=row["chunk_count"], qa_count=row["qa_count"],
+        language=row["language"], enriched=row["enriched"],
+        near_duplicate_of=row["near_duplicate_of"], duplicate_of=row["duplicate_of"],
+        duration_ms=duration_ms,
+    )  # fmt: skip
