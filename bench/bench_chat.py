@@ -51,6 +51,8 @@ from lectern_common.errors import LecternError
 from lectern_common.events import (
     Candidate,
     Confidence,
+    MemoryRecallReply,
+    MemoryRecallRequest,
     RankedChunk,
     RerankReply,
     RerankRequest,
@@ -213,13 +215,15 @@ async def real_services(
 
 @contextlib.asynccontextmanager
 async def service_processes(nats_url: str, database_url: str) -> AsyncIterator[str]:
-    """The real retriever and re-ranker as their own processes (as deployed)."""
+    """The real retriever, re-ranker and memory services as their own processes (as
+    deployed)."""
     env = {
         **os.environ,
         "LECTERN_NATS_URL": nats_url,
         "LECTERN_DATABASE_URL": database_url,
         "LECTERN_RETRIEVER_HTTP_PORT": "0",
         "LECTERN_RERANKER_HTTP_PORT": "0",
+        "LECTERN_MEMORY_HTTP_PORT": "0",
         "LECTERN_LOG_LEVEL": "WARNING",
     }
     processes = [
@@ -231,7 +235,8 @@ async def service_processes(nats_url: str, database_url: str) -> AsyncIterator[s
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for module in ("lectern_retriever", "lectern_reranker")
+        # memory too: without it every recall would wait for a responder until its timeout
+        for module in ("lectern_retriever", "lectern_reranker", "lectern_memory")
     ]
     broker = NatsBroker(nats_url)
     try:
@@ -249,12 +254,18 @@ async def service_processes(nats_url: str, database_url: str) -> AsyncIterator[s
                     RerankReply,
                     timeout=5,
                 )
+                await request(
+                    broker,
+                    MemoryRecallRequest(tenant_id=TENANT, user_id="probe", query="photosynthesis"),
+                    MemoryRecallReply,
+                    timeout=5,
+                )
                 break
             except LecternError:
                 if time.monotonic() > deadline or any(p.returncode is not None for p in processes):
-                    raise RuntimeError("retriever/re-ranker processes did not come up") from None
+                    raise RuntimeError("service processes did not come up") from None
                 await asyncio.sleep(0.5)
-        yield "real retriever + re-ranker processes (local MiniLM)"
+        yield "real retriever + re-ranker + memory processes (local MiniLM)"
     finally:
         await broker.stop()
         for process in processes:
