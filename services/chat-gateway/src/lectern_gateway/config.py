@@ -68,6 +68,10 @@ class Settings(ServiceHttpSettings):
     turn_flush_s: float = Field(
         default=0.5, description="a streaming turn's events are written to Postgres this often"
     )
+    turn_retention_s: float = Field(
+        default=86400.0,
+        description="a turn's kept events (replay, Idempotency-Key) are forgotten after this",
+    )
 
     # sessions
     idle_timeout_s: float = Field(default=1800.0, description="sessions idle this long end")

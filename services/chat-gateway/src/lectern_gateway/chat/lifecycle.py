@@ -51,13 +51,20 @@ async def sweep_idle_sessions(*, pool: Any, idle_s: float) -> int:
             return total
 
 
-async def idle_sweeper(*, pool: Any, idle_s: float, every_s: float) -> None:
-    """Run the idle sweep forever (cancel to stop)."""
+async def idle_sweeper(
+    *, pool: Any, idle_s: float, every_s: float, turn_retention_s: float = 86400.0
+) -> None:
+    """Run the idle sweep forever (cancel to stop); it also forgets the kept events of turns
+    older than ``turn_retention_s`` (their answers stay in the messages)."""
     while True:
         try:
             ended = await sweep_idle_sessions(pool=pool, idle_s=idle_s)
             if ended:
                 log.info("idle sweep ended %d sessions", ended)
+            await pool.execute(
+                "DELETE FROM chat_turns WHERE updated_at < now() - make_interval(secs => $1)",
+                float(turn_retention_s),
+            )
         except asyncio.CancelledError:
             raise
         except Exception:

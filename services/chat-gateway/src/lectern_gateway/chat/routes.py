@@ -17,7 +17,13 @@ from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
 from lectern_gateway.chat.runtime import EMBEDDER, STREAMER, TURNS, WEB_STREAMER
 from lectern_gateway.chat.turn import ChatDeps, TurnInput
-from lectern_gateway.chat.turns import TurnRegistry, event_id, parse_last_event_id, sse_data
+from lectern_gateway.chat.turns import (
+    STALE_AFTER_S,
+    TurnRegistry,
+    event_id,
+    parse_last_event_id,
+    sse_data,
+)
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep, StateDep
 from lectern_gateway.problems import ProblemError
@@ -272,15 +278,17 @@ async def _claim_key(
         if await _insert_turn(pool, session_id, key, turn_id, principal):
             return None
         row = await pool.fetchrow(
-            "SELECT id, status FROM chat_turns WHERE session_id = $1 AND idempotency_key = $2",
+            "SELECT id, status, extract(epoch FROM now() - updated_at) AS age "
+            "FROM chat_turns WHERE session_id = $1 AND idempotency_key = $2",
             session_id,
             key,
         )
         if row is None:
             continue  # deleted meanwhile: claim again
-        if row["status"] in ("streaming", "done"):
+        lost = row["status"] == "streaming" and float(row["age"]) > STALE_AFTER_S
+        if row["status"] in ("streaming", "done") and not lost:
             return uuid.UUID(str(row["id"]))
-        # failed or abandoned: the key asks again (its quota was given back)
+        # failed, abandoned, or its replica died: the key asks again
         await pool.execute("UPDATE chat_turns SET idempotency_key = NULL WHERE id = $1", row["id"])
     raise ProblemError(409, "Conflict", "this Idempotency-Key is being used concurrently")
 

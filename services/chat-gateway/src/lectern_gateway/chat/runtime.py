@@ -46,6 +46,7 @@ async def start_chat(state: ServiceState, settings: Settings) -> None:
                 pool=state.pool,
                 idle_s=settings.idle_timeout_s,
                 every_s=settings.idle_sweep_interval_s,
+                turn_retention_s=settings.turn_retention_s,
             ),
             name="lectern-idle-sweep",
         )
