@@ -403,3 +403,37 @@ async def test_web_sources_show_apart_from_the_course_with_their_labels(
         await page.until("document.querySelector('.message.assistant .web-sources li')", 30)
         assert (await page.text(".message.assistant .answer-text")).endswith("1950s.[W1]")
         assert not page.exceptions, page.exceptions
+
+
+async def test_a_student_picks_a_tutor_persona(
+    gateway: Gateway, db_pool: Any, tenant_id: str
+) -> None:
+    import httpx
+
+    await seed_document(db_pool, tenant_id=tenant_id)
+    teacher = gateway.token(tenant_id, "t-1", role="teacher")
+    async with httpx.AsyncClient(timeout=30) as client:
+        created = await client.post(
+            f"{gateway.url}/v1/personas",
+            json={"slug": "dr-cell", "display_name": "Dr Cell", "scope": {"subjects": ["biology"]}},
+            headers=teacher,
+        )
+    assert created.status_code == 201, created.text
+    async with chromium() as page:
+        await page.goto(f"{gateway.url}/")
+        await page.until("document.body && document.body.dataset.ready === 'true'")
+        await _sign_in(page, _bearer(gateway, tenant_id, "stu-1"))
+        await page.until("document.querySelector('#session-persona option[value=dr-cell]')")
+        await page.js(
+            "document.getElementById('session-persona').value = 'dr-cell';"
+            "document.getElementById('new-session-form').requestSubmit()"
+        )
+        await page.until("!document.getElementById('ask-form').hidden")
+        assert "tutor dr-cell" in await page.text("#session-header")
+        await page.js(
+            "document.getElementById('question').value = 'What does the Calvin cycle fix?';"
+            "document.getElementById('ask-form').requestSubmit()"
+        )
+        await page.until("document.querySelector('.message.assistant button.small')", 60)
+        assert "tutor: dr-cell" in await page.text(".message.assistant .answer-meta")
+        assert not page.exceptions, page.exceptions

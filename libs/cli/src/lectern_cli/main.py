@@ -25,6 +25,7 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.ask_cmd",
     "lectern_cli.search_cmd",
     "lectern_cli.quiz_cmd",
+    "lectern_cli.personas_cmd",
     "lectern_cli.eval_cmd",
     "lectern_cli.eval_answers_cmd",
 ]

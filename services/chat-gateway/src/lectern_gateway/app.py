@@ -17,6 +17,7 @@ from lectern_gateway.documents import routes as documents
 from lectern_gateway.feedback import flags, gaps
 from lectern_gateway.keys import routes as api_keys
 from lectern_gateway.memories import routes as memories
+from lectern_gateway.personas import routes as personas
 from lectern_gateway.problems import RejectNulBytes, install_problem_handlers
 from lectern_gateway.search import routes as search
 from lectern_gateway.sessions import routes as sessions
@@ -83,6 +84,7 @@ def create_app(
     app.include_router(api_keys.router)
     app.include_router(classes.router)
     app.include_router(tenant.router)
+    app.include_router(personas.router)
     app.include_router(study.router)
     app.include_router(curriculum.router)
     app.include_router(dev.router)

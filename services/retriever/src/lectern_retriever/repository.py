@@ -81,6 +81,17 @@ def build_filter(*, tenant_id: str, filters: RetrievalFilters) -> SqlFilter:
         if filters.include_unassigned:
             classes = f"({classes} OR c.class_id IS NULL)"
         parts.append(classes)
+    scope = filters.scope
+    if scope is not None:
+        if scope.subjects:
+            wanted = sql.placeholder([v.lower() for v in scope.subjects])
+            parts.append(f"lower(c.subject) = ANY({wanted}::text[])")
+        if scope.modules:
+            parts.append(f"c.module_tag = ANY({sql.placeholder(scope.modules)}::text[])")
+        if scope.class_ids:
+            parts.append(f"c.class_id = ANY({sql.placeholder(scope.class_ids)}::text[])")
+        if scope.topic_tags:
+            parts.append(f"c.topic_tags && {sql.placeholder(scope.topic_tags)}::text[]")
     if filters.language is not None:
         parts.append(f"c.language = {sql.placeholder(filters.language)}")
     if filters.content_types:

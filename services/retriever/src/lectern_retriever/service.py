@@ -115,7 +115,10 @@ def has_selective_filter(filters: RetrievalFilters) -> bool:
     scalars = (filters.subject, filters.grade_level, filters.module_tag, filters.class_id,
                filters.language)  # fmt: skip
     return any(v is not None for v in scalars) or bool(
-        filters.content_types or filters.document_ids or filters.class_ids is not None
+        filters.content_types
+        or filters.document_ids
+        or filters.class_ids is not None
+        or filters.scope is not None
     )
 
 

@@ -26,6 +26,15 @@ def _both_methods() -> list[Method]:
     return ["dense", "sparse"]
 
 
+class ScopeFilter(BaseModel):
+    """The material in a tutor persona's scope: each list set matches any of its values."""
+
+    subjects: list[str] = Field(default_factory=list, max_length=50)
+    modules: list[str] = Field(default_factory=list, max_length=50)
+    class_ids: list[str] = Field(default_factory=list, max_length=200)
+    topic_tags: list[str] = Field(default_factory=list, max_length=50)
+
+
 class RetrievalFilters(BaseModel):
     """Metadata filters applied before any vector math. Tenant is always applied separately."""
 
@@ -57,6 +66,9 @@ class RetrievalFilters(BaseModel):
     include_unassigned: bool = Field(
         default=False,
         description="with class_id or class_ids: material assigned to no class matches too",
+    )
+    scope: ScopeFilter | None = Field(
+        default=None, description="a tutor persona's material: every list set must match"
     )
     language: str | None = None
     content_types: list[str] | None = None

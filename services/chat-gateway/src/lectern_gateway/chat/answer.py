@@ -51,6 +51,7 @@ from lectern_gateway.chat.sse import (
 )
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput, elapsed_ms
 from lectern_gateway.chat.tutoring import asking_text, check_for_sources
+from lectern_gateway.personas.routes import persona_label, persona_prompt
 
 
 def turn_prompt(
@@ -70,6 +71,7 @@ def turn_prompt(
         grade_level=session.get("grade_level"),
         memories=memories,
         with_sources=not general,
+        persona=persona_prompt(turn.persona),
     )
     prompt_sources = [
         PromptSource(
@@ -193,12 +195,12 @@ async def answer_turn(
         prior,
         grounding=grounding,
         weight=settings.grounding_weight,
-        thresholds=settings.band_thresholds(),
+        thresholds=turn.bands(settings),
     )
     if finished.usage.get("outcome") == "no_support":
         # the answerer found nothing in the sources that answers: say so in the band too
         confidence = confidence.model_copy(update={"band": lower_band(confidence.band, "low")})
-    confidence = in_band(confidence, settings.band_thresholds())
+    confidence = in_band(confidence, turn.bands(settings))
     closing = "" if general else caveat(prior.band, confidence.band)
     if closing:
         # the opening was streamed for the prior band: the copy ends in the final band's words
@@ -259,6 +261,7 @@ async def answer_turn(
         band=confidence.band,
         confidence=confidence.score,
         answered_by=finished.answered_by,
+        persona=persona_label(turn.persona),
         memories_used=prompt.memories,
         usage=usage,
         timings_ms=timings,

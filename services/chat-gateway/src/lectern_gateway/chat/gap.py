@@ -29,6 +29,8 @@ from lectern_gateway.chat.sse import (
     TokenEvent,
 )
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput
+from lectern_gateway.personas import repository as persona_repo
+from lectern_gateway.personas.routes import persona_label, persona_prompt
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,21 @@ async def gap_turn(
     topic = guess_topic(question, session, [])
     related = [t for t in related if t != topic][:5]
     text = knowledge_gap_message(question=question, related_topics=related)
+    persona = turn.persona
+    if persona is not None:
+        scope = persona.get("scope") or {}
+        if not await persona_repo.indexed_chunks(
+            deps.pool, tenant_id=principal.tenant_id, scope=scope
+        ):
+            # never silently empty: the tutor says its material is missing
+            text = (
+                f"{persona['display_name']} has no course material in its scope yet, so I "
+                "can't answer from your sources. I've flagged this for your teacher."
+            )
+        elif persona.get("gap_message"):
+            text = str(persona["gap_message"])
+            if related:
+                text += "\n- Related topics I do have material on: " + ", ".join(related) + "."
     yield TokenEvent(text=text, origin="gateway")
     web = WebPart()
     if turn.web_search and deps.web_streamer is not None:
@@ -55,7 +72,7 @@ async def gap_turn(
         async for event in web_answer(deps, turn, question, offset=len(text), into=web):
             yield event
         text += web.text
-    confidence = in_band(retrieved.confidence, deps.settings.band_thresholds())
+    confidence = in_band(retrieved.confidence, turn.bands(deps.settings))
     yield ConfidenceEvent(**confidence.model_dump())
     message_id, gap_id = uuid.uuid4(), uuid.uuid4()
     async with deps.pool.acquire() as conn, conn.transaction():
@@ -122,6 +139,7 @@ async def gap_turn(
         confidence=confidence.score,
         knowledge_gap=True,
         answered_by="gap",
+        persona=persona_label(turn.persona),
         timings_ms=timings,
     )
 
@@ -155,6 +173,7 @@ async def web_answer(
         grade_level=session.get("grade_level"),
         memories=[],
         with_sources=False,
+        persona=persona_prompt(turn.persona),
     )
     prompt = build_prompt(
         system=system,

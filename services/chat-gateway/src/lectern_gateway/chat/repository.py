@@ -10,7 +10,7 @@ from typing import Any
 _SESSION_COLUMNS = (
     "id, tenant_id, user_id, mode, subject, module_tag, class_id, grade_level, learning_style, "
     "explanation_depth, curriculum_standards, title, status, end_reason, created_at, "
-    "last_activity_at, ended_at"
+    "last_activity_at, ended_at, persona_slug, persona_version"
 )
 _MESSAGE_COLUMNS = (
     "id, session_id, user_id, role, content, citations, confidence, confidence_band, "
@@ -22,8 +22,9 @@ async def insert_session(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]
     """Create a session and return its row."""
     row = await pool.fetchrow(
         f"INSERT INTO chat_sessions (id, tenant_id, user_id, mode, subject, module_tag, class_id, "  # noqa: S608
-        "grade_level, learning_style, explanation_depth, title, curriculum_standards) "
-        f"VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12) RETURNING {_SESSION_COLUMNS}",
+        "grade_level, learning_style, explanation_depth, title, curriculum_standards, "
+        "persona_slug, persona_version) "
+        f"VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14) RETURNING {_SESSION_COLUMNS}",
         values["id"],
         values["tenant_id"],
         values["user_id"],
@@ -36,6 +37,8 @@ async def insert_session(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]
         values["explanation_depth"],
         values["title"],
         list(values.get("curriculum_standards") or []),
+        values.get("persona_slug"),
+        values.get("persona_version"),
     )
     return dict(row)
 
@@ -217,20 +220,33 @@ async def visible_chunks(
     chunk_ids: Sequence[uuid.UUID],
     collections: Sequence[str],
     classes: Sequence[str] | None = None,
+    scope: Any = None,
 ) -> dict[uuid.UUID, dict[str, Any]]:
-    """The given chunks the caller may see (tenant, live document, allowed collection and,
-    with ``classes``, material of those classes or of none)."""
+    """The given chunks the caller may see (tenant, live document, allowed collection; with
+    ``classes``, material of those classes or of none; with ``scope``, a persona's)."""
+    subjects = [v.lower() for v in scope.subjects] if scope is not None else []
+    modules = list(scope.modules) if scope is not None else []
+    scoped_classes = list(scope.class_ids) if scope is not None else []
+    tags = list(scope.topic_tags) if scope is not None else []
     rows = await pool.fetch(
         "SELECT c.id, c.document_id, c.text, c.section_path, c.chapter, c.page_start, "
         "c.page_end, c.slide, c.topic_tags, c.collection, d.title "
         "FROM chunks c JOIN documents d ON d.id = c.document_id "
         "WHERE c.id = ANY($1::uuid[]) AND c.tenant_id = $2 AND d.tenant_id = $2 AND c.active "
         "AND c.collection = ANY($3::text[]) AND d.status = 'indexed' AND d.deleted_at IS NULL "
-        "AND ($4::text[] IS NULL OR c.class_id IS NULL OR c.class_id = ANY($4::text[]))",
+        "AND ($4::text[] IS NULL OR c.class_id IS NULL OR c.class_id = ANY($4::text[])) "
+        "AND (cardinality($5::text[]) = 0 OR lower(c.subject) = ANY($5::text[])) "
+        "AND (cardinality($6::text[]) = 0 OR c.module_tag = ANY($6::text[])) "
+        "AND (cardinality($7::text[]) = 0 OR c.class_id = ANY($7::text[])) "
+        "AND (cardinality($8::text[]) = 0 OR c.topic_tags && $8::text[])",
         list(chunk_ids),
         tenant_id,
         list(collections),
         None if classes is None else list(classes),
+        subjects,
+        modules,
+        scoped_classes,
+        tags,
     )
     return {r["id"]: dict(r) for r in rows}
 

@@ -18,7 +18,7 @@ from lectern_common.events import (
     RetrieveReply,
     RetrieveRequest,
 )
-from lectern_common.events.retrieval import Turn
+from lectern_common.events.retrieval import ScopeFilter, Turn
 from lectern_common.text import resolve_follow_up
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
@@ -32,6 +32,7 @@ from lectern_gateway.chat.context import (
 from lectern_gateway.chat.sse import Source
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, elapsed_ms
 from lectern_gateway.classes.membership import student_classes
+from lectern_gateway.personas.routes import scope_filter
 
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6
@@ -46,6 +47,7 @@ async def retrieve_sources(
     history: Sequence[Turn],
     timings: dict[str, float],
     cited_document_ids: Sequence[uuid.UUID] = (),
+    persona: dict[str, Any] | None = None,
 ) -> Retrieved:
     """Retrieve, re-rank and keep only chunks the caller may see, labelled T1..Tn."""
     settings = deps.settings
@@ -64,16 +66,26 @@ async def retrieve_sources(
         return found
 
     classes = await student_classes(deps.pool, principal)
+    filters = filters_for(session, classes)
+    boosts = boost_tags_for(session)
+    scope: ScopeFilter | None = None
+    collections = collections_for(principal)
+    if persona is not None:  # the tutor's material only, and its tag boosts
+        scope = scope_filter(persona)
+        wanted = (persona.get("scope") or {}).get("collections") or ["educational"]
+        collections = [c for c in wanted if principal.is_staff or c in collections]
+        filters = filters.model_copy(update={"scope": scope, "collections": collections})
+        boosts = list(dict.fromkeys([*boosts, *persona.get("tag_boosts", [])]))
     retrieved, teacher_ids = await asyncio.gather(
         request(
             deps.broker,
             RetrieveRequest(
                 tenant_id=principal.tenant_id,
                 query=query,
-                filters=filters_for(session, classes),
+                filters=filters,
                 k=settings.retrieve_k,
                 history=list(history[-4:]),
-                boost_tags=boost_tags_for(session),
+                boost_tags=boosts,
                 cited_document_ids=list(cited_document_ids),
             ),
             RetrieveReply,
@@ -89,8 +101,9 @@ async def retrieve_sources(
         pool=deps.pool,
         tenant_id=principal.tenant_id,
         chunk_ids=[c.chunk_id for c in retrieved.candidates],
-        collections=collections_for(principal),
+        collections=collections,
         classes=allowed_classes(session, classes),
+        scope=scope,
     )
     candidates = [c for c in retrieved.candidates if c.chunk_id in rows]
     timings["visibility_ms"] = elapsed_ms(started)

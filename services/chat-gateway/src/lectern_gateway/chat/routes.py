@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -26,6 +27,8 @@ from lectern_gateway.chat.turns import (
 )
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep, StateDep
+from lectern_gateway.personas import repository as persona_repo
+from lectern_gateway.personas.routes import thresholds
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.sessions.routes import session_for
 from lectern_gateway.study.routes import QUIZ_WRITER
@@ -161,6 +164,16 @@ async def post_message(
         message_id=turn_id,
         web_search=await web_search_for(pool, principal.tenant_id, default=settings.web_search),
     )
+    if session.get("persona_slug"):
+        turn.persona = await persona_repo.get(
+            pool, tenant_id=principal.tenant_id, slug=session["persona_slug"],
+            version=session["persona_version"],
+        )  # fmt: skip
+        cuts = thresholds(turn.persona) if turn.persona else None
+        if cuts is not None:
+            turn.thresholds = dataclasses.replace(
+                settings.band_thresholds(), high=cuts[0], medium=cuts[1], low=cuts[2]
+            )
     turns.start(deps, turn, counted_on=verdict.day, started=started)
     return _stream(turns, session_id, turn_id, 0, used=verdict.count)
 

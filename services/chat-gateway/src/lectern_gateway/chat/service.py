@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator
 
 from pydantic import BaseModel
 
+from lectern_common.education import band_for
 from lectern_common.errors import LecternError
 from lectern_common.events.retrieval import Turn
 from lectern_gateway.chat import repository as repo
@@ -106,6 +107,7 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
                 history=[Turn(role=h.role, text=h.text) for h in history],
                 timings=timings,
                 cited_document_ids=cited_documents(rows),
+                persona=turn.persona,
             )
         )
         memories = await memory_task
@@ -115,6 +117,11 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
     finally:
         if not memory_task.done():
             memory_task.cancel()
+    if turn.thresholds is not None and retrieved.sources:
+        # the persona's own cut-offs band the re-ranker's verdict
+        c = retrieved.confidence
+        band = band_for(c.score, c.retrieval, turn.thresholds)
+        retrieved.confidence = c.model_copy(update={"band": band})
     gap = not general and retrieved.confidence.band == "gap"
     prompt = (
         None if gap else turn_prompt(deps, turn, question, retrieved, history, memories, general)

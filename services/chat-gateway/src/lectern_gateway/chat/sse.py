@@ -100,7 +100,11 @@ class DoneEvent(BaseModel):
     confidence: float
     knowledge_gap: bool = False
     answered_by: str = Field(
-        description="gemini, gemini-secondary, fallback (OpenAI-compatible), offline or gap"
+        description="gemini, gemini-secondary, fallback (OpenAI-compatible), offline, gap, "
+        "tutor-check or drill"
+    )
+    persona: str | None = Field(
+        default=None, description="the tutor persona that answered: slug@version"
     )
     memories_used: list[str] = Field(
         default_factory=list, description="long-term memories of the student put in the prompt"

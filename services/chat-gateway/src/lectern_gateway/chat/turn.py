@@ -11,6 +11,7 @@ from typing import Any
 from faststream.nats import NatsBroker
 
 from lectern_common.broker import publish_event
+from lectern_common.education import BandThresholds
 from lectern_common.events import Confidence
 from lectern_common.events.base import Event
 from lectern_gateway.auth import Principal
@@ -48,6 +49,14 @@ class TurnInput:
     message_id: uuid.UUID | None = None
     #: the tenant lets the model search the web (tenant setting, else the gateway default)
     web_search: bool = False
+    #: the session's tutor persona (the version it started with), if any
+    persona: dict[str, Any] | None = None
+    #: the persona's confidence band cut-offs (None: the deployment's)
+    thresholds: BandThresholds | None = None
+
+    def bands(self, settings: Settings) -> BandThresholds:
+        """The band cut-offs of this turn: the persona's, else the deployment's."""
+        return self.thresholds or settings.band_thresholds()
 
 
 @dataclass

@@ -15,6 +15,7 @@ from lectern_gateway.chat.lifecycle import end_session
 from lectern_gateway.chat.sse import Citation
 from lectern_gateway.classes.membership import require_member, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep
+from lectern_gateway.personas.routes import persona_for
 from lectern_gateway.problems import ProblemError
 
 router = APIRouter(tags=["sessions"])
@@ -46,6 +47,12 @@ class SessionCreate(BaseModel):
         "with one of them ranks higher",
     )
     title: str | None = Field(default=None, max_length=200)
+    persona: str | None = Field(
+        default=None,
+        max_length=63,
+        description="a tutor persona's slug: its material, voice and defaults (mode, "
+        "learning style, depth) unless given here; the session keeps this version",
+    )
 
 
 class Session(BaseModel):
@@ -67,11 +74,15 @@ class Session(BaseModel):
     created_at: datetime
     last_activity_at: datetime
     ended_at: datetime | None
+    persona: str | None = Field(default=None, description="the tutor persona's slug")
+    persona_version: int | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Session:
         """From a ``chat_sessions`` row."""
-        return cls.model_validate({**row, "module": row["module_tag"]})
+        return cls.model_validate(
+            {**row, "module": row["module_tag"], "persona": row.get("persona_slug")}
+        )
 
 
 class Message(BaseModel):
@@ -107,21 +118,30 @@ async def session_for(*, pool: Any, principal: Principal, session_id: uuid.UUID)
 async def create_session(body: SessionCreate, principal: PrincipalDep, pool: PoolDep) -> Session:
     """A student may name only a class they belong to (token claim or roster): 403 else."""
     require_member(body.class_id, await student_classes(pool, principal))
+    persona = await persona_for(pool, principal, body.persona) if body.persona else None
+    given = body.model_fields_set
+    mode, style, depth = body.mode, body.learning_style, body.explanation_depth
+    if persona is not None:  # the persona's defaults, unless the request sets them
+        mode = mode if "mode" in given else persona["default_mode"]
+        style = style if "learning_style" in given else persona["learning_style"]
+        depth = depth if "explanation_depth" in given else persona["explanation_depth"]
     row = await repo.insert_session(
         pool=pool,
         values={
             "id": uuid.uuid4(),
             "tenant_id": principal.tenant_id,
             "user_id": principal.user_id,
-            "mode": body.mode,
+            "mode": mode,
             "subject": body.subject,
             "module_tag": body.module,
             "class_id": body.class_id,
             "grade_level": body.grade_level,
-            "learning_style": body.learning_style,
-            "explanation_depth": body.explanation_depth,
+            "learning_style": style,
+            "explanation_depth": depth,
             "curriculum_standards": body.curriculum_standards,
             "title": body.title,
+            "persona_slug": None if persona is None else persona["slug"],
+            "persona_version": None if persona is None else persona["version"],
         },
     )
     return Session.from_row(row)

@@ -232,7 +232,10 @@ function showView(view) {
     else link.removeAttribute("aria-current");
   }
   document.title = `Lectern · ${view === "signin" ? "sign in" : view}`;
-  if (view === "chat") attempt(loadSessions);
+  if (view === "chat") {
+    attempt(loadSessions);
+    attempt(loadPersonas);
+  }
   if (view === "documents") attempt(() => loadDocuments({ reset: true }));
   if (view === "memories") attempt(loadMemories);
   if (view === "syllabus") attempt(loadSyllabus);
@@ -286,7 +289,8 @@ function renderSessionHeader() {
   header.replaceChildren(
     el("h2", {}, session.title || `${session.mode === "tutor" ? "Tutor" : "Chat"} session`),
     el("p", { class: "hint" },
-      [session.subject && `subject ${session.subject}`, `started ${formatDate(session.created_at)}`,
+      [session.persona && `tutor ${session.persona}`, session.subject && `subject ${session.subject}`,
+       `started ${formatDate(session.created_at)}`,
        session.status === "ended" ? "ended" : "active"].filter(Boolean).join(" · ")),
   );
   if (session.status === "active") {
@@ -305,9 +309,25 @@ async function endSession() {
   await loadSessions();
 }
 
+// The tutor personas the student may pick (those of their classes).
+async function loadPersonas() {
+  const personas = await apiJSON("/v1/personas");
+  const select = $("session-persona");
+  const chosen = select.value;
+  select.replaceChildren(el("option", { value: "" }, "Lectern (no persona)"));
+  for (const persona of personas) {
+    select.append(el("option", { value: persona.slug }, persona.display_name));
+  }
+  select.value = personas.some((p) => p.slug === chosen) ? chosen : "";
+}
+
 async function newSession(event) {
   event.preventDefault();
-  const body = { mode: $("session-mode").value };
+  const body = {};
+  const persona = $("session-persona").value;
+  // a persona brings its own default mode unless one was picked here
+  if (persona) body.persona = persona;
+  if (!persona || $("session-mode").value !== "chat") body.mode = $("session-mode").value;
   const subject = $("session-subject").value.trim();
   if (subject) body.subject = subject;
   const session = await apiJSON("/v1/sessions", { method: "POST", json: body });
@@ -458,6 +478,7 @@ class Answer {
       this.meta.append(" · no material on this yet: your teacher has been told");
     }
     if (answeredBy) this.meta.append(` · answered by ${answeredBy}`);
+    if (this.persona) this.meta.append(` · tutor: ${this.persona}`);
     this.actions.replaceChildren(
       el("button", { type: "button", class: "small", onclick: () => openFlag(messageId) },
         "Flag this answer"),
@@ -580,6 +601,7 @@ function handleAnswerEvent(answer, kind, data) {
       if (data.phase === "judged") answer.verdict = data.verdict;
       break;
     case "done":
+      answer.persona = data.persona ? data.persona.split("@")[0] : null;
       for (const citation of data.citations || []) answer.addCitation(citation);
       answer.renderConfidence(data.band, data.confidence);
       answer.finish(data.message_id, {

@@ -1,0 +1,104 @@
+"""``lectern personas``: list the tutor personas, show one, or define one from a JSON file
+(a new slug becomes version 1, an existing one its next version)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from lectern_cli.ask_cmd import DEFAULT_URL, problem_text
+
+
+def register(subparsers: Any) -> None:
+    """Add ``personas``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "personas",
+        help="list, show or define tutor personas",
+        description=(
+            "Without arguments: the personas the caller may use. --show SLUG: one persona "
+            "with the indexed material its scope matches. --define FILE: a persona from a "
+            "JSON file (the fields of POST /v1/personas); an existing slug gets its next "
+            "version."
+        ),
+    )
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--show", metavar="SLUG", help="show one persona")
+    action.add_argument("--define", metavar="FILE", type=Path, help="define from a JSON file")
+    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
+    parser.add_argument(
+        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
+    )
+    parser.set_defaults(func=run)
+
+
+async def personas(
+    *,
+    url: str,
+    token: str,
+    out: TextIO,
+    show: str | None = None,
+    define: dict[str, Any] | None = None,
+) -> int:
+    """List, show or define personas through the gateway; 0 on success."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
+        if define is not None:
+            got = await client.post("/v1/personas", json=define)
+            if got.status_code == 409:
+                got = await client.put(f"/v1/personas/{define.get('slug')}", json=define)
+        elif show is not None:
+            got = await client.get(f"/v1/personas/{show}")
+        else:
+            got = await client.get("/v1/personas")
+    if got.status_code not in (200, 201):
+        print(f"lectern personas: {problem_text(got)}", file=sys.stderr)
+        return 1
+    body = got.json()
+    for persona in body if isinstance(body, list) else [body]:
+        _write(persona, out, detail=not isinstance(body, list))
+    return 0
+
+
+def _write(persona: dict[str, Any], out: TextIO, *, detail: bool) -> None:
+    scope = persona.get("scope") or {}
+    limits = ", ".join(
+        f"{key}: {', '.join(values)}"
+        for key, values in scope.items()
+        if values and key != "collections"
+    )  # fmt: skip
+    out.write(
+        f"{persona['slug']} v{persona['version']}  {persona['display_name']}  "
+        f"[{persona['default_mode']}]  {limits or 'all material'}\n"
+    )
+    if detail:
+        if persona.get("instructions"):
+            out.write(f"  instructions: {persona['instructions']}\n")
+        out.write(f"  indexed chunks in scope: {persona.get('indexed_chunks')}\n")
+    if persona.get("warning"):
+        out.write(f"  warning: {persona['warning']}\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``lectern personas``."""
+    token = args.token or os.environ.get("LECTERN_TOKEN")
+    if not token:
+        print("lectern personas: give --token or set LECTERN_TOKEN (see `lectern token`)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    url = args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL
+    define = None
+    if args.define is not None:
+        try:
+            define = json.loads(args.define.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            print(f"lectern personas: cannot read {args.define}: {exc}", file=sys.stderr)
+            return 1
+    return asyncio.run(personas(url=url, token=token, out=sys.stdout, show=args.show,
+                                define=define))  # fmt: skip

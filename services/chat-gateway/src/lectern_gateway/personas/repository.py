@@ -1,0 +1,74 @@
+"""Postgres access of tutor personas (versioned: an edit inserts the next version)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_COLUMNS = (
+    "tenant_id, slug, version, display_name, instructions, default_mode, learning_style, "
+    "explanation_depth, scope, tag_boosts, band_high, band_medium, band_low, gap_message, "
+    "created_by, created_at"
+)
+
+
+async def insert_version(pool: Any, values: dict[str, Any]) -> dict[str, Any] | None:
+    """The persona's next version (1 for a new slug); None when ``expect_new`` and it exists."""
+    row = await pool.fetchrow(
+        f"""INSERT INTO personas (tenant_id, slug, version, display_name, instructions,
+                default_mode, learning_style, explanation_depth, scope, tag_boosts, band_high,
+                band_medium, band_low, gap_message, created_by)
+            SELECT $1, $2, coalesce(max(version), 0) + 1, $3, $4, $5, $6, $7, $8, $9, $10,
+                   $11, $12, $13, $14
+            FROM personas WHERE tenant_id = $1 AND slug = $2
+            HAVING NOT $15 OR count(*) = 0
+            RETURNING {_COLUMNS}""",  # noqa: S608
+        values["tenant_id"], values["slug"], values["display_name"], values["instructions"],
+        values["default_mode"], values["learning_style"], values["explanation_depth"],
+        values["scope"], values["tag_boosts"], values["band_high"], values["band_medium"],
+        values["band_low"], values["gap_message"], values["created_by"], values["expect_new"],
+    )  # fmt: skip
+    return dict(row) if row else None
+
+
+async def get(
+    pool: Any, *, tenant_id: str, slug: str, version: int | None = None
+) -> dict[str, Any] | None:
+    """A version of a persona (the latest when ``version`` is None)."""
+    row = await pool.fetchrow(
+        f"SELECT {_COLUMNS} FROM personas WHERE tenant_id = $1 AND slug = $2 "  # noqa: S608
+        "AND ($3::integer IS NULL OR version = $3) ORDER BY version DESC LIMIT 1",
+        tenant_id,
+        slug,
+        version,
+    )
+    return dict(row) if row else None
+
+
+async def latest(pool: Any, *, tenant_id: str) -> list[dict[str, Any]]:
+    """The latest version of every persona of the tenant, by slug."""
+    rows = await pool.fetch(
+        f"SELECT DISTINCT ON (slug) {_COLUMNS} FROM personas WHERE tenant_id = $1 "  # noqa: S608
+        "ORDER BY slug, version DESC",
+        tenant_id,
+    )
+    return [dict(r) for r in rows]
+
+
+async def indexed_chunks(pool: Any, *, tenant_id: str, scope: dict[str, Any]) -> int:
+    """How many live content chunks a scope matches (a persona must not be silently empty)."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM chunks c WHERE c.tenant_id = $1 AND c.active "
+            "AND c.kind IN ('text', 'table', 'qa') AND c.collection = ANY($2::text[]) "
+            "AND (cardinality($3::text[]) = 0 OR lower(c.subject) = ANY($3::text[])) "
+            "AND (cardinality($4::text[]) = 0 OR c.module_tag = ANY($4::text[])) "
+            "AND (cardinality($5::text[]) = 0 OR c.class_id = ANY($5::text[])) "
+            "AND (cardinality($6::text[]) = 0 OR c.topic_tags && $6::text[])",
+            tenant_id,
+            list(scope.get("collections") or ["educational"]),
+            [s.lower() for s in scope.get("subjects") or []],
+            list(scope.get("modules") or []),
+            list(scope.get("classes") or []),
+            list(scope.get("topic_tags") or []),
+        )
+    )
