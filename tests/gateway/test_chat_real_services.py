@@ -104,10 +104,10 @@ FILLER = [
 async def _seed(
     pool: Any, embedder: LocalEmbedder, *, tenant_id: str, texts: list[str], **kwargs: Any
 ) -> list[uuid.UUID]:
+    kwargs.setdefault("subject", None)
     seeded = await seed_document(
-        pool, tenant_id=tenant_id, chunks=[(t, ["Notes"], []) for t in texts], subject=None,
-        **kwargs,
-    )  # fmt: skip
+        pool, tenant_id=tenant_id, chunks=[(t, ["Notes"], []) for t in texts], **kwargs
+    )
     for chunk_id, vector in zip(
         seeded.chunk_ids, await embedder.embed_documents(texts), strict=True
     ):
@@ -246,3 +246,33 @@ async def test_a_student_is_kept_to_their_own_classes_material(
         # taken off the roster: the old 7A session no longer reaches 7A's material
         got = await ask(client, gateway, in_7a["id"], question, student)
         assert class_7a not in {s.chunk_id for s in got.of("sources")[0].sources}
+
+
+async def test_a_persona_retrieves_only_its_scope_through_the_real_retriever(
+    stack: tuple[Gateway, LocalEmbedder], db_pool: Any, tenant_id: str
+) -> None:
+    gateway, embedder = stack
+    (geology,) = await _seed(
+        db_pool, embedder, tenant_id=tenant_id, texts=[VOLCANO], title="Geology notes",
+        subject="geology",
+    )  # fmt: skip
+    (history,) = await _seed(
+        db_pool, embedder, tenant_id=tenant_id, texts=[ERUPTION_SHARED], title="Pompeii",
+        subject="history",
+    )  # fmt: skip
+    teacher = gateway.token(tenant_id, "t-1", role="teacher")
+    student = gateway.token(tenant_id, "stu-1")
+    async with httpx.AsyncClient(timeout=60) as client:
+        created = await client.post(
+            f"{gateway.url}/v1/personas",
+            json={"slug": "geo", "display_name": "Geo", "scope": {"subjects": ["Geology"]}},
+            headers=teacher,
+        )
+        assert created.status_code == 201 and created.json()["indexed_chunks"] == 1
+        plain = await new_session(client, gateway, student)
+        scoped = await new_session(client, gateway, student, persona="geo")
+        question = "What happens when a volcano erupts?"
+        everything = await ask(client, gateway, plain["id"], question, student)
+        geo = await ask(client, gateway, scoped["id"], question, student)
+    assert {s.chunk_id for s in everything.of("sources")[0].sources} >= {geology, history}
+    assert {s.chunk_id for s in geo.of("sources")[0].sources} == {geology}
