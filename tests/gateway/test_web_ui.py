@@ -159,7 +159,7 @@ def test_the_package_ships_the_static_files() -> None:
 
 
 def _script_text() -> str:
-    return "\n".join((STATIC_DIR / n).read_text() for n in ("app.js", "sse.js"))
+    return "\n".join((STATIC_DIR / n).read_text() for n in ("app.js", "sse.js", "charts.js"))
 
 
 def test_the_scripts_never_parse_server_text_as_html() -> None:

@@ -437,3 +437,31 @@ async def test_a_student_picks_a_tutor_persona(
         await page.until("document.querySelector('.message.assistant button.small')", 60)
         assert "tutor: dr-cell" in await page.text(".message.assistant .answer-meta")
         assert not page.exceptions, page.exceptions
+
+
+async def test_an_admin_opens_the_quality_dashboard_and_follows_a_bar(
+    gateway: Gateway, db_pool: Any, tenant_id: str
+) -> None:
+    import httpx
+    from lectern_testing.chat import ask, new_session
+
+    await seed_document(db_pool, tenant_id=tenant_id)
+    student = gateway.token(tenant_id, "stu-1")
+    async with httpx.AsyncClient(timeout=60) as client:
+        session = await new_session(client, gateway, student)
+        for question in ("What does RuBisCO catalyse?", "Where does photosynthesis happen?"):
+            assert (await ask(client, gateway, session["id"], question, student)).done
+    async with chromium() as page:
+        await page.goto(f"{gateway.url}/")
+        await page.until("document.body && document.body.dataset.ready === 'true'")
+        await _sign_in(page, _bearer(gateway, tenant_id, "admin-1", role="admin"))
+        await page.js("location.hash = '#quality'")
+        await page.until("document.querySelector('#quality-charts svg.chart rect')", 30)
+        assert "2 questions" in await page.text("#quality-summary")
+        assert await page.js("document.querySelectorAll('#quality-charts svg.chart').length") == 2
+        await page.js("document.querySelector('#quality-charts g.bar').dispatchEvent("
+                      "new MouseEvent('click', {bubbles: true}))")  # fmt: skip
+        await page.until("!document.getElementById('quality-questions').hidden", 30)
+        listed = await page.text("#quality-questions")
+        assert "RuBisCO" in listed and "Questions (2)" in listed
+        assert not page.exceptions, page.exceptions

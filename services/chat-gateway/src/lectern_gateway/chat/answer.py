@@ -52,6 +52,7 @@ from lectern_gateway.chat.sse import (
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput, elapsed_ms
 from lectern_gateway.chat.tutoring import asking_text, check_for_sources
 from lectern_gateway.personas.routes import persona_label, persona_prompt
+from lectern_gateway.quality import aggregates as quality
 
 
 def turn_prompt(
@@ -252,6 +253,17 @@ async def answer_turn(
             tutor_check=check,
         )
         await enqueue(conn, completed)
+        await quality.record_turn(
+            conn,
+            quality.Dimensions.of_session(principal.tenant_id, session),
+            band=confidence.band,
+            cited_documents=list(
+                {c.document_id for c in all_citations if c.document_id and c.valid}
+            ),
+            fallback=bool(usage.get("fallback_from")),
+            ttft_ms=timings.get("first_token_ms"),
+            retrieval_ms=timings.get("retrieve_ms"),
+        )
     yield DoneEvent(
         message_id=message_id,
         user_message_id=user_message_id,

@@ -31,6 +31,7 @@ from lectern_gateway.chat.sse import (
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput
 from lectern_gateway.personas import repository as persona_repo
 from lectern_gateway.personas.routes import persona_label, persona_prompt
+from lectern_gateway.quality import aggregates as quality
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,16 @@ async def gap_turn(
                 subject_area=session.get("subject"),
                 confidence=confidence.score,
             ),
+        )
+        await quality.record_turn(
+            conn,
+            quality.Dimensions.of_session(principal.tenant_id, session),
+            band="gap",
+            cited_documents=[],
+            fallback=bool(web.usage.get("fallback_from")),
+            ttft_ms=timings.get("first_token_ms"),
+            retrieval_ms=timings.get("retrieve_ms"),
+            gap_topic=topic,
         )
         await enqueue(
             conn,

@@ -15,6 +15,7 @@ from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.deps import PoolDep
 from lectern_gateway.problems import ProblemError
+from lectern_gateway.quality import aggregates as quality
 
 router = APIRouter(tags=["feedback"])
 
@@ -60,7 +61,14 @@ async def flag_message(
     )
     if message is None or (not principal.is_staff and message["user_id"] != principal.user_id):
         raise ProblemError(404, "Not found", f"no message {message_id}")
+    session = await repo.get_session(
+        pool=pool, tenant_id=principal.tenant_id, session_id=message["session_id"]
+    )
     async with pool.acquire() as conn, conn.transaction():
+        if session is not None:
+            await quality.record_flag(
+                conn, quality.Dimensions.of_session(principal.tenant_id, session)
+            )
         row = await repo.insert_flag(
             pool=conn,
             values={

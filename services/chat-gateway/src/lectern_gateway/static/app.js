@@ -2,6 +2,7 @@
 // bearer token the user pasted (kept in sessionStorage). Server text is always inserted as
 // text (textContent, text nodes), never parsed as HTML.
 
+import { lines, stackedBars } from "./charts.js";
 import { readEventStream } from "./sse.js";
 
 const TOKEN_KEY = "lectern.token";
@@ -240,6 +241,7 @@ function showView(view) {
   if (view === "memories") attempt(loadMemories);
   if (view === "syllabus") attempt(loadSyllabus);
   if (view === "quizzes") attempt(loadQuizzes);
+  if (view === "quality") attempt(loadQuality);
   if (view !== "documents") stopWatchers();
 }
 
@@ -617,6 +619,76 @@ function handleAnswerEvent(answer, kind, data) {
     default:
       break;
   }
+}
+
+// -- the quality dashboard (staff) ---------------------------------------------------------
+
+const BAND_COLORS = [
+  { key: "high", name: "high", color: "#2e7d32" },
+  { key: "medium", name: "medium", color: "#f9a825" },
+  { key: "low", name: "low", color: "#ef6c00" },
+  { key: "gap", name: "knowledge gap", color: "#c62828" },
+];
+
+async function loadQuality(event) {
+  event?.preventDefault();
+  const days = Math.max(1, Number($("quality-days").value) || 14);
+  const to = new Date();
+  const from = new Date(to.getTime() - (days - 1) * 86400000);
+  const iso = (d) => d.toISOString().slice(0, 10);
+  const params = new URLSearchParams({ from: iso(from), to: iso(to), group_by: $("quality-group").value });
+  const data = await apiJSON(`/v1/metrics/quality?${params}`);
+  const t = data.totals;
+  const pct = (x) => `${Math.round(x * 100)}%`;
+  $("quality-summary").replaceChildren(
+    el("p", {}, `${t.questions} questions · knowledge gaps ${pct(t.gap_rate)} · flagged ${t.flagged}`
+      + ` · answers citing a source ${pct(t.with_citations)} · model fallbacks ${t.fallbacks}`),
+    el("p", { class: "hint" }, `time to first token p50 ${t.ttft_ms.p50 ?? "–"} ms, p95 `
+      + `${t.ttft_ms.p95 ?? "–"} ms · retrieval p95 ${t.retrieval_ms.p95 ?? "–"} ms · ingest backlog `
+      + `${data.ingest_backlog.pending} pending, ${data.ingest_backlog.processing} processing`
+      + (data.scope === "classes" ? ` · your classes: ${data.classes.join(", ") || "none"}` : "")),
+    el("button", { type: "button", class: "link", onclick: () => attempt(() => showQuestions(t.questions_url)) },
+      "Show these questions"),
+  );
+  const bars = data.series.map((s) => ({
+    label: `${s.day.slice(5)}${s.group && s.group !== "all" ? ` ${s.group}` : ""}`,
+    values: s.answers, href: s.questions_url,
+  }));
+  const latency = data.series.map((s) => ({
+    label: s.day.slice(5), values: { p50: s.ttft_ms.p50, p95: s.ttft_ms.p95 },
+  }));
+  $("quality-charts").replaceChildren(
+    el("h2", {}, "Answers by confidence band"),
+    stackedBars(bars, BAND_COLORS, {
+      label: "answers by band per day", onPick: (d) => attempt(() => showQuestions(d.href)),
+    }),
+    el("p", { class: "hint" }, "Pick a bar to see its questions."),
+    el("h2", {}, "Time to first token (ms)"),
+    lines(latency, [
+      { key: "p50", name: "p50", color: "#1565c0" }, { key: "p95", name: "p95", color: "#6a1b9a" },
+    ], { label: "time to first token per day", unit: " ms" }),
+  );
+  const list = (title, items, render) => el("div", { class: "card" }, el("h2", {}, title),
+    items.length ? el("ul", {}, ...items.map((item) => el("li", {}, ...render(item))))
+      : el("p", { class: "hint" }, "None."));
+  $("quality-lists").replaceChildren(
+    list("Top knowledge-gap topics", data.top_gap_topics, (g) => [
+      el("button", { type: "button", class: "link", onclick: () => attempt(() => showQuestions(g.questions_url)) },
+        g.topic), ` (${g.questions})`]),
+    list("Most-cited documents", data.most_cited, (d) => [`${d.title} (${d.citations})`]),
+    list("Documents never cited", data.never_cited, (d) => [d.title]),
+  );
+}
+
+async function showQuestions(url) {
+  const rows = await apiJSON(url);
+  const box = $("quality-questions");
+  box.hidden = false;
+  box.replaceChildren(el("h2", {}, `Questions (${rows.length})`),
+    el("ul", {}, ...rows.map((r) => el("li", {}, r.question,
+      el("span", { class: "hint" }, ` · ${r.band || "no answer"}${r.flagged ? " · flagged" : ""}`
+        + `${r.persona ? ` · ${r.persona}` : ""}`)))));
+  box.scrollIntoView({ block: "start" });
 }
 
 // -- the source viewer ---------------------------------------------------------------------
@@ -1081,6 +1153,7 @@ function init() {
   });
 
   $("new-session-form").addEventListener("submit", (event) => attempt(() => newSession(event)));
+  $("quality-form").addEventListener("submit", (event) => attempt(() => loadQuality(event)));
   $("ask-form").addEventListener("submit", ask);
   $("question").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("ask-form").requestSubmit();

@@ -1,0 +1,137 @@
+"""The quality dashboard's daily aggregates, updated as turns complete and answers are
+flagged (inside the caller's transaction), so the dashboard reads a few rows per day.
+
+Latencies are kept as counts per bucket (``BUCKETS_MS``): percentiles come from the
+cumulative counts, reported as the bucket's upper bound.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+#: upper bounds of the latency buckets, in milliseconds (the last one is open)
+BUCKETS_MS: tuple[float, ...] = (
+    50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 7500, 10000, 15000, 30000,
+    float("inf"),
+)  # fmt: skip
+
+
+def bucket_counts(value_ms: float | None) -> list[int]:
+    """One count in the bucket of ``value_ms`` (all zeros for None)."""
+    counts = [0] * len(BUCKETS_MS)
+    if value_ms is not None:
+        counts[next(i for i, bound in enumerate(BUCKETS_MS) if value_ms <= bound)] = 1
+    return counts
+
+
+def percentile(counts: Sequence[int], q: float) -> float | None:
+    """The bucket bound at quantile ``q`` of bucketed counts (None without any)."""
+    total = sum(counts)
+    if total == 0:
+        return None
+    wanted = q * total
+    seen = 0
+    for bound, count in zip(BUCKETS_MS, counts, strict=False):
+        seen += count
+        if seen >= wanted and count:
+            return bound if bound != float("inf") else BUCKETS_MS[-2]
+    return BUCKETS_MS[-2]
+
+
+@dataclass(frozen=True)
+class Dimensions:
+    """Where a turn counts: its day, persona, subject and class ('' for none)."""
+
+    tenant_id: str
+    day: date
+    persona: str = ""
+    subject: str = ""
+    class_id: str = ""
+
+    @classmethod
+    def of_session(cls, tenant_id: str, session: dict[str, Any]) -> Dimensions:
+        return cls(
+            tenant_id=tenant_id,
+            day=datetime.now(UTC).date(),
+            persona=session.get("persona_slug") or "",
+            subject=(session.get("subject") or "").lower(),
+            class_id=session.get("class_id") or "",
+        )
+
+    def key(self) -> list[Any]:
+        return [self.tenant_id, self.day, self.persona, self.subject, self.class_id]
+
+
+_TURN = """
+INSERT INTO quality_daily (tenant_id, day, persona, subject, class_id, questions, band_high,
+    band_medium, band_low, band_gap, with_citations, fallbacks, ttft_buckets,
+    retrieval_buckets)
+VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13)
+ON CONFLICT (tenant_id, day, persona, subject, class_id) DO UPDATE SET
+    questions = quality_daily.questions + 1,
+    band_high = quality_daily.band_high + EXCLUDED.band_high,
+    band_medium = quality_daily.band_medium + EXCLUDED.band_medium,
+    band_low = quality_daily.band_low + EXCLUDED.band_low,
+    band_gap = quality_daily.band_gap + EXCLUDED.band_gap,
+    with_citations = quality_daily.with_citations + EXCLUDED.with_citations,
+    fallbacks = quality_daily.fallbacks + EXCLUDED.fallbacks,
+    ttft_buckets = lectern_add_counts(quality_daily.ttft_buckets, EXCLUDED.ttft_buckets),
+    retrieval_buckets = lectern_add_counts(
+        quality_daily.retrieval_buckets, EXCLUDED.retrieval_buckets)
+"""
+
+
+async def record_turn(
+    conn: Any,
+    where: Dimensions,
+    *,
+    band: str,
+    cited_documents: Sequence[uuid.UUID],
+    fallback: bool,
+    ttft_ms: float | None,
+    retrieval_ms: float | None,
+    gap_topic: str | None = None,
+) -> None:
+    """Count one answered question (call inside the transaction that stores it)."""
+    bands = [int(band == b) for b in ("high", "medium", "low", "gap")]
+    await conn.execute(
+        _TURN, *where.key(), *bands, int(bool(cited_documents)), int(fallback),
+        bucket_counts(ttft_ms), bucket_counts(retrieval_ms),
+    )  # fmt: skip
+    if band == "gap" and gap_topic:
+        await conn.execute(
+            "INSERT INTO quality_gap_topics (tenant_id, day, persona, subject, class_id, topic, "
+            "questions) VALUES ($1, $2, $3, $4, $5, $6, 1) ON CONFLICT (tenant_id, day, "
+            "persona, subject, class_id, topic) DO UPDATE SET "
+            "questions = quality_gap_topics.questions + 1",
+            *where.key(), gap_topic[:200],
+        )  # fmt: skip
+    for document_id, count in _counted(cited_documents).items():
+        await conn.execute(
+            "INSERT INTO quality_citations (tenant_id, day, persona, subject, class_id, "
+            "document_id, citations) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT "
+            "(tenant_id, day, persona, subject, class_id, document_id) DO UPDATE SET "
+            "citations = quality_citations.citations + EXCLUDED.citations",
+            *where.key(), document_id, count,
+        )  # fmt: skip
+
+
+async def record_flag(conn: Any, where: Dimensions) -> None:
+    """Count one flagged answer."""
+    await conn.execute(
+        "INSERT INTO quality_daily (tenant_id, day, persona, subject, class_id, flagged) "
+        "VALUES ($1, $2, $3, $4, $5, 1) ON CONFLICT (tenant_id, day, persona, subject, "
+        "class_id) DO UPDATE SET flagged = quality_daily.flagged + 1",
+        *where.key(),
+    )
+
+
+def _counted(documents: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+    counts: dict[uuid.UUID, int] = {}
+    for document_id in documents:
+        counts[document_id] = counts.get(document_id, 0) + 1
+    return counts

@@ -1,0 +1,293 @@
+"""The quality dashboard: how well the deployment answers, per day and per persona or subject.
+
+``GET /v1/metrics/quality`` reads the daily aggregates (``aggregates``), never the messages;
+``GET /v1/metrics/quality/questions`` lists the questions behind a figure. Admins see the
+tenant; teachers see their classes (the token's claim and the classes they upload material
+for) and the sessions that name no class.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, timedelta
+from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from lectern_gateway.auth import Principal, StaffDep
+from lectern_gateway.deps import PoolDep
+from lectern_gateway.problems import ProblemError
+from lectern_gateway.quality.aggregates import percentile
+
+router = APIRouter(tags=["quality"])
+
+Band = Literal["high", "medium", "low", "gap"]
+BANDS: tuple[Band, ...] = ("high", "medium", "low", "gap")
+
+
+class Latency(BaseModel):
+    """Percentiles in milliseconds (bucket upper bounds; None without data)."""
+
+    p50: float | None = None
+    p95: float | None = None
+
+
+class Figures(BaseModel):
+    """The figures of one day and group, or of the whole range."""
+
+    questions: int = 0
+    answers: dict[str, int] = Field(default_factory=dict, description="by confidence band")
+    gap_rate: float = 0.0
+    flagged: int = 0
+    with_citations: float = Field(default=0.0, description="share of answers citing a source")
+    fallbacks: int = Field(default=0, description="answers a fallback model gave")
+    ttft_ms: Latency = Field(default_factory=Latency)
+    retrieval_ms: Latency = Field(default_factory=Latency)
+    questions_url: str = Field(description="the questions behind these figures")
+
+
+class DayFigures(Figures):
+    """Figures of one day (and group)."""
+
+    day: date
+    group: str = Field(description="the persona or subject ('' for none), or 'all'")
+
+
+class GapTopic(BaseModel):
+    """A topic students asked about that the material does not cover."""
+
+    topic: str
+    questions: int
+    questions_url: str
+
+
+class CitedDocument(BaseModel):
+    """A document and how many answers cited it."""
+
+    document_id: uuid.UUID
+    title: str
+    citations: int = 0
+
+
+class Quality(BaseModel):
+    """The dashboard's data."""
+
+    start: date
+    end: date
+    group_by: Literal["persona", "subject", "none"]
+    scope: Literal["tenant", "classes"]
+    classes: list[str] = Field(default_factory=list)
+    series: list[DayFigures]
+    totals: Figures
+    top_gap_topics: list[GapTopic]
+    most_cited: list[CitedDocument]
+    never_cited: list[CitedDocument]
+    ingest_backlog: dict[str, int]
+
+
+class QuestionRow(BaseModel):
+    """A question behind a figure, with its answer."""
+
+    session_id: uuid.UUID
+    question: str
+    answer_message_id: uuid.UUID | None
+    band: str | None
+    flagged: bool
+    persona: str | None
+    subject: str | None
+    asked_at: datetime
+
+
+async def teacher_classes(pool: Any, principal: Principal) -> list[str] | None:
+    """None for admins (the tenant); a teacher's classes otherwise."""
+    if principal.role == "admin":
+        return None
+    rows = await pool.fetch(
+        "SELECT DISTINCT class_id FROM documents WHERE tenant_id = $1 AND uploaded_by = $2 "
+        "AND class_id IS NOT NULL",
+        principal.tenant_id,
+        principal.user_id,
+    )
+    return sorted({*principal.classes, *(r["class_id"] for r in rows)})
+
+
+def _where(
+    args: list[Any], classes: list[str] | None, persona: str | None, subject: str | None
+) -> str:
+    clauses = ["tenant_id = $1", "day BETWEEN $2 AND $3"]
+    if classes is not None:
+        args.append(["", *classes])
+        clauses.append(f"class_id = ANY(${len(args)}::text[])")
+    if persona is not None:
+        args.append(persona)
+        clauses.append(f"persona = ${len(args)}")
+    if subject is not None:
+        args.append(subject.lower())
+        clauses.append(f"subject = ${len(args)}")
+    return " AND ".join(clauses)
+
+
+def _figures(rows: list[Any], url: str) -> dict[str, Any]:
+    questions = sum(r["questions"] for r in rows)
+    answers = {b: sum(r[f"band_{b}"] for r in rows) for b in BANDS}
+    ttft = _summed(r["ttft_buckets"] for r in rows)
+    retrieval = _summed(r["retrieval_buckets"] for r in rows)
+    return {
+        "questions": questions,
+        "answers": answers,
+        "gap_rate": round(answers["gap"] / questions, 4) if questions else 0.0,
+        "flagged": sum(r["flagged"] for r in rows),
+        "with_citations": round(sum(r["with_citations"] for r in rows) / questions, 4)
+        if questions else 0.0,
+        "fallbacks": sum(r["fallbacks"] for r in rows),
+        "ttft_ms": Latency(p50=percentile(ttft, 0.5), p95=percentile(ttft, 0.95)),
+        "retrieval_ms": Latency(p50=percentile(retrieval, 0.5), p95=percentile(retrieval, 0.95)),
+        "questions_url": url,
+    }  # fmt: skip
+
+
+def _summed(arrays: Any) -> list[int]:
+    total: list[int] = []
+    for counts in arrays:
+        for i, count in enumerate(counts or []):
+            if i >= len(total):
+                total.append(0)
+            total[i] += count
+    return total
+
+
+def _questions_url(**params: Any) -> str:
+    given = {k: str(v) for k, v in params.items() if v not in (None, "")}
+    return "/v1/metrics/quality/questions?" + urlencode(given)
+
+
+@router.get("/v1/metrics/quality", summary="The quality dashboard's figures (staff)")
+async def quality(
+    staff: StaffDep,
+    pool: PoolDep,
+    start: Annotated[date | None, Query(alias="from", description="first day (UTC)")] = None,
+    end: Annotated[date | None, Query(alias="to", description="last day (UTC)")] = None,
+    group_by: Literal["persona", "subject", "none"] = "persona",
+    persona: str | None = Query(default=None, max_length=63),
+    subject: str | None = Query(default=None, max_length=200),
+) -> Quality:
+    """Per day and per persona (or subject): questions, answers by band, gap rate, flagged
+    answers, citation use, fallbacks, time to first token and retrieval percentiles; over
+    the range: top gap topics, most-cited and never-cited documents; now: the ingest backlog.
+    """
+    end = end or datetime.now(UTC).date()
+    start = start or end - timedelta(days=13)
+    if start > end or (end - start).days > 366:
+        raise ProblemError(422, "Unprocessable", "from must be before to, at most a year apart")
+    classes = await teacher_classes(pool, staff)
+    args: list[Any] = [staff.tenant_id, start, end]
+    where = _where(args, classes, persona, subject)
+    rows = await pool.fetch(
+        f"SELECT * FROM quality_daily WHERE {where} ORDER BY day",  # noqa: S608
+        *args,
+    )
+    groups: dict[tuple[date, str], list[Any]] = {}
+    for row in rows:
+        group = row[group_by] if group_by != "none" else "all"
+        groups.setdefault((row["day"], group), []).append(row)
+    filters: dict[str, Any] = {"persona": persona, "subject": subject}
+
+    def behind(day: date, group: str) -> str:
+        narrowed = dict(filters)
+        if group_by != "none":
+            narrowed[group_by] = group
+        return _questions_url(day=day, **narrowed)
+
+    series = [
+        DayFigures(day=day, group=group, **_figures(members, behind(day, group)))
+        for (day, group), members in sorted(groups.items())
+    ]
+    totals = Figures(**_figures(list(rows), _questions_url(start=start, end=end, **filters)))
+    gaps = await pool.fetch(
+        f"SELECT topic, sum(questions)::int AS questions FROM quality_gap_topics "  # noqa: S608
+        f"WHERE {where} GROUP BY topic ORDER BY 2 DESC, topic LIMIT 10",
+        *args,
+    )
+    cited = await pool.fetch(
+        f"SELECT q.document_id, coalesce(d.title, '?') AS title, sum(q.citations)::int "  # noqa: S608
+        f"AS citations FROM (SELECT * FROM quality_citations WHERE {where}) q "
+        "LEFT JOIN documents d ON d.id = q.document_id "
+        "GROUP BY q.document_id, d.title ORDER BY 3 DESC, 2 LIMIT 10",
+        *args,
+    )
+    never = await pool.fetch(
+        f"WITH cited AS (SELECT document_id FROM quality_citations WHERE {where}) "  # noqa: S608
+        "SELECT d.id AS document_id, d.title FROM documents d WHERE d.tenant_id = $1 "
+        "AND d.status = 'indexed' AND d.deleted_at IS NULL "
+        "AND NOT EXISTS (SELECT 1 FROM cited WHERE cited.document_id = d.id) "
+        "ORDER BY d.created_at LIMIT 50",
+        *args,
+    )
+    backlog = await pool.fetch(
+        "SELECT status, count(*)::int AS n FROM documents WHERE tenant_id = $1 "
+        "AND status IN ('pending', 'processing') GROUP BY status",
+        staff.tenant_id,
+    )
+    return Quality(
+        start=start, end=end, group_by=group_by,
+        scope="tenant" if classes is None else "classes", classes=classes or [],
+        series=series, totals=totals,
+        top_gap_topics=[
+            GapTopic(topic=g["topic"], questions=g["questions"],
+                     questions_url=_questions_url(start=start, end=end, topic=g["topic"],
+                                                  **filters))
+            for g in gaps
+        ],
+        most_cited=[CitedDocument(**dict(c)) for c in cited],
+        never_cited=[CitedDocument(**dict(n)) for n in never],
+        ingest_backlog={"pending": 0, "processing": 0} | {b["status"]: b["n"] for b in backlog},
+    )  # fmt: skip
+
+
+@router.get(
+    "/v1/metrics/quality/questions", summary="The questions behind a dashboard figure (staff)"
+)
+async def quality_questions(
+    staff: StaffDep,
+    pool: PoolDep,
+    day: date | None = None,
+    start: date | None = None,
+    end: date | None = None,
+    persona: str | None = Query(default=None, max_length=63),
+    subject: str | None = Query(default=None, max_length=200),
+    band: Band | None = None,
+    flagged: bool | None = None,
+    topic: str | None = Query(default=None, max_length=200),
+    limit: int = Query(default=100, ge=1, le=500),
+) -> list[QuestionRow]:
+    """Questions of a day (or range) with their answers, filtered like the figure."""
+    first = day or start or datetime.now(UTC).date()
+    last = day or end or first
+    classes = await teacher_classes(pool, staff)
+    rows = await pool.fetch(
+        """SELECT q.session_id, q.content AS question, a.id AS answer_message_id,
+                  a.confidence_band AS band, s.persona_slug AS persona, s.subject,
+                  q.created_at AS asked_at,
+                  EXISTS (SELECT 1 FROM feedback_flags f WHERE f.message_id = a.id) AS flagged
+           FROM chat_messages q
+           JOIN chat_sessions s ON s.id = q.session_id
+           LEFT JOIN LATERAL (
+               SELECT id, confidence_band FROM chat_messages m
+               WHERE m.session_id = q.session_id AND m.role = 'assistant'
+                 AND m.created_at >= q.created_at ORDER BY m.created_at LIMIT 1) a ON true
+           LEFT JOIN knowledge_gaps g ON g.message_id = a.id
+           WHERE q.tenant_id = $1 AND q.role = 'user'
+             AND (q.created_at AT TIME ZONE 'UTC')::date BETWEEN $2 AND $3
+             AND ($4::text[] IS NULL OR coalesce(s.class_id, '') = ANY($4::text[]))
+             AND ($5::text IS NULL OR coalesce(s.persona_slug, '') = $5)
+             AND ($6::text IS NULL OR lower(coalesce(s.subject, '')) = lower($6))
+             AND ($7::text IS NULL OR a.confidence_band = $7)
+             AND ($8::text IS NULL OR g.topic = $8)
+           ORDER BY q.created_at LIMIT $9""",
+        staff.tenant_id, first, last, None if classes is None else ["", *classes],
+        persona, subject, band, topic, limit,
+    )  # fmt: skip
+    found = [QuestionRow.model_validate(dict(r)) for r in rows]
+    return found if flagged is None else [r for r in found if r.flagged == flagged]
