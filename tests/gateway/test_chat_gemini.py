@@ -268,6 +268,27 @@ async def test_a_personas_instructions_reach_the_model_as_escaped_data(
     assert "&lt;/persona>" in system and "&lt;sources>" in system
     assert system.count("</persona>") == 1 and 'label="T9"' not in system.split("</persona>")[1]
 
+    # a model that follows the instructions it is given (the fake stands in for one): the
+    # persona's answer takes the form its instructions ask for, the plain tutor's does not
+    def follows(body: dict[str, Any]) -> str | None:
+        text = body["systemInstruction"]["parts"][0]["text"]
+        if "three bullet points" in text:
+            return "- Carbon dioxide [T1].\n- Into sugars [T1].\n- In the stroma [T1]."
+        return "The Calvin cycle fixes carbon dioxide into sugars [T1]."
+
+    gemini.respond = follows
+    try:
+        plain = await new_session(client, gateway, headers)
+        prose = await ask(client, gateway, plain["id"], "What does the Calvin cycle fix?", headers)
+        bulleted = await ask(
+            client, gateway, session["id"], "What does the Calvin cycle fix?", headers
+        )
+    finally:
+        gemini.respond = None
+    model_text = "".join(t.text for t in bulleted.of("token") if t.origin == "model")
+    assert [line[:2] for line in model_text.splitlines()] == ["- ", "- ", "- "]
+    assert not prose.text.lstrip().startswith("- ")
+
 
 async def test_invalid_and_unsupported_citations_are_flagged(
     gateway: Gateway,

@@ -21,7 +21,7 @@ import json
 import re
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -298,15 +298,26 @@ def _user_text(body: dict[str, Any]) -> str:
 class FakeGemini(_FakeServer):
     """A fake Gemini Developer API (``/v1beta/models/{model}:{action}``)."""
 
-    def __init__(self, *, default_text: str | None = None, default_dimension: int = 3072) -> None:
+    def __init__(
+        self,
+        *,
+        default_text: str | None = None,
+        default_dimension: int = 3072,
+        respond: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> None:
         super().__init__()
         self.default_text = default_text
         self.default_dimension = default_dimension
+        #: a stand-in for the model's judgement: the answer to a request body (None: the
+        #: default), e.g. answering in the form the system instruction asks for
+        self.respond = respond
 
     def _routes(self) -> list[Route]:
         return [Route("/{version}/models/{target:path}", self._handle, methods=["POST"])]
 
     def _answer_text(self, body: dict[str, Any]) -> str:
+        if self.respond is not None and (answer := self.respond(body)) is not None:
+            return answer
         if self.default_text is not None:
             return self.default_text
         return f"Fake answer to: {_user_text(body)}"
