@@ -66,8 +66,15 @@ STREAMS: list[StreamSpec] = [
     ),
     StreamSpec(
         "LECTERN_DOCUMENT_EVENTS",
-        [Subjects.DOCUMENTS_INDEXED, Subjects.DOCUMENTS_FAILED, Subjects.DOCUMENTS_DELETED],
-        description="document outcomes, for anyone",
+        [
+            Subjects.DOCUMENTS_INDEXED,
+            Subjects.DOCUMENTS_FAILED,
+            Subjects.DOCUMENTS_DELETED,
+            Subjects.DOCUMENTS_UPDATED,
+            Subjects.DOCUMENTS_ARCHIVED,
+            Subjects.DOCUMENTS_RESTORED,
+        ],
+        description="document outcomes and a teacher's changes, for anyone",
     ),
     StreamSpec(
         "LECTERN_DOCUMENT_PROGRESS",

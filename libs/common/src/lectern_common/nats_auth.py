@@ -87,6 +87,9 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
         publish=[
             Subjects.DOCUMENTS_UPLOADED,
             Subjects.DOCUMENTS_DELETED,
+            Subjects.DOCUMENTS_UPDATED,
+            Subjects.DOCUMENTS_ARCHIVED,
+            Subjects.DOCUMENTS_RESTORED,
             Subjects.CHAT_TURN_COMPLETED,
             Subjects.CHAT_SESSION_ENDED,
             Subjects.FEEDBACK_FLAGGED,

@@ -12,7 +12,7 @@ from lectern_gateway.chat import routes as chat
 from lectern_gateway.chat.runtime import start_chat, stop_chat
 from lectern_gateway.classes import routes as classes
 from lectern_gateway.config import Settings
-from lectern_gateway.documents import chunks
+from lectern_gateway.documents import chunks, lifecycle
 from lectern_gateway.documents import routes as documents
 from lectern_gateway.feedback import flags, gaps
 from lectern_gateway.keys import routes as api_keys
@@ -75,6 +75,7 @@ def create_app(
     install_problem_handlers(app)
     app.add_middleware(RejectNulBytes)
     app.include_router(documents.router)
+    app.include_router(lifecycle.router)
     app.include_router(search.router)
     app.include_router(chat.router)
     app.include_router(memories.router)

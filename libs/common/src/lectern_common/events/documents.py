@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import date
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -188,3 +188,35 @@ class DocumentDeleted(Event):
 
     document_id: uuid.UUID
     deleted_by: str
+
+
+@register_event
+class DocumentUpdated(Event):
+    """A teacher changed a document's metadata; search and chat use it at once (nothing is
+    re-embedded: the indexed text did not change)."""
+
+    subject: ClassVar[str] = Subjects.DOCUMENTS_UPDATED
+
+    document_id: uuid.UUID
+    changes: dict[str, list[Any]] = Field(description="field -> [old value, new value]")
+    updated_by: str
+
+
+@register_event
+class DocumentArchived(Event):
+    """The document left retrieval (its chunks are kept, for a restore)."""
+
+    subject: ClassVar[str] = Subjects.DOCUMENTS_ARCHIVED
+
+    document_id: uuid.UUID
+    archived_by: str
+
+
+@register_event
+class DocumentRestored(Event):
+    """An archived document is back in retrieval."""
+
+    subject: ClassVar[str] = Subjects.DOCUMENTS_RESTORED
+
+    document_id: uuid.UUID
+    restored_by: str

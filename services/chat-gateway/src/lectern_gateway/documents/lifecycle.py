@@ -1,0 +1,200 @@
+"""A teacher keeps the library right: edit a document's metadata, archive and restore it,
+and read who changed what.
+
+Every change takes effect in search and chat at once: the metadata retrieval filters on is
+copied to the document's chunks in the same transaction (nothing is re-embedded: the text
+did not change), and archiving flips the document's status, which takes its chunks out of
+retrieval through the status trigger (and back on restore). Each change is written to
+``document_audit`` and announced (``documents.updated`` / ``archived`` / ``restored``)
+through the outbox, in that same transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from lectern_common.events import DocumentArchived, DocumentRestored, DocumentUpdated
+from lectern_common.outbox import enqueue
+from lectern_gateway.auth import Principal, StaffDep
+from lectern_gateway.deps import PoolDep
+from lectern_gateway.documents import repository as repo
+from lectern_gateway.documents.routes import DocumentView, document_view
+from lectern_gateway.problems import ProblemError
+
+router = APIRouter(tags=["documents"])
+
+#: document fields a teacher may change, and whether chunks carry a copy retrieval reads
+EDITABLE: dict[str, bool] = {
+    "title": False,
+    "subject": True,
+    "grade_level": True,
+    "module_tag": True,
+    "class_id": True,
+    "collection": True,
+    "curriculum_standards": True,
+    "topic_tags": True,
+    "freshness_date": True,
+    "source_priority": True,
+}
+
+
+class DocumentPatch(BaseModel):
+    """Metadata to change; fields left out stay, ``null`` clears one."""
+
+    title: str | None = Field(default=None, min_length=1, max_length=300)
+    subject: str | None = Field(default=None, max_length=200)
+    grade_level: int | None = Field(default=None, ge=0, le=16)
+    module_tag: str | None = Field(default=None, max_length=200)
+    class_id: str | None = Field(default=None, max_length=200)
+    collection: Literal["educational", "assessment"] | None = None
+    curriculum_standards: list[str] | None = Field(default=None, max_length=100)
+    topic_tags: list[str] | None = Field(default=None, max_length=100)
+    freshness_date: dt.date | None = None
+    source_priority: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class AuditEntry(BaseModel):
+    """One change of a document."""
+
+    id: uuid.UUID
+    document_id: uuid.UUID
+    actor: str
+    action: str
+    changes: dict[str, Any]
+    at: dt.datetime
+
+
+async def _locked(conn: Any, staff: Principal, document_id: uuid.UUID) -> Any:
+    row = await repo.lock_for_delete(conn, tenant_id=staff.tenant_id, document_id=document_id)
+    if row is None or row["status"] == "deleted":
+        raise ProblemError(404, "Not found", f"document {document_id} does not exist")
+    return row
+
+
+async def _audit(
+    conn: Any, staff: Principal, document_id: uuid.UUID, action: str, changes: dict[str, Any]
+) -> None:
+    await conn.execute(
+        "INSERT INTO document_audit (id, tenant_id, document_id, actor, action, changes) "
+        "VALUES ($1, $2, $3, $4, $5, $6)",
+        uuid.uuid4(), staff.tenant_id, document_id, staff.user_id, action, changes,
+    )  # fmt: skip
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float):
+        return round(value, 4)
+    return list(value) if isinstance(value, list | tuple) else value
+
+
+@router.patch("/v1/documents/{document_id}", summary="Change a document's metadata (staff)")
+async def patch_document(
+    document_id: uuid.UUID, body: DocumentPatch, staff: StaffDep, pool: PoolDep
+) -> DocumentView:
+    """Search and chat use the new metadata at once; nothing is re-embedded."""
+    given = {k: getattr(body, k) for k in body.model_fields_set if k in EDITABLE}
+    if "title" in given and given["title"] is None:
+        raise ProblemError(422, "Unprocessable", "a document keeps a title")
+    if "collection" in given and given["collection"] is None:
+        raise ProblemError(422, "Unprocessable", "a document belongs to a collection")
+    async with pool.acquire() as conn, conn.transaction():
+        row = await _locked(conn, staff, document_id)
+        changes = {
+            field: [_json(row[field]), _json(value)]
+            for field, value in given.items()
+            if _json(row[field]) != _json(value)
+        }
+        if changes:
+            names = list(changes)
+            values = [given[n] for n in names]
+            sets = ", ".join(f"{n} = ${i + 2}" for i, n in enumerate(names))
+            await conn.execute(
+                f"UPDATE documents SET {sets}, updated_at = now() WHERE id = $1",  # noqa: S608
+                document_id, *values,
+            )  # fmt: skip
+            copied = [n for n in names if EDITABLE[n]]
+            if copied:
+                chunk_sets = ", ".join(f"{n} = d.{n}" for n in copied)
+                await conn.execute(
+                    f"UPDATE chunks c SET {chunk_sets} FROM documents d "  # noqa: S608
+                    "WHERE d.id = $1 AND c.document_id = d.id",
+                    document_id,
+                )
+            await _audit(conn, staff, document_id, "updated", changes)
+            await enqueue(
+                conn,
+                DocumentUpdated(
+                    tenant_id=staff.tenant_id, document_id=document_id, changes=changes,
+                    updated_by=staff.user_id,
+                ),
+            )  # fmt: skip
+        fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
+    return document_view(fresh)
+
+
+async def _set_status(
+    pool: Any, staff: Principal, document_id: uuid.UUID, *, to: str, allowed_from: str
+) -> DocumentView:
+    async with pool.acquire() as conn, conn.transaction():
+        row = await _locked(conn, staff, document_id)
+        if row["status"] != to:
+            if row["status"] != allowed_from:
+                raise ProblemError(
+                    409, "Conflict",
+                    f"document {document_id} is {row['status']}: only an {allowed_from} "
+                    f"document can be {to}",
+                )  # fmt: skip
+            # the status trigger takes the chunks out of retrieval (or back) in this statement
+            await conn.execute(
+                "UPDATE documents SET status = $2, updated_at = now() WHERE id = $1",
+                document_id, to,
+            )  # fmt: skip
+            action = "archived" if to == "archived" else "restored"
+            await _audit(conn, staff, document_id, action, {"status": [row["status"], to]})
+            event: DocumentArchived | DocumentRestored = (
+                DocumentArchived(
+                    tenant_id=staff.tenant_id, document_id=document_id, archived_by=staff.user_id
+                )
+                if to == "archived"
+                else DocumentRestored(
+                    tenant_id=staff.tenant_id, document_id=document_id, restored_by=staff.user_id
+                )
+            )
+            await enqueue(conn, event)
+        fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
+    return document_view(fresh)
+
+
+@router.post(
+    "/v1/documents/{document_id}/archive",
+    summary="Take a document out of retrieval at once (staff; restorable)",
+)
+async def archive_document(document_id: uuid.UUID, staff: StaffDep, pool: PoolDep) -> DocumentView:
+    """Idempotent; 409 unless the document is indexed (or already archived)."""
+    return await _set_status(pool, staff, document_id, to="archived", allowed_from="indexed")
+
+
+@router.post("/v1/documents/{document_id}/restore", summary="Put an archived document back (staff)")
+async def restore_document(document_id: uuid.UUID, staff: StaffDep, pool: PoolDep) -> DocumentView:
+    """Idempotent; 409 unless the document is archived (or already indexed)."""
+    return await _set_status(pool, staff, document_id, to="indexed", allowed_from="archived")
+
+
+@router.get("/v1/documents/{document_id}/audit", summary="Who changed a document, and how")
+async def document_audit(
+    document_id: uuid.UUID, staff: StaffDep, pool: PoolDep
+) -> list[AuditEntry]:
+    rows = await pool.fetch(
+        "SELECT id, document_id, actor, action, changes, at FROM document_audit "
+        "WHERE tenant_id = $1 AND document_id = $2 ORDER BY at, id",
+        staff.tenant_id,
+        document_id,
+    )
+    return [AuditEntry.model_validate(dict(r)) for r in rows]

@@ -1,0 +1,116 @@
+"""A teacher's changes to a document take effect at once: archive (never cited), restore
+(cited again), metadata edits copied to the chunks without re-embedding, each audited and
+announced through the outbox."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from lectern_testing.chat import (
+    Gateway,
+    Responders,
+    ask,
+    gateway_settings,
+    new_session,
+    published,
+    run_responders,
+    seed_document,
+    serve_gateway,
+)
+
+from lectern_common.events import Subjects
+
+pytestmark = pytest.mark.integration
+
+QUESTION = "What does RuBisCO catalyse?"
+
+
+@pytest.fixture(scope="module")
+async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
+    async with (
+        run_responders(nats_url, Responders(pool=db_pool)),
+        serve_gateway(gateway_settings(nats_url, database_url)) as running,
+    ):
+        yield running
+
+
+def _cited(got: Any) -> set[uuid.UUID]:
+    return {s.document_id for s in got.of("sources")[0].sources}
+
+
+async def test_archive_restore_and_edit_take_effect_at_once(
+    gateway: Gateway, db_pool: Any, tenant_id: str, jetstream: Any
+) -> None:
+    seeded = await seed_document(db_pool, tenant_id=tenant_id)
+    doc = seeded.document_id
+    teacher = gateway.token(tenant_id, "t-1", role="teacher")
+    student = gateway.token(tenant_id, "stu-1")
+    url = f"{gateway.url}/v1/documents/{doc}"
+    embeddings_before = await db_pool.fetch(
+        "SELECT id, embedding::text AS e FROM chunks WHERE document_id = $1 ORDER BY id", doc
+    )
+    async with httpx.AsyncClient(timeout=60) as client:
+        session = await new_session(client, gateway, student)
+        before = await ask(client, gateway, session["id"], QUESTION, student)
+        assert _cited(before) == {doc}
+
+        archived = await client.post(f"{url}/archive", headers=teacher)
+        assert archived.status_code == 200 and archived.json()["status"] == "archived"
+        gone = await ask(client, gateway, session["id"], QUESTION, student)
+        assert doc not in _cited(gone) and gone.done.knowledge_gap
+        assert (await client.post(f"{url}/archive", headers=teacher)).status_code == 200
+        assert (await client.post(f"{url}/archive", headers=student)).status_code == 403
+
+        restored = await client.post(f"{url}/restore", headers=teacher)
+        assert restored.json()["status"] == "indexed"
+        back = await ask(client, gateway, session["id"], QUESTION, student)
+        assert _cited(back) == {doc}
+
+        # a metadata edit: a tutor scoped to the new subject answers from it at once
+        chem = await client.post(
+            f"{gateway.url}/v1/personas",
+            json={"slug": "chem", "display_name": "Chem", "scope": {"subjects": ["chemistry"]}},
+            headers=teacher,
+        )
+        assert chem.json()["indexed_chunks"] == 0
+        edited = await client.patch(
+            url, json={"subject": "chemistry", "topic_tags": ["enzymes"], "title": "Enzymes"},
+            headers=teacher,
+        )  # fmt: skip
+        assert edited.status_code == 200, edited.text
+        assert edited.json()["subject"] == "chemistry" and edited.json()["title"] == "Enzymes"
+        chemistry = await new_session(client, gateway, student, persona="chem")
+        assert _cited(await ask(client, gateway, chemistry["id"], QUESTION, student)) == {doc}
+        scope = (await client.get(f"{gateway.url}/v1/personas/chem", headers=teacher)).json()
+        assert scope["indexed_chunks"] == len(seeded.chunk_ids)
+        unchanged = await client.patch(url, json={"subject": "chemistry"}, headers=teacher)
+        assert unchanged.status_code == 200
+        bad = await client.patch(url, json={"collection": None}, headers=teacher)
+        assert bad.status_code == 422
+        audit = (await client.get(f"{url}/audit", headers=teacher)).json()
+        unknown = await client.post(
+            f"{gateway.url}/v1/documents/{uuid.uuid4()}/archive", headers=teacher
+        )
+    assert unknown.status_code == 404
+    chunk_subjects = await db_pool.fetch(
+        "SELECT DISTINCT subject, topic_tags FROM chunks WHERE document_id = $1", doc
+    )
+    assert [(r["subject"], r["topic_tags"]) for r in chunk_subjects] == [("chemistry", ["enzymes"])]
+    embeddings_after = await db_pool.fetch(
+        "SELECT id, embedding::text AS e FROM chunks WHERE document_id = $1 ORDER BY id", doc
+    )
+    assert embeddings_after == embeddings_before, "metadata edits never re-embed"
+    assert [(a["action"], a["actor"]) for a in audit] == [
+        ("archived", "t-1"), ("restored", "t-1"), ("updated", "t-1")
+    ]  # fmt: skip
+    assert audit[2]["changes"]["subject"] == ["biology", "chemistry"]
+    assert "collection" not in audit[2]["changes"]
+    updated = await published(jetstream, Subjects.DOCUMENTS_UPDATED, tenant_id)
+    assert [e["changes"]["title"] for e in updated] == [["Biology notes", "Enzymes"]]
+    archived_events = await published(jetstream, Subjects.DOCUMENTS_ARCHIVED, tenant_id)
+    restored_events = await published(jetstream, Subjects.DOCUMENTS_RESTORED, tenant_id)
+    assert len(archived_events) == 1 and len(restored_events) == 1
