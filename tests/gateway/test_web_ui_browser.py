@@ -217,6 +217,18 @@ async def test_a_teacher_sees_documents_and_searches(
         await page.until("document.querySelectorAll('#document-rows tr th').length > 0")
         row = await page.text("#document-rows tr")
         assert "Plant biology" in row and "indexed" in row
+        # archive it (out of search and chat at once), then restore it
+        await page.js(
+            "document.querySelector('#document-rows button[aria-label^=Archive]').click()"
+        )
+        await page.until("document.querySelector('#document-rows .status-archived')")
+        assert await db_pool.fetchval(
+            "SELECT bool_and(NOT active) FROM chunks WHERE tenant_id = $1", tenant_id
+        )
+        await page.js(
+            "document.querySelector('#document-rows button[aria-label^=Restore]').click()"
+        )
+        await page.until("document.querySelector('#document-rows .status-indexed')")
         await page.js("location.hash = 'search'")
         await page.until("!document.getElementById('view-search').hidden")
         await page.js(

@@ -6,7 +6,7 @@ import { lines, stackedBars } from "./charts.js";
 import { readEventStream } from "./sse.js";
 
 const TOKEN_KEY = "lectern.token";
-const FINAL_STATUSES = new Set(["indexed", "duplicate", "failed", "superseded", "deleted"]);
+const FINAL_STATUSES = new Set(["indexed", "duplicate", "failed", "superseded", "deleted", "archived"]);
 const CITATION_LABEL = /\[((?:T|W)\d+)\]/g;
 // progress streams open at once: browsers allow about six connections per host
 const MAX_WATCHERS = 3;
@@ -808,10 +808,20 @@ function upsertDocumentRow(doc, { first = false } = {}) {
     el("td", {}, doc.grade_level ?? ""),
     el("td", {}, String(doc.chunk_count)),
     el("td", {}, formatDate(doc.created_at), el("div", { class: "hint" }, doc.uploaded_by)),
-    el("td", {}, doc.status === "deleted" ? "" : el("button", {
-      type: "button", class: "small danger", "aria-label": `Delete ${doc.title}`,
-      onclick: () => attempt(() => deleteDocument(doc)),
-    }, "Delete")),
+    el("td", {}, doc.status === "deleted" ? "" : [
+      doc.status === "indexed" ? el("button", {
+        type: "button", class: "small", "aria-label": `Archive ${doc.title}`,
+        onclick: () => attempt(() => setArchived(doc, true)),
+      }, "Archive") : null,
+      doc.status === "archived" ? el("button", {
+        type: "button", class: "small", "aria-label": `Restore ${doc.title}`,
+        onclick: () => attempt(() => setArchived(doc, false)),
+      }, "Restore") : null,
+      el("button", {
+        type: "button", class: "small danger", "aria-label": `Delete ${doc.title}`,
+        onclick: () => attempt(() => deleteDocument(doc)),
+      }, "Delete"),
+    ]),
   );
   const existing = $(documentRowId(doc.id));
   if (existing) existing.replaceWith(row);
@@ -899,6 +909,15 @@ async function upload(event) {
     : `Uploaded “${accepted.document.title}”: indexing…`);
   $("document-rows").querySelector("td[colspan]")?.parentElement.remove(); // "No documents yet."
   upsertDocumentRow(accepted.document, { first: true });
+}
+
+// Archive (out of search and chat at once, restorable) or restore a document.
+async function setArchived(doc, archived) {
+  const id = encodeURIComponent(doc.id);
+  const path = archived ? `/v1/documents/${id}/archive` : `/v1/documents/${id}/restore`;
+  const changed = await apiJSON(path, { method: "POST" });
+  upsertDocumentRow(changed);
+  notify(`${archived ? "Archived" : "Restored"} “${changed.title}”.`);
 }
 
 async function deleteDocument(doc) {

@@ -1,5 +1,5 @@
 // A small SVG charting module for the quality dashboard: stacked bars and lines, built
-// with DOM calls (never innerHTML), each bar or point optionally a link. No build step.
+// with DOM calls only (no HTML parsing of any text), each bar optionally a link. No build step.
 
 const SVG = "http://www.w3.org/2000/svg";
 
