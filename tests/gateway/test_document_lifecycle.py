@@ -4,6 +4,7 @@ announced through the outbox."""
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -114,3 +115,31 @@ async def test_archive_restore_and_edit_take_effect_at_once(
     archived_events = await published(jetstream, Subjects.DOCUMENTS_ARCHIVED, tenant_id)
     restored_events = await published(jetstream, Subjects.DOCUMENTS_RESTORED, tenant_id)
     assert len(archived_events) == 1 and len(restored_events) == 1
+
+
+async def test_the_cli_edits_archives_restores_and_reads_the_audit(
+    gateway: Gateway, db_pool: Any, tenant_id: str
+) -> None:
+    from lectern_cli.docs_cmd import docs, parse_sets
+
+    seeded = await seed_document(db_pool, tenant_id=tenant_id)
+    doc = str(seeded.document_id)
+    token = gateway.token(tenant_id, "t-1", role="teacher")["Authorization"].split()[1]
+    changes = parse_sets(["grade_level=9", "topic_tags=plants, light", "module_tag="])
+    assert changes == {"grade_level": 9, "topic_tags": ["plants", "light"], "module_tag": None}
+    out = io.StringIO()
+    assert await docs(url=gateway.url, token=token, out=out, action="edit", document=doc,
+                      changes=changes) == 0  # fmt: skip
+    assert "grade 9" in out.getvalue()
+    for action in ("archive", "restore", "archive"):
+        assert await docs(url=gateway.url, token=token, out=out, action=action, document=doc) == 0
+    out = io.StringIO()
+    assert await docs(url=gateway.url, token=token, out=out, status="archived") == 0
+    assert out.getvalue().startswith(f"{doc}  archived")
+    out = io.StringIO()
+    assert await docs(url=gateway.url, token=token, out=out, action="audit", document=doc) == 0
+    actions = [line.split()[2] for line in out.getvalue().splitlines()]
+    assert actions == ["updated", "archived", "restored", "archived"]
+    assert "grade_level: None -> 9" in out.getvalue()
+    student = gateway.token(tenant_id, "stu-1")["Authorization"].split()[1]
+    assert await docs(url=gateway.url, token=student, out=out, action="archive", document=doc) == 1

@@ -1,0 +1,119 @@
+"""``lectern docs``: a teacher's library from the terminal: list documents, change their
+metadata, archive and restore them, and read their audit log."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any, TextIO
+
+from lectern_cli.ask_cmd import DEFAULT_URL, problem_text
+
+#: ``--set`` fields that hold lists (comma-separated on the command line)
+LIST_FIELDS = ("curriculum_standards", "topic_tags")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``docs``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "docs",
+        help="list, edit, archive and restore documents (teachers)",
+        description=(
+            "Without an action: the tenant's documents. --edit ID --set field=value (repeat; "
+            "an empty value clears it, lists are comma-separated); --archive ID; --restore ID; "
+            "--audit ID: who changed the document and how."
+        ),
+    )
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--edit", metavar="ID", help="change the metadata of a document")
+    action.add_argument("--archive", metavar="ID", help="take a document out of retrieval")
+    action.add_argument("--restore", metavar="ID", help="put an archived document back")
+    action.add_argument("--audit", metavar="ID", help="a document's audit log")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    parser.add_argument("--status", help="list: only this status (e.g. archived)")
+    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
+    parser.add_argument(
+        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
+    )
+    parser.set_defaults(func=run)
+
+
+def parse_sets(pairs: list[str]) -> dict[str, Any]:
+    """``field=value`` pairs as a PATCH body (``grade_level`` and ``source_priority`` as
+    numbers, list fields split on commas, an empty value as null)."""
+    body: dict[str, Any] = {}
+    for pair in pairs:
+        field, sep, value = pair.partition("=")
+        if not sep or not field.strip():
+            raise ValueError(f"--set wants field=value, got {pair!r}")
+        field, value = field.strip(), value.strip()
+        if not value:
+            body[field] = [] if field in LIST_FIELDS else None
+        elif field in LIST_FIELDS:
+            body[field] = [v.strip() for v in value.split(",") if v.strip()]
+        elif field == "grade_level":
+            body[field] = int(value)
+        elif field == "source_priority":
+            body[field] = float(value)
+        else:
+            body[field] = value
+    return body
+
+
+async def docs(
+    *, url: str, token: str, out: TextIO, action: str | None = None,
+    document: str | None = None, changes: dict[str, Any] | None = None,
+    status: str | None = None,
+) -> int:  # fmt: skip
+    """Run one ``lectern docs`` action; 0 on success."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
+        if action == "edit":
+            got = await client.patch(f"/v1/documents/{document}", json=changes or {})
+        elif action in ("archive", "restore"):
+            got = await client.post(f"/v1/documents/{document}/{action}")
+        elif action == "audit":
+            got = await client.get(f"/v1/documents/{document}/audit")
+        else:
+            params = {"limit": "200", **({"status": status} if status else {})}
+            got = await client.get("/v1/documents", params=params)
+    if got.status_code != 200:
+        print(f"lectern docs: {problem_text(got)}", file=sys.stderr)
+        return 1
+    body = got.json()
+    if action == "audit":
+        for entry in body:
+            changed = ", ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in entry["changes"].items())
+            out.write(f"{entry['at']}  {entry['actor']}  {entry['action']}  {changed}\n")
+        return 0
+    for doc in body["items"] if action is None else [body]:
+        out.write(
+            f"{doc['id']}  {doc['status']:<10} {doc['title']}  "
+            f"[{doc.get('subject') or '-'}, grade {doc.get('grade_level') or '-'}]\n"
+        )
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``lectern docs``."""
+    token = args.token or os.environ.get("LECTERN_TOKEN")
+    if not token:
+        print("lectern docs: give --token or set LECTERN_TOKEN (see `lectern token`)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    url = args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL
+    action, document = None, None
+    for name in ("edit", "archive", "restore", "audit"):
+        if getattr(args, name):
+            action, document = name, getattr(args, name)
+    try:
+        changes = parse_sets(args.set)
+    except ValueError as exc:
+        print(f"lectern docs: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(docs(url=url, token=token, out=sys.stdout, action=action,
+                            document=document, changes=changes, status=args.status))  # fmt: skip
