@@ -132,15 +132,30 @@ def problem_text(response: Any) -> str:
         return f"{response.status_code} {response.text[:200]}"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Entry of ``lectern ask``."""
+def add_connection(parser: argparse.ArgumentParser) -> None:
+    """``--token`` and ``--url`` of a command that talks to the gateway."""
+    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
+    parser.add_argument(
+        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
+    )
+
+
+def credentials(args: argparse.Namespace, command: str) -> tuple[str, str] | None:
+    """(gateway URL, token) from the options or the environment; None (said) without one."""
     token = args.token or os.environ.get("LECTERN_TOKEN")
     if not token:
-        print(
-            "lectern ask: give --token or set LECTERN_TOKEN (see `lectern token`)", file=sys.stderr
-        )
+        print(f"lectern {command}: give --token or set LECTERN_TOKEN (see `lectern token`)",
+              file=sys.stderr)  # fmt: skip
+        return None
+    return args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL, token
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``lectern ask``."""
+    found = credentials(args, "ask")
+    if found is None:
         return 1
-    url = args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL
+    url, token = found
     return asyncio.run(
         ask(
             url=url,

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from typing import Any, TextIO
 
-from lectern_cli.ask_cmd import DEFAULT_URL, problem_text
+from lectern_cli.ask_cmd import add_connection, credentials, problem_text
 
 #: ``--set`` fields that hold lists (comma-separated on the command line)
 LIST_FIELDS = ("curriculum_standards", "topic_tags")
@@ -33,10 +32,7 @@ def register(subparsers: Any) -> None:
     action.add_argument("--audit", metavar="ID", help="a document's audit log")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     parser.add_argument("--status", help="list: only this status (e.g. archived)")
-    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
-    parser.add_argument(
-        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
-    )
+    add_connection(parser)
     parser.set_defaults(func=run)
 
 
@@ -100,12 +96,10 @@ async def docs(
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``lectern docs``."""
-    token = args.token or os.environ.get("LECTERN_TOKEN")
-    if not token:
-        print("lectern docs: give --token or set LECTERN_TOKEN (see `lectern token`)",
-              file=sys.stderr)  # fmt: skip
+    found = credentials(args, "docs")
+    if found is None:
         return 1
-    url = args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL
+    url, token = found
     action, document = None, None
     for name in ("edit", "archive", "restore", "audit"):
         if getattr(args, name):

@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from lectern_cli.ask_cmd import DEFAULT_URL, problem_text
+from lectern_cli.ask_cmd import add_connection, credentials, problem_text
 
 
 def register(subparsers: Any) -> None:
@@ -29,10 +28,7 @@ def register(subparsers: Any) -> None:
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--show", metavar="SLUG", help="show one persona")
     action.add_argument("--define", metavar="FILE", type=Path, help="define from a JSON file")
-    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
-    parser.add_argument(
-        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
-    )
+    add_connection(parser)
     parser.set_defaults(func=run)
 
 
@@ -87,12 +83,10 @@ def _write(persona: dict[str, Any], out: TextIO, *, detail: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``lectern personas``."""
-    token = args.token or os.environ.get("LECTERN_TOKEN")
-    if not token:
-        print("lectern personas: give --token or set LECTERN_TOKEN (see `lectern token`)",
-              file=sys.stderr)  # fmt: skip
+    found = credentials(args, "personas")
+    if found is None:
         return 1
-    url = args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL
+    url, token = found
     define = None
     if args.define is not None:
         try:

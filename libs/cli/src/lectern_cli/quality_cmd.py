@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from lectern_cli.ask_cmd import DEFAULT_URL, problem_text
+from lectern_cli.ask_cmd import add_connection, credentials, problem_text
 
 
 def register(subparsers: Any) -> None:
@@ -25,10 +24,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--days", type=int, default=14, help="how many days back (default 14)")
     parser.add_argument("--by", choices=("persona", "subject", "none"), default="persona")
-    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
-    parser.add_argument(
-        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
-    )
+    add_connection(parser)
     parser.set_defaults(func=run)
 
 
@@ -69,10 +65,8 @@ async def quality(*, url: str, token: str, out: TextIO, days: int, by: str) -> i
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``lectern quality``."""
-    token = args.token or os.environ.get("LECTERN_TOKEN")
-    if not token:
-        print("lectern quality: give --token or set LECTERN_TOKEN (see `lectern token`)",
-              file=sys.stderr)  # fmt: skip
+    found = credentials(args, "quality")
+    if found is None:
         return 1
-    url = args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL
+    url, token = found
     return asyncio.run(quality(url=url, token=token, out=sys.stdout, days=args.days, by=args.by))

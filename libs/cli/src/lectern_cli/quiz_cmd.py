@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from lectern_cli.ask_cmd import DEFAULT_URL, problem_text
+from lectern_cli.ask_cmd import add_connection, credentials, problem_text
 
 Prompt = Callable[[str], str]
 
@@ -34,22 +33,15 @@ def register(subparsers: Any) -> None:
         "--kinds", default="multiple_choice,short_answer,true_false",
         help="comma-separated kinds of questions",
     )  # fmt: skip
-    _connection(quiz)
+    add_connection(quiz)
     quiz.set_defaults(func=run_quiz)
     syllabus: argparse.ArgumentParser = subparsers.add_parser(
         "syllabus", help="list the material as modules, documents and sections"
     )
     syllabus.add_argument("--subject", help="only this subject's material")
     syllabus.add_argument("--document", help="only this document")
-    _connection(syllabus)
+    add_connection(syllabus)
     syllabus.set_defaults(func=run_syllabus)
-
-
-def _connection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
-    parser.add_argument(
-        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
-    )
 
 
 def _ask(question: dict[str, Any], number: int, out: TextIO, prompt: Prompt) -> str:
@@ -138,18 +130,9 @@ def _pages(start: int | None, end: int | None) -> str:
     return f"  p. {start}" if end in (None, start) else f"  pp. {start}-{end}"
 
 
-def _credentials(args: argparse.Namespace, command: str) -> tuple[str, str] | None:
-    token = args.token or os.environ.get("LECTERN_TOKEN")
-    if not token:
-        print(f"lectern {command}: give --token or set LECTERN_TOKEN (see `lectern token`)",
-              file=sys.stderr)  # fmt: skip
-        return None
-    return args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL, token
-
-
 def run_quiz(args: argparse.Namespace) -> int:
     """Entry of ``lectern quiz``."""
-    found = _credentials(args, "quiz")
+    found = credentials(args, "quiz")
     if found is None:
         return 1
     url, token = found
@@ -167,7 +150,7 @@ def run_quiz(args: argparse.Namespace) -> int:
 
 def run_syllabus(args: argparse.Namespace) -> int:
     """Entry of ``lectern syllabus``."""
-    found = _credentials(args, "syllabus")
+    found = credentials(args, "syllabus")
     if found is None:
         return 1
     url, token = found

@@ -217,12 +217,7 @@ async def next_practice_question(deps: ChatDeps, turn: TurnInput) -> dict[str, A
     )  # fmt: skip
     rows = await study_repo.quiz_material(deps.pool, where, args)
     chunks = [
-        generator.SourceChunk(
-            id=r["id"], document_id=r["document_id"], document_title=r["document_title"],
-            kind=r["kind"], text=r["text"], section_path=tuple(r["section_path"] or ()),
-            page_start=r["page_start"], page_end=r["page_end"],
-            parent_chunk_id=r["parent_chunk_id"],
-        )
+        generator.SourceChunk.from_row(r)
         for r in rows
     ]  # fmt: skip
     asked = await repo.asked_checks(

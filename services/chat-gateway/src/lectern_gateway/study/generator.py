@@ -23,7 +23,7 @@ import uuid
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from lectern_common.answerer import split_sentences
 
@@ -81,6 +81,16 @@ class SourceChunk:
     page_start: int | None
     page_end: int | None
     parent_chunk_id: uuid.UUID | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> SourceChunk:
+        """From a row of ``study.repository.quiz_material``."""
+        return cls(
+            id=row["id"], document_id=row["document_id"], document_title=row["document_title"],
+            kind=row["kind"], text=row["text"], section_path=tuple(row["section_path"] or ()),
+            page_start=row["page_start"], page_end=row["page_end"],
+            parent_chunk_id=row["parent_chunk_id"],
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -178,12 +178,7 @@ async def create_quiz(
     )  # fmt: skip
     rows = await repo.quiz_material(pool, where, args)
     chunks = [
-        generator.SourceChunk(
-            id=r["id"], document_id=r["document_id"], document_title=r["document_title"],
-            kind=r["kind"], text=r["text"], section_path=tuple(r["section_path"] or ()),
-            page_start=r["page_start"], page_end=r["page_end"],
-            parent_chunk_id=r["parent_chunk_id"],
-        )
+        generator.SourceChunk.from_row(r)
         for r in rows
     ]  # fmt: skip
     if body.section:
