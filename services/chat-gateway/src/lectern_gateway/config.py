@@ -78,6 +78,12 @@ class Settings(ServiceHttpSettings):
     idle_sweep_interval_s: float = Field(default=60.0, description="0 disables the sweep")
 
     # documents
+    url_fetch_allowed_networks: list[str] = Field(
+        default_factory=list,
+        description="networks (CIDR) a document URL may resolve to besides public addresses "
+        "(default none: never loopback, private or link-local)",
+    )
+    url_fetch_timeout_s: float = Field(default=30.0, gt=0, description="fetching a URL")
     max_upload_bytes: int = Field(
         default=100 * 1024 * 1024, gt=0, description="uploads past this size get 413"
     )

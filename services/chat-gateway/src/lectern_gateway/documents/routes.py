@@ -14,6 +14,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import httpx
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, Field, ValidationError
@@ -43,7 +44,13 @@ from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
 from lectern_gateway.classes.membership import may_see_class, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
 from lectern_gateway.documents import repository as repo
-from lectern_gateway.documents.uploads import MalformedUpload, UploadTooLarge, receive_upload
+from lectern_gateway.documents.fetch import UrlRefused, fetch
+from lectern_gateway.documents.uploads import (
+    MalformedUpload,
+    ReceivedUpload,
+    UploadTooLarge,
+    receive_upload,
+)
 from lectern_gateway.problems import ProblemError
 
 log = logging.getLogger(__name__)
@@ -71,6 +78,11 @@ class DocumentView(BaseModel):
     title: str
     filename: str
     mime_type: str
+    source: dict[str, str] | None = Field(
+        default=None,
+        description="a document fetched from a URL: url, final_url, content_type and what "
+        "the page states (canonical_url, title, author, date)",
+    )
     size_bytes: int
     status: str
     version: int
@@ -158,6 +170,7 @@ def document_view(row: Any) -> DocumentView:
         uploaded_by=row["uploaded_by"], co_owners=list(row["co_owners"]),
         created_at=row["created_at"], updated_at=row["updated_at"],
         indexed_at=row["indexed_at"], status_url=status_url, events_url=events_url,
+        source=(row["metadata"] or {}).get("source"),
     )  # fmt: skip
 
 
@@ -303,10 +316,76 @@ async def upload_document(
         raise _too_large(exc.limit) from exc
     except MalformedUpload as exc:
         raise ProblemError(400, "Bad upload", str(exc), reason="bad_upload") from exc
+    source = None
+    try:
+        if not upload.filename and (url := _field(upload.fields, "url")):
+            upload, source = await _fetched_upload(upload, url, settings)
+        return await _accept(
+            upload=upload, principal=principal, pool=pool, broker=broker, replaces=replaces,
+            source=source,
+        )  # fmt: skip
+    finally:
+        upload.discard()
+
+
+async def _fetched_upload(
+    upload: ReceivedUpload, url: str, settings: Any
+) -> tuple[ReceivedUpload, dict[str, str]]:
+    """The URL's content as the upload's file, and where it came from."""
+    upload.discard()
+    try:
+        got = await fetch(
+            url.strip(), max_bytes=settings.max_upload_bytes,
+            timeout_s=settings.url_fetch_timeout_s,
+            allowed_networks=settings.url_fetch_allowed_networks,
+        )  # fmt: skip
+    except UrlRefused as exc:
+        raise ProblemError(422, "URL refused", exc.message, reason="url_refused") from exc
+    except (httpx.HTTPError, TimeoutError) as exc:
+        raise ProblemError(
+            502, "URL unreachable", f"{url}: {exc!r}", reason="url_unreachable"
+        ) from exc
+    fields = dict(upload.fields)
+    if not _field(fields, "title") and got.page.get("title"):
+        fields["title"] = [got.page["title"]]
+    source = {"url": got.url, "final_url": got.final_url, "content_type": got.content_type,
+              **got.page}  # fmt: skip
+    return ReceivedUpload(
+        path=got.path, filename=got.filename, size=got.size, sha256=got.sha256, head=got.head,
+        fields=fields,
+    ), source  # fmt: skip
+
+
+@router.post(
+    "/v1/documents/{document_id}/refetch",
+    summary="Fetch a document's URL again: a new version only when the content changed",
+    responses={
+        200: {"description": "the same bytes as the latest version: nothing new"},
+        202: {"description": "changed: a new version, queued for ingestion"},
+        422: {"description": "not a document fetched from a URL, or the URL is refused now"},
+    },
+)
+async def refetch_document(
+    document_id: uuid.UUID,
+    principal: StaffDep,
+    pool: PoolDep,
+    broker: BrokerDep,
+    settings: SettingsDep,
+) -> JSONResponse:
+    row = await _load(pool, principal, document_id)
+    source = (row["metadata"] or {}).get("source") or {}
+    if not source.get("url"):
+        raise ProblemError(
+            422, "Unprocessable", f"document {document_id} was not fetched from a URL"
+        )
+    empty = ReceivedUpload(path=Path(tempfile.mkstemp(prefix="lectern-url-")[1]), filename="",
+                           size=0, sha256="", head=b"")  # fmt: skip
+    upload, fetched_from = await _fetched_upload(empty, str(source["url"]), settings)
     try:
         return await _accept(
-            upload=upload, principal=principal, pool=pool, broker=broker, replaces=replaces
-        )
+            upload=upload, principal=principal, pool=pool, broker=broker, replaces=document_id,
+            source=fetched_from,
+        )  # fmt: skip
     finally:
         upload.discard()
 
@@ -319,7 +398,13 @@ def _too_large(limit: int) -> ProblemError:
 
 
 async def _accept(
-    *, upload: Any, principal: Principal, pool: Any, broker: Any, replaces: uuid.UUID | None
+    *,
+    upload: Any,
+    principal: Principal,
+    pool: Any,
+    broker: Any,
+    replaces: uuid.UUID | None,
+    source: dict[str, str] | None = None,
 ) -> JSONResponse:
     try:
         mime = detect_mime_path(upload.path, upload.filename)
@@ -392,7 +477,8 @@ async def _accept(
         topic_tags=metadata.topic_tags, source_priority=priority,
         freshness_date=metadata.freshness_date, version=version,
         previous_version_id=replaces, object_name=name, uploaded_by=principal.user_id,
-        uploader_role=principal.role, metadata=metadata.model_dump(mode="json"),
+        uploader_role=principal.role,
+        metadata={**metadata.model_dump(mode="json"), **({"source": source} if source else {})},
     )  # fmt: skip
     event = DocumentUploaded(
         tenant_id=principal.tenant_id, document_id=document_id, version=version,

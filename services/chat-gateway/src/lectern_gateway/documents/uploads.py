@@ -175,9 +175,14 @@ async def receive_upload(
         receiver.path.unlink(missing_ok=True)
         raise MalformedUpload(f"the multipart body could not be parsed: {exc}") from exc
     receiver.close()
+    if receiver.filename is None and any(v.strip() for v in receiver.fields.get("url", [])):
+        # no file but a URL: the gateway fetches it (documents.fetch) into this file
+        return ReceivedUpload(
+            path=receiver.path, filename="", size=0, sha256="", head=b"", fields=receiver.fields
+        )
     if receiver.filename is None:
         receiver.path.unlink(missing_ok=True)
-        raise MalformedUpload("the form has no file part (field 'file')")
+        raise MalformedUpload("the form has no file part (field 'file') nor a 'url' field")
     return ReceivedUpload(
         path=receiver.path,
         filename=receiver.filename,
