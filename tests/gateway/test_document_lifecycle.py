@@ -143,3 +143,38 @@ async def test_the_cli_edits_archives_restores_and_reads_the_audit(
     assert "grade_level: None -> 9" in out.getvalue()
     student = gateway.token(tenant_id, "stu-1")["Authorization"].split()[1]
     assert await docs(url=gateway.url, token=student, out=out, action="archive", document=doc) == 1
+
+
+async def test_a_superseded_document_leaves_retrieval_for_its_replacement(
+    gateway: Gateway, db_pool: Any, tenant_id: str
+) -> None:
+    old = await seed_document(db_pool, tenant_id=tenant_id, title="Old notes")
+    new = await seed_document(db_pool, tenant_id=tenant_id, title="New notes")
+    teacher = gateway.token(tenant_id, "t-1", role="teacher")
+    student = gateway.token(tenant_id, "stu-1")
+    url = f"{gateway.url}/v1/documents/{old.document_id}"
+    async with httpx.AsyncClient(timeout=60) as client:
+        session = await new_session(client, gateway, student)
+        assert _cited(await ask(client, gateway, session["id"], QUESTION, student)) == {
+            old.document_id, new.document_id
+        }  # fmt: skip
+        itself = await client.post(
+            f"{url}/supersede", json={"by": str(old.document_id)}, headers=teacher
+        )
+        assert itself.status_code == 422
+        done = await client.post(
+            f"{url}/supersede", json={"by": str(new.document_id)}, headers=teacher
+        )
+        assert done.status_code == 200 and done.json()["status"] == "superseded"
+        assert _cited(await ask(client, gateway, session["id"], QUESTION, student)) == {
+            new.document_id
+        }  # fmt: skip
+        again = await client.post(
+            f"{url}/supersede", json={"by": str(new.document_id)}, headers=teacher
+        )
+        assert again.status_code == 409
+        back = await client.post(f"{url}/restore", headers=teacher)
+        assert back.json()["status"] == "indexed"
+        audit = (await client.get(f"{url}/audit", headers=teacher)).json()
+    assert [a["action"] for a in audit] == ["superseded", "restored"]
+    assert audit[0]["changes"]["superseded_by"] == [None, str(new.document_id)]

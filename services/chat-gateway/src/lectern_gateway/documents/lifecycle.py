@@ -140,16 +140,16 @@ async def patch_document(
 
 
 async def _set_status(
-    pool: Any, staff: Principal, document_id: uuid.UUID, *, to: str, allowed_from: str
+    pool: Any, staff: Principal, document_id: uuid.UUID, *, to: str, allowed_from: tuple[str, ...]
 ) -> DocumentView:
     async with pool.acquire() as conn, conn.transaction():
         row = await _locked(conn, staff, document_id)
         if row["status"] != to:
-            if row["status"] != allowed_from:
+            if row["status"] not in allowed_from:
                 raise ProblemError(
                     409, "Conflict",
-                    f"document {document_id} is {row['status']}: only an {allowed_from} "
-                    f"document can be {to}",
+                    f"document {document_id} is {row['status']}: only a document that is "
+                    f"{' or '.join(allowed_from)} can be {to}",
                 )  # fmt: skip
             # the status trigger takes the chunks out of retrieval (or back) in this statement
             await conn.execute(
@@ -178,13 +178,63 @@ async def _set_status(
 )
 async def archive_document(document_id: uuid.UUID, staff: StaffDep, pool: PoolDep) -> DocumentView:
     """Idempotent; 409 unless the document is indexed (or already archived)."""
-    return await _set_status(pool, staff, document_id, to="archived", allowed_from="indexed")
+    return await _set_status(pool, staff, document_id, to="archived", allowed_from=("indexed",))
 
 
 @router.post("/v1/documents/{document_id}/restore", summary="Put an archived document back (staff)")
 async def restore_document(document_id: uuid.UUID, staff: StaffDep, pool: PoolDep) -> DocumentView:
-    """Idempotent; 409 unless the document is archived (or already indexed)."""
-    return await _set_status(pool, staff, document_id, to="indexed", allowed_from="archived")
+    """Idempotent; 409 unless the document is archived or superseded (or indexed)."""
+    return await _set_status(
+        pool, staff, document_id, to="indexed", allowed_from=("archived", "superseded")
+    )
+
+
+class Supersede(BaseModel):
+    """The document that replaces this one for students."""
+
+    by: uuid.UUID
+
+
+@router.post(
+    "/v1/documents/{document_id}/supersede",
+    summary="Mark a document superseded by another: out of retrieval at once (staff)",
+)
+async def supersede_document(
+    document_id: uuid.UUID, body: Supersede, staff: StaffDep, pool: PoolDep
+) -> DocumentView:
+    """The replacement must be another indexed document of the tenant; restore undoes it."""
+    if body.by == document_id:
+        raise ProblemError(422, "Unprocessable", "a document cannot supersede itself")
+    async with pool.acquire() as conn, conn.transaction():
+        row = await _locked(conn, staff, document_id)
+        other = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=body.by)
+        if other is None or other["status"] != "indexed":
+            raise ProblemError(
+                422, "Unprocessable", f"document {body.by} is not an indexed document here"
+            )
+        if row["status"] != "indexed":
+            raise ProblemError(
+                409, "Conflict", f"document {document_id} is {row['status']}, not indexed"
+            )
+        await conn.execute(
+            "UPDATE documents SET status = 'superseded', updated_at = now(), "
+            "metadata = metadata || jsonb_build_object('superseded_by', $2::text) WHERE id = $1",
+            document_id, str(body.by),
+        )  # fmt: skip
+        changes: dict[str, list[Any]] = {
+            "status": ["indexed", "superseded"],
+            "superseded_by": [None, str(body.by)],
+        }
+        await _audit(conn, staff, document_id, "superseded", changes)
+        await enqueue(
+            conn,
+            DocumentUpdated(
+                tenant_id=staff.tenant_id, document_id=document_id, changes=changes,
+                updated_by=staff.user_id,
+            ),
+        )  # fmt: skip
+        fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
+    return document_view(fresh)
 
 
 @router.get("/v1/documents/{document_id}/audit", summary="Who changed a document, and how")
