@@ -186,3 +186,30 @@ async def test_a_page_is_fetched_indexed_and_refetched_only_when_it_changed(
     assert newer["version"] == 2 and newer["previous_version_id"] == doc_id
     plain = await allowed.post("/v1/documents", files={"title": (None, "x")}, headers=headers)
     assert plain.status_code == 400  # neither a file nor a URL
+
+
+async def test_a_jats_article_is_uploaded_and_indexed(
+    gateways: tuple[httpx.AsyncClient, httpx.AsyncClient, GatewaySettings],
+    tenant_id: str,
+    db_pool: Any,
+) -> None:
+    from tests.ingest.test_extract_jats import ARTICLE
+
+    _, strict, settings = gateways
+    headers = _teacher(settings, tenant_id)
+    accepted = await strict.post(
+        "/v1/documents", files={"file": ("pmc-article.xml", ARTICLE.encode(), "text/xml")},
+        headers=headers,
+    )  # fmt: skip
+    assert accepted.status_code == 202, accepted.text
+    done = await _final(strict, accepted.json()["id"], headers)
+    assert done["status"] == "indexed" and done["mime_type"] == "application/vnd.jats+xml"
+    sections = await db_pool.fetch(
+        "SELECT section_path FROM chunks WHERE document_id = $1", uuid.UUID(done["id"])
+    )
+    assert any(r["section_path"][-1:] == ["Blue light"] for r in sections)
+    other = await strict.post(
+        "/v1/documents", files={"file": ("books.xml", b"<?xml version='1.0'?><books/>")},
+        headers=headers,
+    )  # fmt: skip
+    assert other.status_code == 415 and other.json()["reason"] == "unsupported_type"

@@ -18,8 +18,10 @@ MARKDOWN = "text/markdown"
 TEXT = "text/plain"
 VTT = "text/vtt"
 SRT = "application/x-subrip"
+#: a journal article in JATS XML (PubMed Central, most publishers)
+JATS = "application/vnd.jats+xml"
 
-SUPPORTED_TYPES = frozenset({PDF, EPUB, DOCX, PPTX, HTML, MARKDOWN, TEXT, VTT, SRT})
+SUPPORTED_TYPES = frozenset({PDF, EPUB, DOCX, PPTX, HTML, MARKDOWN, TEXT, VTT, SRT, JATS})
 #: how many leading bytes ``detect_mime`` needs to decide (zip files: pass the whole file)
 HEAD_BYTES = 64 * 1024
 
@@ -29,6 +31,13 @@ _HTML_START = re.compile(
     r"^\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b", re.IGNORECASE | re.DOTALL
 )
 _HTML_TAGS = re.compile(r"<(?:p|div|h[1-6]|article|table|section)\b[^>]*>", re.IGNORECASE)
+_JATS = re.compile(
+    r"<!DOCTYPE\s+article\s+PUBLIC\s+\"-//NLM//DTD|jats|<article\b[^>]*>\s*<front>",
+    re.IGNORECASE,
+)
+_XML_START = re.compile(
+    r"^\s*(?:<\?xml[^>]*\?>\s*)?(?:<!--.*?-->\s*)*<(!DOCTYPE|[A-Za-z])", re.DOTALL
+)
 _MD_SIGNALS = (
     re.compile(r"^#{1,6} \S", re.MULTILINE),
     re.compile(r"^```", re.MULTILINE),
@@ -96,6 +105,13 @@ def detect_mime(head: bytes, filename: str | None = None) -> str:
         return VTT
     if _SRT_CUE.match(text):
         return SRT
+    if _XML_START.match(text) and "<article" in text and _JATS.search(text[:16384]):
+        return JATS
+    if text.lstrip().startswith("<?xml") and not _HTML_START.search(text[:4096]):
+        # XML other than an article (and XHTML) is no document Lectern reads
+        raise BadInputError(
+            "unsupported format: an XML file that is not a JATS article", reason="unsupported_type"
+        )
     if _HTML_START.match(text) or len(_HTML_TAGS.findall(text[:4096])) >= 3:
         return HTML
     name = (filename or "").lower()

@@ -97,6 +97,10 @@ def extract(
         from lectern_ingest.extract.text import open_html
 
         return open_html(path)
+    if mime == filetype.JATS:
+        from lectern_ingest.extract.jats import open_jats
+
+        return open_jats(path)
     if mime == filetype.MARKDOWN:
         from lectern_ingest.extract.text import open_markdown
 
