@@ -11,7 +11,7 @@ import pymupdf as _pymupdf
 import pytest
 
 from lectern_common.errors import BadInputError
-from lectern_common.filetype import PDF
+from lectern_common.filetype import JPEG, PDF, PNG, detect_mime_path
 from lectern_ingest.extract import extract
 from lectern_ingest.extract.ocr import _OCR_MAX_PIXELS
 from lectern_ingest.extract.ocr import ocr_dpi as _ocr_dpi
@@ -151,3 +151,21 @@ def test_page_too_large_for_ocr_is_skipped(tmp_path: Path) -> None:
         assert ex.summary.skipped_pages == [1] and ex.summary.ocr_pages == []
         if HAS_TESSERACT:  # without data, OCR is unavailable before the size matters
             assert "page 1 is too large to OCR" in ex.summary.warnings
+
+
+@needs_tesseract
+@pytest.mark.timeout(120)
+def test_a_photo_of_a_page_is_read_by_ocr(tmp_path: Path) -> None:
+    """A PNG or JPEG page (a phone photo of a worksheet) is indexed through OCR."""
+    typed = pymupdf.open()
+    page = typed.new_page(width=595, height=842)
+    assert page.insert_textbox(pymupdf.Rect(72, 90, 500, 200), FIRST, fontsize=14) >= 0
+    pixmap = page.get_pixmap(dpi=150, colorspace=pymupdf.csGRAY)
+    for suffix, mime in ((".png", PNG), (".jpg", JPEG)):
+        path = tmp_path / f"page{suffix}"
+        pixmap.save(path)
+        assert detect_mime_path(path) == mime
+        with extract(path, mime=mime) as ex:
+            text = " ".join(b.text for u in ex.units() for b in u.blocks)
+        assert "Photosynthesis" in text and "glucose" in text, text
+        assert ex.summary.ocr_pages == [1]

@@ -184,5 +184,5 @@ def test_srt(tmp_path: Path) -> None:
 def test_unknown_type_is_unsupported(tmp_path: Path) -> None:
     path = _write(tmp_path, "x.bin", "data")
     with pytest.raises(BadInputError) as err:
-        extract(path, mime="image/png", password=None)
+        extract(path, mime="image/gif", password=None)
     assert err.value.reason == "unsupported_type"

@@ -64,7 +64,9 @@ def test_text_formats() -> None:
 
 
 def test_unsupported_and_empty() -> None:
-    for data in [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", b"\x7fELF\x02\x01\x01\x00\x00"]:
+    assert filetype.detect_mime(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "scan") == filetype.PNG
+    assert filetype.detect_mime(b"\xff\xd8\xff\xe0\x00\x10JFIF", "page.pdf") == filetype.JPEG
+    for data in [b"GIF89a\x01\x00\x01\x00", b"\x7fELF\x02\x01\x01\x00\x00"]:
         with pytest.raises(BadInputError) as err:
             filetype.detect_mime(data, "document.pdf")
         assert err.value.reason == "unsupported_type"

@@ -20,8 +20,13 @@ VTT = "text/vtt"
 SRT = "application/x-subrip"
 #: a journal article in JATS XML (PubMed Central, most publishers)
 JATS = "application/vnd.jats+xml"
+#: a photo or scan of a page: read by OCR
+PNG = "image/png"
+JPEG = "image/jpeg"
 
-SUPPORTED_TYPES = frozenset({PDF, EPUB, DOCX, PPTX, HTML, MARKDOWN, TEXT, VTT, SRT, JATS})
+SUPPORTED_TYPES = frozenset(
+    {PDF, EPUB, DOCX, PPTX, HTML, MARKDOWN, TEXT, VTT, SRT, JATS, PNG, JPEG}
+)
 #: how many leading bytes ``detect_mime`` needs to decide (zip files: pass the whole file)
 HEAD_BYTES = 64 * 1024
 
@@ -95,6 +100,10 @@ def detect_mime(head: bytes, filename: str | None = None) -> str:
         return PDF
     if head.startswith(b"PK\x03\x04"):
         return _zip_type(head)
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return PNG
+    if head.startswith(b"\xff\xd8\xff"):
+        return JPEG
     text = _decode_text(head)
     if text is None:
         raise BadInputError("not a supported document type", reason="unsupported_type")

@@ -416,7 +416,8 @@ async def _accept(
         raise ProblemError(
             415, "Unsupported media type",
             f"{upload.filename}: not a supported document type (PDF, DOCX, PPTX, EPUB, HTML, "
-            "Markdown, text, WebVTT/SRT, JATS XML); the type is read from the file's bytes",
+            "Markdown, text, WebVTT/SRT, JATS XML, PNG/JPEG page images); the type is read "
+            "from the file's bytes",
             reason="unsupported_type",
         ) from exc  # fmt: skip
     fields = upload.fields

@@ -81,7 +81,7 @@ def extract(
         raise BadInputError("the file is empty", reason="empty_file")
     if mime in (filetype.DOCX, filetype.PPTX, filetype.EPUB):
         check_archive(path)
-    if mime in (filetype.PDF, filetype.EPUB):
+    if mime in (filetype.PDF, filetype.EPUB, filetype.PNG, filetype.JPEG):
         from lectern_ingest.extract.pdf import open_pymupdf
 
         return open_pymupdf(path, mime=mime, password=password, ocr=ocr)

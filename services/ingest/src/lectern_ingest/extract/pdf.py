@@ -387,10 +387,16 @@ def open_pymupdf(
     ocr: bool | None = None,
     ocr_language: str = OCR_LANGUAGE,
 ) -> PdfExtraction:
-    """Open a PDF/EPUB, handling passwords; raises BadInputError with a FailureReason code."""
+    """Open a PDF/EPUB (or a PNG/JPEG page image, as a one-page PDF), handling passwords;
+    raises BadInputError with a FailureReason code."""
     filetype = "epub" if mime == "application/epub+zip" else "pdf"
     try:
-        doc = pymupdf.open(path, filetype=filetype)
+        if mime in ("image/png", "image/jpeg"):
+            # a photo or scan of a page: a one-page PDF whose page is the image (then OCR)
+            with pymupdf.open(path) as image:
+                doc = pymupdf.open(stream=image.convert_to_pdf(), filetype="pdf")
+        else:
+            doc = pymupdf.open(path, filetype=filetype)
     except pymupdf.EmptyFileError as exc:
         raise BadInputError("the file is empty", reason="empty_file") from exc
     except Exception as exc:
