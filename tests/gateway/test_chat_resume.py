@@ -15,12 +15,9 @@ import pytest
 from httpx_sse import aconnect_sse
 from lectern_testing.chat import (
     Gateway,
-    Responders,
-    gateway_settings,
     new_session,
-    run_responders,
+    offline_gateway,
     seed_document,
-    serve_gateway,
 )
 
 from lectern_common.errors import UpstreamError
@@ -37,10 +34,7 @@ QUESTION = "What does RuBisCO catalyse?"
 
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
-    async with (
-        run_responders(nats_url, Responders(pool=db_pool)),
-        serve_gateway(gateway_settings(nats_url, database_url)) as running,
-    ):
+    async with offline_gateway(nats_url, database_url, db_pool) as running:
         yield running
 
 

@@ -13,14 +13,11 @@ import httpx
 import pytest
 from lectern_testing.chat import (
     Gateway,
-    Responders,
     ask,
-    gateway_settings,
     new_session,
+    offline_gateway,
     published,
-    run_responders,
     seed_document,
-    serve_gateway,
 )
 
 from lectern_common.events import Subjects
@@ -32,10 +29,7 @@ QUESTION = "What does RuBisCO catalyse?"
 
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
-    async with (
-        run_responders(nats_url, Responders(pool=db_pool)),
-        serve_gateway(gateway_settings(nats_url, database_url)) as running,
-    ):
+    async with offline_gateway(nats_url, database_url, db_pool) as running:
         yield running
 
 

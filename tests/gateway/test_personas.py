@@ -11,13 +11,10 @@ import httpx
 import pytest
 from lectern_testing.chat import (
     Gateway,
-    Responders,
     ask,
-    gateway_settings,
     new_session,
-    run_responders,
+    offline_gateway,
     seed_document,
-    serve_gateway,
 )
 
 from lectern_gateway.chat.confidence import MEDIUM_PREAMBLE
@@ -44,10 +41,7 @@ QUESTION = "What is said about energy?"
 
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
-    async with (
-        run_responders(nats_url, Responders(pool=db_pool)),
-        serve_gateway(gateway_settings(nats_url, database_url)) as running,
-    ):
+    async with offline_gateway(nats_url, database_url, db_pool) as running:
         yield running
 
 

@@ -15,14 +15,11 @@ import pytest
 from lectern_testing.chat import (
     STUDY_MATERIAL,
     Gateway,
-    Responders,
     ask,
-    gateway_settings,
     new_session,
+    offline_gateway,
     published,
-    run_responders,
     seed_document,
-    serve_gateway,
 )
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
@@ -34,10 +31,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
-    async with (
-        run_responders(nats_url, Responders(pool=db_pool)),
-        serve_gateway(gateway_settings(nats_url, database_url)) as running,
-    ):
+    async with offline_gateway(nats_url, database_url, db_pool) as running:
         yield running
 
 

@@ -404,6 +404,19 @@ class Received:
         return done
 
 
+@asynccontextmanager
+async def offline_gateway(
+    nats_url: str, database_url: str, pool: Any, **overrides: Any
+) -> AsyncIterator[Gateway]:
+    """The gateway with the offline answerer and the retriever, re-ranker and memory
+    stand-ins (``Responders``) answering on the real NATS."""
+    async with (
+        run_responders(nats_url, Responders(pool=pool)),
+        serve_gateway(gateway_settings(nats_url, database_url, **overrides)) as running,
+    ):
+        yield running
+
+
 async def ask(
     client: httpx.AsyncClient, gateway: Gateway, session_id: Any, content: str, headers: Any
 ) -> Received:

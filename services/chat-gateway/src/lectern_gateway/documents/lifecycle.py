@@ -76,14 +76,27 @@ async def _locked(conn: Any, staff: Principal, document_id: uuid.UUID) -> Any:
     return row
 
 
-async def _audit(
-    conn: Any, staff: Principal, document_id: uuid.UUID, action: str, changes: dict[str, Any]
+async def _record(
+    conn: Any,
+    staff: Principal,
+    document_id: uuid.UUID,
+    action: str,
+    changes: dict[str, Any],
+    event: DocumentUpdated | DocumentArchived | DocumentRestored | None = None,
 ) -> None:
+    """The change in the audit log and, announced, in the outbox (the caller's transaction);
+    without ``event``, ``documents.updated`` with the changes."""
     await conn.execute(
         "INSERT INTO document_audit (id, tenant_id, document_id, actor, action, changes) "
         "VALUES ($1, $2, $3, $4, $5, $6)",
         uuid.uuid4(), staff.tenant_id, document_id, staff.user_id, action, changes,
     )  # fmt: skip
+    if event is None:
+        event = DocumentUpdated(
+            tenant_id=staff.tenant_id, document_id=document_id, changes=changes,
+            updated_by=staff.user_id,
+        )  # fmt: skip
+    await enqueue(conn, event)
 
 
 def _json(value: Any) -> Any:
@@ -127,14 +140,7 @@ async def patch_document(
                     "WHERE d.id = $1 AND c.document_id = d.id",
                     document_id,
                 )
-            await _audit(conn, staff, document_id, "updated", changes)
-            await enqueue(
-                conn,
-                DocumentUpdated(
-                    tenant_id=staff.tenant_id, document_id=document_id, changes=changes,
-                    updated_by=staff.user_id,
-                ),
-            )  # fmt: skip
+            await _record(conn, staff, document_id, "updated", changes)
         fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
     return document_view(fresh)
 
@@ -157,7 +163,6 @@ async def _set_status(
                 document_id, to,
             )  # fmt: skip
             action = "archived" if to == "archived" else "restored"
-            await _audit(conn, staff, document_id, action, {"status": [row["status"], to]})
             event: DocumentArchived | DocumentRestored = (
                 DocumentArchived(
                     tenant_id=staff.tenant_id, document_id=document_id, archived_by=staff.user_id
@@ -167,7 +172,8 @@ async def _set_status(
                     tenant_id=staff.tenant_id, document_id=document_id, restored_by=staff.user_id
                 )
             )
-            await enqueue(conn, event)
+            changes = {"status": [row["status"], to]}
+            await _record(conn, staff, document_id, action, changes, event)
         fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
     return document_view(fresh)
 
@@ -225,14 +231,7 @@ async def supersede_document(
             "status": ["indexed", "superseded"],
             "superseded_by": [None, str(body.by)],
         }
-        await _audit(conn, staff, document_id, "superseded", changes)
-        await enqueue(
-            conn,
-            DocumentUpdated(
-                tenant_id=staff.tenant_id, document_id=document_id, changes=changes,
-                updated_by=staff.user_id,
-            ),
-        )  # fmt: skip
+        await _record(conn, staff, document_id, "superseded", changes)
         fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
     return document_view(fresh)
 
