@@ -12,7 +12,6 @@ from lectern_testing.plugin import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
 from lectern_common.db import migrate
 from lectern_common.db.migrate import load_migrations
-from lectern_common.errors import EmbeddingDimensionMismatch, EmbeddingModelMismatch
 
 pytestmark = pytest.mark.integration
 
@@ -97,19 +96,20 @@ async def test_concurrent_migrations_of_a_fresh_database_apply_each_once(
     assert again == []
 
 
-async def test_other_dimension_is_refused(database_url: str) -> None:
-    with pytest.raises(EmbeddingDimensionMismatch, match="re-index"):
-        await migrate(database_url, embedding_model="gemini-embedding-001", embedding_dim=768)
-
-
-async def test_other_model_of_the_same_dimension_is_refused(
-    database_url: str, db_pool: Any
+async def test_another_configured_model_is_reported_with_the_reindex_command(
+    database_url: str, db_pool: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    other = "sentence-transformers/paraphrase-MiniLM-L6-v2"  # also 384 dimensions
-    with pytest.raises(EmbeddingModelMismatch, match="re-index") as refused:
-        await migrate(database_url, embedding_model=other, embedding_dim=LOCAL_EMBEDDING_DIM)
-    assert not isinstance(refused.value, EmbeddingDimensionMismatch)
-    assert LOCAL_EMBEDDING_MODEL in refused.value.message and other in refused.value.message
+    # nothing is refused: the services follow the index's model, and the operator is told
+    # how to move the index to the configured one
+    for other, dim in (
+        ("gemini-embedding-001", 768),
+        ("sentence-transformers/paraphrase-MiniLM-L6-v2", LOCAL_EMBEDDING_DIM),
+    ):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="lectern_common.db.migrate"):
+            assert await migrate(database_url, embedding_model=other, embedding_dim=dim) == []
+        assert f"lectern reindex --model {other}" in caplog.text
+        assert LOCAL_EMBEDDING_MODEL in caplog.text
     row = await db_pool.fetchrow("SELECT name, dimension FROM embedding_models")
     assert (row["name"], row["dimension"]) == (LOCAL_EMBEDDING_MODEL, LOCAL_EMBEDDING_DIM)
 

@@ -28,6 +28,7 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.personas_cmd",
     "lectern_cli.quality_cmd",
     "lectern_cli.docs_cmd",
+    "lectern_cli.reindex_cmd",
     "lectern_cli.eval_cmd",
     "lectern_cli.eval_answers_cmd",
 ]

@@ -44,6 +44,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"lectern migrate: error: {redact(dsn)}: {exc}", file=sys.stderr)
         return 1
     names = {m.version: m.name for m in load_migrations()}
+    live = asyncio.run(_live(dsn))
+    if live is not None and (live.name, live.dimension) != (model, dim):
+        print(
+            f"note: the index holds {live.name} vectors ({live.dimension} dimensions), not the "
+            f"configured {model} ({dim}); the services keep using {live.name}. Run "
+            f"`lectern reindex --model {model}` to move the index (retrieval keeps answering).",
+            file=sys.stderr,
+        )
     if not applied:
         print(f"schema up to date ({len(names)} migrations)")
         return 0
@@ -51,3 +59,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"applied {version:04d}_{names[version]}")
     print(f"{len(applied)} migration(s) applied; embeddings: {model}, {dim} dimensions")
     return 0
+
+
+async def _live(dsn: str) -> Any:
+    import asyncpg
+
+    from lectern_common.index import live_model
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await live_model(conn)
+    finally:
+        await conn.close()

@@ -20,6 +20,7 @@ from lectern_gateway.memories import routes as memories
 from lectern_gateway.personas import routes as personas
 from lectern_gateway.problems import RejectNulBytes, install_problem_handlers
 from lectern_gateway.quality import routes as quality
+from lectern_gateway.review import routes as review
 from lectern_gateway.search import routes as search
 from lectern_gateway.sessions import routes as sessions
 from lectern_gateway.study import curriculum
@@ -88,6 +89,7 @@ def create_app(
     app.include_router(tenant.router)
     app.include_router(personas.router)
     app.include_router(quality.router)
+    app.include_router(review.router)
     app.include_router(study.router)
     app.include_router(curriculum.router)
     app.include_router(dev.router)

@@ -75,6 +75,11 @@ class Settings(ServiceHttpSettings):
 
     # sessions
     idle_timeout_s: float = Field(default=1800.0, description="sessions idle this long end")
+    freshness_horizon_days: int = Field(
+        default=1095, ge=1,
+        description="days after its freshness date (else upload) a document enters the stale "
+        "review queue, unless its subject has its own horizon",
+    )  # fmt: skip
     idle_sweep_interval_s: float = Field(default=60.0, description="0 disables the sweep")
 
     # documents

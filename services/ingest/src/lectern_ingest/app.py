@@ -55,6 +55,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             publish=publish,
         )
         state.resources["ingest_worker"] = holder["worker"]
+        await holder["worker"].embedder.sync(state.pool)
         # a consumer created by an earlier release keeps its settings when bound by name:
         # bring its ack wait and delivery limit to this configuration's
         stream = stream_for(Subjects.DOCUMENTS_UPLOADED).name

@@ -59,6 +59,15 @@ class Settings(ServiceHttpSettings):
     near_duplicate_threshold: float = Field(
         default=0.85, ge=0.0, le=1.0, description="SimHash similarity flagged as near-duplicate"
     )
+    conflict_neighbours: int = Field(
+        default=3, ge=0, le=20,
+        description="nearest chunks of other documents each new chunk is checked against for "
+        "conflicting numbers or negations (0: no conflict check)",
+    )  # fmt: skip
+    conflict_min_similarity: float = Field(
+        default=0.6, ge=0.0, le=1.0,
+        description="cosine similarity a neighbour needs to be checked for a conflict",
+    )  # fmt: skip
     qa_per_section: int = Field(
         default=3, ge=0, le=10, description="exam-style Q/A pairs per section (Gemini only)"
     )

@@ -368,3 +368,41 @@ async def store_document(
             result.enriched, result.enrichment_note, result.title,
         )  # fmt: skip
     return "indexed"
+
+
+async def record_conflicts(
+    conn: Any, *, document_id: uuid.UUID, neighbours: int, min_similarity: float
+) -> int:
+    """Compare each chunk of a newly indexed document with its nearest chunks in the tenant's
+    other searchable documents; record the pairs that state different numbers for the same
+    thing or negate each other (``source_conflicts``). Returns how many pairs were new."""
+    from lectern_common.conflicts import find_conflicts
+
+    await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    rows = await conn.fetch(
+        f"""SELECT c.id AS chunk_a, c.tenant_id, c.text AS text_a, n.id AS chunk_b,
+                   n.document_id AS document_b, n.text AS text_b, n.similarity
+            FROM chunks c CROSS JOIN LATERAL (
+                SELECT o.id, o.document_id, o.text, 1 - (o.embedding <=> c.embedding) AS similarity
+                FROM chunks o
+                WHERE o.tenant_id = c.tenant_id AND o.document_id <> c.document_id AND o.active
+                  AND o.kind IN ('text', 'table')
+                ORDER BY o.embedding <=> c.embedding LIMIT {int(neighbours)}) n
+            WHERE c.document_id = $1 AND c.kind IN ('text', 'table') AND n.similarity >= $2""",  # noqa: S608 - an int
+        document_id,
+        min_similarity,
+    )
+    found = 0
+    for row in rows:
+        for conflict in find_conflicts(row["text_a"], row["text_b"], limit=1):
+            status = await conn.execute(
+                "INSERT INTO source_conflicts (id, tenant_id, chunk_a, chunk_b, document_a, "
+                "document_b, kind, statement_a, statement_b, detail, similarity) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
+                "ON CONFLICT (chunk_a, chunk_b) DO NOTHING",
+                uuid.uuid4(), row["tenant_id"], row["chunk_a"], row["chunk_b"], document_id,
+                row["document_b"], conflict.kind, conflict.statement_a, conflict.statement_b,
+                conflict.detail, float(row["similarity"]),
+            )  # fmt: skip
+            found += status.endswith(" 1")
+    return found

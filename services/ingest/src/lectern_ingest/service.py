@@ -43,6 +43,7 @@ from lectern_common.events import (
     IngestStage,
     outcome_event_id,
 )
+from lectern_common.index import FollowingEmbedder, ModelSwitched, guard
 from lectern_common.outbox import enqueue
 from lectern_common.text import embedding_text
 from lectern_ingest import language
@@ -96,7 +97,12 @@ class IngestWorker:
         enricher: Enricher | None = None,
     ) -> None:
         self.settings = settings
-        self.embedder = embedder
+        #: follows the live index's model (``lectern reindex``)
+        self.embedder = (
+            embedder
+            if isinstance(embedder, FollowingEmbedder)
+            else FollowingEmbedder(settings, embedder)
+        )
         self.pool = pool
         self.jetstream = jetstream
         self.publish = publish
@@ -156,6 +162,7 @@ class IngestWorker:
         )
         started = time.monotonic()
         alive = asyncio.create_task(self._keep_alive(keepalive)) if keepalive else None
+        model = self.embedder.name
         try:
             async with asyncio.timeout(settings.document_timeout_s):
                 result = await self._run(event=event, progress=progress)
@@ -163,7 +170,7 @@ class IngestWorker:
                     IngestStage.STORE, 0, len(result.chunks), "chunks", force=True
                 )
                 store_started = time.monotonic()
-                stored = await self._store(row, result, started=started)
+                stored = await self._store(row, result, started=started, model=model)
         except TimeoutError:
             await self._fail(
                 event, progress.stage, FailureReason.TIMEOUT,
@@ -174,6 +181,11 @@ class IngestWorker:
         except IngestFailure as exc:
             await self._fail(event, exc.stage, exc.failure, exc.message, deliveries)
             return Outcome("failed")
+        except ModelSwitched as exc:
+            # re-indexed while this document was embedded: embed it again with the new model
+            log.info("document %s: %s; embedding it again", event.document_id, exc.message)
+            await self.embedder.follow(exc.live)
+            return Outcome("retry", 0.0)
         except PermanentError as exc:
             reason = failure_reason(exc, default_reason(progress.stage))
             await self._fail(event, progress.stage, reason, exc.message, deliveries)
@@ -209,6 +221,8 @@ class IngestWorker:
             stored, event.document_id, result.indexed.page_count, len(result.chunks),
             finished - started, result.embed_s, finished - store_started,
         )  # fmt: skip
+        if stored == "indexed":
+            await self._find_conflicts(event.document_id)
         async with self.pool.acquire() as conn:
             row = await repo.get_document(conn, event.document_id)
         cleaned = await self._clean_up(event, row)
@@ -216,10 +230,14 @@ class IngestWorker:
         # a failed clean-up is retried by the re-delivery
         return Outcome(stored, None if cleaned else self.retry_delay_for(deliveries))
 
-    async def _store(self, row: Any, result: PipelineResult, *, started: float) -> str | None:
+    async def _store(
+        self, row: Any, result: PipelineResult, *, started: float, model: str
+    ) -> str | None:
         """Store the outcome: ``indexed``, ``duplicate`` or None (the document changed), with
-        ``documents.indexed`` in the outbox in the same transaction."""
+        ``documents.indexed`` in the outbox in the same transaction. ``model`` embedded the
+        chunks; ``ModelSwitched`` when the live index holds another's vectors now."""
         async with self.pool.acquire() as conn, conn.transaction():
+            await guard(conn, model)
             if result.duplicate_of is None:
                 stored = await repo.store_document(
                     conn, document=row, chunks=result.chunks, embeddings=result.embeddings,
@@ -240,6 +258,23 @@ class IngestWorker:
                 duration_ms = (time.monotonic() - started) * 1000.0
                 await enqueue(conn, indexed_event(fresh, duration_ms=duration_ms))
         return stored
+
+    async def _find_conflicts(self, document_id: uuid.UUID) -> None:
+        """Record the new document's conflicts with the library (the review queue's); a
+        failure here is logged, never the document's."""
+        if self.settings.conflict_neighbours == 0:
+            return
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                found = await repo.record_conflicts(
+                    conn, document_id=document_id, neighbours=self.settings.conflict_neighbours,
+                    min_similarity=self.settings.conflict_min_similarity,
+                )  # fmt: skip
+        except Exception:
+            log.exception("conflict check of %s failed", document_id)
+            return
+        if found:
+            log.info("document %s: %d conflicting statement(s) for review", document_id, found)
 
     async def _enqueue(self, event: DocumentIndexed | DocumentFailed) -> None:
         async with self.pool.acquire() as conn:

@@ -41,6 +41,7 @@ def create_app(settings: Settings) -> FastAPI:
             settings=settings, embedder=embedder, model_distiller=build_model_distiller(settings)
         )
         await embedder.embed_query("warm-up")
+        await holder["service"].embedder.sync(state.pool)
 
     app = create_service_app(
         settings=settings,

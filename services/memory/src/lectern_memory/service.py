@@ -21,6 +21,7 @@ from lectern_common.events import (
     QuizAttempted,
     RecalledMemory,
 )
+from lectern_common.index import FollowingEmbedder, guard, with_live_model
 from lectern_common.outbox import enqueue
 from lectern_memory import repository as repo
 from lectern_memory.config import Settings
@@ -64,7 +65,12 @@ class MemoryService:
         model_distiller: Distiller | None = None,
     ) -> None:
         self.settings = settings
-        self.embedder = embedder
+        #: follows the live index's model (``lectern reindex``)
+        self.embedder = (
+            embedder
+            if isinstance(embedder, FollowingEmbedder)
+            else FollowingEmbedder(settings, embedder)
+        )
         self.model_distiller = model_distiller
 
     async def record_turn(self, *, pool: Any, event: ChatTurnCompleted) -> None:
@@ -95,10 +101,28 @@ class MemoryService:
             for r in rows
         ]  # fmt: skip
         drafts, distiller = await self._drafts(turns)
-        vectors: list[Any] = (
-            list(await self.embedder.embed_documents([d.text for d in drafts])) if drafts else []
-        )
+
+        async def attempt(embedder: Embedder) -> MemoryDistilled:
+            vectors = (
+                list(await embedder.embed_documents([d.text for d in drafts])) if drafts else []
+            )
+            return await self._store_distilled(
+                pool, event, drafts, vectors, distiller, embedder.name
+            )
+
+        return await with_live_model(self.embedder, attempt)
+
+    async def _store_distilled(
+        self,
+        pool: Any,
+        event: ChatSessionEnded,
+        drafts: Sequence[MemoryDraft],
+        vectors: Sequence[Any],
+        distiller: str,
+        model: str,
+    ) -> MemoryDistilled:
         async with pool.acquire() as conn, conn.transaction():
+            await guard(conn, model)
             await repo.lock_user(conn, tenant_id=event.tenant_id, user_id=event.user_id)
             done = await repo.distillation(conn, session_id=event.session_id)
             if done is not None:
@@ -135,8 +159,18 @@ class MemoryService:
         outcome: dict[str, bool] = {}
         for result in event.results:
             outcome[result.topic] = outcome.get(result.topic, True) and result.correct
+
+        async def attempt(embedder: Embedder) -> list[uuid.UUID]:
+            return await self._store_quiz(pool, event, outcome, embedder)
+
+        return await with_live_model(self.embedder, attempt)
+
+    async def _store_quiz(
+        self, pool: Any, event: QuizAttempted, outcome: dict[str, bool], embedder: Embedder
+    ) -> list[uuid.UUID]:
         drafts: list[MemoryDraft] = []
         async with pool.acquire() as conn, conn.transaction():
+            await guard(conn, embedder.name)
             await repo.lock_user(conn, tenant_id=event.tenant_id, user_id=event.user_id)
             if not await repo.claim_quiz_attempt(conn, event.attempt_id, event.tenant_id):
                 return []
@@ -153,7 +187,7 @@ class MemoryService:
                                               "right twice running", topic))  # fmt: skip
             if not drafts:
                 return []
-            vectors = list(await self.embedder.embed_documents([d.text for d in drafts]))
+            vectors = list(await embedder.embed_documents([d.text for d in drafts]))
             changed = [
                 (await self._merge(conn, event.tenant_id, event.user_id, None, d, v))[0]
                 for d, v in zip(drafts, vectors, strict=True)
@@ -214,12 +248,17 @@ class MemoryService:
     async def recall(self, *, pool: Any, request: MemoryRecallRequest) -> MemoryRecallReply:
         """The student's top memories for a query: similarity, recency and strength."""
         started = time.perf_counter()
-        vector = await self.embedder.embed_query(request.query)
-        async with pool.acquire() as conn:
-            rows = await repo.recall_candidates(
-                conn, tenant_id=request.tenant_id, user_id=request.user_id, embedding=vector,
-                limit=max(self.settings.recall_candidates, request.k),
-            )  # fmt: skip
+
+        async def attempt(embedder: Embedder) -> list[Any]:
+            vector = await embedder.embed_query(request.query)
+            async with pool.acquire() as conn, conn.transaction():
+                await guard(conn, embedder.name)
+                return await repo.recall_candidates(
+                    conn, tenant_id=request.tenant_id, user_id=request.user_id,
+                    embedding=vector, limit=max(self.settings.recall_candidates, request.k),
+                )  # fmt: skip
+
+        rows = await with_live_model(self.embedder, attempt)
         now = datetime.now(UTC)
         scored = sorted(
             (

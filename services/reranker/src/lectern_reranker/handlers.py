@@ -69,6 +69,7 @@ class Reranker:
             self._pool,
             tenant_id=request.tenant_id,
             chunk_ids=[c.chunk_id for c in request.candidates],
+            model=str(scorer.embedder_name),
         )
         known = {
             scoring_text(c): stored[c.chunk_id] for c in request.candidates if c.chunk_id in stored

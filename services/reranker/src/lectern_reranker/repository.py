@@ -17,15 +17,19 @@ async def index_model(pool: Any) -> tuple[str, int] | None:
 
 
 async def chunk_vectors(
-    pool: Any, *, tenant_id: str, chunk_ids: Sequence[uuid.UUID]
+    pool: Any, *, tenant_id: str, chunk_ids: Sequence[uuid.UUID], model: str
 ) -> dict[uuid.UUID, NDArray[np.float32]]:
-    """Stored embeddings of the tenant's chunks among ``chunk_ids`` (missing ids are absent)."""
+    """Stored embeddings of the tenant's chunks among ``chunk_ids`` (missing ids are absent),
+    none unless the index holds ``model``'s vectors when they are read (one statement, so a
+    re-index cannot switch the model between the check and the read)."""
     if not chunk_ids:
         return {}
     rows = await pool.fetch(
-        "SELECT id, embedding FROM chunks WHERE tenant_id = $1 AND id = ANY($2::uuid[])",
+        "SELECT c.id, c.embedding FROM chunks c, embedding_models m "
+        "WHERE m.id = 1 AND m.name = $3 AND c.tenant_id = $1 AND c.id = ANY($2::uuid[])",
         tenant_id,
         list(chunk_ids),
+        model,
     )
     return {row["id"]: _as_array(row["embedding"]) for row in rows}
 

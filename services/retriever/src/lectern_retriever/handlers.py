@@ -11,11 +11,12 @@ from typing import Any
 from lectern_common.db import create_pool
 from lectern_common.embeddings import Embedder, build_embedder, create_gemini_client
 from lectern_common.events import RetrieveReply, RetrieveRequest
+from lectern_common.index import FollowingEmbedder, with_live_model
 from lectern_common.service import ServiceState
 from lectern_retriever import repository
 from lectern_retriever.config import Settings
 from lectern_retriever.rewrite import Rewritten, llm_rewrite
-from lectern_retriever.service import QueryBatcher, SearchDefaults, Vector, hybrid_search
+from lectern_retriever.service import QueryBatcher, SearchDefaults, hybrid_search
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,9 @@ class Retriever:
 
     def __init__(self, *, settings: Settings, embedder: Embedder | None = None) -> None:
         self.settings = settings
-        self.embedder = embedder
+        self.embedder: FollowingEmbedder | None = (
+            None if embedder is None else FollowingEmbedder(settings, embedder)
+        )
         self.batcher: QueryBatcher | None = None
         self.pool: Any = None
         self.llm_client: Any = None
@@ -51,8 +54,8 @@ class Retriever:
     async def start(self, state: ServiceState | None = None) -> None:
         """Load the embedder (once per process) and open a pool with the HNSW settings."""
         if self.embedder is None:
-            self.embedder = await asyncio.to_thread(build_embedder, self.settings)
-        self.batcher = QueryBatcher(self.embedder)
+            built = await asyncio.to_thread(build_embedder, self.settings)
+            self.embedder = FollowingEmbedder(self.settings, built)
         # session defaults for every connection; a request's ef_search uses SET LOCAL
         self.pool = await create_pool(
             self.settings.database_url,
@@ -65,6 +68,8 @@ class Retriever:
                 "hnsw.iterative_scan": "relaxed_order",
             },
         )
+        await self.embedder.sync(self.pool)
+        self.batcher = QueryBatcher(self.embedder.current)
         if self.settings.gemini_enabled and self.settings.llm_rewrite:
             key = self.settings.gemini_api_key
             assert key is not None  # gemini_enabled implies a key
@@ -121,9 +126,11 @@ class Retriever:
             return "database pool not open"
         return None
 
-    async def _embed(self, texts: Any) -> list[Vector]:
-        assert self.batcher is not None
-        return await self.batcher.embed(texts)
+    def _batcher(self, embedder: Embedder) -> QueryBatcher:
+        """The batcher of this model (a new one after the index moved to another)."""
+        if self.batcher is None or self.batcher.embedder is not embedder:
+            self.batcher = QueryBatcher(embedder)
+        return self.batcher
 
     async def _llm_rewrite(self, request: RetrieveRequest, plan: Rewritten) -> Rewritten:
         try:
@@ -146,14 +153,20 @@ class Retriever:
         if self.pool is None:
             await self.start()
         configs = [] if request.filters.language else await self._tenant_configs(request.tenant_id)
-        return await hybrid_search(
-            pool=self.pool,
-            embed=self._embed,
-            request=request,
-            defaults=self.defaults,
-            llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
-            ts_configs=configs,
-        )
+        assert self.embedder is not None
+
+        async def attempt(embedder: Embedder) -> RetrieveReply:
+            return await hybrid_search(
+                pool=self.pool,
+                embed=self._batcher(embedder).embed,
+                request=request,
+                defaults=self.defaults,
+                llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
+                ts_configs=configs,
+                model=embedder.name,
+            )
+
+        return await with_live_model(self.embedder, attempt)
 
     async def _tenant_configs(self, tenant_id: str) -> list[str]:
         """The tenant's documents' text search configurations, looked up at most every

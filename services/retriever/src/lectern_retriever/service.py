@@ -23,6 +23,7 @@ from lectern_common.bm25 import (
 )
 from lectern_common.embeddings import Embedder
 from lectern_common.events import Candidate, RetrievalFilters, RetrieveReply, RetrieveRequest
+from lectern_common.index import guard
 from lectern_retriever import repository
 from lectern_retriever.fusion import Fused, Hit, RankedList, rrf_fuse
 from lectern_retriever.rewrite import (
@@ -342,8 +343,12 @@ async def hybrid_search(
     defaults: SearchDefaults,
     llm_rewriter: LlmRewriter | None = None,
     ts_configs: Sequence[str] = (),
+    model: str | None = None,
 ) -> RetrieveReply:
     """Candidates for a question: both sides per (sub-)query, fused by weighted RRF.
+
+    ``model``: the embedding model ``embed`` uses; each dense search checks, under a share
+    lock, that the live index still holds its vectors (``lectern_common.index.guard``).
 
     ``ts_configs``: the text search configurations of the tenant's documents, which stem the
     question for BM25 when the request names no language (English when empty).
@@ -400,7 +405,9 @@ async def hybrid_search(
     )
 
     async def dense(vector: Vector) -> list[Any]:
-        async with pool.acquire() as conn:
+        async with pool.acquire() as conn, conn.transaction():
+            if model is not None:
+                await guard(conn, model)
             return await repository.dense_search(
                 conn,
                 where=where,

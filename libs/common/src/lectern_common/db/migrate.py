@@ -9,8 +9,6 @@ from importlib import resources
 
 import asyncpg
 
-from lectern_common.errors import EmbeddingDimensionMismatch, EmbeddingModelMismatch
-
 log = logging.getLogger(__name__)
 
 # An arbitrary constant: every migrator in the cluster takes the same lock, so concurrent
@@ -51,9 +49,8 @@ async def applied_migrations(conn: asyncpg.Connection) -> list[int]:
 async def migrate(dsn: str, *, embedding_model: str, embedding_dim: int) -> list[int]:
     """Apply pending migrations; return the versions applied by this call.
 
-    Idempotent and safe to run concurrently. Raises ``EmbeddingModelMismatch`` when the
-    database already indexes embeddings of another model (``EmbeddingDimensionMismatch`` when
-    of another dimension too): switching models is a re-index.
+    Idempotent and safe to run concurrently. When the database already indexes embeddings of
+    another model, the operator is told to run ``lectern reindex`` (nothing is refused).
     """
     conn = await asyncpg.connect(dsn)
     try:
@@ -112,17 +109,17 @@ async def _migrate_locked(
 def check_embedding_model(
     *, recorded_name: str, recorded_dim: int, embedding_model: str, embedding_dim: int
 ) -> None:
-    """Refuse an embedder other than the one the index was built with (name or dimension)."""
-    if recorded_dim != embedding_dim:
-        raise EmbeddingDimensionMismatch(
-            f"the index holds {recorded_dim}-dimensional embeddings from {recorded_name!r}, but "
-            f"the configured embedder {embedding_model!r} gives {embedding_dim}; re-index into a "
-            "new database to switch models"
-        )
-    if recorded_name != embedding_model:
-        raise EmbeddingModelMismatch(
-            f"the index holds embeddings from {recorded_name!r}, but the configured embedder is "
-            f"{embedding_model!r}: vectors of different models are not comparable, even at the "
-            f"same dimension ({embedding_dim}); configure {recorded_name!r} again, or re-index "
-            "into a new database to switch models"
-        )
+    """Tell the operator when the configured embedder is not the index's model.
+
+    Nothing is refused: the services follow the index's model (``lectern_common.index``), and
+    ``lectern reindex`` moves the index to the configured one while retrieval answers.
+    """
+    if (recorded_name, recorded_dim) == (embedding_model, embedding_dim):
+        return
+    log.warning(
+        "the index holds %d-dimensional embeddings from %r, but the configured embedder is "
+        "%r (%d dimensions): the services keep using %r; run `lectern reindex --model %s` to "
+        "move the index to the configured model (retrieval keeps answering meanwhile)",
+        recorded_dim, recorded_name, embedding_model, embedding_dim, recorded_name,
+        embedding_model,
+    )  # fmt: skip

@@ -16,8 +16,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from lectern_common import metrics
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
-from lectern_gateway.chat.runtime import EMBEDDER, STREAMER, TURNS, WEB_STREAMER
-from lectern_gateway.chat.turn import ChatDeps, TurnInput
+from lectern_gateway.chat.runtime import TURNS, chat_deps
+from lectern_gateway.chat.turn import TurnInput
 from lectern_gateway.chat.turns import (
     STALE_AFTER_S,
     TurnRegistry,
@@ -31,7 +31,6 @@ from lectern_gateway.personas import repository as persona_repo
 from lectern_gateway.personas.routes import thresholds
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.sessions.routes import session_for
-from lectern_gateway.study.routes import QUIZ_WRITER
 from lectern_gateway.tenant.routes import web_search_for
 
 log = logging.getLogger(__name__)
@@ -147,15 +146,7 @@ async def post_message(
             retry_after_s=verdict.retry_after_s,
         )
     await pool.execute("UPDATE chat_turns SET counted_on = $2 WHERE id = $1", turn_id, verdict.day)
-    deps = ChatDeps(
-        pool=pool,
-        broker=broker,
-        settings=settings,
-        streamer=state.resources[STREAMER],
-        web_streamer=state.resources.get(WEB_STREAMER),
-        quiz_writer=state.resources.get(QUIZ_WRITER),
-        embedder=state.resources.get(EMBEDDER),
-    )
+    deps = chat_deps(state, settings)
     turn = TurnInput(
         principal=principal,
         session=session,

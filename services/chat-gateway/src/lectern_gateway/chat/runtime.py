@@ -10,6 +10,7 @@ from lectern_common.llm import build_generator, build_web_generator
 from lectern_common.service import ServiceState
 from lectern_gateway.chat.generation import streamer_for
 from lectern_gateway.chat.lifecycle import idle_sweeper
+from lectern_gateway.chat.turn import ChatDeps
 from lectern_gateway.chat.turns import TurnRegistry
 from lectern_gateway.config import Settings
 
@@ -18,6 +19,7 @@ SWEEPER = "idle_sweeper"
 EMBEDDER = "embedder"
 TURNS = "chat_turns"
 WEB_STREAMER = "web_answer_streamer"
+QUIZ_WRITER = "quiz_writer"
 
 
 async def start_chat(state: ServiceState, settings: Settings) -> None:
@@ -50,6 +52,19 @@ async def start_chat(state: ServiceState, settings: Settings) -> None:
             ),
             name="lectern-idle-sweep",
         )
+
+
+def chat_deps(state: ServiceState, settings: Settings) -> ChatDeps:
+    """What a turn needs from this running gateway."""
+    return ChatDeps(
+        pool=state.pool,
+        broker=state.broker,
+        settings=settings,
+        streamer=state.resources[STREAMER],
+        web_streamer=state.resources.get(WEB_STREAMER),
+        quiz_writer=state.resources.get(QUIZ_WRITER),
+        embedder=state.resources.get(EMBEDDER),
+    )
 
 
 async def stop_chat(state: ServiceState) -> None:

@@ -76,7 +76,7 @@ async def _locked(conn: Any, staff: Principal, document_id: uuid.UUID) -> Any:
     return row
 
 
-async def _record(
+async def record_change(
     conn: Any,
     staff: Principal,
     document_id: uuid.UUID,
@@ -140,12 +140,12 @@ async def patch_document(
                     "WHERE d.id = $1 AND c.document_id = d.id",
                     document_id,
                 )
-            await _record(conn, staff, document_id, "updated", changes)
+            await record_change(conn, staff, document_id, "updated", changes)
         fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
     return document_view(fresh)
 
 
-async def _set_status(
+async def set_status(
     pool: Any, staff: Principal, document_id: uuid.UUID, *, to: str, allowed_from: tuple[str, ...]
 ) -> DocumentView:
     async with pool.acquire() as conn, conn.transaction():
@@ -173,7 +173,7 @@ async def _set_status(
                 )
             )
             changes = {"status": [row["status"], to]}
-            await _record(conn, staff, document_id, action, changes, event)
+            await record_change(conn, staff, document_id, action, changes, event)
         fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
     return document_view(fresh)
 
@@ -184,13 +184,13 @@ async def _set_status(
 )
 async def archive_document(document_id: uuid.UUID, staff: StaffDep, pool: PoolDep) -> DocumentView:
     """Idempotent; 409 unless the document is indexed (or already archived)."""
-    return await _set_status(pool, staff, document_id, to="archived", allowed_from=("indexed",))
+    return await set_status(pool, staff, document_id, to="archived", allowed_from=("indexed",))
 
 
 @router.post("/v1/documents/{document_id}/restore", summary="Put an archived document back (staff)")
 async def restore_document(document_id: uuid.UUID, staff: StaffDep, pool: PoolDep) -> DocumentView:
     """Idempotent; 409 unless the document is archived or superseded (or indexed)."""
-    return await _set_status(
+    return await set_status(
         pool, staff, document_id, to="indexed", allowed_from=("archived", "superseded")
     )
 
@@ -209,14 +209,26 @@ async def supersede_document(
     document_id: uuid.UUID, body: Supersede, staff: StaffDep, pool: PoolDep
 ) -> DocumentView:
     """The replacement must be another indexed document of the tenant; restore undoes it."""
-    if body.by == document_id:
+    return await supersede(pool, staff, document_id, by=body.by)
+
+
+async def supersede(
+    pool: Any,
+    staff: Principal,
+    document_id: uuid.UUID,
+    *,
+    by: uuid.UUID,
+    action: str = "superseded",
+) -> DocumentView:
+    """Take ``document_id`` out of retrieval in favour of ``by`` (audited as ``action``)."""
+    if by == document_id:
         raise ProblemError(422, "Unprocessable", "a document cannot supersede itself")
     async with pool.acquire() as conn, conn.transaction():
         row = await _locked(conn, staff, document_id)
-        other = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=body.by)
+        other = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=by)
         if other is None or other["status"] != "indexed":
             raise ProblemError(
-                422, "Unprocessable", f"document {body.by} is not an indexed document here"
+                422, "Unprocessable", f"document {by} is not an indexed document here"
             )
         if row["status"] != "indexed":
             raise ProblemError(
@@ -225,15 +237,23 @@ async def supersede_document(
         await conn.execute(
             "UPDATE documents SET status = 'superseded', updated_at = now(), "
             "metadata = metadata || jsonb_build_object('superseded_by', $2::text) WHERE id = $1",
-            document_id, str(body.by),
+            document_id, str(by),
         )  # fmt: skip
         changes: dict[str, list[Any]] = {
             "status": ["indexed", "superseded"],
-            "superseded_by": [None, str(body.by)],
+            "superseded_by": [None, str(by)],
         }
-        await _record(conn, staff, document_id, "superseded", changes)
+        await record_change(conn, staff, document_id, action, changes)
         fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
     return document_view(fresh)
+
+
+async def document_by_id(pool: Any, staff: Principal, document_id: uuid.UUID) -> DocumentView:
+    """The document as the API shows it (404 when it is not the tenant's)."""
+    row = await repo.get_document(pool, tenant_id=staff.tenant_id, document_id=document_id)
+    if row is None:
+        raise ProblemError(404, "Not found", f"document {document_id} does not exist")
+    return document_view(row)
 
 
 @router.get("/v1/documents/{document_id}/audit", summary="Who changed a document, and how")

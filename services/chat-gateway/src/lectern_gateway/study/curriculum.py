@@ -20,6 +20,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field, ValidationError
 
 from lectern_common.embeddings import Embedder, build_embedder
+from lectern_common.index import FollowingEmbedder, guard, with_live_model
 from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.chat.runtime import EMBEDDER
 from lectern_gateway.deps import PoolDep, SettingsDep, StateDep
@@ -96,15 +97,17 @@ class Confirmation(BaseModel):
     sections: list[SectionConfirmation] = Field(default_factory=list, max_length=MAX_SECTIONS)
 
 
-async def _embedder(state: Any, settings: Any) -> Embedder:
+async def _embedder(state: Any, settings: Any, pool: Any) -> FollowingEmbedder:
     """The index's embedding model (the chat's local model when that is the index's)."""
     cached = state.resources.get(INDEX_EMBEDDER)
     if cached is not None:
         return cached  # type: ignore[no-any-return]
     local = state.resources.get(EMBEDDER)
-    embedder: Embedder = (
-        local if settings.embedding_provider == "local" and local else build_embedder(settings)
+    embedder = FollowingEmbedder(
+        settings,
+        local if settings.embedding_provider == "local" and local else build_embedder(settings),
     )
+    await embedder.sync(pool)
     state.resources[INDEX_EMBEDDER] = embedder
     return embedder
 
@@ -145,20 +148,25 @@ async def upload_standards(
             upload = StandardsUpload.model_validate_json(raw)
     except (ValidationError, UnicodeDecodeError, ValueError, KeyError) as exc:
         raise ProblemError(422, "Invalid standards", str(exc)[:2000]) from exc
-    embedder = await _embedder(state, settings)
-    vectors = await embedder.embed_documents(
-        [f"{s.code}: {s.description}" for s in upload.standards]
-    )
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.executemany(
-            "INSERT INTO curriculum_standards (tenant_id, code, description, subject, "
-            "grade_level, embedding) VALUES ($1, $2, $3, $4, $5, $6) "
-            "ON CONFLICT (tenant_id, code) DO UPDATE SET description = excluded.description, "
-            "subject = excluded.subject, grade_level = excluded.grade_level, "
-            "embedding = excluded.embedding, updated_at = now()",
-            [(staff.tenant_id, s.code, s.description, s.subject, s.grade, v)
-             for s, v in zip(upload.standards, vectors, strict=True)],
-        )  # fmt: skip
+    embedder = await _embedder(state, settings, pool)
+
+    async def attempt(model: Embedder) -> None:
+        vectors = await model.embed_documents(
+            [f"{s.code}: {s.description}" for s in upload.standards]
+        )
+        async with pool.acquire() as conn, conn.transaction():
+            await guard(conn, model.name)
+            await conn.executemany(
+                "INSERT INTO curriculum_standards (tenant_id, code, description, subject, "
+                "grade_level, embedding) VALUES ($1, $2, $3, $4, $5, $6) "
+                "ON CONFLICT (tenant_id, code) DO UPDATE SET description = excluded.description, "
+                "subject = excluded.subject, grade_level = excluded.grade_level, "
+                "embedding = excluded.embedding, updated_at = now()",
+                [(staff.tenant_id, s.code, s.description, s.subject, s.grade, v)
+                 for s, v in zip(upload.standards, vectors, strict=True)],
+            )  # fmt: skip
+
+    await with_live_model(embedder, attempt)
     return Imported(imported=len(upload.standards))
 
 
@@ -199,7 +207,8 @@ _NEAREST = (
 
 
 async def _curriculum(pool: Any, tenant_id: str, document: Any) -> DocumentCurriculum:
-    async with pool.acquire() as conn:
+    # one transaction: a re-index cannot switch the vectors between its statements
+    async with pool.acquire() as conn, conn.transaction():
         centroid = await conn.fetchval(
             "SELECT avg(embedding) FROM chunks WHERE document_id = $1 "
             "AND kind IN ('text', 'table')",

@@ -14,7 +14,7 @@ from lectern_common.embeddings import Embedder
 from lectern_common.events import QuizAnswerResult, QuizAttempted
 from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep
-from lectern_gateway.chat.runtime import EMBEDDER
+from lectern_gateway.chat.runtime import EMBEDDER, QUIZ_WRITER
 from lectern_gateway.classes.membership import require_member, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep, StateDep
 from lectern_gateway.problems import ProblemError
@@ -25,7 +25,6 @@ from lectern_gateway.study.model_writer import GeminiQuizWriter
 from lectern_gateway.study.syllabus import outline
 
 router = APIRouter(tags=["study"])
-QUIZ_WRITER = "quiz_writer"
 Collection = Literal["educational", "assessment"]
 
 

@@ -1,0 +1,1 @@
+"""The teachers' review queues."""

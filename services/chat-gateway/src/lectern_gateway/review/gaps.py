@@ -1,0 +1,145 @@
+"""Closing knowledge gaps: re-try the questions the material could not answer.
+
+A teacher who uploaded material for a gap topic re-tries its open questions. Each is
+retrieved and re-ranked exactly as the student's chat would (their classes, the session's
+subject and class); when the material now answers it, the student gets a new session in
+which the question is asked again on their behalf and answered through the real chat turn
+(sources, citations, confidence), a notice saying so, and the gap is marked answered. A
+question still without material stays open and records when it was re-tried.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from lectern_common.errors import LecternError
+from lectern_gateway.auth import Principal
+from lectern_gateway.chat import repository as chat_repo
+from lectern_gateway.chat.retrieve import retrieve_sources
+from lectern_gateway.chat.service import run_turn
+from lectern_gateway.chat.sse import DoneEvent, ErrorEvent
+from lectern_gateway.chat.turn import ChatDeps, TurnInput
+
+#: at most this many questions re-tried per request
+MAX_RETRIES = 50
+
+
+@dataclass
+class Retried:
+    """The outcome of one re-tried question."""
+
+    gap_id: uuid.UUID
+    question: str
+    user_id: str
+    outcome: str  # answered | still_gap | failed
+    band: str | None = None
+    session_id: uuid.UUID | None = None
+    document_id: uuid.UUID | None = None
+    message: str | None = None
+
+
+async def open_gaps(
+    pool: Any, *, tenant_id: str, topic: str | None, gap_ids: list[uuid.UUID] | None
+) -> list[Any]:
+    """Open gaps of a topic (or these ids), oldest first, one per student and question."""
+    rows = await pool.fetch(
+        "SELECT DISTINCT ON (g.user_id, lower(g.question)) g.*, s.subject AS session_subject, "
+        "s.class_id, s.module_tag, s.grade_level AS session_grade "
+        "FROM knowledge_gaps g LEFT JOIN chat_sessions s ON s.id = g.session_id "
+        "WHERE g.tenant_id = $1 AND g.status = 'open' "
+        "AND ($2::text IS NULL OR coalesce(g.topic, 'unknown') = $2) "
+        "AND ($3::uuid[] IS NULL OR g.id = ANY($3)) "
+        "ORDER BY g.user_id, lower(g.question), g.created_at LIMIT $4",
+        tenant_id, topic, gap_ids, MAX_RETRIES,
+    )  # fmt: skip
+    return list(rows)
+
+
+def _student(tenant_id: str, user_id: str) -> Principal:
+    # the classes come from the rosters teachers keep (the token's claim is not stored)
+    return Principal(tenant_id=tenant_id, user_id=user_id, role="student")
+
+
+def _session_like(gap: Any) -> dict[str, Any]:
+    return {
+        "id": gap["session_id"] or uuid.uuid4(),
+        "mode": "chat",
+        "subject": gap["session_subject"],
+        "module_tag": gap["module_tag"],
+        "class_id": gap["class_id"],
+        "grade_level": gap["session_grade"],
+        "user_id": gap["user_id"],
+        "curriculum_standards": [],
+    }
+
+
+async def retry_gap(deps: ChatDeps, gap: Any) -> Retried:
+    """Re-try one gap question; answer it in a new session when the material now can."""
+    tenant_id, user_id = gap["tenant_id"], gap["user_id"]
+    student = _student(tenant_id, user_id)
+    found = Retried(gap_id=gap["id"], question=gap["question"], user_id=user_id, outcome="failed")
+    try:
+        retrieved = await retrieve_sources(
+            deps, principal=student, session=_session_like(gap), query=gap["question"],
+            history=[], timings={},
+        )  # fmt: skip
+    except LecternError as exc:
+        found.message = exc.message
+        return found
+    found.band = retrieved.confidence.band
+    if not retrieved.sources or retrieved.confidence.band == "gap":
+        await deps.pool.execute(
+            "UPDATE knowledge_gaps SET retried_at = now() WHERE id = $1", gap["id"]
+        )
+        found.outcome = "still_gap"
+        return found
+    session = await chat_repo.insert_session(
+        pool=deps.pool,
+        values={
+            "id": uuid.uuid4(), "tenant_id": tenant_id, "user_id": user_id, "mode": "chat",
+            "subject": gap["session_subject"], "module_tag": gap["module_tag"],
+            "class_id": gap["class_id"], "grade_level": gap["session_grade"],
+            "learning_style": None, "explanation_depth": None,
+            "title": f"Answered later: {gap['question'][:80]}",
+            "curriculum_standards": [], "persona_slug": None, "persona_version": None,
+        },
+    )  # fmt: skip
+    done: DoneEvent | None = None
+    async for event in run_turn(deps, TurnInput(principal=student, session=session,
+                                                text=gap["question"])):  # fmt: skip
+        if isinstance(event, DoneEvent):
+            done = event
+        elif isinstance(event, ErrorEvent):
+            found.message = event.message
+    found.session_id = session["id"]
+    if done is None or done.knowledge_gap:
+        # the answer turn itself judged the material insufficient after all
+        found.outcome = "still_gap" if done is not None else "failed"
+        found.band = done.band if done is not None else found.band
+        await deps.pool.execute(
+            "UPDATE knowledge_gaps SET retried_at = now() WHERE id = $1", gap["id"]
+        )
+        return found
+    cited = [c.document_id for c in done.citations if c.document_id is not None]
+    found.document_id = cited[0] if cited else retrieved.sources[0].document_id
+    found.band, found.outcome = done.band, "answered"
+    async with deps.pool.acquire() as conn, conn.transaction():
+        # every open gap of this student with the same question is answered by this session
+        await conn.execute(
+            "UPDATE knowledge_gaps SET status = 'answered', retried_at = now(), "
+            "answered_at = now(), answer_session_id = $4, answered_from = $5 "
+            "WHERE tenant_id = $1 AND user_id = $2 AND lower(question) = lower($3) "
+            "AND status = 'open'",
+            tenant_id, user_id, gap["question"], session["id"], found.document_id,
+        )  # fmt: skip
+        await conn.execute(
+            "INSERT INTO student_notices (id, tenant_id, user_id, kind, text, session_id, "
+            "gap_id) VALUES ($1, $2, $3, 'gap_answered', $4, $5, $6)",
+            uuid.uuid4(), tenant_id, user_id,
+            f'Your question "{gap["question"][:200]}" can now be answered from your course '
+            "material: the answer is in a new session.",
+            session["id"], gap["id"],
+        )  # fmt: skip
+    return found
