@@ -100,7 +100,7 @@ async def _upload(
     assert response.status_code == 202, response.text
     document_id: str = response.json()["id"]
     for _ in range(600):
-        status = (await client.get(f"{gateway.url}/v1/documents/{document_id}", headers=teacher))
+        status = await client.get(f"{gateway.url}/v1/documents/{document_id}", headers=teacher)
         if status.json()["status"] in ("indexed", "failed", "duplicate"):
             break
         await asyncio.sleep(0.1)
@@ -144,7 +144,7 @@ async def test_two_uploads_that_disagree_appear_side_by_side(
         assert archived.json()["status"] == "archived"
         # the archived side's other conflict leaves the open queue with it
         assert (await client.get(f"{stack.url}/v1/review/conflicts", headers=teacher)).json() == []
-        audit = (await client.get(f"{stack.url}/v1/documents/{second}/audit", headers=teacher))
+        audit = await client.get(f"{stack.url}/v1/documents/{second}/audit", headers=teacher)
         assert [a["action"] for a in audit.json()] == ["archived"]
 
 
@@ -187,9 +187,7 @@ async def test_an_upload_closes_a_gap_and_the_student_is_told(
         answer = messages.json()[-1]
         assert answer["role"] == "assistant" and "tun" in answer["content"].lower()
         assert {c["document_id"] for c in answer["citations"]} == {material}
-        read = await client.post(
-            f"{stack.url}/v1/notices/{notices[0]['id']}/read", headers=student
-        )
+        read = await client.post(f"{stack.url}/v1/notices/{notices[0]['id']}/read", headers=student)
         assert read.json()["read_at"] is not None
         unread = await client.get(f"{stack.url}/v1/notices?unread=true", headers=student)
         assert unread.json() == []
@@ -226,7 +224,7 @@ async def test_flags_duplicates_and_stale_material(stack: Gateway, tenant_id: st
         assert resolved.json()["status"] == "resolved"
         assert resolved.json()["action"] == "wrong_source"
         assert (await client.get(f"{stack.url}/v1/review/flags", headers=teacher)).json() == []
-        audit = (await client.get(f"{stack.url}/v1/documents/{original}/audit", headers=teacher))
+        audit = await client.get(f"{stack.url}/v1/documents/{original}/audit", headers=teacher)
         assert [a["action"] for a in audit.json()] == ["flag_wrong_source"]
 
         # a near-duplicate (one sentence changed) is merged into the original
