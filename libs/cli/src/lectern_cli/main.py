@@ -29,6 +29,7 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.quality_cmd",
     "lectern_cli.docs_cmd",
     "lectern_cli.reindex_cmd",
+    "lectern_cli.gc_cmd",
     "lectern_cli.eval_cmd",
     "lectern_cli.eval_answers_cmd",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from fastapi import FastAPI
@@ -12,6 +13,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from lectern_common.broker import INGEST_DURABLE, create_broker, publish_event, stream_for
 from lectern_common.embeddings import Embedder, build_embedder
 from lectern_common.events import Event, Subjects
+from lectern_common.gc import collect_every
 from lectern_common.service import ServiceState, create_service_app
 from lectern_ingest import language
 from lectern_ingest.config import Settings
@@ -56,6 +58,21 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         )
         state.resources["ingest_worker"] = holder["worker"]
         await holder["worker"].embedder.sync(state.pool)
+        if settings.gc_interval_s > 0:
+            state.resources["gc"] = asyncio.create_task(
+                collect_every(
+                    state.pool, broker.config.connection_state.stream,
+                    every_s=settings.gc_interval_s, grace_s=settings.gc_grace_s,
+                ),
+                name="lectern-gc",
+            )  # fmt: skip
+
+    async def shutdown(state: ServiceState) -> None:
+        task = state.resources.pop("gc", None)
+        if isinstance(task, asyncio.Task):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         # a consumer created by an earlier release keeps its settings when bound by name:
         # bring its ack wait and delivery limit to this configuration's
         stream = stream_for(Subjects.DOCUMENTS_UPLOADED).name
@@ -66,6 +83,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         broker=broker,
         title="Lectern ingest",
         on_startup=startup,
+        on_shutdown=shutdown,
         consumers=[(stream_for(Subjects.DOCUMENTS_UPLOADED).name, INGEST_DURABLE)],
         outbox="ingest",
     )

@@ -59,6 +59,15 @@ class Settings(ServiceHttpSettings):
     near_duplicate_threshold: float = Field(
         default=0.85, ge=0.0, le=1.0, description="SimHash similarity flagged as near-duplicate"
     )
+    gc_interval_s: float = Field(
+        default=3600.0, ge=0,
+        description="seconds between garbage collections of orphaned stored files and chunks "
+        "(0: none; `lectern gc` runs one by hand)",
+    )  # fmt: skip
+    gc_grace_s: float = Field(
+        default=3600.0, ge=0,
+        description="stored files younger than this are never collected (uploads in flight)",
+    )  # fmt: skip
     conflict_neighbours: int = Field(
         default=3, ge=0, le=20,
         description="nearest chunks of other documents each new chunk is checked against for "
