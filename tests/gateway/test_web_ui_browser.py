@@ -477,3 +477,65 @@ async def test_an_admin_opens_the_quality_dashboard_and_follows_a_bar(
         listed = await page.text("#quality-questions")
         assert "RuBisCO" in listed and "Questions (2)" in listed
         assert not page.exceptions, page.exceptions
+
+
+async def test_a_teacher_works_the_review_queues_and_edits_a_document(
+    gateway: Gateway, db_pool: Any, tenant_id: str
+) -> None:
+    one = await seed_document(db_pool, tenant_id=tenant_id, title="Water, edition 1")
+    two = await seed_document(db_pool, tenant_id=tenant_id, title="Water, edition 2")
+    await db_pool.execute(
+        "INSERT INTO source_conflicts (id, tenant_id, chunk_a, chunk_b, document_a, document_b, "
+        "kind, statement_a, statement_b, detail, similarity) VALUES ($1, $2, $3, $4, $5, $6, "
+        "'number', 'Water boils at 90 °C at sea level.', 'Water boils at 100 °C at sea level.', "
+        "'90 °C in one, 100 °C in the other', 0.93)",
+        uuid.uuid4(), tenant_id, two.chunk_ids[0], one.chunk_ids[0], two.document_id,
+        one.document_id,
+    )  # fmt: skip
+    await db_pool.execute(
+        "INSERT INTO knowledge_gaps (id, tenant_id, user_id, question, topic, confidence) "
+        "VALUES ($1, $2, 'stu-1', 'How do tardigrades survive in space?', 'tardigrades', 0.1)",
+        uuid.uuid4(), tenant_id,
+    )  # fmt: skip
+    async with chromium() as page:
+        await page.goto(f"{gateway.url}/")
+        await page.until("document.body && document.body.dataset.ready === 'true'")
+        await _sign_in(page, _bearer(gateway, tenant_id, "t-1", role="teacher"))
+        await page.js("location.hash = '#review'")
+        await page.until("document.querySelector('#review-conflicts table.conflict')", 30)
+        conflict = await page.text("#review-conflicts")
+        assert "Water, edition 2" in conflict and "Water, edition 1" in conflict
+        assert "90 °C in one, 100 °C in the other" in conflict
+        assert "tardigrades" in await page.text("#review-gaps")
+        assert "1 conflicts" in await page.text("#review-summary")
+        await page.js(
+            "[...document.querySelectorAll('#review-conflicts button')]"
+            ".find((b) => b.textContent === 'Archive a').click()"
+        )
+        await page.until("document.getElementById('review-conflicts').textContent"
+                         ".includes('No conflicting sources')", 30)  # fmt: skip
+        status = await db_pool.fetchval(
+            "SELECT status FROM documents WHERE id = $1", two.document_id
+        )
+        assert status == "archived"
+
+        await page.js("location.hash = '#documents'")
+        button = "document.querySelector('[aria-label=\"Edit Water, edition 1\"]')"
+        await page.until(button, 30)
+        await page.js(f"{button}.click()")
+        await page.until("document.getElementById('edit-dialog').open", 30)
+        await page.js(
+            "document.getElementById('edit-doc-title').value = 'Water (checked)';"
+            "document.getElementById('edit-freshness').value = '2024-09-01';"
+            "document.querySelector('#edit-form button[value=save]').click()"
+        )
+        await page.until("document.querySelector('[aria-label=\"Edit Water (checked)\"]')", 30)
+        row = await db_pool.fetchrow(
+            "SELECT title, freshness_date::text AS fresh FROM documents WHERE id = $1",
+            one.document_id,
+        )
+        assert (row["title"], row["fresh"]) == ("Water (checked)", "2024-09-01")
+        await page.js("document.querySelector('[aria-label=\"Edit Water (checked)\"]').click()")
+        await page.until("document.getElementById('edit-history').textContent"
+                         ".includes('updated')", 30)  # fmt: skip
+        assert not page.exceptions, page.exceptions

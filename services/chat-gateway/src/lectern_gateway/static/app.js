@@ -236,12 +236,14 @@ function showView(view) {
   if (view === "chat") {
     attempt(loadSessions);
     attempt(loadPersonas);
+    attempt(loadNotices);
   }
   if (view === "documents") attempt(() => loadDocuments({ reset: true }));
   if (view === "memories") attempt(loadMemories);
   if (view === "syllabus") attempt(loadSyllabus);
   if (view === "quizzes") attempt(loadQuizzes);
   if (view === "quality") attempt(loadQuality);
+  if (view === "review") attempt(loadReview);
   if (view !== "documents") stopWatchers();
 }
 
@@ -818,6 +820,10 @@ function upsertDocumentRow(doc, { first = false } = {}) {
         onclick: () => attempt(() => setArchived(doc, false)),
       }, "Restore") : null,
       el("button", {
+        type: "button", class: "small", "aria-label": `Edit ${doc.title}`,
+        onclick: () => attempt(() => editDocument(doc)),
+      }, "Edit"),
+      el("button", {
         type: "button", class: "small danger", "aria-label": `Delete ${doc.title}`,
         onclick: () => attempt(() => deleteDocument(doc)),
       }, "Delete"),
@@ -925,6 +931,153 @@ async function deleteDocument(doc) {
   const deleted = await apiJSON(`/v1/documents/${encodeURIComponent(doc.id)}`, { method: "DELETE" });
   upsertDocumentRow(deleted);
   notify(`Deleted “${deleted.title}”.`);
+}
+
+// Edit a document's metadata (takes effect at once; nothing is re-embedded) and read its
+// history (the audit log: who changed what, when).
+async function editDocument(doc) {
+  const id = encodeURIComponent(doc.id);
+  const dialog = $("edit-dialog");
+  $("edit-doc-title").value = doc.title;
+  $("edit-subject").value = doc.subject || "";
+  $("edit-grade").value = doc.grade_level ?? "";
+  $("edit-tags").value = (doc.topic_tags || []).join(", ");
+  $("edit-freshness").value = doc.freshness_date || "";
+  const history = await apiJSON(`/v1/documents/${id}/audit`);
+  $("edit-history").replaceChildren(...(history.length ? history.map((entry) => el("li", {},
+    `${formatDate(entry.at)} · ${entry.actor} · ${entry.action}`,
+    el("div", { class: "hint" }, Object.entries(entry.changes)
+      .map(([field, [before, after]]) => `${field}: ${JSON.stringify(before)} → ${JSON.stringify(after)}`)
+      .join("; ")),
+  )) : [el("li", { class: "hint" }, "No changes yet.")]));
+  dialog.returnValue = "";
+  dialog.showModal();
+  await new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
+  if (dialog.returnValue !== "save") return;
+  const grade = $("edit-grade").value.trim();
+  const changed = await apiJSON(`/v1/documents/${id}`, {
+    method: "PATCH",
+    json: {
+      title: $("edit-doc-title").value.trim(),
+      subject: $("edit-subject").value.trim() || null,
+      grade_level: grade ? Number(grade) : null,
+      topic_tags: $("edit-tags").value.split(",").map((t) => t.trim()).filter(Boolean),
+      freshness_date: $("edit-freshness").value || null,
+    },
+  });
+  upsertDocumentRow(changed);
+  notify(`Saved “${changed.title}”.`);
+}
+
+// -- review queues -------------------------------------------------------------------------
+
+async function loadReview() {
+  const [summary, conflicts, gaps, flags, duplicates, stale] = await Promise.all([
+    apiJSON("/v1/review"), apiJSON("/v1/review/conflicts"), apiJSON("/v1/review/gaps"),
+    apiJSON("/v1/review/flags"), apiJSON("/v1/review/duplicates"), apiJSON("/v1/review/stale"),
+  ]);
+  $("review-summary").textContent = `${summary.conflicts} conflicts · ${summary.gap_questions} `
+    + `gap questions in ${summary.gap_topics} topics · ${summary.flags} flagged answers · `
+    + `${summary.duplicates} near-duplicates · ${summary.stale} past their horizon`;
+  const none = (text) => el("p", { class: "hint" }, text);
+  const button = (label, action) => el("button", { type: "button", class: "small",
+    onclick: () => attempt(async () => { await action(); await loadReview(); }) }, label);
+
+  $("review-conflicts").replaceChildren(...(conflicts.length ? conflicts.map((c) => {
+    const side = (s, key) => el("td", {},
+      el("strong", {}, s.title), el("div", { class: "hint" }, [pages(s), s.section.join(" > ")]
+        .filter(Boolean).join(" · ")), el("blockquote", {}, s.statement),
+      button(`Archive ${key}`, () => resolveConflict(c, `archive_${key}`)));
+    return el("table", { class: "card conflict" },
+      el("caption", {}, `${c.kind === "number" ? "Different numbers" : "Negation"}: ${c.detail}`),
+      el("tr", {}, side(c.a, "a"), side(c.b, "b")),
+      el("tr", {}, el("td", { colspan: "2" },
+        button("Material fixed", () => resolveConflict(c, "fixed")),
+        button("Not a conflict", () => resolveConflict(c, "not_a_conflict")))));
+  }) : [none("No conflicting sources.")]));
+
+  $("review-gaps").replaceChildren(...(gaps.length ? gaps.map((g) => el("div", { class: "card" },
+    el("strong", {}, g.topic), ` · ${g.count} questions from ${g.students} students `,
+    button("Re-try after uploading material", () => retryGaps(g.topic)),
+    el("ul", {}, ...g.questions.map((q) => el("li", {}, q.question,
+      q.retried_at ? el("span", { class: "hint" }, ` (re-tried ${formatDate(q.retried_at)})`) : null))),
+  )) : [none("No open knowledge gaps.")]));
+
+  $("review-flags").replaceChildren(...(flags.length ? flags.map((f) => el("div", { class: "card" },
+    el("p", {}, el("strong", {}, "Question: "), f.question || "?"),
+    el("p", {}, el("strong", {}, "Answer: "), f.answer),
+    el("p", { class: "hint" }, `Flagged ${f.reason}${f.details ? `: ${f.details}` : ""} · `
+      + (f.sources.map((s) => `[${s.label}] ${s.title || ""}`).join(", ") || "no sources")),
+    button("Material fixed", () => resolveFlag(f, "fixed_material")),
+    button("Wrong source", () => resolveFlag(f, "wrong_source")),
+    button("Dismiss", () => resolveFlag(f, "dismissed")),
+  )) : [none("No flagged answers.")]));
+
+  $("review-duplicates").replaceChildren(...(duplicates.length ? duplicates.map((d) => el("div",
+    { class: "card" }, `“${d.document.title}” nearly repeats “${d.duplicate_of.title}”`
+      + (d.score ? ` (${Math.round(d.score * 100)}% alike) ` : " "),
+    button("Keep both", () => decideDuplicate(d, "keep")),
+    button("Merge into the earlier one", () => decideDuplicate(d, "merge")),
+    button("Distinct", () => decideDuplicate(d, "distinct")),
+  )) : [none("No near-duplicates to decide on.")]));
+
+  $("review-stale").replaceChildren(...(stale.length ? stale.map((d) => el("div", { class: "card" },
+    `“${d.document.title}” (${d.document.subject || "no subject"}) dated ${d.dated}: `
+      + `${d.overdue_days} days past its ${d.horizon_days}-day horizon `,
+    button("Edit", () => editDocument({ ...d.document, freshness_date: d.dated })),
+    button("Archive", () => setArchived(d.document, true)),
+  )) : [none("Nothing past its horizon.")]));
+}
+
+async function resolveConflict(conflict, resolution) {
+  await apiJSON(`/v1/review/conflicts/${encodeURIComponent(conflict.id)}/resolve`,
+    { method: "POST", json: { resolution } });
+  notify("Conflict resolved.");
+}
+
+async function resolveFlag(flag, action) {
+  const source = flag.sources[0];
+  await apiJSON(`/v1/review/flags/${encodeURIComponent(flag.id)}/resolve`, {
+    method: "POST",
+    json: { action, document_id: action === "dismissed" ? null : source?.document_id ?? null },
+  });
+  notify("Flag resolved.");
+}
+
+async function retryGaps(topic) {
+  const results = await apiJSON("/v1/review/gaps/retry", { method: "POST", json: { topic } });
+  const answered = results.filter((r) => r.outcome === "answered").length;
+  notify(`${answered} of ${results.length} questions now answered; their students were told.`);
+}
+
+async function decideDuplicate(pair, decision) {
+  await apiJSON(`/v1/review/duplicates/${encodeURIComponent(pair.document.id)}`,
+    { method: "POST", json: { decision } });
+  notify(`“${pair.document.title}”: ${decision}.`);
+}
+
+async function setHorizon(event) {
+  event.preventDefault();
+  const subject = $("horizon-subject").value.trim();
+  await apiJSON(`/v1/review/horizons/${encodeURIComponent(subject)}`,
+    { method: "PUT", json: { days: Number($("horizon-days").value) } });
+  notify(`Horizon of ${subject} set.`);
+  await loadReview();
+}
+
+// A student's notices: a question of theirs that now has an answer.
+async function loadNotices() {
+  const box = $("notices");
+  const notices = await apiJSON("/v1/notices?unread=true");
+  box.hidden = notices.length === 0;
+  box.replaceChildren(...notices.map((n) => el("p", {}, n.text, " ",
+    n.session_id ? el("button", { type: "button", class: "small", onclick: () => attempt(async () => {
+      await apiJSON(`/v1/notices/${encodeURIComponent(n.id)}/read`, { method: "POST" });
+      const sessions = await apiJSON("/v1/sessions");
+      const session = sessions.find((s) => s.id === n.session_id);
+      if (session) await openSession(session);
+      await loadNotices();
+    }) }, "Open the answer") : null)));
 }
 
 // -- search --------------------------------------------------------------------------------
@@ -1173,6 +1326,7 @@ function init() {
 
   $("new-session-form").addEventListener("submit", (event) => attempt(() => newSession(event)));
   $("quality-form").addEventListener("submit", (event) => attempt(() => loadQuality(event)));
+  $("horizon-form").addEventListener("submit", (event) => attempt(() => setHorizon(event)));
   $("ask-form").addEventListener("submit", ask);
   $("question").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) $("ask-form").requestSubmit();
