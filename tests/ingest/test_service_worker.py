@@ -784,3 +784,62 @@ async def test_poison_messages_are_parked_for_an_operator(
         assert stored.state.messages >= 2
     finally:
         await subscription.unsubscribe()
+
+
+class CountingEmbedder:
+    """The module's MiniLM, counting the passages it is asked to embed."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dimension = inner.dimension
+        self.max_input_tokens = inner.max_input_tokens
+        self.embedded = 0
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    async def embed_documents(self, texts: Any) -> Any:
+        self.embedded += len(texts)
+        return await self.inner.embed_documents(texts)
+
+    async def embed_queries(self, texts: Any) -> Any:
+        return await self.inner.embed_queries(texts)
+
+    async def embed_query(self, text: str) -> Any:
+        return await self.inner.embed_query(text)
+
+
+async def test_a_new_version_reuses_the_embeddings_of_unchanged_chunks(
+    app: Any, settings: Settings, embedder: Embedder, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    counting = CountingEmbedder(embedder)
+    worker = IngestWorker(
+        settings=settings, embedder=counting, pool=db_pool, jetstream=nc.jetstream(),
+        publish=app.state.lectern.resources["ingest_worker"].publish,
+    )  # fmt: skip
+    v1 = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(6), filename="waves.pdf",
+        mime=filetype.PDF,
+    )  # fmt: skip
+    assert (await worker.process(event=v1, deliveries=1)).status == "indexed"
+    first = counting.embedded
+    before = {
+        r["text"]: r["embedding"].to_list()
+        for r in await db_pool.fetch(
+            "SELECT text, embedding FROM chunks WHERE document_id = $1", v1.document_id
+        )
+    }
+    # the same six pages and two more: the first six pages' chunks are not embedded again
+    v2 = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(8), filename="waves.pdf",
+        mime=filetype.PDF, previous=v1.document_id, version=2,
+    )  # fmt: skip
+    assert (await worker.process(event=v2, deliveries=1)).status == "indexed"
+    rows = await db_pool.fetch(
+        "SELECT text, embedding FROM chunks WHERE document_id = $1", v2.document_id
+    )
+    kept = [r for r in rows if r["text"] in before]
+    assert kept and len(kept) < len(rows)
+    assert all(r["embedding"].to_list() == before[r["text"]] for r in kept)
+    assert counting.embedded - first == len(rows) - len(kept)

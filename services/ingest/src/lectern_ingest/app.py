@@ -58,6 +58,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         )
         state.resources["ingest_worker"] = holder["worker"]
         await holder["worker"].embedder.sync(state.pool)
+        # a consumer created by an earlier release keeps its settings when bound by name:
+        # bring its ack wait and delivery limit to this configuration's
+        stream = stream_for(Subjects.DOCUMENTS_UPLOADED).name
+        await broker.config.connection_state.stream.add_consumer(stream, config=consumer)
         if settings.gc_interval_s > 0:
             state.resources["gc"] = asyncio.create_task(
                 collect_every(
@@ -73,10 +77,6 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        # a consumer created by an earlier release keeps its settings when bound by name:
-        # bring its ack wait and delivery limit to this configuration's
-        stream = stream_for(Subjects.DOCUMENTS_UPLOADED).name
-        await broker.config.connection_state.stream.add_consumer(stream, config=consumer)
 
     app = create_service_app(
         settings=settings,

@@ -71,6 +71,8 @@ class PipelineResult:
     embeddings: np.ndarray[Any, Any]
     indexed: repo.IndexedDocument
     embed_s: float = 0.0
+    #: chunk vectors taken from the replaced version (same embedded text) instead of embedding
+    reused_embeddings: int = 0
     #: an indexed document with the same cleaned text, found before embedding everything
     duplicate_of: uuid.UUID | None = None
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import hashlib
 import logging
 import tempfile
 import time
@@ -43,7 +45,7 @@ from lectern_common.events import (
     IngestStage,
     outcome_event_id,
 )
-from lectern_common.index import FollowingEmbedder, ModelSwitched, guard
+from lectern_common.index import FollowingEmbedder, ModelSwitched, guard, live_model
 from lectern_common.outbox import enqueue
 from lectern_common.text import embedding_text
 from lectern_ingest import language
@@ -81,6 +83,16 @@ from lectern_ingest.pipeline import (
 log = logging.getLogger(__name__)
 
 KeepAlive = Callable[[], Awaitable[None]]
+
+
+#: the replaced version's vectors by embedded-text hash, and the count reused so far
+REUSABLE: contextvars.ContextVar[tuple[dict[str, np.ndarray[Any, Any]], list[int]]] = (
+    contextvars.ContextVar("reusable")
+)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class IngestWorker:
@@ -369,6 +381,8 @@ class IngestWorker:
         # several documents may be in flight in one worker: embedding time is per document
         embed_timer = [0.0]
         EMBED_TIMER.set(embed_timer)
+        reused = [0]
+        REUSABLE.set((await self._reusable(event.replaces_document_id), reused))
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.settings.queue_batches)
         producer = Producer(
@@ -474,9 +488,15 @@ class IngestWorker:
             enriched=enriched, enrichment_note=note,
             title=None if given_title(event) else stats.title,
         )  # fmt: skip
+        if reused[0]:
+            log.info(
+                "document %s: %d of %d chunk embeddings reused from version %s",
+                event.document_id, reused[0], len(records), event.replaces_document_id,
+            )  # fmt: skip
         return PipelineResult(
-            chunks=records, embeddings=embeddings, indexed=indexed, embed_s=embed_timer[0]
-        )
+            chunks=records, embeddings=embeddings, indexed=indexed, embed_s=embed_timer[0],
+            reused_embeddings=reused[0],
+        )  # fmt: skip
 
     async def _content_duplicate(
         self, event: DocumentUploaded, stats: Produced
@@ -493,7 +513,46 @@ class IngestWorker:
                 content_sha256=stats.content.hexdigest(), exclude=exclude,
             )  # fmt: skip
 
+    async def _reusable(self, previous: uuid.UUID | None) -> dict[str, np.ndarray[Any, Any]]:
+        """The replaced version's chunk vectors by the hash of what was embedded (only when
+        the index holds this embedder's vectors), so unchanged chunks are not embedded again."""
+        if previous is None:
+            return {}
+        async with self.pool.acquire() as conn:
+            model = await live_model(conn)
+            if model is None or model.name != self.embedder.name:
+                return {}
+            title = await conn.fetchval("SELECT title FROM documents WHERE id = $1", previous)
+            rows = await conn.fetch(
+                "SELECT text, context_prefix, embedding FROM chunks WHERE document_id = $1 "
+                "AND kind IN ('text', 'table')",
+                previous,
+            )
+        return {
+            _digest(embedding_text(r["text"], r["context_prefix"], title)): np.asarray(
+                r["embedding"].to_numpy()
+                if hasattr(r["embedding"], "to_numpy")
+                else r["embedding"],
+                dtype=np.float32,
+            )
+            for r in rows
+        }
+
     async def _embed(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
+        known, reused = REUSABLE.get(({}, [0]))
+        keys = [_digest(t) for t in texts] if known else []
+        missing = [i for i, key in enumerate(keys) if key not in known] if known else None
+        if missing is not None and len(missing) < len(texts):
+            fresh = await self._embed_new([texts[i] for i in missing]) if missing else None
+            vectors = [known.get(key) for key in keys]
+            for position, index in enumerate(missing):
+                assert fresh is not None
+                vectors[index] = fresh[position]
+            reused[0] += len(texts) - len(missing)
+            return np.stack([np.asarray(v, dtype=np.float32) for v in vectors])
+        return await self._embed_new(texts)
+
+    async def _embed_new(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
         started = time.monotonic()
         try:
             return await self.embedder.embed_documents(texts)
