@@ -9,7 +9,7 @@ from lectern_common.broker import create_broker
 from lectern_common.service import ServiceState, create_service_app
 from lectern_gateway.auth import TokenVerifier
 from lectern_gateway.chat import routes as chat
-from lectern_gateway.chat.runtime import start_chat, stop_chat
+from lectern_gateway.chat.runtime import QUIZ_WRITER, start_chat, stop_chat
 from lectern_gateway.classes import routes as classes
 from lectern_gateway.config import Settings
 from lectern_gateway.documents import chunks, lifecycle
@@ -53,7 +53,7 @@ def create_app(
     async def startup(state: ServiceState) -> None:
         state.resources["settings"] = settings
         await start_chat(state, settings)
-        state.resources[study.QUIZ_WRITER] = build_quiz_writer(settings)
+        state.resources[QUIZ_WRITER] = build_quiz_writer(settings)
 
     app = create_service_app(
         settings=settings,
