@@ -598,6 +598,11 @@ async def test_cli_titles_queues_and_sends_changed_files_as_new_versions(
             v1_id, 2, "Photosynthesis")  # fmt: skip
         old = (await client.get(f"/v1/documents/{v1_id}", headers=teacher)).json()
         assert old["status"] == "superseded"
+        for either in (v1_id, v2["id"]):
+            versions = await client.get(f"/v1/documents/{either}/versions", headers=teacher)
+            assert [(v["id"], v["version"], v["status"]) for v in versions.json()] == [
+                (v2["id"], 2, "indexed"), (v1_id, 1, "superseded")
+            ]  # fmt: skip
 
         # a colleague's file of the same name is never taken for a new version of this one
         (tmp_path / "t2").mkdir()

@@ -538,4 +538,5 @@ async def test_a_teacher_works_the_review_queues_and_edits_a_document(
         await page.js("document.querySelector('[aria-label=\"Edit Water (checked)\"]').click()")
         await page.until("document.getElementById('edit-history').textContent"
                          ".includes('updated')", 30)  # fmt: skip
+        assert (await page.text("#edit-versions")).startswith("v1 · indexed · notes.md")
         assert not page.exceptions, page.exceptions

@@ -256,6 +256,44 @@ async def document_by_id(pool: Any, staff: Principal, document_id: uuid.UUID) ->
     return document_view(row)
 
 
+class Version(BaseModel):
+    """One version of a document."""
+
+    id: uuid.UUID
+    version: int
+    status: str
+    title: str
+    filename: str
+    chunk_count: int
+    created_at: dt.datetime
+    indexed_at: dt.datetime | None
+
+
+@router.get("/v1/documents/{document_id}/versions", summary="Every version of a document")
+async def document_versions(
+    document_id: uuid.UUID, staff: StaffDep, pool: PoolDep
+) -> list[Version]:
+    """The versions of the document this one belongs to, newest first (a new upload of the
+    same file is a new version; the replaced one is superseded)."""
+    rows = await pool.fetch(
+        """WITH RECURSIVE older AS (
+               SELECT * FROM documents WHERE id = $1 AND tenant_id = $2
+               UNION SELECT d.* FROM documents d JOIN older o ON d.id = o.previous_version_id
+           ), newer AS (
+               SELECT * FROM documents WHERE id = $1 AND tenant_id = $2
+               UNION SELECT d.* FROM documents d JOIN newer n ON d.previous_version_id = n.id
+           )
+           SELECT DISTINCT id, version, status, title, filename, chunk_count, created_at,
+                  indexed_at
+           FROM (SELECT * FROM older UNION ALL SELECT * FROM newer) v
+           WHERE tenant_id = $2 ORDER BY version DESC, created_at DESC""",
+        document_id, staff.tenant_id,
+    )  # fmt: skip
+    if not rows:
+        raise ProblemError(404, "Not found", f"document {document_id} does not exist")
+    return [Version.model_validate(dict(r)) for r in rows]
+
+
 @router.get("/v1/documents/{document_id}/audit", summary="Who changed a document, and how")
 async def document_audit(
     document_id: uuid.UUID, staff: StaffDep, pool: PoolDep

@@ -804,7 +804,8 @@ function documentRowId(id) {
 function upsertDocumentRow(doc, { first = false } = {}) {
   const status = el("td", { class: "status" }, statusBadge(doc));
   const row = el("tr", { id: documentRowId(doc.id) },
-    el("th", { scope: "row" }, doc.title, el("div", { class: "hint" }, doc.filename)),
+    el("th", { scope: "row" }, doc.title, el("div", { class: "hint" },
+      doc.version > 1 ? `${doc.filename} · v${doc.version}` : doc.filename)),
     status,
     el("td", {}, doc.subject || ""),
     el("td", {}, doc.grade_level ?? ""),
@@ -943,7 +944,11 @@ async function editDocument(doc) {
   $("edit-grade").value = doc.grade_level ?? "";
   $("edit-tags").value = (doc.topic_tags || []).join(", ");
   $("edit-freshness").value = doc.freshness_date || "";
-  const history = await apiJSON(`/v1/documents/${id}/audit`);
+  const [history, versions] = await Promise.all([
+    apiJSON(`/v1/documents/${id}/audit`), apiJSON(`/v1/documents/${id}/versions`),
+  ]);
+  $("edit-versions").replaceChildren(...versions.map((v) => el("li", {},
+    `v${v.version} · ${v.status} · ${v.filename} · ${v.chunk_count} chunks · ${formatDate(v.created_at)}`)));
   $("edit-history").replaceChildren(...(history.length ? history.map((entry) => el("li", {},
     `${formatDate(entry.at)} · ${entry.actor} · ${entry.action}`,
     el("div", { class: "hint" }, Object.entries(entry.changes)
