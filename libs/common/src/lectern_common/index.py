@@ -6,11 +6,12 @@ model and changes that row in the same transaction that swaps the columns.
 
 A service that embeds text and then reads or writes those columns does so through a
 ``FollowingEmbedder``: it embeds with the model it last saw, and inside the transaction that
-uses the vectors ``guard`` share-locks the row and checks that the live index is still that
-model. When it is not, ``ModelSwitched`` says which one is, the embedder loads it, and the work
-is done again (``with_live_model``). The switch has to wait for every guarded transaction in
-flight, and a guarded transaction that starts during the switch waits for it to commit, so
-no query ever compares vectors of two models or of two dimensions.
+uses the vectors ``guard`` takes a shared advisory lock (which writes nothing) and checks that
+the live index is still that model. When it is not,
+``ModelSwitched`` says which one is, the embedder loads it, and the work is done again
+(``with_live_model``). The switch takes that lock exclusively: it waits for every guarded
+transaction in flight, and a guarded transaction that starts during the switch waits for it
+to commit, so no query ever compares vectors of two models or of two dimensions.
 """
 
 from __future__ import annotations
@@ -61,10 +62,16 @@ async def live_model(conn: Any) -> IndexModel | None:
     return None if row is None else IndexModel(str(row["name"]), int(row["dimension"]))
 
 
+#: the advisory lock guarded transactions take shared and a re-index's switch exclusively
+#: (the constant in ``lectern_live_embedding_model()``, migration 0019)
+SWITCH_LOCK_ID = 1955634718
+
+
 async def guard(conn: Any, used: str) -> None:
-    """Inside a transaction: hold the live model until commit; raise ``ModelSwitched`` unless
-    it is ``used`` (the model that embedded what the transaction is about to use)."""
-    row = await conn.fetchrow("SELECT name, dimension FROM embedding_models WHERE id = 1 FOR SHARE")
+    """Inside a transaction, before touching any table: hold the live model until commit (a
+    shared advisory lock); raise ``ModelSwitched`` unless it is ``used`` (the model that
+    embedded what the transaction is about to use)."""
+    row = await conn.fetchrow("SELECT name, dimension FROM lectern_live_embedding_model()")
     if row is not None and row["name"] != used:
         raise ModelSwitched(IndexModel(str(row["name"]), int(row["dimension"])), used)
 

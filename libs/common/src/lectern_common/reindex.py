@@ -6,8 +6,9 @@ copies of the live column's HNSW indexes built ``CONCURRENTLY``. A trigger clear
 vector when its live one is rewritten meanwhile (a memory strengthened, a standard re-uploaded),
 and new rows arrive without one; both are filled again before the switch.
 
-The switch is one transaction: it updates ``embedding_models`` (waiting for every guarded
-transaction in flight: see ``lectern_common.index``), locks the tables, fills what is still
+The switch is one transaction: it takes the switch lock (waiting for every guarded
+transaction in flight: see ``lectern_common.index``), updates ``embedding_models``, locks the
+tables, fills what is still
 missing, drops the old column and renames the new one into its place with its indexes. Until
 that commit nothing retrieval reads has changed, and any failure before it drops the new
 columns and leaves the live index as it was. Runs are recorded in ``index_builds``.
@@ -27,7 +28,7 @@ import asyncpg
 
 from lectern_common.embeddings import Embedder
 from lectern_common.errors import LecternError
-from lectern_common.index import IndexModel, live_model
+from lectern_common.index import SWITCH_LOCK_ID, IndexModel, live_model
 from lectern_common.text import embedding_text
 
 log = logging.getLogger(__name__)
@@ -310,8 +311,9 @@ async def _switch_locked(
     conn: Any, embedder: Embedder, target: IndexModel, report: ReindexReport, lock_timeout_s: float
 ) -> None:
     await conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
-    # the model row first: guarded transactions take it before any table, so they either
-    # finish before this update or wait for the commit without holding the tables
+    # the switch lock first: guarded transactions take it (shared) before any table, so they
+    # either finish before this or wait for the commit without holding the tables
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", SWITCH_LOCK_ID)
     await conn.execute(
         "UPDATE embedding_models SET name = $1, dimension = $2, created_at = now() WHERE id = 1",
         target.name, target.dimension,
