@@ -257,3 +257,28 @@ async def test_flags_duplicates_and_stale_material(stack: Gateway, tenant_id: st
         assert stale["dated"] == "2015-06-01" and stale["overdue_days"] > 365 * 9
         summary = (await client.get(f"{stack.url}/v1/review", headers=teacher)).json()
         assert summary["stale"] == 1 and summary["flags"] == 0 and summary["duplicates"] == 0
+
+
+async def test_teachers_see_their_classes_and_class_less_material_admins_all(
+    stack: Gateway, tenant_id: str
+) -> None:
+    admin = stack.token(tenant_id, "a-1", role="admin")
+    uploader = stack.token(tenant_id, "t-1", role="teacher")
+    other = stack.token(tenant_id, "t-2", role="teacher")
+    async with httpx.AsyncClient(timeout=60) as client:
+        await _upload(client, stack, uploader, BOILING_A, "water.md", class_id="c-9")
+        await _upload(client, stack, uploader, BOILING_B, "revision.md", class_id="c-9")
+        queues = {}
+        for name, who in (("admin", admin), ("uploader", uploader), ("other", other)):
+            conflicts = await client.get(f"{stack.url}/v1/review/conflicts", headers=who)
+            queues[name] = len(conflicts.json())
+        # the uploader teaches c-9 (they upload for it); the other teacher does not
+        assert queues == {"admin": 2, "uploader": 2, "other": 0}
+        summary = (await client.get(f"{stack.url}/v1/review", headers=other)).json()
+        assert summary["conflicts"] == 0
+        [conflict, _] = (await client.get(f"{stack.url}/v1/review/conflicts", headers=admin)).json()
+        refused = await client.post(
+            f"{stack.url}/v1/review/conflicts/{conflict['id']}/resolve",
+            json={"resolution": "fixed"}, headers=other,
+        )  # fmt: skip
+        assert refused.status_code == 404

@@ -41,9 +41,15 @@ class Retried:
 
 
 async def open_gaps(
-    pool: Any, *, tenant_id: str, topic: str | None, gap_ids: list[uuid.UUID] | None
+    pool: Any,
+    *,
+    tenant_id: str,
+    topic: str | None,
+    gap_ids: list[uuid.UUID] | None,
+    classes: list[str] | None = None,
 ) -> list[Any]:
-    """Open gaps of a topic (or these ids), oldest first, one per student and question."""
+    """Open gaps of a topic (or these ids), oldest first, one per student and question;
+    with ``classes``, only those asked in class-less sessions or sessions of these classes."""
     rows = await pool.fetch(
         "SELECT DISTINCT ON (g.user_id, lower(g.question)) g.*, s.subject AS session_subject, "
         "s.class_id, s.module_tag, s.grade_level AS session_grade "
@@ -51,8 +57,9 @@ async def open_gaps(
         "WHERE g.tenant_id = $1 AND g.status = 'open' "
         "AND ($2::text IS NULL OR coalesce(g.topic, 'unknown') = $2) "
         "AND ($3::uuid[] IS NULL OR g.id = ANY($3)) "
+        "AND ($5::text[] IS NULL OR s.class_id IS NULL OR s.class_id = ANY($5::text[])) "
         "ORDER BY g.user_id, lower(g.question), g.created_at LIMIT $4",
-        tenant_id, topic, gap_ids, MAX_RETRIES,
+        tenant_id, topic, gap_ids, MAX_RETRIES, classes,
     )  # fmt: skip
     return list(rows)
 

@@ -1,4 +1,5 @@
-"""The review queues of a tenant's library (teachers and admins).
+"""The review queues of a tenant's library: admins see the tenant's, teachers their classes'
+(token claim and the classes they upload for) and class-less material's and sessions'.
 
 - flagged answers: the question, the answer, its sources and the student's reason; resolved
   by fixing the material, marking a source wrong, or dismissing;
@@ -25,6 +26,7 @@ from lectern_gateway.deps import PoolDep, SettingsDep, StateDep
 from lectern_gateway.documents import lifecycle
 from lectern_gateway.documents.routes import DocumentView
 from lectern_gateway.problems import ProblemError
+from lectern_gateway.quality.routes import teacher_classes
 from lectern_gateway.review import gaps as gap_retry
 
 router = APIRouter(tags=["review"])
@@ -41,20 +43,23 @@ class Summary(BaseModel):
     conflicts: int
 
 
+def _scope(column: str, n: int) -> str:
+    """Class-less material, or the teacher's classes (``$n`` NULL: an admin sees all)."""
+    return f"(${n}::text[] IS NULL OR {column} IS NULL OR {column} = ANY(${n}::text[]))"
+
+
 @router.get("/v1/review", summary="How many items wait in each review queue (staff)")
 async def review_summary(staff: StaffDep, pool: PoolDep, settings: SettingsDep) -> Summary:
-    row = await pool.fetchrow(
-        "SELECT (SELECT count(*) FROM feedback_flags WHERE tenant_id = $1 AND status = 'open') "
-        "AS flags, (SELECT count(DISTINCT coalesce(topic, 'unknown')) FROM knowledge_gaps "
-        "WHERE tenant_id = $1 AND status = 'open') AS gap_topics, (SELECT count(*) FROM "
-        "knowledge_gaps WHERE tenant_id = $1 AND status = 'open') AS gap_questions, "
-        "(SELECT count(*) FROM source_conflicts WHERE tenant_id = $1 AND status = 'open') "
-        "AS conflicts",
-        staff.tenant_id,
-    )
-    duplicates = await _duplicates(pool, staff.tenant_id, limit=1000)
-    stale = await _stale(pool, staff.tenant_id, settings.freshness_horizon_days, limit=1000)
-    return Summary(**dict(row), duplicates=len(duplicates), stale=len(stale))
+    """Admins count the tenant's; teachers their classes' and class-less material's."""
+    flags = await flagged_answers(staff, pool, status="open", limit=1000)
+    gaps = await gap_queue(staff, pool, limit=500)
+    conflicts = await conflict_queue(staff, pool, status="open", document_id=None, limit=1000)
+    duplicates = await duplicate_queue(staff, pool, limit=1000)
+    stale = await stale_queue(staff, pool, settings, limit=1000)
+    return Summary(
+        flags=len(flags), gap_topics=len(gaps), gap_questions=sum(g.count for g in gaps),
+        duplicates=len(duplicates), stale=len(stale), conflicts=len(conflicts),
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- flagged answers
@@ -107,6 +112,7 @@ _FLAG_SELECT = """
               AND q.role = 'user' AND q.created_at <= m.created_at
             ORDER BY q.created_at DESC LIMIT 1) AS question
     FROM feedback_flags f JOIN chat_messages m ON m.id = f.message_id
+    LEFT JOIN chat_sessions s ON s.id = f.session_id
     WHERE f.tenant_id = $1"""
 
 
@@ -132,9 +138,9 @@ async def flagged_answers(
     limit: int = Query(default=100, ge=1, le=1000),
 ) -> list[FlaggedAnswer]:
     rows = await pool.fetch(
-        _FLAG_SELECT + " AND ($2::text IS NULL OR f.status = $2) "
-        "ORDER BY f.created_at DESC LIMIT $3",
-        staff.tenant_id, status, limit,
+        _FLAG_SELECT + " AND ($2::text IS NULL OR f.status = $2) AND " + _scope("s.class_id", 4)
+        + " ORDER BY f.created_at DESC LIMIT $3",
+        staff.tenant_id, status, limit, await teacher_classes(pool, staff),
     )  # fmt: skip
     return [_flag(r) for r in rows]
 
@@ -146,7 +152,14 @@ async def resolve_flagged_answer(
     """``fixed_material``: the material was corrected (name the document); ``wrong_source``:
     the answer leaned on a source that does not support it (name it: the document's audit
     log records it); ``dismissed``: the answer was right."""
+    classes = await teacher_classes(pool, staff)
     async with pool.acquire() as conn, conn.transaction():
+        visible = await conn.fetchval(
+            _FLAG_SELECT + " AND f.id = $2 AND " + _scope("s.class_id", 3),
+            staff.tenant_id, flag_id, classes,
+        )  # fmt: skip
+        if visible is None:
+            raise ProblemError(404, "Not found", f"no flag {flag_id}")
         if body.document_id is not None:
             owned = await conn.fetchval(
                 "SELECT 1 FROM documents WHERE id = $1 AND tenant_id = $2",
@@ -200,14 +213,15 @@ async def gap_queue(
     staff: StaffDep, pool: PoolDep, limit: int = Query(default=50, ge=1, le=500)
 ) -> list[GapTopicQueue]:
     rows = await pool.fetch(
-        "SELECT coalesce(topic, 'unknown') AS topic, count(*) AS count, "
-        "count(DISTINCT user_id) AS students, max(created_at) AS last_seen, "
-        "(array_agg(jsonb_build_object('id', id, 'user_id', user_id, 'question', question, "
-        "'confidence', confidence, 'created_at', created_at, 'retried_at', retried_at) "
-        "ORDER BY created_at DESC))[1:20] AS questions "
-        "FROM knowledge_gaps WHERE tenant_id = $1 AND status = 'open' GROUP BY 1 "
-        "ORDER BY count(*) DESC, max(created_at) DESC LIMIT $2",
-        staff.tenant_id, limit,
+        "SELECT coalesce(g.topic, 'unknown') AS topic, count(*) AS count, "
+        "count(DISTINCT g.user_id) AS students, max(g.created_at) AS last_seen, "
+        "(array_agg(jsonb_build_object('id', g.id, 'user_id', g.user_id, 'question', "
+        "g.question, 'confidence', g.confidence, 'created_at', g.created_at, 'retried_at', "
+        "g.retried_at) ORDER BY g.created_at DESC))[1:20] AS questions "
+        "FROM knowledge_gaps g LEFT JOIN chat_sessions s ON s.id = g.session_id "
+        "WHERE g.tenant_id = $1 AND g.status = 'open' AND " + _scope("s.class_id", 3)
+        + " GROUP BY 1 ORDER BY count(*) DESC, max(g.created_at) DESC LIMIT $2",
+        staff.tenant_id, limit, await teacher_classes(pool, staff),
     )  # fmt: skip
     return [GapTopicQueue.model_validate(dict(r)) for r in rows]
 
@@ -244,8 +258,9 @@ async def retry_gaps(
     and the gap is answered. Up to 50 questions per call."""
     deps = chat_deps(state, settings)
     found = await gap_retry.open_gaps(
-        deps.pool, tenant_id=staff.tenant_id, topic=body.topic, gap_ids=body.gap_ids
-    )
+        deps.pool, tenant_id=staff.tenant_id, topic=body.topic, gap_ids=body.gap_ids,
+        classes=await teacher_classes(deps.pool, staff),
+    )  # fmt: skip
     results = [await gap_retry.retry_gap(deps, gap) for gap in found]
     return [RetriedQuestion.model_validate(r.__dict__) for r in results]
 
@@ -330,12 +345,15 @@ _DUPLICATES = (
     f"SELECT d.id, d.near_duplicate_score AS score, {_brief('d')} AS doc, "  # noqa: S608 - constants
     f"{_brief('o')} AS other FROM documents d JOIN documents o ON o.id = d.near_duplicate_of "
     "WHERE d.tenant_id = $1 AND d.duplicate_review IS NULL AND d.status = 'indexed' "
-    "AND o.status = 'indexed' ORDER BY d.created_at DESC LIMIT $2"
+    f"AND o.status = 'indexed' AND {_scope('d.class_id', 3)} ORDER BY d.created_at DESC "
+    "LIMIT $2"
 )
 
 
-async def _duplicates(pool: Any, tenant_id: str, *, limit: int) -> list[Any]:
-    rows = await pool.fetch(_DUPLICATES, tenant_id, limit)
+async def _duplicates(
+    pool: Any, tenant_id: str, classes: list[str] | None, *, limit: int
+) -> list[Any]:
+    rows = await pool.fetch(_DUPLICATES, tenant_id, limit, classes)
     return list(rows)
 
 
@@ -343,7 +361,7 @@ async def _duplicates(pool: Any, tenant_id: str, *, limit: int) -> list[Any]:
 async def duplicate_queue(
     staff: StaffDep, pool: PoolDep, limit: int = Query(default=100, ge=1, le=1000)
 ) -> list[DuplicatePair]:
-    rows = await _duplicates(pool, staff.tenant_id, limit=limit)
+    rows = await _duplicates(pool, staff.tenant_id, await teacher_classes(pool, staff), limit=limit)
     return [
         DuplicatePair(
             document=DocumentBrief.model_validate_json(r["doc"]),
@@ -359,8 +377,9 @@ async def decide_duplicate(
     document_id: uuid.UUID, body: DuplicateDecision, staff: StaffDep, pool: PoolDep
 ) -> DocumentView:
     row = await pool.fetchrow(
-        "SELECT near_duplicate_of FROM documents WHERE id = $1 AND tenant_id = $2",
-        document_id, staff.tenant_id,
+        "SELECT near_duplicate_of FROM documents d WHERE id = $1 AND tenant_id = $2 AND "  # noqa: S608 - constants
+        + _scope("d.class_id", 3),
+        document_id, staff.tenant_id, await teacher_classes(pool, staff),
     )  # fmt: skip
     if row is None or row["near_duplicate_of"] is None:
         raise ProblemError(404, "Not found", f"document {document_id} is no near-duplicate")
@@ -408,14 +427,16 @@ _STALE = (
     "+ coalesce(h.days, $2)) AS overdue_days "
     "FROM documents d LEFT JOIN freshness_horizons h ON h.tenant_id = d.tenant_id "
     "AND lower(h.subject) = lower(d.subject) "
-    "WHERE d.tenant_id = $1 AND d.status = 'indexed' "
+    f"WHERE d.tenant_id = $1 AND d.status = 'indexed' AND {_scope('d.class_id', 4)} "
     "AND coalesce(d.freshness_date, d.created_at::date) + coalesce(h.days, $2) "
     "< current_date ORDER BY overdue_days DESC LIMIT $3"
 )
 
 
-async def _stale(pool: Any, tenant_id: str, default_days: int, *, limit: int) -> list[Any]:
-    rows = await pool.fetch(_STALE, tenant_id, default_days, limit)
+async def _stale(
+    pool: Any, tenant_id: str, default_days: int, classes: list[str] | None, *, limit: int
+) -> list[Any]:
+    rows = await pool.fetch(_STALE, tenant_id, default_days, limit, classes)
     return list(rows)
 
 
@@ -428,7 +449,10 @@ async def stale_queue(
 ) -> list[StaleDocument]:
     """A document is dated by its freshness date (else its upload); a subject's horizon is
     the tenant's (``PUT /v1/review/horizons/{subject}``), else the gateway's default."""
-    rows = await _stale(pool, staff.tenant_id, settings.freshness_horizon_days, limit=limit)
+    classes = await teacher_classes(pool, staff)
+    rows = await _stale(
+        pool, staff.tenant_id, settings.freshness_horizon_days, classes, limit=limit
+    )
     return [
         StaleDocument(
             document=DocumentBrief.model_validate({k: r[k] for k in _BRIEF.split(", ")}),
@@ -535,8 +559,9 @@ async def conflict_queue(
         _CONFLICT_SELECT + " AND ($2::text IS NULL OR x.status = $2) "
         "AND ($3::uuid IS NULL OR $3 IN (x.document_a, x.document_b)) "
         "AND da.status = 'indexed' AND db.status = 'indexed' "
+        f"AND ({_scope('da.class_id', 5)} OR {_scope('db.class_id', 5)}) "
         "ORDER BY x.created_at DESC LIMIT $4",
-        staff.tenant_id, status, document_id, limit,
+        staff.tenant_id, status, document_id, limit, await teacher_classes(pool, staff),
     )  # fmt: skip
     return [_conflict(r) for r in rows]
 
@@ -545,7 +570,11 @@ async def conflict_queue(
 async def resolve_conflict(
     conflict_id: uuid.UUID, body: ConflictResolution, staff: StaffDep, pool: PoolDep
 ) -> SourceConflict:
-    row = await pool.fetchrow(_CONFLICT_SELECT + " AND x.id = $2", staff.tenant_id, conflict_id)
+    row = await pool.fetchrow(
+        _CONFLICT_SELECT + f" AND x.id = $2 AND ({_scope('da.class_id', 3)} OR "
+        f"{_scope('db.class_id', 3)})",
+        staff.tenant_id, conflict_id, await teacher_classes(pool, staff),
+    )  # fmt: skip
     if row is None:
         raise ProblemError(404, "Not found", f"no conflict {conflict_id}")
     if body.resolution in ("archive_a", "archive_b"):
