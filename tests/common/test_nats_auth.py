@@ -154,6 +154,21 @@ async def test_only_gateway_and_ingest_read_stored_files(
             assert data is None, f"{service} read a stored file"
 
 
+async def test_ingest_lists_the_stored_files_for_its_garbage_collection(
+    secured: tuple[EmbeddedNats, dict[str, str]], streams: None
+) -> None:
+    from lectern_common.gc import stored_objects
+
+    server, passwords = secured
+    nc = await connect(server, passwords, "ingest")
+    try:
+        async with asyncio.timeout(5):
+            names = {info.name for info in await stored_objects(nc.jetstream())}
+    finally:
+        await nc.close()
+    assert "t-a/secret.txt" in names
+
+
 async def test_only_memory_hears_recall_and_only_retriever_hears_retrieve(
     secured: tuple[EmbeddedNats, dict[str, str]],
 ) -> None:

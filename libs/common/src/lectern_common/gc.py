@@ -70,7 +70,8 @@ def _mtime(info: Any) -> datetime | None:
         return None
 
 
-async def _stored(js: Any) -> list[Any]:
+async def stored_objects(js: Any) -> list[Any]:
+    """The objects in the documents bucket (``ObjectInfo``), none when it does not exist."""
     from nats.js.errors import NotFoundError as NatsNotFoundError
 
     bucket = await js.object_store(DOCUMENTS_BUCKET)
@@ -143,7 +144,7 @@ async def collect_every(pool: Any, js: Any, *, every_s: float, grace_s: float) -
 
 async def _collect(pool: Any, js: Any, report: GcReport, *, grace_s: float) -> None:
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
-    stored = await _stored(js)
+    stored = await stored_objects(js)
     old = [i for i in stored if (_mtime(i) or datetime.now(UTC)) < cutoff]
     report.skipped_young = len(stored) - len(old)
     async with pool.acquire() as conn:
@@ -166,7 +167,7 @@ async def _collect(pool: Any, js: Any, report: GcReport, *, grace_s: float) -> N
         )
         report.chunks_removed = int(status.split()[-1])
         report.chunks_left = await _dead_chunks(conn)
-    left = {i.name for i in await _stored(js)}
+    left = {i.name for i in await stored_objects(js)}
     report.objects_left = len(left & set(orphans))
     log.info(
         "garbage collection: %d of %d orphaned objects and %d of %d dead chunks removed "
