@@ -65,6 +65,17 @@ In the tun state a tardigrade replaces the water in its cells with a sugar calle
 and can survive radiation, freezing and the vacuum of space for days.
 """
 GAP_QUESTION = "How do tardigrades survive the vacuum of space?"
+OCTOPUS = """# Cephalopods
+
+Octopuses are cephalopods with eight arms and a soft body.
+
+## Camouflage
+
+An octopus changes colour with chromatophores, small sacs of pigment in its skin that
+muscles stretch open or squeeze shut. Octopuses can change colour in a fraction of a second
+to hide from predators or to signal to other octopuses.
+"""
+OCTOPUS_QUESTION = "How does an octopus change colour?"
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +96,9 @@ async def stack(nats_url: str, database_url: str) -> AsyncIterator[Gateway]:
         retriever.router.lifespan_context(retriever),
         reranker.router.lifespan_context(reranker),
         ingest.router.lifespan_context(ingest),
-        serve_gateway(gateway_settings(nats_url, database_url)) as gateway,
+        serve_gateway(
+            gateway_settings(nats_url, database_url, gap_closure_interval_s=0.3)
+        ) as gateway,
     ):
         yield gateway
 
@@ -282,3 +295,45 @@ async def test_teachers_see_their_classes_and_class_less_material_admins_all(
             json={"resolution": "fixed"}, headers=other,
         )  # fmt: skip
         assert refused.status_code == 404
+
+
+async def test_a_gap_closed_by_a_document_is_retried_once_it_is_indexed(
+    stack: Gateway, tenant_id: str
+) -> None:
+    teacher = stack.token(tenant_id, "t-1", role="teacher")
+    student = stack.token(tenant_id, "stu-3")
+    async with httpx.AsyncClient(timeout=60) as client:
+        await _upload(client, stack, teacher, BOILING_A, "water.md")
+        session = await new_session(client, stack, student)
+        assert (
+            await ask(client, stack, session["id"], OCTOPUS_QUESTION, student)
+        ).done.knowledge_gap
+        [gap] = (await client.get(f"{stack.url}/v1/review/gaps", headers=teacher)).json()
+        uploaded = await client.post(
+            f"{stack.url}/v1/documents", files={"file": ("octopus.md", OCTOPUS.encode())},
+            data={"subject": "science"}, headers=teacher,
+        )  # fmt: skip
+        document_id = uploaded.json()["id"]
+        # named at once, while the document is still being indexed
+        closed = await client.post(
+            f"{stack.url}/v1/review/gaps/close",
+            json={"topic": gap["topic"], "document_id": document_id}, headers=teacher,
+        )  # fmt: skip
+        assert closed.status_code == 202, closed.text
+        assert closed.json()["status"] == "waiting"
+        for _ in range(600):
+            [closure] = (
+                await client.get(f"{stack.url}/v1/review/gaps/closures", headers=teacher)
+            ).json()
+            if closure["status"] in ("done", "failed"):
+                break
+            await asyncio.sleep(0.1)
+        assert (closure["status"], closure["answered"], closure["still_open"]) == ("done", 1, 0)
+        assert (await client.get(f"{stack.url}/v1/review/gaps", headers=teacher)).json() == []
+        [notice] = (await client.get(f"{stack.url}/v1/notices", headers=student)).json()
+        assert OCTOPUS_QUESTION in notice["text"]
+        unknown = await client.post(
+            f"{stack.url}/v1/review/gaps/close",
+            json={"topic": "x", "document_id": str(uuid.uuid4())}, headers=teacher,
+        )  # fmt: skip
+        assert unknown.status_code == 422

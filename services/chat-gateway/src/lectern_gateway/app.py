@@ -9,7 +9,7 @@ from lectern_common.broker import create_broker
 from lectern_common.service import ServiceState, create_service_app
 from lectern_gateway.auth import TokenVerifier
 from lectern_gateway.chat import routes as chat
-from lectern_gateway.chat.runtime import QUIZ_WRITER, start_chat, stop_chat
+from lectern_gateway.chat.runtime import QUIZ_WRITER, start_chat, start_gap_closures, stop_chat
 from lectern_gateway.classes import routes as classes
 from lectern_gateway.config import Settings
 from lectern_gateway.documents import chunks, lifecycle
@@ -54,6 +54,7 @@ def create_app(
         state.resources["settings"] = settings
         await start_chat(state, settings)
         state.resources[QUIZ_WRITER] = build_quiz_writer(settings)
+        start_gap_closures(state, settings)
 
     app = create_service_app(
         settings=settings,

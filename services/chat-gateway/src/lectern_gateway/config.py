@@ -81,6 +81,11 @@ class Settings(ServiceHttpSettings):
         "review queue, unless its subject has its own horizon",
     )  # fmt: skip
     idle_sweep_interval_s: float = Field(default=60.0, description="0 disables the sweep")
+    gap_closure_interval_s: float = Field(
+        default=15.0, ge=0,
+        description="how often gap topics closed by a document are re-tried once it is indexed "
+        "(0: never)",
+    )  # fmt: skip
 
     # documents
     url_fetch_allowed_networks: list[str] = Field(

@@ -20,6 +20,7 @@ EMBEDDER = "embedder"
 TURNS = "chat_turns"
 WEB_STREAMER = "web_answer_streamer"
 QUIZ_WRITER = "quiz_writer"
+CLOSURES = "gap_closures"
 
 
 async def start_chat(state: ServiceState, settings: Settings) -> None:
@@ -67,13 +68,25 @@ def chat_deps(state: ServiceState, settings: Settings) -> ChatDeps:
     )
 
 
+def start_gap_closures(state: ServiceState, settings: Settings) -> None:
+    """Re-try closed gap topics once their material is indexed (``review.gaps``)."""
+    from lectern_gateway.review.gaps import closure_sweeper
+
+    if settings.gap_closure_interval_s > 0:
+        state.resources[CLOSURES] = asyncio.create_task(
+            closure_sweeper(chat_deps(state, settings), every_s=settings.gap_closure_interval_s),
+            name="lectern-gap-closures",
+        )
+
+
 async def stop_chat(state: ServiceState) -> None:
     """Stop the idle-session sweep and the turns still running."""
     turns = state.resources.get(TURNS)
     if isinstance(turns, TurnRegistry):
         await turns.stop()
-    task = state.resources.pop(SWEEPER, None)
-    if isinstance(task, asyncio.Task):
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    for name in (SWEEPER, CLOSURES):
+        task = state.resources.pop(name, None)
+        if isinstance(task, asyncio.Task):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

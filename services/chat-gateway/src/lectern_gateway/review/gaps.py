@@ -1,6 +1,8 @@
 """Closing knowledge gaps: re-try the questions the material could not answer.
 
-A teacher who uploaded material for a gap topic re-tries its open questions. Each is
+A teacher who uploaded material for a gap topic re-tries its open questions, at once or, by
+naming the document (a closure), as soon as that document is indexed (``run_closures``, swept
+by the gateway). Each is
 retrieved and re-ranked exactly as the student's chat would (their classes, the session's
 subject and class); when the material now answers it, the student gets a new session in
 which the question is asked again on their behalf and answered through the real chat turn
@@ -10,6 +12,8 @@ question still without material stays open and records when it was re-tried.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +25,8 @@ from lectern_gateway.chat.retrieve import retrieve_sources
 from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import DoneEvent, ErrorEvent
 from lectern_gateway.chat.turn import ChatDeps, TurnInput
+
+log = logging.getLogger(__name__)
 
 #: at most this many questions re-tried per request
 MAX_RETRIES = 50
@@ -150,3 +156,69 @@ async def retry_gap(deps: ChatDeps, gap: Any) -> Retried:
             session["id"], gap["id"],
         )  # fmt: skip
     return found
+
+
+#: a closure left running this long (a gateway stopped mid-way) is taken up again
+STALE_RUN_S = 600
+
+
+async def run_closures(deps: ChatDeps, *, limit: int = 5) -> int:
+    """Re-try the gap topics whose closing document is now indexed; returns how many ran.
+
+    Claimed with ``SKIP LOCKED``, so any number of gateway replicas sweep without running one
+    twice. A document that failed ends its closure ``failed``; one still being indexed waits.
+    """
+    async with deps.pool.acquire() as conn, conn.transaction():
+        claimed = await conn.fetch(
+            "UPDATE gap_closures c SET status = 'running', started_at = now() "
+            "FROM documents d WHERE c.id IN (SELECT x.id FROM gap_closures x "
+            "JOIN documents y ON y.id = x.document_id WHERE (x.status = 'waiting' OR "
+            "(x.status = 'running' AND x.started_at < now() - make_interval(secs => $2))) "
+            "AND y.status NOT IN ('pending', 'processing') ORDER BY x.created_at "
+            "FOR UPDATE OF x SKIP LOCKED LIMIT $1) AND d.id = c.document_id "
+            "RETURNING c.id, c.tenant_id, c.topic, d.status AS document_status",
+            limit, float(STALE_RUN_S),
+        )  # fmt: skip
+    for closure in claimed:
+        if closure["document_status"] not in ("indexed", "duplicate"):
+            await deps.pool.execute(
+                "UPDATE gap_closures SET status = 'failed', finished_at = now(), error = $2 "
+                "WHERE id = $1",
+                closure["id"], f"the document is {closure['document_status']}, not indexed",
+            )  # fmt: skip
+            continue
+        try:
+            gaps = await open_gaps(
+                deps.pool, tenant_id=closure["tenant_id"], topic=closure["topic"], gap_ids=None
+            )
+            results = [await retry_gap(deps, gap) for gap in gaps]
+        except Exception as exc:
+            log.exception("re-trying gap topic %r failed", closure["topic"])
+            await deps.pool.execute(
+                "UPDATE gap_closures SET status = 'failed', finished_at = now(), error = $2 "
+                "WHERE id = $1",
+                closure["id"], repr(exc)[:2000],
+            )  # fmt: skip
+            continue
+        answered = sum(1 for r in results if r.outcome == "answered")
+        await deps.pool.execute(
+            "UPDATE gap_closures SET status = 'done', finished_at = now(), answered = $2, "
+            "still_open = $3 WHERE id = $1",
+            closure["id"], answered, len(results) - answered,
+        )  # fmt: skip
+        log.info(
+            "gap topic %r re-tried after its material was indexed: %d of %d answered",
+            closure["topic"], answered, len(results),
+        )  # fmt: skip
+    return len(claimed)
+
+
+async def closure_sweeper(deps: ChatDeps, *, every_s: float) -> None:
+    """Run waiting closures every ``every_s`` seconds, for ever."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            while await run_closures(deps):
+                pass
+        except Exception:
+            log.exception("gap closure sweep failed; retrying next interval")

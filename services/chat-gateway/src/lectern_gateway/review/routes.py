@@ -265,6 +265,66 @@ async def retry_gaps(
     return [RetriedQuestion.model_validate(r.__dict__) for r in results]
 
 
+class GapClosureIn(BaseModel):
+    """The document that answers a gap topic's questions."""
+
+    topic: str = Field(min_length=1, max_length=200)
+    document_id: uuid.UUID
+
+
+class GapClosure(BaseModel):
+    """A gap topic closed by a document: re-tried once the document is indexed."""
+
+    id: uuid.UUID
+    topic: str
+    document_id: uuid.UUID
+    status: Literal["waiting", "running", "done", "failed"]
+    answered: int
+    still_open: int
+    error: str | None
+    created_at: dt.datetime
+    finished_at: dt.datetime | None
+
+
+_CLOSURE_COLUMNS = (
+    "id, topic, document_id, status, answered, still_open, error, created_at, finished_at"
+)
+
+
+@router.post(
+    "/v1/review/gaps/close",
+    status_code=202,
+    summary="Close a gap topic with a document: its questions are re-tried once it is indexed",
+)
+async def close_gap(body: GapClosureIn, staff: StaffDep, pool: PoolDep) -> GapClosure:
+    """The gateway re-tries the topic's open questions as soon as the document (typically
+    just uploaded) is indexed, as ``POST /v1/review/gaps/retry`` does: answerable questions
+    are answered in new sessions and their students told. ``GET /v1/review/gaps/closures``
+    shows the outcome."""
+    exists = await pool.fetchval(
+        "SELECT 1 FROM documents WHERE id = $1 AND tenant_id = $2",
+        body.document_id, staff.tenant_id,
+    )  # fmt: skip
+    if exists is None:
+        raise ProblemError(422, "Unprocessable", f"no document {body.document_id}")
+    row = await pool.fetchrow(
+        f"INSERT INTO gap_closures (id, tenant_id, topic, document_id, requested_by) "  # noqa: S608 - constants
+        f"VALUES ($1, $2, $3, $4, $5) RETURNING {_CLOSURE_COLUMNS}",
+        uuid.uuid4(), staff.tenant_id, body.topic, body.document_id, staff.user_id,
+    )  # fmt: skip
+    return GapClosure.model_validate(dict(row))
+
+
+@router.get("/v1/review/gaps/closures", summary="Gap topics closed by documents (staff)")
+async def gap_closures(staff: StaffDep, pool: PoolDep) -> list[GapClosure]:
+    rows = await pool.fetch(
+        f"SELECT {_CLOSURE_COLUMNS} FROM gap_closures WHERE tenant_id = $1 "  # noqa: S608 - constants
+        "ORDER BY created_at DESC LIMIT 100",
+        staff.tenant_id,
+    )
+    return [GapClosure.model_validate(dict(r)) for r in rows]
+
+
 # ---------------------------------------------------------------- student notices
 
 

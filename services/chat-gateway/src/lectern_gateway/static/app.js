@@ -1003,7 +1003,10 @@ async function loadReview() {
 
   $("review-gaps").replaceChildren(...(gaps.length ? gaps.map((g) => el("div", { class: "card" },
     el("strong", {}, g.topic), ` · ${g.count} questions from ${g.students} students `,
-    button("Re-try after uploading material", () => retryGaps(g.topic)),
+    button("Re-try now", () => retryGaps(g.topic)),
+    el("label", { class: "small" }, "Upload material for it: ",
+      el("input", { type: "file", "aria-label": `Upload material for ${g.topic}`,
+        onchange: (event) => attempt(() => closeGapWith(g.topic, event.target)) })),
     el("ul", {}, ...g.questions.map((q) => el("li", {}, q.question,
       q.retried_at ? el("span", { class: "hint" }, ` (re-tried ${formatDate(q.retried_at)})`) : null))),
   )) : [none("No open knowledge gaps.")]));
@@ -1053,6 +1056,19 @@ async function retryGaps(topic) {
   const results = await apiJSON("/v1/review/gaps/retry", { method: "POST", json: { topic } });
   const answered = results.filter((r) => r.outcome === "answered").length;
   notify(`${answered} of ${results.length} questions now answered; their students were told.`);
+}
+
+// Upload material for a gap topic: its questions are re-tried once it is indexed.
+async function closeGapWith(topic, input) {
+  const file = input.files[0];
+  if (!file) return;
+  const data = new FormData();
+  data.append("file", file);
+  const accepted = await (await api("/v1/documents", { method: "POST", body: data })).json();
+  await apiJSON("/v1/review/gaps/close",
+    { method: "POST", json: { topic, document_id: accepted.document.id } });
+  input.value = "";
+  notify(`Uploaded “${accepted.document.title}”: the questions on ${topic} are re-tried once it is indexed.`);
 }
 
 async function decideDuplicate(pair, decision) {

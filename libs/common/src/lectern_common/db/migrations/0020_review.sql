@@ -65,3 +65,22 @@ CREATE TABLE student_notices (
     read_at     timestamptz
 );
 CREATE INDEX student_notices_user ON student_notices (tenant_id, user_id, created_at DESC);
+
+-- "This document closes that gap topic": the gateway re-tries the topic's open questions once
+-- the document is indexed (status waiting -> running -> done | failed).
+CREATE TABLE gap_closures (
+    id            uuid PRIMARY KEY,
+    tenant_id     text NOT NULL,
+    topic         text NOT NULL,
+    document_id   uuid NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    requested_by  text NOT NULL,
+    status        text NOT NULL DEFAULT 'waiting'
+        CHECK (status IN ('waiting', 'running', 'done', 'failed')),
+    answered      integer NOT NULL DEFAULT 0,
+    still_open    integer NOT NULL DEFAULT 0,
+    error         text,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    started_at    timestamptz,
+    finished_at   timestamptz
+);
+CREATE INDEX gap_closures_waiting ON gap_closures (created_at) WHERE status IN ('waiting', 'running');
