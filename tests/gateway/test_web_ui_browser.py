@@ -507,6 +507,20 @@ async def test_a_teacher_works_the_review_queues_and_edits_a_document(
         assert "Water, edition 2" in conflict and "Water, edition 1" in conflict
         assert "90 °C in one, 100 °C in the other" in conflict
         assert "tardigrades" in await page.text("#review-gaps")
+        # material uploaded for the topic closes it once indexed (no ingest worker here)
+        await page.page.set_input_files(
+            '[aria-label="Upload material for tardigrades"]',
+            files=[{"name": "tardigrades.md", "mimeType": "text/markdown",
+                    "buffer": b"# Tardigrades\n\nThey survive space as a dried-out tun.\n"}],
+        )  # fmt: skip
+        await page.until("document.getElementById('notice-text').textContent"
+                         ".includes('re-tried once it is indexed')", 30)  # fmt: skip
+        closure = await db_pool.fetchrow(
+            "SELECT c.status, d.filename FROM gap_closures c JOIN documents d "
+            "ON d.id = c.document_id WHERE c.tenant_id = $1 AND c.topic = 'tardigrades'",
+            tenant_id,
+        )
+        assert (closure["status"], closure["filename"]) == ("waiting", "tardigrades.md")
         assert "1 conflicts" in await page.text("#review-summary")
         await page.js(
             "[...document.querySelectorAll('#review-conflicts button')]"
