@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-answers tune-rerank soak clean
+.PHONY: help install system-deps run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-answers tune-rerank soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -67,7 +67,7 @@ asyncapi: install ## Regenerate docs/asyncapi.yaml and docs/openapi.json from th
 	$(PY) -m lectern_common.asyncapi > docs/asyncapi.yaml
 	$(PY) -m lectern_gateway.openapi > docs/openapi.json
 
-bench: bench-answers bench-ingest bench-retrieval bench-rerank bench-chat bench-memory ## Run every benchmark
+bench: bench-answers bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex ## Run every benchmark
 
 bench-answers: install ## Answer quality on real documents through upload, ingest and chat SSE (bench/answers)
 	$(PY) bench/bench_answers.py
@@ -92,6 +92,9 @@ clean: ## Remove the virtualenv, caches and local data
 
 bench-memory: install ## Memory recall latency at 10,000 memories for one student
 	$(PY) bench/bench_memory.py
+
+bench-reindex: install ## Re-index to another model while retrieval answers: latency during/before
+	$(PY) bench/bench_reindex.py
 
 tune-rerank: install ## Re-rank calibration and rank-prior share, replayed on bioasq-dev
 	$(PY) bench/tune_rerank.py
