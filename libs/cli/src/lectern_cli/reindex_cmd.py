@@ -32,7 +32,9 @@ def register(subparsers: Any) -> None:
         "--dimension", type=int, default=None,
         help="output dimension of a Gemini model (default: LECTERN_GEMINI_EMBEDDING_DIM)",
     )  # fmt: skip
-    parser.add_argument("--batch-size", type=int, default=64, help="rows embedded per batch")
+    parser.add_argument(
+        "--batch-size", type=int, default=512, help="rows read and embedded at a time"
+    )
     parser.add_argument(
         "--status", action="store_true", help="list the latest re-index runs and exit"
     )

@@ -104,12 +104,15 @@ async def reindex(
     dsn: str,
     embedder: Embedder,
     *,
-    batch_size: int = 64,
+    batch_size: int = 512,
     progress: Progress | None = None,
     lock_timeout_s: float = 10.0,
     switch_attempts: int = 5,
 ) -> ReindexReport:
     """Build an index of ``embedder``'s vectors beside the live one and switch to it.
+
+    ``batch_size`` rows are read and embedded at a time: a local model sorts them by length
+    and pads each of its own batches only to its longest, so larger reads waste less.
 
     Raises ``ReindexError`` when another re-index runs, when the index already holds this
     model's vectors, or when the build fails (after dropping what it built).
