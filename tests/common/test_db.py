@@ -2,9 +2,7 @@
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -45,25 +43,6 @@ async def test_dimension_recorded_and_applied_to_vector_columns(db_pool: Any) ->
         "WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
     )
     assert typmod == f"vector({LOCAL_EMBEDDING_DIM})"
-
-
-async def _admin(database_url: str, sql: str) -> None:
-    conn = await asyncpg.connect(database_url)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
-@pytest.fixture
-async def fresh_database(database_url: str) -> AsyncIterator[str]:
-    """An empty database on the session's server, dropped afterwards."""
-    name = f"lectern_migrate_{uuid.uuid4().hex[:12]}"
-    await _admin(database_url, f"CREATE DATABASE {name}")
-    try:
-        yield urlunsplit(urlsplit(database_url)._replace(path=f"/{name}"))
-    finally:
-        await _admin(database_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 async def test_concurrent_migrations_of_a_fresh_database_apply_each_once(

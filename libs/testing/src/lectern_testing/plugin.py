@@ -141,6 +141,29 @@ def database_url(lectern_servers: Servers) -> str:
     return lectern_servers.database_url
 
 
+@pytest.fixture
+async def fresh_database(database_url: str) -> AsyncIterator[str]:
+    """DSN of an empty database of its own on the session's server, dropped afterwards (for
+    tests that migrate from scratch or change what every table holds, like a re-index)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import asyncpg
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    name = f"lectern_fresh_{uuid.uuid4().hex[:12]}"
+    await admin(f"CREATE DATABASE {name}")
+    try:
+        yield urlunsplit(urlsplit(database_url)._replace(path=f"/{name}"))
+    finally:
+        await admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture(scope="session")
 async def db_pool(database_url: str) -> AsyncIterator[Any]:
     """A session-wide asyncpg pool with the pgvector codecs."""
