@@ -277,9 +277,21 @@ async def test_a_failed_reindex_leaves_the_live_index_untouched(
         assert await _next_columns(pool) == 0
         build = await pool.fetchrow("SELECT status, error FROM index_builds")
         assert build["status"] == "failed" and build["error"]
+        # a run that was killed mid-way is marked failed by the next one
+        await pool.execute(
+            "INSERT INTO index_builds (id, model, dimension, previous_model, status) "
+            "VALUES ($1, 'x', 768, 'y', 'building')",
+            uuid.uuid4(),
+        )
         # the same model again is refused
         with pytest.raises(ReindexError, match="already holds"):
             await reindex(fresh_dsn, local)
+        fake.reset()
+        report = await reindex(fresh_dsn, gemini, batch_size=100)
+        assert report.model == IndexModel("gemini-embedding-001", 768)
+        statuses = await pool.fetch("SELECT status, error FROM index_builds ORDER BY started_at")
+        assert [r["status"] for r in statuses] == ["failed", "failed", "switched"]
+        assert "interrupted" in statuses[1]["error"]
     finally:
         await pool.close()
 

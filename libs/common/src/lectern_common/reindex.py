@@ -135,6 +135,12 @@ async def reindex(
                     f"the index already holds {target.name!r} vectors ({target.dimension} "
                     "dimensions)"
                 )
+            # a run that holds no lock any more was interrupted (killed, lost its connection)
+            await conn.execute(
+                "UPDATE index_builds SET status = 'failed', finished_at = now(), "
+                "error = 'interrupted: the re-index stopped before it finished' "
+                "WHERE status = 'building'"
+            )
             build_id = uuid.uuid4()
             await conn.execute(
                 "INSERT INTO index_builds (id, model, dimension, previous_model, status) "
