@@ -553,4 +553,8 @@ async def test_a_teacher_works_the_review_queues_and_edits_a_document(
         await page.until("document.getElementById('edit-history').textContent"
                          ".includes('updated')", 30)  # fmt: skip
         assert (await page.text("#edit-versions")).startswith("v1 · indexed · notes.md")
+        # "Index again" reads the stored file; this seeded document has none: a clear error
+        await page.js("document.querySelector('#edit-form button[value=reprocess]').click()")
+        await page.until("document.getElementById('notice-text').textContent"
+                         ".includes('no stored file')", 30)  # fmt: skip
         assert not page.exceptions, page.exceptions

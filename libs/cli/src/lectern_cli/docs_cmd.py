@@ -1,5 +1,5 @@
 """``lectern docs``: a teacher's library from the terminal: list documents, change their
-metadata, archive and restore them, and read their audit log."""
+metadata, archive and restore them, index them again, and read their audit log."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Without an action: the tenant's documents. --edit ID --set field=value (repeat; "
             "an empty value clears it, lists are comma-separated); --archive ID; --restore ID; "
+            "--reprocess ID: index its stored file again with the current extraction and "
+            "chunking (a new version; the old one answers until it is indexed); "
+            "--reprocess-all: every indexed document, after the chunking settings changed; "
             "--audit ID: who changed the document and how."
         ),
     )
@@ -30,6 +33,13 @@ def register(subparsers: Any) -> None:
     action.add_argument("--archive", metavar="ID", help="take a document out of retrieval")
     action.add_argument("--restore", metavar="ID", help="put an archived document back")
     action.add_argument("--audit", metavar="ID", help="a document's audit log")
+    action.add_argument(
+        "--reprocess", metavar="ID", help="index a document's stored file again (re-chunk)"
+    )
+    action.add_argument(
+        "--reprocess-all", action="store_true",
+        help="index every indexed document again (after a change of chunking settings)",
+    )  # fmt: skip
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     parser.add_argument("--status", help="list: only this status (e.g. archived)")
     add_connection(parser)
@@ -61,26 +71,34 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
 async def docs(
     *, url: str, token: str, out: TextIO, action: str | None = None,
     document: str | None = None, changes: dict[str, Any] | None = None,
-    status: str | None = None,
+    status: str | None = None, transport: Any = None,
 ) -> int:  # fmt: skip
-    """Run one ``lectern docs`` action; 0 on success."""
+    """Run one ``lectern docs`` action; 0 on success (``transport``: tests' in-process app)."""
     import httpx
 
     headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=60, headers=headers, transport=transport
+    ) as client:
         if action == "edit":
             got = await client.patch(f"/v1/documents/{document}", json=changes or {})
         elif action in ("archive", "restore"):
             got = await client.post(f"/v1/documents/{document}/{action}")
         elif action == "audit":
             got = await client.get(f"/v1/documents/{document}/audit")
+        elif action == "reprocess":
+            got = await client.post(f"/v1/documents/{document}/reprocess")
+        elif action == "reprocess-all":
+            return await reprocess_all(client, out)
         else:
             params = {"limit": "200", **({"status": status} if status else {})}
             got = await client.get("/v1/documents", params=params)
-    if got.status_code != 200:
+    if got.status_code not in (200, 202):
         print(f"lectern docs: {problem_text(got)}", file=sys.stderr)
         return 1
     body = got.json()
+    if action == "reprocess":
+        body = body["document"]
     if action == "audit":
         for entry in body:
             changed = ", ".join(f"{k}: {v[0]!r} -> {v[1]!r}" for k, v in entry["changes"].items())
@@ -94,6 +112,35 @@ async def docs(
     return 0
 
 
+async def reprocess_all(client: Any, out: TextIO) -> int:
+    """Queue every indexed document of the tenant for indexing again; 1 if any was refused.
+    The new versions are listed as queued; ``lectern docs --status pending`` follows them."""
+    ids: list[str] = []
+    cursor: str | None = None
+    while True:
+        params = {"limit": "200", "status": "indexed", **({"cursor": cursor} if cursor else {})}
+        page = await client.get("/v1/documents", params=params)
+        if page.status_code != 200:
+            print(f"lectern docs: {problem_text(page)}", file=sys.stderr)
+            return 1
+        body = page.json()
+        ids += [doc["id"] for doc in body["items"]]
+        cursor = body.get("next_cursor")
+        if not cursor:
+            break
+    refused = 0
+    for document in ids:
+        got = await client.post(f"/v1/documents/{document}/reprocess")
+        if got.status_code in (200, 202):
+            new = got.json()["document"]
+            out.write(f"{document} -> {new['id']}  {new['status']:<10} {new['title']}\n")
+        else:
+            refused += 1
+            print(f"lectern docs: {document}: {problem_text(got)}", file=sys.stderr)
+    out.write(f"{len(ids) - refused} of {len(ids)} documents queued for indexing again\n")
+    return 1 if refused else 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry of ``lectern docs``."""
     found = credentials(args, "docs")
@@ -101,9 +148,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     url, token = found
     action, document = None, None
-    for name in ("edit", "archive", "restore", "audit"):
+    for name in ("edit", "archive", "restore", "audit", "reprocess"):
         if getattr(args, name):
             action, document = name, getattr(args, name)
+    if args.reprocess_all:
+        action = "reprocess-all"
     try:
         changes = parse_sets(args.set)
     except ValueError as exc:

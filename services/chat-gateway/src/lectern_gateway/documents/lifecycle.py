@@ -86,11 +86,7 @@ async def record_change(
 ) -> None:
     """The change in the audit log and, announced, in the outbox (the caller's transaction);
     without ``event``, ``documents.updated`` with the changes."""
-    await conn.execute(
-        "INSERT INTO document_audit (id, tenant_id, document_id, actor, action, changes) "
-        "VALUES ($1, $2, $3, $4, $5, $6)",
-        uuid.uuid4(), staff.tenant_id, document_id, staff.user_id, action, changes,
-    )  # fmt: skip
+    await repo.audit(conn, staff=staff, document_id=document_id, action=action, changes=changes)
     if event is None:
         event = DocumentUpdated(
             tenant_id=staff.tenant_id, document_id=document_id, changes=changes,

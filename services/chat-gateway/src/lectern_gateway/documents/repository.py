@@ -97,6 +97,16 @@ async def find_by_file_hash(conn: Any, *, tenant_id: str, file_sha256: str) -> A
     )
 
 
+async def pending_version(conn: Any, *, document_id: uuid.UUID) -> Any:
+    """A newer version of the document that is still being indexed, if any."""
+    return await conn.fetchrow(
+        f"""SELECT {_COLUMNS} FROM documents
+            WHERE previous_version_id = $1 AND status IN ('pending', 'processing')
+            ORDER BY created_at LIMIT 1""",  # noqa: S608
+        document_id,
+    )
+
+
 async def add_co_owner(conn: Any, *, document_id: uuid.UUID, user_id: str) -> Any:
     """Record another uploader of the same bytes; returns the updated row."""
     return await conn.fetchrow(
@@ -211,3 +221,14 @@ async def delete_chunks_and_mark_deleted(
         document_id,
         deleted_by,
     )
+
+
+async def audit(
+    conn: Any, *, staff: Any, document_id: uuid.UUID, action: str, changes: dict[str, Any]
+) -> None:
+    """One entry of the document's audit log: ``changes`` maps a field to ``[before, after]``."""
+    await conn.execute(
+        "INSERT INTO document_audit (id, tenant_id, document_id, actor, action, changes) "
+        "VALUES ($1, $2, $3, $4, $5, $6)",
+        uuid.uuid4(), staff.tenant_id, document_id, staff.user_id, action, changes,
+    )  # fmt: skip

@@ -390,6 +390,71 @@ async def refetch_document(
         upload.discard()
 
 
+class ReprocessRequest(BaseModel):
+    """Optional body of ``POST /v1/documents/{id}/reprocess``."""
+
+    password: str | None = Field(
+        default=None, description="the PDF's password, when it has one (not kept after indexing)"
+    )
+
+
+@router.post(
+    "/v1/documents/{document_id}/reprocess",
+    status_code=202,
+    response_model=UploadAccepted,
+    summary="Index a document's stored file again with the current extraction and chunking: "
+    "a new version; the old one answers until it is indexed",
+    responses={
+        404: {"description": "no such document, or its file is no longer stored"},
+        409: {"description": "not the latest version, or still being indexed"},
+    },
+)
+async def reprocess_document(
+    document_id: uuid.UUID,
+    principal: StaffDep,
+    pool: PoolDep,
+    broker: BrokerDep,
+    body: ReprocessRequest | None = None,
+) -> JSONResponse:
+    """Re-chunk one document (after the operator changed the chunking settings or the
+    extractors improved): its stored bytes become a new version through the ordinary upload
+    path. Chunks whose embedded text is unchanged keep their vectors; a failure leaves the
+    current version in place."""
+    row = await _load(pool, principal, document_id)
+    if row["status"] in ("pending", "processing"):
+        raise ProblemError(
+            409, "Conflict", f"document {document_id} is still being indexed",
+            reason="in_progress",
+        )  # fmt: skip
+    if row["deleted_at"] is not None or not row["object_name"]:
+        raise ProblemError(404, "Not found", f"document {document_id} has no stored file")
+    fd, name = await asyncio.to_thread(tempfile.mkstemp, prefix="lectern-reprocess-")
+    os.close(fd)
+    path = Path(name)
+    fields: dict[str, list[str]] = {}
+    if body is not None and body.password:
+        fields["password"] = [body.password]
+    upload = ReceivedUpload(path=path, filename=row["filename"], size=0, sha256="", head=b"",
+                            fields=fields)  # fmt: skip
+    try:
+        try:
+            size = await fetch_to_file(_jetstream(broker), name=row["object_name"], path=path)
+        except NotFoundError as exc:
+            raise ProblemError(
+                404, "Not found", f"the file of {document_id} is no longer stored"
+            ) from exc
+        except UpstreamError as exc:
+            raise ProblemError(503, "Unavailable", str(exc), headers={"Retry-After": "5"}) from exc
+        upload.size, upload.sha256 = size, row["file_sha256"]
+        source = (row["metadata"] or {}).get("source")
+        return await _accept(
+            upload=upload, principal=principal, pool=pool, broker=broker, replaces=document_id,
+            source=source, reprocess=True,
+        )  # fmt: skip
+    finally:
+        upload.discard()
+
+
 def _too_large(limit: int) -> ProblemError:
     return ProblemError(
         413, "Upload too large", f"the file is larger than the limit of {limit} bytes",
@@ -405,6 +470,7 @@ async def _accept(
     broker: Any,
     replaces: uuid.UUID | None,
     source: dict[str, str] | None = None,
+    reprocess: bool = False,
 ) -> JSONResponse:
     try:
         mime = detect_mime_path(upload.path, upload.filename)
@@ -454,7 +520,7 @@ async def _accept(
         existing = await repo.find_by_file_hash(
             conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
         )
-        if existing is not None:
+        if existing is not None and not _is_replaced(existing, replaces, reprocess):
             return await _duplicate(conn, existing, principal)
 
     document_id = uuid.uuid4()
@@ -494,9 +560,18 @@ async def _accept(
         existing = await repo.find_by_file_hash(
             conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
         )
+        if existing is not None and _is_replaced(existing, replaces, reprocess):
+            # one re-processing at a time: a second request joins the one under way
+            existing = await repo.pending_version(conn, document_id=existing["id"])
         row = None
         if existing is None:
             row = await repo.insert_document(conn, new)
+            if reprocess and replaces is not None:
+                await repo.audit(
+                    conn, staff=principal, document_id=replaces, action="reprocessed",
+                    changes={"version": [version - 1, version], "new_document_id": [
+                        None, str(document_id)]},
+                )  # fmt: skip
             # the outbox: documents.uploaded is published once this row is committed
             await enqueue(conn, event)
     if existing is not None:
@@ -511,6 +586,11 @@ async def _accept(
     return JSONResponse(
         body.model_dump(mode="json"), status_code=202, headers={"Location": view.status_url}
     )
+
+
+def _is_replaced(existing: Any, replaces: uuid.UUID | None, reprocess: bool) -> bool:
+    """Re-processing repeats the bytes of the version it replaces: not a duplicate of it."""
+    return reprocess and existing["id"] == replaces
 
 
 def _inherit(metadata: DocumentMetadata, previous: Any, given: set[str]) -> DocumentMetadata:

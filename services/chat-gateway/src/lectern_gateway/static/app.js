@@ -958,6 +958,13 @@ async function editDocument(doc) {
   dialog.returnValue = "";
   dialog.showModal();
   await new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
+  if (dialog.returnValue === "reprocess") {
+    // a new version from the stored file; this one answers until it is indexed
+    const accepted = await apiJSON(`/v1/documents/${id}/reprocess`, { method: "POST" });
+    upsertDocumentRow(accepted.document, { first: true });
+    notify(`Indexing “${accepted.document.title}” again (version ${accepted.version})…`);
+    return;
+  }
   if (dialog.returnValue !== "save") return;
   const grade = $("edit-grade").value.trim();
   const changed = await apiJSON(`/v1/documents/${id}`, {
