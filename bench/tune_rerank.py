@@ -1,11 +1,14 @@
-"""Tune the bi-encoder re-ranker on a BEIR set: rank-prior share and calibration midpoint.
+"""Tune the bi-encoder re-ranker on a BEIR set: rank-prior share, sentence-match share and
+calibration midpoint.
 
 Loads the dataset through the eval harness's loader, runs the real retriever (hybrid) and the
 real re-ranker (bi-encoder on stored vectors) over NATS once per question, records every
-candidate's cosine, then recomputes offline what the re-ranker would answer for each
-rank-prior share (order) and calibration midpoint (confidence band) — valid because the
+candidate's cosine and text, then recomputes offline what the re-ranker would answer for
+each rank-prior share and sentence-match share (order) and calibration midpoint (confidence
+band) — valid because the
 evaluation data carries no educational metadata, so the other signals are constants.
-Prints nDCG@10 per prior and band shares per midpoint; last line one JSON object.
+Prints nDCG@10 per prior and per sentence-match share (with the fused order as the rest of
+the relevance) and band shares per midpoint; last line one JSON object.
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ from lectern_eval.retrieval import (
     load_beir,
     query_metrics,
 )
+from lectern_reranker.service import sentence_match
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIORS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+MATCHES = (0.0, 0.2, 0.35, 0.5, 0.7)
 MIDPOINTS = (0.30, 0.32, 0.34, 0.36, 0.38, 0.40)
 SCALE = 0.05
 DEPTH = 30
@@ -56,6 +61,7 @@ async def main() -> None:
     parser.add_argument("--dataset", type=Path, default=ROOT / ".." / "shared" / "data" / "eval"
                         / "bioasq-dev")  # fmt: skip
     parser.add_argument("--limit-queries", type=int, default=600)
+    parser.add_argument("--records", type=Path, help="write every query's candidates as JSON")
     args = parser.parse_args()
     dataset = load_beir(args.dataset)
     offtopic = [
@@ -109,6 +115,10 @@ async def main() -> None:
                         "qid": qid,
                         "docs": [e for c in hybrid.candidates for e in external_of[c.document_id]],
                         "cos": [cosine.get(c.chunk_id) for c in hybrid.candidates[:DEPTH]],
+                        "texts": [c.text for c in hybrid.candidates[:DEPTH]],
+                        "match": sentence_match(
+                            dataset.queries[qid], [c.text for c in hybrid.candidates[:DEPTH]]
+                        ),
                     }
                 )
             for text in offtopic:
@@ -117,7 +127,11 @@ async def main() -> None:
             await broker.stop()
         await pool.close()
 
-    def ndcg(prior_weight: float) -> float:
+    if args.records:
+        args.records.write_text(json.dumps({"records": records, "qrels": {
+            r["qid"]: dataset.qrels[r["qid"]] for r in records}}))  # fmt: skip
+
+    def ndcg(prior_weight: float, match_weight: float = 0.0) -> float:
         total = 0.0
         for rec in records:
             head = rec["docs"][:DEPTH]
@@ -126,6 +140,7 @@ async def main() -> None:
             for i, (doc, cos) in enumerate(zip(head, rec["cos"], strict=True)):
                 prior = 1.0 - i / (n - 1) if n > 1 else 1.0
                 rel = (1 - prior_weight) * (cos or 0.0) + prior_weight * prior
+                rel = (1 - match_weight) * rel + match_weight * rec["match"][i]
                 scored.append((-rel, i, doc))
             order = [d for _, _, d in sorted(scored)] + rec["docs"][DEPTH:]
             total += query_metrics(document_ranking(order), dataset.qrels[rec["qid"]])["ndcg@10"]
@@ -136,6 +151,7 @@ async def main() -> None:
         for r in records
     ) / len(records)
     by_prior = {str(p): round(ndcg(p), 4) for p in PRIORS}
+    by_match = {str(m): round(ndcg(1.0, m), 4) for m in MATCHES}
     answer_top = [max((c for c in r["cos"] if c is not None), default=0.0) for r in records]
     by_midpoint = {
         str(m): {
@@ -146,9 +162,11 @@ async def main() -> None:
         for m in MIDPOINTS
     }  # fmt: skip
     print(f"hybrid nDCG@10 {hybrid_ndcg:.4f}; hybrid+rerank by rank-prior share: {by_prior}")
+    print(f"hybrid+rerank by sentence-match share (rest: the fused order): {by_match}")
     print(f"gap shares by midpoint: {by_midpoint}")
     print(json.dumps({"dataset": dataset.name, "queries": len(records), "hybrid_ndcg10":
                       round(hybrid_ndcg, 4), "rerank_ndcg10_by_prior": by_prior,
+                      "rerank_ndcg10_by_sentence_match": by_match,
                       "gap_by_midpoint": by_midpoint}))  # fmt: skip
 
 

@@ -32,6 +32,7 @@ from lectern_reranker.service import (
     overlap,
     rank_prior,
     rerank,
+    sentence_match,
     shingles,
     source_priority,
     subject_category,
@@ -215,6 +216,47 @@ def test_combined_score_uses_the_weights() -> None:
 def test_rank_prior() -> None:
     assert [rank_prior(i, 5) for i in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
     assert rank_prior(0, 1) == 1.0
+
+
+ANSWERING = (
+    "The Renal system is often affected. Horseshoe kidneys are common. Students should read "
+    "the chapter on growth first. Kidney malformations in Turner syndrome include horseshoe "
+    "kidneys and malrotations. Hearing loss is frequent in adults. Most women need hormone "
+    "therapy."
+)
+SCATTERED = (
+    "Turner syndrome is a chromosomal condition. Malformations of the heart are screened at "
+    "diagnosis. The kidney function of adults is checked every year."
+)
+
+
+def test_sentence_match_scores_the_best_sentence_of_a_chunk() -> None:
+    query = "Which kidney malformations does Turner syndrome include?"
+    long_answer, scattered, unrelated = sentence_match(
+        query, [ANSWERING, SCATTERED, "Photosynthesis happens in chloroplasts."]
+    )
+    assert long_answer == pytest.approx(1.0)  # one sentence holds every term
+    assert 0.0 < scattered < 0.7  # the terms are there, in three different sentences
+    assert unrelated == 0.0
+    assert sentence_match("", [ANSWERING]) == [0.0]
+    assert sentence_match(query, []) == []
+
+
+async def test_sentence_match_lifts_a_long_chunk_that_answers_in_one_sentence() -> None:
+    query = "Which kidney malformations does Turner syndrome include?"
+    fillers = [f"Growth hormone helps girls in year {n} of treatment." for n in range(18)]
+    texts = [SCATTERED, *fillers[:2], ANSWERING, *fillers[2:]]  # 4th of 20 candidates
+    request = RerankRequest(
+        tenant_id="t", query=query, top_k=4, token_budget=10_000,
+        candidates=[candidate(t) for t in texts],
+    )  # fmt: skip
+    scorer = LexicalScorer("bi-encoder")
+    fused_only = RerankConfig(sentence_match_weight={"bi-encoder": 0.0, "cross-encoder": 0.0})
+    fused = await rerank(request=request, scorer=scorer, config=fused_only, today=TODAY)
+    assert fused.chunks[0].candidate.text == SCATTERED  # the retriever's order alone
+    weighed = await rerank(request=request, scorer=scorer, config=RerankConfig(), today=TODAY)
+    assert weighed.chunks[0].candidate.text == ANSWERING
+    assert weighed.chunks[0].signals["sentence_match"] == pytest.approx(1.0)
 
 
 def test_overlap_and_near_duplicates() -> None:
@@ -401,7 +443,9 @@ async def test_bi_encoder_keeps_the_retrieval_order() -> None:
     request = RerankRequest(
         tenant_id="t", query="alpha beta gamma", candidates=[candidate(t) for t in texts]
     )
-    config = RerankConfig(duplicate_overlap=1.0)
+    # the order alone: the best sentence's match is a signal of its own (tested above)
+    no_match = {"bi-encoder": 0.0, "cross-encoder": 0.0}
+    config = RerankConfig(duplicate_overlap=1.0, sentence_match_weight=no_match)
     cross = await rerank(request=request, scorer=LexicalScorer("cross-encoder"), config=config)
     bi = await rerank(request=request, scorer=LexicalScorer("bi-encoder"), config=config)
     assert [c.candidate.text for c in cross.chunks] == ["alpha beta gamma", "alpha beta", "alpha"]
@@ -415,14 +459,22 @@ async def test_bi_encoder_keeps_the_retrieval_order() -> None:
     blended = await rerank(
         request=request,
         scorer=LexicalScorer("bi-encoder"),
-        config=RerankConfig(duplicate_overlap=1.0, rank_prior_weight={"bi-encoder": 0.5}),
+        config=RerankConfig(
+            duplicate_overlap=1.0,
+            rank_prior_weight={"bi-encoder": 0.5},
+            sentence_match_weight=no_match,
+        ),
     )
     # 0.5 * (2/3) + 0.5 * 1.0 for the first beats 0.5 * 1.0 + 0.5 * 0.5 for the second
     assert [c.candidate.text for c in blended.chunks] == texts
     shares = await rerank(
         request=request,
         scorer=LexicalScorer("bi-encoder"),
-        config=RerankConfig(duplicate_overlap=1.0, rank_prior_weight={"bi-encoder": 0.0}),
+        config=RerankConfig(
+            duplicate_overlap=1.0,
+            rank_prior_weight={"bi-encoder": 0.0},
+            sentence_match_weight=no_match,
+        ),
     )
     assert [c.candidate.text for c in shares.chunks] == ["alpha beta gamma", "alpha beta", "alpha"]
 

@@ -353,20 +353,23 @@ def extract_answer(
     question: str,
     sources: Sequence[SourceText],
     similarities: Sequence[float] | None = None,
-    max_sentences: int = 3,
+    max_sentences: int = 4,
     max_items: int = 10,
     min_lexical: float = 0.2,
     min_semantic: float = 0.4,  # MiniLM: answering paraphrases ~0.4+, unrelated text < 0.3
     k1: float = 1.2,
     b: float = 0.75,
     rank_decay: float = 0.1,
+    floor: float = 0.5,
+    other_floor: float = 0.95,
 ) -> ExtractiveAnswer:
     """Pick the units of ``sources`` that answer ``question``, in the question's form.
 
     ``similarities`` (question-to-unit cosines, in ``candidate_sentences`` order) add a
     semantic signal. A unit is eligible with enough lexical overlap or similarity; the best
-    ones within half of the top score are kept (see the module docstring for each form),
-    grouped by source in document order.
+    ones within ``floor`` of the top score are kept (a unit of another source than the best
+    one's needs ``other_floor``: it is cited only when it answers nearly as well; see the
+    module docstring for each form), grouped by source in document order.
     """
     units = source_units(sources)
     query = list(dict.fromkeys(terms(question)))
@@ -452,7 +455,9 @@ def extract_answer(
     elif form == "comparison":
         chosen = _comparison_answer(question, ranked, max_sentences=max(max_sentences, 4))
     else:
-        chosen = _best(ranked, floor=0.5 * best, limit=max_sentences, other_floor=0.9 * best)
+        chosen = _best(
+            ranked, floor=floor * best, limit=max_sentences, other_floor=other_floor * best
+        )
         if form == "number" and not any(states_number(s.text) for s in chosen):
             stating = [s for s in ranked if states_number(s.text) and s.score >= 0.3 * best]
             if stating:
@@ -647,7 +652,7 @@ class OfflineAnswerer:
         self,
         *,
         embedder: Embedder | None = None,
-        max_sentences: int = 3,
+        max_sentences: int = 4,
         words_per_chunk: int = 4,
     ) -> None:
         self.embedder = embedder

@@ -72,6 +72,12 @@ class Settings(ServiceHttpSettings):
         description="bi-encoder only: share of the retriever's order in the relevance signal",
     )  # fmt: skip
 
+    bi_encoder_sentence_match: float = Field(
+        default=0.25, ge=0.0, le=1.0,
+        description="bi-encoder only: share of the best sentence's match of the question's "
+        "terms in the relevance (a long chunk answering in one sentence)",
+    )  # fmt: skip
+
     duplicate_overlap: float = Field(default=0.80, gt=0.0, le=1.0)
 
     # band_high / band_medium / band_low are shared settings (LECTERN_BAND_*), so the gateway
@@ -116,4 +122,7 @@ class Settings(ServiceHttpSettings):
             grounding_prior=self.grounding_prior,
             duplicate_overlap=self.duplicate_overlap,
             rank_prior_weight={"bi-encoder": self.bi_encoder_rank_prior, "cross-encoder": 0.0},
+            sentence_match_weight={
+                "bi-encoder": self.bi_encoder_sentence_match, "cross-encoder": 0.0
+            },
         )  # fmt: skip
