@@ -129,9 +129,11 @@ async def stored(nats_url: str, name: str) -> bool:
     return True
 
 
-async def wait_final(client: httpx.AsyncClient, doc_id: str, headers: dict[str, str]) -> Any:
-    """Poll the document until it leaves pending/processing."""
-    for _ in range(300):
+async def wait_final(
+    client: httpx.AsyncClient, doc_id: str, headers: dict[str, str], *, attempts: int = 300
+) -> Any:
+    """Poll the document (every 0.1 s) until it leaves pending/processing."""
+    for _ in range(attempts):
         body = (await client.get(f"/v1/documents/{doc_id}", headers=headers)).json()
         if body["status"] not in ("pending", "processing"):
             return body

@@ -4,7 +4,6 @@ content changed; loopback, link-local and private addresses refused unless allow
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -20,6 +19,7 @@ from lectern_gateway.auth import issue_token
 from lectern_gateway.config import Settings as GatewaySettings
 from lectern_ingest.app import create_app as create_ingest
 from lectern_ingest.config import Settings as IngestSettings
+from tests.gateway.test_documents_api import wait_final
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -120,15 +120,6 @@ async def _submit(client: httpx.AsyncClient, headers: dict[str, str], url: str) 
     return await client.post("/v1/documents", files={"url": (None, url)}, headers=headers)
 
 
-async def _final(client: httpx.AsyncClient, doc_id: str, headers: dict[str, str]) -> Any:
-    for _ in range(300):
-        body = (await client.get(f"/v1/documents/{doc_id}", headers=headers)).json()
-        if body["status"] not in ("pending", "processing"):
-            return body
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"document {doc_id} did not finish: {body}")
-
-
 async def test_private_addresses_are_refused_unless_allowed(
     gateways: tuple[httpx.AsyncClient, httpx.AsyncClient, GatewaySettings],
     site: Site,
@@ -166,7 +157,7 @@ async def test_a_page_is_fetched_indexed_and_refetched_only_when_it_changed(
     accepted = await _submit(allowed, headers, site.url("/moved"))
     assert accepted.status_code == 202, accepted.text
     doc_id = accepted.json()["id"]
-    done = await _final(allowed, doc_id, headers)
+    done = await wait_final(allowed, doc_id, headers)
     assert done["status"] == "indexed" and done["chunk_count"] >= 1
     assert done["title"] == "Photosynthesis explained"  # from the page
     source = done["source"]
@@ -182,7 +173,7 @@ async def test_a_page_is_fetched_indexed_and_refetched_only_when_it_changed(
                             PAGE.replace("VERSION", "v2 revised").encode())  # fmt: skip
     changed = await allowed.post(f"/v1/documents/{doc_id}/refetch", headers=headers)
     assert changed.status_code == 202, changed.text
-    newer = await _final(allowed, changed.json()["id"], headers)
+    newer = await wait_final(allowed, changed.json()["id"], headers)
     assert newer["version"] == 2 and newer["previous_version_id"] == doc_id
     plain = await allowed.post("/v1/documents", files={"title": (None, "x")}, headers=headers)
     assert plain.status_code == 400  # neither a file nor a URL
@@ -202,7 +193,7 @@ async def test_a_jats_article_is_uploaded_and_indexed(
         headers=headers,
     )  # fmt: skip
     assert accepted.status_code == 202, accepted.text
-    done = await _final(strict, accepted.json()["id"], headers)
+    done = await wait_final(strict, accepted.json()["id"], headers)
     assert done["status"] == "indexed" and done["mime_type"] == "application/vnd.jats+xml"
     sections = await db_pool.fetch(
         "SELECT section_path FROM chunks WHERE document_id = $1", uuid.UUID(done["id"])

@@ -5,7 +5,6 @@ the new one is chunked by the new settings, and the old one is retired."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 import uuid
@@ -22,6 +21,7 @@ from lectern_gateway.auth import issue_token
 from lectern_gateway.config import Settings as GatewaySettings
 from lectern_ingest.app import create_app as create_ingest
 from lectern_ingest.config import Settings as IngestSettings
+from tests.gateway.test_documents_api import wait_final
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -80,15 +80,6 @@ def _teacher(settings: GatewaySettings, tenant_id: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-async def _final(client: httpx.AsyncClient, doc_id: str, headers: dict[str, str]) -> Any:
-    for _ in range(600):
-        body = (await client.get(f"/v1/documents/{doc_id}", headers=headers)).json()
-        if body["status"] not in ("pending", "processing"):
-            return body
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"document {doc_id} did not finish: {body}")
-
-
 async def _chunk_texts(db_pool: Any, doc_id: str) -> list[str]:
     rows = await db_pool.fetch(
         "SELECT text FROM chunks WHERE document_id = $1 AND kind = 'text' ORDER BY chunk_index",
@@ -124,7 +115,7 @@ async def test_reprocessing_rechunks_a_document_while_the_old_version_answers(
         )  # fmt: skip
         assert accepted.status_code == 202, accepted.text
         old_id = accepted.json()["id"]
-        old = await _final(client, old_id, headers)
+        old = await wait_final(client, old_id, headers, attempts=600)
         assert old["status"] == "indexed", old
     before = await _chunk_texts(db_pool, old_id)
 
@@ -144,7 +135,7 @@ async def test_reprocessing_rechunks_a_document_while_the_old_version_answers(
         nats_url, database_url, embedder,
         chunk_target_tokens=60, chunk_min_tokens=20, chunk_max_tokens=80, chunk_overlap_tokens=0,
     ):  # fmt: skip
-        new = await _final(client, new_id, headers)
+        new = await wait_final(client, new_id, headers, attempts=600)
     assert new["status"] == "indexed", new
     assert new["previous_version_id"] == old_id and new["subject"] == "biology"
     after = await _chunk_texts(db_pool, new_id)
@@ -170,6 +161,6 @@ async def test_reprocessing_rechunks_a_document_while_the_old_version_answers(
     )
     assert newest is not None
     async with _ingest(nats_url, database_url, embedder):
-        third = await _final(client, str(newest), headers)
+        third = await wait_final(client, str(newest), headers, attempts=600)
     assert third["status"] == "indexed" and third["version"] == 3
     assert await _chunk_texts(db_pool, str(newest)) == before, "default chunking again"

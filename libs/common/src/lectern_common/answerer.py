@@ -23,7 +23,7 @@ import asyncio
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -348,6 +348,16 @@ def _jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
+def idf_weights(query: Sequence[str], bags: Sequence[Container[str]]) -> dict[str, float]:
+    """BM25's idf of each query term over ``bags`` (the terms of each unit)."""
+    count = len(bags)
+    return {
+        term: math.log(1 + (count - df + 0.5) / (df + 0.5))
+        for term in query
+        for df in [sum(1 for bag in bags if term in bag)]
+    }
+
+
 def extract_answer(
     *,
     question: str,
@@ -379,12 +389,7 @@ def extract_answer(
     bags = [Counter(terms(u.text)) for u in units]
     lengths = [sum(bag.values()) for bag in bags]
     average = (sum(lengths) / len(lengths)) or 1.0
-    count = len(units)
-    idf = {
-        term: math.log(1 + (count - df + 0.5) / (df + 0.5))
-        for term in query
-        for df in [sum(1 for bag in bags if term in bag)]
-    }
+    idf = idf_weights(query, bags)
     ceiling = sum(idf.values()) or 1.0
     asked = set(query)
     asked_prefixes = {t[:5] for t in query if len(t) >= 5}

@@ -22,6 +22,7 @@ from typing import Any, Literal, Protocol
 
 # re-exported: the band definition is shared with the gateway (lectern_common.education)
 from lectern_common import metrics
+from lectern_common.answerer import idf_weights, split_sentences, terms
 from lectern_common.education import STYLE_CONTENT_TYPES as STYLE_CONTENT_TYPES
 from lectern_common.education import BandThresholds as BandThresholds
 from lectern_common.education import band_for as band_for
@@ -362,19 +363,11 @@ def sentence_match(query: str, texts: Sequence[str]) -> list[float]:
     """For each text, the idf-weighted share of the query's terms found in its best sentence
     (0..1; idf over the sentences of all the texts): a long chunk whose one sentence answers
     scores as high as a short one that does."""
-    from lectern_common.answerer import split_sentences, terms
-
     query_terms = list(dict.fromkeys(terms(query)))
     if not query_terms or not texts:
         return [0.0 for _ in texts]
     bags = [[set(terms(s)) for s in (split_sentences(t) or [t])] for t in texts]
-    every = [bag for sentences in bags for bag in sentences]
-    count = len(every)
-    idf = {
-        term: math.log(1 + (count - df + 0.5) / (df + 0.5))
-        for term in query_terms
-        for df in [sum(1 for bag in every if term in bag)]
-    }
+    idf = idf_weights(query_terms, [bag for sentences in bags for bag in sentences])
     ceiling = sum(idf.values()) or 1.0
     return [
         max((sum(idf[t] for t in query_terms if t in bag) / ceiling for bag in sentences),

@@ -428,24 +428,13 @@ async def reprocess_document(
         )  # fmt: skip
     if row["deleted_at"] is not None or not row["object_name"]:
         raise ProblemError(404, "Not found", f"document {document_id} has no stored file")
-    fd, name = await asyncio.to_thread(tempfile.mkstemp, prefix="lectern-reprocess-")
-    os.close(fd)
-    path = Path(name)
     fields: dict[str, list[str]] = {}
     if body is not None and body.password:
         fields["password"] = [body.password]
-    upload = ReceivedUpload(path=path, filename=row["filename"], size=0, sha256="", head=b"",
-                            fields=fields)  # fmt: skip
+    path, size = await stored_copy(broker, row)
+    upload = ReceivedUpload(path=path, filename=row["filename"], size=size,
+                            sha256=row["file_sha256"], head=b"", fields=fields)  # fmt: skip
     try:
-        try:
-            size = await fetch_to_file(_jetstream(broker), name=row["object_name"], path=path)
-        except NotFoundError as exc:
-            raise ProblemError(
-                404, "Not found", f"the file of {document_id} is no longer stored"
-            ) from exc
-        except UpstreamError as exc:
-            raise ProblemError(503, "Unavailable", str(exc), headers={"Retry-After": "5"}) from exc
-        upload.size, upload.sha256 = size, row["file_sha256"]
         source = (row["metadata"] or {}).get("source")
         return await _accept(
             upload=upload, principal=principal, pool=pool, broker=broker, replaces=document_id,
@@ -655,22 +644,29 @@ async def document_file(
     gone = row["deleted_at"] is not None or not row["object_name"]
     if gone or (not principal.is_staff and row["status"] != "indexed"):
         raise ProblemError(404, "Not found", f"document {document_id} has no file to serve")
-    fd, name = await asyncio.to_thread(tempfile.mkstemp, prefix="lectern-file-")
-    os.close(fd)
-    path = Path(name)
-    try:
-        await fetch_to_file(_jetstream(broker), name=row["object_name"], path=path)
-    except NotFoundError as exc:
-        await asyncio.to_thread(path.unlink, missing_ok=True)
-        raise ProblemError(404, "Not found", f"the file of {document_id} is not stored") from exc
-    except UpstreamError as exc:
-        await asyncio.to_thread(path.unlink, missing_ok=True)
-        raise ProblemError(503, "Unavailable", str(exc), headers={"Retry-After": "5"}) from exc
+    path, _ = await stored_copy(broker, row)
     return FileResponse(
         path, media_type=row["mime_type"], filename=row["filename"],
         content_disposition_type="inline",
         background=BackgroundTask(path.unlink, missing_ok=True),
     )  # fmt: skip
+
+
+async def stored_copy(broker: Any, row: Any) -> tuple[Path, int]:
+    """The document's stored bytes in a temporary file (the caller removes it) and their
+    size; 404 when the object store no longer holds them, 503 when it cannot answer."""
+    fd, name = await asyncio.to_thread(tempfile.mkstemp, prefix="lectern-file-")
+    os.close(fd)
+    path = Path(name)
+    try:
+        size = await fetch_to_file(_jetstream(broker), name=row["object_name"], path=path)
+    except NotFoundError as exc:
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        raise ProblemError(404, "Not found", f"the file of {row['id']} is not stored") from exc
+    except UpstreamError as exc:
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+        raise ProblemError(503, "Unavailable", str(exc), headers={"Retry-After": "5"}) from exc
+    return path, size
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
