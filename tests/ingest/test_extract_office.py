@@ -119,6 +119,35 @@ def test_pptx_slides_titles_notes_and_tables(tmp_path: Path, count_tokens: Any) 
 
 
 @pytest.mark.timeout(60)
+def test_pptx_content_placeholder_with_index_0_is_body_not_title(
+    tmp_path: Path, count_tokens: Any
+) -> None:
+    """A content placeholder written as ``<p:ph/>`` (type "obj", index 0, as some exporters
+    write it) is what python-pptx calls the slide's title; its lines are the slide's body and
+    must be indexed, not hidden in the heading path."""
+    from pptx import Presentation
+
+    deck: Any = Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[1])
+    slide.shapes.title.text = ""
+    body = slide.placeholders[1]
+    body.text = "Code 660: Astrophysics Science Division\nCode 670: Heliophysics Science Division"
+    title = slide.shapes.title
+    title._element.getparent().remove(title._element)  # no title placeholder at all
+    ph = body._element.nvSpPr.nvPr.ph
+    for attribute in list(ph.attrib):
+        del ph.attrib[attribute]  # <p:ph/>
+    path = tmp_path / "org.pptx"
+    deck.save(str(path))
+    with extract(path, mime=PPTX, password=None) as ex:
+        units = list(ex.units())
+        assert not any(b.kind == "heading" for b in units[0].blocks)
+    with extract(path, mime=PPTX, password=None) as ex:
+        chunks = list(chunk_units(ex.units(), config=ChunkingConfig(), count_tokens=count_tokens))
+    assert any("Code 670: Heliophysics Science Division" in c.text for c in chunks)
+
+
+@pytest.mark.timeout(60)
 def test_broken_office_files_are_corrupt(tmp_path: Path) -> None:
     good = tmp_path / "deck.pptx"
     _pptx(good)

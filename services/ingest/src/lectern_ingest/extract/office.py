@@ -128,6 +128,19 @@ def _shape_blocks(shape: Any) -> Iterator[Block]:
             yield Block(kind="paragraph", text=text)
 
 
+def _slide_title(slide: Any) -> Any | None:
+    """The slide's title placeholder. python-pptx's ``shapes.title`` is the placeholder with
+    index 0, which a content placeholder without attributes (``<p:ph/>``: type "obj") also
+    has: its body would become the heading, out of the indexed text."""
+    from pptx.enum.shapes import PP_PLACEHOLDER
+
+    kinds = {PP_PLACEHOLDER.TITLE, PP_PLACEHOLDER.CENTER_TITLE, PP_PLACEHOLDER.VERTICAL_TITLE}
+    for shape in slide.placeholders:
+        if shape.placeholder_format.type in kinds:
+            return shape
+    return None
+
+
 class PptxExtraction(Extraction):
     """One unit per slide: title (heading), body text, tables, speaker notes."""
 
@@ -152,7 +165,7 @@ class PptxExtraction(Extraction):
 
     @staticmethod
     def _slide_blocks(slide: Any) -> list[Block]:
-        title_shape = slide.shapes.title
+        title_shape = _slide_title(slide)
         blocks: list[Block] = []
         if title_shape is not None and clean_inline(title_shape.text_frame.text):
             blocks.append(
