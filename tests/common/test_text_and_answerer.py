@@ -235,3 +235,66 @@ def test_a_comparison_cites_another_source_only_when_it_answers_nearly_as_well()
         similarities=[0.8, 0.5],
     )
     assert picked.cited == ["T1"]
+
+
+def test_another_source_is_cited_only_for_question_terms_the_answer_lacks() -> None:
+    """The second source scores as well as the first (it repeats the question's words) but
+    adds none of them: it is not cited; a source that adds a term the answer lacks is."""
+    answer = SourceText(
+        label="T1",
+        text=(
+            "Fat bytecodes have two advantages: fewer bytecodes means lower dispatch cost, and "
+            "bigger implementations give the compiler more opportunities to optimize."
+        ),
+    )
+    echo = SourceText(
+        label="T2",
+        text="This retains the advantages of fat bytecodes while avoiding their problems.",
+    )
+    picked = extract_answer(
+        question="What are the advantages of fat bytecodes?",
+        sources=[answer, echo],
+        similarities=[0.84, 0.84],
+    )
+    assert picked.cited == ["T1"]
+    other = SourceText(
+        label="T2", text="Fat bytecodes also cut the interpreter's dispatch overhead in loops."
+    )
+    picked = extract_answer(
+        question="What are the advantages of fat bytecodes in loops?",
+        sources=[answer, other],
+        similarities=[0.84, 0.84],
+    )
+    assert picked.cited == ["T1", "T2"]
+
+
+def test_a_sentence_announcing_steps_brings_the_steps_that_follow() -> None:
+    source = SourceText(
+        label="T1",
+        text=(
+            'For the actual "proof by induction", we followed two main steps. First, we '
+            'identified a "starting value" for which we could check the formula by hand. '
+            "Second, we assumed that the formula held for one value of n and showed that it "
+            "must then hold for n + 1. Between those two steps, all dominos fall."
+        ),
+    )
+    text = answer_text("What are the two main steps of a proof by induction?", source)
+    assert "starting value" in text
+    assert "n + 1" in text
+    assert "dominos" not in text
+
+
+def test_the_rows_under_a_caption_answer_what_the_caption_names() -> None:
+    """The caption matches the question, its table's header row does not: the row is about
+    what the caption names, and a decimal at its end is no footnote marker."""
+    source = SourceText(
+        label="T1",
+        text=(
+            "A uniform table\n\nHeader 0.0 | Header 0.1 | Header 0.2\n"
+            "Cell 1.0 | Cell 1.1 | Cell 1.2"
+        ),
+    )
+    other = SourceText(label="T2", text="Headers and footers repeat on every page of a document.")
+    text = answer_text("What are the headers of the uniform table?", source, other)
+    assert "Header 0.0" in text
+    assert "Header 0.2 [T1]" in text

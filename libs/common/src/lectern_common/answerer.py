@@ -12,9 +12,13 @@ items of the sources that address it:
 
 Units are scored by BM25 over the units (term overlap) and, with an embedder, cosine
 similarity to the question; a unit that only repeats the question's words ("Mitosis is
-different from meiosis.") counts for little, and near-repeats of a chosen unit are dropped.
-Every sentence is cited with its source's label; when nothing addresses the question the
-answer says so plainly. Deterministic, so everything runs and is testable offline.
+different from meiosis.") counts for little, a unit under a heading or caption that matches
+the question shares its match, and near-repeats of a chosen unit are dropped. A sentence that
+announces a count ("we followed two main steps.") brings the sentences that enumerate them
+("First, ...", "Second, ..."). Every sentence is cited with its source's label; another source
+than the best one's is cited only when it answers nearly as well and adds a term of the
+question the answer lacks. When nothing addresses the question the answer says so plainly.
+Deterministic, so everything runs and is testable offline.
 """
 
 from __future__ import annotations
@@ -99,7 +103,9 @@ _CAPTION = re.compile(
     re.IGNORECASE,
 )
 _TERMINAL = re.compile(r"[.!?:;)\]\"'”]\s*$")
-_FOOTNOTE_END = re.compile(r"(?<=[.!?])\d{1,3}(?:[,–-]\d{1,3})*$")
+_FOOTNOTE_END = re.compile(
+    r"(?:(?<=[^\W\d_][.!?])|(?<=[)\]\"'][.!?]))\d{1,3}(?:[,–-]\d{1,3})*$"
+)  # "growth.31", not "Header 0.2"
 
 
 def states_number(text: str) -> bool:
@@ -397,11 +403,22 @@ def extract_answer(
     subject = set(subject_order)
     scored: list[ScoredSentence] = []
     eligible_at: dict[int, ScoredSentence] = {}
-    for index, (unit, bag) in enumerate(zip(units, bags, strict=True)):
+    lexicals: list[float] = []
+    for index, bag in enumerate(bags):
         norm = k1 * (1 - b + b * max(lengths[index], 3) / average)
         bm25 = sum(idf[t] * bag[t] * (k1 + 1) / (bag[t] + norm) for t in query if bag.get(t))
-        lexical = min(1.0, bm25 / ceiling)  # the share of the question's terms; a repeated
-        # term ("the Call duck is a domestic duck breed") does not make a unit answer more
+        lexicals.append(min(1.0, bm25 / ceiling))  # the share of the question's terms; a
+        # repeated term ("the Call duck is a domestic duck breed") does not make a unit answer
+        # more
+    for index, (unit, bag) in enumerate(zip(units, bags, strict=True)):
+        lexical = lexicals[index]
+        heading = units[index - 1] if index else None
+        if (
+            heading is not None
+            and heading.source_index == unit.source_index
+            and _is_heading(heading)
+        ):  # what follows a heading or a caption is about it ("A uniform table" / its header)
+            lexical = max(lexical, 0.5 * (lexical + lexicals[index - 1]))
         semantic = None if similarities is None else max(0.0, float(similarities[index]))
         score = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic
         # the sources come best first from the re-ranker, which read them whole
@@ -457,11 +474,19 @@ def extract_answer(
     best = ranked[0].score
     if form == "list":
         chosen = _list_answer(units, bags, ranked, eligible_at, sources, max_items=max_items)
+        if not chosen:  # no list addresses the question: the best sentences
+            chosen = _best(
+                ranked, floor=floor * best, limit=3, other_floor=other_floor * best, asked=asked
+            )
     elif form == "comparison":
         chosen = _comparison_answer(question, ranked, max_sentences=max(max_sentences, 4))
     else:
         chosen = _best(
-            ranked, floor=floor * best, limit=max_sentences, other_floor=other_floor * best
+            ranked,
+            floor=floor * best,
+            limit=max_sentences,
+            other_floor=other_floor * best,
+            asked=asked,
         )
         if form == "number" and not any(states_number(s.text) for s in chosen):
             stating = [s for s in ranked if states_number(s.text) and s.score >= 0.3 * best]
@@ -473,6 +498,7 @@ def extract_answer(
     chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
     if form != "list":
         chosen = _followed_on(chosen, units, sources, limit=max_sentences + 1)
+    chosen = _enumerated(chosen, units, sources)
     return ExtractiveAnswer(_completed(chosen, units), form)
 
 
@@ -520,6 +546,69 @@ def _followed_on(
                                       c.position))  # fmt: skip
 
 
+_ORDINAL = re.compile(
+    r"^\s*(?:first(?:ly)?|second(?:ly)?|third(?:ly)?|fourth(?:ly)?|fifth(?:ly)?|sixth|"
+    r"finally|lastly|erstens|zweitens|drittens|viertens|schließlich|\(?[ivx]{1,4}\))\b",
+    re.IGNORECASE,
+)
+_OPENS_ENUMERATION = re.compile(r"^\s*(?:first(?:ly)?|erstens|zunächst|\(?i\))\b", re.IGNORECASE)
+_COUNTED = re.compile(
+    r"\b(?:two|three|four|five|six|seven|zwei|drei|vier|fünf|sechs|[2-7])\s+(?:\S+\s+){0,2}?"
+    r"[^\W\d_]{3,}\b",
+    re.IGNORECASE,
+)
+
+
+def _is_heading(unit: SourceUnit) -> bool:
+    """A heading or a caption: a few words without a stop, not a list item."""
+    return not unit.item and len(unit.text.split()) < 6 and unit.text.rstrip()[-1:] not in ".!?:;"
+
+
+def _enumerated(
+    chosen: Sequence[ScoredSentence],
+    units: Sequence[SourceUnit],
+    sources: Sequence[SourceText],
+    *,
+    most: int = 6,
+) -> list[ScoredSentence]:
+    """A chosen sentence that announces a count ("we followed two main steps.") with the
+    sentences of its source that enumerate them ("First, ...", "Second, ..."): the steps are
+    the answer, and they rarely repeat the question's words."""
+    if not chosen:
+        return list(chosen)
+    at = {(u.source_index, u.position): u for u in units}
+    taken = {(c.source_index, c.position) for c in chosen}
+    for announcing in sorted(chosen, key=lambda c: -c.score):
+        following = at.get((announcing.source_index, announcing.position + 1))
+        if (
+            following is None
+            or not _COUNTED.search(announcing.text)
+            or not _OPENS_ENUMERATION.match(following.text)
+        ):
+            continue
+        extra: list[ScoredSentence] = []
+        position, last = following.position, following.position
+        while position - last <= 3 and len(extra) < most:
+            unit = at.get((announcing.source_index, position))
+            if unit is None:
+                break
+            if (position == following.position or _ORDINAL.match(unit.text)) and (
+                announcing.source_index,
+                position,
+            ) not in taken:
+                extra.append(ScoredSentence(
+                    label=sources[unit.source_index].label, source_index=unit.source_index,
+                    position=unit.position, text=unit.text, lexical=0.0, semantic=None,
+                    score=0.0, item=unit.item,
+                ))  # fmt: skip
+                last = position
+            position += 1
+        out = [*chosen, *extra]
+        order = {c.source_index: i for i, c in reversed(list(enumerate(chosen)))}
+        return sorted(out, key=lambda c: (order[c.source_index], c.position))
+    return list(chosen)
+
+
 def _completed(
     chosen: Sequence[ScoredSentence], units: Sequence[SourceUnit], *, most: int = 2
 ) -> list[ScoredSentence]:
@@ -551,23 +640,28 @@ def _best(
     floor: float,
     limit: int,
     other_floor: float | None = None,
+    asked: Container[str] | None = None,
 ) -> list[ScoredSentence]:
-    """The best units above ``floor`` (``other_floor`` for units of another source than the
-    best one's: an answer cites what answers, not everything near it), skipping
-    near-repeats of one already chosen."""
+    """The best units above ``floor``, skipping near-repeats of one already chosen. A unit of
+    another source than the best one's needs ``other_floor`` and must hold a term of the
+    question (``asked``) that no chosen unit holds: an answer cites what answers, not
+    everything near it."""
     chosen: list[ScoredSentence] = []
     bags: list[set[str]] = []
     for s in ranked:
         if s.score < floor or len(chosen) >= limit:
             break
+        bag = set(terms(s.text))
         if (
             chosen
             and other_floor is not None
             and s.source_index != chosen[0].source_index
-            and (s.score < other_floor)
+            and (
+                s.score < other_floor
+                or (asked is not None and not any(t in asked for t in bag.difference(*bags)))
+            )
         ):
             continue
-        bag = set(terms(s.text))
         if any(_jaccard(bag, other) >= 0.6 for other in bags):
             continue
         chosen.append(s)
@@ -585,7 +679,7 @@ def _list_answer(
     max_items: int,
 ) -> list[ScoredSentence]:
     """The list that answers: the best-scoring unit that introduces a list or is an item,
-    with its sibling items; the best sentences when no list addresses the question."""
+    with its sibling items; [] when no list addresses the question."""
     best = ranked[0].score
     index_of = {(u.source_index, u.position): i for i, u in enumerate(units)}
     for anchor in ranked:
@@ -628,7 +722,7 @@ def _list_answer(
             j += 1
         if sum(1 for p in picked if p.item) >= 2:
             return picked
-    return _best(ranked, floor=0.5 * best, limit=3)
+    return []
 
 
 def _comparison_answer(
