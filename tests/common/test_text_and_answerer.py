@@ -298,3 +298,39 @@ def test_the_rows_under_a_caption_answer_what_the_caption_names() -> None:
     text = answer_text("What are the headers of the uniform table?", source, other)
     assert "Header 0.0" in text
     assert "Header 0.2 [T1]" in text
+
+
+def test_table_rows_that_differ_in_a_value_are_not_repeats() -> None:
+    """Two rows of one table about the same company share every header and most cells; the
+    one that differs in its layoff type is another fact and is quoted too."""
+    source = SourceText(
+        label="T1",
+        text=(
+            "Notice Date | Company | City | No. Of | Layoff/Closure\n"
+            "10/26/2015 | BAE SYSTEMS | San Francisco | 2 | Layoff Unknown at this time\n"
+            "10/26/2015 | BAE SYSTEMS | San Francisco | 163 | Layoff Temporary\n"
+            "10/29/2015 | Vishay Siliconix | Santa Clara | 292 | Layoff Permanent"
+        ),
+    )
+    text = answer_text("What kind of layoff did BAE Systems report in San Francisco?", source)
+    assert "Layoff Unknown" in text
+    assert "Layoff Temporary" in text
+    assert "Vishay" not in text
+
+
+def test_an_item_brings_the_items_nested_under_it() -> None:
+    """Slides nest bullets: the places are the sub-items of the item that announces them,
+    and they share no word with the question but "twice"."""
+    source = SourceText(
+        label="T1",
+        text=(
+            "• Proprietary name should appear in UPPER CASE letters in 3 places in PI\n\n"
+            "‒ Twice in Highlights Limitation Statement\n\n‒ Once in product title\n\n"
+            "• In other parts of PI, the name can appear in other cases\n\n"
+            "‒ Recommend consistency in use of letter case"
+        ),
+    )
+    text = answer_text("Where must the proprietary name appear in upper case letters?", source)
+    assert (
+        "3 places in PI [T1].\n- Twice in Highlights Limitation Statement [T1].\n- Once in" in text
+    )

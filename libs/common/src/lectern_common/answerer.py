@@ -15,7 +15,8 @@ similarity to the question; a unit that only repeats the question's words ("Mito
 different from meiosis.") counts for little, a unit under a heading or caption that matches
 the question shares its match, and near-repeats of a chosen unit are dropped. A sentence that
 announces a count ("we followed two main steps.") brings the sentences that enumerate them
-("First, ...", "Second, ..."). Every sentence is cited with its source's label; another source
+("First, ...", "Second, ..."), and an item the items nested under it; rows of a table
+that differ in a value are not repeats of each other. Every sentence is cited with its source's label; another source
 than the best one's is cited only when it answers nearly as well and adds a term of the
 question the answer lacks. When nothing addresses the question the answer says so plainly.
 Deterministic, so everything runs and is testable offline.
@@ -223,6 +224,7 @@ class SourceUnit:
     text: str
     item: bool
     introduces_list: bool
+    depth: int = 0  # 1 for an item, 2 for an item of an item (another bullet), ...
 
 
 def table_rows(paragraph: str) -> list[str]:
@@ -244,26 +246,30 @@ def table_rows(paragraph: str) -> list[str]:
     return rows
 
 
-def split_units(text: str) -> list[tuple[int, str, bool]]:
-    """(paragraph, unit, is a list item) of a source text: paragraphs and list items first
-    (a line of "- a - b - c" items is split into them), then sentence ends."""
-    units: list[tuple[int, str, bool]] = []
+def split_units(text: str) -> list[tuple[int, str, str]]:
+    """(paragraph, unit, item marker) of a source text: paragraphs and list items first (a
+    line of "- a - b - c" items is split into them), then sentence ends. The marker is ""
+    for a sentence, the bullet for an item ("1" for any number, "a" for any letter)."""
+    units: list[tuple[int, str, str]] = []
     for paragraph_index, paragraph in enumerate(_PARAGRAPHS.split(text)):
         rows = table_rows(paragraph)
         if rows:
-            units.extend((paragraph_index, row, False) for row in rows)
+            units.extend((paragraph_index, row, "") for row in rows)
             continue
         flat = " ".join(paragraph.split())
         if not flat:
             continue
-        if _ITEM_MARK.match(flat):
-            body = _ITEM_MARK.sub("", flat, count=1)
+        mark = _ITEM_MARK.match(flat)
+        if mark:
+            body = flat[mark.end() :]
             pieces = [p for p in _INLINE_ITEMS.split(body) if p.strip()] if (
                 flat[0] in "-•▪◦‒") else [body]  # fmt: skip
-            units.extend((paragraph_index, p.strip(), True) for p in pieces)
+            bullet = mark.group().strip().lstrip("(")[:1]
+            marker = "1" if bullet.isdigit() else "a" if bullet.isalpha() else bullet
+            units.extend((paragraph_index, p.strip(), marker) for p in pieces)
             continue
         units.extend(
-            (paragraph_index, s.strip(), False) for s in _SENTENCE_END.split(flat) if s.strip()
+            (paragraph_index, s.strip(), "") for s in _SENTENCE_END.split(flat) if s.strip()
         )
     return units
 
@@ -278,14 +284,25 @@ def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
     out: list[SourceUnit] = []
     for source_index, source in enumerate(sources):
         units = split_units(source.text)
-        for position, (paragraph, text, item) in enumerate(units):
-            if not item and len(text.split()) < 3:
+        markers: list[str] = []  # the bullets of the list under way, outermost first
+        for position, (paragraph, text, marker) in enumerate(units):
+            if not marker:
+                markers = []
+            elif marker in markers:
+                del markers[markers.index(marker) + 1 :]
+            else:
+                markers.append(marker)
+            if not marker and len(text.split()) < 3:
                 continue
             following = units[position + 1] if position + 1 < len(units) else None
             introduces = text.rstrip().endswith(":") or (
-                not item and following is not None and following[2]
+                not marker and following is not None and bool(following[2])
             )
-            out.append(SourceUnit(source_index, position, paragraph, text, item, introduces))
+            out.append(
+                SourceUnit(
+                    source_index, position, paragraph, text, bool(marker), introduces, len(markers)
+                )
+            )
     return out
 
 
@@ -499,6 +516,8 @@ def extract_answer(
     if form != "list":
         chosen = _followed_on(chosen, units, sources, limit=max_sentences + 1)
     chosen = _enumerated(chosen, units, sources)
+    if form != "list":
+        chosen = _with_sub_items(chosen, units, sources)
     return ExtractiveAnswer(_completed(chosen, units), form)
 
 
@@ -557,6 +576,43 @@ _COUNTED = re.compile(
     r"[^\W\d_]{3,}\b",
     re.IGNORECASE,
 )
+
+
+def _with_sub_items(
+    chosen: Sequence[ScoredSentence],
+    units: Sequence[SourceUnit],
+    sources: Sequence[SourceText],
+    *,
+    most: int = 6,
+) -> list[ScoredSentence]:
+    """A chosen item with the items nested under it ("Proprietary name should appear in
+    UPPER CASE in 3 places" / "- Twice in Highlights" / "- Once in product title"): they say
+    what it announces."""
+    index_of = {(u.source_index, u.position): i for i, u in enumerate(units)}
+    taken = {(c.source_index, c.position) for c in chosen}
+    out: list[ScoredSentence] = []
+    for picked in chosen:
+        out.append(picked)
+        at = index_of.get((picked.source_index, picked.position))
+        if at is None or not units[at].item:
+            continue
+        depth = units[at].depth
+        for unit in units[at + 1 : at + 1 + most]:
+            if unit.source_index != picked.source_index or not unit.item or unit.depth <= depth:
+                break
+            if (unit.source_index, unit.position) in taken:
+                continue
+            taken.add((unit.source_index, unit.position))
+            out.append(ScoredSentence(
+                label=picked.label, source_index=unit.source_index, position=unit.position,
+                text=unit.text, lexical=0.0, semantic=None, score=0.0, item=True,
+            ))  # fmt: skip
+    return out
+
+
+def _is_table_row(text: str) -> bool:
+    """A table row as ``table_rows`` writes it: "header: cell; header: cell; ..."."""
+    return text.count("; ") >= 2 and text.count(": ") >= 3
 
 
 def _is_heading(unit: SourceUnit) -> bool:
@@ -662,7 +718,9 @@ def _best(
             )
         ):
             continue
-        if any(_jaccard(bag, other) >= 0.6 for other in bags):
+        repeat = 1.0 if _is_table_row(s.text) else 0.6  # rows of a table share their
+        # headers; one that differs in a value ("Layoff Temporary") is another fact
+        if any(_jaccard(bag, other) >= repeat for other in bags):
             continue
         chosen.append(s)
         bags.append(bag)
