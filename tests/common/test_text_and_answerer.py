@@ -334,3 +334,17 @@ def test_an_item_brings_the_items_nested_under_it() -> None:
     assert (
         "3 places in PI [T1].\n- Twice in Highlights Limitation Statement [T1].\n- Once in" in text
     )
+
+
+def test_another_form_of_a_word_the_answer_holds_is_not_a_new_term() -> None:
+    answer = SourceText(
+        label="T1",
+        text="In einem topologischer Raum heißt A abgeschlossen, wenn X \\ A offen ist.",
+    )
+    other = SourceText(label="T2", text="Für jeden topologischen Raum X ist idX stetig.")
+    picked = extract_answer(
+        question="Wann heißt eine Teilmenge eines topologischen Raums abgeschlossen?",
+        sources=[answer, other],
+        similarities=[0.6, 0.75],
+    )
+    assert picked.cited == ["T1"]

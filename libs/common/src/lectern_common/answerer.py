@@ -16,10 +16,10 @@ different from meiosis.") counts for little, a unit under a heading or caption t
 the question shares its match, and near-repeats of a chosen unit are dropped. A sentence that
 announces a count ("we followed two main steps.") brings the sentences that enumerate them
 ("First, ...", "Second, ..."), and an item the items nested under it; rows of a table
-that differ in a value are not repeats of each other. Every sentence is cited with its source's label; another source
-than the best one's is cited only when it answers nearly as well and adds a term of the
-question the answer lacks. When nothing addresses the question the answer says so plainly.
-Deterministic, so everything runs and is testable offline.
+that differ in a value are not repeats of each other. Every sentence is cited with its
+source's label; another source than the best one's is cited only when it answers nearly as
+well and adds a term of the question the answer lacks. When nothing addresses the question
+the answer says so plainly. Deterministic, so everything runs and is testable offline.
 """
 
 from __future__ import annotations
@@ -578,6 +578,13 @@ _COUNTED = re.compile(
 )
 
 
+def _adds_asked(bag: set[str], chosen: Sequence[set[str]], asked: Container[str]) -> bool:
+    """Whether ``bag`` holds a term of the question that no chosen unit holds in any form
+    (the same first five letters: "topologischen" is there when "topologischer" is)."""
+    held = {t[:5] for other in chosen for t in other}
+    return any(t in asked and t[:5] not in held for t in bag)
+
+
 def _with_sub_items(
     chosen: Sequence[ScoredSentence],
     units: Sequence[SourceUnit],
@@ -714,7 +721,7 @@ def _best(
             and s.source_index != chosen[0].source_index
             and (
                 s.score < other_floor
-                or (asked is not None and not any(t in asked for t in bag.difference(*bags)))
+                or (asked is not None and not _adds_asked(bag, bags, asked))
             )
         ):
             continue
