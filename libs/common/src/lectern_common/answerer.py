@@ -719,10 +719,7 @@ def _best(
             chosen
             and other_floor is not None
             and s.source_index != chosen[0].source_index
-            and (
-                s.score < other_floor
-                or (asked is not None and not _adds_asked(bag, bags, asked))
-            )
+            and (s.score < other_floor or (asked is not None and not _adds_asked(bag, bags, asked)))
         ):
             continue
         repeat = 1.0 if _is_table_row(s.text) else 0.6  # rows of a table share their
