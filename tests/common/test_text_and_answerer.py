@@ -263,7 +263,7 @@ def test_another_source_is_cited_only_for_question_terms_the_answer_lacks() -> N
     picked = extract_answer(
         question="What are the advantages of fat bytecodes in loops?",
         sources=[answer, other],
-        similarities=[0.84, 0.84],
+        similarities=[0.6, 0.99],
     )
     assert picked.cited == ["T1", "T2"]
 
@@ -348,3 +348,28 @@ def test_another_form_of_a_word_the_answer_holds_is_not_a_new_term() -> None:
         similarities=[0.6, 0.75],
     )
     assert picked.cited == ["T1"]
+
+
+def test_a_list_question_prefers_the_sentence_that_counts_what_it_asks_for() -> None:
+    """ "What are the advantages of X?": the sentence that says X has two advantages, and
+    names them, answers; one that mentions X's advantages in passing, first, does not."""
+    passing = SourceText(
+        label="T1",
+        text=(
+            "Fat bytecodes are a problem for the recorder. This design retains the advantages "
+            "of fat bytecodes while avoiding some of their problems for trace recording."
+        ),
+    )
+    counting = SourceText(
+        label="T2",
+        text=(
+            "Fat bytecodes have two advantages: fewer bytecodes means lower dispatch cost, and "
+            "bigger bytecode implementations give the compiler opportunities to optimize."
+        ),
+    )
+    picked = extract_answer(
+        question="What are the advantages of fat bytecodes?",
+        sources=[passing, counting],
+        similarities=[0.8, 0.8, 0.84],
+    )
+    assert picked.sentences[0].text.startswith("Fat bytecodes have two advantages")
