@@ -373,3 +373,29 @@ def test_a_list_question_prefers_the_sentence_that_counts_what_it_asks_for() -> 
         similarities=[0.8, 0.8, 0.84],
     )
     assert picked.sentences[0].text.startswith("Fat bytecodes have two advantages")
+
+
+def test_a_list_far_below_the_best_unit_is_not_the_answer() -> None:
+    """A list question ("what are the headers ...") whose best unit is a table's header row:
+    a bulleted list that mentions headers in passing scores well below it and is no answer."""
+    table = SourceText(
+        label="T1",
+        text=(
+            "A uniform table\n\nHeader 0.0 | Header 0.1 | Header 0.2\n"
+            "Cell 1.0 | Cell 1.1 | Cell 1.2"
+        ),
+    )
+    other = SourceText(
+        label="T2",
+        text=(
+            "Before the final version, remove all annotations:\n- Line numbers\n"
+            "- Headers and footers\n- Comments of reviewers"
+        ),
+    )
+    picked = extract_answer(
+        question="What are the headers of the uniform table?",
+        sources=[table, other],
+        similarities=[0.76, 0.46, 0.44, 0.4, 0.3, 0.51, 0.2],
+    )
+    assert picked.cited == ["T1"]
+    assert picked.sentences[0].text == "Header 0.0 | Header 0.1 | Header 0.2"

@@ -763,7 +763,7 @@ def _list_answer(
     best = ranked[0].score
     index_of = {(u.source_index, u.position): i for i, u in enumerate(units)}
     for anchor in ranked:
-        if anchor.score < 0.6 * best:
+        if anchor.score < 0.75 * best:  # a list well below the best unit answers something else
             break
         i = index_of[(anchor.source_index, anchor.position)]
         unit = units[i]
