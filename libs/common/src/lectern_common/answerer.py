@@ -555,11 +555,7 @@ def _followed_on(
         or not _FOLLOW_ON.match(following.text)
     ):
         return list(chosen)
-    extra = ScoredSentence(
-        label=sources[best.source_index].label, source_index=best.source_index,
-        position=following.position, text=following.text, lexical=0.0, semantic=None,
-        score=0.0,
-    )  # fmt: skip
+    extra = _quoted(following, sources)
     out = [*chosen, extra]
     if len(out) > limit:  # the weakest other sentence makes room
         weakest = min((c for c in chosen if c is not best), key=lambda c: c.score)
@@ -574,11 +570,20 @@ _ORDINAL = re.compile(
     re.IGNORECASE,
 )
 _OPENS_ENUMERATION = re.compile(r"^\s*(?:first(?:ly)?|erstens|zunächst|\(?i\))\b", re.IGNORECASE)
-_COUNTED = re.compile(
-    r"\b(?:two|three|four|five|six|seven|zwei|drei|vier|fünf|sechs|[2-7])\s+(?:\S+\s+){0,2}?"
-    r"[^\W\d_]{3,}\b",
-    re.IGNORECASE,
-)
+
+
+def _quoted(unit: SourceUnit, sources: Sequence[SourceText]) -> ScoredSentence:
+    """A unit quoted for the one it goes with (unscored: it was not chosen on its own)."""
+    return ScoredSentence(
+        label=sources[unit.source_index].label,
+        source_index=unit.source_index,
+        position=unit.position,
+        text=unit.text,
+        lexical=0.0,
+        semantic=None,
+        score=0.0,
+        item=unit.item,
+    )
 
 
 def _adds_asked(bag: set[str], chosen: Sequence[set[str]], asked: Container[str]) -> bool:
@@ -613,10 +618,7 @@ def _with_sub_items(
             if (unit.source_index, unit.position) in taken:
                 continue
             taken.add((unit.source_index, unit.position))
-            out.append(ScoredSentence(
-                label=picked.label, source_index=unit.source_index, position=unit.position,
-                text=unit.text, lexical=0.0, semantic=None, score=0.0, item=True,
-            ))  # fmt: skip
+            out.append(_quoted(unit, sources))
     return out
 
 
@@ -663,7 +665,7 @@ def _enumerated(
         following = at.get((announcing.source_index, announcing.position + 1))
         if (
             following is None
-            or not _COUNTED.search(announcing.text)
+            or not _COUNT_WORD.search(announcing.text)
             or not _OPENS_ENUMERATION.match(following.text)
         ):
             continue
@@ -677,11 +679,7 @@ def _enumerated(
                 announcing.source_index,
                 position,
             ) not in taken:
-                extra.append(ScoredSentence(
-                    label=sources[unit.source_index].label, source_index=unit.source_index,
-                    position=unit.position, text=unit.text, lexical=0.0, semantic=None,
-                    score=0.0, item=unit.item,
-                ))  # fmt: skip
+                extra.append(_quoted(unit, sources))
                 last = position
             position += 1
         out = [*chosen, *extra]
@@ -793,11 +791,7 @@ def _list_answer(
             u = units[j]
             if j > start and not u.item:
                 break
-            entry = eligible_at.get(j) or ScoredSentence(
-                label=sources[u.source_index].label, source_index=u.source_index,
-                position=u.position, text=u.text, lexical=0.0, semantic=None, score=0.0,
-                item=u.item,
-            )  # fmt: skip
+            entry = eligible_at.get(j) or _quoted(u, sources)
             picked.append(entry)
             j += 1
         if sum(1 for p in picked if p.item) >= 2:
