@@ -399,3 +399,20 @@ def test_a_list_far_below_the_best_unit_is_not_the_answer() -> None:
     )
     assert picked.cited == ["T1"]
     assert picked.sentences[0].text == "Header 0.0 | Header 0.1 | Header 0.2"
+
+
+def test_the_second_best_sentence_brings_the_one_that_goes_on_about_it() -> None:
+    source = SourceText(
+        label="T1",
+        text=(
+            "Doug starts in the yard of house #1, looking for bread. He loves bread, and he "
+            "goes searching through everyone's yards to find more bread. These yards are all "
+            "along Induction Street in Math Town, numbered 1, 2, 3 and so on."
+        ),
+    )
+    picked = extract_answer(
+        question="Where does Doug the duck search for bread?",
+        sources=[source],
+        similarities=[0.7, 0.58, 0.31],
+    )
+    assert "Induction Street" in picked.render()

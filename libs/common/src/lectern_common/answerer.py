@@ -517,7 +517,7 @@ def extract_answer(
         group_rank.setdefault(picked.source_index, len(group_rank))
     chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
     if form != "list":
-        chosen = _followed_on(chosen, units, sources, limit=max_sentences + 1)
+        chosen = _followed_on(chosen, units, sources, limit=max_sentences + 2)
     chosen = _enumerated(chosen, units, sources)
     if form != "list":
         chosen = _with_sub_items(chosen, units, sources)
@@ -537,29 +537,34 @@ def _followed_on(
     sources: Sequence[SourceText],
     *,
     limit: int,
+    leads: int = 2,
 ) -> list[ScoredSentence]:
-    """The best sentence with the next one of its source when that one goes on about it
-    ("Our friend Mojo stands next to the ladder. He is an intelligent monkey."): what a
-    pronoun refers to is only in the sentence before, so term overlap never finds it."""
+    """The best sentences (``leads`` of them) each with the next one of its source when that
+    one goes on about it ("Our friend Mojo stands next to the ladder. He is an intelligent
+    monkey."): what a pronoun refers to is only in the sentence before, so term overlap never
+    finds it. Past ``limit`` sentences, the weakest other sentence makes room."""
     if not chosen:
         return list(chosen)
-    best = max(chosen, key=lambda c: c.score)
+    ranked = sorted(chosen, key=lambda c: -c.score)
+    best = ranked[0]
     at = {(u.source_index, u.position): u for u in units}
-    following = at.get((best.source_index, best.position + 1))
     taken = {(c.source_index, c.position) for c in chosen}
-    if (
-        following is None
-        or following.item
-        or following.paragraph != at[(best.source_index, best.position)].paragraph
-        or (best.source_index, best.position + 1) in taken
-        or not _FOLLOW_ON.match(following.text)
-    ):
-        return list(chosen)
-    extra = _quoted(following, sources)
-    out = [*chosen, extra]
-    if len(out) > limit:  # the weakest other sentence makes room
-        weakest = min((c for c in chosen if c is not best), key=lambda c: c.score)
-        out.remove(weakest)
+    out = list(chosen)
+    for lead in ranked[:leads]:
+        following = at.get((lead.source_index, lead.position + 1))
+        if (
+            following is None
+            or following.item
+            or following.paragraph != at[(lead.source_index, lead.position)].paragraph
+            or (lead.source_index, lead.position + 1) in taken
+            or not _FOLLOW_ON.match(following.text)
+        ):
+            continue
+        out.append(_quoted(following, sources))
+        taken.add((lead.source_index, lead.position + 1))
+        others = [c for c in ranked[leads:] if c in out]
+        if len(out) > limit and others:
+            out.remove(others[-1])
     return sorted(out, key=lambda c: (c.source_index != best.source_index, c.source_index,
                                       c.position))  # fmt: skip
 
