@@ -115,6 +115,9 @@ async def test_history_memories_and_filters_reach_retrieval(
     assert last.filters.subject == "biology" and last.filters.module_tag == "unit-3"
     assert last.filters.grade_level == 9 and last.filters.grade_within_one
     assert [t.text for t in last.history][:1] == ["What is photosynthesis?"]
+    # chat takes the fused order whole: a cap per document would put a course book's
+    # 4th-best chunk behind every other document's top three
+    assert last.max_per_document is None
 
 
 async def test_medium_and_low_bands_open_with_fixed_wording(

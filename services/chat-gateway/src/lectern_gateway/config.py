@@ -36,6 +36,14 @@ class Settings(ServiceHttpSettings):
     memory_k: int = Field(default=3, description="long-term memories recalled per question")
     memory_timeout_s: float = Field(default=0.3, description="recall is skipped past this")
     retrieve_k: int = Field(default=20, description="candidates asked of the retriever")
+    retrieve_max_per_document: int | None = Field(
+        default=None,
+        ge=1,
+        description="chunks of one document ahead of other documents' in the candidates; unset: "
+        "the fused order, so a course book's 4th-best chunk is not put behind every other "
+        "document's top 3 (answer benchmark: 3 -> unset raised citation precision "
+        "0.840 -> 0.867)",
+    )
     rerank_top_k: int = Field(
         default=8,
         description="sources kept by the re-ranker (answer benchmark: 8 over 5 raised "

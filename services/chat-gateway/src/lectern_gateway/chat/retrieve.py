@@ -84,6 +84,7 @@ async def retrieve_sources(
                 query=query,
                 filters=filters,
                 k=settings.retrieve_k,
+                max_per_document=settings.retrieve_max_per_document,
                 history=list(history[-4:]),
                 boost_tags=boosts,
                 cited_document_ids=list(cited_document_ids),
