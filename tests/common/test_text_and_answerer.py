@@ -182,6 +182,22 @@ def test_german_definitions_and_sentences_cut_by_a_line_break() -> None:
     assert "offene Überdeckung von X eine endliche Teilüberdeckung besitzt" in text
 
 
+def test_a_definition_by_condition_need_not_name_its_subject_as_the_question_does() -> None:
+    # the question says "eine Teilmenge A"; the notes name it by its symbol, "A ⊆ X"
+    notes = SourceText(
+        label="T1",
+        text="Sei X ein Raum. A ⊆ X heißt abgeschlossen, wenn X \\ A offen ist.",
+    )
+    other = SourceText(label="T2", text="Für jeden topologischen Raum X gilt: idX ist stetig.")
+    picked = extract_answer(
+        question="Wann heißt eine Teilmenge A eines topologischen Raums abgeschlossen?",
+        sources=[notes, other],
+        similarities=[0.3, 0.47, 0.7],
+    )
+    assert picked.cited == ["T1"]
+    assert "X \\ A offen" in picked.render()
+
+
 def test_answers_cite_the_source_that_answers_not_every_source_near_it() -> None:
     best = SourceText(label="T1", text="Mitosis produces two identical daughter cells.")
     near = SourceText(label="T2", text="Cells divide in several ways, and mitosis is one.")

@@ -447,11 +447,14 @@ def extract_answer(
             score *= 0.4  # a caption or a heading ("Table 1 Clinical features in ...")
         if form == "number":
             score *= 1.25 if states_number(unit.text) else 0.8
+        elif form == "definition" and defines(unit.text, subject_order):
+            # "X heißt kompakt, wenn ...", "f heißt stetig :⇔", "is called .. if": what it
+            # defines is the question's last word, said of whatever the text names it by
+            # ("A ⊆ X heißt abgeschlossen, wenn" for "eine Teilmenge A ... abgeschlossen")
+            score *= 3.0
         elif form == "definition" and subject and subject <= set(bag):
             lead = terms(unit.text)[: len(subject) + 3]
-            if defines(unit.text, subject_order):
-                score *= 3.0  # "X heißt kompakt, wenn ...", "f heißt stetig :⇔", "is called .. if"
-            elif subject & set(lead):
+            if subject & set(lead):
                 words = unit.text.split()
                 opening = " ".join(words[: len(subject) + 4])
                 first = terms(opening)[:1]
