@@ -198,6 +198,28 @@ def test_a_definition_by_condition_need_not_name_its_subject_as_the_question_doe
     assert "X \\ A offen" in picked.render()
 
 
+def test_the_best_sentence_introducing_a_list_brings_the_list_in_any_form() -> None:
+    book = SourceText(
+        label="T1",
+        text=(
+            "Can you apply the techniques we describe?\n\n"
+            "By the end of this chapter, you should be able to . . .\n\n"
+            "• Define what an inductive argument is.\n\n"
+            "• Decide when to use an inductive argument.\n\n"
+            "• Describe mathematical induction via an analogy."
+        ),
+    )
+    other = SourceText(
+        label="T2",
+        text="In the next chapter, we will explore concepts needed to prove induction.",
+    )
+    question = "What should students be able to do by the end of the induction chapter?"
+    assert question_form(question) == "general"
+    text = extract_answer(question=question, sources=[book, other]).render()
+    assert text.startswith("By the end of this chapter, you should be able to [T1]:\n- Define")
+    assert "- Describe mathematical induction via an analogy [T1]." in text
+
+
 def test_answers_cite_the_source_that_answers_not_every_source_near_it() -> None:
     best = SourceText(label="T1", text="Mitosis produces two identical daughter cells.")
     near = SourceText(label="T2", text="Cells divide in several ways, and mitosis is one.")

@@ -347,13 +347,20 @@ class ExtractiveAnswer:
         if not self.sentences:
             return NO_SUPPORT_TEXT
         out: list[str] = []
-        for s in self.sentences:
-            cited = _cite(s.text, s.label)
+        for s, following in zip(self.sentences, [*self.sentences[1:], None], strict=True):
+            text = s.text
+            if following is not None and following.item and not s.item:
+                # "you should be able to . . ." before its items
+                text = _TRAILING_ELLIPSIS.sub(":", text)
+            cited = _cite(text, s.label)
             if s.item:
                 out.append(f"\n- {cited}")
             else:
                 out.append(("\n" if out and out[-1].startswith("\n- ") else " ") + cited)
         return "".join(out).strip()
+
+
+_TRAILING_ELLIPSIS = re.compile(r"\s*(?:\.\s*){3}$|\s*…$")
 
 
 def _cite(sentence: str, label: str) -> str:
@@ -441,7 +448,7 @@ def extract_answer(
         # the sources come best first from the re-ranker, which read them whole
         score /= 1 + rank_decay * unit.source_index
         new_terms = {t for t in bag if t not in asked and t[:5] not in asked_prefixes}
-        if len(new_terms) < 2 and not unit.item:
+        if len(new_terms) < 2 and not unit.item and not unit.introduces_list:
             score *= 0.25  # says nothing the question did not ("Mitosis differs from meiosis.")
         elif _CAPTION.match(unit.text) or (len(unit.text.split()) < 6 and not unit.item):
             score *= 0.4  # a caption or a heading ("Table 1 Clinical features in ...")
@@ -504,7 +511,13 @@ def extract_answer(
     elif form == "comparison":
         chosen = _comparison_answer(question, ranked, max_sentences=max(max_sentences, 4))
     else:
-        chosen = _best(
+        # the best unit introduces a list ("By the end of this chapter, you should be able
+        # to ..."): the list is the answer, whatever the question's form
+        chosen = (
+            _list_answer(units, bags, ranked[:1], eligible_at, sources, max_items=max_items)
+            if form != "number"
+            else []
+        ) or _best(
             ranked,
             floor=floor * best,
             limit=max_sentences,
