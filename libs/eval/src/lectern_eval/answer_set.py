@@ -197,6 +197,7 @@ class SourceSeen:
     page_end: int | None
     slide: int | None
     text: str
+    section: str | None = None
 
 
 def on_gold(source: SourceSeen, question: AnswerQuestion, gold_document_id: str | None) -> bool:

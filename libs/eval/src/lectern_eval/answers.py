@@ -304,14 +304,14 @@ class AnswerEval:
                     label=str(source["label"]), chunk_id=str(source["chunk_id"]),
                     document_id=str(source["document_id"]), page_start=source.get("page_start"),
                     page_end=source.get("page_end"), slide=source.get("slide"),
-                    text=str(chunk["text"]),
+                    text=str(chunk["text"]), section=source.get("section"),
                 )
             )  # fmt: skip
         result.context_hit = any(on_gold(s, question, gold_document_id) for s in seen)
         result.sources = [
             {"label": s.label, "document": s.document_id == gold_document_id,
              "pages": [s.page_start, s.page_end], "gold": on_gold(s, question, gold_document_id),
-             "text": s.text}
+             "text": s.text, "section": s.section}
             for s in seen
         ]  # fmt: skip
         if result.refused:
