@@ -2,13 +2,20 @@
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
-from lectern_common.embeddings import Embedder, LocalEmbedder, build_embedder, l2_normalise
+from lectern_common.embeddings import (
+    Embedder,
+    LocalEmbedder,
+    Vectors,
+    build_embedder,
+    l2_normalise,
+)
 from lectern_common.llm import ChatMessage, OfflineAnswerer, SourceText, TextDelta, extract_answer
 from lectern_common.settings import BaseServiceSettings
 
@@ -222,3 +229,47 @@ def test_replicas_quantizing_at_once_each_get_the_graph(
         paths = {stdout.strip().splitlines()[-1] for stdout, _ in outputs}
         assert paths == {str(folder / "model.s8.onnx")}
         assert {p.name for p in folder.iterdir()} == {"model.onnx", "model.s8.onnx"}
+
+
+async def test_the_offline_answerer_embeds_a_sentence_once_across_questions(
+    embedder: LocalEmbedder,
+) -> None:
+    embedded: list[str] = []
+
+    class Counting(LocalEmbedder):
+        """The packaged model, counting the passages it is asked to embed."""
+
+        def __init__(self) -> None:  # shares the loaded model: no second load
+            self.__dict__.update(embedder.__dict__)
+
+        async def embed_documents(self, texts: Sequence[str]) -> Vectors:
+            embedded.extend(texts)
+            return await super().embed_documents(texts)
+
+    sources = [
+        SourceText(label="T1", text="Mitosis produces two identical cells. It has four stages."),
+        SourceText(label="T2", text="Meiosis produces four haploid cells."),
+    ]
+    answerer = OfflineAnswerer(embedder=Counting(), cache_floats=LOCAL_EMBEDDING_DIM * 3)
+    first = await answerer.answer(question="What does mitosis produce?", sources=sources)
+    assert sorted(embedded) == sorted(
+        ["Mitosis produces two identical cells.", "It has four stages.",
+         "Meiosis produces four haploid cells."]
+    )  # fmt: skip
+    again = await answerer.answer(question="What does meiosis produce?", sources=sources)
+    assert len(embedded) == 3  # every sentence was met before
+    assert first.cited == ["T1"] and again.cited == ["T2"]
+    # the same vectors as embedding afresh
+    fresh = await OfflineAnswerer(embedder=embedder).answer(
+        question="What does meiosis produce?", sources=sources
+    )
+    assert [s.semantic for s in fresh.sentences] == pytest.approx(
+        [s.semantic for s in again.sentences], abs=1e-5
+    )
+    # past its size the least recently used go: a new sentence evicts one
+    await answerer.answer(
+        question="What does mitosis produce?",
+        sources=[SourceText(label="T1", text="Mitosis makes two cells.")],
+    )
+    await answerer.answer(question="What does mitosis produce?", sources=sources)
+    assert len(embedded) == 5

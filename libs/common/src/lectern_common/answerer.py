@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Container, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
@@ -37,6 +37,8 @@ import numpy as np
 from lectern_common.text import resolve_follow_up
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from lectern_common.embeddings import Embedder
     from lectern_common.generation import ChatMessage, GenerationStream, SourceText
 
@@ -848,10 +850,16 @@ class OfflineAnswerer:
         embedder: Embedder | None = None,
         max_sentences: int = 4,
         words_per_chunk: int = 4,
+        cache_floats: int = 8_000_000,  # 32 MB of vectors: 20,000 sentences of MiniLM
     ) -> None:
         self.embedder = embedder
         self.max_sentences = max_sentences
         self.words_per_chunk = max(1, words_per_chunk)
+        # unit vectors by (model, text), least recently used first: a course's questions
+        # keep meeting the same chunks, and embedding their sentences is most of an answer's
+        # time on a CPU
+        self._vectors: OrderedDict[tuple[str, str], NDArray[np.float32]] = OrderedDict()
+        self.cache_floats = cache_floats
 
     async def answer(self, *, question: str, sources: Sequence[SourceText]) -> ExtractiveAnswer:
         """The extractive answer (unit similarity from the embedder when one is set)."""
@@ -859,7 +867,7 @@ class OfflineAnswerer:
         candidates = candidate_sentences(sources)
         if self.embedder is not None and candidates and question.strip():
             query = await self.embedder.embed_query(question)
-            vectors = await self.embedder.embed_documents([c[2] for c in candidates])
+            vectors = await self._unit_vectors(self.embedder, [c[2] for c in candidates])
             similarities = [float(v) for v in np.asarray(vectors @ query).ravel()]
         return extract_answer(
             question=question,
@@ -867,6 +875,22 @@ class OfflineAnswerer:
             similarities=similarities,
             max_sentences=self.max_sentences,
         )
+
+    async def _unit_vectors(self, embedder: Embedder, texts: Sequence[str]) -> NDArray[np.float32]:
+        """The vectors of ``texts``, embedding only those not met lately."""
+        cache = self._vectors
+        missing = list(dict.fromkeys(t for t in texts if (embedder.name, t) not in cache))
+        if missing:
+            fresh = np.asarray(await embedder.embed_documents(missing), dtype=np.float32)
+            for text, vector in zip(missing, fresh, strict=True):
+                cache[(embedder.name, text)] = vector
+        out = np.stack([cache[(embedder.name, t)] for t in texts])
+        for text in texts:
+            cache.move_to_end((embedder.name, text))
+        most = max(len(texts), self.cache_floats // max(1, out.shape[1]))
+        while len(cache) > most:
+            cache.popitem(last=False)
+        return out
 
     async def stream(
         self,
