@@ -45,9 +45,9 @@ class Settings(ServiceHttpSettings):
         "0.840 -> 0.867)",
     )
     rerank_top_k: int = Field(
-        default=8,
-        description="sources kept by the re-ranker (answer benchmark: 8 over 5 raised "
-        "gold-page recall 0.906 -> 0.925)",
+        default=12,
+        description="sources kept by the re-ranker (answer benchmark: 12 over 8 raised "
+        "gold-page recall 0.962 -> 0.981, citation precision 0.885 -> 0.894)",
     )
     retrieve_timeout_s: float = Field(default=10.0)
     rerank_timeout_s: float = Field(default=10.0)
