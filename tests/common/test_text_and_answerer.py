@@ -68,6 +68,10 @@ def test_a_number_question_gets_the_number() -> None:
     assert "24 hours" in text
     assert states_number("about 24 hours") and not states_number("see Table 1")
     assert not states_number("as described earlier.8")
+    # names with a digit in them are no quantity; a speedup or a dose is
+    assert not states_number("benchmarks that use recursion: 3d-cube, 3draytrace")
+    assert not states_number("it calls the trace T16 through CFOL041")
+    assert states_number("a 2x-20x speedup") and states_number("20mg daily")
 
 
 def test_a_list_introduction_is_not_quoted_without_its_list() -> None:

@@ -111,9 +111,14 @@ _FOOTNOTE_END = re.compile(
 )  # "growth.31", not "Header 0.2"
 
 
+#: names with digits in them: "T16", "CFOL041", "3draytrace", "3d-cube" (not "25x", "20mg")
+_IDENTIFIER = re.compile(r"\b[^\W\d_]+\d\w*|\b\d+[^\W\d_]{4,}\w*|\b\d+[^\W\d_]+-[^\W\d_][\w-]*")
+
+
 def states_number(text: str) -> bool:
-    """Whether ``text`` states a quantity (not just "Table 1" or a footnote marker)."""
-    return bool(_NUMBER.search(_LABEL_NUMBER.sub(" ", text)))
+    """Whether ``text`` states a quantity (not just "Table 1", a footnote marker or a name
+    with a digit in it)."""
+    return bool(_NUMBER.search(_IDENTIFIER.sub(" ", _LABEL_NUMBER.sub(" ", text))))
 
 
 NO_SUPPORT_TEXT = "I could not find anything in the provided material that answers this question."
