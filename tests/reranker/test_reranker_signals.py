@@ -343,6 +343,44 @@ def test_confidence_combines_retrieval_source_quality_and_prior() -> None:
     assert empty.band == "gap"
 
 
+class Unreadable(LexicalScorer):
+    """A bi-encoder that reads nothing of the question: the same low cosine for any text."""
+
+    def __init__(self) -> None:
+        super().__init__("bi-encoder")
+
+    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        return [0.2 for _ in texts]
+
+
+async def test_a_sentence_holding_the_questions_terms_is_no_gap_whatever_the_cosine() -> None:
+    # the bi-encoder cannot read "QCRTAUT": its cosine says gap, the sentence that holds
+    # every term of the question says the material covers it
+    query = "What is the default value of the QCRTAUT system value?"
+    holder = "The default setting for the public authority (QCRTAUT) system value is *CHANGE."
+    texts = [holder, "Row and column access control protects the data."]
+    request = RerankRequest(
+        tenant_id="t", query=query, top_k=2, token_budget=10_000,
+        candidates=[candidate(t) for t in texts],
+    )  # fmt: skip
+    scorer = Unreadable()
+    found = await rerank(request=request, scorer=scorer, config=RerankConfig(), today=TODAY)
+    assert found.chunks[0].signals["sentence_match"] == pytest.approx(1.0)
+    assert found.confidence.band in ("high", "medium")
+    cosine_only = RerankConfig(lexical_calibration=None)
+    alone = await rerank(request=request, scorer=scorer, config=cosine_only, today=TODAY)
+    assert alone.confidence.band == "gap"
+    # half of the question's terms in a sentence is no evidence: an off-topic question
+    # shares a word or two with the material
+    half = RerankRequest(
+        tenant_id="t", query="What is the default value of the offside rule?", top_k=2,
+        token_budget=10_000, candidates=[candidate(t) for t in texts],
+    )  # fmt: skip
+    off = await rerank(request=half, scorer=scorer, config=RerankConfig(), today=TODAY)
+    assert off.chunks[0].signals["sentence_match"] < 0.7
+    assert off.confidence.band == "gap"
+
+
 def test_measured_grounding_replaces_the_prior() -> None:
     config = RerankConfig(calibrations={"bi-encoder": Calibration(0.3, 0.05)})
     signals = [{"source_priority": 1.0, "freshness": 1.0}]

@@ -13,6 +13,7 @@ from lectern_common.settings import ServiceHttpSettings, shared
 from lectern_reranker.service import (
     BI_ENCODER_CALIBRATION,
     CROSS_ENCODER_CALIBRATION,
+    LEXICAL_CALIBRATION,
     BandThresholds,
     Calibration,
     ConfidenceWeights,
@@ -98,6 +99,12 @@ class Settings(ServiceHttpSettings):
     bi_encoder_scale: float = Field(default=BI_ENCODER_CALIBRATION.scale, gt=0.0)
     cross_encoder_midpoint: float = CROSS_ENCODER_CALIBRATION.midpoint
     cross_encoder_scale: float = Field(default=CROSS_ENCODER_CALIBRATION.scale, gt=0.0)
+    lexical_midpoint: float | None = Field(
+        default=LEXICAL_CALIBRATION.midpoint,
+        description="bi-encoder: share of the question's terms in one sentence of the kept "
+        "chunks at which it alone gives retrieval confidence 0.5 (unset: cosine only)",
+    )
+    lexical_scale: float = Field(default=LEXICAL_CALIBRATION.scale, gt=0.0)
 
     def rerank_config(self) -> RerankConfig:
         """The pipeline's tuning from these settings."""
@@ -119,6 +126,8 @@ class Settings(ServiceHttpSettings):
                     self.cross_encoder_midpoint, self.cross_encoder_scale
                 ),
             },
+            lexical_calibration=None if self.lexical_midpoint is None
+            else Calibration(self.lexical_midpoint, self.lexical_scale),
             grounding_prior=self.grounding_prior,
             duplicate_overlap=self.duplicate_overlap,
             rank_prior_weight={"bi-encoder": self.bi_encoder_rank_prior, "cross-encoder": 0.0},

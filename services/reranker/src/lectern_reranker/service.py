@@ -107,6 +107,12 @@ BI_ENCODER_CALIBRATION = Calibration(midpoint=0.38, scale=0.05)
 # No cross-encoder weights exist offline here: this assumes an ms-marco-style model whose
 # sigmoid(logit) is near 0 off-topic and above ~0.5 on-topic. Refit when one is mounted.
 CROSS_ENCODER_CALIBRATION = Calibration(midpoint=0.10, scale=0.05)
+# The bi-encoder's cosine misses what it cannot read ("the QCRTAUT system value",
+# "Sierpińskiraum"): a kept chunk with one sentence that holds (idf-weighted) nearly all of
+# the question's terms is evidence of its own. On the answer set (bench/answers) off-topic
+# questions reach at most 0.55 of their terms in a sentence of the final context; answerable
+# questions refused as gaps held 0.67-1.0.
+LEXICAL_CALIBRATION = Calibration(midpoint=0.75, scale=0.03)
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,8 @@ class RerankConfig:
             "cross-encoder": CROSS_ENCODER_CALIBRATION,
         }
     )
+    #: retrieval confidence from the kept chunks' best ``sentence_match`` (None: cosine only)
+    lexical_calibration: Calibration | None = LEXICAL_CALIBRATION
     #: grounding is assumed until the gateway measures it: the band an answer opens in
     #: (and its preamble) says what retrieval found; checking the answer can only lower it
     grounding_prior: float = 1.0
@@ -443,11 +451,16 @@ def confidence_of(
 ) -> Confidence:
     """Confidence from the top semantic score, the kept chunks' sources and the grounding prior.
 
+    Retrieval is the calibrated top semantic score, or the calibrated best sentence match of
+    the kept chunks when that is higher (where the match was measured: the bi-encoder).
     Source quality is the mean over kept chunks of (source priority + freshness) / 2.
     Grounding is the configured neutral prior until the gateway measures it after generation.
     """
     calibration = config.calibrations.get(scorer, BI_ENCODER_CALIBRATION)
     retrieval = calibration(top_semantic) if top_semantic is not None and kept_signals else 0.0
+    matches = [s["sentence_match"] for s in kept_signals if "sentence_match" in s]
+    if matches and config.lexical_calibration is not None:
+        retrieval = max(retrieval, config.lexical_calibration(max(matches)))
     if kept_signals:
         quality = sum(
             (s.get("source_priority", NEUTRAL) + s.get("freshness", NEUTRAL)) / 2
