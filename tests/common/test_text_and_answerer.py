@@ -8,6 +8,7 @@ from lectern_common.answerer import (
     comparison_sides,
     extract_answer,
     question_form,
+    split_sentences,
     states_number,
 )
 from lectern_common.llm import ChatMessage, SourceText, TextDelta
@@ -222,6 +223,31 @@ def test_the_best_sentence_introducing_a_list_brings_the_list_in_any_form() -> N
     text = extract_answer(question=question, sources=[book, other]).render()
     assert text.startswith("By the end of this chapter, you should be able to [T1]:\n- Define")
     assert "- Describe mathematical induction via an analogy [T1]." in text
+
+
+def test_lines_a_pdf_set_apart_are_one_sentence_again() -> None:
+    page = SourceText(
+        label="T1",
+        text=(
+            "In this case, s(t) = 0 represents the time\n\n"
+            "at which the back of the car is at the garage door, so\n\n"
+            "s(0) = −4 is the starting position of the car, 4 feet inside\n\n"
+            "the garage.\n\n"
+            "a. Determine the velocity of the car when s(t) = 0.\n\n"
+            "Exercises\n\n"
+            "The position of a bird is given by s(t) = 3t."
+        ),
+    )
+    assert split_sentences(page.text) == [
+        "In this case, s(t) = 0 represents the time at which the back of the car is at the "
+        "garage door, so s(0) = −4 is the starting position of the car, 4 feet inside the "
+        "garage.",
+        "Determine the velocity of the car when s(t) = 0.",
+        "Exercises",
+        "The position of a bird is given by s(t) = 3t.",
+    ]
+    text = answer_text("Where is the car at its starting position?", page)
+    assert "4 feet inside the garage [T1]." in text
 
 
 def test_answers_cite_the_source_that_answers_not_every_source_near_it() -> None:

@@ -253,12 +253,33 @@ def table_rows(paragraph: str) -> list[str]:
     return rows
 
 
+def _joined_lines(paragraphs: Sequence[str]) -> list[str]:
+    """Paragraphs with the lines a PDF set apart put back together: one that stops mid-way
+    ("... represents the time") goes on with the next when that one starts in lower case
+    ("at which the back of the car ...")."""
+    out: list[str] = []
+    for paragraph in paragraphs:
+        body = paragraph.strip()
+        previous = out[-1].rstrip() if out else ""
+        if (
+            previous
+            and body[:1].islower()
+            and not _TERMINAL.search(previous)
+            and not _ITEM_MARK.match(body)
+            and not table_rows(previous)
+        ):
+            out[-1] = f"{previous} {body}"
+        else:
+            out.append(paragraph)
+    return out
+
+
 def split_units(text: str) -> list[tuple[int, str, str]]:
     """(paragraph, unit, item marker) of a source text: paragraphs and list items first (a
     line of "- a - b - c" items is split into them), then sentence ends. The marker is ""
     for a sentence, the bullet for an item ("1" for any number, "a" for any letter)."""
     units: list[tuple[int, str, str]] = []
-    for paragraph_index, paragraph in enumerate(_PARAGRAPHS.split(text)):
+    for paragraph_index, paragraph in enumerate(_joined_lines(_PARAGRAPHS.split(text))):
         rows = table_rows(paragraph)
         if rows:
             units.extend((paragraph_index, row, "") for row in rows)
