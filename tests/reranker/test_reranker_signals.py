@@ -366,10 +366,10 @@ async def test_a_sentence_holding_the_questions_terms_is_no_gap_whatever_the_cos
     scorer = Unreadable()
     found = await rerank(request=request, scorer=scorer, config=RerankConfig(), today=TODAY)
     assert found.chunks[0].signals["sentence_match"] == pytest.approx(1.0)
-    assert found.confidence.band in ("high", "medium")
+    assert found.confidence is not None and found.confidence.band in ("high", "medium")
     cosine_only = RerankConfig(lexical_calibration=None)
     alone = await rerank(request=request, scorer=scorer, config=cosine_only, today=TODAY)
-    assert alone.confidence.band == "gap"
+    assert alone.confidence is not None and alone.confidence.band == "gap"
     # half of the question's terms in a sentence is no evidence: an off-topic question
     # shares a word or two with the material
     half = RerankRequest(
@@ -378,7 +378,7 @@ async def test_a_sentence_holding_the_questions_terms_is_no_gap_whatever_the_cos
     )  # fmt: skip
     off = await rerank(request=half, scorer=scorer, config=RerankConfig(), today=TODAY)
     assert off.chunks[0].signals["sentence_match"] < 0.7
-    assert off.confidence.band == "gap"
+    assert off.confidence is not None and off.confidence.band == "gap"
 
 
 def test_measured_grounding_replaces_the_prior() -> None:
