@@ -273,3 +273,24 @@ async def test_the_offline_answerer_embeds_a_sentence_once_across_questions(
     )
     await answerer.answer(question="What does mitosis produce?", sources=sources)
     assert len(embedded) == 5
+
+
+async def test_concurrent_answers_share_the_sentence_cache_while_it_evicts(
+    embedder: LocalEmbedder,
+) -> None:
+    # each answer meets sentences another one evicts while it waits for the model
+    answerer = OfflineAnswerer(embedder=embedder, cache_floats=LOCAL_EMBEDDING_DIM * 2)
+    topics = ["mitosis", "meiosis", "osmosis", "diffusion", "photosynthesis", "respiration"]
+    sources = [
+        [SourceText(label="T1", text=f"{t.capitalize()} is a process of cells. It has stages.")]
+        for t in topics
+    ]
+    for s in sources:  # every sentence met once, most of them evicted since
+        await answerer.answer(question="What is it?", sources=s)
+    answers = await asyncio.gather(
+        *(
+            answerer.answer(question=f"What is {t}?", sources=[*s, *sources[(i + 1) % 6]])
+            for i, (t, s) in enumerate(zip(topics, sources, strict=True))
+        )
+    )
+    assert [a.cited for a in answers] == [["T1"]] * 6

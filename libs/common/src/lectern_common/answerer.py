@@ -914,15 +914,17 @@ class OfflineAnswerer:
     async def _unit_vectors(self, embedder: Embedder, texts: Sequence[str]) -> NDArray[np.float32]:
         """The vectors of ``texts``, embedding only those not met lately."""
         cache = self._vectors
-        missing = list(dict.fromkeys(t for t in texts if (embedder.name, t) not in cache))
+        # taken before the model is awaited: meanwhile other answers may evict them
+        known = {t: cache[(embedder.name, t)] for t in texts if (embedder.name, t) in cache}
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
         if missing:
             fresh = np.asarray(await embedder.embed_documents(missing), dtype=np.float32)
-            for text, vector in zip(missing, fresh, strict=True):
-                cache[(embedder.name, text)] = vector
-        out = np.stack([cache[(embedder.name, t)] for t in texts])
-        for text in texts:
+            known.update(zip(missing, fresh, strict=True))
+        for text in dict.fromkeys(texts):
+            cache[(embedder.name, text)] = known[text]
             cache.move_to_end((embedder.name, text))
-        most = max(len(texts), self.cache_floats // max(1, out.shape[1]))
+        out = np.stack([known[t] for t in texts])
+        most = max(len(known), self.cache_floats // max(1, out.shape[1]))
         while len(cache) > most:
             cache.popitem(last=False)
         return out
