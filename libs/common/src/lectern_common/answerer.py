@@ -543,7 +543,7 @@ def extract_answer(
         # to ..."): the list is the answer, whatever the question's form
         chosen = (
             _list_answer(units, bags, ranked[:1], eligible_at, sources, max_items=max_items)
-            if form != "number" and not ranked[0].item and _introduces(ranked[0], units)
+            if form != "number" and not ranked[0].item  # an item alone stays an item
             else []
         ) or _best(
             ranked,
@@ -573,15 +573,6 @@ _FOLLOW_ON = re.compile(
     r"dieser|dieses)\b",
     re.IGNORECASE,
 )
-
-
-def _introduces(chosen: ScoredSentence, units: Sequence[SourceUnit]) -> bool:
-    """Whether ``chosen`` is a unit that introduces a list."""
-    return any(
-        u.introduces_list
-        for u in units
-        if (u.source_index, u.position) == (chosen.source_index, chosen.position)
-    )
 
 
 def _followed_on(
