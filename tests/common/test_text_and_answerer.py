@@ -484,3 +484,57 @@ def test_the_second_best_sentence_brings_the_one_that_goes_on_about_it() -> None
         similarities=[0.7, 0.58, 0.31],
     )
     assert "Induction Street" in picked.render()
+
+
+def test_a_sentence_naming_the_subject_after_its_verb_answers_what_it_is() -> None:
+    """The sentence "s(0) = -4 is the starting position of the car" says what the starting
+    position is, though the sentence setting up the example repeats more of the question."""
+    setup = SourceText(
+        label="T1",
+        text=(
+            "The position function s(t) = t2 - 3t - 4 represents the position of the back of a "
+            "car backing out of a driveway and then driving in a straight line, where s is in "
+            "feet and t is in seconds."
+        ),
+    )
+    named = SourceText(
+        label="T2",
+        text=(
+            "In this case, s(t) = 0 represents the time at which the back of the car is at the "
+            "garage door, so s(0) = -4 is the starting position of the car, 4 feet inside."
+        ),
+    )
+    picked = extract_answer(
+        question="What is the starting position of the car backing out of the driveway?",
+        sources=[setup, named],
+        similarities=[0.56, 0.53],
+    )
+    assert "4 feet inside" in picked.render()
+    assert picked.cited == ["T2"]
+
+
+def test_a_comparison_of_a_name_and_a_longer_name_holding_it_gets_both_sides() -> None:
+    """ "CURRENT USER" holds "USER": the sentences about CURRENT_USER are not the USER side."""
+    table = SourceText(
+        label="T1",
+        text=(
+            "Special register: CURRENT_USER; Corresponding value: The effective user of the "
+            "thread including adopted authority.\n\n"
+            "Special register: USER or SESSION_USER; Corresponding value: The effective user of "
+            "the thread excluding adopted authority."
+        ),
+    )
+    example = SourceText(
+        label="T2",
+        text=(
+            "The special register CURRENT USER contains the value of JOE because it includes "
+            "any adopted authority."
+        ),
+    )
+    text = extract_answer(
+        question="What is the difference between the USER and CURRENT_USER special registers?",
+        sources=[example, table],
+        similarities=[0.64, 0.81, 0.76],
+    ).render()
+    assert "including adopted authority" in text or "includes any adopted authority" in text
+    assert "excluding adopted authority" in text

@@ -6,8 +6,11 @@ items of the sources that address it:
 - "what are the stages of ..." (a list): the list that answers it, item by item, with the
   line that introduces it;
 - "how many / how long / what share ..." (a number): sentences that state a number first;
-- "how does X differ from Y" (a comparison): the best sentence about each side;
-- "what is X" (a definition): the sentence that says what X is;
+- "how does X differ from Y" (a comparison): the best sentence about each side (when one
+  name holds the other, "USER" and "CURRENT_USER", a sentence is about the one it names
+  first);
+- "what is X" (a definition): the sentence that says what X is ("X is ...", "... is the X",
+  "is called X if ...");
 - anything else: the best few sentences.
 
 Units are scored by BM25 over the units (term overlap) and, with an embedder, cosine
@@ -90,6 +93,21 @@ _DEFINES = re.compile(
     r"((?:\S+\s+){0,2}?[^\s,:]+)\s*,?\s*(?:\bwenn\b|\bfalls\b|\bif\b|\bwhen\b|:?⇔)",
     re.IGNORECASE,
 )
+
+
+#: "... is the starting position of the car": a sentence that names what it says by the
+#: question's subject, after its copula
+_NAMES = re.compile(r"\b(?:is|are|was|were)\s+(?:the|an?)\s+", re.IGNORECASE)
+
+
+def names(text: str, subject: Sequence[str]) -> bool:
+    """Whether ``text`` says what something is by naming it with the head of ``subject`` (its
+    first two terms) right after a copula: "s(0) = -4 is the starting position of the car"
+    for "the starting position of the car backing out of the driveway"."""
+    head = list(subject[:2])
+    if len(head) < 2:
+        return False
+    return any(terms(text[m.end() :])[:2] == head for m in _NAMES.finditer(text))
 
 
 def defines(text: str, subject: Sequence[str]) -> bool:
@@ -487,6 +505,8 @@ def extract_answer(
             # defines is the question's last word, said of whatever the text names it by
             # ("A ⊆ X heißt abgeschlossen, wenn" for "eine Teilmenge A ... abgeschlossen")
             score *= 3.0
+        elif form == "definition" and names(unit.text, subject_order):
+            score *= 2.0
         elif form == "definition" and subject and subject <= set(bag):
             lead = terms(unit.text)[: len(subject) + 3]
             if subject & set(lead):
@@ -852,17 +872,59 @@ def _comparison_answer(
     question: str, ranked: Sequence[ScoredSentence], *, max_sentences: int
 ) -> list[ScoredSentence]:
     """Both sides: the best unit about each thing compared (one about both counts for both)."""
-    sides = [set(terms(side)) for side in comparison_sides(question)]
+    named = [terms(side) for side in comparison_sides(question)]
     best = ranked[0].score
     chosen = _best(ranked, floor=0.5 * best, limit=2, other_floor=0.9 * best)
-    if len(sides) == 2:
-        for side in sides:
-            if any(side & set(terms(s.text)) for s in chosen):
+    if len(named) == 2:
+        for side, other in (named, named[::-1]):
+
+            def about_side(text: str, side: list[str] = side, other: list[str] = other) -> bool:
+                return _speaks_of(terms(text), side, other)
+
+            if any(about_side(s.text) for s in chosen):
                 continue
-            about = [s for s in ranked if side & set(terms(s.text)) and s not in chosen]
+            about = [s for s in ranked if about_side(s.text) and s not in chosen]
             if about and about[0].score >= 0.25 * best:
                 chosen.append(about[0])
     return chosen[:max_sentences]
+
+
+def _speaks_of(words: list[str], side: list[str], other: list[str]) -> bool:
+    """Whether ``words`` are about ``side`` of a comparison. When one side's name holds the
+    other's ("USER" and "CURRENT_USER special registers", "force" and "net force"), a unit
+    is about the side it names first, and "CURRENT USER" does not name "USER"."""
+    if not side:
+        return False
+    if set(side) < set(other):
+        first, rival = _first_named(words, side, other)
+    elif set(other) < set(side):
+        rival, first = _first_named(words, other, side)
+    else:
+        return bool(set(side) & set(words))
+    return first is not None and (rival is None or first < rival)
+
+
+def _first_named(
+    words: list[str], short: list[str], long: list[str]
+) -> tuple[int | None, int | None]:
+    """Where ``words`` first name ``short`` alone, and where they first name ``long`` by the
+    word that sets it apart ("current user" for "user" and "current user special register")."""
+    n = len(short)
+    at = next((i for i in range(len(long) - n + 1) if long[i : i + n] == short), None)
+    if at is None:  # the short name's words are scattered in the long one
+        alone = next((i for i, w in enumerate(words) if w in short), None)
+        return alone, None
+    marked, shift = (long[at - 1 : at + n], 1) if at else (long[: n + 1], 0)
+    alone = whole = None
+    for i in range(len(words) - n + 1):
+        if words[i : i + n] != short:
+            continue
+        start = i - shift
+        if start >= 0 and words[start : start + len(marked)] == marked:
+            whole = start if whole is None else whole
+        elif alone is None:
+            alone = i
+    return alone, whole
 
 
 class OfflineAnswerer:
