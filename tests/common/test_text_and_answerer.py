@@ -538,3 +538,39 @@ def test_a_comparison_of_a_name_and_a_longer_name_holding_it_gets_both_sides() -
     ).render()
     assert "including adopted authority" in text or "includes any adopted authority" in text
     assert "excluding adopted authority" in text
+
+
+def test_a_sentence_holding_the_whole_question_answers_from_far_down_the_sources() -> None:
+    """The re-ranker put the chunk that answers eighth; its sentence holds every term of the
+    question, and it wins over a near one from the first chunk."""
+    near = SourceText(
+        label="T1",
+        text=(
+            "Tracing achieves the best speedups in integer-heavy benchmarks, up to the 25x "
+            "speedup on bitops-bitwise-and."
+        ),
+    )
+    others = [
+        SourceText(
+            label=f"T{i}",
+            text=(
+                f"Benchmark suite {i} was run five times on a quiet machine with the JIT "
+                "enabled, and the median run of each benchmark is reported in the tables."
+            ),
+        )
+        for i in range(2, 8)
+    ]
+    whole = SourceText(
+        label="T8",
+        text=(
+            "TraceMonkey supports all the JavaScript features of SpiderMonkey, with a 2x-20x "
+            "speedup for traceable programs."
+        ),
+    )
+    picked = extract_answer(
+        question="What speedup does TraceMonkey achieve for traceable programs?",
+        sources=[near, *others, whole],
+        similarities=[0.62, *[0.1] * 6, 0.69],
+    )
+    assert "2x-20x" in picked.render()
+    assert picked.cited == ["T8"]

@@ -14,15 +14,17 @@ items of the sources that address it:
 - anything else: the best few sentences.
 
 Units are scored by BM25 over the units (term overlap) and, with an embedder, cosine
-similarity to the question; a unit that only repeats the question's words ("Mitosis is
-different from meiosis.") counts for little, a unit under a heading or caption that matches
-the question shares its match, and near-repeats of a chosen unit are dropped. A sentence that
-announces a count ("we followed two main steps.") brings the sentences that enumerate them
-("First, ...", "Second, ..."), and an item the items nested under it; rows of a table
-that differ in a value are not repeats of each other. Every sentence is cited with its
-source's label; another source than the best one's is cited only when it answers nearly as
-well and adds a term of the question the answer lacks. When nothing addresses the question
-the answer says so plainly. Deterministic, so everything runs and is testable offline.
+similarity to the question, and weighed down by their chunk's rank from the re-ranker (half
+as much for a unit holding nearly all of the question's terms); a unit that only repeats the
+question's words ("Mitosis is different from meiosis.") counts for little, a unit under a
+heading or caption that matches the question shares its match, and near-repeats of a chosen
+unit are dropped. A sentence that announces a count ("we followed two main steps.") brings
+the sentences that enumerate them ("First, ...", "Second, ..."), and an item the items
+nested under it; rows of a table that differ in a value are not repeats of each other. Every
+sentence is cited with its source's label; another source than the best one's is cited only
+when it answers nearly as well and adds a term of the question the answer lacks. When
+nothing addresses the question the answer says so plainly. Deterministic, so everything runs
+and is testable offline.
 """
 
 from __future__ import annotations
@@ -446,6 +448,7 @@ def extract_answer(
     k1: float = 1.2,
     b: float = 0.75,
     rank_decay: float = 0.1,
+    full_match: float = 0.75,
     floor: float = 0.5,
     other_floor: float = 0.95,
 ) -> ExtractiveAnswer:
@@ -491,8 +494,10 @@ def extract_answer(
             lexical = max(lexical, 0.5 * (lexical + lexicals[index - 1]))
         semantic = None if similarities is None else max(0.0, float(similarities[index]))
         score = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic
-        # the sources come best first from the re-ranker, which read them whole
-        score /= 1 + rank_decay * unit.source_index
+        # the sources come best first from the re-ranker, which read them whole; a unit that
+        # holds nearly all the question's terms answers wherever the re-ranker put its chunk
+        decay = rank_decay if lexical < full_match else 0.5 * rank_decay
+        score /= 1 + decay * unit.source_index
         new_terms = {t for t in bag if t not in asked and t[:5] not in asked_prefixes}
         if len(new_terms) < 2 and not unit.item and not unit.introduces_list:
             score *= 0.25  # says nothing the question did not ("Mitosis differs from meiosis.")

@@ -198,6 +198,7 @@ class SourceSeen:
     slide: int | None
     text: str
     section: str | None = None
+    score: float | None = None  # the re-ranker's
 
 
 def on_gold(source: SourceSeen, question: AnswerQuestion, gold_document_id: str | None) -> bool:

@@ -305,13 +305,14 @@ class AnswerEval:
                     document_id=str(source["document_id"]), page_start=source.get("page_start"),
                     page_end=source.get("page_end"), slide=source.get("slide"),
                     text=str(chunk["text"]), section=source.get("section"),
+                    score=source.get("score"),
                 )
             )  # fmt: skip
         result.context_hit = any(on_gold(s, question, gold_document_id) for s in seen)
         result.sources = [
             {"label": s.label, "document": s.document_id == gold_document_id,
              "pages": [s.page_start, s.page_end], "gold": on_gold(s, question, gold_document_id),
-             "text": s.text, "section": s.section}
+             "text": s.text, "section": s.section, "score": s.score}
             for s in seen
         ]  # fmt: skip
         if result.refused:
