@@ -241,9 +241,29 @@ class AnswerEval:
             async with self._client(self._token(user, "student")) as student:
                 turn = await self._ask(student, await self._session(student), item.question)
             _fill_turn(result, turn)
+            result.sources = [  # what it was answered from, when it was
+                {"label": s.label, "text": s.text, "section": s.section, "score": s.score}
+                for s in await self._seen(teacher, turn)
+            ]
         except (httpx.HTTPError, RuntimeError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"
         return result
+
+    async def _seen(self, teacher: httpx.AsyncClient, turn: Turn) -> list[SourceSeen]:
+        """The turn's sources with their chunks' text."""
+        seen: list[SourceSeen] = []
+        for source in turn.sources:
+            chunk = await self._chunk(teacher, str(source["chunk_id"]))
+            seen.append(
+                SourceSeen(
+                    label=str(source["label"]), chunk_id=str(source["chunk_id"]),
+                    document_id=str(source["document_id"]), page_start=source.get("page_start"),
+                    page_end=source.get("page_end"), slide=source.get("slide"),
+                    text=str(chunk["text"]), section=source.get("section"),
+                    score=source.get("score"),
+                )
+            )  # fmt: skip
+        return seen
 
     async def _session(self, student: httpx.AsyncClient) -> str:
         response = await student.post("/v1/sessions", json={"mode": "chat"})
@@ -296,18 +316,7 @@ class AnswerEval:
         gold_document_id: str | None,
     ) -> None:
         _fill_turn(result, turn)
-        seen: list[SourceSeen] = []
-        for source in turn.sources:
-            chunk = await self._chunk(teacher, str(source["chunk_id"]))
-            seen.append(
-                SourceSeen(
-                    label=str(source["label"]), chunk_id=str(source["chunk_id"]),
-                    document_id=str(source["document_id"]), page_start=source.get("page_start"),
-                    page_end=source.get("page_end"), slide=source.get("slide"),
-                    text=str(chunk["text"]), section=source.get("section"),
-                    score=source.get("score"),
-                )
-            )  # fmt: skip
+        seen = await self._seen(teacher, turn)
         result.context_hit = any(on_gold(s, question, gold_document_id) for s in seen)
         result.sources = [
             {"label": s.label, "document": s.document_id == gold_document_id,
