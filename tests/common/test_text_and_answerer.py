@@ -574,3 +574,31 @@ def test_a_sentence_holding_the_whole_question_answers_from_far_down_the_sources
     )
     assert "2x-20x" in picked.render()
     assert picked.cited == ["T8"]
+
+
+def test_sources_holding_one_term_of_the_question_a_sentence_do_not_answer_it() -> None:
+    """A book that shouts "Offside!" in a hockey match does not answer a question on the
+    offside rule in football; the same book answers one on offside in hockey."""
+    hockey = SourceText(
+        label="T1",
+        text=(
+            "Simultaneously a second player showed his head over the ice-bank and shouted "
+            '"Offside!" Simultaneously also, the puck hit him in the face. It was hard to '
+            "stop laughing."
+        ),
+    )
+    football = extract_answer(
+        question="What is the offside rule in football?", sources=[hockey], similarities=[0.5, 0.3]
+    )
+    assert not football.supported
+    assert football.render().startswith("I could not find anything")
+    close = extract_answer(
+        question="What is the offside rule in football?", sources=[hockey], similarities=[0.7, 0.3]
+    )
+    assert close.supported  # a sentence this close in meaning answers alone
+    hockey_question = extract_answer(
+        question="Who shouted offside in the hockey match?", sources=[hockey]
+    )
+    assert hockey_question.supported
+    two_terms = extract_answer(question="What is offside?", sources=[hockey])
+    assert two_terms.supported  # one term of two may be all a paraphrase keeps
