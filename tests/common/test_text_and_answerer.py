@@ -602,3 +602,21 @@ def test_sources_holding_one_term_of_the_question_a_sentence_do_not_answer_it() 
     assert hockey_question.supported
     two_terms = extract_answer(question="What is offside?", sources=[hockey])
     assert two_terms.supported  # one term of two may be all a paraphrase keeps
+
+
+def test_another_source_is_cited_only_when_it_ties_nearly() -> None:
+    """A source adding a term of the question the answer lacks is cited at 0.98 of the best
+    score, not at 0.954 (where irs-05 and winter-04 cited a second source holding nothing)."""
+    glaciers = SourceText(
+        label="T1",
+        text="Glaciers carve U-shaped valleys as they move slowly downhill over many centuries.",
+    )
+    sheets = SourceText(
+        label="T2",
+        text="Ice sheets scour the bedrock of valleys across whole continents over many centuries.",
+    )
+    question = "How do glaciers and ice sheets carve valleys?"
+    near = extract_answer(question=question, sources=[glaciers, sheets], similarities=[0.7, 0.76])
+    assert near.cited == ["T1"]
+    tied = extract_answer(question=question, sources=[glaciers, sheets], similarities=[0.7, 0.8])
+    assert tied.cited == ["T1", "T2"]
