@@ -514,7 +514,7 @@ def test_a_sentence_naming_the_subject_after_its_verb_answers_what_it_is() -> No
 
 
 def test_a_comparison_of_a_name_and_a_longer_name_holding_it_gets_both_sides() -> None:
-    """ "CURRENT USER" holds "USER": the sentences about CURRENT_USER are not the USER side."""
+    """The name "CURRENT USER" holds "USER": sentences on CURRENT_USER are not the USER side."""
     table = SourceText(
         label="T1",
         text=(
