@@ -903,15 +903,9 @@ def _comparison_answer(
     best = ranked[0].score
     chosen = _best(ranked, floor=0.5 * best, limit=2, other_floor=0.9 * best)
     if len(named) == 2:
-        for side, other in (named, named[::-1]):
-
-            def about_side(text: str, side: list[str] = side, other: list[str] = other) -> bool:
-                return _speaks_of(terms(text), side, other)
-
-            if any(about_side(s.text) for s in chosen):
-                continue
-            about = [s for s in ranked if about_side(s.text) and s not in chosen]
-            if about and about[0].score >= 0.25 * best:
+        for side, other in ((named[0], named[1]), (named[1], named[0])):
+            about = [s for s in ranked if _speaks_of(terms(s.text), side, other)]
+            if about and not any(s in chosen for s in about) and about[0].score >= 0.25 * best:
                 chosen.append(about[0])
     return chosen[:max_sentences]
 
