@@ -1,10 +1,12 @@
 """Answer quality on real course documents, through the product's default path.
 
 Starts the embedded stack (NATS, Postgres, the five services as processes), uploads the
-documents of ``bench/answers/questions.jsonl`` from ../shared/data/docs through the gateway,
-asks every question as a student over SSE with chat's default settings, and prints gold-page
-recall of the context, key-fact recall, citation precision and refusals (answerable and
-off-topic), per document and per kind. ``--url`` measures a running gateway instead.
+documents of the question set ``bench/answers`` (its ``dev`` and ``test`` splits, split by
+document) from ../shared/data through the gateway into one library, asks every question as a
+student over SSE with chat's default settings, and prints gold-page recall of the context,
+key-fact recall, citations on the gold page, citation precision and refusals (answerable and
+off-topic), per document and per kind, then dev and test side by side with the test split's
+SHA-256. ``--url`` measures a running gateway instead.
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ from pathlib import Path
 from lectern_cli.main import main
 
 HERE = Path(__file__).resolve().parent
-DOCS = HERE.parent.parent / "shared" / "data" / "docs"
+DOCS = HERE.parent.parent / "shared" / "data"
 
 
 def cli() -> int:
     """Run ``lectern eval-answers`` on the development set."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--questions", type=Path, default=HERE / "answers" / "questions.jsonl")
-    parser.add_argument("--offtopic", type=Path, default=HERE / "answers" / "offtopic.jsonl")
+    parser.add_argument("--set", type=Path, default=HERE / "answers")
     parser.add_argument("--documents", type=Path, default=DOCS)
     parser.add_argument("--json", type=Path, default=Path("/tmp/lectern-bench-answers.json"))
     parser.add_argument("--url")
@@ -31,8 +32,8 @@ def cli() -> int:
     if not args.documents.is_dir():
         print(f"bench-answers: needs the shared documents at {args.documents}", file=sys.stderr)
         return 2
-    argv = ["eval-answers", "--questions", str(args.questions), "--offtopic", str(args.offtopic),
-            "--documents", str(args.documents), "--json", str(args.json)]  # fmt: skip
+    argv = ["eval-answers", "--set", str(args.set), "--documents", str(args.documents),
+            "--json", str(args.json)]  # fmt: skip
     if args.url:
         argv += ["--url", args.url]
     return main(argv)

@@ -15,9 +15,11 @@ from lectern_eval.answer_set import (
     SourceSeen,
     conversations,
     fact_recall,
+    frozen_hash,
     holds,
     load_offtopic,
     load_questions,
+    load_set,
     on_gold,
     summarise,
 )
@@ -102,12 +104,40 @@ def test_summary_pools_citations_and_counts_refusals() -> None:
     assert summary.bands == {"high": 1, "medium": 1, "gap": 1}
 
 
-def test_the_repository_question_sets_load() -> None:
-    root = Path(__file__).resolve().parents[2] / "bench" / "answers"
-    questions = load_questions(root / "questions.jsonl")
-    documents = {q.document for q in questions}
-    assert len(questions) >= 80 and len(documents) >= 10
-    assert len(load_offtopic(root / "offtopic.jsonl")) >= 20
+ROOT = Path(__file__).resolve().parents[2] / "bench" / "answers"
+
+
+def test_the_repository_question_set_is_split_by_document_and_the_test_split_is_frozen() -> None:
+    """The answer set: 300+ questions over 30+ documents, dev and test split by document
+    (test at least 40% of the documents), kinds in the shares the set promises, 40+ off-topic
+    questions of which 20+ share a word with the material; the test split's bytes match the
+    hash recorded when it was committed, before any change was made for it."""
+    splits = {s.name: s for s in load_set(ROOT)}
+    dev, test = splits["dev"], splits["test"]
+    questions = [*dev.questions, *test.questions]
+    documents = dev.documents | test.documents
+    assert len(questions) >= 300 and len(documents) >= 30
+    assert not dev.documents & test.documents
+    assert len(test.documents) >= 0.4 * len(documents)
+    share = {k: sum(q.kind == k for q in questions) / len(questions) for k in KIND_SHARES}
+    assert all(share[k] >= least for k, least in KIND_SHARES.items()), share
+    offtopic = [*dev.offtopic, *test.offtopic]
+    assert len(offtopic) >= 40 and sum(1 for o in offtopic if o.document) >= 20
+    assert all(o.document in documents for o in offtopic if o.document)
+    assert frozen_hash(ROOT) == test.sha256, (
+        "bench/answers/test changed: the test split is frozen (see bench/answers/README.md)"
+    )
+
+
+def test_a_document_in_two_splits_is_refused(tmp_path: Path) -> None:
+    for name in ("dev", "test"):
+        (tmp_path / name).mkdir()
+        write(tmp_path / name / "questions.jsonl", [{**QUESTION, "id": f"{name}-1"}])
+    with pytest.raises(DatasetError, match="split is by document"):
+        load_set(tmp_path)
+
+
+KIND_SHARES = {"table": 0.2, "definition": 0.15, "why_how": 0.15, "number": 0.15}
 
 
 @pytest.mark.shared_data
@@ -115,22 +145,22 @@ def test_the_repository_question_sets_load() -> None:
 def test_every_key_fact_is_on_its_gold_pages_as_the_product_extracts_them(
     shared_data: Path,
 ) -> None:
-    """The development set cannot ask for what the documents do not say: each fact group
-    (and the evidence) occurs on the gold pages of the text ingest extracts."""
+    """The question set cannot ask for what the documents do not say: each fact group (and
+    the evidence) occurs on the gold pages of the text ingest extracts."""
     from lectern_common import filetype
     from lectern_ingest.extract import extract
 
-    root = Path(__file__).resolve().parents[2] / "bench" / "answers"
-    questions = load_questions(root / "questions.jsonl")
+    questions = [q for split in load_set(ROOT) for q in split.questions]
     problems: list[str] = []
     for document in sorted({q.document for q in questions}):
-        path = shared_data / "docs" / document
-        assert path.is_file(), f"{document} is not in {shared_data / 'docs'}"
+        path = shared_data / document
+        assert path.is_file(), f"{document} is not in {shared_data}"
         pages: dict[int | None, str] = {}
         with extract(path, mime=filetype.detect_mime_path(path)) as extraction:
             for unit in extraction.units():
                 key = unit.page if unit.page is not None else unit.slide
-                pages[key] = pages.get(key, "") + " " + " ".join(b.text for b in unit.blocks)
+                text = " ".join(" ".join(filter(None, (b.caption, b.text))) for b in unit.blocks)
+                pages[key] = pages.get(key, "") + " " + text  # a table's caption is in its chunks
         for q in (q for q in questions if q.document == document):
             text = (
                 " ".join(pages.get(p, "") for p in q.pages) if q.pages else " ".join(pages.values())

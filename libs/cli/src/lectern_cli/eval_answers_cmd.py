@@ -25,11 +25,18 @@ def register(subparsers: Any) -> None:
             "Uses the gateway at --url, or starts the embedded stack in a temporary directory."
         ),
     )
-    parser.add_argument("--questions", type=Path, required=True, metavar="FILE")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--set", type=Path, metavar="DIR",
+        help="a question set split by document: DIR/dev and DIR/test, each with questions.jsonl "
+        "and offtopic.jsonl; both are asked in one library and reported side by side, with the "
+        "test split's SHA-256 checked against DIR/FROZEN",
+    )  # fmt: skip
+    which.add_argument("--questions", type=Path, metavar="FILE", help="one question file")
     parser.add_argument("--offtopic", type=Path, metavar="FILE", help="questions to refuse")
     parser.add_argument(
-        "--documents", type=Path, default=Path("../shared/data/docs"), metavar="DIR",
-        help="folder the questions' document paths are relative to (../shared/data/docs)",
+        "--documents", type=Path, default=Path("../shared/data"), metavar="DIR",
+        help="folder the questions' document paths are relative to (../shared/data)",
     )  # fmt: skip
     parser.add_argument("--url", help="a running gateway (default: start the embedded stack)")
     parser.add_argument("--data-dir", type=Path, help="embedded stack's data dir (temporary)")
@@ -46,15 +53,47 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; exit 2 on a bad question file."""
     from lectern_common.tokens import signing_secret
-    from lectern_eval.answer_set import DatasetError, load_offtopic, load_questions
-    from lectern_eval.answers import AnswerEval, embedded_stack, format_report
+    from lectern_eval.answer_set import (
+        DatasetError,
+        Split,
+        frozen_hash,
+        load_offtopic,
+        load_questions,
+        load_set,
+    )
+    from lectern_eval.answers import (
+        AnswerEval,
+        embedded_stack,
+        format_report,
+        format_side_by_side,
+        split_reports,
+    )
 
+    splits: list[Split] = []
     try:
-        questions = load_questions(args.questions)
-        offtopic = load_offtopic(args.offtopic) if args.offtopic else []
+        if args.set is not None:
+            splits = load_set(args.set)
+            questions = [q for s in splits for q in s.questions]
+            offtopic = [q for s in splits for q in s.offtopic]
+        else:
+            questions = load_questions(args.questions)
+            offtopic = load_offtopic(args.offtopic) if args.offtopic else []
     except DatasetError as exc:
         print(f"lectern eval-answers: {exc}", file=sys.stderr)
         return 2
+    hashes = []
+    for split in splits:
+        line = f"{split.name} split: {len(split.questions)} questions over "
+        line += f"{len(split.documents)} documents, {len(split.offtopic)} off-topic; "
+        line += f"sha256 {split.sha256}"
+        if split.name == "test":
+            frozen = frozen_hash(args.set)
+            line += (
+                " (frozen: matches)" if frozen == split.sha256
+                else f" (DIFFERS from the frozen {frozen})" if frozen else " (not frozen)"
+            )  # fmt: skip
+        hashes.append(line)
+        print(line, file=sys.stderr)
     if not args.documents.is_dir():
         print(f"lectern eval-answers: no folder {args.documents}", file=sys.stderr)
         return 2
@@ -79,6 +118,18 @@ def run(args: argparse.Namespace) -> int:
         with embedded_stack(data_dir=args.data_dir, report=report) as (url, secret):
             result = asyncio.run(evaluate(url, secret))
     print(format_report(result))
+    out = result.to_json()
+    if splits:
+        parts = split_reports(
+            result,
+            [(s.name, s.ids) for s in splits],
+        )
+        print("\n" + "\n".join(hashes))
+        print(format_side_by_side(parts))
+        out["splits"] = {
+            s.name: {"sha256": s.sha256, **parts[s.name].to_json()["summary"]} for s in splits
+        }
+        out["splits_by_kind"] = {name: part.by_kind for name, part in parts.items()}
     if args.json:
-        args.json.write_text(json.dumps(result.to_json(), indent=1, default=str))
+        args.json.write_text(json.dumps(out, indent=1, default=str))
     return 0

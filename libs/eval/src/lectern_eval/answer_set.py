@@ -19,6 +19,7 @@ Lines with ``id`` and ``question``, or plain text with one question per line.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import unicodedata
@@ -30,7 +31,15 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 QuestionKind = Literal[
-    "fact", "number", "list", "definition", "comparison", "table", "follow_up", "offtopic"
+    "fact",
+    "number",
+    "list",
+    "definition",
+    "comparison",
+    "table",
+    "why_how",
+    "follow_up",
+    "offtopic",
 ]
 
 
@@ -62,10 +71,15 @@ class AnswerQuestion(BaseModel):
 
 
 class OfftopicQuestion(BaseModel):
-    """A question the material cannot answer."""
+    """A question the material cannot answer.
+
+    ``document`` and ``topic_word`` mark a near miss: a question that shares a word with that
+    document (in the same sense) but asks what it does not say."""
 
     id: str
     question: str = Field(min_length=1, max_length=4000)
+    document: str | None = None
+    topic_word: str | None = None
 
 
 def _json_lines(path: Path) -> Iterable[tuple[int, dict[str, object]]]:
@@ -232,6 +246,7 @@ class QuestionResult:
     fact_recall: float = 0.0
     cited: int = 0
     cited_precise: int = 0
+    cited_gold: bool = False  # a citation is a source on a gold page
     sources: list[dict[str, object]] = field(default_factory=list)
     error: str | None = None
     first_token_ms: float | None = None
@@ -251,10 +266,13 @@ class Summary:
     context_recall: float
     fact_recall: float
     citation_precision: float
+    citation_on_gold: float
     answered: float
     answerable_refused: float
     offtopic: int
     offtopic_refused: float
+    near_miss: int
+    near_miss_refused: float
     bands: dict[str, int]
     offtopic_bands: dict[str, int]
     errors: int
@@ -271,6 +289,7 @@ def summarise(results: Sequence[QuestionResult], offtopic: Sequence[QuestionResu
     when it holds a key fact of the question).
     """
     cited = sum(r.cited for r in results)
+    near = [r for r in offtopic if r.document]  # near misses name the document they touch
     bands: dict[str, int] = {}
     for r in results:
         bands[r.band or "error"] = bands.get(r.band or "error", 0) + 1
@@ -282,10 +301,13 @@ def summarise(results: Sequence[QuestionResult], offtopic: Sequence[QuestionResu
         context_recall=_mean([1.0 if r.context_hit else 0.0 for r in results]),
         fact_recall=_mean([r.fact_recall for r in results]),
         citation_precision=sum(r.cited_precise for r in results) / cited if cited else 0.0,
+        citation_on_gold=_mean([1.0 if r.cited_gold else 0.0 for r in results]),
         answered=_mean([0.0 if r.refused else 1.0 for r in results]),
         answerable_refused=_mean([1.0 if r.refused else 0.0 for r in results]),
         offtopic=len(offtopic),
         offtopic_refused=_mean([1.0 if r.refused else 0.0 for r in offtopic]),
+        near_miss=len(near),
+        near_miss_refused=_mean([1.0 if r.refused else 0.0 for r in near]),
         bands=bands,
         offtopic_bands=off_bands,
         errors=sum(1 for r in [*results, *offtopic] if r.error),
@@ -302,7 +324,83 @@ def breakdown(results: Sequence[QuestionResult], *, by: str) -> dict[str, dict[s
             "n": len(group),
             "context_recall": _mean([1.0 if r.context_hit else 0.0 for r in group]),
             "fact_recall": _mean([r.fact_recall for r in group]),
+            "cited_gold": _mean([1.0 if r.cited_gold else 0.0 for r in group]),
             "refused": _mean([1.0 if r.refused else 0.0 for r in group]),
         }
         for key, group in sorted(groups.items())
     }
+
+
+# --- the development and test splits -------------------------------------------------------
+
+
+@dataclass
+class Split:
+    """One part of a question set split by document: its questions, off-topic questions and
+    the SHA-256 of its files (the test part's is frozen in ``FROZEN``)."""
+
+    name: str
+    questions: list[AnswerQuestion]
+    offtopic: list[OfftopicQuestion]
+    sha256: str
+
+    @property
+    def documents(self) -> set[str]:
+        return {q.document for q in self.questions}
+
+    @property
+    def ids(self) -> set[str]:
+        """The ids of its questions, answerable and off-topic."""
+        return {q.id for q in self.questions} | {q.id for q in self.offtopic}
+
+
+def split_hash(paths: Sequence[Path]) -> str:
+    """SHA-256 over the files' names and bytes, in order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def load_split(folder: Path) -> Split:
+    """``folder/questions.jsonl`` and ``folder/offtopic.jsonl`` (the latter optional)."""
+    questions_path, offtopic_path = folder / "questions.jsonl", folder / "offtopic.jsonl"
+    questions = load_questions(questions_path)
+    offtopic = load_offtopic(offtopic_path) if offtopic_path.is_file() else []
+    files = [questions_path, *([offtopic_path] if offtopic_path.is_file() else [])]
+    return Split(folder.name, questions, offtopic, split_hash(files))
+
+
+def load_set(root: Path) -> list[Split]:
+    """The splits of a question set folder (``dev/`` and ``test/``), checked to be split by
+    document: no document has questions in two splits, and no id repeats across them."""
+    splits = [load_split(root / name) for name in ("dev", "test") if (root / name).is_dir()]
+    if not splits:
+        raise DatasetError(f"{root}: no dev/ or test/ folder with a questions.jsonl")
+    owner: dict[str, str] = {}
+    ids: set[str] = set()
+    for split in splits:
+        for document in split.documents:
+            if document in owner:
+                raise DatasetError(
+                    f"{root}: {document} has questions in both {owner[document]} and "
+                    f"{split.name}: the split is by document"
+                )
+            owner[document] = split.name
+        for qid in split.ids:
+            if qid in ids:
+                raise DatasetError(f"{root}: id {qid!r} is in two splits")
+            ids.add(qid)
+    return splits
+
+
+def frozen_hash(root: Path) -> str | None:
+    """The test split's recorded hash (``root/FROZEN``, ``test <sha256>``), if any."""
+    path = root / "FROZEN"
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == "test" and value.strip():
+            return value.strip()
+    return None

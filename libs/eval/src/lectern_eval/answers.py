@@ -154,12 +154,9 @@ class AnswerEval:
             answer_s = time.monotonic() - started
         order = {q.id: i for i, q in enumerate(questions)}
         results = sorted((r for chain in answered for r in chain), key=lambda r: order[r.id])
-        return AnswerEvalReport(
-            summary=summarise(results, refused),
-            by_document=breakdown(results, by="document"),
-            by_kind=breakdown(results, by="kind"),
-            results=results,
-            offtopic=list(refused),
+        return report_of(
+            results,
+            refused,
             documents={name: _document_view(view) for name, view in views.items()},
             ingest_s=ingest_s,
             answer_s=answer_s,
@@ -236,7 +233,9 @@ class AnswerEval:
     async def _offtopic(
         self, teacher: httpx.AsyncClient, user: str, item: OfftopicQuestion
     ) -> QuestionResult:
-        result = QuestionResult(id=item.id, document="", kind="offtopic", question=item.question)
+        result = QuestionResult(
+            id=item.id, document=item.document or "", kind="offtopic", question=item.question
+        )
         try:
             async with self._client(self._token(user, "student")) as student:
                 turn = await self._ask(student, await self._session(student), item.question)
@@ -337,6 +336,9 @@ class AnswerEval:
         result.cited_precise = sum(
             1 for c in cited if c in by_chunk and holds_any_fact(by_chunk[c].text, question.facts)
         )
+        result.cited_gold = any(
+            c in by_chunk and on_gold(by_chunk[c], question, gold_document_id) for c in cited
+        )
 
 
 def _document_view(view: dict[str, Any]) -> dict[str, Any]:
@@ -416,6 +418,91 @@ def embedded_stack(
             thread.join(timeout=120)
 
 
+def _rows(title: str, table: dict[str, dict[str, float]]) -> list[str]:
+    lines = [f"{title:44} {'n':>3} {'context':>8} {'facts':>6} {'cited':>6} {'refused':>8}"]
+    for name, row in table.items():
+        lines.append(
+            f"{name[:44]:44} {int(row['n']):3d} {row['context_recall']:8.2f} "
+            f"{row['fact_recall']:6.2f} {row.get('cited_gold', 0.0):6.2f} {row['refused']:8.2f}"
+        )
+    return lines
+
+
+def report_of(
+    results: Sequence[QuestionResult],
+    offtopic: Sequence[QuestionResult],
+    *,
+    documents: dict[str, dict[str, Any]] | None = None,
+    ingest_s: float = 0.0,
+    answer_s: float = 0.0,
+) -> AnswerEvalReport:
+    """The scored report of a set of results (a whole run, or one split of it)."""
+    return AnswerEvalReport(
+        summary=summarise(results, offtopic),
+        by_document=breakdown(results, by="document"),
+        by_kind=breakdown(results, by="kind"),
+        results=list(results),
+        offtopic=list(offtopic),
+        documents=dict(documents or {}),
+        ingest_s=ingest_s,
+        answer_s=answer_s,
+    )
+
+
+def split_reports(
+    report: AnswerEvalReport, splits: Sequence[tuple[str, set[str]]]
+) -> dict[str, AnswerEvalReport]:
+    """``report`` cut into the splits given as (name, ids of its questions)."""
+    out = {}
+    for name, ids in splits:
+        docs = {r.document for r in report.results if r.id in ids}
+        out[name] = report_of(
+            [r for r in report.results if r.id in ids],
+            [r for r in report.offtopic if r.id in ids],
+            documents={k: v for k, v in report.documents.items() if k in docs},
+            ingest_s=report.ingest_s,
+            answer_s=report.answer_s,
+        )
+    return out
+
+
+_SIDE_BY_SIDE = (
+    ("gold-page recall of the context", "context_recall"),
+    ("key-fact recall of the answers", "fact_recall"),
+    ("a citation on the gold page", "citation_on_gold"),
+    ("citation precision", "citation_precision"),
+    ("answerable refused", "answerable_refused"),
+    ("off-topic refused", "offtopic_refused"),
+    ("  of which near misses refused", "near_miss_refused"),
+)
+
+
+def format_side_by_side(reports: dict[str, AnswerEvalReport]) -> str:
+    """The splits' headline figures in columns (dev beside test), then by kind."""
+    names = list(reports)
+    lines = [
+        f"{'':34}" + "".join(f"{n:>10}" for n in names),
+        f"{'questions (off-topic)':34}"
+        + "".join(
+            f"{f'{r.summary.questions} ({r.summary.offtopic})':>10}" for r in reports.values()
+        ),
+        f"{'documents':34}" + "".join(f"{len(r.by_document):>10}" for r in reports.values()),
+    ]
+    for label, key in _SIDE_BY_SIDE:
+        lines.append(
+            f"{label:34}" + "".join(f"{getattr(r.summary, key):>10.3f}" for r in reports.values())
+        )
+    kinds = sorted({k for r in reports.values() for k in r.by_kind})
+    lines += ["", "key-fact recall by kind (n)"]
+    for kind in kinds:
+        cells = []
+        for r in reports.values():
+            row = r.by_kind.get(kind)
+            cells.append(f"{row['fact_recall']:.2f} ({int(row['n'])})" if row else "-")
+        lines.append(f"  {kind:32}" + "".join(f"{c:>10}" for c in cells))
+    return "\n".join(lines)
+
+
 def format_report(report: AnswerEvalReport) -> str:
     """A plain-text report: overall figures, per document and per kind, and the misses."""
     s = report.summary
@@ -425,23 +512,16 @@ def format_report(report: AnswerEvalReport) -> str:
         f"gold-page recall of the context  {s.context_recall:.3f}",
         f"key-fact recall of the answers   {s.fact_recall:.3f}",
         f"citation precision               {s.citation_precision:.3f}",
+        f"a citation on the gold page      {s.citation_on_gold:.3f}",
         f"answerable refused               {s.answerable_refused:.3f}",
-        f"off-topic refused                {s.offtopic_refused:.3f}",
+        f"off-topic refused                {s.offtopic_refused:.3f}"
+        + (f" (near misses {s.near_miss_refused:.3f} of {s.near_miss})" if s.near_miss else ""),
         f"bands (answerable) {json.dumps(s.bands)}; (off-topic) {json.dumps(s.offtopic_bands)}",
         "",
-        f"{'document':44} {'n':>3} {'context':>8} {'facts':>6} {'refused':>8}",
+        *_rows("document", report.by_document),
+        "",
+        *_rows("kind", report.by_kind),
     ]
-    for name, row in report.by_document.items():
-        lines.append(
-            f"{name[:44]:44} {int(row['n']):3d} {row['context_recall']:8.2f} "
-            f"{row['fact_recall']:6.2f} {row['refused']:8.2f}"
-        )
-    lines += ["", f"{'kind':44} {'n':>3} {'context':>8} {'facts':>6} {'refused':>8}"]
-    for name, row in report.by_kind.items():
-        lines.append(
-            f"{name:44} {int(row['n']):3d} {row['context_recall']:8.2f} "
-            f"{row['fact_recall']:6.2f} {row['refused']:8.2f}"
-        )
     misses = [r for r in report.results if r.fact_recall < 1.0 or not r.context_hit]
     if misses:
         lines += ["", "misses (id, context hit, fact recall, band: question):"]
