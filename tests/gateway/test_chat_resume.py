@@ -21,7 +21,7 @@ from lectern_testing.chat import (
 )
 
 from lectern_common.errors import UpstreamError
-from lectern_gateway.chat.generation import Piece
+from lectern_gateway.chat.generation import Piece, TextDelta
 from lectern_gateway.chat.prompt import Prompt
 from lectern_gateway.chat.runtime import STREAMER, TURNS
 from lectern_gateway.chat.sse import parse_event
@@ -69,13 +69,13 @@ async def _read(
 
 
 def _gated(real: Any, gate: asyncio.Event) -> Any:
-    """The real streamer, pausing after its first piece until ``gate`` is set."""
+    """The real streamer, pausing after its first text until ``gate`` is set."""
 
     async def stream(prompt: Prompt) -> AsyncGenerator[Piece, None]:
         first = True
         async for piece in real(prompt):
             yield piece
-            if first:
+            if first and isinstance(piece, TextDelta):
                 first = False
                 await gate.wait()
 

@@ -21,6 +21,7 @@ from lectern_testing.chat import (
     serve_gateway,
 )
 
+from lectern_common.answerer import NO_SUPPORT_TEXT
 from lectern_common.events import Subjects
 
 pytestmark = pytest.mark.integration
@@ -139,6 +140,33 @@ async def test_medium_and_low_bands_open_with_fixed_wording(
     got = await ask(client, gateway, session["id"], "What does chlorophyll absorb?", headers)
     assert "check this answer with your teacher" in got.of("token")[0].text
     assert got.done.band == "low"
+
+
+async def test_an_answer_the_sources_do_not_support_is_said_in_one_voice(
+    gateway: Gateway,
+    client: httpx.AsyncClient,
+    db_pool: Any,
+    tenant_id: str,
+    responders: Responders,
+) -> None:
+    """A medium band opens with "Based on the available materials ..." only when the answer
+    follows: when the answerer finds its sources do not answer, it speaks alone (no opening,
+    no closing caveat) and the turn counts as not answered."""
+    await seed_document(db_pool, tenant_id=tenant_id)
+    headers = gateway.token(tenant_id, "stu-1")
+    session = await new_session(client, gateway, headers)
+    for band in ("medium", "low"):
+        responders.band = band
+        got = await ask(
+            client,
+            gateway,
+            session["id"],
+            "Which football team plays its home games in the stroma?",
+            headers,
+        )
+        assert got.text.strip() == NO_SUPPORT_TEXT, got.text
+        assert all(t.origin != "gateway" for t in got.of("token"))
+        assert got.done.band == "low" and got.done.citations == []
 
 
 async def test_knowledge_gap(

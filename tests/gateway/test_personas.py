@@ -37,6 +37,7 @@ MOTION = [
     )
 ]
 QUESTION = "What is said about energy?"
+ANSWERABLE = "What does cellular respiration release?"  # the offline answerer answers it
 
 
 @pytest.fixture(scope="module")
@@ -165,10 +166,10 @@ async def test_students_see_the_personas_of_their_classes_and_its_own_thresholds
     # the stand-in re-ranker scores 0.9: "high" by the deployment's 0.8, so the answer opens
     # plainly; "medium" by Strict's 0.95, so its answer opens with the medium wording
     plain = await new_session(client, gateway, outsider)
-    control = await ask(client, gateway, plain["id"], QUESTION, outsider)
+    control = await ask(client, gateway, plain["id"], ANSWERABLE, outsider)
     assert not control.text.startswith(MEDIUM_PREAMBLE)
     session = await new_session(client, gateway, outsider, persona="strict")
-    got = await ask(client, gateway, session["id"], QUESTION, outsider)
+    got = await ask(client, gateway, session["id"], ANSWERABLE, outsider)
     assert got.text.startswith(MEDIUM_PREAMBLE) and got.done.band != "high"
     bad = await client.post(
         f"{gateway.url}/v1/personas",

@@ -1013,11 +1013,12 @@ class OfflineAnswerer:
     ) -> GenerationStream:
         """Stream the answer to the last user message (a follow-up takes the topic of the
         questions before it), a few words at a time."""
-        from lectern_common.generation import Final, TextDelta
+        from lectern_common.generation import Final, TextDelta, Verdict
 
         asked = [m.content for m in messages if m.role == "user"]
         question = resolve_follow_up(asked[-1], asked[:-1]) if asked else ""
         result = await self.answer(question=question, sources=sources)
+        yield Verdict(outcome="answered" if result.supported else "no_support")
         pieces = _PIECE.findall(result.render())
         for start in range(0, len(pieces), self.words_per_chunk):
             yield TextDelta(text="".join(pieces[start : start + self.words_per_chunk]))

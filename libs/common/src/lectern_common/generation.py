@@ -34,6 +34,15 @@ class TextDelta(BaseModel):
     text: str
 
 
+class Verdict(BaseModel):
+    """What the answerer decided before its first word (the offline answerer knows whether
+    its sources answer before it writes): the gateway opens the answer in one voice, never
+    a band's "here is what I can tell you" before "the material does not answer this"."""
+
+    type: Literal["verdict"] = "verdict"
+    outcome: Literal["answered", "no_support"]
+
+
 class WebSource(BaseModel):
     """A web page found by the model's search tool, cited as ``[W#]``."""
 
@@ -83,6 +92,8 @@ class Final(BaseModel):
     fallback_from: list[str] = Field(default_factory=list)
 
 
-GenerationChunk = Annotated[TextDelta | Grounding | Usage | Final, Field(discriminator="type")]
+GenerationChunk = Annotated[
+    TextDelta | Verdict | Grounding | Usage | Final, Field(discriminator="type")
+]
 #: an async generator, so callers can ``aclose()`` it (e.g. when the client disconnects)
 GenerationStream = AsyncGenerator[GenerationChunk, None]

@@ -61,6 +61,7 @@ from lectern_common.generation import (
     SourceText,
     TextDelta,
     Usage,
+    Verdict,
     WebSource,
 )
 from lectern_common.settings import BaseServiceSettings
@@ -73,8 +74,8 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_SUPPORT_TEXT", "ChatMessage", "ExtractiveAnswer", "Final", "GenerationChunk",
     "GenerationStream", "Grounding", "GroundingSupport", "OfflineAnswerer", "ScoredSentence",
-    "SourceText", "TextDelta", "Usage", "WebSource", "candidate_sentences", "extract_answer",
-    "split_sentences", "terms",
+    "SourceText", "TextDelta", "Usage", "Verdict", "WebSource", "candidate_sentences",
+    "extract_answer", "split_sentences", "terms",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)

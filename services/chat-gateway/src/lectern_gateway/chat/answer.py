@@ -30,7 +30,7 @@ from lectern_gateway.chat.confidence import (
     preamble,
 )
 from lectern_gateway.chat.context import guess_topic
-from lectern_gateway.chat.generation import Finished, TextDelta, WebGrounding
+from lectern_gateway.chat.generation import Finished, TextDelta, Verdict, WebGrounding
 from lectern_gateway.chat.prompt import (
     Prompt,
     PromptSource,
@@ -124,10 +124,12 @@ async def answer_turn(
     opening = "" if general else preamble(prior.band)
     if general:
         opening = "This general explanation is not based on your course materials.\n\n"
-    answer = opening
-    if opening:
-        yield TokenEvent(text=opening, origin="gateway")
-    tracker = SentenceTracker(text=opening, _done=len(opening))
+    # the opening is said with the answer's first words, not before: an answerer that finds
+    # its sources do not answer (a ``no_support`` verdict) speaks alone, in one voice
+    pending_opening = bool(opening)
+    no_support = False
+    answer = ""
+    tracker = SentenceTracker(text="", _done=0)
     checked: list[CheckedCitation] = []
     citations: list[Citation] = []
     web: list[Citation] = []
@@ -139,9 +141,18 @@ async def answer_turn(
     model_text = ""
     try:
         async for piece in stream:
-            if isinstance(piece, TextDelta):
+            if isinstance(piece, Verdict):
+                if piece.outcome == "no_support" and pending_opening and not general:
+                    pending_opening, opening = False, ""
+                no_support = no_support or piece.outcome == "no_support"
+            elif isinstance(piece, TextDelta):
                 if not piece.text:
                     continue
+                if pending_opening:
+                    pending_opening = False
+                    answer = opening
+                    tracker = SentenceTracker(text=opening, _done=len(opening))
+                    yield TokenEvent(text=opening, origin="gateway")
                 if "first_token_ms" not in timings:
                     timings["first_token_ms"] = elapsed_ms(started)
                     timings["model_first_token_ms"] = elapsed_ms(generation_started)
@@ -198,11 +209,13 @@ async def answer_turn(
         weight=settings.grounding_weight,
         thresholds=turn.bands(settings),
     )
-    if finished.usage.get("outcome") == "no_support":
+    no_support = no_support or finished.usage.get("outcome") == "no_support"
+    if no_support:
         # the answerer found nothing in the sources that answers: say so in the band too
         confidence = confidence.model_copy(update={"band": lower_band(confidence.band, "low")})
     confidence = in_band(confidence, turn.bands(settings))
-    closing = "" if general else caveat(prior.band, confidence.band)
+    # a caveat qualifies an answer; a "the material does not answer this" needs none
+    closing = "" if general or no_support else caveat(prior.band, confidence.band)
     if closing:
         # the opening was streamed for the prior band: the copy ends in the final band's words
         answer += closing

@@ -25,6 +25,14 @@ class TextDelta:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The answerer's decision before its text: ``no_support`` means it will say the sources
+    do not answer (the band's opening is then not said)."""
+
+    outcome: str
+
+
+@dataclass(frozen=True)
 class WebGrounding:
     """Web sources (label, uri, title) and the answer spans (character offsets) they support."""
 
@@ -42,7 +50,7 @@ class Finished:
 
 _tracer = trace.get_tracer("lectern.llm")
 
-Piece = TextDelta | WebGrounding | Finished
+Piece = TextDelta | Verdict | WebGrounding | Finished
 AnswerStreamer = Callable[[Prompt], AsyncGenerator[Piece, None]]
 
 
@@ -86,6 +94,8 @@ def streamer_for(generator: llm.Generator) -> AnswerStreamer:
             async for chunk in chunks:
                 if isinstance(chunk, llm.TextDelta):
                     yield TextDelta(chunk.text)
+                elif isinstance(chunk, llm.Verdict):
+                    yield Verdict(chunk.outcome)
                 elif isinstance(chunk, llm.Grounding):
                     yield WebGrounding(
                         sources=[(s.label, s.uri, s.title) for s in chunk.sources],
