@@ -95,3 +95,35 @@ def test_shared_documents_are_typed_by_content(shared_data: Path) -> None:
     with pytest.raises(BadInputError) as err:
         filetype.detect_mime_path(docs / "empty-0-bytes.pdf")
     assert err.value.reason == "empty_file"
+
+
+XHTML_CHAPTER = b"""<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE html>
+<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops">
+<head><title>Chapter One</title></head>
+<body><section epub:type="chapter"><h2>Down the Rabbit-Hole</h2>
+<p>Alice was beginning to get very tired of sitting by her sister on the bank.</p>
+</section></body></html>
+"""
+
+
+def test_xhtml_is_html_whatever_its_xml_declaration(tmp_path: Path) -> None:
+    """An EPUB chapter (and many sites) is XHTML: an XML declaration, then <html>."""
+    assert filetype.detect_mime(XHTML_CHAPTER, "chapter_001.xhtml") == filetype.HTML
+    strict = XHTML_CHAPTER.replace(
+        b"<!DOCTYPE html>",
+        b'<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.1//EN" '
+        b'"http://www.w3.org/TR/xhtml11/DTD/xhtml11.dtd">',
+    )
+    assert filetype.detect_mime(strict, "page.xhtml") == filetype.HTML
+    path = tmp_path / "chapter.xhtml"
+    path.write_bytes(XHTML_CHAPTER)
+    from lectern_ingest.extract import extract
+
+    with extract(path, mime=filetype.detect_mime_path(path)) as extraction:
+        text = " ".join(b.text for u in extraction.units() for b in u.blocks)
+    assert "Alice was beginning to get very tired" in text
+    # other XML is still refused
+    with pytest.raises(BadInputError) as err:
+        filetype.detect_mime(b'<?xml version="1.0"?><catalog><book/></catalog>', "c.xml")
+    assert err.value.reason == "unsupported_type"

@@ -32,8 +32,10 @@ HEAD_BYTES = 64 * 1024
 
 _LOCAL_HEADER = re.compile(rb"PK\x03\x04.{22}(..)(..)", re.DOTALL)
 _SRT_CUE = re.compile(r"^\s*\d+\s*\r?\n\s*\d{1,2}:\d{2}:\d{2}[,.]\d{1,3}\s*-->", re.MULTILINE)
+#: an HTML page, or XHTML (an EPUB chapter, many sites): an XML declaration may come first
 _HTML_START = re.compile(
-    r"^\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b", re.IGNORECASE | re.DOTALL
+    r"^\s*(?:<\?xml[^>]*\?>\s*)?(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|head|body)\b",
+    re.IGNORECASE | re.DOTALL,
 )
 _HTML_TAGS = re.compile(r"<(?:p|div|h[1-6]|article|table|section)\b[^>]*>", re.IGNORECASE)
 _JATS = re.compile(
@@ -116,8 +118,8 @@ def detect_mime(head: bytes, filename: str | None = None) -> str:
         return SRT
     if _XML_START.match(text) and "<article" in text and _JATS.search(text[:16384]):
         return JATS
-    if text.lstrip().startswith("<?xml") and not _HTML_START.search(text[:4096]):
-        # XML other than an article (and XHTML) is no document Lectern reads
+    if text.lstrip().startswith("<?xml") and not _HTML_START.match(text[:4096]):
+        # XML other than an article or XHTML is no document Lectern reads
         raise BadInputError(
             "unsupported format: an XML file that is not a JATS article", reason="unsupported_type"
         )
