@@ -21,7 +21,8 @@ from lectern_ingest.chunking import (
 )
 from lectern_ingest.extract import extract
 from lectern_ingest.extract.model import Block, Unit
-from lectern_ingest.pipeline import given_title, usable_title
+from lectern_ingest.pipeline import given_title
+from lectern_ingest.titles import usable_title
 
 pymupdf: Any = _pymupdf
 

@@ -22,6 +22,7 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.token_cmd",
     "lectern_cli.apikey_cmd",
     "lectern_cli.ingest_cmd",
+    "lectern_cli.inspect_cmd",
     "lectern_cli.ask_cmd",
     "lectern_cli.search_cmd",
     "lectern_cli.quiz_cmd",

@@ -7,6 +7,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from lectern_ingest.extract.headings import (
+    CONTENTS_TITLES,
+    is_chapter_label,
+    is_contents_title,
+    section_number,
+)
 from lectern_ingest.extract.model import Block, Unit
 
 ChunkKind = Literal["text", "table", "references", "contents", "index"]
@@ -17,9 +23,7 @@ _SECTION_TITLES: tuple[tuple[ChunkKind, str], ...] = (
         ("references", "references|reference list|bibliography|works cited|literature cited|"
          "citations|cited literature|literature|literatur|literaturverzeichnis|quellen|"
          "quellenverzeichnis|bibliographie|références|referencias|bibliografía"),
-        ("contents", "contents|table of contents|inhaltsverzeichnis|inhalt|"
-         "table des matières|sommaire|índice|list of figures|list of tables|"
-         "abbildungsverzeichnis|tabellenverzeichnis"),
+        ("contents", "|".join(sorted(CONTENTS_TITLES))),
         ("index", "index|subject index|author index|general index|register|"
          "stichwortverzeichnis|sachverzeichnis|sachregister|namensregister"),
 )  # fmt: skip
@@ -230,6 +234,10 @@ class Chunker:
         self._overlap = 0
         self._pending: _Parts | None = None
         self._paragraph = 0
+        #: what the text being read is: content, or a table of contents (its blocks, or the
+        #: paragraphs under a "Contents" heading up to the next heading), outside any section
+        self._kind: ChunkKind = "text"
+        self._contents_to_heading = False
 
     # ---- public -------------------------------------------------------------------------
 
@@ -248,7 +256,41 @@ class Chunker:
 
     @property
     def _section_path(self) -> list[str]:
+        if self._kind == "contents":
+            return []
         return [title for _, title in self._path]
+
+    def _switch_kind(self, block: Block) -> Iterator[ChunkDraft]:
+        """Enter or leave a table of contents; its title and entries never join the path."""
+        contents_title = block.kind == "heading" and is_contents_title(block.text)
+        if block.kind == "contents" or contents_title:
+            if self._kind != "contents" or contents_title:
+                yield from self._end_section()
+                self._kind = "contents"
+                self._contents_to_heading = contents_title
+        elif self._kind == "contents" and (
+            block.kind == "heading" or not self._contents_to_heading
+        ):
+            yield from self._end_section()
+            self._kind = "text"
+
+    def _pop_by_number(self, title: str, level: int) -> int:
+        """Numbering outranks type sizes: "2.1.6" closes "1.2" and "Chapter 1" whatever
+        their levels, and sits under "2.1" even when set in the same size. Returns the
+        heading's level, deeper than a numbered parent it has."""
+        number = section_number(title)
+        if number is None:
+            return level
+        while self._path:
+            other = section_number(self._path[-1][1])
+            if other is None:
+                return level
+            if len(other) < len(number) and number[: len(other)] == other:
+                return max(level, self._path[-1][0] + 1)
+            if len(number) == 1 and is_chapter_label(self._path[-1][1]):
+                return level  # a chapter's sections numbered from 1: levels decide
+            self._path.pop()
+        return level
 
     def _block(self, block: Block, unit: Unit) -> Iterator[ChunkDraft]:
         text = break_long_words(block.text)
@@ -257,13 +299,15 @@ class Chunker:
         caption = break_long_words(block.caption) if block.caption else block.caption
         if text is not block.text or caption is not block.caption:
             block = Block(block.kind, text, level=block.level, caption=caption)
-        if block.kind == "heading":
+        yield from self._switch_kind(block)
+        if block.kind == "heading" and self._kind != "contents":
             yield from self._end_section()
             level = block.level or 1
             if self._path and _is_leaf_section(self._path[-1][1]):
                 # "Abstract" or "Keywords" set larger than the sections that follow them
                 # holds none of them: "Background" is not a part of the abstract
                 self._path.pop()
+            level = self._pop_by_number(block.text, level)
             while self._path and self._path[-1][0] >= level:
                 self._path.pop()
             self._path.append((level, block.text))
@@ -335,7 +379,7 @@ class Chunker:
             self._buf = self._buf[self._overlap :]
             self._overlap = 0
             k = self._take()
-        parts = _Parts("text", self._buf[:k], self._section_path)
+        parts = _Parts(self._kind, self._buf[:k], self._section_path)
         rest = self._buf[k:]
         overlap: list[_Piece] = []
         total = 0
@@ -354,13 +398,13 @@ class Chunker:
         while len(self._buf) > self._overlap and self._buf_tokens() > self._budget:
             yield from self._emit_one()
         if len(self._buf) > self._overlap:
-            tail = _Parts("text", self._buf, self._section_path)
+            tail = _Parts(self._kind, self._buf, self._section_path)
             new_tokens = sum(p.tokens for p in self._buf[self._overlap :])
             pending = self._pending
             if (
                 new_tokens + self._overhead < self.config.min_tokens
                 and pending is not None
-                and pending.kind == "text"
+                and pending.kind == tail.kind != "table"
                 and pending.section_path == tail.section_path
                 and sum(p.tokens for p in pending.pieces) + new_tokens <= self._limit
             ):
@@ -497,11 +541,11 @@ class Chunker:
         if not _SOME_WORD.search(text):
             return  # "®", "•", a lone page furniture symbol: nothing anyone could ask about
         tokens = self._count(text)
-        if tokens > self.config.max_tokens and parts.kind == "text" and len(parts.pieces) > 1:
+        if tokens > self.config.max_tokens and parts.kind != "table" and len(parts.pieces) > 1:
             # Rare: the joined text tokenises longer than its sentences did. Re-split.
             half = len(parts.pieces) // 2
-            yield from self._finalize(_Parts("text", parts.pieces[:half], parts.section_path))
-            yield from self._finalize(_Parts("text", parts.pieces[half:], parts.section_path))
+            yield from self._finalize(_Parts(parts.kind, parts.pieces[:half], parts.section_path))
+            yield from self._finalize(_Parts(parts.kind, parts.pieces[half:], parts.section_path))
             return
         kind: ChunkKind = parts.kind
         if kind == "text":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -132,3 +133,43 @@ def repeated_furniture(
         counts.update({furniture_key(line) for line in edges if line.strip()})
     threshold = max(min_pages, int(pages * min_fraction + 0.999))
     return frozenset(key for key, n in counts.items() if n >= threshold and key)
+
+
+def block_key(text: str) -> str:
+    """Key under which a repeated block (a contact box, a disclaimer) compares equal across
+    pages: case and spacing ignored, digits kept (rows of a table differ by their figures)."""
+    return " ".join(normalize_unicode(text).casefold().split())
+
+
+#: a block on this share of a document's pages is boilerplate, not content: a contact box
+#: or notice printed on every page; a table's recurring labels (12 of 31 slides in the
+#: shared evaluation-metrics deck) stay below it
+BOILERPLATE_SHARE = 0.5
+
+
+def repeated_blocks(
+    page_blocks: Iterable[Iterable[str]],
+    *,
+    share: float = BOILERPLATE_SHARE,
+    min_pages: int = 3,
+    min_chars: int = 12,
+    min_words: int = 4,
+) -> frozenset[str]:
+    """Keys (``block_key``) of blocks found on at least ``share`` of the pages, anywhere on
+    the page: repeated boilerplate, kept out of the indexed text. Blocks of fewer than
+    ``min_words`` words (a table's column labels) are left to the running-header rules."""
+    counts: Counter[str] = Counter()
+    pages = 0
+    for blocks in page_blocks:
+        pages += 1
+        counts.update(
+            {
+                key
+                for text in blocks
+                if len(key := block_key(text)) >= min_chars and len(key.split()) >= min_words
+            }
+        )
+    if pages < min_pages:
+        return frozenset()
+    threshold = max(min_pages, math.ceil(pages * share))
+    return frozenset(key for key, n in counts.items() if n >= threshold)

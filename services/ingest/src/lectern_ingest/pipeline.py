@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
-import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ from lectern_ingest.chunking import (
 from lectern_ingest.config import Settings
 from lectern_ingest.extract import Extraction, Unit, extract
 from lectern_ingest.outcomes import IngestFailure, Progress
+from lectern_ingest.titles import heading_title, usable_title
 
 #: seconds spent embedding the document this task is working on
 EMBED_TIMER: contextvars.ContextVar[list[float]] = contextvars.ContextVar("embed_timer")
@@ -59,7 +59,7 @@ class Produced:
     extracted: bool = False
     sample: list[str] = field(default_factory=list)
     sample_chars: int = 0
-    #: the document's own title (PDF metadata) or its first heading, when it has one
+    #: the document's own title (real metadata, else its largest or first top heading)
     title: str | None = None
 
 
@@ -132,10 +132,7 @@ class Producer:
             if unit is None:
                 return
             if self.stats.title is None and self.stats.units_done < 3:
-                self.stats.title = next(
-                    (b.text for b in unit.blocks if b.kind == "heading" and (b.level or 1) <= 1),
-                    None,
-                )
+                self.stats.title = heading_title(unit)
             text = "\n".join(block.text for block in unit.blocks)
             self.stats.content.update(text)
             self.stats.simhash.update(text)
@@ -222,23 +219,6 @@ def chunking_config(settings: Settings, *, max_tokens: int) -> ChunkingConfig:
         if value is not None:
             values[f"{name}_tokens"] = value
     return ChunkingConfig(**values)
-
-
-_JUNK_TITLE = re.compile(
-    r"^(?:untitled|no title|title|document\d*|microsoft (?:word|powerpoint) - .*|.*\.(?:pdf|docx?|"
-    r"pptx?|tex|dvi|indd|qxd|rtf|txt))$",
-    re.IGNORECASE,
-)
-
-
-def usable_title(title: str | None) -> str | None:
-    """A document's metadata title, unless it is a placeholder ("untitled", a file name)."""
-    if not title:
-        return None
-    title = " ".join(title.split())
-    if len(title) < 4 or _JUNK_TITLE.match(title) or sum(ch.isalpha() for ch in title) < 3:
-        return None
-    return title[:500]
 
 
 def given_title(event: DocumentUploaded) -> str | None:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal, Self
 
 from lectern_common.errors import BadInputError
 
-BlockKind = Literal["heading", "paragraph", "table", "caption"]
+BlockKind = Literal["heading", "paragraph", "table", "caption", "contents"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,8 @@ class Block:
 
     Headings carry a ``level`` (1 = chapter). Tables carry their rows in ``text``, one row per
     line with cells joined by `` | `` and the header row first, plus an optional ``caption``.
+    ``contents`` is (part of) a printed table of contents, one entry a line: apparatus, whose
+    entries never become headings.
     """
 
     kind: BlockKind
@@ -73,6 +75,9 @@ class Extraction(abc.ABC):
     title: str | None
     outline: list[OutlineEntry]
     summary: ExtractionSummary
+    #: what the document's printed table of contents lists (title, printed page), when it
+    #: has one: it may check the heading tree, never make it
+    contents_entries: Sequence[OutlineEntry] = ()
 
     @abc.abstractmethod
     def _iter_units(self) -> Iterator[Unit]:

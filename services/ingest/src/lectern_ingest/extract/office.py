@@ -82,9 +82,11 @@ def open_docx(path: Path) -> Extraction:
             text = clean_inline(paragraph.text)
             if not text:
                 continue
-            level = _docx_heading_level(paragraph)
             style = paragraph.style.name.lower() if paragraph.style is not None else ""
-            if level is not None:
+            level = None if style.startswith("toc") else _docx_heading_level(paragraph)
+            if style.startswith("toc"):  # Word's table of contents: "TOC Heading", "toc 1" ...
+                blocks.append(Block(kind="contents", text=text))
+            elif level is not None:
                 blocks.append(Block(kind="heading", text=text, level=level))
                 outline.append(OutlineEntry(level=level, title=text, page=None))
             elif style == "caption":

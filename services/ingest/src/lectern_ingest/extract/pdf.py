@@ -16,14 +16,18 @@ import pymupdf as _pymupdf
 
 from lectern_common.errors import BadInputError
 from lectern_ingest.cleaning import (
+    block_key,
     clean_inline,
     furniture_key,
     is_page_number,
     join_lines,
     normalize_unicode,
     normalize_whitespace,
+    repeated_blocks,
     repeated_furniture,
 )
+from lectern_ingest.extract.contents import ContentsRegion, find_contents
+from lectern_ingest.extract.headings import is_contents_title, numbering_depth
 from lectern_ingest.extract.model import (
     Block,
     BlockKind,
@@ -45,17 +49,17 @@ from lectern_ingest.extract.pdf_layout import (
     levels_from_numbering,
     line_key,
     marginal,
+    merge_split_headings,
     order_columns,
     page_blocks,
     title_key,
 )
 from lectern_ingest.extract.pdf_tables import (
-    cell_texts,
-    has_grid,
     inside,
-    plausible_table,
+    page_tables,
     table_rows,
 )
+from lectern_ingest.titles import document_title, usable_title
 
 log = logging.getLogger(__name__)
 # PyMuPDF is only partly typed; its objects are handled as Any here.
@@ -70,6 +74,15 @@ _CAPTION = re.compile(r"^(?:table|tab\.|figure|fig\.)\s*[\dIVXivx]+[\w.\-]*", re
 _TABLE_CAPTION = re.compile(r"^(?:table|tab\.)\s*[\dIVXivx]+", re.IGNORECASE)
 _CHAPTER_LABEL = re.compile(
     r"^(?:chapter|part|unit|kapitel|chapitre|teil)\s+\w{1,6}\.?$", re.IGNORECASE
+)
+#: an outline entry that names no section ("Slide Number 7", PowerPoint's placeholder)
+_PLACEHOLDER_ENTRY = re.compile(r"^slide(?: number)?\s*\d+$", re.IGNORECASE)
+#: the title is looked for on the first pages only
+_TITLE_PAGES = 3
+_FRONT_MATTER = re.compile(
+    r"^(?:preface|foreword|abstract|introduction|acknowledge?ments?|summary|vorwort|"
+    r"einleitung|front cover|back cover)\W*$",
+    re.IGNORECASE,
 )
 #: a longer PDF or EPUB is refused before any page is read (a 400-page manual is typical;
 #: a file claiming 100,000 pages is an attack or a broken page tree)
@@ -94,7 +107,7 @@ class PdfExtraction(Extraction):
         self.page_count: int = doc.page_count
         self.total_units = doc.page_count
         meta = doc.metadata or {}
-        self.title = clean_inline(meta.get("title") or "") or None
+        self.metadata_title = clean_inline(meta.get("title") or "") or None
         self.summary = ExtractionSummary(page_count=doc.page_count)
         self._ocr = shutil.which("tesseract") is not None if ocr is None else ocr
         self._ocr_language = ocr_language
@@ -103,36 +116,56 @@ class PdfExtraction(Extraction):
         self.outline = []
         try:
             for level, title, page in doc.get_toc(simple=True):
-                cleaned = clean_inline(title)
-                if cleaned:
+                # LaTeX's ``quotes'' survive in many outlines
+                cleaned = clean_inline(title.replace("``", '"').replace("''", '"'))
+                if cleaned and not _PLACEHOLDER_ENTRY.match(cleaned):
                     self.outline.append(
                         OutlineEntry(level=level, title=cleaned, page=page if page > 0 else None)
                     )
         except Exception as exc:  # a broken outline must not stop the text
             self.summary.warnings.append(f"outline unreadable: {exc}")
         self.outline = levels_from_numbering(self.outline)
-        self._use_outline = len(self.outline) >= 3
+        #: the outline's own "Contents" entries point at the contents pages, not at a section
+        headings = [e for e in self.outline if not is_contents_title(e.title)]
+        self._use_outline = len(headings) >= 3
         self._toc_by_page: dict[int, list[OutlineEntry]] = {}
-        for entry in self.outline:
+        for entry in headings:
             if entry.page is not None:
                 self._toc_by_page.setdefault(entry.page, []).append(entry)
+        self._outline_keys = frozenset(letters_key(e.title) for e in headings)
+        self._contents_by_outline = self._outline_contents_pages()
+        self.contents_pages: list[int] = []
+        self.contents_entries: list[OutlineEntry] = []
         self._repeated_lines: frozenset[str] = frozenset()
+        self._boilerplate: frozenset[str] = frozenset()
         self._furniture, self._fonts = self._profile()
         self._last_table: tuple[int, str, int] | None = None  # columns, header row, page
+        heading, first_text = self._first_pages()
+        self.title = document_title(self.metadata_title, heading=heading, first_text=first_text)
 
     def close(self) -> None:
         """Close the PyMuPDF document."""
         self._doc.close()
 
+    def _outline_contents_pages(self) -> frozenset[int]:
+        """Pages an outline entry titled "Contents" points at (the pages after it continue
+        the contents only when they look like it)."""
+        return frozenset(
+            e.page for e in self.outline if e.page is not None and is_contents_title(e.title)
+        )
+
     def _profile(self) -> tuple[frozenset[str], FontProfile]:
-        """First, cheap pass over a sample of pages: running headers/footers and font sizes."""
+        """First, cheap pass over a sample of pages: running headers/footers, blocks repeated
+        on many pages, font sizes and the numbering of headings."""
         n = self.page_count
         step = max(1, n // _SAMPLE_PAGES)
         edges: list[list[str]] = []
+        page_texts: list[list[str]] = []
         lines: Counter[str] = Counter()
         sampled = 0
         sizes: Counter[float] = Counter()
-        heading_sizes: Counter[float] = Counter()
+        heading_pages: Counter[float] = Counter()
+        numbered: list[tuple[int, PBlock]] = []
         for index in range(0, n, step):
             try:
                 page = self._doc.load_page(index)
@@ -142,6 +175,7 @@ class PdfExtraction(Extraction):
                 continue
             sampled += 1
             edges.append([b.text for b in edge_blocks(blocks)])
+            page_texts.append([b.text for b in blocks])
             lines.update(
                 {
                     key
@@ -151,16 +185,90 @@ class PdfExtraction(Extraction):
                     and len(key := line_key(line)) >= _MIN_REPEATED_CHARS
                 }
             )
+            on_page: set[float] = set()
             for block in blocks:
                 for line in block.lines:
                     sizes[line.size] += len(line.text)
                 letters = sum(ch.isalpha() for ch in block.text)
                 if len(block.text) <= MAX_HEADING_CHARS and len(block.lines) <= 3 and letters >= 3:
-                    heading_sizes[block.size] += 1
+                    on_page.add(block.size)
+                    if (depth := numbering_depth(block.text)) is not None and len(numbered) < 500:
+                        numbered.append((depth, block))
+            heading_pages.update(on_page)
         furniture = repeated_furniture(edges) if len(edges) >= 4 else frozenset()
         threshold = max(4, math.ceil(_REPEATED_LINE_SHARE * sampled))
         self._repeated_lines = frozenset(k for k, c in lines.items() if c >= threshold)
-        return furniture, FontProfile(sizes, heading_sizes)
+        self._boilerplate = repeated_blocks(page_texts)
+        fonts = FontProfile(sizes, heading_pages, sampled=sampled)
+        fonts.learn_numbering(
+            [
+                (depth, level)
+                for depth, block in numbered
+                if block_key(block.text) not in self._boilerplate
+                and (level := is_font_heading(block, fonts)) is not None
+            ]
+        )
+        return furniture, fonts
+
+    def _first_pages(self) -> tuple[str | None, str]:
+        """The title the first pages show (the largest heading of the first page that has
+        one; a section such as "Preface" is none) and those pages' text."""
+        title: str | None = None
+        texts: list[str] = []
+        for index in range(min(_TITLE_PAGES, self.page_count)):
+            try:
+                blocks = self._clean_blocks(self._doc.load_page(index))
+            except Exception:  # noqa: S112 - the page is reported when it is read
+                continue
+            texts.extend(b.text for b in blocks)
+            if title is None:
+                title = self._largest_heading(blocks)
+        return title, "\n".join(texts)
+
+    def _largest_heading(self, blocks: list[PBlock]) -> str | None:
+        best: PBlock | None = None
+        for block in blocks:
+            if (
+                block.size < self._fonts.body * 1.12
+                or (best is not None and block.size <= best.size)
+                or is_font_heading(block, self._fonts) is None
+                or is_contents_title(block.text)
+                or _FRONT_MATTER.match(block.text)
+                or usable_title(block.text) is None
+            ):
+                continue
+            best = block
+        if best is None:
+            return None
+        # a title set on two or three blocks of its size, one right below the other
+        same = sorted((b for b in blocks if b.size == best.size), key=lambda b: b.bbox[1])
+        at = same.index(best)
+        start, end = at, at + 1
+        while start > 0 and best.bbox[1] - same[start - 1].bbox[3] <= best.size:
+            start -= 1
+        while end < len(same) and same[end].bbox[1] - same[end - 1].bbox[3] <= best.size:
+            end += 1
+        parts = same[max(start, at - 2) : min(end, at + 3)][:3]
+        return clean_inline(" ".join(b.text for b in parts))
+
+    def _clean_blocks(self, page: Any) -> list[PBlock]:
+        """The page's blocks without running headers, footers, page numbers or boilerplate."""
+        return self._drop_furniture(page_blocks(page, drop=self._repeated_lines))
+
+    def _drop_furniture(self, blocks: list[PBlock], *, boilerplate: bool = True) -> list[PBlock]:
+        edges = {id(b) for b in edge_blocks(blocks)}
+        return [
+            b
+            for b in blocks
+            if not (boilerplate and self._is_boilerplate(b))
+            and (
+                id(b) not in edges
+                or not (furniture_key(b.text) in self._furniture or is_page_number(b.text))
+            )
+        ]
+
+    def _is_boilerplate(self, block: PBlock) -> bool:
+        return bool(self._boilerplate) and block_key(block.text) in self._boilerplate
 
     def _iter_units(self) -> Iterator[Unit]:
         for index in range(self.page_count):
@@ -188,22 +296,50 @@ class PdfExtraction(Extraction):
             blocks = merge_ocr_blocks(page_blocks(page, textpage))
             self.summary.ocr_pages.append(number)
             ocred = True
-        edges = {id(b) for b in edge_blocks(blocks)}
-        blocks = [
-            b
-            for b in blocks
-            if id(b) not in edges
-            or not (furniture_key(b.text) in self._furniture or is_page_number(b.text))
-        ]
+        blocks = self._drop_furniture(blocks, boilerplate=False)
         blocks = self._with_tables(page, blocks, number)
+        # after the tables: a label repeated in every table's header stays in its table
+        blocks = [b for b in blocks if b.table is not None or not self._is_boilerplate(b)]
         blocks = order_columns(blocks, page.rect.width)
+        blocks = self._fold_contents(blocks, number, page.rect.height)
         if self._use_outline:
             self._mark_outline_headings(blocks, number)
         elif not ocred:  # OCR text sizes are word-box heights, not fonts: no headings from them
             for block in blocks:
-                if block.table is None and (level := is_font_heading(block, self._fonts)):
+                if block.table is not None or block.kind == "contents":
+                    continue
+                if (level := self._fonts.heading_level(block)) is not None:
                     block.kind, block.level = "heading", level
+            blocks = merge_split_headings(blocks)
         return self._to_blocks(blocks)
+
+    def _fold_contents(self, blocks: list[PBlock], number: int, height: float) -> list[PBlock]:
+        """The page's table of contents, if it has one, as one ``contents`` block."""
+        outline_keys = self._outline_keys
+        if outline_keys and number in self._toc_by_page:
+            outline_keys = outline_keys - {letters_key(e.title) for e in self._toc_by_page[number]}
+        region: ContentsRegion | None = find_contents(
+            blocks,
+            page_height=height,
+            continued=bool(self.contents_pages) and self.contents_pages[-1] == number - 1,
+            listed=number in self._contents_by_outline,
+            outline_titles=outline_keys,
+        )
+        if region is None:
+            return blocks
+        inside_region = [b for b in blocks if region.holds(b)]
+        if not inside_region:
+            return blocks
+        self.contents_pages.append(number)
+        self.contents_entries.extend(region.entries)
+        folded = PBlock(
+            bbox=inside_region[0].bbox,
+            lines=[Line(text=row, size=0.0, bold=False) for row in region.text.split("\n")],
+            kind="contents",
+        )
+        first = blocks.index(inside_region[0])
+        rest = [b for b in blocks if not region.holds(b)]
+        return [*rest[:first], folded, *rest[first:]]
 
     def _ocr_page(self, page: Any, number: int) -> Any:
         """A TextPage OCRed from the rendered page, or None (OCR off, unavailable, over budget)."""
@@ -248,22 +384,17 @@ class PdfExtraction(Extraction):
             log.debug("OCR of page %d took %.2fs", number, elapsed)
 
     def _with_tables(self, page: Any, blocks: list[PBlock], number: int) -> list[PBlock]:
-        if not has_grid(page):
-            return blocks
         try:
-            tables = page.find_tables(use_layout=False).tables
+            tables = page_tables(page)
         except Exception as exc:
             self.summary.warnings.append(f"table detection failed on page {number}: {exc}")
             return blocks
-        words = page.get_text("words", flags=TEXT_FLAGS, sort=True) if tables else []
         for table in tables:
-            raw_rows = cell_texts(table, words)
-            if not plausible_table(raw_rows):
-                continue
+            raw_rows = table.rows
             rows = table_rows(raw_rows)
             columns = max(len(r) for r in raw_rows)
-            rows = self._continue_table(rows, columns, table.bbox[1], blocks, number)
-            bbox = (table.bbox[0], table.bbox[1], table.bbox[2], table.bbox[3])
+            rows = self._continue_table(rows, columns, table.bbox[1], blocks, number, table.header)
+            bbox = table.bbox
             blocks = [b for b in blocks if not inside(b.bbox, bbox)]
             caption = None
             near = [
@@ -271,6 +402,7 @@ class PdfExtraction(Extraction):
                 for b in blocks
                 if _TABLE_CAPTION.match(b.text)
                 and (abs(b.bbox[3] - bbox[1]) < 40 or abs(b.bbox[1] - bbox[3]) < 40)
+                and min(b.bbox[2], bbox[2]) > max(b.bbox[0], bbox[0])  # not the next column's
             ]
             if near:
                 caption_block = near[0]
@@ -287,15 +419,22 @@ class PdfExtraction(Extraction):
         return blocks
 
     def _continue_table(
-        self, rows: list[str], columns: int, top: float, blocks: list[PBlock], number: int
+        self,
+        rows: list[str],
+        columns: int,
+        top: float,
+        blocks: list[PBlock],
+        number: int,
+        titled: bool = False,
     ) -> list[str]:
-        """A table continued from the previous page gets that page's header row again."""
+        """A table continued from the previous page gets that page's header row again (one
+        with column titles of its own starts a new table)."""
         last = self._last_table
         self._last_table = (columns, rows[0], number)
         starts_page = not any(b.bbox[3] <= top + 1 for b in blocks)
-        if last is None or not starts_page or last[2] != number - 1 or last[0] != columns:
+        if last is None or titled or not starts_page or last[2] != number - 1:
             return rows
-        if rows[0] == last[1]:
+        if last[0] != columns or rows[0] == last[1]:
             return rows
         self._last_table = (columns, last[1], number)
         return [last[1], *rows]
@@ -342,7 +481,7 @@ class PdfExtraction(Extraction):
         blocks: list[PBlock], key: str, cursor: int, keyer: Callable[[str], str]
     ) -> tuple[int, int] | None:
         for i in range(cursor, len(blocks)):
-            if blocks[i].table is not None:
+            if blocks[i].table is not None or blocks[i].kind == "contents":
                 continue
             acc = keyer(blocks[i].text)
             if key in acc:
@@ -360,6 +499,11 @@ class PdfExtraction(Extraction):
         for b in blocks:
             if b.table is not None:
                 out.append(b.table)
+                continue
+            if b.kind == "contents":
+                text = "\n".join(clean_inline(line.text) for line in b.lines if line.text.strip())
+                if text:
+                    out.append(Block(kind="contents", text=text))
                 continue
             if b.kind == "heading":
                 text = clean_inline(b.text)

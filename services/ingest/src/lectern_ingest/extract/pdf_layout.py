@@ -14,6 +14,7 @@ from lectern_ingest.cleaning import (
     furniture_key,
     normalize_unicode,
 )
+from lectern_ingest.extract.headings import numbering_depth
 from lectern_ingest.extract.model import (
     Block,
     BlockKind,
@@ -46,6 +47,7 @@ _KEY_CHARS = re.compile(r"[\W_]+", re.UNICODE)
 
 
 _SECTION_NUMBER = re.compile(r"^(\d+(?:\.\d+)*)\.?\s")
+_MAX_LEVEL = 4
 
 
 _FOOTNOTE_MARKS = re.compile(r"[†‡§¶*]|\b(?:and|und|et)\b")
@@ -59,6 +61,10 @@ class Line:
     text: str
     size: float
     bold: bool
+    #: where the line sits on the page (its left edge, top and bottom)
+    x0: float = 0.0
+    y0: float = 0.0
+    y1: float = 0.0
 
 
 @dataclass(slots=True)
@@ -95,7 +101,7 @@ def visual_lines(block: dict[str, Any]) -> list[Line]:
         else:
             rows.append((y0, y1, list(line["spans"])))
     out: list[Line] = []
-    for _, _, spans in rows:
+    for top, bottom, spans in rows:
         spans.sort(key=lambda s: s["bbox"][0])
         pieces: list[str] = []
         prev_x1 = None
@@ -114,7 +120,8 @@ def visual_lines(block: dict[str, Any]) -> list[Line]:
             if s["text"].strip():
                 sizes[round(s["size"] * 2) / 2] += len(s["text"])
                 bold = bold and bool(s["flags"] & _BOLD or "bold" in s["font"].lower())
-        out.append(Line(text=text, size=sizes.most_common(1)[0][0], bold=bold))
+        size = sizes.most_common(1)[0][0]
+        out.append(Line(text, size, bold, x0=spans[0]["bbox"][0], y0=top, y1=bottom))
     return out
 
 
@@ -193,18 +200,54 @@ def levels_from_numbering(outline: list[OutlineEntry]) -> list[OutlineEntry]:
 
 
 class FontProfile:
-    """Body size and heading levels learnt from a sample of pages."""
+    """Body size and heading levels learnt from a sample of pages.
 
-    def __init__(self, sizes: Counter[float], heading_sizes: Counter[float]) -> None:
+    ``heading_pages`` counts, per font size, the sampled pages where a short block is set in
+    it. Sizes that recur are the document's heading levels, largest first. Sizes seen on one
+    page only and larger than all of them are the title (level 1) and a cover's or an
+    abstract's lines (level 2); a one-off size elsewhere takes no level of its own (ranking
+    every size pushed the shared Redbook's chapters, under its cover's five type sizes, to
+    the deepest level with their sections).
+    """
+
+    def __init__(
+        self, sizes: Counter[float], heading_pages: Counter[float], *, sampled: int = 0
+    ) -> None:
         self.body = sizes.most_common(1)[0][0] if sizes else 10.0
-        big = sorted((s for s in heading_sizes if s >= self.body * _HEADING_RATIO), reverse=True)
-        self.levels = {size: min(i + 1, 4) for i, size in enumerate(big)}
+        big = sorted((s for s in heading_pages if s >= self.body * _HEADING_RATIO), reverse=True)
+        recurring = [s for s in big if heading_pages[s] >= 2] if sampled >= 4 else big
+        top = recurring[0] if recurring else 0.0
+        # one-off sizes above the recurring ones: the largest is the title (1), the others
+        # (an "Abstract" set large, a cover's lines) share level 2
+        singles = [s for s in big if s > top] if recurring else []
+        self.levels = {size: 1 if i == 0 else 2 for i, size in enumerate(singles)}
+        first = 1 + min(len(singles), 2)
+        deepest = _MAX_LEVEL + first - 1
+        self.levels.update({size: min(i + first, deepest) for i, size in enumerate(recurring)})
+        #: numbered headings ("3.2.1 Title") are this much deeper than their numbers' depth
+        self.numbering_offset: int | None = None
 
     def level_for(self, size: float) -> int:
         if size in self.levels:
             return self.levels[size]
         larger = [lvl for s, lvl in self.levels.items() if s <= size]
         return min(larger) if larger else max(self.levels.values(), default=0) + 1
+
+    def learn_numbering(self, headings: list[tuple[int, int]]) -> None:
+        """From (numbering depth, font level) of the sampled numbered headings: when they
+        form a scheme (three or more, two depths or more), depth decides their level."""
+        if len(headings) < 3 or len({depth for depth, _ in headings}) < 2:
+            return
+        offsets = Counter(level - depth for depth, level in headings)
+        self.numbering_offset = max(0, offsets.most_common(1)[0][0])
+
+    def heading_level(self, block: PBlock) -> int | None:
+        """The block's heading level, or None when it is no heading; numbering first."""
+        level = is_font_heading(block, self)
+        if level is None or self.numbering_offset is None:
+            return level
+        depth = numbering_depth(block.text)
+        return level if depth is None else min(depth + self.numbering_offset, _MAX_LEVEL + 2)
 
 
 def looks_like_byline(text: str) -> bool:
@@ -235,8 +278,36 @@ def is_font_heading(block: PBlock, fonts: FontProfile) -> int | None:
         and text[-1] not in ".,:;"
         and (text[0].isupper() or text[0].isdigit())
     ):
-        return min(len(fonts.levels) + 1, 5)
+        return min(max(fonts.levels.values(), default=0) + 1, _MAX_LEVEL + 1)
     return None
+
+
+def merge_split_headings(blocks: list[PBlock]) -> list[PBlock]:
+    """Rejoin a heading set on two blocks ("Trace-based ... for Dynamic" / "Languages"): the
+    same level and size, the second right below the first, the first not closed."""
+    out: list[PBlock] = []
+    for block in blocks:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and prev.kind == block.kind == "heading"
+            and prev.level == block.level
+            and prev.size == block.size
+            and 0 <= block.bbox[1] - prev.bbox[3] <= 0.8 * block.size
+            and len(prev.lines) + len(block.lines) <= 3
+            and not prev.text.rstrip().endswith((".", ":", "!", "?"))
+            and numbering_depth(block.text) is None
+        ):
+            x0, y0, x1, _ = prev.bbox
+            out[-1] = PBlock(
+                bbox=(min(x0, block.bbox[0]), y0, max(x1, block.bbox[2]), block.bbox[3]),
+                lines=prev.lines + block.lines,
+                kind="heading",
+                level=prev.level,
+            )
+            continue
+        out.append(block)
+    return out
 
 
 def order_columns(blocks: list[PBlock], page_width: float) -> list[PBlock]:

@@ -1,0 +1,71 @@
+"""A document's title: its metadata's when that is a real title, else its largest heading."""
+
+from __future__ import annotations
+
+import re
+
+from lectern_ingest.extract.model import Unit
+
+_JUNK_TITLE = re.compile(
+    r"^(?:untitled|no title|title|document\d*|powerpoint presentation|slide \d+|"
+    r"microsoft (?:word|powerpoint|excel) - .*|.*\.(?:pdf|docx?|pptx?|xlsx?|tex|dvi|indd|qxd|"
+    r"rtf|txt|md|html?))$",
+    re.IGNORECASE,
+)
+#: a repository's stamp in a paper's margin ("arXiv:2103.15348v2 [cs.CV] 21 Jun 2021")
+_STAMP = re.compile(r"^arxiv:\s*\d|^doi:|^https?://|^www\.", re.IGNORECASE)
+_PATH = re.compile(r"^(?:[a-z]:)?[\\/]|[\\/][^\\/\s]+[\\/]", re.IGNORECASE)
+_WORD = re.compile(r"[^\W\d_]{4,}")
+_FILLER = frozenset("with from that this into over under about their what when which".split())
+MAX_TITLE_CHARS = 500
+
+
+def usable_title(title: str | None) -> str | None:
+    """A title as given, unless it is a placeholder ("untitled", a file name or path, a
+    template's "PowerPoint Presentation") or a fragment ("Details for:")."""
+    if not title:
+        return None
+    title = " ".join(title.split())
+    if (
+        len(title) < 4
+        or _JUNK_TITLE.match(title)
+        or _PATH.search(title)
+        or _STAMP.match(title)
+        or sum(ch.isalpha() for ch in title) < 3
+        or title.endswith((":", ",", ";"))
+    ):
+        return None
+    return title[:MAX_TITLE_CHARS]
+
+
+def _mentioned(title: str, text: str) -> bool:
+    """Whether the first pages' text names a word of the title (a template's leftover
+    metadata, "Packbot-P Summary Design and SOW" on a lecture's slides, names none)."""
+    words = {w.casefold() for w in _WORD.findall(title)} - _FILLER
+    if not words:
+        return True
+    found = {w.casefold() for w in _WORD.findall(text)}
+    return bool(words & found)
+
+
+def document_title(metadata: str | None, *, heading: str | None, first_text: str) -> str | None:
+    """The metadata title when it is a real one (and, when the first pages have a heading,
+    one they mention), else the largest heading of the first pages."""
+    given = usable_title(metadata)
+    shown = usable_title(heading)
+    if given is not None and (shown is None or _mentioned(given, first_text)):
+        return given
+    return shown or given
+
+
+def heading_title(unit: Unit) -> str | None:
+    """A unit's first top-level heading, when it can be a title (the fallback of formats
+    without a title of their own)."""
+    return next(
+        (
+            title
+            for b in unit.blocks
+            if b.kind == "heading" and (b.level or 1) <= 1 and (title := usable_title(b.text))
+        ),
+        None,
+    )
