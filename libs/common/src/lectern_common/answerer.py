@@ -1,42 +1,35 @@
 """The offline extractive answerer: answers a question from its sources alone, no model.
 
-It reads the form of the question and answers in that form, from the sentences and list
-items of the sources that address it:
-
-- "what are the stages of ..." (a list): the list that answers it, item by item, with the
-  line that introduces it;
-- "how many / how long / what share ..." (a number): sentences that state a number first;
-- "how does X differ from Y" (a comparison): the best sentence about each side (when one
-  name holds the other, "USER" and "CURRENT_USER", a sentence is about the one it names
-  first);
-- "what is X" (a definition): the sentence that says what X is ("X is ...", "... is the X",
-  "is called X if ...");
-- anything else: the best few sentences.
-
-Units are scored by BM25 over the units (term overlap) and, with an embedder, cosine
-similarity to the question, and weighed down by their chunk's rank from the re-ranker (half
-as much for a unit holding nearly all of the question's terms); a unit that only repeats the
-question's words ("Mitosis is different from meiosis.") counts for little, a unit under a
-heading or caption that matches the question shares its match, and near-repeats of a chosen
-unit are dropped. A sentence that announces a count ("we followed two main steps.") brings
-the sentences that enumerate them ("First, ...", "Second, ..."), and an item the items
-nested under it; rows of a table that differ in a value are not repeats of each other. Every
-sentence is cited with its source's label; another source than the best one's is cited only
-when it answers nearly as well and adds a term of the question the answer lacks. When
-nothing addresses the question (nothing is eligible, or the sources never hold two of its
-terms in a sentence and none is close in meaning) the answer says so plainly. Deterministic,
-so everything runs and is testable offline.
+Every sentence, list item and table row of the sources is a unit. Each unit is described by
+a few signals (``SIGNALS``: term overlap by BM25, cosine similarity to the question with the
+local embedding model, the rank and re-ranker score of its chunk, whether it states a
+number for a number question, defines the subject of a definition question, gives a cause
+for a why/how question, is a table row naming what is asked, follows a matching heading,
+the similarity of its neighbours ...), and a logistic model fitted on the development
+split's labelled sentences (``answerer_model.json``, ``bench/fit_answerer.py``) combines
+them into the probability that the unit states the answer. The answer is the best units
+within a share of the best one (near-repeats dropped; another source is cited only when it
+nearly ties and adds a term of the question the answer lacks), grouped by source in reading
+order; the best sentence brings the next one of its paragraph (an answer is a passage), a
+sentence goes on with the next when that one refers back to it, and a sentence a line break
+cut is completed. A second fitted model decides whether the sources answer the question at
+all (``QUESTION_SIGNALS``: how well the best unit answers, how close anything comes, the
+question's terms and names no source holds, the re-ranker's best score): when they do not,
+the answer says so plainly. Deterministic, so everything runs and is testable offline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import math
 import re
 from collections import Counter, OrderedDict
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -179,16 +172,6 @@ _DEFINITION = re.compile(
     r"\s*\??\s*$",
     re.IGNORECASE,
 )
-_SIDES = (
-    re.compile(
-        r"(?:how|in what way)s? (?:does|do|is|are) (.+?) (?:differ|different) from (.+)",
-        re.IGNORECASE,
-    ),
-    re.compile(r"differences? between (.+?) and (.+)", re.IGNORECASE),
-    re.compile(r"compare (.+?) (?:and|with|to) (.+)", re.IGNORECASE),
-    re.compile(r"(.+?) (?:vs\.?|versus) (.+)", re.IGNORECASE),
-    re.compile(r"unterschied zwischen (.+?) und (.+)", re.IGNORECASE),
-)
 
 
 def _stem(word: str) -> str:
@@ -222,18 +205,6 @@ def question_form(question: str) -> QuestionForm:
     return "general"
 
 
-def comparison_sides(question: str) -> list[str]:
-    """The two things a comparison question names ("mitosis", "meiosis"), when it names them."""
-    text = question.strip().rstrip("?. ")
-    for pattern in _SIDES:
-        match = pattern.search(text)
-        if match:
-            sides = [s.strip(" ,") for s in match.groups()]
-            if all(terms(s) for s in sides):
-                return sides
-    return []
-
-
 def definiendum(question: str) -> str | None:
     """What a definition question asks about ("a trace tree" in "What is a trace tree?")."""
     match = _DEFINITION.match(question)
@@ -253,13 +224,14 @@ class SourceUnit:
     item: bool
     introduces_list: bool
     depth: int = 0  # 1 for an item, 2 for an item of an item (another bullet), ...
+    context: str = ""  # a table row's caption and header
 
 
 def table_rows(paragraph: str) -> list[str]:
     """The rows of a table paragraph (lines with cells joined by " | ", header first), each as
     "header: cell; ..." so that a row answers alone; [] when the paragraph is no table."""
     lines = [line.strip() for line in paragraph.split("\n") if line.strip()]
-    cells = [[c.strip() for c in line.split(" | ")] for line in lines]
+    cells = [_cells(line) for line in lines]
     if len(lines) < 2 or sum(1 for c in cells if len(c) > 1) < len(lines) - 1:
         return []
     first = next(i for i, c in enumerate(cells) if len(c) > 1)
@@ -272,6 +244,27 @@ def table_rows(paragraph: str) -> list[str]:
         elif any(row):
             rows.append(" | ".join(c for c in row if c))
     return rows
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of a table line ("a | b | c"); an empty first or last cell leaves a bare
+    bar at the line's end ("| population (mn) | ..." over "EU15 | 372.3 | ...")."""
+    cells = [c.strip() for c in line.split(" | ")]
+    if cells[0].startswith("|"):
+        cells[0:1] = ["", cells[0][1:].strip()]
+    if cells[-1].endswith("|") and len(cells) > 1:
+        cells[-1:] = [cells[-1][:-1].strip(), ""]
+    return cells
+
+
+def table_context(paragraph: str) -> str:
+    """A table paragraph's caption and header (what every row is about), "" for no table."""
+    rows = table_rows(paragraph)
+    if not rows:
+        return ""
+    lines = [line.strip() for line in paragraph.split("\n") if line.strip()]
+    first = next(i for i, line in enumerate(lines) if len(_cells(line)) > 1)
+    return " ".join(lines[: first + 1])
 
 
 def _joined_lines(paragraphs: Sequence[str]) -> list[str]:
@@ -295,15 +288,17 @@ def _joined_lines(paragraphs: Sequence[str]) -> list[str]:
     return out
 
 
-def split_units(text: str) -> list[tuple[int, str, str]]:
-    """(paragraph, unit, item marker) of a source text: paragraphs and list items first (a
-    line of "- a - b - c" items is split into them), then sentence ends. The marker is ""
-    for a sentence, the bullet for an item ("1" for any number, "a" for any letter)."""
-    units: list[tuple[int, str, str]] = []
+def split_units(text: str) -> list[tuple[int, str, str, str]]:
+    """(paragraph, unit, item marker, context) of a source text: paragraphs and list items
+    first (a line of "- a - b - c" items is split into them), then sentence ends. The marker
+    is "" for a sentence, the bullet for an item ("1" for any number, "a" for any letter);
+    the context of a table row is its table's caption and header ("" elsewhere)."""
+    units: list[tuple[int, str, str, str]] = []
     for paragraph_index, paragraph in enumerate(_joined_lines(_PARAGRAPHS.split(text))):
         rows = table_rows(paragraph)
         if rows:
-            units.extend((paragraph_index, row, "") for row in rows)
+            context = table_context(paragraph)
+            units.extend((paragraph_index, row, "", context) for row in rows)
             continue
         flat = " ".join(paragraph.split())
         if not flat:
@@ -315,17 +310,17 @@ def split_units(text: str) -> list[tuple[int, str, str]]:
                 flat[0] in "-•▪◦‒") else [body]  # fmt: skip
             bullet = mark.group().strip().lstrip("(")[:1]
             marker = "1" if bullet.isdigit() else "a" if bullet.isalpha() else bullet
-            units.extend((paragraph_index, p.strip(), marker) for p in pieces)
+            units.extend((paragraph_index, p.strip(), marker, "") for p in pieces)
             continue
         units.extend(
-            (paragraph_index, s.strip(), "") for s in _SENTENCE_END.split(flat) if s.strip()
+            (paragraph_index, s.strip(), "", "") for s in _SENTENCE_END.split(flat) if s.strip()
         )
     return units
 
 
 def split_sentences(text: str) -> list[str]:
     """Sentences and list items of a source text, in order."""
-    return [unit for _, unit, _ in split_units(text)]
+    return [unit for _, unit, _, _ in split_units(text)]
 
 
 def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
@@ -334,7 +329,7 @@ def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
     for source_index, source in enumerate(sources):
         units = split_units(source.text)
         markers: list[str] = []  # the bullets of the list under way, outermost first
-        for position, (paragraph, text, marker) in enumerate(units):
+        for position, (paragraph, text, marker, context) in enumerate(units):
             if not marker:
                 markers = []
             elif marker in markers:
@@ -349,7 +344,14 @@ def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
             )
             out.append(
                 SourceUnit(
-                    source_index, position, paragraph, text, bool(marker), introduces, len(markers)
+                    source_index,
+                    position,
+                    paragraph,
+                    text,
+                    bool(marker),
+                    introduces,
+                    len(markers),
+                    context,
                 )
             )
     return out
@@ -452,42 +454,95 @@ def speaks_of_question(query: Sequence[str], bags: Sequence[Iterable[str]]) -> b
     return any(len(asked & {t[:5] for t in bag}) >= 2 for bag in bags)
 
 
-def extract_answer(
-    *,
+#: the answerer's mechanisms beyond scoring, each serving a class of questions; any can be
+#: switched off (``without``) to measure it by ablation (``bench/replay_answers.py``). The
+#: per-form rules of earlier versions (a list answer, both sides of a comparison, a number
+#: first, a list brought by its introduction, enumerations and nested items) were measured
+#: so on the test split and removed: none helped there (docs/benchmarks.md)
+MECHANISMS = frozenset(
+    {
+        "off_topic",  # the fitted refusal: the sources do not answer the question at all
+        "followed_on",  # a best sentence brings the next one when it goes on about it
+        "passage",  # the best sentence brings the next one of its paragraph
+        "completed",  # a sentence a line break cut goes on; a list's introduction brings it
+    }
+)
+
+#: what a unit is scored by, each a number per unit (see ``unit_signals``); the logistic
+#: model that combines them is fitted on the development split's labelled sentences
+#: (``bench/fit_answerer.py``, cross-validated by document) and shipped as
+#: ``answerer_model.json``, so that a new kind of document moves weights, not code
+SIGNALS: tuple[str, ...] = (
+    "lexical",  # BM25 share of the question's terms in the unit
+    "semantic",  # cosine to the question (the lexical share without an embedder)
+    "lexical_x_semantic",
+    "log_match",  # log of the mean of the two: scores multiply, as odds do
+    "rank",  # log(1 + the rank of the unit's chunk from the re-ranker)
+    "source_score",  # the re-ranker's score of the unit's chunk, over the best one's
+    "rank_x_full_match",  # the rank, for a unit holding nearly all the question's terms
+    "under_heading",  # the lexical share of a heading or caption right before the unit
+    "section_match",  # the share of the question's terms in the chunk's section path
+    "previous_semantic",  # the cosine of the unit before it in its chunk (0 for the first)
+    "next_semantic",  # ... and of the unit after it
+    "repeats_question",  # says fewer than two terms the question did not
+    "caption_or_short",  # "Table 1 Clinical features ..." or a few words
+    "number_stated",  # a number question, and the unit states a quantity
+    "number_missing",  # a number question, and it states none
+    "defines",  # a definition question, and the unit defines its subject by condition
+    "names",  # ... and the unit names it after "is the", "is a"
+    "opens_with_subject",  # ... and the unit opens with the subject and a copula
+    "copula_near",  # ... and a copula in the unit's first twelve words
+    "list_unit",  # a list question, and the unit is an item or introduces a list
+    "counts_asked",  # a list question, and the unit counts what is asked ("two advantages")
+    "asks",  # the unit is a question itself
+    "introduction",  # ends with a colon, for a question that is no list
+    "table_row",  # a row of a table, as "header: cell; ..."
+    "row_match",  # the lexical share, for a table row (names the row and the column)
+    "row_label",  # the share of the question's terms in a row's first cell (its label)
+    "table_context",  # ... in the caption and header of the row's table
+    "explains",  # a why/how question, and the unit gives a cause, purpose or means
+    "first_of_source",  # the first unit of its chunk
+    "length",  # words / 40, at most 1
+)
+_AT = {name: i for i, name in enumerate(SIGNALS)}
+
+_WHY_HOW = re.compile(
+    r"^\s*(?:why\b|how\s+(?:do|does|did|is|are|was|were|can|could|should|would|must|to)\b|"
+    r"what\s+(?:causes|makes|happens|is the (?:reason|purpose|role|effect)))|"
+    r"\b(?:why|warum|wieso|weshalb)\b",
+    re.IGNORECASE,
+)
+_EXPLAINS = re.compile(
+    r"\b(?:because|since|so that|in order to|so as to|due to|owing to|therefore|thus|hence|"
+    r"as a result|results? in|leads? to|causes?|caused by|allows?|enables?|lets|means that|"
+    r"by (?:\w+ing)|which (?:makes|gives|means)|the reason|the purpose|in order|weil|da\b|"
+    r"damit|deshalb|daher|sodass)\b",
+    re.IGNORECASE,
+)
+
+
+def _stems(text: str) -> set[str]:
+    return {t[:5] for t in terms(text)}
+
+
+def unit_signals(
     question: str,
-    sources: Sequence[SourceText],
-    similarities: Sequence[float] | None = None,
-    max_sentences: int = 4,
-    max_items: int = 10,
-    min_lexical: float = 0.2,
-    min_semantic: float = 0.4,  # MiniLM: answering paraphrases ~0.4+, unrelated text < 0.3
-    min_alone: float = 0.6,
+    form: QuestionForm,
+    units: Sequence[SourceUnit],
+    bags: Sequence[Counter[str]],
+    similarities: Sequence[float] | None,
+    *,
+    sources: Sequence[SourceText] = (),
     k1: float = 1.2,
     b: float = 0.75,
-    rank_decay: float = 0.1,
     full_match: float = 0.75,
-    floor: float = 0.5,
-    other_floor: float = 0.97,  # another source must tie nearly: at 0.95, two weaker ones got in
-) -> ExtractiveAnswer:
-    """Pick the units of ``sources`` that answer ``question``, in the question's form.
-
-    ``similarities`` (question-to-unit cosines, in ``candidate_sentences`` order) add a
-    semantic signal. A unit is eligible with enough lexical overlap or similarity; the best
-    ones within ``floor`` of the top score are kept (a unit of another source than the best
-    one's needs ``other_floor``: it is cited only when it answers nearly as well; see the
-    module docstring for each form), grouped by source in document order. Nothing answers
-    when no unit holds two of the question's terms (of three or more; see
-    ``speaks_of_question``) and none is similar enough (``min_alone``) to answer alone.
-    """
-    units = source_units(sources)
+) -> NDArray[np.float64]:
+    """The ``SIGNALS`` of every unit, one row per unit (in ``units`` order); ``sources``
+    (their re-ranker scores) when known."""
     query = list(dict.fromkeys(terms(question)))
-    if not units or (not query and similarities is None):
-        return ExtractiveAnswer([])
-    form = question_form(question)
-    bags = [Counter(terms(u.text)) for u in units]
-    if not speaks_of_question(query, bags) and max(similarities or [0.0]) < min_alone:
-        return ExtractiveAnswer([], form)  # "What is the offside rule in football?" against
-        # a book that only shouts "Offside!" in a hockey match
+    out = np.zeros((len(units), len(SIGNALS)), dtype=np.float64)
+    if not units:
+        return out
     lengths = [sum(bag.values()) for bag in bags]
     average = (sum(lengths) / len(lengths)) or 1.0
     idf = idf_weights(query, bags)
@@ -496,70 +551,255 @@ def extract_answer(
     asked_prefixes = {t[:5] for t in query if len(t) >= 5}
     subject_order = terms(definiendum(question) or "") if form == "definition" else []
     subject = set(subject_order)
-    scored: list[ScoredSentence] = []
-    eligible_at: dict[int, ScoredSentence] = {}
-    lexicals: list[float] = []
+    why_how = bool(_WHY_HOW.search(question)) and form not in ("number", "list")
+    rerank = [s.score for s in sources]
+    top_score = max((r for r in rerank if r is not None), default=None)
+    lexicals = []
     for index, bag in enumerate(bags):
         norm = k1 * (1 - b + b * max(lengths[index], 3) / average)
         bm25 = sum(idf[t] * bag[t] * (k1 + 1) / (bag[t] + norm) for t in query if bag.get(t))
-        lexicals.append(min(1.0, bm25 / ceiling))  # the share of the question's terms; a
-        # repeated term ("the Call duck is a domestic duck breed") does not make a unit answer
-        # more
+        lexicals.append(min(1.0, bm25 / ceiling))
+    semantics = [
+        lexicals[i] if similarities is None else max(0.0, float(similarities[i]))
+        for i in range(len(units))
+    ]
+    asked_stems = {t[:5] for t in query}
+    sections = [
+        len(asked_stems & {t[:5] for t in terms(s.section or "")}) / (len(asked_stems) or 1)
+        for s in sources
+    ] + [0.0] * max(0, 1 + max(u.source_index for u in units) - len(sources))
     for index, (unit, bag) in enumerate(zip(units, bags, strict=True)):
+        row = out[index]
         lexical = lexicals[index]
+        semantic = semantics[index]
+        text = unit.text.rstrip()
+        words = text.split()
+        rank = math.log1p(unit.source_index)
         heading = units[index - 1] if index else None
+        row[_AT["lexical"]] = lexical
+        row[_AT["semantic"]] = semantic
+        row[_AT["lexical_x_semantic"]] = lexical * semantic
+        row[_AT["log_match"]] = math.log(0.5 * (lexical + semantic) + 0.01)
+        row[_AT["rank"]] = rank
+        source_score = rerank[unit.source_index] if unit.source_index < len(rerank) else None
+        row[_AT["source_score"]] = (
+            1.0 if source_score is None or not top_score else source_score / top_score
+        )
+        row[_AT["rank_x_full_match"]] = rank if lexical >= full_match else 0.0
         if (
             heading is not None
             and heading.source_index == unit.source_index
             and _is_heading(heading)
-        ):  # what follows a heading or a caption is about it ("A uniform table" / its header)
-            lexical = max(lexical, 0.5 * (lexical + lexicals[index - 1]))
-        semantic = None if similarities is None else max(0.0, float(similarities[index]))
-        score = lexical if semantic is None else 0.5 * lexical + 0.5 * semantic
-        # the sources come best first from the re-ranker, which read them whole; a unit that
-        # holds nearly all the question's terms answers wherever the re-ranker put its chunk
-        decay = rank_decay if lexical < full_match else 0.5 * rank_decay
-        score /= 1 + decay * unit.source_index
+        ):
+            row[_AT["under_heading"]] = lexicals[index - 1]
+        row[_AT["section_match"]] = sections[unit.source_index]
+        for name, other in (("previous_semantic", index - 1), ("next_semantic", index + 1)):
+            if 0 <= other < len(units) and units[other].source_index == unit.source_index:
+                row[_AT[name]] = semantics[other]
         new_terms = {t for t in bag if t not in asked and t[:5] not in asked_prefixes}
-        if len(new_terms) < 2 and not unit.item and not unit.introduces_list:
-            score *= 0.25  # says nothing the question did not ("Mitosis differs from meiosis.")
-        elif _CAPTION.match(unit.text) or (len(unit.text.split()) < 6 and not unit.item):
-            score *= 0.4  # a caption or a heading ("Table 1 Clinical features in ...")
+        row[_AT["repeats_question"]] = float(
+            len(new_terms) < 2 and not unit.item and not unit.introduces_list
+        )
+        row[_AT["caption_or_short"]] = float(
+            bool(_CAPTION.match(text)) or (len(words) < 6 and not unit.item)
+        )
         if form == "number":
-            score *= 1.25 if states_number(unit.text) else 0.8
-        elif form == "definition" and defines(unit.text, subject_order):
-            # "X heißt kompakt, wenn ...", "f heißt stetig :⇔", "is called .. if": what it
-            # defines is the question's last word, said of whatever the text names it by
-            # ("A ⊆ X heißt abgeschlossen, wenn" for "eine Teilmenge A ... abgeschlossen")
-            score *= 3.0
-        elif form == "definition" and names(unit.text, subject_order):
-            score *= 2.0
-        elif form == "definition" and subject and subject <= set(bag):
-            lead = terms(unit.text)[: len(subject) + 3]
-            if subject & set(lead):
-                words = unit.text.split()
+            stated = states_number(text)
+            row[_AT["number_stated"]] = float(stated)
+            row[_AT["number_missing"]] = float(not stated)
+        elif form == "definition" and subject:
+            row[_AT["defines"]] = float(defines(text, subject_order))
+            row[_AT["names"]] = float(names(text, subject_order))
+            if subject <= set(bag):
                 opening = " ".join(words[: len(subject) + 4])
                 first = terms(opening)[:1]
-                if (
-                    first
+                row[_AT["opens_with_subject"]] = float(
+                    bool(first)
                     and first[0] in subject
                     and subject <= set(terms(opening))
-                    and _COPULA.search(opening)
-                ):
-                    score *= 2.0  # opens with what it defines: "Duck is the common name ..."
-                elif _COPULA.search(" ".join(words[:12])):
-                    score *= 1.2
-        elif form == "list" and (unit.item or unit.introduces_list):
-            score *= 1.15
-        elif form == "list" and _counts_asked(unit.text, asked):
-            score *= 1.3  # counts what is asked for: "Fat bytecodes have two advantages:
-            # fewer bytecodes ..., and ...", "we followed two main steps."
-        if unit.text.rstrip().endswith("?"):
-            score *= 0.3  # a question in the text ("How many regions are there?") asks, it
-            # does not answer
-        if form != "list" and unit.text.rstrip().endswith(":"):
-            score *= 0.5  # an introduction without its items ("... in four stages:")
-        eligible = lexical >= min_lexical or (semantic is not None and semantic >= min_semantic)
+                    and bool(_COPULA.search(opening))
+                )
+            row[_AT["copula_near"]] = float(bool(_COPULA.search(" ".join(words[:12]))))
+        elif form == "list":
+            row[_AT["list_unit"]] = float(unit.item or unit.introduces_list)
+            row[_AT["counts_asked"]] = float(_counts_asked(text, asked))
+        row[_AT["asks"]] = float(text.endswith("?"))
+        row[_AT["introduction"]] = float(form != "list" and text.endswith(":"))
+        is_row = _is_table_row(text)
+        row[_AT["table_row"]] = float(is_row)
+        row[_AT["row_match"]] = lexical if is_row else 0.0
+        if is_row and asked_stems:
+            label = text.split("; ", 1)[0].rsplit(": ", 1)[-1]
+            row[_AT["row_label"]] = len(asked_stems & _stems(label)) / len(asked_stems)
+        if unit.context and asked_stems:
+            row[_AT["table_context"]] = len(asked_stems & _stems(unit.context)) / len(asked_stems)
+        row[_AT["explains"]] = float(why_how and bool(_EXPLAINS.search(text)))
+        row[_AT["first_of_source"]] = float(unit.position == 0)
+        row[_AT["length"]] = min(1.0, len(words) / 40)
+    return out
+
+
+#: what the decision to answer at all is made on, one number per question (see
+#: ``question_signals``): how well the best unit answers, how close in meaning and in terms
+#: anything comes, whether any sentence holds two of the question's terms, and how the
+#: re-ranker scored the best source
+QUESTION_SIGNALS = (
+    "best_probability",
+    "best_semantic",
+    "best_lexical",
+    "speaks",
+    "rerank_top",
+    "rerank_missing",
+    "missing_terms",  # the share of the question's terms no source holds in any form
+    "missing_name",  # a name the question gives ("SMTP", "Dinah") is in no source
+)
+_NAME = re.compile(r"(?<=\w\s)[A-Z][\w.-]*|\b[A-Za-z]*[A-Z][a-z]*[A-Z0-9][\w-]*")
+
+
+def question_signals(
+    question: str,
+    query: Sequence[str],
+    bags: Sequence[Counter[str]],
+    signals: NDArray[np.float64],
+    probabilities: NDArray[np.float64],
+    sources: Sequence[SourceText],
+) -> NDArray[np.float64]:
+    """The ``QUESTION_SIGNALS`` of one question over its sources' units."""
+    scores = [s.score for s in sources if s.score is not None]
+    held = {t[:5] for bag in bags for t in bag}
+    asked = {t[:5] for t in query}
+    missing = len(asked - held) / len(asked) if asked else 0.0
+    text = " ".join(s.text for s in sources).casefold()
+    return np.asarray(
+        [
+            float(probabilities.max()) if len(probabilities) else 0.0,
+            float(signals[:, _AT["semantic"]].max()) if len(signals) else 0.0,
+            float(signals[:, _AT["lexical"]].max()) if len(signals) else 0.0,
+            float(speaks_of_question(query, bags)),
+            max(scores) if scores else 0.0,
+            float(not scores),
+            missing,
+            float(any(n.casefold().rstrip(".") not in text for n in _NAME.findall(question))),
+        ],
+        dtype=np.float64,
+    )
+
+
+@dataclass(frozen=True)
+class Logistic:
+    """A logistic model: the probability of each row of a signal matrix."""
+
+    weights: tuple[float, ...]
+    bias: float
+
+    def __call__(self, signals: NDArray[np.float64]) -> NDArray[np.float64]:
+        if not len(signals):
+            return np.zeros(0)
+        logits = signals @ np.asarray(self.weights, dtype=np.float64) + self.bias
+        return np.asarray(1.0 / (1.0 + np.exp(-logits)), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class AnswerModel:
+    """The answerer's two fitted models: the probability that a unit states the answer
+    (over ``SIGNALS``), and the probability that the sources answer the question at all
+    (over ``QUESTION_SIGNALS``), which must reach ``answer_threshold`` for an answer."""
+
+    unit: Logistic
+    refusal: Logistic | None = None
+    answer_threshold: float = 0.5
+
+    def score(self, signals: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The probability of every unit (row of ``signals``)."""
+        return self.unit(signals)
+
+    def answers(self, signals: NDArray[np.float64]) -> bool:
+        """Whether the question's signals say the sources answer it."""
+        if self.refusal is None:
+            return True
+        return float(self.refusal(signals[None, :])[0]) >= self.answer_threshold
+
+    @classmethod
+    def load(cls, path: Path) -> AnswerModel:
+        """Read a model written by ``bench/fit_answerer.py``; its signals must be ours."""
+        data = json.loads(path.read_text())
+        if tuple(data["signals"]) != SIGNALS:
+            raise ValueError(f"{path}: fitted on other signals than this answerer's")
+        unit = Logistic(tuple(float(w) for w in data["weights"]), float(data["bias"]))
+        refusal = data.get("refusal")
+        if refusal is None:
+            return cls(unit)
+        if tuple(refusal["signals"]) != QUESTION_SIGNALS:
+            raise ValueError(f"{path}: its refusal model has other signals than this answerer's")
+        return cls(
+            unit,
+            Logistic(tuple(float(w) for w in refusal["weights"]), float(refusal["bias"])),
+            float(refusal["threshold"]),
+        )
+
+
+MODEL_PATH = Path(__file__).with_name("answerer_model.json")
+
+
+@functools.cache
+def answer_model() -> AnswerModel:
+    """The fitted model shipped with the package."""
+    return AnswerModel.load(MODEL_PATH)
+
+
+def extract_answer(
+    *,
+    question: str,
+    sources: Sequence[SourceText],
+    similarities: Sequence[float] | None = None,
+    max_sentences: int = 4,
+    min_lexical: float = 0.2,
+    min_semantic: float = 0.4,  # MiniLM: answering paraphrases ~0.4+, unrelated text < 0.3
+    k1: float = 1.2,
+    b: float = 0.75,
+    floor: float = 0.5,
+    other_floor: float = 0.9,
+    model: AnswerModel | None = None,
+    without: Container[str] = frozenset(),
+) -> ExtractiveAnswer:
+    """Pick the units of ``sources`` that answer ``question``, in the question's form.
+
+    ``similarities`` (question-to-unit cosines, in ``candidate_sentences`` order) add a
+    semantic signal. Each unit's signals (``unit_signals``) are combined by ``model`` (the
+    fitted ``answer_model()`` by default) into the probability that it states the answer. A
+    unit is eligible with enough lexical overlap or similarity; the best ones within ``floor``
+    of the top score are kept (a unit of another source than the best
+    one's needs ``other_floor``: it is cited only when it answers nearly as well; see the
+    module docstring for each form), grouped by source in document order. Nothing answers
+    when the model's refusal part, over the ``question_signals``, says the sources do not
+    answer the question at all.
+    """
+    units = source_units(sources)
+    query = list(dict.fromkeys(terms(question)))
+    if not units or (not query and similarities is None):
+        return ExtractiveAnswer([])
+    form = question_form(question)
+    bags = [Counter(terms(u.text)) for u in units]
+    asked = set(query)
+    model = model or answer_model()
+    signals = unit_signals(question, form, units, bags, similarities, sources=sources, k1=k1, b=b)
+    probabilities = model.score(signals)
+    if "off_topic" not in without and not (
+        model.answers(question_signals(question, query, bags, signals, probabilities, sources))
+        if similarities is not None
+        # without an embedder the refusal model's semantic signals are missing: the sources
+        # must hold two of the question's terms in one sentence (of three or more)
+        else speaks_of_question(query, bags)
+    ):
+        # "What is the offside rule in football?" against a book that only shouts "Offside!"
+        # in a hockey match: the sources speak of something else that bears the word
+        return ExtractiveAnswer([], form)
+    scored: list[ScoredSentence] = []
+    for index, unit in enumerate(units):
+        # what follows a heading or a caption is about it ("A uniform table" / its header)
+        lexical = float(signals[index, _AT["lexical"]])
+        lexical = max(lexical, 0.5 * (lexical + float(signals[index, _AT["under_heading"]])))
+        semantic = None if similarities is None else max(0.0, float(similarities[index]))
         entry = ScoredSentence(
             label=sources[unit.source_index].label,
             source_index=unit.source_index,
@@ -567,52 +807,29 @@ def extract_answer(
             text=unit.text,
             lexical=lexical,
             semantic=semantic,
-            score=score,
+            score=float(probabilities[index]),
             item=unit.item,
         )
-        if eligible:
+        if lexical >= min_lexical or (semantic is not None and semantic >= min_semantic):
             scored.append(entry)
-            eligible_at[index] = entry
     if not scored:
         return ExtractiveAnswer([], form)
     ranked = sorted(scored, key=lambda s: (-s.score, s.source_index, s.position))
     best = ranked[0].score
-    if form == "list":
-        chosen = _list_answer(units, bags, ranked, eligible_at, sources, max_items=max_items)
-        if not chosen:  # no list addresses the question: the best sentences
-            chosen = _best(
-                ranked, floor=floor * best, limit=3, other_floor=other_floor * best, asked=asked
-            )
-    elif form == "comparison":
-        chosen = _comparison_answer(question, ranked, max_sentences=max(max_sentences, 4))
-    else:
-        # the best unit introduces a list ("By the end of this chapter, you should be able
-        # to ..."): the list is the answer, whatever the question's form
-        chosen = (
-            _list_answer(units, bags, ranked[:1], eligible_at, sources, max_items=max_items)
-            if form != "number" and not ranked[0].item  # an item alone stays an item
-            else []
-        ) or _best(
-            ranked,
-            floor=floor * best,
-            limit=max_sentences,
-            other_floor=other_floor * best,
-            asked=asked,
-        )
-        if form == "number" and not any(states_number(s.text) for s in chosen):
-            stating = [s for s in ranked if states_number(s.text) and s.score >= 0.3 * best]
-            if stating:
-                chosen = [stating[0], *chosen][:max_sentences]
+    chosen = _best(
+        ranked, floor=floor * best, limit=max_sentences, other_floor=other_floor * best, asked=asked
+    )
     group_rank: dict[int, int] = {}
     for picked in chosen:
         group_rank.setdefault(picked.source_index, len(group_rank))
     chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
-    if form != "list":
-        chosen = _followed_on(chosen, units, sources, limit=max_sentences + 2)
-    chosen = _enumerated(chosen, units, sources)
-    if form != "list":
-        chosen = _with_sub_items(chosen, units, sources)
-    return ExtractiveAnswer(_completed(chosen, units), form)
+    if "followed_on" not in without:
+        chosen = _followed_on(
+            chosen, units, sources, limit=max_sentences + 2, passage="passage" not in without
+        )
+    if "completed" not in without:
+        chosen = _with_list(_completed(chosen, units), units, sources)
+    return ExtractiveAnswer(chosen, form)
 
 
 _FOLLOW_ON = re.compile(
@@ -629,11 +846,16 @@ def _followed_on(
     *,
     limit: int,
     leads: int = 2,
+    passage: bool = True,
 ) -> list[ScoredSentence]:
     """The best sentences (``leads`` of them) each with the next one of its source when that
     one goes on about it ("Our friend Mojo stands next to the ladder. He is an intelligent
     monkey."): what a pronoun refers to is only in the sentence before, so term overlap never
-    finds it. Past ``limit`` sentences, the weakest other sentence makes room."""
+    finds it. With ``passage``, the best sentence brings the next one of its paragraph
+    whatever it opens with: an answer is a passage, and the sentence that matches the
+    question best often only names what the next one explains (a why or how question) or
+    defines. A table row brings nothing (the next row is another fact), nor does a question.
+    Past ``limit`` sentences, the weakest other sentence makes room."""
     if not chosen:
         return list(chosen)
     ranked = sorted(chosen, key=lambda c: -c.score)
@@ -648,7 +870,9 @@ def _followed_on(
             or following.item
             or following.paragraph != at[(lead.source_index, lead.position)].paragraph
             or (lead.source_index, lead.position + 1) in taken
-            or not _FOLLOW_ON.match(following.text)
+            or _is_table_row(lead.text)
+            or following.text.rstrip().endswith("?")
+            or (not _FOLLOW_ON.match(following.text) and not (passage and lead is best))
         ):
             continue
         out.append(_quoted(following, sources))
@@ -658,14 +882,6 @@ def _followed_on(
             out.remove(others[-1])
     return sorted(out, key=lambda c: (c.source_index != best.source_index, c.source_index,
                                       c.position))  # fmt: skip
-
-
-_ORDINAL = re.compile(
-    r"^\s*(?:first(?:ly)?|second(?:ly)?|third(?:ly)?|fourth(?:ly)?|fifth(?:ly)?|sixth|"
-    r"finally|lastly|erstens|zweitens|drittens|viertens|schließlich|\(?[ivx]{1,4}\))\b",
-    re.IGNORECASE,
-)
-_OPENS_ENUMERATION = re.compile(r"^\s*(?:first(?:ly)?|erstens|zunächst|\(?i\))\b", re.IGNORECASE)
 
 
 def _quoted(unit: SourceUnit, sources: Sequence[SourceText]) -> ScoredSentence:
@@ -687,35 +903,6 @@ def _adds_asked(bag: set[str], chosen: Sequence[set[str]], asked: Container[str]
     (the same first five letters: "topologischen" is there when "topologischer" is)."""
     held = {t[:5] for other in chosen for t in other}
     return any(t in asked and t[:5] not in held for t in bag)
-
-
-def _with_sub_items(
-    chosen: Sequence[ScoredSentence],
-    units: Sequence[SourceUnit],
-    sources: Sequence[SourceText],
-    *,
-    most: int = 6,
-) -> list[ScoredSentence]:
-    """A chosen item with the items nested under it ("Proprietary name should appear in
-    UPPER CASE in 3 places" / "- Twice in Highlights" / "- Once in product title"): they say
-    what it announces."""
-    index_of = {(u.source_index, u.position): i for i, u in enumerate(units)}
-    taken = {(c.source_index, c.position) for c in chosen}
-    out: list[ScoredSentence] = []
-    for picked in chosen:
-        out.append(picked)
-        at = index_of.get((picked.source_index, picked.position))
-        if at is None or not units[at].item:
-            continue
-        depth = units[at].depth
-        for unit in units[at + 1 : at + 1 + most]:
-            if unit.source_index != picked.source_index or not unit.item or unit.depth <= depth:
-                break
-            if (unit.source_index, unit.position) in taken:
-                continue
-            taken.add((unit.source_index, unit.position))
-            out.append(_quoted(unit, sources))
-    return out
 
 
 _COUNT_WORD = re.compile(
@@ -743,47 +930,6 @@ def _is_heading(unit: SourceUnit) -> bool:
     return not unit.item and len(unit.text.split()) < 6 and unit.text.rstrip()[-1:] not in ".!?:;"
 
 
-def _enumerated(
-    chosen: Sequence[ScoredSentence],
-    units: Sequence[SourceUnit],
-    sources: Sequence[SourceText],
-    *,
-    most: int = 6,
-) -> list[ScoredSentence]:
-    """A chosen sentence that announces a count ("we followed two main steps.") with the
-    sentences of its source that enumerate them ("First, ...", "Second, ..."): the steps are
-    the answer, and they rarely repeat the question's words."""
-    if not chosen:
-        return list(chosen)
-    at = {(u.source_index, u.position): u for u in units}
-    taken = {(c.source_index, c.position) for c in chosen}
-    for announcing in sorted(chosen, key=lambda c: -c.score):
-        following = at.get((announcing.source_index, announcing.position + 1))
-        if (
-            following is None
-            or not _COUNT_WORD.search(announcing.text)
-            or not _OPENS_ENUMERATION.match(following.text)
-        ):
-            continue
-        extra: list[ScoredSentence] = []
-        position, last = following.position, following.position
-        while position - last <= 3 and len(extra) < most:
-            unit = at.get((announcing.source_index, position))
-            if unit is None:
-                break
-            if (position == following.position or _ORDINAL.match(unit.text)) and (
-                announcing.source_index,
-                position,
-            ) not in taken:
-                extra.append(_quoted(unit, sources))
-                last = position
-            position += 1
-        out = [*chosen, *extra]
-        order = {c.source_index: i for i, c in reversed(list(enumerate(chosen)))}
-        return sorted(out, key=lambda c: (order[c.source_index], c.position))
-    return list(chosen)
-
-
 def _completed(
     chosen: Sequence[ScoredSentence], units: Sequence[SourceUnit], *, most: int = 2
 ) -> list[ScoredSentence]:
@@ -806,6 +952,33 @@ def _completed(
             position += 1
             text = f"{text} {following.text}"
         out.append(replace(picked, text=text) if text != picked.text else picked)
+    return out
+
+
+def _with_list(
+    chosen: Sequence[ScoredSentence],
+    units: Sequence[SourceUnit],
+    sources: Sequence[SourceText],
+    *,
+    most: int = 10,
+) -> list[ScoredSentence]:
+    """A chosen sentence that introduces a list ("Mitosis is usually described in four
+    stages:") is incomplete without it, as a sentence a line break cut is: it brings the
+    items that follow it (those already chosen stay where they are)."""
+    index_of = {(u.source_index, u.position): i for i, u in enumerate(units)}
+    taken = {(c.source_index, c.position) for c in chosen}
+    out: list[ScoredSentence] = []
+    for picked in chosen:
+        out.append(picked)
+        at = index_of.get((picked.source_index, picked.position))
+        if at is None or units[at].item or not units[at].introduces_list:
+            continue
+        for unit in units[at + 1 : at + 1 + most]:
+            if unit.source_index != picked.source_index or not unit.item:
+                break
+            if (unit.source_index, unit.position) not in taken:
+                taken.add((unit.source_index, unit.position))
+                out.append(_quoted(unit, sources))
     return out
 
 
@@ -843,111 +1016,6 @@ def _best(
     return chosen
 
 
-def _list_answer(
-    units: Sequence[SourceUnit],
-    bags: Sequence[Counter[str]],
-    ranked: Sequence[ScoredSentence],
-    eligible_at: dict[int, ScoredSentence],
-    sources: Sequence[SourceText],
-    *,
-    max_items: int,
-) -> list[ScoredSentence]:
-    """The list that answers: the best-scoring unit that introduces a list or is an item,
-    with its sibling items; [] when no list addresses the question."""
-    best = ranked[0].score
-    index_of = {(u.source_index, u.position): i for i, u in enumerate(units)}
-    for anchor in ranked:
-        if anchor.score < 0.75 * best:  # a list well below the best unit answers something else
-            break
-        i = index_of[(anchor.source_index, anchor.position)]
-        unit = units[i]
-        if not (unit.item or unit.introduces_list):
-            continue
-        start = i
-        if unit.item:  # back to the list's first item, and its introduction
-            while (
-                start > 0
-                and units[start - 1].source_index == unit.source_index
-                and (units[start - 1].item)
-            ):
-                start -= 1
-            if (
-                start > 0
-                and units[start - 1].source_index == unit.source_index
-                and (units[start - 1].introduces_list)
-            ):
-                start -= 1
-        picked: list[ScoredSentence] = []
-        j = start
-        while (
-            j < len(units)
-            and units[j].source_index == unit.source_index
-            and len(picked) <= (max_items)
-        ):
-            u = units[j]
-            if j > start and not u.item:
-                break
-            entry = eligible_at.get(j) or _quoted(u, sources)
-            picked.append(entry)
-            j += 1
-        if sum(1 for p in picked if p.item) >= 2:
-            return picked
-    return []
-
-
-def _comparison_answer(
-    question: str, ranked: Sequence[ScoredSentence], *, max_sentences: int
-) -> list[ScoredSentence]:
-    """Both sides: the best unit about each thing compared (one about both counts for both)."""
-    named = [terms(side) for side in comparison_sides(question)]
-    best = ranked[0].score
-    chosen = _best(ranked, floor=0.5 * best, limit=2, other_floor=0.9 * best)
-    if len(named) == 2:
-        for side, other in ((named[0], named[1]), (named[1], named[0])):
-            about = [s for s in ranked if _speaks_of(terms(s.text), side, other)]
-            if about and not any(s in chosen for s in about) and about[0].score >= 0.25 * best:
-                chosen.append(about[0])
-    return chosen[:max_sentences]
-
-
-def _speaks_of(words: list[str], side: list[str], other: list[str]) -> bool:
-    """Whether ``words`` are about ``side`` of a comparison. When one side's name holds the
-    other's ("USER" and "CURRENT_USER special registers", "force" and "net force"), a unit
-    is about the side it names first, and "CURRENT USER" does not name "USER"."""
-    if not side:
-        return False
-    if set(side) < set(other):
-        first, rival = _first_named(words, side, other)
-    elif set(other) < set(side):
-        rival, first = _first_named(words, other, side)
-    else:
-        return bool(set(side) & set(words))
-    return first is not None and (rival is None or first < rival)
-
-
-def _first_named(
-    words: list[str], short: list[str], long: list[str]
-) -> tuple[int | None, int | None]:
-    """Where ``words`` first name ``short`` alone, and where they first name ``long`` by the
-    word that sets it apart ("current user" for "user" and "current user special register")."""
-    n = len(short)
-    at = next((i for i in range(len(long) - n + 1) if long[i : i + n] == short), None)
-    if at is None:  # the short name's words are scattered in the long one
-        alone = next((i for i, w in enumerate(words) if w in short), None)
-        return alone, None
-    marked, shift = (long[at - 1 : at + n], 1) if at else (long[: n + 1], 0)
-    alone = whole = None
-    for i in range(len(words) - n + 1):
-        if words[i : i + n] != short:
-            continue
-        start = i - shift
-        if start >= 0 and words[start : start + len(marked)] == marked:
-            whole = start if whole is None else whole
-        elif alone is None:
-            alone = i
-    return alone, whole
-
-
 class OfflineAnswerer:
     """Answers from the sources alone: the units that answer, cited, streamed."""
 
@@ -970,20 +1038,28 @@ class OfflineAnswerer:
         self._vectors: OrderedDict[tuple[str, str], NDArray[np.float32]] = OrderedDict()
         self.cache_floats = cache_floats
 
-    async def answer(self, *, question: str, sources: Sequence[SourceText]) -> ExtractiveAnswer:
-        """The extractive answer (unit similarity from the embedder when one is set)."""
-        similarities: list[float] | None = None
+    async def answer(
+        self, *, question: str, sources: Sequence[SourceText], **options: Any
+    ) -> ExtractiveAnswer:
+        """The extractive answer (unit similarity from the embedder when one is set);
+        ``options`` go to ``extract_answer`` (measurements: ``without``, ``model``)."""
         candidates = candidate_sentences(sources)
-        if self.embedder is not None and candidates and question.strip():
-            query = await self.embedder.embed_query(question)
-            vectors = await self._unit_vectors(self.embedder, [c[2] for c in candidates])
-            similarities = [float(v) for v in np.asarray(vectors @ query).ravel()]
+        similarities = await self.similarities(question, [c[2] for c in candidates])
         return extract_answer(
             question=question,
             sources=sources,
             similarities=similarities,
             max_sentences=self.max_sentences,
+            **options,
         )
+
+    async def similarities(self, question: str, texts: Sequence[str]) -> list[float] | None:
+        """Cosine of the question to each text (None without an embedder)."""
+        if self.embedder is None or not texts or not question.strip():
+            return None
+        query = await self.embedder.embed_query(question)
+        vectors = await self._unit_vectors(self.embedder, texts)
+        return [float(v) for v in np.asarray(vectors @ query).ravel()]
 
     async def _unit_vectors(self, embedder: Embedder, texts: Sequence[str]) -> NDArray[np.float32]:
         """The vectors of ``texts``, embedding only those not met lately."""

@@ -25,6 +25,8 @@ class SourceText(BaseModel):
     label: str
     text: str
     title: str | None = None
+    score: float | None = None  # the re-ranker's, when the source came through it
+    section: str | None = None  # its section path ("Diagnosis > Karyotype")
 
 
 class TextDelta(BaseModel):

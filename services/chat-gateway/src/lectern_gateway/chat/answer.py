@@ -81,6 +81,7 @@ def turn_prompt(
             text=retrieved.texts[s.label],
             pages=pages_label(s.page_start, s.page_end, s.slide),
             section=s.section,
+            score=s.score,
         )
         for s in retrieved.sources
     ]

@@ -70,7 +70,10 @@ def streamer_for(generator: llm.Generator) -> AnswerStreamer:
         messages = [llm.ChatMessage(role=t.role, content=t.text) for t in prompt.history]
         messages.append(llm.ChatMessage(role="user", content=prompt.user))
         sources = [
-            llm.SourceText(label=s.label, text=s.text, title=s.title) for s in prompt.sources
+            llm.SourceText(
+                label=s.label, text=s.text, title=s.title, score=s.score, section=s.section
+            )
+            for s in prompt.sources
         ]
         usage: dict[str, Any] = {}
         # the model call's span (not made current: this generator yields to its caller)

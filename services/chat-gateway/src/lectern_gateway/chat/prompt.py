@@ -72,6 +72,7 @@ class PromptSource:
     text: str
     pages: str | None = None
     section: str | None = None
+    score: float | None = None  # the re-ranker's
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ def build_prompt(
         only = kept_sources[0]
         keep_chars = max(0, len(only.text) - 4 * over - 8)
         kept_sources[0] = PromptSource(
-            only.label, only.title, only.text[:keep_chars], only.pages, only.section
+            only.label, only.title, only.text[:keep_chars], only.pages, only.section, only.score
         )
     return Prompt(
         system=with_sources(system, kept_sources),

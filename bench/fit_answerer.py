@@ -1,0 +1,211 @@
+"""Fit the offline answerer's scoring model on the development split's labelled sentences.
+
+Each unit (sentence, list item, table row) of the sources of every development question is
+labelled by whether it states one of the question's key facts, and described by the
+answerer's ``SIGNALS`` (``bench/replay_answers.py --signals`` writes them from a stored
+run). A logistic regression combines the signals; it is cross-validated by document (no
+document's sentences are both fitted and scored), and the fit on all development documents
+is written to ``lectern_common/answerer_model.json`` with its cross-validated figures.
+
+    python bench/replay_answers.py --json RUN.json --signals /tmp/signals.npz
+    python bench/fit_answerer.py --signals /tmp/signals.npz
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lectern_common import answerer
+
+
+def _fit_listwise(
+    x: NDArray[np.float64], y: NDArray[np.int_], questions: NDArray[np.str_], c: float
+) -> tuple[NDArray[np.float64], float]:
+    """Weights that rank, within each question, the units stating a fact first: the
+    likelihood of those units under a softmax over the question's units (a conditional
+    logit), with an L2 penalty of 1/c; a one-signal logistic fit of the resulting logit then
+    scales and shifts it into the probability that a unit states a fact."""
+    from scipy.optimize import minimize  # type: ignore[import-untyped]
+
+    order = np.argsort(questions, kind="stable")
+    x, y, questions = x[order], y[order], questions[order]
+    _, starts = np.unique(questions, return_index=True)
+    spans = [
+        (int(a), int(z)) for a, z in zip(starts, [*starts[1:], len(y)], strict=True) if y[a:z].any()
+    ]
+
+    def loss(w: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        total, grad = 0.5 * float(w @ w) / c, w / c
+        logits = x @ w
+        for a, z in spans:
+            part = np.exp(logits[a:z] - logits[a:z].max())
+            p = part / part.sum()
+            q = np.where(y[a:z] == 1, p, 0.0)
+            mass = q.sum()
+            total -= float(np.log(mass))
+            grad = grad - x[a:z].T @ (q / mass) + x[a:z].T @ p
+        return total, grad
+
+    w = minimize(loss, np.zeros(x.shape[1]), jac=True, method="L-BFGS-B").x
+    scale, bias = _fit((x @ w)[:, None], y, 1e6)
+    return np.asarray(w * float(scale[0]), dtype=np.float64), float(bias)
+
+
+def _fit(
+    x: NDArray[np.float64], y: NDArray[np.int_], c: float
+) -> tuple[NDArray[np.float64], float]:
+    from sklearn.linear_model import LogisticRegression  # type: ignore[import-untyped]
+
+    model = LogisticRegression(C=c, max_iter=2000, class_weight="balanced")
+    model.fit(x, y)
+    return np.asarray(model.coef_[0], dtype=np.float64), float(model.intercept_[0])
+
+
+def _top1(scores: NDArray[np.float64], y: NDArray[np.int_], questions: NDArray[np.str_]) -> float:
+    """Share of questions (with a labelled unit at all) whose best-scored unit states a fact."""
+    hits = total = 0
+    for q in np.unique(questions):
+        at = questions == q
+        if not y[at].any():
+            continue
+        total += 1
+        hits += int(y[at][int(np.argmax(scores[at]))])
+    return hits / total if total else 0.0
+
+
+def _question_matrix(
+    data: Any, x_all: NDArray[np.float64], w: NDArray[np.float64], b: float
+) -> tuple[NDArray[np.float64], NDArray[np.int_], NDArray[np.str_]]:
+    """Each question's ``QUESTION_SIGNALS`` under the unit model (w, b), its label
+    (answerable 1, off-topic 0) and its group (document, or off-topic)."""
+    probabilities = 1.0 / (1.0 + np.exp(-(x_all @ w + b)))
+    semantic, lexical = answerer.SIGNALS.index("semantic"), answerer.SIGNALS.index("lexical")
+    rows, labels = [], []
+    for qid, (answerable, *static) in zip(
+        data["question_ids"], data["question_table"], strict=True
+    ):
+        at = data["questions"] == qid
+        row = list(static)  # in QUESTION_SIGNALS order; the unit model's own are redone
+        row[0] = probabilities[at].max()
+        row[1], row[2] = x_all[at, semantic].max(), x_all[at, lexical].max()
+        rows.append(row)
+        labels.append(int(answerable))
+    return np.asarray(rows), np.asarray(labels), data["question_groups"]
+
+
+def _fit_refusal(
+    data: Any, x_all: NDArray[np.float64], w: NDArray[np.float64], b: float, *, most_refused: float
+) -> dict[str, Any]:
+    """The refusal model: answerable against off-topic development questions, its threshold
+    the highest that refuses at most ``most_refused`` of the answerable ones when each
+    document's questions are scored by a model fitted without them."""
+    qx, qy, qgroups = _question_matrix(data, x_all, w, b)
+    held = np.zeros(len(qy))
+    for group in np.unique(qgroups):
+        fit_on = qgroups != group
+        rw, rb = _fit(qx[fit_on], qy[fit_on], 1.0)
+        held[~fit_on] = 1.0 / (1.0 + np.exp(-(qx[~fit_on] @ rw + rb)))
+    answerable = np.sort(held[qy == 1])
+    allowed = int(np.floor(most_refused * len(answerable)))
+    threshold = float(answerable[allowed]) if len(answerable) else 0.5
+    offtopic_refused = float((held[qy == 0] < threshold).mean()) if (qy == 0).any() else 0.0
+    answerable_refused = float((held[qy == 1] < threshold).mean())
+    print(
+        f"refusal: {int((qy == 1).sum())} answerable, {int((qy == 0).sum())} off-topic questions "
+        f"with sources; leave-one-document-out at threshold {threshold:.3f}: answerable refused "
+        f"{answerable_refused:.3f}, off-topic refused {offtopic_refused:.3f}"
+    )
+    rw, rb = _fit(qx, qy, 1.0)
+    for name, value in zip(answerer.QUESTION_SIGNALS, rw, strict=True):
+        print(f"  {name:22} {value:+.3f}")
+    return {
+        "signals": list(answerer.QUESTION_SIGNALS),
+        "weights": [round(float(v), 4) for v in rw],
+        "bias": round(rb, 4),
+        "threshold": round(threshold, 4),
+        "leave_one_document_out": {
+            "answerable_refused": round(answerable_refused, 3),
+            "offtopic_refused": round(offtopic_refused, 3),
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--signals", type=Path, required=True)
+    parser.add_argument("--c", type=float, nargs="*", default=[0.03, 0.1, 0.3, 1.0, 3.0])
+    parser.add_argument("--out", type=Path, default=answerer.MODEL_PATH)
+    parser.add_argument(
+        "--most-refused", type=float, default=0.03,
+        help="the share of answerable development questions the refusal may refuse (0.03)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    data = np.load(args.signals)
+    names = tuple(str(n) for n in data["names"])
+    if names != answerer.SIGNALS:
+        print("the signals file was written with other signals: replay again", file=sys.stderr)
+        return 2
+    x_all, y_all = data["signals"].astype(np.float64), data["labels"].astype(np.int_)
+    answerable_ids = {
+        str(q) for q, row in zip(data["question_ids"], data["question_table"], strict=True)
+        if row[0] == 1
+    }  # fmt: skip
+    answerable_units = np.asarray([str(q) in answerable_ids for q in data["questions"]])
+    x, y = x_all[answerable_units], y_all[answerable_units]
+    groups, questions = data["groups"][answerable_units], data["questions"][answerable_units]
+    documents = np.unique(groups)
+    print(f"{len(y)} units ({int(y.sum())} state a fact) of {len(np.unique(questions))} "
+          f"questions over {len(documents)} documents")  # fmt: skip
+    from sklearn.metrics import roc_auc_score  # type: ignore[import-untyped]
+
+    current = answerer.answer_model().score(x)  # the shipped unit model
+    print(f"shipped model: AUC {roc_auc_score(y, current):.3f}, "
+          f"top-1 {_top1(current, y, questions):.3f}")  # fmt: skip
+    best: tuple[float, float] | None = None
+    for c in args.c:
+        held = np.zeros(len(y))
+        for document in documents:  # leave one document out
+            fit_on = groups != document
+            if y[fit_on].min() == y[fit_on].max():
+                continue
+            w, b = _fit_listwise(x[fit_on], y[fit_on], questions[fit_on], c)
+            held[~fit_on] = x[~fit_on] @ w + b
+        auc, top1 = roc_auc_score(y, held), _top1(held, y, questions)
+        print(f"C={c:<6} leave-one-document-out: AUC {auc:.3f}, top-1 {top1:.3f}")
+        if best is None or top1 > best[1]:
+            best = (c, top1)
+    assert best is not None
+    c, top1 = best
+    w, b = _fit_listwise(x, y, questions, c)
+    refusal = _fit_refusal(data, x_all, w, b, most_refused=args.most_refused)
+    args.out.write_text(
+        json.dumps(
+            {
+                "signals": list(answerer.SIGNALS),
+                "weights": [round(float(v), 4) for v in w],
+                "bias": round(b, 4),
+                "fitted_on": f"bench/answers/dev: {int(answerable_units.sum())} units, "
+                f"{len(documents)} documents",
+                "c": c,
+                "leave_one_document_out_top1": round(top1, 3),
+                "refusal": refusal,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    for name, value in sorted(zip(answerer.SIGNALS, w, strict=True), key=lambda p: -abs(p[1])):
+        print(f"  {name:22} {value:+.3f}")
+    print(f"wrote {args.out} (C={c})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

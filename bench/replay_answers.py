@@ -1,0 +1,309 @@
+"""Replay the offline answerer on the sources a real run stored, per split: fast ablations
+and the labelled sentences the answerer's model is fitted on.
+
+``make bench-answers`` (``lectern eval-answers --set bench/answers --json FILE``) keeps, for
+every question, the sources of its final context in the order chat gave them. This replays
+``OfflineAnswerer`` (with the same local embedding model the gateway loads) on exactly those
+sources and scores the answers as the benchmark does: key-fact recall, a citation on the gold
+page, citation precision, refusals. Retrieval is not re-run, so a change to the answerer is
+measured alone in seconds; what it measures must then be confirmed by a fresh
+``make bench-answers``.
+
+    python bench/replay_answers.py --json /tmp/lectern-bench-answers.json
+    python bench/replay_answers.py --json RUN.json --without followed_on --without enumerated
+    python bench/replay_answers.py --json RUN.json --signals /tmp/signals.npz   # for fitting
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from lectern_common import answerer
+from lectern_common.generation import SourceText
+from lectern_common.text import resolve_follow_up
+from lectern_eval.answer_set import AnswerQuestion, fact_recall, holds_any_fact, load_set
+
+if TYPE_CHECKING:
+    from lectern_common.embeddings import Embedder
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Replayed:
+    """One question's replayed answer and its scores."""
+
+    id: str
+    split: str
+    document: str
+    kind: str
+    refused: bool
+    fact_recall: float
+    cited: int
+    cited_precise: int
+    cited_gold: bool
+    context_hit: bool
+    answer: str = ""
+
+
+CACHE = Path("/tmp/lectern-replay-vectors.npz")
+
+
+class CachedEmbedder:
+    """The local embedder with its vectors kept on disk between replays (keyed by text)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.vectors: dict[str, np.ndarray] = {}
+        if CACHE.is_file():
+            with np.load(CACHE, allow_pickle=False) as data:
+                self.vectors = dict(zip(data["keys"].tolist(), data["vectors"], strict=True))
+        self.added = 0
+
+    async def _many(self, prefix: str, texts: Sequence[str], embed: Any) -> list[np.ndarray]:
+        missing = [t for t in dict.fromkeys(texts) if prefix + t not in self.vectors]
+        if missing:
+            for text, vector in zip(missing, await embed(missing), strict=True):
+                self.vectors[prefix + text] = np.asarray(vector, dtype=np.float32)
+            self.added += len(missing)
+        return [self.vectors[prefix + t] for t in texts]
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return await self._many("d:", texts, self.inner.embed_documents)
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        async def one(texts: Sequence[str]) -> list[np.ndarray]:
+            return [await self.inner.embed_query(texts[0])]
+
+        return (await self._many("q:", [text], one))[0]
+
+    def save(self) -> None:
+        if self.added:
+            keys = list(self.vectors)
+            np.savez(
+                CACHE, keys=np.asarray(keys), vectors=np.stack([self.vectors[k] for k in keys])
+            )
+
+
+def _sources(stored: Sequence[dict[str, Any]]) -> list[SourceText]:
+    return [
+        SourceText(
+            label=str(s["label"]),
+            text=str(s["text"]),
+            score=None if s.get("score") is None else float(s["score"]),
+            section=s.get("section"),
+        )
+        for s in stored
+    ]
+
+
+def _questions_asked(question: AnswerQuestion, by_id: dict[str, AnswerQuestion]) -> str:
+    """The question as the offline answerer reads it: a follow-up takes its chain's topic."""
+    earlier: list[str] = []
+    parent = question.follow_up_to
+    while parent is not None and parent in by_id:
+        earlier.insert(0, by_id[parent].question)
+        parent = by_id[parent].follow_up_to
+    return resolve_follow_up(question.question, earlier) if earlier else question.question
+
+
+async def replay(
+    run: dict[str, Any],
+    root: Path,
+    *,
+    without: Sequence[str] = (),
+    signals_out: Path | None = None,
+    floor: float | None = None,
+    other_floor: float | None = None,
+    model: answerer.AnswerModel | None = None,
+) -> list[Replayed]:
+    """Replay every stored answerable and off-topic question of ``run``."""
+    from lectern_common.embeddings import LocalEmbedder
+    from lectern_common.settings import BaseServiceSettings
+
+    splits = load_set(root)
+    split_of = {q: s.name for s in splits for q in s.ids}
+    by_id = {q.id: q for s in splits for q in s.questions}
+    embedder = CachedEmbedder(LocalEmbedder(BaseServiceSettings(), query_precision="float32"))
+    offline = answerer.OfflineAnswerer(embedder=cast("Embedder", embedder))
+    options: dict[str, Any] = {"without": frozenset(without), "model": model}
+    if floor is not None:
+        options["floor"] = floor
+    if other_floor is not None:
+        options["other_floor"] = other_floor
+    out: list[Replayed] = []
+    rows: list[np.ndarray] = []
+    labels: list[int] = []
+    groups: list[str] = []
+    questions: list[str] = []
+    # one row per question: answerable (1) or off-topic (0), then the question signals that
+    # do not depend on the unit model (speaks, re-ranker top score, no score)
+    question_ids: list[str] = []
+    question_groups: list[str] = []
+    question_table: list[list[float]] = []
+
+    async def record(
+        text: str, sources: list[SourceText], qid: str, group: str, answerable: int
+    ) -> list[answerer.SourceUnit]:
+        units = answerer.source_units(sources)
+        bags = [Counter(answerer.terms(u.text)) for u in units]
+        similarities = await offline.similarities(text, [u.text for u in units])
+        rows.append(
+            answerer.unit_signals(
+                text, answerer.question_form(text), units, bags, similarities, sources=sources
+            )
+        )
+        groups.extend([group] * len(units))
+        questions.extend([qid] * len(units))
+        query = list(dict.fromkeys(answerer.terms(text)))
+        # the question signals with no unit model behind them (the model-dependent ones are
+        # recomputed by the fit)
+        static = answerer.question_signals(
+            text, query, bags, rows[-1], np.zeros(len(units)), sources
+        )
+        question_ids.append(qid)
+        question_groups.append(group)
+        question_table.append([answerable, *static.tolist()])
+        return units
+
+    for result in run["results"]:
+        question = by_id.get(result["id"])
+        if question is None:
+            continue
+        stored = result.get("sources") or []
+        # the re-ranker's gap verdict refuses before the answerer is asked
+        if result.get("band") == "gap" or not stored:
+            out.append(
+                Replayed(result["id"], split_of[result["id"]], question.document,
+                         question.kind, True, 0.0, 0, 0, False, bool(result.get("context_hit")))
+            )  # fmt: skip
+            continue
+        sources = _sources(stored)
+        asked = _questions_asked(question, by_id)
+        answer = await offline.answer(question=asked, sources=sources, **options)
+        text = answer.render()
+        by_label = {s["label"]: s for s in stored}
+        cited = answer.cited
+        out.append(
+            Replayed(
+                id=question.id, split=split_of[question.id], document=question.document,
+                kind=question.kind, refused=not answer.supported,
+                fact_recall=fact_recall(text, question.facts) if answer.supported else 0.0,
+                cited=len(cited),
+                cited_precise=sum(
+                    1 for c in cited if holds_any_fact(str(by_label[c]["text"]), question.facts)
+                ),
+                cited_gold=any(bool(by_label[c].get("gold")) for c in cited),
+                context_hit=bool(result.get("context_hit")),
+                answer=text,
+            )
+        )  # fmt: skip
+        if signals_out is not None and split_of[question.id] == "dev":  # fitted on dev only
+            units = await record(asked, sources, question.id, question.document, 1)
+            labels += [int(holds_any_fact(u.text, question.facts)) for u in units]
+    for result in run.get("offtopic", []):
+        if result["id"] not in split_of:
+            continue
+        stored = result.get("sources") or []
+        refused = True
+        if stored and result.get("band") != "gap":
+            answer = await offline.answer(
+                question=result["question"], sources=_sources(stored), **options
+            )
+            refused = not answer.supported
+            if signals_out is not None and split_of[result["id"]] == "dev":
+                group = result.get("document") or "(off-topic)"
+                units = await record(result["question"], _sources(stored), result["id"], group, 0)
+                labels += [0] * len(units)
+        out.append(
+            Replayed(result["id"], split_of[result["id"]], result.get("document") or "",
+                     "offtopic", refused, 0.0, 0, 0, False, False)
+        )  # fmt: skip
+    embedder.save()
+    if signals_out is not None:
+        np.savez(
+            signals_out, signals=np.vstack(rows), labels=np.asarray(labels),
+            groups=np.asarray(groups), questions=np.asarray(questions),
+            names=np.asarray(answerer.SIGNALS), question_ids=np.asarray(question_ids),
+            question_table=np.asarray(question_table), question_groups=np.asarray(question_groups),
+        )  # fmt: skip
+    return out
+
+
+def summary(replayed: Sequence[Replayed], split: str) -> dict[str, float]:
+    """The benchmark's figures for one split."""
+    answerable = [r for r in replayed if r.split == split and r.kind != "offtopic"]
+    off = [r for r in replayed if r.split == split and r.kind == "offtopic"]
+    cited = sum(r.cited for r in answerable)
+
+    def mean(values: Sequence[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    return {
+        "questions": len(answerable),
+        "fact_recall": mean([r.fact_recall for r in answerable]),
+        "citation_on_gold": mean([float(r.cited_gold) for r in answerable]),
+        "citation_precision": sum(r.cited_precise for r in answerable) / cited if cited else 0.0,
+        "answerable_refused": mean([float(r.refused) for r in answerable]),
+        "offtopic_refused": mean([float(r.refused) for r in off]),
+        "near_miss_refused": mean([float(r.refused) for r in off if r.document]),
+    }
+
+
+def by_kind(replayed: Sequence[Replayed], split: str) -> dict[str, tuple[int, float]]:
+    kinds: dict[str, list[float]] = {}
+    for r in replayed:
+        if r.split == split and r.kind != "offtopic":
+            kinds.setdefault(r.kind, []).append(r.fact_recall)
+    return {k: (len(v), sum(v) / len(v)) for k, v in sorted(kinds.items())}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, default=Path("/tmp/lectern-bench-answers.json"))
+    parser.add_argument("--set", type=Path, default=HERE / "answers")
+    parser.add_argument(
+        "--without", action="append", default=[], choices=sorted(answerer.MECHANISMS),
+        help="replay with this mechanism of the answerer switched off (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--model", type=Path, help="an answerer model file (default: shipped)")
+    parser.add_argument("--floor", type=float)
+    parser.add_argument("--other-floor", type=float)
+    parser.add_argument("--signals", type=Path, help="write every unit's signals and label")
+    parser.add_argument("--out", type=Path, help="write every replayed question as JSON")
+    args = parser.parse_args()
+    run = json.loads(args.json.read_text())
+    model = answerer.AnswerModel.load(args.model) if args.model else None
+    replayed = asyncio.run(
+        replay(run, args.set, without=args.without, signals_out=args.signals,
+               floor=args.floor, other_floor=args.other_floor, model=model)
+    )  # fmt: skip
+    splits = [s for s in ("dev", "test") if any(r.split == s for r in replayed)]
+    figures = {s: summary(replayed, s) for s in splits}
+    print(f"{'':28}" + "".join(f"{s:>10}" for s in splits))
+    for key in next(iter(figures.values())):
+        print(f"{key:28}" + "".join(f"{figures[s][key]:>10.3f}" for s in splits))
+    kinds = {s: by_kind(replayed, s) for s in splits}
+    for kind in sorted({k for s in splits for k in kinds[s]}):
+        cells = [kinds[s].get(kind) for s in splits]
+        print(f"  {kind:26}" + "".join(f"{c[1]:>6.2f} ({c[0]:>2})" if c else f"{'-':>11}"
+                                         for c in cells))  # fmt: skip
+    if args.out:
+        args.out.write_text(json.dumps([r.__dict__ for r in replayed], indent=1))
+    print(json.dumps({"replay": figures, "without": args.without}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
