@@ -205,6 +205,7 @@ def test_a_definition_by_condition_need_not_name_its_subject_as_the_question_doe
         question="Wann heißt eine Teilmenge A eines topologischen Raums abgeschlossen?",
         sources=[notes, other],
         similarities=[0.3, 0.47, 0.7],
+        without={"off_topic"},  # which sentence answers, whatever the refusal decides
     )
     assert picked.cited == ["T1"]
     assert "X \\ A offen" in picked.render()
@@ -386,6 +387,7 @@ def test_another_form_of_a_word_the_answer_holds_is_not_a_new_term() -> None:
         question="Wann heißt eine Teilmenge eines topologischen Raums abgeschlossen?",
         sources=[answer, other],
         similarities=[0.6, 0.75],
+        without={"off_topic"},  # which source is cited, whatever the refusal decides
     )
     assert picked.cited == ["T1"]
 
@@ -446,6 +448,21 @@ PORTS = SourceText(
     ),
     score=0.8,
 )
+
+
+def test_the_fitted_refusal_refuses_what_the_sources_do_not_say() -> None:
+    """A near miss shares the material's words (port, number) but names what no source holds
+    (SNMP): refused. The question the material answers is answered."""
+    near_miss = extract_answer(
+        question="What port number does the network management protocol SNMP listen on?",
+        sources=[PORTS],
+        similarities=[0.3, 0.35, 0.25],
+    )
+    assert not near_miss.supported
+    answered = extract_answer(
+        question="Which port does HTTPS use?", sources=[PORTS], similarities=[0.35, 0.75, 0.3]
+    )
+    assert answered.supported and "443" in answered.render()
 
 
 def test_the_shipped_model_is_fitted_on_this_answerers_signals(tmp_path: Path) -> None:

@@ -107,6 +107,41 @@ def question_files(tmp_path: Path) -> tuple[Path, Path, Path]:
     return docs, questions, offtopic
 
 
+PLANT_QUESTIONS = [
+    {"id": "plant-01", "document": "plants.pdf", "question": "Where does photosynthesis happen?",
+     "kind": "fact", "pages": [1], "evidence": "Photosynthesis happens in the chloroplasts",
+     "facts": [["chloroplasts"]]},
+]  # fmt: skip
+
+
+@pytest.fixture
+def question_set(question_files: tuple[Path, Path, Path], tmp_path: Path) -> tuple[Path, Path]:
+    """A set split by document: dev (cells.pdf) and test (plants.pdf), the test split frozen."""
+    docs, questions, offtopic = question_files
+    document = pymupdf.open()
+    page = document.new_page()
+    page.insert_textbox(
+        pymupdf.Rect(72, 72, 523, 400),
+        "Plant biology\n\nPhotosynthesis happens in the chloroplasts of leaf cells, where "
+        "chlorophyll absorbs red and blue light and the plant makes sugar from carbon dioxide "
+        "and water.",
+        fontsize=12,
+    )
+    document.save(docs / "plants.pdf")
+    root = tmp_path / "set"
+    (root / "dev").mkdir(parents=True)
+    (root / "test").mkdir()
+    (root / "dev" / "questions.jsonl").write_text(questions.read_text())
+    (root / "dev" / "offtopic.jsonl").write_text(offtopic.read_text())
+    (root / "test" / "questions.jsonl").write_text(
+        "".join(json.dumps(q) + "\n" for q in PLANT_QUESTIONS)
+    )
+    from lectern_eval.answer_set import load_split
+
+    (root / "FROZEN").write_text(f"test {load_split(root / 'test').sha256}\n")
+    return docs, root
+
+
 def test_eval_answers_runs_the_real_path_and_scores_it(
     question_files: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -148,25 +183,34 @@ class CourseGemini(FakeGemini):
 
 
 def test_eval_answers_runs_through_a_configured_model(
-    question_files: tuple[Path, Path, Path],
+    question_set: tuple[Path, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    docs, questions, offtopic = question_files
+    """The same benchmark, split by document, through a model (the fake Gemini server): the
+    context the model got is scored by the same gold-page figures, dev beside test."""
+    docs, root = question_set
     report = tmp_path / "report.json"
     with CourseGemini() as gemini:
         # the services are processes: they read the key and endpoint from the environment
         monkeypatch.setenv("LECTERN_GEMINI_API_KEY", "fake-key")
         monkeypatch.setenv("LECTERN_GEMINI_BASE_URL", gemini.base_url)
         code = main(
-            ["eval-answers", "--questions", str(questions), "--offtopic", str(offtopic),
-             "--documents", str(docs), "--json", str(report)]
+            ["eval-answers", "--set", str(root), "--documents", str(docs), "--json", str(report)]
         )  # fmt: skip
         asked = [r for r in gemini.requests if r.path.endswith(":streamGenerateContent")]
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert code == 0, out
+    assert "test split: 1 questions over 1 documents" in captured.err + out
+    assert "(frozen: matches)" in out
     result = json.loads(report.read_text())
+    splits = result["splits"]
+    assert splits["dev"]["questions"] == 4 and splits["test"]["questions"] == 1
+    assert splits["test"]["context_recall"] == 1.0  # the model's context held the gold page
+    assert splits["test"]["fact_recall"] == 0.0  # and its answer is what gets scored
+    assert "a citation on the gold page" in out
     by_id = {r["id"]: r for r in result["results"]}
     first = by_id["cell-01"]
     assert first["answered_by"] not in (None, "offline"), first

@@ -652,6 +652,8 @@ QUESTION_SIGNALS = (
     "rerank_missing",
     "missing_terms",  # the share of the question's terms no source holds in any form
     "missing_name",  # a name the question gives ("SMTP", "Dinah") is in no source
+    "missing_longest",  # the length of the longest such term (/12, at most 1): "many" or
+    # "kind" a paraphrase drops, "regularization" or "amniocentesis" the material lacks
 )
 _NAME = re.compile(r"(?<=\w\s)[A-Z][\w.-]*|\b[A-Za-z]*[A-Z][a-z]*[A-Z0-9][\w-]*")
 
@@ -669,6 +671,7 @@ def question_signals(
     held = {t[:5] for bag in bags for t in bag}
     asked = {t[:5] for t in query}
     missing = len(asked - held) / len(asked) if asked else 0.0
+    longest = max((len(t) for t in query if t[:5] not in held), default=0)
     text = " ".join(s.text for s in sources).casefold()
     return np.asarray(
         [
@@ -680,6 +683,7 @@ def question_signals(
             float(not scores),
             missing,
             float(any(n.casefold().rstrip(".") not in text for n in _NAME.findall(question))),
+            min(1.0, longest / 12),
         ],
         dtype=np.float64,
     )
