@@ -145,8 +145,8 @@ KIND_SHARES = {"table": 0.2, "definition": 0.15, "why_how": 0.15, "number": 0.15
 def test_every_key_fact_is_on_its_gold_pages_as_the_product_extracts_them(
     shared_data: Path,
 ) -> None:
-    """The question set cannot ask for what the documents do not say: each fact group (and
-    the evidence) occurs on the gold pages of the text ingest extracts."""
+    """The question set cannot ask for what the documents do not say: each fact group occurs
+    on the gold pages of the text ingest extracts (for unpaged formats, the evidence too)."""
     from lectern_common import filetype
     from lectern_ingest.extract import extract
 
@@ -166,6 +166,12 @@ def test_every_key_fact_is_on_its_gold_pages_as_the_product_extracts_them(
                 " ".join(pages.get(p, "") for p in q.pages) if q.pages else " ".join(pages.values())
             )
             problems += [f"{q.id}: {group}" for group in q.facts if not holds(text, group)]
-            if q.evidence and not holds(text, [q.evidence]):
+            # the evidence locates the passage where there are no pages (HTML, DOCX); a
+            # table's cells may be set apart by " | " or by spaces, as extraction improves
+            if not q.pages and q.evidence and not holds(_cells(text), [_cells(q.evidence)]):
                 problems.append(f"{q.id}: evidence {q.evidence[:40]!r}")
     assert problems == []
+
+
+def _cells(text: str) -> str:
+    return text.replace("|", " ")
