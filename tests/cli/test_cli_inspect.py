@@ -1,4 +1,5 @@
-"""`lectern inspect FILE`: ingest's reading of a document, offline, for people and machines."""
+"""`lectern inspect FILE`: ingest's reading of a document, offline, for people and machines (the
+service's reader runs as a process: its output is read from the file descriptors)."""
 
 from __future__ import annotations
 
@@ -36,29 +37,29 @@ def _notes(path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_inspect_prints_title_tree_and_chunk_kinds(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "notes.pdf"
     _notes(path)
     assert main(["inspect", str(path)]) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert "title: Plant Biology Notes" in out
     assert "p2    1 Light" in out and "p3    2 Water" in out
     assert "contents page: 2 of 2 entries are headings of the tree" in out
     assert "chunks: " in out and "1 contents" in out
 
     assert main(["inspect", "--chunks", str(path)]) == 0
-    listing = capsys.readouterr().out
+    listing = capfd.readouterr().out
     assert "p3 text       Plant Biology Notes > 2 Water" in listing
     assert "Photosynthesis turns light" in listing
 
 
 @pytest.mark.timeout(60)
-def test_inspect_json_for_machines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_inspect_json_for_machines(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "notes.pdf"
     _notes(path)
     assert main(["inspect", "--json", "--chunks", str(path)]) == 0
-    body = json.loads(capsys.readouterr().out)
+    body = json.loads(capfd.readouterr().out)
     assert body["title"] == "Plant Biology Notes" and body["pages"] == 3
     assert {"level": 2, "title": "2 Water", "page": 3} in body["headings"]
     assert body["chunks_by_kind"]["contents"] == 1
@@ -68,11 +69,11 @@ def test_inspect_json_for_machines(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_inspect_reports_what_ingest_would_refuse(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     empty = tmp_path / "empty.pdf"
     empty.write_bytes(b"")
     assert main(["inspect", str(empty)]) == 1
-    assert "empty_file" in capsys.readouterr().err
+    assert "empty_file" in capfd.readouterr().err
     assert main(["inspect", str(tmp_path / "missing.pdf")]) == 1
-    assert "no such file" in capsys.readouterr().err
+    assert "no such file" in capfd.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,24 +33,20 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the document's structure; 1 when it cannot be read (with ingest's reason)."""
-    from lectern_common.errors import BadInputError
-    from lectern_ingest.structure import ingest_chunking, inspect_document
+    """Print the document's structure; 1 when it cannot be read (with ingest's reason).
 
+    The ingest service's own code reads it, run as a process (``python -m
+    lectern_ingest.structure``): the tools drive the services, they never import them."""
     path: Path = args.file
     if not path.is_file():
         print(f"lectern inspect: error: no such file: {path}", file=sys.stderr)
         return 1
-    config, count_tokens = ingest_chunking()
+    command = [sys.executable, "-m", "lectern_ingest.structure", str(path)]
+    command += ["--chunks"] * args.chunks + ["--json"] * args.json
+    if args.password:
+        command += ["--password", args.password]
     try:
-        structure = inspect_document(
-            path, config=config, count_tokens=count_tokens, password=args.password
-        )
-    except BadInputError as exc:
-        print(f"lectern inspect: {path.name}: {exc.reason}: {exc}", file=sys.stderr)
+        return subprocess.run(command, check=False).returncode
+    except OSError as exc:
+        print(f"lectern inspect: cannot run the ingest service's reader: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        print(structure.to_json(chunks=args.chunks))
-    else:
-        print(structure.to_text(chunks=args.chunks))
-    return 0

@@ -182,3 +182,42 @@ def ingest_chunking(
         return len(tokenizer.encode(text, add_special_tokens=True).ids)
 
     return chunking_config(settings, max_tokens=max_tokens), count
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lectern_ingest.structure FILE [--chunks] [--json] [--password P]``: print
+    the document's structure; 1 when ingest could not read it (with its reason). ``lectern
+    inspect`` runs this as a process."""
+    import argparse
+    import sys
+
+    from lectern_common.errors import BadInputError
+
+    parser = argparse.ArgumentParser(prog="lectern inspect", description=__doc__)
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--chunks", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--password")
+    args = parser.parse_args(argv)
+    path: Path = args.file
+    if not path.is_file():
+        print(f"lectern inspect: error: no such file: {path}", file=sys.stderr)
+        return 1
+    config, count_tokens = ingest_chunking()
+    try:
+        structure = inspect_document(
+            path, config=config, count_tokens=count_tokens, password=args.password
+        )
+    except BadInputError as exc:
+        print(f"lectern inspect: {path.name}: {exc.reason}: {exc}", file=sys.stderr)
+        return 1
+    print(
+        structure.to_json(chunks=args.chunks)
+        if args.json
+        else structure.to_text(chunks=args.chunks)
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
