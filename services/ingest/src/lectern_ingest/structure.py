@@ -23,15 +23,6 @@ from lectern_ingest.titles import heading_title, usable_title
 PREVIEW_CHARS = 80
 
 
-@dataclass(frozen=True, slots=True)
-class Heading:
-    """A heading of the tree, with the page (or slide) it opens on."""
-
-    level: int
-    title: str
-    page: int | None
-
-
 @dataclass(slots=True)
 class DocumentStructure:
     """What ingest makes of a document, before any embedding."""
@@ -40,7 +31,7 @@ class DocumentStructure:
     mime: str
     title: str | None
     page_count: int | None
-    headings: list[Heading]
+    headings: list[OutlineEntry]  # the heading tree, each with the page it opens on
     chunks: list[ChunkDraft]
     #: entries of the printed table of contents, and those no heading of the tree matches
     contents_entries: list[OutlineEntry] = field(default_factory=list)
@@ -113,7 +104,7 @@ def preview(text: str) -> str:
     return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
 
 
-def unmatched(entries: list[OutlineEntry], headings: list[Heading]) -> list[OutlineEntry]:
+def unmatched(entries: list[OutlineEntry], headings: list[OutlineEntry]) -> list[OutlineEntry]:
     """The contents entries no heading of the tree names (numbering and case aside): the
     printed contents checking the tree found from the outline or the fonts."""
     keys = {letters_key(h.title) for h in headings}
@@ -132,7 +123,7 @@ def inspect_document(
 
     Raises ``BadInputError`` (with its ``reason``) as ingest would fail the document."""
     mime = mime or detect_mime_path(path)
-    headings: list[Heading] = []
+    headings: list[OutlineEntry] = []
     units: list[Unit] = []
     with extract(path, mime=mime, password=password) as extraction:
         title = usable_title(extraction.title)
@@ -141,7 +132,7 @@ def inspect_document(
                 title = heading_title(unit)
             units.append(unit)
             headings += [
-                Heading(b.level or 1, b.text, unit.page or unit.slide)
+                OutlineEntry(b.level or 1, b.text, unit.page or unit.slide)
                 for b in unit.blocks
                 if b.kind == "heading"
             ]
