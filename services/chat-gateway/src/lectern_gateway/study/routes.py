@@ -6,7 +6,6 @@ import uuid
 from datetime import datetime
 from typing import Any, Literal
 
-import numpy as np
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
@@ -20,7 +19,12 @@ from lectern_gateway.deps import BrokerDep, PoolDep, StateDep
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.study import generator
 from lectern_gateway.study import repository as repo
-from lectern_gateway.study.grading import choice_is_right, short_answer_is_right
+from lectern_gateway.study.grading import (
+    Similarities,
+    choice_is_right,
+    embed_similarities,
+    short_answer_is_right,
+)
 from lectern_gateway.study.model_writer import GeminiQuizWriter
 from lectern_gateway.study.syllabus import outline
 
@@ -251,12 +255,17 @@ async def get_quiz(quiz_id: uuid.UUID, principal: PrincipalDep, pool: PoolDep) -
 
 
 async def _similarities(
-    embedder: Embedder | None, pairs: list[tuple[str, str]]
-) -> list[float | None]:
-    if embedder is None or not pairs:
-        return [None] * len(pairs)
-    vectors = np.asarray(await embedder.embed_documents([t for pair in pairs for t in pair]))
-    return [float(vectors[2 * i] @ vectors[2 * i + 1]) for i in range(len(pairs))]
+    embedder: Embedder | None, questions: list[dict[str, Any]], given: dict[str, Any]
+) -> dict[str, Similarities]:
+    """The embedder's cosines for each typed answer against its question's first accepted
+    answer (empty without an embedder: the checker then judges by the words)."""
+    if embedder is None or not questions:
+        return {}
+    items = [
+        ((q["accepted"] or [q["answer"]])[0], str(given[q["id"]]), q["prompt"]) for q in questions
+    ]
+    found = await embed_similarities(embedder, items)
+    return {q["id"]: s for q, s in zip(questions, found, strict=True)}
 
 
 async def _model_verdicts(
@@ -308,14 +317,11 @@ async def attempt_quiz(
     given = {k: str(v).lower() if isinstance(v, bool) else v for k, v in body.answers.items()}
     judged = await _model_verdicts(state.resources.get(QUIZ_WRITER), questions, given)
     typed = [
-        (str(given[q["id"]]), q["answer"])
-        for q in questions
-        if q["kind"] == "short_answer" and given.get(q["id"]) and q["id"] not in judged
-        and len(q["answer"].split()) > 3
+        q for q in questions
+        if q["kind"] == "short_answer" and str(given.get(q["id"]) or "").strip()
+        and q["id"] not in judged
     ]  # fmt: skip
-    similarity = dict(
-        zip(typed, await _similarities(state.resources.get(EMBEDDER), typed), strict=True)
-    )
+    similarities = await _similarities(state.resources.get(EMBEDDER), typed, given)
     checks: list[AnswerCheck] = []
     for q in questions:
         said = given.get(q["id"])
@@ -326,7 +332,7 @@ async def attempt_quiz(
         elif q["kind"] == "short_answer":
             correct = short_answer_is_right(
                 q["accepted"] or [q["answer"]], str(said), question=q["prompt"],
-                similarity=similarity.get((str(said), q["answer"])),
+                evidence=q["evidence"], similarities=similarities.get(q["id"]),
             )  # fmt: skip
         else:
             correct = choice_is_right(q["answer"], str(said))
