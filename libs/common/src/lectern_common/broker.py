@@ -101,6 +101,11 @@ STREAMS: list[StreamSpec] = [
         description="quiz attempts, for memory and gradebooks",
     ),
     StreamSpec(
+        "LECTERN_USERS",
+        [Subjects.USERS_ERASED],
+        description="erasure requests: every service deletes what it keeps about the user",
+    ),
+    StreamSpec(
         "LECTERN_DEADLETTER",
         [Subjects.DEAD_LETTER],
         max_age_s=30 * DAY,

@@ -95,6 +95,7 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.FEEDBACK_FLAGGED,
             Subjects.KNOWLEDGE_GAP_DETECTED,
             Subjects.QUIZ_ATTEMPTED,
+            Subjects.USERS_ERASED,
             Subjects.RETRIEVE,
             Subjects.RERANK,
             Subjects.MEMORY_RECALL,
@@ -120,7 +121,12 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
     "retriever": Permissions(subscribe=[Subjects.RETRIEVE], answers_requests=True),
     "reranker": Permissions(subscribe=[Subjects.RERANK], answers_requests=True),
     "memory": Permissions(
-        publish=[Subjects.MEMORY_DISTILLED, *consume("LECTERN_CHAT"), *consume("LECTERN_STUDY")],
+        publish=[
+            Subjects.MEMORY_DISTILLED,
+            *consume("LECTERN_CHAT"),
+            *consume("LECTERN_STUDY"),
+            *consume("LECTERN_USERS"),
+        ],
         subscribe=[Subjects.MEMORY_RECALL],
         answers_requests=True,
     ),

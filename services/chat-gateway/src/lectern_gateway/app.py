@@ -18,6 +18,8 @@ from lectern_gateway.feedback import flags, gaps
 from lectern_gateway.keys import routes as api_keys
 from lectern_gateway.memories import routes as memories
 from lectern_gateway.personas import routes as personas
+from lectern_gateway.privacy import routes as privacy
+from lectern_gateway.privacy.retention import start_retention, stop_retention
 from lectern_gateway.problems import RejectNulBytes, install_problem_handlers
 from lectern_gateway.quality import routes as quality
 from lectern_gateway.review import routes as review
@@ -55,6 +57,11 @@ def create_app(
         await start_chat(state, settings)
         state.resources[QUIZ_WRITER] = build_quiz_writer(settings)
         start_gap_closures(state, settings)
+        start_retention(state, settings)
+
+    async def shutdown(state: ServiceState) -> None:
+        await stop_retention(state)
+        await stop_chat(state)
 
     app = create_service_app(
         settings=settings,
@@ -62,7 +69,7 @@ def create_app(
         title="Lectern gateway",
         description=DESCRIPTION,
         on_startup=startup,
-        on_shutdown=stop_chat,
+        on_shutdown=shutdown,
         docs=True,
         tracer_provider=tracer_provider,
         outbox="gateway",
@@ -81,6 +88,7 @@ def create_app(
     app.include_router(search.router)
     app.include_router(chat.router)
     app.include_router(memories.router)
+    app.include_router(privacy.router)
     app.include_router(sessions.router)
     app.include_router(flags.router)
     app.include_router(gaps.router)

@@ -89,6 +89,11 @@ class Settings(ServiceHttpSettings):
         "review queue, unless its subject has its own horizon",
     )  # fmt: skip
     idle_sweep_interval_s: float = Field(default=60.0, description="0 disables the sweep")
+    retention_sweep_interval_s: float = Field(
+        default=3600.0, ge=0,
+        description="how often sessions past their tenant's session_retention_days are "
+        "deleted (PUT /v1/tenant/settings; 0: never)",
+    )  # fmt: skip
     gap_closure_interval_s: float = Field(
         default=15.0, ge=0,
         description="how often gap topics closed by a document are re-tried once it is indexed "

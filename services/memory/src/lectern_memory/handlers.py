@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from lectern_common.broker import deliveries, park
 from lectern_common.errors import PermanentError, RetryableError
-from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, QuizAttempted
+from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, QuizAttempted, UserErased
+from lectern_memory import erasure
 from lectern_memory.service import MemoryService
 
 log = logging.getLogger(__name__)
@@ -100,3 +101,24 @@ async def handle_quiz_attempted(
         log.warning("quiz attempt %s not recorded (%s); retrying", event.attempt_id,
                     type(exc).__name__)  # fmt: skip
         raise NackMessage(delay=backoff(attempt)) from exc
+
+
+async def handle_user_erased(
+    pool: Any, broker: NatsBroker, body: Any, message: NatsMessage
+) -> None:
+    """users.erased -> delete every row kept about the user (an invalid message is parked);
+    a re-delivery finds nothing left and changes nothing."""
+    try:
+        event = UserErased.model_validate(body)
+    except ValidationError as exc:
+        log.error("rejecting invalid users.erased: %s", exc)
+        await park(broker, message, service=SERVICE, reason="invalid_message", detail=str(exc))
+        raise RejectMessage() from exc
+    try:
+        erased = await erasure.erase_user(pool, event)
+    except Exception as exc:
+        attempt = deliveries(message)
+        log.warning("erasure %s not done (%s); retrying", event.event_id, type(exc).__name__)
+        raise NackMessage(delay=backoff(attempt)) from exc
+    # the erasure's id, never the user's
+    log.info("erasure %s: %d rows deleted", event.event_id, sum(erased.values()))

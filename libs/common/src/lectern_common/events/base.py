@@ -30,6 +30,7 @@ class Subjects:
     FEEDBACK_FLAGGED = "lectern.feedback.flagged.v1"
     KNOWLEDGE_GAP_DETECTED = "lectern.knowledge_gap.detected.v1"
     QUIZ_ATTEMPTED = "lectern.quiz.attempted.v1"
+    USERS_ERASED = "lectern.users.erased.v1"
     RETRIEVE = "lectern.retrieve.v1"
     RERANK = "lectern.rerank.v1"
     MEMORY_RECALL = "lectern.memory.recall.v1"

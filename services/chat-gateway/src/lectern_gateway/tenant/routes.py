@@ -1,8 +1,11 @@
-"""A tenant's own settings (admins): today, whether answers may search the web.
+"""A tenant's own settings (admins): whether answers may search the web, and how long
+sessions are kept.
 
 Web search is Gemini's Google Search grounding: the web pages found are cited as [W#], apart
 from the course material [T#]. Unset, a tenant follows the deployment's default
-(``LECTERN_GATEWAY_WEB_SEARCH``).
+(``LECTERN_GATEWAY_WEB_SEARCH``). Session retention: sessions idle for more than that many
+days are deleted with everything that belongs to them (``privacy.retention``); unset, kept.
+A ``PUT`` changes the fields it names and leaves the others as they are.
 """
 
 from __future__ import annotations
@@ -20,10 +23,17 @@ router = APIRouter(tags=["tenant"])
 
 
 class TenantSettingsIn(BaseModel):
-    """What an admin sets; ``null`` goes back to the deployment's default."""
+    """What an admin sets; a field left out is unchanged, ``null`` goes back to the default."""
 
     web_search: bool | None = Field(
         default=None, description="answers may search the web and cite it as [W#]"
+    )
+    session_retention_days: int | None = Field(
+        default=None,
+        ge=1,
+        le=36500,
+        description="sessions idle for more than this many days are deleted with their "
+        "messages, tutor checks, flags, knowledge gaps and turn signals (null: kept)",
     )
 
 
@@ -32,6 +42,9 @@ class TenantSettings(BaseModel):
 
     web_search: bool = Field(description="in effect: the tenant's choice or the default")
     web_search_set: bool | None = Field(description="the tenant's own choice (null: default)")
+    session_retention_days: int | None = Field(
+        default=None, description="sessions idle longer are deleted (null: kept, the default)"
+    )
     updated_by: str | None = None
     updated_at: datetime | None = None
 
@@ -46,13 +59,15 @@ async def web_search_for(pool: Any, tenant_id: str, *, default: bool) -> bool:
 
 async def _view(pool: Any, tenant_id: str, default: bool) -> TenantSettings:
     row = await pool.fetchrow(
-        "SELECT web_search, updated_by, updated_at FROM tenant_settings WHERE tenant_id = $1",
+        "SELECT web_search, session_retention_days, updated_by, updated_at "
+        "FROM tenant_settings WHERE tenant_id = $1",
         tenant_id,
     )
     chosen = None if row is None else row["web_search"]
     return TenantSettings(
         web_search=default if chosen is None else bool(chosen),
         web_search_set=chosen,
+        session_retention_days=None if row is None else row["session_retention_days"],
         updated_by=None if row is None else row["updated_by"],
         updated_at=None if row is None else row["updated_at"],
     )
@@ -67,12 +82,16 @@ async def get_settings(staff: StaffDep, pool: PoolDep, settings: SettingsDep) ->
 async def put_settings(
     body: TenantSettingsIn, admin: AdminDep, pool: PoolDep, settings: SettingsDep
 ) -> TenantSettings:
+    given = body.model_fields_set
     await pool.execute(
-        "INSERT INTO tenant_settings (tenant_id, web_search, updated_by) VALUES ($1, $2, $3) "
-        "ON CONFLICT (tenant_id) DO UPDATE SET web_search = EXCLUDED.web_search, "
+        "INSERT INTO tenant_settings (tenant_id, web_search, session_retention_days, "
+        "updated_by) VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id) DO UPDATE SET "
+        "web_search = CASE WHEN $5 THEN EXCLUDED.web_search "
+        "ELSE tenant_settings.web_search END, "
+        "session_retention_days = CASE WHEN $6 THEN EXCLUDED.session_retention_days "
+        "ELSE tenant_settings.session_retention_days END, "
         "updated_by = EXCLUDED.updated_by, updated_at = now()",
-        admin.tenant_id,
-        body.web_search,
-        admin.user_id,
-    )
+        admin.tenant_id, body.web_search, body.session_retention_days, admin.user_id,
+        "web_search" in given, "session_retention_days" in given,
+    )  # fmt: skip
     return await _view(pool, admin.tenant_id, settings.web_search)

@@ -1,0 +1,1 @@
+"""A student's data is theirs: export, erasure and the tenants' session retention."""

@@ -1,0 +1,75 @@
+"""Session retention: a tenant that sets ``session_retention_days`` (``PUT
+/v1/tenant/settings``; unset by default: kept) has every session idle longer than that deleted
+by a periodic sweep, with its messages, tutor checks, kept turn events, the flags on its
+answers, its knowledge gaps and notices, and the memory service's turn signals of it; the
+quality dashboard's gap topics of days past the retention go too. Long-term memories stay
+(a student forgets them with ``DELETE /v1/me/memories``), and so do quiz attempts, which
+belong to no session.
+
+Any number of gateway replicas sweep at once: sessions are claimed ``FOR UPDATE SKIP
+LOCKED`` in batches, each deleted in its own transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from lectern_common.service import ServiceState
+from lectern_gateway.config import Settings
+from lectern_gateway.privacy import repository as repo
+
+log = logging.getLogger(__name__)
+
+BATCH = 200
+RETENTION_SWEEPER = "retention_sweeper"
+
+
+async def sweep_expired_sessions(*, pool: Any, batch: int = BATCH) -> int:
+    """Delete the sessions past their tenant's retention; returns how many."""
+    total = 0
+    for tenant_id, days in await repo.retention_settings(pool):
+        while True:
+            async with pool.acquire() as conn, conn.transaction():
+                deleted = await repo.expire_sessions(
+                    conn, tenant_id=tenant_id, days=days, limit=batch
+                )
+            total += deleted
+            if deleted < batch:
+                break
+        async with pool.acquire() as conn:
+            await repo.expire_gap_topics(conn, tenant_id=tenant_id, days=days)
+    return total
+
+
+async def retention_sweeper(*, pool: Any, every_s: float) -> None:
+    """Sweep now and every ``every_s`` seconds, for ever (cancel to stop)."""
+    while True:
+        try:
+            deleted = await sweep_expired_sessions(pool=pool)
+            if deleted:
+                log.info("retention sweep deleted %d sessions", deleted)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("retention sweep failed; retrying next interval")
+        await asyncio.sleep(every_s)
+
+
+def start_retention(state: ServiceState, settings: Settings) -> None:
+    """Start the session-retention sweep (``privacy.retention``) unless it is switched off."""
+    if settings.retention_sweep_interval_s > 0:
+        state.resources[RETENTION_SWEEPER] = asyncio.create_task(
+            retention_sweeper(pool=state.pool, every_s=settings.retention_sweep_interval_s),
+            name="lectern-retention-sweep",
+        )
+
+
+async def stop_retention(state: ServiceState) -> None:
+    """Stop the session-retention sweep."""
+    task = state.resources.pop(RETENTION_SWEEPER, None)
+    if isinstance(task, asyncio.Task):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,108 @@
+"""Erasure of what the memory service keeps about a user, on ``users.erased``.
+
+The memory service owns ``user_memories``, ``memory_turn_signals``, ``memory_distillations``
+and the quiz tallies (``memory_quiz_topics``): on ``users.erased`` it deletes the user's rows
+of each, and the ``memory.distilled`` events about them still in the outbox, in one
+transaction under the lock its memory merges take, so no distillation interleaves. A
+re-delivered event finds nothing left and changes nothing.
+
+``users.erased`` travels on its own stream, so an event about the user from another stream
+(``chat.turn.completed``, ``chat.session.ended``, ``quiz.attempted``) may arrive after it.
+The erasure is recorded (``erased_users``, keyed by a hash of tenant and user), and an event
+that occurred before it is dropped (``unless_erased``); one being handled while the erasure
+commits has what it wrote erased again at once. ``memory_quiz_attempts`` (an attempt id and
+a time, the consumer's idempotency keys) names no user and is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from lectern_common.events import Subjects, UserErased, erased_user_key
+from lectern_memory import repository as repo
+
+log = logging.getLogger(__name__)
+
+#: the memory service's tables of per-user rows
+TABLES = ("user_memories", "memory_turn_signals", "memory_distillations", "memory_quiz_topics")
+
+
+class _About(BaseModel):
+    """Who an event is about, and when it occurred (any of the events memory consumes)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    tenant_id: str
+    user_id: str
+    occurred_at: datetime
+
+
+async def erase_user(pool: Any, event: UserErased) -> dict[str, int]:
+    """Delete every row the memory service keeps about the event's user and record the
+    erasure; rows deleted per table (all zero on a re-delivery)."""
+    async with pool.acquire() as conn, conn.transaction():
+        erased = await _erase_rows(conn, tenant_id=event.tenant_id, user_id=event.user_id)
+        await conn.execute(
+            "INSERT INTO erased_users (tenant_id, user_key, erased_at, event_id, erased_by) "
+            "VALUES ($1, $2, $3, $4, 'users.erased') ON CONFLICT (tenant_id, user_key) DO "
+            "UPDATE SET erased_at = EXCLUDED.erased_at, event_id = EXCLUDED.event_id "
+            "WHERE erased_users.erased_at < EXCLUDED.erased_at",
+            event.tenant_id, erased_user_key(event.tenant_id, event.user_id),
+            event.occurred_at, event.event_id,
+        )  # fmt: skip
+    return erased
+
+
+async def _erase_rows(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, int]:
+    await repo.lock_user(conn, tenant_id=tenant_id, user_id=user_id)
+    erased: dict[str, int] = {}
+    for table in TABLES:
+        status: str = await conn.execute(
+            f"DELETE FROM {table} WHERE tenant_id = $1 AND user_id = $2",  # noqa: S608
+            tenant_id,
+            user_id,
+        )
+        erased[table] = int(status.split()[-1])
+    status = await conn.execute(
+        "DELETE FROM outbox WHERE subject = $3 AND payload->>'tenant_id' = $1 "
+        "AND payload->>'user_id' = $2",
+        tenant_id,
+        user_id,
+        Subjects.MEMORY_DISTILLED,
+    )
+    erased["outbox"] = int(status.split()[-1])
+    return erased
+
+
+async def erased_since(pool: Any, body: Any) -> _About | None:
+    """Who the event in ``body`` is about, when they were erased after it occurred (else
+    None; also None for a body that is not such an event: its handler parks it)."""
+    try:
+        about = _About.model_validate(body)
+    except ValidationError:
+        return None
+    erased_at: datetime | None = await pool.fetchval(
+        "SELECT erased_at FROM erased_users WHERE tenant_id = $1 AND user_key = $2",
+        about.tenant_id,
+        erased_user_key(about.tenant_id, about.user_id),
+    )
+    return about if erased_at is not None and about.occurred_at <= erased_at else None
+
+
+async def unless_erased(pool: Any, body: Any, handle: Callable[[], Awaitable[None]]) -> None:
+    """Handle an event about a user unless the user was erased after it occurred; when the
+    erasure committed while it was being handled, erase what the handling wrote."""
+    if await erased_since(pool, body) is not None:
+        log.info("dropped an event about an erased user (it occurred before the erasure)")
+        return
+    await handle()
+    about = await erased_since(pool, body)
+    if about is not None:
+        async with pool.acquire() as conn, conn.transaction():
+            await _erase_rows(conn, tenant_id=about.tenant_id, user_id=about.user_id)
+        log.info("erased again what an event about an erased user wrote meanwhile")
