@@ -90,7 +90,8 @@ soak: install ## 20 concurrent chats + continuous ingestion for 5 minutes on the
 clean: ## Remove the virtualenv, caches and local data
 	rm -rf $(VENV) .lectern .mypy_cache .ruff_cache .pytest_cache .hypothesis
 
-bench-memory: install ## Memory recall latency at 10,000 memories for one student
+bench-memory: install ## Is memory right about the student (scripted students, dev beside test), and recall latency at 10,000 memories
+	$(VENV)/bin/lectern eval-memory --set bench/memory --documents ../shared/data --json /tmp/lectern-bench-memory.json
 	$(PY) bench/bench_memory.py
 
 bench-reindex: install ## Re-index to another model while retrieval answers: latency during/before

@@ -102,6 +102,40 @@ async def test_a_new_question_instead_of_a_reply_skips_the_check(
     assert (await _pending(db_pool, got.done.message_id))["status"] == "skipped"
 
 
+async def test_the_check_tests_the_statement_the_answer_rests_on(
+    gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str
+) -> None:
+    await seed_document(db_pool, tenant_id=tenant_id, chunks=STUDY_MATERIAL)
+    headers = gateway.token(tenant_id, "stu-5")
+    session = await new_session(client, gateway, headers, mode="tutor")
+    got = await ask(client, gateway, session["id"], "What does photosynthesis do?", headers)
+    check = await _pending(db_pool, got.done.message_id)
+    # the sentence the answer gave, not another of the sources (the leaf's chloroplasts)
+    assert check["evidence"].startswith("Photosynthesis is a process that converts light")
+    assert check["evidence"] in got.text.replace(" [T1]", "")
+    # what it tests is named by the student's question, in the material's words
+    assert check["topic"] == "photosynthesis"
+
+
+async def test_a_skipped_check_reaches_memory_as_evidence_against_mastery(
+    gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str, jetstream: Any
+) -> None:
+    await seed_document(db_pool, tenant_id=tenant_id, chunks=STUDY_MATERIAL)
+    headers = gateway.token(tenant_id, "stu-6")
+    session = await new_session(client, gateway, headers, mode="tutor")
+    first = await ask(client, gateway, session["id"], "What is mitosis?", headers)
+    assert first.of("check")
+    second = await ask(client, gateway, session["id"], "What does meiosis produce?", headers)
+    assert second.of("check")
+    # the second check is still open when the session ends: skipped too
+    ended = await client.post(f"{gateway.url}/v1/sessions/{session['id']}/end", headers=headers)
+    assert ended.status_code == 200
+    attempts = await published(jetstream, Subjects.QUIZ_ATTEMPTED, tenant_id, expect=2)
+    outcomes = sorted((a["results"][0]["outcome"], a["results"][0]["topic"]) for a in attempts)
+    assert outcomes == [("skipped", "meiosis"), ("skipped", "mitosis")]
+    assert all(a["correct"] == 0 for a in attempts)
+
+
 async def test_chat_mode_never_asks_a_check(
     gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str
 ) -> None:
@@ -139,7 +173,8 @@ async def test_drill_practises_the_materials_own_questions_first(
     assert "\n\nNext: " in reply.text
     # the next reply is judged against the next question
     skipped = await ask(client, gateway, session["id"], "skip", headers)
-    assert skipped.of("check")[0].verdict == "wrong"
+    # skipping is not a wrong answer: no struggle comes of it, but no mastery either
+    assert skipped.of("check")[0].verdict == "skipped"
     assert skipped.of("check")[0].expected
 
 
@@ -152,7 +187,8 @@ async def test_the_rules_judge_right_partly_and_wrong() -> None:
         "evidence": "The Calvin cycle fixes carbon dioxide into sugars.",
     }
     assert (await judge(check, "it makes sugars from carbon dioxide")).verdict == "right"
-    assert (await judge(check, "sugars")).verdict == "partly"
+    assert (await judge(check, "sugars")).verdict == "right"
+    assert (await judge(check, "oxygen from water and carbon")).verdict == "partly"
     assert (await judge(check, "oxygen")).verdict == "wrong"
     true_false = {**check, "kind": "true_false", "answer": "false", "accepted": []}
     assert (await judge(true_false, "False")).verdict == "right"
@@ -160,3 +196,7 @@ async def test_the_rules_judge_right_partly_and_wrong() -> None:
     assert feedback(check, Judged("partly", "rules")).startswith("Partly right. The full answer")
     assert is_new_question("What is osmosis?") and is_new_question("explain diffusion to me please")
     assert not is_new_question("carbon dioxide") and not is_new_question("I don't know")
+    # "I don't know" is an answer (a wrong one); "ok thanks" and "skip" are none
+    assert (await judge(check, "I don't know")).verdict == "wrong"
+    assert (await judge(check, "ok thanks!")).verdict == "skipped"
+    assert not is_new_question("ok thanks")

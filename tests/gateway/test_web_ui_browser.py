@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import numpy as np
 import pytest
 from lectern_testing.chat import (
     STUDY_MATERIAL,
@@ -28,6 +29,7 @@ from lectern_testing.chat import (
     serve_gateway,
 )
 from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
+from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
 CHROMIUM = next(
     (p for p in (shutil.which("chromium"), shutil.which("chromium-browser")) if p), None
@@ -188,9 +190,21 @@ async def test_a_student_asks_follows_a_citation_and_flags_the_answer(
         stored = await page.text(".message.assistant .answer-text")
         assert stored == answer
 
+        # a memory with the evidence behind it (as the memory service stores it)
+        await db_pool.execute(
+            "INSERT INTO user_memories (id, tenant_id, user_id, kind, text, topic, embedding, "
+            "evidence) VALUES ($1, $2, 'stu-1', 'mastered', 'Answered check questions on "
+            "photosynthesis right twice running', 'photosynthesis', $3, $4::jsonb)",
+            uuid.uuid4(), tenant_id, np.ones(LOCAL_EMBEDDING_DIM, dtype=np.float32),
+            [{"kind": "check_right", "detail": "photosynthesis", "at": f"2026-11-{day}T10:00Z"}
+             for day in (25, 26)],
+        )  # fmt: skip
         await page.js("location.hash = 'memories'")
         await page.until("!document.getElementById('view-memories').hidden")
-        await page.until("document.getElementById('memory-list').children.length > 0")
+        await page.until("document.querySelector('#memory-list .evidence')")
+        assert await page.text("#memory-list .evidence") == (
+            "Because you answered 2 checks right on 26 Nov."
+        )
 
         await page.js("document.getElementById('sign-out').click()")
         await page.until("!document.getElementById('view-signin').hidden")

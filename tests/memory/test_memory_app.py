@@ -50,8 +50,9 @@ async def test_session_is_distilled_recalled_and_forgotten(
         turn = ChatTurnCompleted(
             tenant_id=tenant_id, session_id=session_id, user_id="stu",
             user_message_id=uuid.uuid4(), assistant_message_id=uuid.uuid4(),
-            question="Why do ionic bonds form?", answer="Electrons transfer between atoms [T1].",
-            confidence=0.45, band="low", topic="ionic bonds",
+            question="I'm totally lost on ionic bonds. Why do they form?",
+            answer="Electrons transfer between atoms [T1].", confidence=0.85, band="high",
+            topic="chemistry", topics=["ionic bonds"],
         )  # fmt: skip
         ended = ChatSessionEnded(
             tenant_id=tenant_id, session_id=session_id, user_id="stu", message_count=2

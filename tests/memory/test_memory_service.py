@@ -2,12 +2,18 @@
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from lectern_common.embeddings import Embedder
-from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, MemoryRecallRequest
+from lectern_common.events import (
+    ChatSessionEnded,
+    ChatTurnCompleted,
+    MemoryRecallRequest,
+    QuizAnswerResult,
+    QuizAttempted,
+)
 from lectern_common.events.chat import ConfidenceBand
 from lectern_memory.config import Settings
 from lectern_memory.service import MemoryService, TurnsNotArrived
@@ -27,11 +33,13 @@ def turn_event(
     topic: str | None = None,
     at: datetime | None = None,
 ) -> ChatTurnCompleted:
+    # what the gateway finds the message is about in its material: here the topic itself
     return ChatTurnCompleted(
         tenant_id=tenant_id, session_id=session_id, user_id=user_id,
         user_message_id=uuid.uuid4(), assistant_message_id=uuid.uuid4(), question=question,
         answer=ANSWER_OK, confidence={"high": 0.9, "medium": 0.7, "low": 0.5, "gap": 0.2}[band],
-        band=band, topic=topic, occurred_at=at or datetime.now(UTC),
+        band=band, topic=topic, topics=[topic] if topic else [],
+        occurred_at=at or datetime.now(UTC),
     )  # fmt: skip
 
 
@@ -67,7 +75,10 @@ async def memories(pool: Any, tenant_id: str, user_id: str) -> list[Any]:
 
 @pytest.fixture
 def service(memory_settings: Settings, embedder: Embedder) -> MemoryService:
-    return MemoryService(settings=memory_settings, embedder=embedder)
+    # the struggle classifier reads messages with the same packaged MiniLM
+    return MemoryService(
+        settings=memory_settings, embedder=embedder, encode=embedder.embed_documents
+    )
 
 
 async def test_struggle_is_distilled_and_redelivery_does_not_duplicate(
@@ -75,31 +86,61 @@ async def test_struggle_is_distilled_and_redelivery_does_not_duplicate(
 ) -> None:
     ended, first = await run_session(
         service, db_pool, tenant_id, "s1",
-        [("How does meiosis work?", "low", "meiosis"), ("What is photosynthesis?", "high", None)],
+        [("What is photosynthesis?", "high", None),
+         ("I really don't get meiosis, it makes no sense to me. How does it work?", "high",
+          "meiosis")],
     )  # fmt: skip
     rows = await memories(db_pool, tenant_id, "s1")
-    assert {r["kind"] for r in rows} == {"struggle", "mastered", "takeaway"}
+    # asking is interest, not mastery: no "mastered" from a confident answer
+    assert {r["kind"] for r in rows} == {"struggle", "takeaway"}
     assert any(r["kind"] == "struggle" and r["topic"] == "meiosis" for r in rows)
     again = await service.distil_session(pool=db_pool, event=ended)
     assert sorted(again.created) == sorted(first.created)
     assert len(await memories(db_pool, tenant_id, "s1")) == len(rows)
 
 
-async def test_twin_strengthens_and_mastered_replaces_struggle(
+Outcome = Literal["right", "partly", "wrong", "skipped"]
+
+
+def check_attempt(tenant_id: str, user_id: str, topic: str, outcome: Outcome) -> QuizAttempted:
+    return QuizAttempted(
+        tenant_id=tenant_id, attempt_id=uuid.uuid4(), quiz_id=uuid.uuid4(), user_id=user_id,
+        correct=int(outcome == "right"), total=1,
+        results=[QuizAnswerResult(question_id="q", kind="short_answer",
+                                  correct=outcome == "right", outcome=outcome, topic=topic)],
+    )  # fmt: skip
+
+
+async def test_twin_strengthens_and_mastery_from_two_right_checks_replaces_struggle(
     service: MemoryService, db_pool: Any, tenant_id: str
 ) -> None:
-    await run_session(service, db_pool, tenant_id, "s2", [("Explain meiosis", "low", "meiosis")])
+    await run_session(service, db_pool, tenant_id, "s2", [("Explain meiosis", "gap", "meiosis")])
     _, second = await run_session(
-        service, db_pool, tenant_id, "s2", [("Explain meiosis", "low", "meiosis")]
+        service, db_pool, tenant_id, "s2", [("Explain meiosis", "gap", "meiosis")]
     )
     rows = await memories(db_pool, tenant_id, "s2")
     struggles = [r for r in rows if r["kind"] == "struggle"]
     assert len(struggles) == 1 and struggles[0]["strength"] == 2.0
     assert second.updated == [struggles[0]["id"]] and second.created == []
-    await run_session(service, db_pool, tenant_id, "s2", [("Explain meiosis", "high", "meiosis")])
+    # one right check is not mastery; a skipped one starts the run again
+    for outcome in ("right", "skipped", "right"):
+        await service.record_quiz(pool=db_pool, event=check_attempt(tenant_id, "s2", "meiosis",
+                                                                    outcome))  # fmt: skip
+    assert not [r for r in await memories(db_pool, tenant_id, "s2") if r["kind"] == "mastered"]
+    await service.record_quiz(pool=db_pool, event=check_attempt(tenant_id, "s2", "Meiosis",
+                                                                "right"))  # fmt: skip
     rows = await memories(db_pool, tenant_id, "s2")
     assert not [r for r in rows if r["kind"] == "struggle"]
     assert [r["id"] for r in rows if r["kind"] == "mastered"] == [struggles[0]["id"]]
+    evidence = await db_pool.fetchval(
+        "SELECT evidence FROM user_memories WHERE id = $1", struggles[0]["id"]
+    )
+    assert [e["kind"] for e in evidence] == ["gap", "gap", "check_right"]
+    # a partly right answer later is a struggle again
+    await service.record_quiz(pool=db_pool, event=check_attempt(tenant_id, "s2", "meiosis",
+                                                                "partly"))  # fmt: skip
+    rows = await memories(db_pool, tenant_id, "s2")
+    assert [r["kind"] for r in rows if r["topic"] == "meiosis"] == ["struggle"]
 
 
 async def test_session_waits_for_its_turns(
@@ -119,11 +160,11 @@ async def test_recall_is_per_student_ranked_and_honours_deletion(
 ) -> None:
     await run_session(
         service, db_pool, tenant_id, "alice",
-        [("What are covalent bonds?", "low", "covalent bonds"),
+        [("What are covalent bonds?", "gap", "covalent bonds"),
          ("How do plants make food?", "high", "photosynthesis")],
     )  # fmt: skip
     await run_session(
-        service, db_pool, tenant_id, "bob", [("What is a black hole?", "low", "black holes")]
+        service, db_pool, tenant_id, "bob", [("What is a black hole?", "gap", "black holes")]
     )
     reply = await service.recall(
         pool=db_pool,

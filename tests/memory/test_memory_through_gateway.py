@@ -3,6 +3,7 @@ memory service. What the student found hard in the first session is in the secon
 prompt; re-delivery does not duplicate; deletion is honoured at once; students are apart."""
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from lectern_testing.chat import (
     serve_gateway,
 )
 
+from lectern_common.embeddings import Embedder
 from lectern_memory.app import create_app
 from lectern_memory.config import Settings
 
@@ -97,3 +99,61 @@ async def test_struggle_from_session_one_is_in_session_two_prompt(
         assert forgot.json()["deleted"] == len(rows)
         after = await ask(client, gateway, second["id"], "And what does RuBisCO do?", headers)
         assert after.done.memories_used == []
+
+
+async def test_a_struggle_said_in_own_words_is_remembered_with_its_evidence_and_revisited(
+    stack: tuple[Gateway, Responders], db_pool: Any, tenant_id: str
+) -> None:
+    """Issue 31: confusion in the student's words is a struggle named by what confused them
+    (not a preference, not "mastered"); the next tutor session on it starts from it."""
+    gateway, responders = stack
+    responders.band = "high"
+    await seed_document(db_pool, tenant_id=tenant_id)
+    headers = gateway.token(tenant_id, "noor")
+    async with httpx.AsyncClient(timeout=60) as client:
+        first = await new_session(client, gateway, headers, subject="biology", mode="tutor")
+        await ask(client, gateway, first["id"], "What does the Calvin cycle produce?", headers)
+        await ask(client, gateway, first["id"], "I still find the Calvin cycle really "
+                  "confusing, can you explain it again more simply?", headers)  # fmt: skip
+        ended = await client.post(f"{gateway.url}/v1/sessions/{first['id']}/end", headers=headers)
+        assert ended.status_code == 200
+        rows = await wait_for_memories(db_pool, tenant_id, "noor")
+        assert [(r["kind"], r["topic"]) for r in rows if r["kind"] != "takeaway"] == [
+            ("struggle", "calvin cycle")
+        ]
+        listed = (await client.get(f"{gateway.url}/v1/me/memories", headers=headers)).json()
+        (struggle,) = [m for m in listed if m["kind"] == "struggle"]
+        assert [e["kind"] for e in struggle["evidence"]] == ["said"]
+        assert "confusing" in struggle["evidence"][0]["detail"]
+        assert struggle["because"].startswith("said so 1 time on ")
+
+        second = await new_session(client, gateway, headers, subject="biology", mode="tutor")
+        again = await ask(client, gateway, second["id"], "How does the Calvin cycle fix carbon?",
+                          headers)  # fmt: skip
+        assert again.text.startswith("Last time you found calvin cycle hard")
+        assert struggle["text"] in again.done.memories_used
+        assert again.of("check")  # and it is checked
+
+
+async def test_a_mastered_topic_is_not_explained_again_at_length(
+    stack: tuple[Gateway, Responders], db_pool: Any, tenant_id: str, embedder: Embedder
+) -> None:
+    gateway, responders = stack
+    responders.band = "high"
+    await seed_document(db_pool, tenant_id=tenant_id)
+    text = "Answered check questions on calvin cycle right twice running"
+    (vector,) = await embedder.embed_documents([text])
+    await db_pool.execute(
+        "INSERT INTO user_memories (id, tenant_id, user_id, kind, text, topic, embedding, "
+        "evidence) VALUES ($1, $2, 'ines', 'mastered', $3, 'calvin cycle', $4, $5::jsonb)",
+        uuid.uuid4(), tenant_id, text, vector,
+        [{"kind": "check_right", "detail": "calvin cycle", "at": ""}] * 2,
+    )  # fmt: skip
+    headers = gateway.token(tenant_id, "ines")
+    async with httpx.AsyncClient(timeout=60) as client:
+        session = await new_session(client, gateway, headers, subject="biology", mode="tutor")
+        got = await ask(client, gateway, session["id"], "What does the Calvin cycle do?", headers)
+    assert got.text.startswith("You've already shown you know calvin cycle, so briefly:")
+    assert text in got.done.memories_used
+    answer = got.text.split("Check your understanding:")[0]
+    assert answer.count("[T") <= 2  # two sentences at most

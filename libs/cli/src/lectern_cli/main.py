@@ -33,6 +33,7 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.gc_cmd",
     "lectern_cli.eval_cmd",
     "lectern_cli.eval_answers_cmd",
+    "lectern_cli.eval_memory_cmd",
 ]
 
 Command = Callable[[argparse.Namespace], int]

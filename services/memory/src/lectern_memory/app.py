@@ -10,17 +10,24 @@ from faststream.nats import NatsMessage, PullSub
 from nats.js.api import ConsumerConfig
 
 from lectern_common.broker import QUEUE_GROUPS, answer_errors, create_broker, stream_for
-from lectern_common.embeddings import build_embedder
+from lectern_common.embeddings import LOCAL_MODEL_NAME, LocalEmbedder, build_embedder
 from lectern_common.events import MemoryRecallReply, MemoryRecallRequest, Subjects
 from lectern_common.service import ServiceState, create_service_app
 from lectern_memory.config import Settings
+from lectern_memory.erasure import unless_erased
 from lectern_memory.gemini_distiller import build_model_distiller
-from lectern_memory.handlers import handle_quiz_attempted, handle_session_ended, handle_turn
+from lectern_memory.handlers import (
+    handle_quiz_attempted,
+    handle_session_ended,
+    handle_turn,
+    handle_user_erased,
+)
 from lectern_memory.service import MemoryService
 
 TURNS_DURABLE = "lectern-memory-turns"
 SESSIONS_DURABLE = "lectern-memory-sessions"
 QUIZZES_DURABLE = "lectern-memory-quizzes"
+USERS_DURABLE = "lectern-memory-users"
 
 
 def create_app(settings: Settings) -> FastAPI:
@@ -37,9 +44,17 @@ def create_app(settings: Settings) -> FastAPI:
 
     async def startup(state: ServiceState) -> None:
         embedder = build_embedder(settings)
-        holder["service"] = MemoryService(
-            settings=settings, embedder=embedder, model_distiller=build_model_distiller(settings)
+        # the struggle classifier was fitted on the packaged MiniLM's vectors: it keeps them
+        # whichever model the index uses
+        local = (
+            embedder
+            if isinstance(embedder, LocalEmbedder) and embedder.name == LOCAL_MODEL_NAME
+            else LocalEmbedder()
         )
+        holder["service"] = MemoryService(
+            settings=settings, embedder=embedder, model_distiller=build_model_distiller(settings),
+            encode=local.embed_documents,
+        )  # fmt: skip
         await embedder.embed_query("warm-up")
         await holder["service"].embedder.sync(state.pool)
 
@@ -53,6 +68,7 @@ def create_app(settings: Settings) -> FastAPI:
             (stream_for(Subjects.CHAT_TURN_COMPLETED).name, TURNS_DURABLE),
             (stream_for(Subjects.CHAT_SESSION_ENDED).name, SESSIONS_DURABLE),
             (stream_for(Subjects.QUIZ_ATTEMPTED).name, QUIZZES_DURABLE),
+            (stream_for(Subjects.USERS_ERASED).name, USERS_DURABLE),
         ],
     )
     state: ServiceState = app.state.lectern
@@ -67,7 +83,9 @@ def create_app(settings: Settings) -> FastAPI:
     )
     async def on_turn(body: dict[str, Any], message: NatsMessage) -> None:
         """Record a completed turn's signals."""
-        await handle_turn(service(), state.pool, body, message, broker)
+        await unless_erased(
+            state.pool, body, lambda: handle_turn(service(), state.pool, body, message, broker)
+        )
 
     @broker.subscriber(
         Subjects.CHAT_SESSION_ENDED,
@@ -78,8 +96,12 @@ def create_app(settings: Settings) -> FastAPI:
     )
     async def on_session_ended(body: dict[str, Any], message: NatsMessage) -> None:
         """Distil an ended session into long-term memories."""
-        await handle_session_ended(
-            service(), state.pool, broker, body, message, max_deliveries=settings.max_deliveries
+        await unless_erased(
+            state.pool,
+            body,
+            lambda: handle_session_ended(
+                service(), state.pool, broker, body, message, max_deliveries=settings.max_deliveries
+            ),
         )
 
     @broker.subscriber(
@@ -91,7 +113,22 @@ def create_app(settings: Settings) -> FastAPI:
     )
     async def on_quiz_attempted(body: dict[str, Any], message: NatsMessage) -> None:
         """Turn a checked quiz attempt into struggles and mastered topics."""
-        await handle_quiz_attempted(service(), state.pool, broker, body, message)
+        await unless_erased(
+            state.pool,
+            body,
+            lambda: handle_quiz_attempted(service(), state.pool, broker, body, message),
+        )
+
+    @broker.subscriber(
+        Subjects.USERS_ERASED,
+        stream=stream_for(Subjects.USERS_ERASED),
+        durable=USERS_DURABLE,
+        pull_sub=PullSub(batch_size=10, timeout=5.0),
+        config=consumer,
+    )
+    async def on_user_erased(body: dict[str, Any], message: NatsMessage) -> None:
+        """Erase every row kept about a user (``erasure``)."""
+        await handle_user_erased(state.pool, broker, body, message)
 
     async def recall(request: MemoryRecallRequest) -> MemoryRecallReply:
         return await service().recall(pool=state.pool, request=request)

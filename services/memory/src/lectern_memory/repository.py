@@ -10,17 +10,20 @@ import numpy as np
 
 from lectern_common.events import ChatTurnCompleted
 
+#: evidence items kept per memory (the newest)
+MAX_EVIDENCE = 20
+
 
 async def record_turn(conn: Any, event: ChatTurnCompleted) -> None:
     """Keep one turn's signals; a re-delivered turn changes nothing."""
     await conn.execute(
         """INSERT INTO memory_turn_signals (assistant_message_id, session_id, tenant_id, user_id,
-               question, answer, band, confidence, knowledge_gap, topic, occurred_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+               question, answer, band, confidence, knowledge_gap, topic, occurred_at, topics)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
            ON CONFLICT (assistant_message_id) DO NOTHING""",
         event.assistant_message_id, event.session_id, event.tenant_id, event.user_id,
         event.question, event.answer, event.band, event.confidence, event.knowledge_gap,
-        event.topic, event.occurred_at,
+        event.topic, event.occurred_at, event.topics,
     )  # fmt: skip
 
 
@@ -29,7 +32,7 @@ async def session_turns(conn: Any, *, tenant_id: str, session_id: uuid.UUID) -> 
     return list(
         await conn.fetch(
             """SELECT s.question, s.answer, s.band, s.confidence, s.knowledge_gap, s.topic,
-                      s.occurred_at,
+                      s.occurred_at, s.topics,
                       EXISTS (SELECT 1 FROM feedback_flags f
                               WHERE f.message_id = s.assistant_message_id
                                 AND f.tenant_id = s.tenant_id) AS flagged
@@ -108,14 +111,17 @@ async def insert_memory(
     topic: str | None,
     session_id: uuid.UUID | None,
     embedding: np.ndarray,
+    evidence: list[dict[str, str]],
 ) -> uuid.UUID:
     """Add a memory; returns its id."""
     memory_id = uuid.uuid4()
     await conn.execute(
         """INSERT INTO user_memories
-               (id, tenant_id, user_id, kind, text, topic, source_session_id, embedding)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)""",
+               (id, tenant_id, user_id, kind, text, topic, source_session_id, embedding,
+                evidence)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)""",
         memory_id, tenant_id, user_id, kind, text, topic, session_id, embedding,
+        evidence[-MAX_EVIDENCE:],
     )  # fmt: skip
     return memory_id
 
@@ -130,15 +136,22 @@ async def update_memory(
     session_id: uuid.UUID | None,
     embedding: np.ndarray,
     strengthen: bool,
+    evidence: list[dict[str, str]],
 ) -> None:
-    """Rewrite a memory in place (a twin strengthens it; a new kind resets strength)."""
+    """Rewrite a memory in place (a twin strengthens it; a new kind resets strength); the
+    new evidence is added to the old (the last ``MAX_EVIDENCE`` items are kept)."""
     await conn.execute(
         """UPDATE user_memories
            SET kind = $2, text = $3, topic = coalesce($4, topic), source_session_id = $5,
                embedding = $6, updated_at = now(),
-               strength = CASE WHEN $7 THEN strength + 1 ELSE 1 END
+               strength = CASE WHEN $7 THEN strength + 1 ELSE 1 END,
+               evidence = (SELECT coalesce(jsonb_agg(e ORDER BY n), '[]'::jsonb) FROM (
+                   SELECT e, n FROM jsonb_array_elements(evidence || $8::jsonb)
+                        WITH ORDINALITY AS t(e, n)
+                   ORDER BY n DESC LIMIT $9) kept)
            WHERE id = $1""",
         memory_id, kind, text, topic, session_id, embedding, strengthen,
+        evidence, MAX_EVIDENCE,
     )  # fmt: skip
 
 
@@ -181,17 +194,18 @@ async def claim_quiz_attempt(conn: Any, attempt_id: uuid.UUID, tenant_id: str) -
 
 
 async def tally_quiz_topic(
-    conn: Any, *, tenant_id: str, user_id: str, topic: str, right: bool
+    conn: Any, *, tenant_id: str, user_id: str, topic: str, right: bool, counts_wrong: bool
 ) -> int:
-    """Count an attempt's outcome on a topic; returns the run of right attempts."""
+    """Count an attempt's outcome on a topic (anything but right ends the run of right
+    answers; ``counts_wrong`` adds to the wrong ones); returns the run of right attempts."""
     streak: int = await conn.fetchval(
         """INSERT INTO memory_quiz_topics (tenant_id, user_id, topic, right_streak, wrong_total)
-           VALUES ($1, $2, $3, CASE WHEN $4 THEN 1 ELSE 0 END, CASE WHEN $4 THEN 0 ELSE 1 END)
+           VALUES ($1, $2, $3, CASE WHEN $4 THEN 1 ELSE 0 END, CASE WHEN $5 THEN 1 ELSE 0 END)
            ON CONFLICT (tenant_id, user_id, topic) DO UPDATE SET
                right_streak = CASE WHEN $4 THEN memory_quiz_topics.right_streak + 1 ELSE 0 END,
-               wrong_total = memory_quiz_topics.wrong_total + CASE WHEN $4 THEN 0 ELSE 1 END,
+               wrong_total = memory_quiz_topics.wrong_total + CASE WHEN $5 THEN 1 ELSE 0 END,
                updated_at = now()
            RETURNING right_streak""",
-        tenant_id, user_id, topic, right,
+        tenant_id, user_id, topic, right, counts_wrong,
     )  # fmt: skip
     return streak

@@ -25,7 +25,8 @@ from lectern_common.index import FollowingEmbedder, guard, with_live_model
 from lectern_common.outbox import enqueue
 from lectern_memory import repository as repo
 from lectern_memory.config import Settings
-from lectern_memory.distill import MemoryDraft, TurnSignal, distill_turns
+from lectern_memory.distill import MemoryDraft, TurnSignal, distill_turns, validated
+from lectern_memory.struggle import Encode, packaged_model, read_messages
 
 log = logging.getLogger(__name__)
 #: right answers on a topic in this many attempts running make it mastered
@@ -33,6 +34,14 @@ QUIZ_MASTERY_STREAK = 2
 
 #: an optional model-based distiller: turns -> drafts (None when it gave up)
 Distiller = Callable[[Sequence[TurnSignal]], Awaitable[list[MemoryDraft] | None]]
+
+
+_ORDER = ("right", "skipped", "partly", "wrong")
+
+
+def _worse(a: str, b: str) -> str:
+    """Of two outcomes on one topic in one attempt, the one that says less for mastery."""
+    return max(a, b, key=_ORDER.index)
 
 
 class TurnsNotArrived(RetryableError):
@@ -63,8 +72,11 @@ class MemoryService:
         settings: Settings,
         embedder: Embedder,
         model_distiller: Distiller | None = None,
+        encode: Encode | None = None,
     ) -> None:
         self.settings = settings
+        #: the local model's embeddings for the struggle classifier (None: rules without it)
+        self.encode = encode
         #: follows the live index's model (``lectern reindex``)
         self.embedder = (
             embedder
@@ -97,6 +109,7 @@ class MemoryService:
                 question=r["question"], answer=r["answer"], band=r["band"],
                 confidence=r["confidence"], knowledge_gap=r["knowledge_gap"], topic=r["topic"],
                 flagged=r["flagged"], occurred_at=r["occurred_at"],
+                topics=tuple(r["topics"] or ()),
             )
             for r in rows
         ]  # fmt: skip
@@ -146,19 +159,29 @@ class MemoryService:
         return distilled
 
     async def _drafts(self, turns: list[TurnSignal]) -> tuple[list[MemoryDraft], str]:
+        """The rules' memories (with the struggle classifier's reading of each message), or
+        a summarising model's held to the same evidence."""
+        readings = None
+        if self.encode is not None and turns:
+            readings = await read_messages([t.question for t in turns], encode=self.encode)
+        rules = distill_turns(turns, readings, model=packaged_model() if readings else None)
         if self.model_distiller is not None and turns:
             drafts = await self.model_distiller(turns)
             if drafts is not None:
-                return drafts, "gemini"
-        return distill_turns(turns), "deterministic"
+                return validated(drafts, rules), "gemini"
+        return rules, "deterministic"
 
     async def record_quiz(self, *, pool: Any, event: QuizAttempted) -> list[uuid.UUID]:
-        """A quiz attempt becomes memory: a topic answered wrongly is a struggle; a topic
-        answered right in two attempts running is mastered (replacing its struggle).
+        """A quiz attempt or a judged tutor check becomes memory: a topic answered wrongly
+        or partly is a struggle; a topic answered right in two attempts running is mastered
+        (replacing its struggle); a skipped check starts the run again and is no memory.
         Idempotent per attempt; returns the memories created or changed."""
-        outcome: dict[str, bool] = {}
+        outcome: dict[str, str] = {}
+        named: dict[str, str] = {}  # one tally per topic whatever its case
         for result in event.results:
-            outcome[result.topic] = outcome.get(result.topic, True) and result.correct
+            said = result.outcome or ("right" if result.correct else "wrong")
+            topic = named.setdefault(result.topic.strip().casefold(), result.topic.strip())
+            outcome[topic] = _worse(outcome.get(topic, "right"), said)
 
         async def attempt(embedder: Embedder) -> list[uuid.UUID]:
             return await self._store_quiz(pool, event, outcome, embedder)
@@ -166,25 +189,34 @@ class MemoryService:
         return await with_live_model(self.embedder, attempt)
 
     async def _store_quiz(
-        self, pool: Any, event: QuizAttempted, outcome: dict[str, bool], embedder: Embedder
+        self, pool: Any, event: QuizAttempted, outcome: dict[str, str], embedder: Embedder
     ) -> list[uuid.UUID]:
         drafts: list[MemoryDraft] = []
+        check = any(r.outcome is not None for r in event.results)
+        what = "check questions" if check else "quiz questions"
+        at = event.occurred_at.isoformat()
         async with pool.acquire() as conn, conn.transaction():
             await guard(conn, embedder.name)
             await repo.lock_user(conn, tenant_id=event.tenant_id, user_id=event.user_id)
             if not await repo.claim_quiz_attempt(conn, event.attempt_id, event.tenant_id):
                 return []
-            for topic, right in outcome.items():
+            for topic, said in outcome.items():
                 streak = await repo.tally_quiz_topic(
-                    conn, tenant_id=event.tenant_id, user_id=event.user_id, topic=topic,
-                    right=right,
+                    conn, tenant_id=event.tenant_id, user_id=event.user_id,
+                    topic=topic.casefold(),
+                    right=said == "right", counts_wrong=said in ("wrong", "partly"),
                 )  # fmt: skip
-                if not right:
-                    drafts.append(MemoryDraft("struggle", f"Got a quiz question on {topic} "
-                                              "wrong", topic))  # fmt: skip
-                elif streak == QUIZ_MASTERY_STREAK:
-                    drafts.append(MemoryDraft("mastered", f"Answered quiz questions on {topic} "
-                                              "right twice running", topic))  # fmt: skip
+                item = {"kind": f"{'check' if check else 'quiz'}_{said}", "detail": topic,
+                        "at": at}  # fmt: skip
+                if said == "wrong":
+                    drafts.append(MemoryDraft("struggle", f"Got {what} on {topic} wrong",
+                                              topic, [item]))  # fmt: skip
+                elif said == "partly":
+                    drafts.append(MemoryDraft("struggle", f"Answered {what} on {topic} only "
+                                              "partly right", topic, [item]))  # fmt: skip
+                elif said == "right" and streak == QUIZ_MASTERY_STREAK:
+                    drafts.append(MemoryDraft("mastered", f"Answered {what} on {topic} right "
+                                              "twice running", topic, [item]))  # fmt: skip
             if not drafts:
                 return []
             vectors = list(await embedder.embed_documents([d.text for d in drafts]))
@@ -210,6 +242,7 @@ class MemoryService:
             await repo.update_memory(
                 conn, memory_id=twin["id"], kind=draft.kind, text=draft.text, topic=draft.topic,
                 session_id=session_id, embedding=vector, strengthen=True,
+                evidence=draft.evidence,
             )  # fmt: skip
             return twin["id"], False
         opposite = {"mastered": "struggle", "struggle": "mastered"}.get(draft.kind)
@@ -217,17 +250,20 @@ class MemoryService:
             other = await repo.nearest(conn, kinds=[opposite], **common)
             if other is not None and (
                 other["similarity"] >= self.settings.replace_threshold
-                or (draft.topic is not None and other["topic"] == draft.topic)
+                or (
+                    draft.topic is not None
+                    and str(other["topic"] or "").casefold() == draft.topic.casefold()
+                )
             ):
                 await repo.update_memory(
                     conn, memory_id=other["id"], kind=draft.kind, text=draft.text,
                     topic=draft.topic, session_id=session_id, embedding=vector,
-                    strengthen=False,
+                    strengthen=False, evidence=draft.evidence,
                 )  # fmt: skip
                 return other["id"], False
         memory_id = await repo.insert_memory(
             conn, kind=draft.kind, text=draft.text, topic=draft.topic,
-            session_id=session_id, **common,
+            session_id=session_id, evidence=draft.evidence, **common,
         )  # fmt: skip
         return memory_id, True
 

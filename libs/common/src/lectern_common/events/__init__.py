@@ -47,6 +47,7 @@ from lectern_common.events.retrieval import (
     StudentContext,
 )
 from lectern_common.events.study import QuizAnswerResult, QuizAttempted
+from lectern_common.events.users import UserErased, erased_user_key
 
 __all__ = [
     "ALL_EVENTS",
@@ -88,6 +89,8 @@ __all__ = [
     "RetrieveRequest",
     "StudentContext",
     "Subjects",
+    "UserErased",
+    "erased_user_key",
     "outcome_event_id",
     "parked_event_id",
 ]

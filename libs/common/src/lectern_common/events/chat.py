@@ -48,6 +48,11 @@ class ChatTurnCompleted(Event):
     band: ConfidenceBand
     knowledge_gap: bool = False
     topic: str | None = None
+    topics: list[str] = Field(
+        default_factory=list,
+        description="what the student's message is about, in the material's words, best "
+        "first (lectern_common.topics); empty when no material was retrieved",
+    )
     citations: list[CitationRef] = Field(default_factory=list)
     answered_by: str = Field(
         default="offline", description="gemini, gemini-secondary, fallback, offline, gap"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
@@ -16,7 +16,16 @@ class QuizAnswerResult(BaseModel):
     question_id: str
     kind: str = Field(description="multiple_choice, short_answer or true_false")
     correct: bool
-    topic: str = Field(description="what the question is about (its section's heading)")
+    outcome: Literal["right", "partly", "wrong", "skipped"] | None = Field(
+        default=None,
+        description="a tutor check's verdict; skipped: the student moved on without "
+        "answering (evidence against mastery, not of a struggle). None: right or wrong as "
+        "``correct`` says",
+    )
+    topic: str = Field(
+        description="what the question is about: a check's, the student's question's topic; "
+        "a quiz item's, its section's heading"
+    )
     document_id: uuid.UUID | None = None
     chunk_ids: list[uuid.UUID] = Field(default_factory=list)
 

@@ -12,7 +12,9 @@ import anyio
 from pydantic import BaseModel
 
 from lectern_common import llm
+from lectern_common.events import RecalledMemory
 from lectern_common.outbox import enqueue
+from lectern_common.topics import candidate_words, topics
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.citations import (
     CheckedCitation,
@@ -50,7 +52,7 @@ from lectern_gateway.chat.sse import (
     TokenEvent,
 )
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput, elapsed_ms
-from lectern_gateway.chat.tutoring import asking_text, check_for_sources
+from lectern_gateway.chat.tutoring import asking_text, check_for_answer
 from lectern_gateway.personas.routes import persona_label, persona_prompt
 from lectern_gateway.quality import aggregates as quality
 
@@ -97,6 +99,24 @@ def turn_prompt(
     return built
 
 
+#: sentences of an answer on a topic the student has mastered
+BRIEF_SENTENCES = 2
+
+
+def remembered_on(
+    remembered: Sequence[RecalledMemory], kind: str, asked_about: Sequence[str]
+) -> RecalledMemory | None:
+    """The recalled memory of ``kind`` whose topic is one the question is about (either
+    names the other: "meiosis" and "mitosis and meiosis"), or None."""
+    for memory in remembered:
+        topic = (memory.topic or "").casefold()
+        if memory.kind != kind or not topic:
+            continue
+        if any(f" {topic} " in f" {t} " or f" {t} " in f" {topic} " for t in asked_about):
+            return memory
+    return None
+
+
 def previous_question(rows: Sequence[dict[str, Any]]) -> str:
     for row in reversed(rows):
         if row["role"] == "user":
@@ -114,6 +134,7 @@ async def answer_turn(
     *,
     general: bool,
     started: float,
+    remembered: Sequence[RecalledMemory] = (),
 ) -> AsyncIterator[BaseModel]:
     settings, session, principal = deps.settings, turn.session, turn.principal
     texts = retrieved.texts
@@ -125,9 +146,24 @@ async def answer_turn(
     opening = "" if general else preamble(prior.band)
     if general:
         opening = "This general explanation is not based on your course materials.\n\n"
+    # what the student asked about, in the material's words (memory names topics with it)
+    idf = await repo.word_idf(
+        pool=deps.pool, tenant_id=turn.principal.tenant_id, words=candidate_words(turn.text)
+    )
+    asked_about = topics(turn.text, [retrieved.texts[s.label] for s in retrieved.sources
+                                     if s.label in retrieved.texts], idf=idf)  # fmt: skip
+    # what memory says of it: a struggle is revisited (tutor: with a check), a topic the
+    # student has mastered is not explained again at length
+    revisit = remembered_on(remembered, "struggle", asked_about) if not general else None
+    known = remembered_on(remembered, "mastered", asked_about) if not general else None
+    if revisit is not None and session["mode"] == "tutor":
+        opening = f"Last time you found {revisit.topic} hard: let's go step by step.\n\n{opening}"
+    elif known is not None:
+        opening = f"You've already shown you know {known.topic}, so briefly:\n\n{opening}"
     # the opening is said with the answer's first words, not before: an answerer that finds
     # its sources do not answer (a ``no_support`` verdict) speaks alone, in one voice
     pending_opening = bool(opening)
+    said = 0  # finished sentences of the model's text
     no_support = False
     answer = ""
     tracker = SentenceTracker(text="", _done=0)
@@ -147,7 +183,7 @@ async def answer_turn(
                     pending_opening, opening = False, ""
                 no_support = no_support or piece.outcome == "no_support"
             elif isinstance(piece, TextDelta):
-                if not piece.text:
+                if not piece.text or (known is not None and said >= BRIEF_SENTENCES):
                     continue
                 if pending_opening:
                     pending_opening = False
@@ -161,6 +197,7 @@ async def answer_turn(
                 model_text += piece.text
                 yield TokenEvent(text=piece.text)
                 for sentence in tracker.feed(piece.text):
+                    said += 1
                     for c in check_sentence(sentence, texts, threshold=settings.support_threshold):
                         checked.append(c)
                         citation = _textbook_citation(c, by_label)
@@ -224,7 +261,10 @@ async def answer_turn(
     check = None
     if session["mode"] in ("tutor", "drill") and not general and confidence.band != "low":
         # a question on what the sources say, judged when the student replies
-        check = check_for_sources(retrieved.sources, retrieved.texts)
+        cited = [(c.label, c.sentence.text) for c in checked if c.valid and c.supported]
+        check = check_for_answer(
+            retrieved.sources, retrieved.texts, cited, asked=turn.text, topics=asked_about
+        )
         if check is not None:
             asking = asking_text(check, lead="\n\nCheck your understanding: ")
             answer += asking
@@ -248,6 +288,7 @@ async def answer_turn(
         all_citations,
         finished.answered_by,
         topic=guess_topic(turn.text, turn.session, retrieved.topic_tags),
+        topics=asked_about,
     )
     async with deps.pool.acquire() as conn, conn.transaction():
         await repo.insert_message(

@@ -15,6 +15,7 @@ from lectern_common.errors import LecternError
 from lectern_common.events import (
     MemoryRecallReply,
     MemoryRecallRequest,
+    RecalledMemory,
     RetrievalFilters,
     StudentContext,
 )
@@ -107,7 +108,9 @@ def guess_topic(question: str, session: dict[str, Any], tags: Sequence[str]) -> 
     return session.get("module_tag") or session.get("subject")
 
 
-async def recall_memories(deps: ChatDeps, *, principal: Principal, query: str) -> list[str]:
+async def recall_memories(
+    deps: ChatDeps, *, principal: Principal, query: str
+) -> list[RecalledMemory]:
     """Top long-term memories of the student; empty when the memory service is silent."""
     try:
         reply = await request(
@@ -124,4 +127,4 @@ async def recall_memories(deps: ChatDeps, *, principal: Principal, query: str) -
     except LecternError as exc:
         log.info("memory recall skipped: %s", exc.message)
         return []
-    return [m.text for m in reply.memories[: deps.settings.memory_k]]
+    return list(reply.memories[: deps.settings.memory_k])

@@ -24,8 +24,25 @@ async def end_session(*, pool: Any, tenant_id: str, session_id: uuid.UUID, reaso
         )
         if row is None:
             return False
+        await _skip_open_check(conn, row)
         await enqueue(conn, _ended(row, reason))
     return True
+
+
+async def _skip_open_check(conn: Any, row: dict[str, Any]) -> None:
+    """A check question left unanswered when the session ends counts as skipped."""
+    from lectern_gateway.chat import tutoring  # the tutor's rules; imported late (cycle)
+
+    last = await conn.fetchrow(
+        "SELECT id, role, tutor_check FROM chat_messages WHERE tenant_id = $1 AND "
+        "session_id = $2 ORDER BY created_at DESC, id DESC LIMIT 1",
+        row["tenant_id"], row["id"],
+    )  # fmt: skip
+    pending = tutoring.pending_check([dict(last)] if last is not None else [])
+    if pending is not None:
+        await tutoring.settle_skipped(
+            conn, tenant_id=row["tenant_id"], user_id=row["user_id"], pending=pending
+        )
 
 
 def _ended(row: dict[str, Any], reason: str) -> ChatSessionEnded:
@@ -45,6 +62,7 @@ async def sweep_idle_sessions(*, pool: Any, idle_s: float) -> int:
         async with pool.acquire() as conn, conn.transaction():
             rows = await repo.claim_idle_sessions(pool=conn, idle_s=idle_s)
             for row in rows:
+                await _skip_open_check(conn, row)
                 await enqueue(conn, _ended(row, "idle"))
         total += len(rows)
         if len(rows) < 100:

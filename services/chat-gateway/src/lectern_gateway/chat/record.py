@@ -24,6 +24,7 @@ def turn_completed(
     citations: Sequence[Citation],
     answered_by: str,
     topic: str | None = None,
+    topics: Sequence[str] = (),
 ) -> ChatTurnCompleted:
     """The event of a completed turn."""
     refs = [
@@ -52,4 +53,5 @@ def turn_completed(
         citations=refs,
         answered_by=answered_by,
         topic=topic or turn.session.get("module_tag"),
+        topics=list(topics),
     )

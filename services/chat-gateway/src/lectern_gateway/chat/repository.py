@@ -7,6 +7,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from lectern_common import bm25
+
 _SESSION_COLUMNS = (
     "id, tenant_id, user_id, mode, subject, module_tag, class_id, grade_level, learning_style, "
     "explanation_depth, curriculum_standards, title, status, end_reason, created_at, "
@@ -398,3 +400,24 @@ def citations_json(citations: Sequence[Any]) -> list[dict[str, Any]]:
     for c in citations:
         out.append(json.loads(c.model_dump_json()) if hasattr(c, "model_dump_json") else dict(c))
     return out
+
+
+async def word_idf(*, pool: Any, tenant_id: str, words: list[str]) -> dict[str, float]:
+    """Each word's BM25 idf in the tenant's library (its English lexeme's); none for a stop
+    word or a word the library lacks."""
+    if not words:
+        return {}
+    rows = await pool.fetch(
+        """SELECT w.word, max(coalesce(s.df, 0)) AS df, max(coalesce(cs.chunk_count, 0)) AS n
+           FROM unnest($2::text[]) AS w(word)
+           CROSS JOIN LATERAL unnest(to_tsvector('english', w.word)) AS u
+           LEFT JOIN bm25_vocabulary v ON v.term = u.lexeme
+           LEFT JOIN bm25_term_stats s ON s.tenant_id = $1 AND s.term_id = v.id
+           LEFT JOIN bm25_collection_stats cs ON cs.tenant_id = $1
+           GROUP BY w.word""",
+        tenant_id,
+        words,
+    )
+    return {
+        r["word"]: bm25.idf(chunk_count=int(r["n"]), df=int(r["df"])) for r in rows if r["df"]
+    }

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from lectern_common.education import band_for
 from lectern_common.errors import LecternError
+from lectern_common.events import RecalledMemory
 from lectern_common.events.retrieval import Turn
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat import tutoring
@@ -74,10 +75,11 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
                 yield event
             return
         if pending is not None:
-            await repo.settle_check(
-                pool=deps.pool, tenant_id=principal.tenant_id,
-                message_id=pending["message_id"], outcome={"status": "skipped"},
-            )  # fmt: skip
+            async with deps.pool.acquire() as conn, conn.transaction():
+                await tutoring.settle_skipped(
+                    conn, tenant_id=principal.tenant_id, user_id=principal.user_id,
+                    pending=pending,
+                )  # fmt: skip
         if session["mode"] == "drill" and not asks:
             async for event in tutoring.practice_turn(
                 deps, turn, user_message_id, timings, started=started
@@ -88,7 +90,7 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
     general = general and asks_for_general_explanation(turn.text)
     question = previous_question(rows) if general else turn.text
 
-    async def timed_recall() -> list[str]:
+    async def timed_recall() -> list[RecalledMemory]:
         begun = time.perf_counter()
         memories = await recall_memories(deps, principal=principal, query=question)
         timings["memory_ms"] = elapsed_ms(begun)
@@ -110,7 +112,7 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
                 persona=turn.persona,
             )
         )
-        memories = await memory_task
+        remembered = await memory_task
     except LecternError as exc:
         yield ErrorEvent(reason=exc.reason, message=exc.message, retryable=True)
         return
@@ -122,6 +124,7 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
         c = retrieved.confidence
         band = band_for(c.score, c.retrieval, turn.thresholds)
         retrieved.confidence = c.model_copy(update={"band": band})
+    memories = [m.text for m in remembered]
     gap = not general and retrieved.confidence.band == "gap"
     prompt = (
         None if gap else turn_prompt(deps, turn, question, retrieved, history, memories, general)
@@ -142,6 +145,7 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
             yield event
         return
     async for event in answer_turn(
-        deps, turn, retrieved, prompt, user_message_id, timings, general=general, started=started
-    ):
+        deps, turn, retrieved, prompt, user_message_id, timings, general=general,
+        started=started, remembered=remembered,
+    ):  # fmt: skip
         yield event

@@ -120,8 +120,10 @@ class CheckEvent(BaseModel):
     phase: Literal["asked", "judged"]
     question: str
     kind: str = Field(description="short_answer or true_false")
-    verdict: Literal["right", "partly", "wrong"] | None = Field(
-        default=None, description="judged: how the reply measured against the sources"
+    verdict: Literal["right", "partly", "wrong", "skipped"] | None = Field(
+        default=None,
+        description="judged: how the reply measured against the sources (skipped: the "
+        "student said skip, or only ok or thanks)",
     )
     expected: str | None = Field(default=None, description="judged: the answer")
     evidence: str | None = Field(default=None, description="judged: the passage's sentence")

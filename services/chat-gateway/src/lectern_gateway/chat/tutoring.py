@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from lectern_common.answerer import split_sentences
 from lectern_common.events import Confidence, QuizAnswerResult, QuizAttempted
 from lectern_common.events.chat import ConfidenceBand
 from lectern_common.outbox import enqueue
@@ -45,14 +46,18 @@ from lectern_gateway.study import repository as study_repo
 from lectern_gateway.study.grading import (
     choice_is_right,
     content_words,
+    embed_similarities,
     normalise,
     short_answer_is_right,
 )
 
-Verdict = Literal["right", "partly", "wrong"]
+Verdict = Literal["right", "partly", "wrong", "skipped"]
 
 #: the kinds of question a typed chat reply can answer
 CHECK_KINDS: tuple[generator.QuestionKind, ...] = ("short_answer", "true_false")
+#: a source sentence is the one an answer's sentence states when they share this much
+#: (Jaccard of content words; the offline answerer quotes, a model paraphrases)
+KEY_STATEMENT_OVERLAP = 0.3
 #: practice questions drawn per drill turn (the session's material, its Q&A pairs first)
 DRILL_POOL = 200
 
@@ -61,7 +66,22 @@ _QUESTION_START = re.compile(
     r"do|did|explain|describe|tell me|give me|define|compare|list)\b",
     re.IGNORECASE,
 )
-_SKIP = {"skip", "pass", "next", "next question", "i don't know", "i dont know", "no idea"}
+_SKIP = {"skip", "pass", "next", "next question", "skip it", "no idea"}
+#: not an answer at all: the check is skipped (evidence against mastery, not of a struggle)
+_NOT_AN_ANSWER = {
+    "ok", "okay", "k", "thanks", "thank you", "ok thanks", "okay thanks", "thx", "ty", "cool",
+    "ok cool", "nice", "great", "got it", "ok got it", "alright", "sure", "hmm", "later",
+}  # fmt: skip
+#: an honest "I don't know" is an answer: a wrong one
+_DONT_KNOW = {"i don't know", "i dont know", "dont know", "don't know", "idk", "no clue"}
+_NORMALISED = {
+    name: {normalise(p) for p in phrases}
+    for name, phrases in (
+        ("skip", _SKIP),
+        ("no answer", _NOT_AN_ANSWER),
+        ("don't know", _DONT_KNOW),
+    )
+}
 _TRUE = {"true", "t", "yes", "y", "right", "correct"}
 _FALSE = {"false", "f", "no", "n", "wrong", "incorrect"}
 
@@ -74,8 +94,9 @@ class Judged:
     by: str  # rules | model
 
 
-def check_of(question: generator.Question) -> dict[str, Any]:
-    """The stored form of a check question (``chat_messages.tutor_check``)."""
+def check_of(question: generator.Question, *, topic: str | None = None) -> dict[str, Any]:
+    """The stored form of a check question (``chat_messages.tutor_check``); ``topic`` is what
+    it tests (the student's question's topic), else the section it comes from."""
     chunk = question.chunk
     return {
         "question_id": question.id,
@@ -85,7 +106,7 @@ def check_of(question: generator.Question) -> dict[str, Any]:
         "accepted": list(question.accepted),
         "options": list(question.options),
         "evidence": question.evidence,
-        "topic": question.topic,
+        "topic": topic or question.topic,
         "chunk_id": str(chunk.id),
         "document_id": str(chunk.document_id),
         "title": chunk.document_title,
@@ -112,6 +133,60 @@ def check_for_sources(sources: Sequence[Source], texts: dict[str, str]) -> dict[
     return check_of(questions[0]) if questions else None
 
 
+def _source_chunk(source: Source, text: str) -> generator.SourceChunk:
+    return generator.SourceChunk(
+        id=source.chunk_id, document_id=source.document_id, document_title=source.title,
+        kind="text", text=text,
+        section_path=tuple(source.section.split(" > ")) if source.section else (),
+        page_start=source.page_start, page_end=source.page_end,
+    )  # fmt: skip
+
+
+def key_statement(answer_sentence: str, source_text: str) -> str | None:
+    """The sentence of ``source_text`` that an answer's sentence states (most shared words)."""
+    said = set(content_words(answer_sentence))
+    best, best_overlap = None, 0.0
+    for sentence in split_sentences(source_text):
+        words = set(content_words(sentence))
+        if not words:
+            continue
+        overlap = len(said & words) / len(said | words)
+        if overlap > best_overlap:
+            best, best_overlap = sentence, overlap
+    return best if best_overlap >= KEY_STATEMENT_OVERLAP else None
+
+
+def check_for_answer(
+    sources: Sequence[Source],
+    texts: dict[str, str],
+    cited: Sequence[tuple[str, str]],
+    *,
+    asked: str,
+    topics: Sequence[str] = (),
+) -> dict[str, Any] | None:
+    """A check question about what was just taught: drawn from the statement the answer
+    rests on (its first supported citation's sentence, ``cited`` = (label, answer sentence)
+    pairs in order), else from the cited passage, else from the best sources; its topic is
+    the student's question's."""
+    by_label = {s.label: s for s in sources}
+    topic = topics[0] if topics else None
+    for label, sentence in cited:
+        source = by_label.get(label)
+        if source is None or label not in texts:
+            continue
+        statement = key_statement(sentence, texts[label])
+        if statement is None:
+            continue
+        chunk = _source_chunk(source, texts[label])
+        made = generator.statement_check(statement, chunk, asked=asked)
+        if made is not None:
+            return check_of(made, topic=topic)
+    cited_first = [by_label[label] for label, _ in cited if label in by_label]
+    ordered = list({s.label: s for s in [*cited_first, *sources[:3]]}.values())
+    check = check_for_sources(ordered, texts)
+    return None if check is None else {**check, "topic": topic or check["topic"]}
+
+
 def asking_text(check: dict[str, Any], *, lead: str) -> str:
     """How a check question is put to the student."""
     prompt = str(check["prompt"])
@@ -124,7 +199,9 @@ def is_new_question(text: str) -> bool:
     """Whether a reply to a check question is rather a new question (the check is skipped)."""
     stripped = text.strip()
     words = stripped.split()
-    if normalise(stripped) in _SKIP:
+    if normalise(stripped) in _NORMALISED["skip"]:
+        return False
+    if normalise(stripped).rstrip("!.") in _NORMALISED["no answer"]:
         return False
     if stripped.endswith("?") and len(words) >= 3:
         return True
@@ -132,8 +209,9 @@ def is_new_question(text: str) -> bool:
 
 
 def wants_to_skip(text: str) -> bool:
-    """ "skip", "next", "I don't know": the check counts as not answered."""
-    return normalise(text) in _SKIP
+    """ "skip", "next", "ok thanks": the check counts as not answered."""
+    said = normalise(text).rstrip("!.")
+    return said in _NORMALISED["skip"] or said in _NORMALISED["no answer"]
 
 
 async def judge(
@@ -146,6 +224,8 @@ async def judge(
     """Right, partly or wrong: the quiz rules (and the local model's cosine), then the
     hosted model's verdict on a typed answer when one is configured."""
     if wants_to_skip(reply):
+        return Judged("skipped", "rules")
+    if normalise(reply).rstrip("!.") in _NORMALISED["don't know"]:
         return Judged("wrong", "rules")
     answer = str(check["answer"])
     if check["kind"] == "true_false":
@@ -153,13 +233,15 @@ async def judge(
         given = "true" if said in _TRUE else "false" if said in _FALSE else said
         return Judged("right" if choice_is_right(answer, given) else "wrong", "rules")
     accepted = list(check.get("accepted") or [answer])
-    similarity = None
+    similarities = None
     if embedder is not None:
-        vectors = await embedder.embed_documents([reply, accepted[0]])
-        similarity = float(vectors[0] @ vectors[1])
+        (similarities,) = await embed_similarities(
+            embedder, [(accepted[0], reply, str(check["prompt"]))]
+        )
     right = short_answer_is_right(
-        accepted, reply, question=str(check["prompt"]), similarity=similarity
-    )
+        accepted, reply, question=str(check["prompt"]),
+        evidence=str(check.get("evidence") or ""), similarities=similarities,
+    )  # fmt: skip
     by = "rules"
     if not right and writer is not None:
         verdicts = await writer.judge([(check["prompt"], answer, check["evidence"], reply)])
@@ -177,6 +259,8 @@ def feedback(check: dict[str, Any], judged: Judged) -> str:
     evidence = str(check["evidence"]).strip()
     if judged.verdict == "right":
         return f"Right! {evidence} [T1]"
+    if judged.verdict == "skipped":
+        return f"No problem. The answer was {check['answer']}: {evidence} [T1]"
     if judged.verdict == "partly":
         return f"Partly right. The full answer is: {check['answer']}. {evidence} [T1]"
     return f"Not quite: the answer is {check['answer']}. {evidence} [T1]"
@@ -296,8 +380,9 @@ async def check_turn(
         results=[
             QuizAnswerResult(
                 question_id=str(pending["question_id"]), kind=str(pending["kind"]),
-                correct=judged.verdict == "right", topic=str(pending["topic"]),
-                document_id=source.document_id, chunk_ids=[source.chunk_id],
+                correct=judged.verdict == "right", outcome=judged.verdict,
+                topic=str(pending["topic"]), document_id=source.document_id,
+                chunk_ids=[source.chunk_id],
             )
         ],
     )  # fmt: skip
@@ -312,7 +397,8 @@ async def check_turn(
         )  # fmt: skip
         await repo.settle_check(
             pool=conn, tenant_id=principal.tenant_id, message_id=pending["message_id"],
-            outcome={"status": "judged", "verdict": judged.verdict, "reply": turn.text[:2000],
+            outcome={"status": "skipped" if judged.verdict == "skipped" else "judged",
+                     "verdict": judged.verdict, "reply": turn.text[:2000],
                      "judged_by": judged.by},
         )  # fmt: skip
         await enqueue(conn, attempt)
@@ -321,6 +407,7 @@ async def check_turn(
             turn_completed(
                 turn, user_message_id, message_id, text,
                 confidence, [citation], "tutor-check", topic=str(pending["topic"]),
+                topics=[str(pending["topic"])],
             ),
         )  # fmt: skip
     yield DoneEvent(
@@ -328,6 +415,35 @@ async def check_turn(
         citations=[citation], band="high", confidence=1.0, answered_by="tutor-check",
         usage={"verdict": judged.verdict, "judged_by": judged.by}, timings_ms=timings,
     )  # fmt: skip
+
+
+def skipped_attempt(tenant_id: str, user_id: str, pending: dict[str, Any]) -> QuizAttempted:
+    """A check the student moved on from without answering: for memory, evidence against
+    mastery of its topic (the streak of right answers starts again), not of a struggle."""
+    return QuizAttempted(
+        tenant_id=tenant_id,
+        attempt_id=uuid.uuid5(uuid.UUID(str(pending["message_id"])), "lectern.check.skipped"),
+        quiz_id=pending["message_id"], user_id=user_id, correct=0, total=1,
+        results=[
+            QuizAnswerResult(
+                question_id=str(pending["question_id"]), kind=str(pending["kind"]),
+                correct=False, outcome="skipped", topic=str(pending["topic"]),
+                document_id=uuid.UUID(str(pending["document_id"])),
+                chunk_ids=[uuid.UUID(str(pending["chunk_id"]))],
+            )
+        ],
+    )  # fmt: skip
+
+
+async def settle_skipped(
+    conn: Any, *, tenant_id: str, user_id: str, pending: dict[str, Any]
+) -> None:
+    """Mark a pending check skipped, with its ``quiz.attempted`` in the same transaction."""
+    if await repo.settle_check(
+        pool=conn, tenant_id=tenant_id, message_id=pending["message_id"],
+        outcome={"status": "skipped"},
+    ):  # fmt: skip
+        await enqueue(conn, skipped_attempt(tenant_id, user_id, pending))
 
 
 async def practice_turn(

@@ -49,6 +49,42 @@ async def roster(staff: StaffDep, pool: PoolDep, class_id: str = ClassId) -> lis
     return [Member.model_validate(dict(r)) for r in rows]
 
 
+class ClassStruggle(BaseModel):
+    """A topic the class's students found hard, counted, never named by student."""
+
+    topic: str
+    students: int
+    evidence: int
+
+
+#: a topic shows only when at least this many students of the class found it hard, so that an
+#: aggregate never points at one child
+MIN_STUDENTS = 2
+
+
+@router.get(
+    "/v1/classes/{class_id}/struggles",
+    summary="What a class finds hard, as aggregates (staff)",
+)
+async def class_struggles(
+    staff: StaffDep, pool: PoolDep, class_id: str = ClassId
+) -> list[ClassStruggle]:
+    """Struggle topics of the roster's students, by how many students have each (at least
+    ``MIN_STUDENTS``) and how much evidence is behind them. A student's memories stay
+    theirs: this view never says who."""
+    rows = await pool.fetch(
+        "SELECT m.topic, count(DISTINCT m.user_id) AS students, "
+        "sum(jsonb_array_length(m.evidence))::int AS evidence "
+        "FROM user_memories m JOIN class_members c "
+        "ON c.tenant_id = m.tenant_id AND c.user_id = m.user_id "
+        "WHERE m.tenant_id = $1 AND c.class_id = $2 AND m.kind = 'struggle' "
+        "AND m.topic IS NOT NULL GROUP BY m.topic HAVING count(DISTINCT m.user_id) >= $3 "
+        "ORDER BY students DESC, evidence DESC, m.topic LIMIT 100",
+        staff.tenant_id, class_id, MIN_STUDENTS,
+    )  # fmt: skip
+    return [ClassStruggle.model_validate(dict(r)) for r in rows]
+
+
 @router.put(
     "/v1/classes/{class_id}/students/{user_id}",
     summary="Put a student on a class roster (staff; idempotent)",

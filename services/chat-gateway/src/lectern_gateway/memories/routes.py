@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from lectern_gateway.auth import AdminDep, PrincipalDep
 from lectern_gateway.deps import PoolDep
@@ -16,8 +16,21 @@ from lectern_gateway.problems import ProblemError
 router = APIRouter(tags=["memories"])
 
 
+class Evidence(BaseModel):
+    """One thing the student said or did that a memory rests on."""
+
+    kind: str = Field(
+        description="check_right, check_partly, check_wrong, check_skipped, quiz_right, "
+        "quiz_wrong (an answer to a tutor check or a quiz item); said (a statement of "
+        "confusion or preference, quoted in detail); repeated, flagged, gap"
+    )
+    detail: str = ""
+    at: str = Field(default="", description="when (ISO 8601), empty when unknown")
+
+
 class Memory(BaseModel):
-    """One long-term memory."""
+    """One long-term memory, with the evidence behind it (newest last) and that evidence in
+    a few words ("answered 2 checks right on 26 Nov")."""
 
     id: uuid.UUID
     kind: Literal["takeaway", "struggle", "mastered", "preference"]
@@ -27,6 +40,8 @@ class Memory(BaseModel):
     source_session_id: uuid.UUID | None
     created_at: datetime
     updated_at: datetime
+    evidence: list[Evidence] = Field(default_factory=list)
+    because: str = ""
 
 
 class Forgotten(BaseModel):
@@ -35,7 +50,37 @@ class Forgotten(BaseModel):
     deleted: int
 
 
-_COLUMNS = "id, kind, text, topic, strength, source_session_id, created_at, updated_at"
+_COLUMNS = "id, kind, text, topic, strength, source_session_id, created_at, updated_at, evidence"
+_SAID = {
+    "check_right": "answered {n} check{s} right",
+    "check_wrong": "got {n} check{s} wrong",
+    "check_partly": "answered {n} check{s} partly",
+    "check_skipped": "skipped {n} check{s}",
+    "quiz_right": "answered {n} quiz question{s} right",
+    "quiz_wrong": "got {n} quiz question{s} wrong",
+    "said": "said so {n} time{s}",
+    "repeated": "asked again",
+    "flagged": "flagged {n} answer{s}",
+    "gap": "asked beyond the material",
+}
+
+
+def because(evidence: list[Evidence]) -> str:
+    """The evidence in a few words: what happened, how often, and the last day it did."""
+    counts: dict[str, list[str]] = {}
+    for item in evidence:
+        counts.setdefault(item.kind, []).append(item.at)
+    parts = []
+    for kind, times in counts.items():
+        template = _SAID.get(kind, kind.replace("_", " "))
+        n = len(times)
+        phrase = template.format(n=n, s="" if n == 1 else "s")
+        days = sorted(t for t in times if t)
+        if days:
+            when = datetime.fromisoformat(days[-1])
+            phrase += f" on {when.day} {when:%b}"
+        parts.append(phrase)
+    return "; ".join(parts)
 
 
 async def _list(pool: Any, tenant_id: str, user_id: str) -> list[Memory]:
@@ -45,7 +90,12 @@ async def _list(pool: Any, tenant_id: str, user_id: str) -> list[Memory]:
         tenant_id,
         user_id,
     )
-    return [Memory.model_validate(dict(r)) for r in rows]
+    out = []
+    for row in rows:
+        memory = Memory.model_validate(dict(row))
+        memory.because = because(memory.evidence)
+        out.append(memory)
+    return out
 
 
 async def _delete_one(pool: Any, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> None:

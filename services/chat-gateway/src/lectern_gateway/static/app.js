@@ -1160,6 +1160,9 @@ async function loadMemories() {
       el("li", { class: "card memory" },
         el("span", { class: `kind kind-${memory.kind}` }, memory.kind),
         el("p", {}, memory.text),
+        memory.because
+          ? el("p", { class: "evidence" }, `Because you ${memory.because}.`)
+          : false,
         el("p", { class: "hint" },
           [memory.topic, `strength ${memory.strength.toFixed(2)}`, formatDate(memory.updated_at)]
             .filter(Boolean).join(" · ")),

@@ -21,11 +21,13 @@ from __future__ import annotations
 import re
 import uuid
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lectern_common.answerer import split_sentences
+from lectern_common.topics import NOT_TOPICAL
 
 QuestionKind = Literal["multiple_choice", "short_answer", "true_false"]
 Difficulty = Literal["easy", "medium", "hard"]
@@ -347,6 +349,60 @@ def question_from(
     return Question(
         "true_false", f"True or false: {statement}", truth, fact.sentence, fact.chunk,
         options=["true", "false"], explanation=explanation,
+    )  # fmt: skip
+
+
+_YEAR = re.compile(r"^(?:1[0-9]|20)\d\d$")
+_KEY_WORD = re.compile(r"(?<![\w-])[a-z][a-z'’-]{3,}(?![\w-])")
+_LABELS = re.compile(r"\s*\[(?:T|W)\d+\]")
+
+
+def _stem(word: str) -> str:
+    return word.casefold()[:5]
+
+
+def statement_check(sentence: str, chunk: SourceChunk, *, asked: str) -> Question | None:
+    """A check question on the statement an answer rests on (``sentence`` of ``chunk``),
+    after the student asked ``asked``: the defined term or the stated quantity blanked when
+    the statement is a definition or states an amount (never a year: trivia, not
+    understanding), else the statement's key word blanked: the word the passage keeps using
+    that the question did not already give ("... unless a resultant _____ acts on it")."""
+    text = _clean(_LABELS.sub("", sentence)).strip()
+    if text and text[-1] not in ".!":
+        text += "."
+    words = text.split()
+    if not 6 <= len(words) <= 45 or "?" in text or "|" in text or _IMPERATIVE.match(text):
+        return None
+    if not text[:1].isupper() or _MATH.search(text):
+        return None
+    defined = definition(text)
+    if defined is not None:
+        fact = Fact("definition", text, chunk, term=defined[0], rest=defined[1])
+        made = question_from(fact, "short_answer", sibling_terms=(), options=0)
+        if made is not None:
+            return made
+    number = stated_number(text)
+    if number is not None and not _YEAR.match(number[0]):
+        fact = Fact("number", text, chunk, number=number[0], number_at=number[1])
+        return question_from(fact, "short_answer", sibling_terms=(), options=0)
+    given = {_stem(w) for w in re.findall(r"[^\W\d_]+", asked)}
+    passage = Counter(_stem(w) for w in re.findall(r"[^\W\d_]+", chunk.text))
+    candidates = [
+        m
+        for m in _KEY_WORD.finditer(text)
+        if m.start() > 0  # not the sentence's first word: its subject, which the question names
+        and m.group(0) not in NOT_TOPICAL
+        and m.group(0) not in _NOT_A_TERM
+        and _stem(m.group(0)) not in given
+    ]
+    if not candidates:
+        return None
+    best = max(candidates, key=lambda m: (passage[_stem(m.group(0))], len(m.group(0))))
+    word = best.group(0)
+    prompt = f"Fill in the blank: {text[: best.start()]}{_BLANK}{text[best.end() :]}"
+    return Question(
+        "short_answer", prompt, word, text, chunk, accepted=[word],
+        explanation=f"{text} (See {_where(chunk)}.)",
     )  # fmt: skip
 
 

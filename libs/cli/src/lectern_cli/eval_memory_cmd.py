@@ -1,0 +1,95 @@
+"""``lectern eval-memory``: the tutor's memory of scripted students, through the services."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add ``eval-memory``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "eval-memory",
+        help="is the tutor's memory right about the student (struggles, mastered topics)",
+        description=(
+            "Play the scripted students of a set split by document (DIR/dev and DIR/test, "
+            "each with students.jsonl: tutor sessions of questions, statements, replies to "
+            "check questions, flags and quizzes) through the gateway, end their sessions, and "
+            "compare the memories the memory service keeps with what a careful teacher would "
+            "write: precision and recall of struggles and of mastered topics, memories per "
+            "session, and leaks. Uses the gateway at --url, or starts the embedded stack."
+        ),
+    )
+    parser.add_argument("--set", type=Path, default=Path("bench/memory"), metavar="DIR")
+    parser.add_argument(
+        "--documents", type=Path, default=Path("../shared/data"), metavar="DIR",
+        help="folder the students' document paths are relative to (../shared/data)",
+    )  # fmt: skip
+    parser.add_argument("--url", help="a running gateway (default: start the embedded stack)")
+    parser.add_argument("--data-dir", type=Path, help="embedded stack's data dir (temporary)")
+    parser.add_argument("--concurrency", type=int, default=2, help="students in flight (2)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write every result as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation; exit 2 on a bad set."""
+    from lectern_common.tokens import signing_secret
+    from lectern_eval.answers import embedded_stack
+    from lectern_eval.memory import (
+        DatasetError,
+        MemoryEval,
+        format_scores,
+        load_students,
+        score,
+    )
+
+    try:
+        splits = [
+            (name, load_students(args.set / name / "students.jsonl"))
+            for name in ("dev", "test")
+            if (args.set / name / "students.jsonl").is_file()
+        ]
+    except DatasetError as exc:
+        print(f"lectern eval-memory: {exc}", file=sys.stderr)
+        return 2
+    if not splits:
+        print(f"lectern eval-memory: no dev/ or test/ students in {args.set}", file=sys.stderr)
+        return 2
+    if not args.documents.is_dir():
+        print(f"lectern eval-memory: no folder {args.documents}", file=sys.stderr)
+        return 2
+
+    def report(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    async def evaluate(url: str, secret: str) -> Any:
+        runner = MemoryEval(
+            gateway_url=url, secret=secret, documents_dir=args.documents,
+            concurrency=args.concurrency, report=report,
+        )  # fmt: skip
+        return await runner.run(splits)
+
+    if args.url:
+        secret = signing_secret(os.environ)
+        if secret is None:
+            print("lectern eval-memory: set LECTERN_JWT_SECRET", file=sys.stderr)
+            return 2
+        results = asyncio.run(evaluate(args.url, secret))
+    else:
+        with embedded_stack(data_dir=args.data_dir, report=report) as (url, secret):
+            results = asyncio.run(evaluate(url, secret))
+    scores = {name: score([r for r in results if r.split == name]) for name, _ in splits}
+    print(format_scores(scores))
+    if args.json:
+        out = {
+            "splits": {name: vars(s) for name, s in scores.items()},
+            "students": [r.to_json() for r in results],
+        }
+        args.json.write_text(json.dumps(out, indent=1, default=str))
+    return 0
