@@ -40,6 +40,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; exit 2 on a bad set."""
     from lectern_common.tokens import signing_secret
+    from lectern_eval.answer_set import frozen_hash, split_hash
     from lectern_eval.answers import embedded_stack
     from lectern_eval.memory import (
         DatasetError,
@@ -64,6 +65,19 @@ def run(args: argparse.Namespace) -> int:
     if not args.documents.is_dir():
         print(f"lectern eval-memory: no folder {args.documents}", file=sys.stderr)
         return 2
+    hashes = []
+    for name, students in splits:
+        path = args.set / name / "students.jsonl"
+        line = f"{name} split: {len(students)} students, "
+        line += f"{sum(len(s.sessions) for s in students)} sessions; sha256 {split_hash([path])}"
+        if name == "test":
+            frozen = frozen_hash(args.set)
+            line += (
+                " (frozen: matches)" if frozen == split_hash([path])
+                else f" (DIFFERS from the frozen {frozen})" if frozen else " (not frozen)"
+            )  # fmt: skip
+        hashes.append(line)
+        print(line, file=sys.stderr)
 
     def report(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -85,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         with embedded_stack(data_dir=args.data_dir, report=report) as (url, secret):
             results = asyncio.run(evaluate(url, secret))
     scores = {name: score([r for r in results if r.split == name]) for name, _ in splits}
+    print("\n".join(hashes))
     print(format_scores(scores))
     if args.json:
         out = {

@@ -24,7 +24,9 @@ DESCRIPTION = " ".join(
 Subjects are `lectern.<domain>.<event>.v<N>`. Events are published on JetStream (at-least-once:
 consumers must be idempotent, keyed by `event_id` or the entity id). Adding an optional field
 keeps the version; a breaking change is a new `.v{N+1}` subject. Consumers ignore unknown
-fields. Trace context travels in message headers (W3C `traceparent`), never in payloads.
+fields. Every event is a CloudEvent in binary mode: `ce-id` (the event id), `ce-type` (the
+subject), `ce-source`, `ce-time`, `ce-subject` and `content-type` are message headers. Trace
+context travels in message headers (W3C `traceparent`), never in payloads.
 Request/reply subjects are served by queue groups; replies carry `error` and `error_message`
 instead of a result when the request failed.""".split()
 )
@@ -73,8 +75,43 @@ def asyncapi_yaml() -> str:
     data = yaml.safe_load(spec.to_specification().to_yaml())
     for request, reply in ALL_REQUESTS:
         add_reply(data, request, reply)
+    add_cloudevent_headers(data)
     text: str = yaml.safe_dump(data, sort_keys=True, allow_unicode=True, width=100)
     return text
+
+
+#: the CloudEvents 1.0 binary-mode attributes every event message carries as headers
+CLOUDEVENT_HEADERS: dict[str, Any] = {
+    "type": "object",
+    "description": "CloudEvents 1.0 binary content mode (NATS headers): read an event with any "
+    "CloudEvents SDK. Also Nats-Msg-Id (= ce-id, JetStream de-duplication) and W3C "
+    "traceparent.",
+    "required": ["ce-specversion", "ce-id", "ce-type", "ce-source", "ce-time", "content-type"],
+    "properties": {
+        "ce-specversion": {"type": "string", "const": "1.0"},
+        "ce-id": {"type": "string", "format": "uuid", "description": "the event's event_id"},
+        "ce-type": {"type": "string", "description": "the subject: lectern.<domain>.<event>.v<N>"},
+        "ce-source": {"type": "string", "description": "/lectern/tenants/<tenant_id>"},
+        "ce-time": {"type": "string", "format": "date-time", "description": "occurred_at"},
+        "ce-subject": {
+            "type": "string",
+            "description": "what the event is about: its document_id, session_id, quiz_id or "
+            "user_id (the first it has)",
+        },
+        "content-type": {"type": "string", "const": "application/json"},
+        "Nats-Msg-Id": {"type": "string"},
+        "traceparent": {"type": "string"},
+    },
+}
+
+
+def add_cloudevent_headers(data: dict[str, Any]) -> None:
+    """Every published event's message documents the CloudEvents headers."""
+    components = data.setdefault("components", {})
+    components.setdefault("schemas", {})["CloudEventHeaders"] = CLOUDEVENT_HEADERS
+    for name, message in components.get("messages", {}).items():
+        if ":publish" in name:
+            message["headers"] = {"$ref": SCHEMA_REF.format(model="CloudEventHeaders")}
 
 
 def request_channel(request: type[Request]) -> str:

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from faststream.nats import JStream, NatsBroker, NatsUserPassword
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
@@ -205,6 +206,32 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
         log.info("created object store %s", DOCUMENTS_BUCKET)
 
 
+#: the attribute that names what an event is about (CloudEvents ``subject``), first found
+_CE_SUBJECT_FIELDS = ("document_id", "session_id", "quiz_id", "user_id")
+
+
+def cloudevent_headers(event: Event) -> dict[str, str]:
+    """CloudEvents 1.0 binary-mode attributes of an event, as message headers: ``ce-id`` (the
+    event id), ``ce-type`` (its subject, e.g. ``lectern.documents.indexed.v1``),
+    ``ce-source`` (``/lectern/tenants/<tenant>``), ``ce-time``, ``ce-subject`` (the document,
+    session, quiz or user it is about) and the body's ``content-type``; a subscriber in any
+    language reads them with a CloudEvents SDK."""
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": str(event.event_id),
+        "ce-type": event.subject,
+        "ce-source": f"/lectern/tenants/{quote(event.tenant_id, safe='')}",
+        "ce-time": event.occurred_at.isoformat(),
+        "content-type": "application/json",
+    }
+    for name in _CE_SUBJECT_FIELDS:
+        value = getattr(event, name, None)
+        if value is not None:
+            headers["ce-subject"] = str(value)
+            break
+    return headers
+
+
 PUBLISH_TIMEOUT_S = 5.0
 PUBLISH_ATTEMPTS = 3
 
@@ -236,7 +263,11 @@ async def publish_event(
     # no ack in time, or no stream answering (a server or stream leader restarting)
     unacknowledged = (TimeoutError, NoRespondersError, NoStreamResponseError)
     stream = stream_for(event.subject).name
-    sent_headers = {"Nats-Msg-Id": str(event.event_id), **(headers or {})}
+    sent_headers = {
+        "Nats-Msg-Id": str(event.event_id),
+        **cloudevent_headers(event),
+        **(headers or {}),
+    }
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(attempts),

@@ -59,6 +59,8 @@ class TurnSignal:
     occurred_at: datetime | None = None
     #: what the message is about, in the material's words, best first (the gateway's)
     topics: tuple[str, ...] = ()
+    #: offline, gemini, ..., tutor-check (a reply to a check), drill, gap
+    answered_by: str | None = None
 
 
 @dataclass
@@ -125,12 +127,16 @@ def first_asked(questions: Sequence[str], *, threshold: float = 0.5) -> dict[int
     return roots
 
 
+#: the gateway's own openings, not the material's statements
+_SAID_BY_THE_TUTOR = ("based on the", "last time you found", "you've already shown")
+
+
 def first_sentence(answer: str, *, max_chars: int = 240) -> str:
     """The answer's first substantive sentence, without citation labels."""
     text = _CITATION.sub("", answer).strip()
     for sentence in _SENTENCE_END.split(text):
         sentence = sentence.strip()
-        if len(sentence.split()) >= 5 and not sentence.lower().startswith("based on the"):
+        if len(sentence.split()) >= 5 and not sentence.lower().startswith(_SAID_BY_THE_TUTOR):
             return sentence[:max_chars]
     return text[:max_chars]
 
@@ -216,7 +222,13 @@ def distill_turns(
         for kind, detail, about in evidence:
             draft = struggles.setdefault(about, MemoryDraft("struggle", "", about))
             draft.evidence.append({"kind": kind, "detail": detail, "at": _when(turn)})
-        if not evidence and turn.band in ("high", "medium") and len(takeaways) < max_takeaways:
+        taught = turn.answered_by not in _NOT_TEACHING
+        if (
+            taught
+            and not evidence
+            and turn.band in ("high", "medium")
+            and (len(takeaways) < max_takeaways)
+        ):
             takeaways.append(
                 MemoryDraft("takeaway", f"{topic}: {first_sentence(turn.answer)}", topic)
             )
@@ -236,6 +248,8 @@ def distill_turns(
     return [*struggles.values(), *takeaways, *preferences]
 
 
+#: turns that teach nothing new: a check's verdict, a practice question, the gap message
+_NOT_TEACHING = frozenset({"tutor-check", "drill", "gap"})
 _REASONS = {
     "said": "said they found it confusing",
     "gap": "asked beyond the course material",

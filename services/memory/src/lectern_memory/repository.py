@@ -18,12 +18,13 @@ async def record_turn(conn: Any, event: ChatTurnCompleted) -> None:
     """Keep one turn's signals; a re-delivered turn changes nothing."""
     await conn.execute(
         """INSERT INTO memory_turn_signals (assistant_message_id, session_id, tenant_id, user_id,
-               question, answer, band, confidence, knowledge_gap, topic, occurred_at, topics)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+               question, answer, band, confidence, knowledge_gap, topic, occurred_at, topics,
+               answered_by)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
            ON CONFLICT (assistant_message_id) DO NOTHING""",
         event.assistant_message_id, event.session_id, event.tenant_id, event.user_id,
         event.question, event.answer, event.band, event.confidence, event.knowledge_gap,
-        event.topic, event.occurred_at, event.topics,
+        event.topic, event.occurred_at, event.topics, event.answered_by,
     )  # fmt: skip
 
 
@@ -32,7 +33,7 @@ async def session_turns(conn: Any, *, tenant_id: str, session_id: uuid.UUID) -> 
     return list(
         await conn.fetch(
             """SELECT s.question, s.answer, s.band, s.confidence, s.knowledge_gap, s.topic,
-                      s.occurred_at, s.topics,
+                      s.occurred_at, s.topics, s.answered_by,
                       EXISTS (SELECT 1 FROM feedback_flags f
                               WHERE f.message_id = s.assistant_message_id
                                 AND f.tenant_id = s.tenant_id) AS flagged

@@ -109,7 +109,7 @@ class MemoryService:
                 question=r["question"], answer=r["answer"], band=r["band"],
                 confidence=r["confidence"], knowledge_gap=r["knowledge_gap"], topic=r["topic"],
                 flagged=r["flagged"], occurred_at=r["occurred_at"],
-                topics=tuple(r["topics"] or ()),
+                topics=tuple(r["topics"] or ()), answered_by=r["answered_by"],
             )
             for r in rows
         ]  # fmt: skip

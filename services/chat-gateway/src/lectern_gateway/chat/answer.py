@@ -262,9 +262,13 @@ async def answer_turn(
     if session["mode"] in ("tutor", "drill") and not general and confidence.band != "low":
         # a question on what the sources say, judged when the student replies
         cited = [(c.label, c.sentence.text) for c in checked if c.valid and c.supported]
-        check = check_for_answer(
-            retrieved.sources, retrieved.texts, cited, asked=turn.text, topics=asked_about
+        already = await repo.asked_checks(
+            pool=deps.pool, tenant_id=turn.principal.tenant_id, session_id=session["id"]
         )
+        check = check_for_answer(
+            retrieved.sources, retrieved.texts, cited, asked=turn.text, topics=asked_about,
+            already=already,
+        )  # fmt: skip
         if check is not None:
             asking = asking_text(check, lead="\n\nCheck your understanding: ")
             answer += asking

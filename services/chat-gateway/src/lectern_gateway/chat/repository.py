@@ -418,6 +418,4 @@ async def word_idf(*, pool: Any, tenant_id: str, words: list[str]) -> dict[str, 
         tenant_id,
         words,
     )
-    return {
-        r["word"]: bm25.idf(chunk_count=int(r["n"]), df=int(r["df"])) for r in rows if r["df"]
-    }
+    return {r["word"]: bm25.idf(chunk_count=int(r["n"]), df=int(r["df"])) for r in rows if r["df"]}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -117,9 +117,11 @@ def check_of(question: generator.Question, *, topic: str | None = None) -> dict[
     }
 
 
-def check_for_sources(sources: Sequence[Source], texts: dict[str, str]) -> dict[str, Any] | None:
-    """A check question on what the answer's best sources say, or None if they state no
-    definition or quantity to ask about."""
+def check_for_sources(
+    sources: Sequence[Source], texts: dict[str, str], *, asked: Collection[str] = ()
+) -> dict[str, Any] | None:
+    """A check question on what the answer's best sources say (not one of the ``asked``
+    question ids), or None if they state no definition or quantity to ask about."""
     chunks = [
         generator.SourceChunk(
             id=s.chunk_id, document_id=s.document_id, document_title=s.title, kind="text",
@@ -129,8 +131,9 @@ def check_for_sources(sources: Sequence[Source], texts: dict[str, str]) -> dict[
         for s in sources[:3]
         if s.label in texts
     ]  # fmt: skip
-    questions = generator.generate(chunks, num_questions=1, kinds=CHECK_KINDS)
-    return check_of(questions[0]) if questions else None
+    questions = generator.generate(chunks, num_questions=1 + len(asked), kinds=CHECK_KINDS)
+    fresh = [q for q in questions if q.id not in asked]
+    return check_of(fresh[0]) if fresh else None
 
 
 def _source_chunk(source: Source, text: str) -> generator.SourceChunk:
@@ -163,11 +166,12 @@ def check_for_answer(
     *,
     asked: str,
     topics: Sequence[str] = (),
+    already: Collection[str] = (),
 ) -> dict[str, Any] | None:
     """A check question about what was just taught: drawn from the statement the answer
     rests on (its first supported citation's sentence, ``cited`` = (label, answer sentence)
-    pairs in order), else from the cited passage, else from the best sources; its topic is
-    the student's question's."""
+    pairs in order), else from the cited passage, else from the best sources, never one the
+    session asked ``already`` (question ids); its topic is the student's question's."""
     by_label = {s.label: s for s in sources}
     topic = topics[0] if topics else None
     for label, sentence in cited:
@@ -179,11 +183,11 @@ def check_for_answer(
             continue
         chunk = _source_chunk(source, texts[label])
         made = generator.statement_check(statement, chunk, asked=asked)
-        if made is not None:
+        if made is not None and made.id not in already:
             return check_of(made, topic=topic)
     cited_first = [by_label[label] for label, _ in cited if label in by_label]
     ordered = list({s.label: s for s in [*cited_first, *sources[:3]]}.values())
-    check = check_for_sources(ordered, texts)
+    check = check_for_sources(ordered, texts, asked=already)
     return None if check is None else {**check, "topic": topic or check["topic"]}
 
 

@@ -2,3 +2,4 @@
 -- when), and a turn what its message was about in the material's words (issue 31).
 ALTER TABLE user_memories ADD COLUMN IF NOT EXISTS evidence jsonb NOT NULL DEFAULT '[]';
 ALTER TABLE memory_turn_signals ADD COLUMN IF NOT EXISTS topics text[] NOT NULL DEFAULT '{}';
+ALTER TABLE memory_turn_signals ADD COLUMN IF NOT EXISTS answered_by text;
