@@ -26,6 +26,7 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.ask_cmd",
     "lectern_cli.search_cmd",
     "lectern_cli.quiz_cmd",
+    "lectern_cli.mcp_cmd",
     "lectern_cli.personas_cmd",
     "lectern_cli.quality_cmd",
     "lectern_cli.docs_cmd",
