@@ -50,6 +50,6 @@ async def test_a_teacher_sees_what_the_class_finds_hard_never_who(
         assert got.status_code == 200, got.text
         assert got.json() == [{"topic": "meiosis", "students": 2, "evidence": 2}]
         assert "ana" not in got.text and "secret" not in got.text
-        student = gateway.token(tenant_id, "ana")
-        refused = await client.get(f"{gateway.url}/v1/classes/9C/struggles", headers=student)
+        ana = gateway.token(tenant_id, "ana")
+        refused = await client.get(f"{gateway.url}/v1/classes/9C/struggles", headers=ana)
         assert refused.status_code == 403

@@ -100,6 +100,13 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.RERANK,
             Subjects.MEMORY_RECALL,
             *object_store(),
+            # webhooks: the tenant events, delivered to the endpoints that asked for them
+            *consume("LECTERN_DOCUMENT_EVENTS"),
+            *consume("LECTERN_CHAT"),
+            *consume("LECTERN_MEMORY"),
+            *consume("LECTERN_FEEDBACK"),
+            *consume("LECTERN_STUDY"),
+            *consume("LECTERN_USERS"),
         ],
         # a document's status stream follows its progress and outcome
         subscribe=[

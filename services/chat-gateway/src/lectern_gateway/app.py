@@ -31,6 +31,8 @@ from lectern_gateway.study.model_writer import build_quiz_writer
 from lectern_gateway.tenant import routes as tenant
 from lectern_gateway.web import dev
 from lectern_gateway.web import routes as ui
+from lectern_gateway.webhooks import dispatcher as webhook_dispatch
+from lectern_gateway.webhooks import routes as webhooks
 
 DESCRIPTION = """Lectern's public API: upload course material, search it, and chat with a tutor
 that answers from it with citations. Authenticate with `Authorization: Bearer <JWT>`, or
@@ -58,8 +60,10 @@ def create_app(
         state.resources[QUIZ_WRITER] = build_quiz_writer(settings)
         start_gap_closures(state, settings)
         start_retention(state, settings)
+        webhook_dispatch.start_webhooks(state, settings)
 
     async def shutdown(state: ServiceState) -> None:
+        await webhook_dispatch.stop_webhooks(state)
         await stop_retention(state)
         await stop_chat(state)
 
@@ -73,7 +77,10 @@ def create_app(
         docs=True,
         tracer_provider=tracer_provider,
         outbox="gateway",
+        consumers=webhook_dispatch.consumers() if settings.webhook_dispatch else (),
     )
+    if settings.webhook_dispatch:
+        webhook_dispatch.subscribe(broker, app.state.lectern)
     app.state.authenticator = TokenVerifier(
         secret=settings.effective_jwt_secret,
         jwks_url=settings.jwks_url,
@@ -101,6 +108,7 @@ def create_app(
     app.include_router(review.router)
     app.include_router(study.router)
     app.include_router(curriculum.router)
+    app.include_router(webhooks.router)
     app.include_router(dev.router)
     app.include_router(ui.router)
     return app

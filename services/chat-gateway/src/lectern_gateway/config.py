@@ -110,3 +110,33 @@ class Settings(ServiceHttpSettings):
     max_upload_bytes: int = Field(
         default=100 * 1024 * 1024, gt=0, description="uploads past this size get 413"
     )
+
+    # webhooks (Standard Webhooks: POST /v1/webhooks)
+    webhook_dispatch: bool = Field(
+        default=True,
+        description="consume the tenant events from JetStream and deliver them to the "
+        "registered webhooks (false: this replica neither records nor sends deliveries)",
+    )
+    webhook_timeout_s: float = Field(
+        default=10.0, gt=0, description="one delivery attempt (connect, send, read the status)"
+    )
+    webhook_retry_schedule_s: list[float] = Field(
+        # Standard Webhooks' reference schedule (Svix): 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h
+        default_factory=lambda: [5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0, 36000.0],
+        description="waits before each retry of a failed attempt; a delivery fails once the "
+        "schedule is used up (1 + its length attempts)",
+    )
+    webhook_disable_after_failures: int = Field(
+        default=10,
+        ge=1,
+        description="a webhook whose deliveries failed this many times running is disabled",
+    )
+    webhook_poll_interval_s: float = Field(
+        default=1.0, gt=0, description="how often due deliveries are looked for"
+    )
+    webhook_concurrency: int = Field(
+        default=8, ge=1, description="deliveries one replica sends at once"
+    )
+    webhook_retention_days: float = Field(
+        default=30.0, gt=0, description="finished deliveries and their attempts are kept this long"
+    )

@@ -1,0 +1,1 @@
+"""Signed webhooks (Standard Webhooks) for subscribers that do not run NATS."""
