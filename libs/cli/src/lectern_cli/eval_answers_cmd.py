@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,7 +50,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; exit 2 on a bad question file."""
-    from lectern_common.tokens import signing_secret
+    from lectern_cli.eval_run import frozen_note, on_gateway, report
     from lectern_eval.answer_set import (
         DatasetError,
         Split,
@@ -63,7 +61,6 @@ def run(args: argparse.Namespace) -> int:
     )
     from lectern_eval.answers import (
         AnswerEval,
-        embedded_stack,
         format_report,
         format_side_by_side,
         split_reports,
@@ -87,19 +84,12 @@ def run(args: argparse.Namespace) -> int:
         line += f"{len(split.documents)} documents, {len(split.offtopic)} off-topic; "
         line += f"sha256 {split.sha256}"
         if split.name == "test":
-            frozen = frozen_hash(args.set)
-            line += (
-                " (frozen: matches)" if frozen == split.sha256
-                else f" (DIFFERS from the frozen {frozen})" if frozen else " (not frozen)"
-            )  # fmt: skip
+            line += frozen_note(split.sha256, frozen_hash(args.set))
         hashes.append(line)
         print(line, file=sys.stderr)
     if not args.documents.is_dir():
         print(f"lectern eval-answers: no folder {args.documents}", file=sys.stderr)
         return 2
-
-    def report(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
 
     async def evaluate(url: str, secret: str) -> Any:
         runner = AnswerEval(
@@ -108,15 +98,9 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         return await runner.run(questions, offtopic)
 
-    if args.url:
-        secret = signing_secret(os.environ)
-        if secret is None:
-            print("lectern eval-answers: set LECTERN_JWT_SECRET", file=sys.stderr)
-            return 2
-        result = asyncio.run(evaluate(args.url, secret))
-    else:
-        with embedded_stack(data_dir=args.data_dir, report=report) as (url, secret):
-            result = asyncio.run(evaluate(url, secret))
+    ran, result = on_gateway("eval-answers", args.url, args.data_dir, evaluate)
+    if not ran:
+        return 2
     print(format_report(result))
     out = result.to_json()
     if splits:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,9 +37,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation; exit 2 on a bad set."""
-    from lectern_common.tokens import signing_secret
+    from lectern_cli.eval_run import frozen_note, on_gateway, report
     from lectern_eval.answer_set import frozen_hash, split_hash
-    from lectern_eval.answers import embedded_stack
     from lectern_eval.memory import (
         DatasetError,
         MemoryEval,
@@ -71,16 +68,9 @@ def run(args: argparse.Namespace) -> int:
         line = f"{name} split: {len(students)} students, "
         line += f"{sum(len(s.sessions) for s in students)} sessions; sha256 {split_hash([path])}"
         if name == "test":
-            frozen = frozen_hash(args.set)
-            line += (
-                " (frozen: matches)" if frozen == split_hash([path])
-                else f" (DIFFERS from the frozen {frozen})" if frozen else " (not frozen)"
-            )  # fmt: skip
+            line += frozen_note(split_hash([path]), frozen_hash(args.set))
         hashes.append(line)
         print(line, file=sys.stderr)
-
-    def report(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
 
     async def evaluate(url: str, secret: str) -> Any:
         runner = MemoryEval(
@@ -89,15 +79,9 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         return await runner.run(splits)
 
-    if args.url:
-        secret = signing_secret(os.environ)
-        if secret is None:
-            print("lectern eval-memory: set LECTERN_JWT_SECRET", file=sys.stderr)
-            return 2
-        results = asyncio.run(evaluate(args.url, secret))
-    else:
-        with embedded_stack(data_dir=args.data_dir, report=report) as (url, secret):
-            results = asyncio.run(evaluate(url, secret))
+    ran, results = on_gateway("eval-memory", args.url, args.data_dir, evaluate)
+    if not ran:
+        return 2
     scores = {name: score([r for r in results if r.split == name]) for name, _ in splits}
     print("\n".join(hashes))
     print(format_scores(scores))

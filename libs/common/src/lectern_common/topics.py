@@ -59,9 +59,6 @@ def words_of(text: str) -> list[str]:
     return [w.casefold().replace("’", "'") for w in _WORD.findall(text)]
 
 
-_words = words_of
-
-
 def _runs(words: Sequence[str], common: frozenset[str] = frozenset()) -> list[tuple[int, int]]:
     """Spans [start, end) of candidate runs: no word from ``_NEVER`` or ``common`` (words too
     frequent in the library to name a topic) except inner ones."""
@@ -97,10 +94,10 @@ def topics(
     and a word far more common than the message's rarest is no part of a topic: the most
     specific phrase comes first, never a common word the passages happen to use ("good",
     "called"). Without it, a word weighs ``log(1 + occurrences in the passages)``."""
-    words = _words(message)
+    words = words_of(message)
     if not words or not material:
         return []
-    text = " " + " ".join(" ".join(_words(m)) for m in material) + " "
+    text = " " + " ".join(" ".join(words_of(m)) for m in material) + " "
     counts = Counter(text.split())
     common: frozenset[str] = frozenset()
     if idf:
@@ -136,7 +133,7 @@ def _paired(message: str, found: Sequence[str]) -> str | None:
     """ "X and Y" when the message contrasts two of its topics ("between X and Y")."""
     if not _PAIR.search(message) or len(found) < 2:
         return None
-    flat = " " + " ".join(_words(message)) + " "
+    flat = " " + " ".join(words_of(message)) + " "
     for first in found:
         for second in found:
             if first == second:
@@ -151,7 +148,7 @@ def _paired(message: str, found: Sequence[str]) -> str | None:
 
 def plain_topics(message: str, *, limit: int = 3) -> list[str]:
     """Without material: the message's content-word runs, longest first."""
-    words = _words(message)
+    words = words_of(message)
     spans = sorted(_runs(words), key=lambda s: (-(s[1] - s[0]), s[0]))
     out: list[str] = []
     for start, end in spans:

@@ -167,42 +167,10 @@ class AnswerEval:
     async def _ingest(
         self, client: httpx.AsyncClient, documents: Sequence[str]
     ) -> dict[str, dict[str, Any]]:
-        ids: dict[str, str] = {}
-        for name in documents:
-            path = self.documents_dir / name
-            with path.open("rb") as handle:
-                response = await client.post(
-                    "/v1/documents",
-                    files={"file": (path.name, handle, "application/octet-stream")},
-                )
-            if response.status_code not in (200, 201, 202):
-                raise RuntimeError(f"upload of {name}: HTTP {response.status_code} {response.text}")
-            ids[name] = str(response.json()["id"])
-        self.report(f"uploaded {len(ids)} documents to tenant {self.tenant}; waiting for ingest")
-        views: dict[str, dict[str, Any]] = {}
-        deadline = time.monotonic() + self.ingest_timeout_s
-        while True:
-            for name, document_id in ids.items():
-                if views.get(name, {}).get("status") in FINAL_STATUSES:
-                    continue
-                response = await client.get(f"/v1/documents/{document_id}")
-                response.raise_for_status()
-                views[name] = response.json()
-                if views[name]["status"] in FINAL_STATUSES:
-                    view = views[name]
-                    self.report(
-                        f"  {name}: {view['status']}, {view.get('chunk_count')} chunks"
-                        + (f" ({(view.get('error') or {}).get('message')})"
-                           if view["status"] == "failed" else "")
-                    )  # fmt: skip
-            if all(v.get("status") in FINAL_STATUSES for v in views.values()) and len(views) == len(
-                ids
-            ):
-                return views
-            if time.monotonic() > deadline:
-                waiting = [n for n, v in views.items() if v.get("status") not in FINAL_STATUSES]
-                raise TimeoutError(f"not indexed after {self.ingest_timeout_s:.0f} s: {waiting}")
-            await asyncio.sleep(0.5)
+        return await upload_and_wait(
+            client, self.documents_dir, documents, tenant=self.tenant, report=self.report,
+            timeout_s=self.ingest_timeout_s,
+        )  # fmt: skip
 
     # -- asking -------------------------------------------------------------------------------
 
@@ -344,6 +312,55 @@ class AnswerEval:
 def _document_view(view: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "status", "title", "page_count", "chunk_count", "error")
     return {key: view.get(key) for key in keys}
+
+
+async def upload_and_wait(
+    client: httpx.AsyncClient,
+    documents_dir: Path,
+    documents: Sequence[str],
+    *,
+    tenant: str,
+    report: Report,
+    timeout_s: float,
+) -> dict[str, dict[str, Any]]:
+    """Upload each document (a path under ``documents_dir``) through ``POST /v1/documents``
+    and wait until every one is indexed, failed or a duplicate; their views by name."""
+    ids: dict[str, str] = {}
+    for name in documents:
+        path = documents_dir / name
+        with path.open("rb") as handle:
+            response = await client.post(
+                "/v1/documents",
+                files={"file": (path.name, handle, "application/octet-stream")},
+            )
+        if response.status_code not in (200, 201, 202):
+            raise RuntimeError(f"upload of {name}: HTTP {response.status_code} {response.text}")
+        ids[name] = str(response.json()["id"])
+    report(f"uploaded {len(ids)} documents to tenant {tenant}; waiting for ingest")
+    views: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for name, document_id in ids.items():
+            if views.get(name, {}).get("status") in FINAL_STATUSES:
+                continue
+            response = await client.get(f"/v1/documents/{document_id}")
+            response.raise_for_status()
+            views[name] = response.json()
+            if views[name]["status"] in FINAL_STATUSES:
+                view = views[name]
+                report(
+                    f"  {name}: {view['status']}, {view.get('chunk_count')} chunks"
+                    + (f" ({(view.get('error') or {}).get('message')})"
+                       if view["status"] == "failed" else "")
+                )  # fmt: skip
+        if all(v.get("status") in FINAL_STATUSES for v in views.values()) and len(views) == len(
+            ids
+        ):
+            return views
+        if time.monotonic() > deadline:
+            waiting = [n for n, v in views.items() if v.get("status") not in FINAL_STATUSES]
+            raise TimeoutError(f"not indexed after {timeout_s:.0f} s: {waiting}")
+        await asyncio.sleep(0.5)
 
 
 @dataclass

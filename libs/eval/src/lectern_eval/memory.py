@@ -40,11 +40,10 @@ from httpx_sse import aconnect_sse
 from pydantic import BaseModel, Field
 
 from lectern_common.tokens import make_token
+from lectern_eval.answers import TOKEN_TTL_S, upload_and_wait
 
 log = logging.getLogger(__name__)
 Report = Callable[[str], None]
-FINAL_STATUSES = ("indexed", "failed", "duplicate")
-TOKEN_TTL_S = 6 * 3600
 _BLANK = re.compile(r"_{3,}")
 
 
@@ -247,29 +246,11 @@ class MemoryEval:
         return list(results)
 
     async def _ingest(self, teacher: httpx.AsyncClient, documents: Sequence[str]) -> dict[str, str]:
-        ids: dict[str, str] = {}
-        for name in documents:
-            path = self.documents_dir / name
-            with path.open("rb") as handle:
-                response = await teacher.post(
-                    "/v1/documents", files={"file": (path.name, handle, "application/octet-stream")}
-                )
-            if response.status_code not in (200, 201, 202):
-                raise RuntimeError(f"upload of {name}: HTTP {response.status_code} {response.text}")
-            ids[name] = str(response.json()["id"])
-        self.report(f"uploaded {len(ids)} documents to tenant {self.tenant}; waiting for ingest")
-        pending = dict(ids)
-        deadline = time.monotonic() + 3600
-        while pending:
-            for name, document_id in list(pending.items()):
-                view = (await teacher.get(f"/v1/documents/{document_id}")).json()
-                if view.get("status") in FINAL_STATUSES:
-                    self.report(f"  {name}: {view['status']}, {view.get('chunk_count')} chunks")
-                    del pending[name]
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"not indexed: {sorted(pending)}")
-            await asyncio.sleep(0.5)
-        return ids
+        views = await upload_and_wait(
+            teacher, self.documents_dir, documents, tenant=self.tenant, report=self.report,
+            timeout_s=3600.0,
+        )  # fmt: skip
+        return {name: str(view["id"]) for name, view in views.items()}
 
     async def _student(
         self, teacher: httpx.AsyncClient, split: str, student: Student, document_id: str

@@ -122,15 +122,7 @@ def check_for_sources(
 ) -> dict[str, Any] | None:
     """A check question on what the answer's best sources say (not one of the ``asked``
     question ids), or None if they state no definition or quantity to ask about."""
-    chunks = [
-        generator.SourceChunk(
-            id=s.chunk_id, document_id=s.document_id, document_title=s.title, kind="text",
-            text=texts[s.label], section_path=tuple((s.section or "").split(" > ")) if s.section
-            else (), page_start=s.page_start, page_end=s.page_end,
-        )
-        for s in sources[:3]
-        if s.label in texts
-    ]  # fmt: skip
+    chunks = [_source_chunk(s, texts[s.label]) for s in sources[:3] if s.label in texts]
     questions = generator.generate(chunks, num_questions=1 + len(asked), kinds=CHECK_KINDS)
     fresh = [q for q in questions if q.id not in asked]
     return check_of(fresh[0]) if fresh else None
