@@ -148,8 +148,8 @@ def main() -> int:
         "the test split is not kept)",
     )  # fmt: skip
     parser.add_argument(
-        "--most-refused", type=float, default=0.03,
-        help="the share of answerable development questions the refusal may refuse (0.03)",
+        "--most-refused", type=float, default=0.01,
+        help="the share of answerable development questions the refusal may refuse (0.01)",
     )  # fmt: skip
     args = parser.parse_args()
     data = np.load(args.signals)

@@ -484,3 +484,45 @@ def test_the_shipped_model_is_fitted_on_this_answerers_signals(tmp_path: Path) -
     )  # fmt: skip
     scores = model.score(signals)
     assert int(np.argmax(scores)) == 1 and 0.0 < float(scores.min()) < float(scores.max()) < 1.0
+
+
+def test_a_missing_word_that_is_rare_in_common_use_marks_a_question_the_material_lacks() -> None:
+    """A paraphrase brings common words no source holds ("often"); a question about what the
+    material does not cover names it, and such names are rare words ("SNMP", "Herfindahl")."""
+    from lectern_common.answerer import missing_rarity
+
+    held = {t[:5] for t in terms(PORTS.text)}
+    assert missing_rarity("Which port number does HTTPS use?", held) == 0.0
+    assert missing_rarity("How often is port 443 used by HTTPS?", held) < 0.25
+    assert missing_rarity("Which port does SNMP use?", held) == 1.0
+    assert missing_rarity("What is the Herfindahl index of HTTPS ports?", held) == 1.0
+    # identifiers with digits are names of things the material may spell otherwise
+    assert missing_rarity("What does port 8080 or X25 carry under HTTPS?", held) == 0.0
+
+
+def test_a_law_is_defined_by_the_sentence_that_states_it() -> None:
+    """A law is asked for by its name ("What is the first law of motion?") and answered by
+    the sentence that states it ("Newton's first law says that ..."), not by one that only
+    uses it; what follows "of" may be left to the context, and a possessive name may open
+    the sentence."""
+    lesson = SourceText(
+        label="T1",
+        text=(
+            "Newton's first law says that an object stays at rest, or keeps moving at a "
+            "constant speed in a straight line, unless a resultant force acts on it."
+        ),
+    )
+    method = SourceText(
+        label="T2",
+        text=(
+            "To predict the motion, first find all the forces acting on it. If their sum is "
+            "zero, the first law says the motion does not change."
+        ),
+    )
+    units = source_units([lesson, method])
+    signals = unit_signals(
+        "What is the first law of motion?", "definition", units,
+        [Counter(terms(u.text)) for u in units], [0.6, 0.35, 0.55], sources=[lesson, method],
+    )  # fmt: skip
+    opens = signals[:, SIGNALS.index("opens_with_subject")]
+    assert opens.tolist() == [1.0, 0.0, 0.0]

@@ -78,8 +78,8 @@ _LABEL_NUMBER = re.compile(
 )
 #: "X is / are / means / is called / heißt / ist ...": a sentence that defines what it names
 _COPULA = re.compile(
-    r"\b(?:is|are|was|were|means|refers to|denotes|is called|are called|heißt|hei(?:ß|ss)en|"
-    r"ist|sind|bezeichnet|nennt man)\b",
+    r"\b(?:is|are|was|were|means|refers to|denotes|is called|are called|says that|states that|"
+    r"heißt|hei(?:ß|ss)en|ist|sind|bezeichnet|nennt man|besagt)\b",
     re.IGNORECASE,
 )
 #: a definition by condition: "X heißt kompakt, wenn ...", "f heißt stetig :⇔ ...", "a space is
@@ -93,6 +93,8 @@ _DEFINES = re.compile(
 
 #: "... is the starting position of the car": a sentence that names what it says by the
 #: question's subject, after its copula
+_POSSESSIVE = re.compile(r"^[A-Z][\w-]*(?:'s|’s|s'|s’)$")
+
 _NAMES = re.compile(r"\b(?:is|are|was|were)\s+(?:the|an?)\s+", re.IGNORECASE)
 
 
@@ -551,6 +553,10 @@ def unit_signals(
     asked_prefixes = {t[:5] for t in query if len(t) >= 5}
     subject_order = terms(definiendum(question) or "") if form == "definition" else []
     subject = set(subject_order)
+    # "the first law of motion": what a sentence defining it must name is its head ("Newton's
+    # first law says that ..."); what follows "of" may be left to the context
+    head = set(terms(re.split(r"\s+(?:of|in|for|des|der|von)\s+", definiendum(question) or "")[0]))
+    head = head & subject or subject
     why_how = bool(_WHY_HOW.search(question)) and form not in ("number", "list")
     rerank = [s.score for s in sources]
     top_score = max((r for r in rerank if r is not None), default=None)
@@ -610,13 +616,15 @@ def unit_signals(
         elif form == "definition" and subject:
             row[_AT["defines"]] = float(defines(text, subject_order))
             row[_AT["names"]] = float(names(text, subject_order))
-            if subject <= set(bag):
-                opening = " ".join(words[: len(subject) + 4])
+            if head <= set(bag):
+                # a possessive name may come first: "Newton's first law says that ..."
+                start = 1 if words and _POSSESSIVE.search(words[0]) else 0
+                opening = " ".join(words[start : start + len(head) + 4])
                 first = terms(opening)[:1]
                 row[_AT["opens_with_subject"]] = float(
                     bool(first)
-                    and first[0] in subject
-                    and subject <= set(terms(opening))
+                    and first[0] in head
+                    and head <= set(terms(opening))
                     and bool(_COPULA.search(opening))
                 )
             row[_AT["copula_near"]] = float(bool(_COPULA.search(" ".join(words[:12]))))
@@ -654,6 +662,9 @@ QUESTION_SIGNALS = (
     "missing_name",  # a name the question gives ("SMTP", "Dinah") is in no source
     "missing_longest",  # the length of the longest such term (/12, at most 1): "many" or
     # "kind" a paraphrase drops, "regularization" or "amniocentesis" the material lacks
+    "missing_rare",  # how rare in common use the rarest word of the question no source
+    # holds is: "kind" or "happen" a paraphrase brings, "SMOTE" or "Herfindahl" a question
+    # about something the material does not cover
 )
 _NAME = re.compile(r"(?<=\w\s)[A-Z][\w.-]*|\b[A-Za-z]*[A-Z][a-z]*[A-Z0-9][\w-]*")
 
@@ -684,9 +695,50 @@ def question_signals(
             missing,
             float(any(n.casefold().rstrip(".") not in text for n in _NAME.findall(question))),
             min(1.0, longest / 12),
+            missing_rarity(question, held),
         ],
         dtype=np.float64,
     )
+
+
+#: the languages whose word frequencies say how common a word is (the most common of them
+#: counts, so that a word is rare only when it is rare in all of them)
+_COMMON_IN = ("en", "de", "fr", "es", "it", "pt", "nl")
+#: a word below this Zipf frequency (once per billion words = 0, once per thousand = 6) in
+#: every language of ``_COMMON_IN`` is rare: wordfreq's small lists hold the words of 3 or more
+_RARE_ZIPF = 4.0
+
+
+@functools.cache
+def _common_words() -> dict[str, float]:
+    """The Zipf frequency of every word common in one of ``_COMMON_IN`` (its highest)."""
+    from wordfreq import get_frequency_dict
+
+    out: dict[str, float] = {}
+    for language in _COMMON_IN:
+        for word, frequency in get_frequency_dict(language, wordlist="small").items():
+            zipf = math.log10(frequency) + 9
+            if zipf > out.get(word, 0.0):
+                out[word] = zipf
+    return out
+
+
+def missing_rarity(question: str, held: Container[str]) -> float:
+    """How rare in common use the rarest word of ``question`` is whose term (its first five
+    letters, ``held``) no source holds: 0 for a common word or none missing, 1 for a word
+    rarer than once per million words in every language of ``_COMMON_IN``. A student's
+    paraphrase brings common words the material words otherwise ("how often", "kind"); a
+    question about something the material does not cover names it ("SMOTE", "amniocentesis",
+    "Herfindahl"), and such names are rare words. Words with digits (identifiers, formulas)
+    do not count."""
+    common = _common_words()
+    rarest = _RARE_ZIPF
+    for word in _WORDS.findall(question.casefold()):
+        if len(word) < 3 or word in _STOPWORDS or any(c.isdigit() for c in word):
+            continue
+        if _stem(word)[:5] not in held:
+            rarest = min(rarest, common.get(word, 0.0))
+    return (_RARE_ZIPF - rarest) / _RARE_ZIPF
 
 
 @dataclass(frozen=True)
