@@ -130,7 +130,7 @@ async def test_private_addresses_are_refused_unless_allowed(
     for url in (
         site.url("/notes"), f"http://localhost:{site.port}/notes", "http://169.254.169.254/",
         "http://10.1.2.3/x", "http://192.168.0.1/", "http://[::1]/", "ftp://example.org/a",
-        "file:///etc/passwd",
+        "file:///etc/passwd", "http://a:99999/", "http://[::1/",
     ):  # fmt: skip
         refused = await _submit(strict, headers, url)
         assert refused.status_code == 422, (url, refused.text)

@@ -154,3 +154,25 @@ async def test_the_cli_prints_the_dashboard(gateway: Gateway, db_pool: Any, tena
     assert "most cited: Biology notes (1)" in out.getvalue()
     bad = gateway.token(tenant_id, "stu-1")["Authorization"].split()[1]
     assert await quality(url=gateway.url, token=bad, out=io.StringIO(), days=3, by="none") == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/v1/metrics/quality", {"to": "0001-01-05"}),  # once a 500: the default range overflowed
+        ("/v1/metrics/quality", {"from": "0001-01-01", "to": "0001-01-02"}),
+        ("/v1/metrics/quality", {"from": "2026-03-01", "to": "2026-01-01"}),
+        ("/v1/metrics/quality", {"from": "2024-01-01", "to": "2026-01-01"}),
+        ("/v1/metrics/quality/questions", {"day": "9999-12-31"}),
+        ("/v1/metrics/quality/questions", {"start": "2026-03-01", "end": "2026-01-01"}),
+    ],
+)
+async def test_days_out_of_range_are_a_clear_422(
+    gateway: Gateway, tenant_id: str, path: str, params: dict[str, str]
+) -> None:
+    admin = gateway.token(tenant_id, "admin-1", role="admin")
+    async with httpx.AsyncClient(timeout=30) as client:
+        got = await client.get(f"{gateway.url}{path}", params=params, headers=admin)
+    assert got.status_code == 422, got.text
+    assert got.headers["content-type"].startswith("application/problem+json")
+    assert "days" in got.json()["detail"] or "before" in got.json()["detail"]

@@ -73,10 +73,13 @@ def _allowed(address: str, allowed: Sequence[str]) -> bool:
 async def check_host(url: str, allowed_networks: Sequence[str]) -> None:
     """Refuse a URL whose scheme is not http(s) or whose host resolves to a non-public
     address (any of them) outside the allowed networks."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:  # "http://a:99999", "http://[::1"
+        raise UrlRefused(f"not a valid URL: {url!r} ({exc})") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UrlRefused(f"only http and https URLs are fetched, not {url!r}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(
             parts.hostname, port, type=socket.SOCK_STREAM

@@ -158,6 +158,27 @@ def _summed(arrays: Any) -> list[int]:
     return total
 
 
+#: the days a dashboard may ask about: dates outside are a client's mistake (a year-1 date
+#: once overflowed the default range's arithmetic into a 500)
+EARLIEST_DAY = date(1970, 1, 1)
+LATEST_DAY = date(9999, 1, 1)
+
+
+def _day_range(start: date | None, end: date | None, *, default_days: int) -> tuple[date, date]:
+    """The first and last day asked for (the last ``default_days`` up to today by default),
+    or a 422 problem for days out of range, in the wrong order or over a year apart."""
+    for given in (start, end):
+        if given is not None and not EARLIEST_DAY <= given <= LATEST_DAY:
+            raise ProblemError(
+                422, "Unprocessable", f"days must lie between {EARLIEST_DAY} and {LATEST_DAY}"
+            )
+    end = end or datetime.now(UTC).date()
+    start = start or end - timedelta(days=default_days - 1)
+    if start > end or (end - start).days > 366:
+        raise ProblemError(422, "Unprocessable", "from must be before to, at most a year apart")
+    return start, end
+
+
 def _questions_url(**params: Any) -> str:
     given = {k: str(v) for k, v in params.items() if v not in (None, "")}
     return "/v1/metrics/quality/questions?" + urlencode(given)
@@ -177,10 +198,7 @@ async def quality(
     answers, citation use, fallbacks, time to first token and retrieval percentiles; over
     the range: top gap topics, most-cited and never-cited documents; now: the ingest backlog.
     """
-    end = end or datetime.now(UTC).date()
-    start = start or end - timedelta(days=13)
-    if start > end or (end - start).days > 366:
-        raise ProblemError(422, "Unprocessable", "from must be before to, at most a year apart")
+    start, end = _day_range(start, end, default_days=14)
     classes = await teacher_classes(pool, staff)
     args: list[Any] = [staff.tenant_id, start, end]
     where = _where(args, classes, persona, subject)
@@ -263,8 +281,7 @@ async def quality_questions(
     limit: int = Query(default=100, ge=1, le=500),
 ) -> list[QuestionRow]:
     """Questions of a day (or range) with their answers, filtered like the figure."""
-    first = day or start or datetime.now(UTC).date()
-    last = day or end or first
+    first, last = _day_range(day or start, day or end or start, default_days=1)
     classes = await teacher_classes(pool, staff)
     rows = await pool.fetch(
         """SELECT q.session_id, q.content AS question, a.id AS answer_message_id,

@@ -123,13 +123,22 @@ def _from_csv(text: str) -> StandardsUpload:
     return StandardsUpload.model_validate({"standards": standards})
 
 
+def _upload_schema() -> dict[str, Any]:
+    """The JSON body's schema, its ``Standard`` a reference to the document's components
+    (where the standards list puts it): a ``$defs`` of its own would be looked up from the
+    document's root by OpenAPI tools and not found."""
+    schema = StandardsUpload.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return schema
+
+
 @router.post(
     "/v1/curriculum/standards",
     summary="Upload curriculum standards (JSON or CSV)",
     openapi_extra={
         "requestBody": {
             "content": {
-                "application/json": {"schema": StandardsUpload.model_json_schema()},
+                "application/json": {"schema": _upload_schema()},
                 "text/csv": {"schema": {"type": "string"}},
             }
         }
