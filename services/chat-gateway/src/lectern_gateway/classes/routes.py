@@ -1,4 +1,9 @@
-"""Class rosters: teachers list who is in a class; anyone can ask which classes they are in."""
+"""Class rosters: teachers list who is in a class; anyone can ask which classes they are in.
+
+What a class finds hard is shown to its teachers as aggregates (never who); a tenant may let
+them also read each rostered student's struggles and mastered topics
+(``teachers_see_students``), with the evidence in a few words but never the student's own
+words quoted in it."""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ from pydantic import BaseModel
 from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.classes.membership import classes_of
 from lectern_gateway.deps import PoolDep
+from lectern_gateway.memories.routes import Memory, list_memories
 from lectern_gateway.problems import ProblemError
+from lectern_gateway.tenant.routes import teachers_see_students
 
 router = APIRouter(tags=["classes"])
 
@@ -83,6 +90,37 @@ async def class_struggles(
         staff.tenant_id, class_id, MIN_STUDENTS,
     )  # fmt: skip
     return [ClassStruggle.model_validate(dict(r)) for r in rows]
+
+
+@router.get(
+    "/v1/classes/{class_id}/students/{user_id}/memories",
+    summary="A rostered student's struggles and mastered topics (staff, if the tenant allows)",
+)
+async def student_memories(
+    staff: StaffDep, pool: PoolDep, class_id: str = ClassId, user_id: str = UserId
+) -> list[Memory]:
+    """The student's struggles and mastered topics with the evidence behind them, for a
+    teacher of the class when the tenant allows it (``teachers_see_students``; admins
+    always). What the student said is summed up ("said so 2 times"), never quoted; takeaways
+    and preferences stay the student's."""
+    if staff.role != "admin" and not await teachers_see_students(pool, staff.tenant_id):
+        raise ProblemError(
+            403, "Forbidden", "this school shows teachers a class's struggles as aggregates "
+            "only (GET /v1/classes/{class_id}/struggles); an admin can change it in the "
+            "tenant settings (teachers_see_students)", reason="aggregates_only",
+        )  # fmt: skip
+    rostered = await pool.fetchval(
+        "SELECT 1 FROM class_members WHERE tenant_id = $1 AND class_id = $2 AND user_id = $3",
+        staff.tenant_id, class_id, user_id,
+    )  # fmt: skip
+    if rostered is None:
+        raise ProblemError(404, "Not found", f"{user_id} is not on the roster of {class_id}")
+    memories = await list_memories(pool, staff.tenant_id, user_id)
+    shown = [m for m in memories if m.kind in ("struggle", "mastered")]
+    for memory in shown:
+        memory.evidence = [e.model_copy(update={"detail": ""}) if e.kind == "said" else e
+                           for e in memory.evidence]  # fmt: skip
+    return shown
 
 
 @router.put(

@@ -83,7 +83,8 @@ def because(evidence: list[Evidence]) -> str:
     return "; ".join(parts)
 
 
-async def _list(pool: Any, tenant_id: str, user_id: str) -> list[Memory]:
+async def list_memories(pool: Any, tenant_id: str, user_id: str) -> list[Memory]:
+    """A user's memories, newest first, each with its evidence in a few words."""
     rows = await pool.fetch(
         f"SELECT {_COLUMNS} FROM user_memories WHERE tenant_id = $1 AND user_id = $2 "  # noqa: S608
         "ORDER BY updated_at DESC",
@@ -118,7 +119,7 @@ async def _delete_all(pool: Any, tenant_id: str, user_id: str) -> Forgotten:
 
 @router.get("/v1/me/memories", summary="My long-term memories, newest first")
 async def my_memories(principal: PrincipalDep, pool: PoolDep) -> list[Memory]:
-    return await _list(pool, principal.tenant_id, principal.user_id)
+    return await list_memories(pool, principal.tenant_id, principal.user_id)
 
 
 @router.delete("/v1/me/memories/{memory_id}", status_code=204, summary="Forget one memory")
@@ -136,7 +137,7 @@ async def forget_all_my_memories(principal: PrincipalDep, pool: PoolDep) -> Forg
 
 @router.get("/v1/users/{user_id}/memories", summary="A user's memories (admins)")
 async def user_memories(user_id: str, admin: AdminDep, pool: PoolDep) -> list[Memory]:
-    return await _list(pool, admin.tenant_id, user_id)
+    return await list_memories(pool, admin.tenant_id, user_id)
 
 
 @router.delete("/v1/users/{user_id}/memories/{memory_id}", status_code=204, summary="(admins)")

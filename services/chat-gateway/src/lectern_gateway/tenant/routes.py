@@ -1,10 +1,12 @@
-"""A tenant's own settings (admins): whether answers may search the web, and how long
-sessions are kept.
+"""A tenant's own settings (admins): whether answers may search the web, how long sessions
+are kept, and whether teachers see each student of their classes or only the aggregates.
 
 Web search is Gemini's Google Search grounding: the web pages found are cited as [W#], apart
 from the course material [T#]. Unset, a tenant follows the deployment's default
 (``LECTERN_GATEWAY_WEB_SEARCH``). Session retention: sessions idle for more than that many
 days are deleted with everything that belongs to them (``privacy.retention``); unset, kept.
+Teachers see what a class finds hard as aggregates; with ``teachers_see_students`` they may
+also read each rostered student's struggles and mastered topics (``classes.routes``).
 A ``PUT`` changes the fields it names and leaves the others as they are.
 """
 
@@ -35,6 +37,11 @@ class TenantSettingsIn(BaseModel):
         description="sessions idle for more than this many days are deleted with their "
         "messages, tutor checks, flags, knowledge gaps and turn signals (null: kept)",
     )
+    teachers_see_students: bool | None = Field(
+        default=None,
+        description="teachers may read each rostered student's struggles and mastered topics, "
+        "not only the class's aggregates (null: aggregates only, the default)",
+    )
 
 
 class TenantSettings(BaseModel):
@@ -44,6 +51,9 @@ class TenantSettings(BaseModel):
     web_search_set: bool | None = Field(description="the tenant's own choice (null: default)")
     session_retention_days: int | None = Field(
         default=None, description="sessions idle longer are deleted (null: kept, the default)"
+    )
+    teachers_see_students: bool = Field(
+        default=False, description="teachers see each rostered student, not only aggregates"
     )
     updated_by: str | None = None
     updated_at: datetime | None = None
@@ -57,9 +67,18 @@ async def web_search_for(pool: Any, tenant_id: str, *, default: bool) -> bool:
     return default if chosen is None else bool(chosen)
 
 
+async def teachers_see_students(pool: Any, tenant_id: str) -> bool:
+    """Whether the tenant lets teachers read each student of their classes."""
+    chosen = await pool.fetchval(
+        "SELECT teachers_see_students FROM tenant_settings WHERE tenant_id = $1", tenant_id
+    )
+    return bool(chosen)
+
+
 async def _view(pool: Any, tenant_id: str, default: bool) -> TenantSettings:
     row = await pool.fetchrow(
-        "SELECT web_search, session_retention_days, updated_by, updated_at "
+        "SELECT web_search, session_retention_days, teachers_see_students, updated_by, "
+        "updated_at "
         "FROM tenant_settings WHERE tenant_id = $1",
         tenant_id,
     )
@@ -68,6 +87,7 @@ async def _view(pool: Any, tenant_id: str, default: bool) -> TenantSettings:
         web_search=default if chosen is None else bool(chosen),
         web_search_set=chosen,
         session_retention_days=None if row is None else row["session_retention_days"],
+        teachers_see_students=row is not None and bool(row["teachers_see_students"]),
         updated_by=None if row is None else row["updated_by"],
         updated_at=None if row is None else row["updated_at"],
     )
@@ -85,13 +105,17 @@ async def put_settings(
     given = body.model_fields_set
     await pool.execute(
         "INSERT INTO tenant_settings (tenant_id, web_search, session_retention_days, "
-        "updated_by) VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id) DO UPDATE SET "
+        "teachers_see_students, updated_by) VALUES ($1, $2, $3, $7, $4) "
+        "ON CONFLICT (tenant_id) DO UPDATE SET "
         "web_search = CASE WHEN $5 THEN EXCLUDED.web_search "
         "ELSE tenant_settings.web_search END, "
         "session_retention_days = CASE WHEN $6 THEN EXCLUDED.session_retention_days "
         "ELSE tenant_settings.session_retention_days END, "
+        "teachers_see_students = CASE WHEN $8 THEN EXCLUDED.teachers_see_students "
+        "ELSE tenant_settings.teachers_see_students END, "
         "updated_by = EXCLUDED.updated_by, updated_at = now()",
         admin.tenant_id, body.web_search, body.session_retention_days, admin.user_id,
-        "web_search" in given, "session_retention_days" in given,
+        "web_search" in given, "session_retention_days" in given, body.teachers_see_students,
+        "teachers_see_students" in given,
     )  # fmt: skip
     return await _view(pool, admin.tenant_id, settings.web_search)
