@@ -27,12 +27,14 @@ COPY deploy/docker/pyproject_deps.py deploy/docker/
 COPY libs/common/pyproject.toml libs/common/
 COPY libs/eval/pyproject.toml libs/eval/
 COPY libs/cli/pyproject.toml libs/cli/
+COPY clients/python/pyproject.toml clients/python/
 COPY services/ingest/pyproject.toml services/ingest/
 COPY services/retriever/pyproject.toml services/retriever/
 COPY services/reranker/pyproject.toml services/reranker/
 COPY services/memory/pyproject.toml services/memory/
 COPY services/chat-gateway/pyproject.toml services/chat-gateway/
 RUN python deploy/docker/pyproject_deps.py libs/*/pyproject.toml services/*/pyproject.toml \
+        clients/python/pyproject.toml \
         > /tmp/requirements.txt \
     && pip install -c constraints.txt -r /tmp/requirements.txt \
     && python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
@@ -40,8 +42,9 @@ RUN python deploy/docker/pyproject_deps.py libs/*/pyproject.toml services/*/pypr
 # 3. The code, installed without touching the dependency layer.
 COPY libs/ libs/
 COPY services/ services/
+COPY clients/python/ clients/python/
 RUN pip install --no-deps \
-        ./libs/common ./libs/eval ./libs/cli \
+        ./libs/common ./libs/eval ./clients/python ./libs/cli \
         ./services/ingest ./services/retriever ./services/reranker ./services/memory \
         ./services/chat-gateway \
     && pip check \

@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-PACKAGES := -e libs/common -e libs/eval -e libs/cli -e services/ingest -e services/retriever \
+PACKAGES := -e libs/common -e libs/eval -e clients/python -e libs/cli -e services/ingest -e services/retriever \
             -e services/reranker -e services/memory -e services/chat-gateway -e libs/testing
 STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
@@ -13,12 +13,12 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-answers tune-rerank soak clean
+.PHONY: help install system-deps run test fuzz test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-answers tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-$(STAMP): libs/*/pyproject.toml services/*/pyproject.toml requirements-dev.txt constraints.txt
+$(STAMP): libs/*/pyproject.toml services/*/pyproject.toml clients/python/pyproject.toml requirements-dev.txt constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -39,7 +39,7 @@ run: install ## Start the embedded stack (NATS, Postgres, five services) and ser
 lint: install ## ruff + mypy --strict
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy libs/common/src libs/eval/src libs/cli/src libs/testing/src services/*/src tests bench
+	$(VENV)/bin/mypy libs/common/src libs/eval/src libs/cli/src libs/testing/src clients/python/src services/*/src tests bench
 
 format: install ## Format the code
 	$(VENV)/bin/ruff format .
@@ -60,12 +60,21 @@ system-deps: ## Tesseract (OCR) and Chromium (browser tests) from Debian's packa
 test: install system-deps lint ## Install, lint, and run the whole test suite against real NATS + Postgres
 	$(VENV)/bin/pytest
 
+fuzz: install ## The deep schemathesis run over every route (300 examples each; docs/reliability.md)
+	LECTERN_FUZZ_EXAMPLES=300 $(VENV)/bin/pytest -q -s tests/gateway/test_openapi_fuzz.py
+
 test-fast: install ## The suite without slow and e2e tests
 	$(VENV)/bin/pytest -m "not slow and not e2e"
 
 asyncapi: install ## Regenerate docs/asyncapi.yaml and docs/openapi.json from the code
 	$(PY) -m lectern_common.asyncapi > docs/asyncapi.yaml
 	$(PY) -m lectern_gateway.openapi > docs/openapi.json
+
+client-models: install ## Regenerate the Python client's models from docs/openapi.json
+	$(PY) clients/python/scripts/generate_models.py
+
+client-ts: ## Build the TypeScript client (clients/typescript): npm ci, API types from docs/openapi.json, tsc + browser bundle
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run generate && npm run build
 
 bench: bench-answers bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex ## Run every benchmark
 

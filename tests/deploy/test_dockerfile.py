@@ -70,7 +70,11 @@ def package_dirs() -> list[str]:
     """Every installable package of the workspace that goes into the image."""
     return sorted(
         p.parent.relative_to(REPO).as_posix()
-        for pattern in ("libs/*/pyproject.toml", "services/*/pyproject.toml")
+        for pattern in (
+            "libs/*/pyproject.toml",
+            "services/*/pyproject.toml",
+            "clients/*/pyproject.toml",
+        )
         for p in REPO.glob(pattern)
         if p.parent.relative_to(REPO).as_posix() not in TEST_ONLY_PACKAGES
     )

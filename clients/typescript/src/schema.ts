@@ -181,6 +181,29 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/classes/{class_id}/students/{user_id}/memories": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A rostered student's struggles and mastered topics (staff, if the tenant allows)
+         * @description The student's struggles and mastered topics with the evidence behind them, for a
+         *     teacher of the class when the tenant allows it (``teachers_see_students``; admins
+         *     always). What the student said is summed up ("said so 2 times"), never quoted; takeaways
+         *     and preferences stay the student's.
+         */
+        get: operations["student_memories_v1_classes__class_id__students__user_id__memories_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/curriculum/standards": {
         parameters: {
             query?: never;
@@ -4044,6 +4067,12 @@ export interface components {
              * @description sessions idle longer are deleted (null: kept, the default)
              */
             session_retention_days?: number | null;
+            /**
+             * Teachers See Students
+             * @description teachers see each rostered student, not only aggregates
+             * @default false
+             */
+            teachers_see_students: boolean;
             /** Updated At */
             updated_at?: string | null;
             /** Updated By */
@@ -4069,6 +4098,11 @@ export interface components {
              * @description sessions idle for more than this many days are deleted with their messages, tutor checks, flags, knowledge gaps and turn signals (null: kept)
              */
             session_retention_days?: number | null;
+            /**
+             * Teachers See Students
+             * @description teachers may read each rostered student's struggles and mastered topics, not only the class's aggregates (null: aggregates only, the default)
+             */
+            teachers_see_students?: boolean | null;
             /**
              * Web Search
              * @description answers may search the web and cite it as [W#]
@@ -4696,6 +4730,38 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    student_memories_v1_classes__class_id__students__user_id__memories_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                class_id: string;
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Memory"][];
+                };
             };
             /** @description Validation Error */
             422: {

@@ -60,39 +60,34 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=30.0)
 
 
+#: what ``_call`` answers when the request failed (after saying why)
+FAILED = object()
+
+
 def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    """Send the request; returns the response, or None after printing why it failed."""
-    import httpx
+    """Send the request; returns its JSON (None when empty), or FAILED after printing why."""
+    from lectern_client import LecternClient, LecternError
 
     url = (args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL).rstrip("/")
     token = args.token or os.environ.get("LECTERN_TOKEN")
     if not token:
         print("lectern apikey: a token is needed (--token or $LECTERN_TOKEN)", file=sys.stderr)
-        return None
-    response = httpx.request(
-        method,
-        f"{url}{path}",
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=args.timeout,
-        **kwargs,
-    )
-    if response.status_code >= 400:
-        print(
-            f"lectern apikey {args.action}: {response.status_code} {_detail(response)}",
-            file=sys.stderr,
-        )
-        return None
-    return response
-
-
-def _detail(response: Any) -> str:
+        return FAILED
     try:
-        body = response.json()
-    except ValueError:
-        return str(response.text[:500])
+        with LecternClient(url, token, timeout=args.timeout) as lectern:
+            return lectern.request(method, path, **kwargs)
+    except LecternError as exc:
+        print(f"lectern apikey {args.action}: {exc.status} {_detail(exc)}", file=sys.stderr)
+        return FAILED
+
+
+def _detail(error: Any) -> str:
+    if error.status == 0:
+        return str(error.detail)
+    body = error.body
     if isinstance(body, dict) and body.get("detail"):
         return str(body["detail"])
-    return str(response.text[:500])
+    return str(error.text[:500])
 
 
 def format_keys(keys: list[dict[str, Any]]) -> str:
@@ -112,10 +107,9 @@ def format_keys(keys: list[dict[str, Any]]) -> str:
 def run_create(args: argparse.Namespace) -> int:
     """Create a key and print it (alone on stdout, so `$(lectern apikey create ...)` works)."""
     body = {"name": args.name, "role": args.role, "plan": args.plan}
-    response = _call(args, "POST", "/v1/api-keys", json=body)
-    if response is None:
+    created = _call(args, "POST", "/v1/api-keys", json=body)
+    if created is FAILED:
         return 1
-    created = response.json()
     if args.json:
         print(json.dumps(created, indent=2))
         return 0
@@ -130,17 +124,16 @@ def run_create(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """Print the tenant's keys."""
-    response = _call(args, "GET", "/v1/api-keys")
-    if response is None:
+    keys = _call(args, "GET", "/v1/api-keys")
+    if keys is FAILED:
         return 1
-    keys = response.json()
     print(json.dumps(keys, indent=2) if args.json else format_keys(keys))
     return 0
 
 
 def run_revoke(args: argparse.Namespace) -> int:
     """Revoke a key."""
-    if _call(args, "DELETE", f"/v1/api-keys/{args.key_id}") is None:
+    if _call(args, "DELETE", f"/v1/api-keys/{args.key_id}") is FAILED:
         return 1
     print(f"revoked API key {args.key_id}")
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from typing import Any, TextIO
@@ -62,74 +61,80 @@ async def ask(
     as_json: bool = False,
 ) -> int:
     """Stream one answer to ``out``; returns the exit code."""
-    import httpx
-    from httpx_sse import aconnect_sse
+    from lectern_client import (
+        AsyncLecternClient,
+        DoneEvent,
+        ErrorEvent,
+        LecternError,
+        RateLimited,
+        SourcesEvent,
+        TokenEvent,
+    )
 
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(30.0, read=None)) as client:
-        if session_id is None:
-            created = await client.post(
-                "/v1/sessions", json={"mode": mode, "subject": subject}, headers=headers
-            )
-            if created.status_code != 201:
-                print(f"lectern ask: {problem_text(created)}", file=sys.stderr)
-                return 1
-            session_id = str(created.json()["id"])
-        sources: list[dict[str, Any]] = []
-        done: dict[str, Any] | None = None
-        async with aconnect_sse(
-            client,
-            "POST",
-            f"/v1/sessions/{session_id}/messages",
-            json={"content": question},
-            headers=headers,
-        ) as source:
-            if source.response.status_code != 200:
-                await source.response.aread()
-                print(f"lectern ask: {problem_text(source.response)}", file=sys.stderr)
-                return 2 if source.response.status_code == 429 else 1
-            async for sse in source.aiter_sse():
-                event = json.loads(sse.data)
+    sources: list[dict[str, Any]] = []
+    done: DoneEvent | None = None
+    async with AsyncLecternClient(url, token, timeout=30.0) as lectern:
+        try:
+            if session_id is None:
+                created = await lectern.create_session(mode=mode, subject=subject)
+                session_id = str(created.id)
+        except LecternError as exc:
+            print(f"lectern ask: {problem_text(exc)}", file=sys.stderr)
+            return 1
+        stream = lectern.ask(session_id, question)
+        try:
+            async for event in stream:
                 if as_json:
-                    print(sse.data, file=out, flush=True)
+                    print(stream.last_data, file=out, flush=True)
                     continue
-                kind = event.get("type")
-                if kind == "sources":
-                    sources = event["sources"]
-                elif kind == "token":
-                    out.write(event["text"])
+                if isinstance(event, SourcesEvent):
+                    sources = [s.model_dump(mode="json") for s in event.sources]
+                elif isinstance(event, TokenEvent):
+                    out.write(event.text)
                     out.flush()
-                elif kind == "error":
-                    print(f"\nlectern ask: {event['message']} ({event['reason']})", file=sys.stderr)
+                elif isinstance(event, ErrorEvent):
+                    print(f"\nlectern ask: {event.message} ({event.reason})", file=sys.stderr)
                     return 1
-                elif kind == "done":
+                elif isinstance(event, DoneEvent):
                     done = event
+        except LecternError as exc:
+            print(f"lectern ask: {problem_text(exc)}", file=sys.stderr)
+            return 2 if isinstance(exc, RateLimited) else 1
     if as_json or done is None:
         return 0 if as_json or done else 1
     out.write("\n\n")
-    cited = {c["label"] for c in done["citations"]}
+    cited = {c.label for c in done.citations}
     used = [s for s in sources if s["label"] in cited] or sources
     if used:
         out.write("Sources:\n" + "\n".join(_format_source(s) for s in used) + "\n")
-    web = {c["label"]: c for c in done["citations"] if c["kind"] == "web"}
+    web = {c.label: c for c in done.citations if c.kind == "web"}
     for label, c in web.items():
-        out.write(f"  [{label}] {c.get('title') or ''} {c.get('url') or ''}\n")
-    if done["unsupported"]:
-        out.write(f"Unsupported citations: {', '.join(done['unsupported'])}\n")
+        out.write(f"  [{label}] {c.title or ''} {c.url or ''}\n")
+    if done.unsupported:
+        out.write(f"Unsupported citations: {', '.join(done.unsupported)}\n")
     out.write(
-        f"Confidence: {done['band']} ({done['confidence']:.2f}), answered by "
-        f"{done['answered_by']}; session {session_id}\n"
+        f"Confidence: {done.band} ({done.confidence:.2f}), answered by "
+        f"{done.answered_by}; session {session_id}\n"
     )
     return 0
 
 
-def problem_text(response: Any) -> str:
-    """A problem+json response as one line (status, title, detail) for the terminal."""
+def problem_text(problem: Any) -> str:
+    """A problem (a ``LecternError``, or a problem+json response) as one line (status, title,
+    detail) for the terminal."""
+    from lectern_client import LecternError
+
+    if isinstance(problem, LecternError):
+        if problem.status == 0:
+            return str(problem.detail)
+        if isinstance(problem.body, dict):
+            return f"{problem.status} {problem.body.get('title')}: {problem.body.get('detail')}"
+        return f"{problem.status} {problem.text[:200]}"
     try:
-        body = response.json()
-        return f"{response.status_code} {body.get('title')}: {body.get('detail')}"
+        body = problem.json()
+        return f"{problem.status_code} {body.get('title')}: {body.get('detail')}"
     except ValueError:
-        return f"{response.status_code} {response.text[:200]}"
+        return f"{problem.status_code} {problem.text[:200]}"
 
 
 def add_connection(parser: argparse.ArgumentParser) -> None:

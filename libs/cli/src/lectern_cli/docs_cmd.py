@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from lectern_cli.ask_cmd import add_connection, credentials, problem_text
+
+if TYPE_CHECKING:
+    from lectern_client import AsyncLecternClient
 
 #: ``--set`` fields that hold lists (comma-separated on the command line)
 LIST_FIELDS = ("curriculum_standards", "topic_tags")
@@ -74,29 +77,26 @@ async def docs(
     status: str | None = None, transport: Any = None,
 ) -> int:  # fmt: skip
     """Run one ``lectern docs`` action; 0 on success (``transport``: tests' in-process app)."""
-    import httpx
+    from lectern_client import AsyncLecternClient, LecternError
 
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(
-        base_url=url, timeout=60, headers=headers, transport=transport
-    ) as client:
-        if action == "edit":
-            got = await client.patch(f"/v1/documents/{document}", json=changes or {})
-        elif action in ("archive", "restore"):
-            got = await client.post(f"/v1/documents/{document}/{action}")
-        elif action == "audit":
-            got = await client.get(f"/v1/documents/{document}/audit")
-        elif action == "reprocess":
-            got = await client.post(f"/v1/documents/{document}/reprocess")
-        elif action == "reprocess-all":
-            return await reprocess_all(client, out)
-        else:
-            params = {"limit": "200", **({"status": status} if status else {})}
-            got = await client.get("/v1/documents", params=params)
-    if got.status_code not in (200, 202):
-        print(f"lectern docs: {problem_text(got)}", file=sys.stderr)
-        return 1
-    body = got.json()
+    async with AsyncLecternClient(url, token, timeout=60, transport=transport) as lectern:
+        try:
+            if action == "edit":
+                body = await lectern.request(
+                    "PATCH", f"/v1/documents/{document}", json=changes or {}
+                )
+            elif action in ("archive", "restore", "reprocess"):
+                body = await lectern.request("POST", f"/v1/documents/{document}/{action}")
+            elif action == "audit":
+                body = await lectern.request("GET", f"/v1/documents/{document}/audit")
+            elif action == "reprocess-all":
+                return await reprocess_all(lectern, out)
+            else:
+                params = {"limit": "200", **({"status": status} if status else {})}
+                body = await lectern.request("GET", "/v1/documents", params=params)
+        except LecternError as exc:
+            print(f"lectern docs: {problem_text(exc)}", file=sys.stderr)
+            return 1
     if action == "reprocess":
         body = body["document"]
     if action == "audit":
@@ -112,31 +112,25 @@ async def docs(
     return 0
 
 
-async def reprocess_all(client: Any, out: TextIO) -> int:
+async def reprocess_all(lectern: AsyncLecternClient, out: TextIO) -> int:
     """Queue every indexed document of the tenant for indexing again; 1 if any was refused.
     The new versions are listed as queued; ``lectern docs --status pending`` follows them."""
-    ids: list[str] = []
-    cursor: str | None = None
-    while True:
-        params = {"limit": "200", "status": "indexed", **({"cursor": cursor} if cursor else {})}
-        page = await client.get("/v1/documents", params=params)
-        if page.status_code != 200:
-            print(f"lectern docs: {problem_text(page)}", file=sys.stderr)
-            return 1
-        body = page.json()
-        ids += [doc["id"] for doc in body["items"]]
-        cursor = body.get("next_cursor")
-        if not cursor:
-            break
+    from lectern_client import LecternError
+
+    try:
+        ids = [str(doc.id) async for doc in lectern.list_documents(status="indexed", page_size=200)]
+    except LecternError as exc:
+        print(f"lectern docs: {problem_text(exc)}", file=sys.stderr)
+        return 1
     refused = 0
     for document in ids:
-        got = await client.post(f"/v1/documents/{document}/reprocess")
-        if got.status_code in (200, 202):
-            new = got.json()["document"]
-            out.write(f"{document} -> {new['id']}  {new['status']:<10} {new['title']}\n")
-        else:
+        try:
+            new = (await lectern.request("POST", f"/v1/documents/{document}/reprocess"))["document"]
+        except LecternError as exc:
             refused += 1
-            print(f"lectern docs: {document}: {problem_text(got)}", file=sys.stderr)
+            print(f"lectern docs: {document}: {problem_text(exc)}", file=sys.stderr)
+            continue
+        out.write(f"{document} -> {new['id']}  {new['status']:<10} {new['title']}\n")
     out.write(f"{len(ids) - refused} of {len(ids)} documents queued for indexing again\n")
     return 1 if refused else 0
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lectern_client import AsyncLecternClient, LecternError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 #: files a folder walk skips (hidden files, editor leftovers)
@@ -133,7 +135,7 @@ class AmbiguousVersion(Exception):
 
 
 async def previous_version(
-    client: Any, *, filename: str, title: str | None, headers: dict[str, str]
+    lectern: AsyncLecternClient, *, filename: str, title: str | None
 ) -> str | None:
     """The caller's one indexed document this file is a new version of, if any.
 
@@ -142,49 +144,41 @@ async def previous_version(
     is told to (``replaces``): guessing across uploaders would let one teacher's file silently
     retire a colleague's same-named one.
     """
-    params = {"filename": filename, "mine": "true", "status": "indexed", "limit": "2"}
-    if title:
-        params["title"] = title
-    response = await client.get("/v1/documents", params=params, headers=headers)
-    response.raise_for_status()
-    items = response.json().get("items", [])
+    page = await lectern.documents_page(
+        limit=2, filename=filename, mine=True, status="indexed", title=title or None
+    )
+    items = page.items
     if len(items) > 1:
         raise AmbiguousVersion(
             f"{len(items)} indexed documents named {filename!r} are yours; pass --replaces ID "
             "(or --title) to pick one, or --no-replace"
         )
-    return str(items[0]["id"]) if items else None
+    return str(items[0].id) if items else None
 
 
-def _problem_detail(response: Any) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return str(response.text)[:300]
+def _problem_detail(error: LecternError) -> str:
+    body = error.body
+    if body is None:
+        return error.text[:300]
     if isinstance(body, dict):
         return str(body.get("detail") or body.get("title") or body)
     return str(body)[:300]
 
 
 async def _follow(
-    client: Any, url: str, headers: dict[str, str], progress: Any, task: Any, timeout: float
+    lectern: AsyncLecternClient, document_id: str, progress: Any, task: Any, timeout: float
 ) -> tuple[str, str]:
-    from httpx_sse import aconnect_sse
+    from lectern_client import DocumentProgress
 
-    async with asyncio.timeout(timeout):
-        while True:
-            async with aconnect_sse(client, "GET", url, headers=headers) as source:
-                async for sse in source.aiter_sse():
-                    data = json.loads(sse.data) if sse.data else {}
-                    if sse.event == "progress":
-                        total = data.get("total") or None
-                        progress.update(
-                            task, completed=data.get("done", 0), total=total,
-                            stage=f"{data.get('stage')} {data.get('unit', '')}".strip(),
-                        )  # fmt: skip
-                    elif sse.event in ("indexed", "duplicate", "failed", "deleted", "superseded"):
-                        return sse.event, _outcome_detail(sse.event, data)
-            await asyncio.sleep(1.0)  # the stream closed early: reconnect
+    async for event in lectern.document_events(document_id, timeout=timeout):
+        if isinstance(event, DocumentProgress):
+            progress.update(
+                task, completed=event.done or 0, total=event.total or None,
+                stage=f"{event.stage} {event.unit or ''}".strip(),
+            )  # fmt: skip
+        elif event.final:
+            return event.type, _outcome_detail(event.type, event.document.model_dump(mode="json"))
+    raise TimeoutError(f"no outcome within {timeout:.0f} s")
 
 
 def _outcome_detail(event: str, data: dict[str, Any]) -> str:
@@ -198,23 +192,24 @@ def _outcome_detail(event: str, data: dict[str, Any]) -> str:
 
 async def _ingest_one(
     *,
-    client: Any,
+    lectern: AsyncLecternClient,
     path: Path,
     fields: dict[str, str],
-    headers: dict[str, str],
     progress: Any,
     gate: asyncio.Semaphore,
     wait: bool,
     timeout: float,
     auto_replace: bool,
 ) -> Outcome:
+    from lectern_client import LecternError
+
     async with gate:
         task = progress.add_task(path.name, total=None, stage="uploading")
         try:
             if auto_replace and "replaces" not in fields:
                 try:
                     previous = await previous_version(
-                        client, filename=path.name, title=fields.get("title"), headers=headers
+                        lectern, filename=path.name, title=fields.get("title")
                     )
                 except AmbiguousVersion as exc:
                     progress.update(task, stage="ambiguous")
@@ -222,29 +217,23 @@ async def _ingest_one(
                 if previous is not None:
                     fields = {**fields, "replaces": previous}
                     progress.update(task, stage=f"new version of {previous}")
-            with path.open("rb") as handle:
-                response = await client.post(
-                    "/v1/documents", files={"file": (path.name, handle)}, data=fields,
-                    headers=headers,
-                )  # fmt: skip
-            if response.status_code not in (200, 202):
-                progress.update(task, stage=f"rejected {response.status_code}")
-                return Outcome(
-                    path, f"rejected ({response.status_code})", _problem_detail(response)
-                )
-            body = response.json()
-            document_id = str(body["id"])
-            if response.status_code == 200:
+            try:
+                accepted = await lectern.upload(path, fields=fields)
+            except LecternError as exc:
+                if exc.status == 0:
+                    raise
+                progress.update(task, stage=f"rejected {exc.status}")
+                return Outcome(path, f"rejected ({exc.status})", _problem_detail(exc))
+            document_id = str(accepted.id)
+            if accepted.duplicate:
                 progress.update(task, total=1, completed=1, stage="already uploaded")
                 return Outcome(path, "duplicate", f"same bytes as {document_id}", document_id)
-            version = f"version {body.get('version')} of {fields['replaces']}; " if (
+            version = f"version {accepted.version} of {fields['replaces']}; " if (
                 "replaces" in fields) else ""  # fmt: skip
             if not wait:
                 progress.update(task, total=1, completed=1, stage="queued")
                 return Outcome(path, "queued", f"{version}not waiting for indexing", document_id)
-            status, detail = await _follow(
-                client, body["events_url"], headers, progress, task, timeout
-            )
+            status, detail = await _follow(lectern, document_id, progress, task, timeout)
             progress.update(task, stage=status)
             if status in ("indexed", "duplicate"):
                 progress.update(task, total=1, completed=1)
@@ -272,25 +261,24 @@ async def ingest(
     ``auto_replace``: a file matching one indexed document of the caller by name (and title,
     when ``fields`` has one) is uploaded as its new version (see ``previous_version``).
     """
-    import httpx
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    headers = {"Authorization": f"Bearer {token}"}
+    from lectern_client import AsyncLecternClient
+
     gate = asyncio.Semaphore(max(1, concurrency))
     columns = (
         TextColumn("{task.description}", style="bold"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[stage]}"),
     )  # fmt: skip
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(60.0, read=None)) as client:
+    async with AsyncLecternClient(url, token, timeout=60.0) as lectern:
         with Progress(*columns, console=console, transient=False) as progress:
             return list(
                 await asyncio.gather(
                     *(
                         _ingest_one(
-                            client=client,
+                            lectern=lectern,
                             path=path,
                             fields=fields,
-                            headers=headers,
                             progress=progress,
                             gate=gate,
                             wait=wait,

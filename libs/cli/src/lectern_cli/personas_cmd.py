@@ -41,22 +41,23 @@ async def personas(
     define: dict[str, Any] | None = None,
 ) -> int:
     """List, show or define personas through the gateway; 0 on success."""
-    import httpx
+    from lectern_client import AsyncLecternClient, Conflict, LecternError
 
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
-        if define is not None:
-            got = await client.post("/v1/personas", json=define)
-            if got.status_code == 409:
-                got = await client.put(f"/v1/personas/{define.get('slug')}", json=define)
-        elif show is not None:
-            got = await client.get(f"/v1/personas/{show}")
-        else:
-            got = await client.get("/v1/personas")
-    if got.status_code not in (200, 201):
-        print(f"lectern personas: {problem_text(got)}", file=sys.stderr)
-        return 1
-    body = got.json()
+    async with AsyncLecternClient(url, token, timeout=60) as lectern:
+        try:
+            if define is not None:
+                try:
+                    body = await lectern.request("POST", "/v1/personas", json=define)
+                except Conflict:
+                    slug = define.get("slug")
+                    body = await lectern.request("PUT", f"/v1/personas/{slug}", json=define)
+            elif show is not None:
+                body = await lectern.request("GET", f"/v1/personas/{show}")
+            else:
+                body = await lectern.request("GET", "/v1/personas")
+        except LecternError as exc:
+            print(f"lectern personas: {problem_text(exc)}", file=sys.stderr)
+            return 1
     for persona in body if isinstance(body, list) else [body]:
         _write(persona, out, detail=not isinstance(body, list))
     return 0

@@ -30,18 +30,16 @@ def register(subparsers: Any) -> None:
 
 async def quality(*, url: str, token: str, out: TextIO, days: int, by: str) -> int:
     """Print the dashboard; 0 on success."""
-    import httpx
+    from lectern_client import AsyncLecternClient, LecternError
 
     end = datetime.now(UTC).date()
     params = {"from": str(end - timedelta(days=max(1, days) - 1)), "to": str(end), "group_by": by}
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        got = await client.get(
-            "/v1/metrics/quality", params=params, headers={"Authorization": f"Bearer {token}"}
-        )
-    if got.status_code != 200:
-        print(f"lectern quality: {problem_text(got)}", file=sys.stderr)
-        return 1
-    data = got.json()
+    async with AsyncLecternClient(url, token, timeout=60) as lectern:
+        try:
+            data = await lectern.request("GET", "/v1/metrics/quality", params=params)
+        except LecternError as exc:
+            print(f"lectern quality: {problem_text(exc)}", file=sys.stderr)
+            return 1
     out.write(f"{'day':<10} {'group':<16} {'asked':>5} {'high':>5} {'med':>4} {'low':>4} "
               f"{'gap':>4} {'flag':>4} {'cited':>6} {'ttft p95':>9}\n")  # fmt: skip
     for row in [*data["series"], {**data["totals"], "day": "total", "group": ""}]:

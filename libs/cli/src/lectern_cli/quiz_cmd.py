@@ -70,32 +70,32 @@ async def take_quiz(
     request: dict[str, Any] | None = None,
 ) -> int:
     """Draw (or fetch) a quiz, ask it through ``prompt``, print the checked results."""
-    import httpx
+    from lectern_client import AsyncLecternClient, LecternError
 
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        if quiz_id is None:
-            got = await client.post("/v1/quizzes", json=request or {}, headers=headers)
-        else:
-            got = await client.get(f"/v1/quizzes/{quiz_id}", headers=headers)
-        if got.status_code not in (200, 201):
-            print(f"lectern quiz: {problem_text(got)}", file=sys.stderr)
+    async with AsyncLecternClient(url, token, timeout=60) as lectern:
+        try:
+            if quiz_id is None:
+                quiz = await lectern.create_quiz(request or {})
+            else:
+                quiz = await lectern.get_quiz(quiz_id)
+        except LecternError as exc:
+            print(f"lectern quiz: {problem_text(exc)}", file=sys.stderr)
             return 1
-        quiz = got.json()
-        out.write(f"{quiz['title']} ({len(quiz['questions'])} questions)\n")
-        answers = {q["id"]: _ask(q, n, out, prompt) for n, q in enumerate(quiz["questions"], 1)}
-        checked = await client.post(
-            f"/v1/quizzes/{quiz['id']}/attempts", json={"answers": answers}, headers=headers
-        )
-        if checked.status_code != 201:
-            print(f"lectern quiz: {problem_text(checked)}", file=sys.stderr)
+        out.write(f"{quiz.title} ({len(quiz.questions)} questions)\n")
+        answers = {
+            q.id: _ask(q.model_dump(mode="json"), n, out, prompt)
+            for n, q in enumerate(quiz.questions, 1)
+        }
+        try:
+            result = await lectern.attempt_quiz(quiz.id, answers)
+        except LecternError as exc:
+            print(f"lectern quiz: {problem_text(exc)}", file=sys.stderr)
             return 1
-    result = checked.json()
     out.write("\n")
-    for number, item in enumerate(result["results"], 1):
-        mark = "right" if item["correct"] else "wrong"
-        out.write(f"{number}. {mark}: {item['feedback']}\n")
-    out.write(f"\nScore: {result['correct']}/{result['total']} (quiz {quiz['id']})\n")
+    for number, item in enumerate(result.results, 1):
+        mark = "right" if item.correct else "wrong"
+        out.write(f"{number}. {mark}: {item.feedback}\n")
+    out.write(f"\nScore: {result.correct}/{result.total} (quiz {quiz.id})\n")
     return 0
 
 
@@ -103,24 +103,22 @@ async def show_syllabus(
     *, url: str, token: str, out: TextIO, subject: str | None, document: str | None
 ) -> int:
     """Print the syllabus as an indented outline with page ranges."""
-    import httpx
+    from lectern_client import AsyncLecternClient, LecternError
 
-    params = {k: v for k, v in (("subject", subject), ("document_id", document)) if v}
-    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-        got = await client.get(
-            "/v1/syllabus", params=params, headers={"Authorization": f"Bearer {token}"}
-        )
-    if got.status_code != 200:
-        print(f"lectern syllabus: {problem_text(got)}", file=sys.stderr)
-        return 1
-    for module in got.json()["modules"]:
-        out.write(f"{module['module'] or '(no module)'}\n")
-        for doc in module["documents"]:
-            out.write(f"  {doc['title']}  [{doc['id']}]\n")
-            for section in doc["sections"]:
-                pages = _pages(section["page_start"], section["page_end"])
-                indent = "  " * (section["level"] + 1)
-                out.write(f"  {indent}{section['title'] or '(start)'}{pages}\n")
+    async with AsyncLecternClient(url, token, timeout=60) as lectern:
+        try:
+            syllabus = await lectern.syllabus(subject=subject or None, document_id=document or None)
+        except LecternError as exc:
+            print(f"lectern syllabus: {problem_text(exc)}", file=sys.stderr)
+            return 1
+    for module in syllabus.modules:
+        out.write(f"{module.module or '(no module)'}\n")
+        for doc in module.documents:
+            out.write(f"  {doc.title}  [{doc.id}]\n")
+            for section in doc.sections:
+                pages = _pages(section.page_start, section.page_end)
+                indent = "  " * (section.level + 1)
+                out.write(f"  {indent}{section.title or '(start)'}{pages}\n")
     return 0
 
 

@@ -75,22 +75,20 @@ def format_results(body: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Call the gateway and print the results."""
-    import httpx
+    from lectern_client import LecternClient, LecternError
 
     url = (args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL).rstrip("/")
     token = args.token or os.environ.get("LECTERN_TOKEN")
     if not token:
         print("lectern search: a token is needed (--token or $LECTERN_TOKEN)", file=sys.stderr)
         return 2
-    response = httpx.post(
-        f"{url}/v1/search",
-        json=request_body(args),
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=args.timeout,
-    )
-    if response.status_code != 200:
-        print(f"lectern search: {response.status_code} {response.text[:500]}", file=sys.stderr)
+    try:
+        with LecternClient(url, token, timeout=args.timeout) as lectern:
+            # the response's JSON as the gateway wrote it (--json prints it unchanged)
+            body = lectern.request("POST", "/v1/search", json=request_body(args))
+    except LecternError as exc:
+        detail = exc.detail if exc.status == 0 else exc.text[:500]
+        print(f"lectern search: {exc.status} {detail}", file=sys.stderr)
         return 1
-    body = response.json()
     print(json.dumps(body, indent=2) if args.json else format_results(body))
     return 0
