@@ -392,3 +392,49 @@ async def test_sessions_past_the_tenants_retention_are_deleted(
     ) == memories  # fmt: skip
     off = await client.put(url, headers=admin, json={"session_retention_days": None})
     assert off.json()["session_retention_days"] is None
+
+
+async def test_erasure_deletes_webhook_deliveries_about_the_user(
+    db_pool: Any, tenant_id: str
+) -> None:
+    """Webhook deliveries kept for their log name the user in their payload: erased with the
+    user's other rows, sent or not, except the erasure's own event (subscribers need it)."""
+    from lectern_gateway.privacy.repository import erase_gateway_rows
+
+    hook = uuid.uuid4()
+    await db_pool.execute(
+        "INSERT INTO webhooks (id, tenant_id, url, event_types, secret) "
+        "VALUES ($1, $2, 'https://lms.example/hook', $3, 'whsec_x')",
+        hook, tenant_id, ["lectern.chat.turn_completed.v1", Subjects.USERS_ERASED],
+    )  # fmt: skip
+
+    async def deliver(event_type: str, user: str, status: str) -> uuid.UUID:
+        delivery = uuid.uuid4()
+        payload = json.dumps({"tenant_id": tenant_id, "user_id": user, "question": "why?"})
+        await db_pool.execute(
+            "INSERT INTO webhook_deliveries (id, webhook_id, tenant_id, event_id, event_type, "
+            "payload, status) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            delivery, hook, tenant_id, uuid.uuid4(), event_type, payload, status,
+        )  # fmt: skip
+        await db_pool.execute(
+            "INSERT INTO webhook_attempts (delivery_id, status_code, duration_ms) "
+            "VALUES ($1, 200, 5)",
+            delivery,
+        )
+        return delivery
+
+    sent = await deliver("lectern.chat.turn_completed.v1", "ivy", "succeeded")
+    pending = await deliver("lectern.chat.turn_completed.v1", "ivy", "pending")
+    erasure = await deliver(Subjects.USERS_ERASED, "ivy", "pending")
+    others = await deliver("lectern.chat.turn_completed.v1", "jon", "succeeded")
+    async with db_pool.acquire() as conn, conn.transaction():
+        counts = await erase_gateway_rows(conn, tenant_id=tenant_id, user_id="ivy")
+    assert counts["webhook_deliveries"] == 2
+    left = {r["id"] for r in await db_pool.fetch(
+        "SELECT id FROM webhook_deliveries WHERE webhook_id = $1", hook
+    )}  # fmt: skip
+    assert left == {erasure, others} and not left & {sent, pending}
+    assert await db_pool.fetchval(
+        "SELECT count(*) FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[])",
+        [sent, pending],
+    ) == 0  # fmt: skip

@@ -147,6 +147,13 @@ _ERASE: list[tuple[str, str]] = [
         f"DELETE FROM outbox WHERE subject <> '{Subjects.USERS_ERASED}' "  # noqa: S608
         "AND payload->>'tenant_id' = $1 AND payload->>'user_id' = $2",
     ),
+    # webhook deliveries of events about the user, sent or not (their attempts go too: a
+    # foreign key); the erasure's own event still goes out to the subscribers
+    (
+        "webhook_deliveries",
+        f"DELETE FROM webhook_deliveries WHERE event_type <> '{Subjects.USERS_ERASED}' "  # noqa: S608
+        "AND tenant_id = $1 AND payload::jsonb->>'user_id' = $2",
+    ),
 ]
 
 #: the memory service's tables: it erases them itself on ``users.erased``
