@@ -254,9 +254,10 @@ async def test_sessions_flags_and_source_viewer(
     body = view.json()
     assert body["document_title"] == "Biology notes" and body["page_start"] == 2
     assert body["section"] == "Photosynthesis > Calvin cycle"
-    (highlight,) = body["highlights"]
-    assert "RuBisCO" in highlight["text"]
-    assert body["text"][highlight["start"] : highlight["end"]] == highlight["text"]
+    highlights = body["highlights"]  # each cited sentence of the chunk
+    assert any("RuBisCO" in h["text"] for h in highlights)
+    for highlight in highlights:
+        assert body["text"][highlight["start"] : highlight["end"]] == highlight["text"]
     # flags
     flagged = await client.post(
         f"{gateway.url}/v1/messages/{message_id}/flags",

@@ -910,7 +910,8 @@ def _followed_on(
     finds it. With ``passage``, the best sentence brings the next one of its paragraph
     whatever it opens with: an answer is a passage, and the sentence that matches the
     question best often only names what the next one explains (a why or how question) or
-    defines. A table row brings nothing (the next row is another fact), nor does a question.
+    defines; it also brings the sentence before it in its paragraph, whose point it often goes
+    on with. A table row brings nothing (the next row is another fact), nor does a question.
     Past ``limit`` sentences, the weakest other sentence makes room."""
     if not chosen:
         return list(chosen)
@@ -936,6 +937,19 @@ def _followed_on(
         others = [c for c in ranked[leads:] if c in out]
         if len(out) > limit and others:
             out.remove(others[-1])
+    if passage:
+        # ... and the one before it: the point it goes on with ("A trace tree is ... . It
+        # grows as ...") or the definition its figures are about
+        before = at.get((best.source_index, best.position - 1))
+        if (
+            before is not None
+            and not before.item
+            and before.paragraph == at[(best.source_index, best.position)].paragraph
+            and (best.source_index, best.position - 1) not in taken
+            and not _is_table_row(best.text)
+            and not before.text.rstrip().endswith("?")
+        ):
+            out.append(_quoted(before, sources))
     return sorted(out, key=lambda c: (c.source_index != best.source_index, c.source_index,
                                       c.position))  # fmt: skip
 
