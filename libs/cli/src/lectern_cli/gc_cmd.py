@@ -72,7 +72,7 @@ async def _collect(
     auth: dict[str, str] = {}
     if credentials is not None:
         auth = {"user": credentials[0], "password": credentials[1]}
-    nc = await nats.connect(nats_url, **auth)
+    nc = await nats.connect([s.strip() for s in nats_url.split(",") if s.strip()], **auth)
     pool = await create_pool(dsn, min_size=1, max_size=2)
     try:
         return await collect(

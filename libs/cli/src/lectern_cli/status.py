@@ -183,7 +183,8 @@ async def _jetstream(url: str, timeout: float) -> dict[str, Any]:
         # the first connect is refused; one attempt plus an overall timeout ends it.
         async with asyncio.timeout(timeout * 2 + 1):
             nc = await nats.connect(
-                url, connect_timeout=timeout, max_reconnect_attempts=1, reconnect_time_wait=0.1,
+                [s.strip() for s in url.split(",") if s.strip()],  # a cluster's servers
+                connect_timeout=timeout, max_reconnect_attempts=1, reconnect_time_wait=0.1,
                 error_cb=quiet,
             )  # fmt: skip
     except (OSError, NatsError, TimeoutError) as exc:
@@ -264,6 +265,7 @@ def redact(url: str) -> str:
 def render(status: Mapping[str, Any]) -> str:
     """The human-readable report."""
     lines = [f"Lectern status ({status['source']})", "", "services"]
+    width = max([10, *(len(name) for name in status["services"])])  # retriever-2 in a cluster
     for name, info in status["services"].items():
         state = "ready" if info["ready"] else "NOT READY"
         detail = info.get("error") or ", ".join(
@@ -271,7 +273,7 @@ def render(status: Mapping[str, Any]) -> str:
         )
         if not info["ready"] and info.get("state"):
             detail = f"[{info['state']}, {info.get('restarts') or 0} restarts] {detail}"
-        lines.append(f"  {name:<10} {info['url']:<26} {state:<10} {detail}".rstrip())
+        lines.append(f"  {name:<{width}} {info['url']:<26} {state:<10} {detail}".rstrip())
     nats_info = status["nats"]
     lines += [
         "",

@@ -24,8 +24,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
-        "--data-dir", type=Path, default=Path(".lectern"), help="state directory (./.lectern)"
-    )
+        "--data-dir", type=Path, default=None,
+        help="state directory (./.lectern; with --cluster ./.lectern-cluster)",
+    )  # fmt: skip
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORTS["gateway"],
         help="gateway port on 127.0.0.1 (default 8000; 0: any free port)",
@@ -55,6 +56,14 @@ def register(subparsers: Any) -> None:
         help="seconds a service may take to finish in-flight work on stop (default 30)",
     )  # fmt: skip
     parser.add_argument(
+        "--cluster", action="store_true",
+        help=(
+            "the production layout on this machine: a 3-server NATS cluster (NATS ports "
+            "--nats-port and the next two), streams and consumers at 3 replicas, two replicas "
+            "of every service (gateway-2 on --port + 10), one Postgres"
+        ),
+    )  # fmt: skip
+    parser.add_argument(
         "--no-demo", action="store_true",
         help="do not load the demo corpus (otherwise loaded on a data directory's first start)",
     )  # fmt: skip
@@ -78,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
     def report(message: str) -> None:
         print(message, flush=True)
 
+    if args.data_dir is None:
+        # a cluster's NATS store is not a single server's: keep the two apart by default
+        args.data_dir = Path(".lectern-cluster" if args.cluster else ".lectern")
     on_ready: ReadyHook | None = None
     if not args.no_demo:
         from lectern_cli.demo import DemoLoader, default_demo_dir, on_stack_ready
@@ -101,5 +113,6 @@ def run(args: argparse.Namespace) -> int:
         graceful_timeout_s=args.graceful_timeout,
         report=report,
         on_ready=on_ready,
+        cluster=args.cluster,
     )
     return supervisor.run()

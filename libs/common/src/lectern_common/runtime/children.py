@@ -49,6 +49,7 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the forked child
 class Child:
     """One service process and its restart bookkeeping."""
 
+    #: unique in the stack: the service's name, then ``gateway-2`` ... for more replicas
     name: str
     port: int
     log_path: Path
@@ -62,6 +63,12 @@ class Child:
     ready_at: float | None = None
     last_exit: int | None = None
     checks: dict[str, str] = field(default_factory=dict)
+    #: which service this process runs (``gateway``); empty: the same as ``name``
+    service: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.service:
+            self.service = self.name
 
     @property
     def url(self) -> str:

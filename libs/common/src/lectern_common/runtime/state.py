@@ -43,8 +43,11 @@ def stack_nats_url(state: dict[str, Any]) -> str:
     password = json.loads(Path(path).read_text()).get(ADMIN_USER)
     if not password:
         return url
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://{ADMIN_USER}:{password}@{rest}"
+    with_credentials = []
+    for server in url.split(","):  # a cluster's servers, comma-separated
+        scheme, _, rest = server.strip().partition("://")
+        with_credentials.append(f"{scheme}://{ADMIN_USER}:{password}@{rest}")
+    return ",".join(with_credentials)
 
 
 def read_state(data_dir: Path) -> dict[str, Any] | None:

@@ -1,6 +1,8 @@
 """The embedded stack: Postgres, NATS, migrations and the five services as child processes.
 
-``Supervisor.run()`` is what ``lectern up`` runs in the foreground. It restarts a service
+``Supervisor.run()`` is what ``lectern up`` runs in the foreground (``cluster=True`` for
+``lectern up --cluster``: a 3-node NATS cluster, streams and consumers at 3 replicas, and two
+replicas of every service). It restarts a service
 that crashes (exponential backoff, and it gives up on one that crash-loops), polls every
 service's ``/readyz``, and on SIGINT/SIGTERM stops the services (SIGTERM, their graceful
 timeout, then SIGKILL) before NATS and Postgres. Its state goes to ``DATA_DIR/stack.json``
@@ -29,6 +31,7 @@ from pydantic import ValidationError
 
 from lectern_common.errors import ConfigurationError
 from lectern_common.nats_auth import (
+    ADMIN_USER,
     authorization_config,
     nats_user,
     new_credentials,
@@ -42,7 +45,7 @@ from lectern_common.runtime.children import (
     probe_ready,
     restart_delay,
 )
-from lectern_common.runtime.nats import EmbeddedNats, free_port
+from lectern_common.runtime.nats import EmbeddedNats, EmbeddedNatsCluster, free_port
 from lectern_common.runtime.postgres import DEFAULT_ROOT_ACCOUNT, EmbeddedPostgres
 from lectern_common.runtime.state import (
     STATE_FILE,
@@ -72,6 +75,11 @@ DEFAULT_PORTS: dict[str, int] = {
 }  # fmt: skip
 DEFAULT_NATS_PORT = 4222
 DEFAULT_NATS_MONITOR_PORT = 8222
+#: ``lectern up --cluster``: NATS servers (streams at as many replicas), processes per service
+CLUSTER_NATS_SERVERS = 3
+CLUSTER_SERVICE_REPLICAS = 2
+#: a further replica's preferred HTTP port: its service's default plus this (gateway-2: 8010)
+REPLICA_PORT_STEP = 10
 LOCAL_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 LOCAL_EMBEDDING_DIM = 384
 
@@ -136,6 +144,7 @@ class Supervisor:
         report: Reporter | None = None,
         command: CommandFor = service_command,
         on_ready: ReadyHook | None = None,
+        cluster: bool = False,
     ) -> None:
         unknown = set(services) - set(SERVICES)
         if unknown:
@@ -143,6 +152,9 @@ class Supervisor:
         self.data_dir = data_dir.resolve()
         self.host = "127.0.0.1"
         self.services = services
+        #: a 3-node NATS cluster and two processes per service instead of one of each
+        self.cluster = cluster
+        self.replicas = CLUSTER_SERVICE_REPLICAS if cluster else 1
         self.graceful_timeout_s = graceful_timeout_s
         #: after SIGTERM, how long a service gets before SIGKILL (uvicorn needs a moment more)
         self.kill_after_s = graceful_timeout_s + 5.0
@@ -162,7 +174,7 @@ class Supervisor:
         self._nats_port = nats_port
         self._nats_monitor_port = nats_monitor_port
         self.postgres: EmbeddedPostgres | None = None
-        self.nats: EmbeddedNats | None = None
+        self.nats: EmbeddedNats | EmbeddedNatsCluster | None = None
         self.nats_passwords: dict[str, str] = {}
         self.children: dict[str, Child] = {}
         self.started_monotonic = 0.0
@@ -176,7 +188,9 @@ class Supervisor:
 
     # -- start -------------------------------------------------------------------------------
 
-    def _service_port(self, name: str) -> int:
+    def _service_port(self, name: str, replica: int = 0) -> int:
+        if replica > 0:
+            return self._replica_port(name, replica)
         if name == "gateway":
             if self._gateway_port == 0:
                 return free_port(self.host)
@@ -191,6 +205,19 @@ class Supervisor:
             return int(configured)
         return preferred_or_free_port(DEFAULT_PORTS[name], self.host)
 
+    def _replica_port(self, name: str, replica: int) -> int:
+        """A further replica's port: its service's plus 10 when free (gateway-2 on 8010), any
+        free one when the first replica's port was picked at random or set by a variable."""
+        taken = {child.port for child in self.children.values()}
+        base = self._gateway_port if name == "gateway" else DEFAULT_PORTS[name]
+        configured = name != "gateway" and os.environ.get(f"LECTERN_{name.upper()}_HTTP_PORT")
+        port = free_port(self.host)
+        if base and not configured:
+            port = preferred_or_free_port(base + REPLICA_PORT_STEP * replica, self.host)
+        while port in taken:
+            port = free_port(self.host)
+        return port
+
     def _nats_ports(self) -> tuple[int, int]:
         def pick(given: int | None, default: int) -> int:
             if given is not None:
@@ -202,6 +229,40 @@ class Supervisor:
 
         return pick(self._nats_port, DEFAULT_NATS_PORT), pick(
             self._nats_monitor_port, DEFAULT_NATS_MONITOR_PORT
+        )
+
+    def _embedded_nats(self) -> EmbeddedNats | EmbeddedNatsCluster:
+        nats_port, monitor_port = self._nats_ports()
+        authorization = authorization_config(self.nats_passwords)
+        if not self.cluster:
+            return EmbeddedNats(
+                self.data_dir / "nats",
+                port=nats_port,
+                monitor_port=monitor_port,
+                host=self.host,
+                authorization=authorization,
+            )
+        # the first server on the chosen ports, the others on the next ones when free
+        ports, monitor_ports = [nats_port], [monitor_port]
+        taken = {nats_port, monitor_port, *(child.port for child in self.children.values())}
+
+        def pick(preferred: int) -> int:
+            port = preferred_or_free_port(preferred, self.host)
+            while port in taken:
+                port = free_port(self.host)
+            taken.add(port)
+            return port
+
+        for i in range(1, CLUSTER_NATS_SERVERS):
+            ports.append(pick(nats_port + i))
+            monitor_ports.append(pick(monitor_port + i))
+        return EmbeddedNatsCluster(
+            self.data_dir / "nats",
+            size=CLUSTER_NATS_SERVERS,
+            host=self.host,
+            authorization=authorization,
+            ports=ports,
+            monitor_ports=monitor_ports,
         )
 
     def _check_not_running(self) -> None:
@@ -221,6 +282,7 @@ class Supervisor:
         ]
         leftovers += [
             ("NATS", previous.get("nats", {})),
+            *(("NATS", node) for node in previous.get("nats", {}).get("nodes", [])[1:]),
             ("Postgres", previous.get("postgres", {})),
         ]
         for what, info in leftovers:
@@ -237,29 +299,34 @@ class Supervisor:
         self.logs_dir.mkdir(exist_ok=True)
         self._check_not_running()
         self._owns_state = True
-        ports = {name: self._service_port(name) for name in self.services}
-        self.children = {
-            name: Child(name=name, port=ports[name], log_path=self.logs_dir / f"{name}.log")
-            for name in self.services
-        }
+        self.children = {}  # filled one by one: a further replica's port avoids those before
+        for replica in range(self.replicas):
+            for service in self.services:
+                name = service if replica == 0 else f"{service}-{replica + 1}"
+                self.children[name] = Child(
+                    name=name,
+                    service=service,
+                    port=self._service_port(service, replica),
+                    log_path=self.logs_dir / f"{name}.log",
+                )
         self._running = True
         self.write_state()
         self.postgres = self._embedded_postgres()
-        nats_port, monitor_port = self._nats_ports()
         self.nats_passwords = new_credentials(list(self.services))
         write_nats_credentials(self.data_dir, self.nats_passwords)
-        self.nats = EmbeddedNats(
-            self.data_dir / "nats",
-            port=nats_port,
-            monitor_port=monitor_port,
-            host=self.host,
-            authorization=authorization_config(self.nats_passwords),
-        )
+        self.nats = self._embedded_nats()
         self.nats.start()
+        what = (
+            f"a {CLUSTER_NATS_SERVERS}-server cluster, streams at {CLUSTER_NATS_SERVERS} replicas"
+            if self.cluster
+            else "JetStream"
+        )
         self.report(
-            f"NATS (JetStream) on {self.nats.url}, store {self.data_dir / 'nats'}; one user per "
+            f"NATS ({what}) on {self.nats.url}, store {self.data_dir / 'nats'}; one user per "
             f"service, passwords in {nats_credentials_path(self.data_dir)}"
         )
+        if self.cluster:
+            self._declare_streams()
         # Services spend most of their start-up importing torch and loading models; they wait
         # for the schema themselves, so Postgres and the migrations overlap with that.
         for child in self.children.values():
@@ -270,6 +337,27 @@ class Supervisor:
         self._migrate()
         self.write_state()
         self.report(self.summary())
+
+    def _declare_streams(self) -> None:
+        """Create the streams at 3 replicas once, before the services start: ten processes
+        creating replicated streams at once time out in the cluster's meta group (measured:
+        4 of 10 services restarted once at start-up)."""
+        from lectern_common.broker import ensure_streams
+
+        assert self.nats is not None
+        servers = self.nats.url.split(",")
+        password = self.nats_passwords[ADMIN_USER]
+
+        async def declare() -> None:
+            import nats
+
+            nc = await nats.connect(servers, user=ADMIN_USER, password=password)
+            try:
+                await ensure_streams(nc.jetstream(), replicas=CLUSTER_NATS_SERVERS)
+            finally:
+                await nc.close()
+
+        asyncio.run(declare())
 
     def summary(self) -> str:
         """Where everything is: URLs, DSN, data and logs."""
@@ -316,18 +404,20 @@ class Supervisor:
 
     def child_env(self, child: Child) -> dict[str, str]:
         """The environment of one service process."""
-        prefix = f"LECTERN_{child.name.upper()}_"
+        prefix = f"LECTERN_{child.service.upper()}_"
         env = dict(os.environ)
         if self.nats is not None:
             env["LECTERN_NATS_URL"] = self.nats.url
-            user = nats_user(child.name)
+            if self.cluster:
+                env["LECTERN_STREAM_REPLICAS"] = str(CLUSTER_NATS_SERVERS)
+            user = nats_user(child.service)
             env["LECTERN_NATS_USER"] = user
             env["LECTERN_NATS_PASSWORD"] = self.nats_passwords[user]
         if self.postgres is not None:
             env["LECTERN_DATABASE_URL"] = self.postgres.dsn
         env.update(
             {
-                "LECTERN_SERVICE_NAME": f"lectern-{child.name}",
+                "LECTERN_SERVICE_NAME": f"lectern-{child.service}",
                 "LECTERN_HEALTH_HOST": self.host,
                 f"{prefix}HTTP_PORT": str(child.port),
                 f"{prefix}GRACEFUL_TIMEOUT_S": str(self.graceful_timeout_s),
@@ -354,7 +444,7 @@ class Supervisor:
             log_file.write(f"--- lectern: start #{child.starts} at {stamp}\n".encode())
             log_file.flush()
             child.process = subprocess.Popen(
-                self.command(child.name),
+                self.command(child.service),
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -551,15 +641,30 @@ class Supervisor:
             }
         nats: dict[str, Any] = {}
         if self.nats is not None:
-            nats_pid = self.nats.process.pid if self.nats.process is not None else None
+            servers = self.nats.nodes if isinstance(self.nats, EmbeddedNatsCluster) else [self.nats]
+            nodes = [
+                {
+                    "name": server.server_name,
+                    "url": server.url,
+                    "monitor_url": server.monitor_url,
+                    "pid": server.process.pid if server.process is not None else None,
+                    "pid_create_time": (
+                        create_time(server.process.pid) if server.process is not None else None
+                    ),
+                }
+                for server in servers
+            ]
             nats = {
                 "url": self.nats.url,
                 "monitor_url": self.nats.monitor_url,
-                "pid": nats_pid,
-                "pid_create_time": create_time(nats_pid) if nats_pid else None,
+                "pid": nodes[0]["pid"],
+                "pid_create_time": nodes[0]["pid_create_time"],
                 "data_dir": str(self.data_dir / "nats"),
                 "credentials": str(nats_credentials_path(self.data_dir)),
             }
+            if self.cluster:
+                nats["nodes"] = nodes
+                nats["stream_replicas"] = CLUSTER_NATS_SERVERS
         postgres: dict[str, Any] = {}
         if self.postgres is not None:
             pg_pid = self.postgres.process.pid if self.postgres.process is not None else None

@@ -1,0 +1,255 @@
+"""A 3-node NATS cluster on one machine with Lectern's streams at 3 replicas: the node that
+leads the ingest stream is SIGKILLed while events are published without pause, then the next
+leader; a durable consumer gets every event exactly once (counted by event id)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import Error as JetStreamError
+
+from lectern_common.broker import ensure_streams, stream_for
+from lectern_common.events import Subjects
+from lectern_common.runtime import EmbeddedNatsCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+STREAM = stream_for(Subjects.DOCUMENTS_UPLOADED).name
+DURABLE = "lectern-ingest-fault-test"
+#: the services' reconnect settings (``lectern_common.broker.create_broker``)
+RECONNECT: dict[str, Any] = {"max_reconnect_attempts": -1, "reconnect_time_wait": 1}
+#: the longest a publisher may wait for the stream to take an event across a leader's loss:
+#: the election (a few seconds) plus a reconnect; measured ~1-3 s on the 2-core machine
+PAUSE_BOUND_S = 15.0
+
+
+@dataclass
+class Publisher:
+    """Publishes numbered events one after another, each retried under its own
+    ``Nats-Msg-Id`` until the stream acknowledges it (what the outbox relay does)."""
+
+    published: list[str] = field(default_factory=list)
+    acked_at: list[float] = field(default_factory=list)
+    duplicates_dropped: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    error_times: list[float] = field(default_factory=list)
+
+    async def run(self, nc: Client, stop: asyncio.Event) -> None:
+        js = nc.jetstream()
+        number = 0
+        while not stop.is_set():
+            event_id = f"ev-{number:06d}"
+            while True:
+                try:
+                    ack = await js.publish(
+                        Subjects.DOCUMENTS_UPLOADED, event_id.encode(), timeout=2.0,
+                        headers={"Nats-Msg-Id": event_id}, stream=STREAM,
+                    )  # fmt: skip
+                except (NatsError, JetStreamError, OSError) as exc:
+                    self.errors[type(exc).__name__] += 1
+                    self.error_times.append(time.monotonic())
+                    await asyncio.sleep(0.1)
+                    continue
+                break
+            self.duplicates_dropped += int(bool(ack.duplicate))
+            self.published.append(event_id)
+            self.acked_at.append(time.monotonic())
+            number += 1
+            await asyncio.sleep(0.01)
+
+    def longest_pause(self) -> tuple[float, float]:
+        """The longest time between two acknowledged events, and when it ended."""
+        gaps = [(b - a, b) for a, b in itertools.pairwise(self.acked_at)]
+        return max(gaps) if gaps else (0.0, 0.0)
+
+    def first_ack_after(self, moment: float) -> float | None:
+        return next((t for t in self.acked_at if t > moment), None)
+
+    def pause_around(self, moment: float) -> float:
+        """The longest time without an acknowledged event across ``moment`` and after it."""
+        return longest_gap(self.acked_at, since=moment)
+
+
+@dataclass
+class Consumer:
+    """A durable pull consumer, acknowledging each event and waiting for the ack's reply."""
+
+    deliveries: Counter[str] = field(default_factory=Counter)
+    confirmed: set[str] = field(default_factory=set)
+    redelivered_after_confirmed_ack: list[str] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+
+    async def run(self, nc: Client, stop: asyncio.Event) -> None:
+        js = nc.jetstream()
+        subscription = None
+        while not stop.is_set():
+            try:
+                if subscription is None:
+                    subscription = await js.pull_subscribe_bind(DURABLE, stream=STREAM)
+                messages = await subscription.fetch(100, timeout=1.0)
+            except (NatsTimeoutError, TimeoutError):
+                continue
+            except (NatsError, JetStreamError, OSError) as exc:
+                self.errors[type(exc).__name__] += 1
+                await asyncio.sleep(0.1)
+                continue
+            for message in messages:
+                event_id = message.data.decode()
+                if event_id in self.confirmed:
+                    self.redelivered_after_confirmed_ack.append(event_id)
+                self.deliveries[event_id] += 1
+                try:
+                    await message.ack_sync(timeout=2.0)
+                except (NatsError, JetStreamError, OSError, TimeoutError) as exc:
+                    # not confirmed: JetStream may deliver it again after the ack wait
+                    self.errors[f"ack {type(exc).__name__}"] += 1
+                else:
+                    self.confirmed.add(event_id)
+
+
+def longest_gap(times: list[float], *, since: float) -> float:
+    """The longest interval between consecutive ``times`` that ends after ``since``."""
+    return max((b - a for a, b in itertools.pairwise(times) if b > since), default=0.0)
+
+
+async def replicas_current(nc: Client, expected: int) -> bool:
+    """Whether the stream and the consumer each have ``expected`` current followers."""
+    js = nc.jetstream()
+    try:
+        stream = await js.stream_info(STREAM)
+        consumer = await js.consumer_info(STREAM, DURABLE)
+    except (NatsError, JetStreamError, OSError, TimeoutError):
+        return False
+    return all(
+        info.cluster is not None
+        and info.cluster.leader is not None
+        and len([p for p in info.cluster.replicas or [] if p.current]) == expected
+        for info in (stream, consumer)
+    )
+
+
+async def wait_for(what: str, condition: Callable[[], Awaitable[bool]], timeout: float) -> float:
+    """Poll an async condition; seconds it took."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        if await condition():
+            return time.monotonic() - began
+        await asyncio.sleep(0.1)
+    pytest.fail(f"{what} not within {timeout} s")
+
+
+async def test_killing_stream_leaders_loses_and_duplicates_no_event(tmp_path: Path) -> None:
+    cluster = EmbeddedNatsCluster(tmp_path / "nats")
+    await asyncio.to_thread(cluster.start)
+    clients: list[Client] = []
+    try:
+        admin = await nats.connect(servers=cluster.urls, **RECONNECT)
+        clients.append(admin)
+        await ensure_streams(admin.jetstream(), replicas=3)
+        await admin.jetstream().add_consumer(
+            STREAM,
+            ConsumerConfig(
+                durable_name=DURABLE, filter_subject=Subjects.DOCUMENTS_UPLOADED,
+                ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+                ack_wait=5.0, max_ack_pending=1000,
+            ),
+        )  # fmt: skip
+        # streams and consumers at 3 replicas: a leader and two followers each
+        stream = await admin.jetstream().stream_info(STREAM)
+        consumer = await admin.jetstream().consumer_info(STREAM, DURABLE)
+        assert stream.config.num_replicas == 3
+        assert stream.cluster is not None and len(stream.cluster.replicas or []) == 2
+        assert consumer.cluster is not None and len(consumer.cluster.replicas or []) == 2
+
+        publisher, reader = Publisher(), Consumer()
+        stop_publishing, stop_reading = asyncio.Event(), asyncio.Event()
+        for _ in range(2):
+            clients.append(await nats.connect(servers=cluster.urls, **RECONNECT))
+        tasks = [
+            asyncio.create_task(publisher.run(clients[1], stop_publishing)),
+            asyncio.create_task(reader.run(clients[2], stop_reading)),
+        ]
+        await asyncio.sleep(2.0)
+
+        outages: list[dict[str, object]] = []
+        for _ in range(2):
+            # the leader as the monitoring endpoint (/jsz?streams=1) reports it
+            leader = await asyncio.to_thread(cluster.stream_leader, STREAM)
+            assert leader is not None
+            node = cluster.node(leader)
+            killed_at = time.monotonic()
+            node.kill()
+
+            async def new_leader() -> bool:
+                return await asyncio.to_thread(cluster.stream_leader, STREAM) is not None
+
+            elected_s = await wait_for("a new stream leader", new_leader, 30.0)
+
+            async def published_again(after: float = killed_at) -> bool:
+                return publisher.first_ack_after(after) is not None
+
+            await wait_for("a publish after the kill", published_again, 30.0)
+            errors_during = sum(1 for t in publisher.error_times if t > killed_at)
+            restarted_at = time.monotonic()
+            await asyncio.to_thread(node.start)
+
+            async def caught_up() -> bool:
+                return await replicas_current(admin, 2)
+
+            await wait_for("the restarted server catching up", caught_up, 30.0)
+            rejoined_s = time.monotonic() - restarted_at
+            outages.append({
+                "killed": leader, "new_leader_after_s": round(elected_s, 2),
+                "longest_publish_pause_s": round(publisher.pause_around(killed_at), 2),
+                "publish_errors": errors_during,
+                "restarted_and_current_after_s": round(rejoined_s, 2),
+            })  # fmt: skip
+            await asyncio.sleep(1.0)
+
+        await asyncio.sleep(1.0)
+        stop_publishing.set()
+        await tasks[0]
+
+        async def all_read() -> bool:
+            return set(reader.confirmed) >= set(publisher.published)
+
+        await wait_for("every event read", all_read, 30.0)
+        stop_reading.set()
+        await tasks[1]
+
+        stream = await admin.jetstream().stream_info(STREAM)
+        pause, _ = publisher.longest_pause()
+        print(
+            f"\nNATS cluster faults: {len(publisher.published)} events, outages {outages}, "
+            f"longest publish pause {pause:.2f} s, publish errors {dict(publisher.errors)}, "
+            f"duplicates dropped by the stream {publisher.duplicates_dropped}, consumer errors "
+            f"{dict(reader.errors)}, events delivered more than once "
+            f"{sum(1 for n in reader.deliveries.values() if n > 1)}"
+        )
+        assert len(set(publisher.published)) == len(publisher.published)
+        assert set(reader.deliveries) == set(publisher.published), "no event lost or invented"
+        assert stream.state.last_seq == len(publisher.published), "no event stored twice"
+        assert stream.state.messages == 0, "every event acknowledged (work queue)"
+        assert not reader.redelivered_after_confirmed_ack, "no duplicate after a confirmed ack"
+        assert len(publisher.published) > 200
+        assert pause < PAUSE_BOUND_S
+        assert {o["killed"] for o in outages} and outages[0]["killed"] != outages[1]["killed"]
+    finally:
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.close()
+        await asyncio.to_thread(cluster.stop)
