@@ -144,3 +144,15 @@ def test_rephrased_indices_are_within_range_and_symmetric(questions: list[str]) 
     assert all(0 <= i < len(questions) for i in found)
     # appending a question can only add repeats, never remove earlier ones
     assert found <= rephrased_indices([*questions, "photosynthesis chlorophyll light"])
+
+
+def test_a_reply_to_small_talk_teaches_nothing() -> None:
+    """ "thanks!" is answered in kind by the gateway (answered_by "social"): no takeaway of it,
+    as a thank-you once became "thanks: We thank Julian Eisenschlos ..." """
+    drafts = distill_turns(
+        [
+            turn("What does mitosis produce?", topics=("mitosis",)),
+            turn("thanks!", topics=("thanks",), answered_by="social"),
+        ]
+    )
+    assert [(d.kind, d.topic) for d in drafts] == [("takeaway", "mitosis")]

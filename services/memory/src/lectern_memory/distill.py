@@ -248,8 +248,9 @@ def distill_turns(
     return [*struggles.values(), *takeaways, *preferences]
 
 
-#: turns that teach nothing new: a check's verdict, a practice question, the gap message
-_NOT_TEACHING = frozenset({"tutor-check", "drill", "gap"})
+#: turns that teach nothing new: a check's verdict, a practice question, the gap message,
+#: a reply to small talk
+_NOT_TEACHING = frozenset({"tutor-check", "drill", "gap", "social"})
 _REASONS = {
     "said": "said they found it confusing",
     "gap": "asked beyond the course material",

@@ -20,7 +20,7 @@ from lectern_common.errors import LecternError
 from lectern_common.events import RecalledMemory
 from lectern_common.events.retrieval import Turn
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat import tutoring
+from lectern_gateway.chat import social, tutoring
 from lectern_gateway.chat.answer import answer_turn, previous_question, turn_prompt
 from lectern_gateway.chat.context import cited_documents, recall_memories
 from lectern_gateway.chat.gap import gap_turn
@@ -43,7 +43,9 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
     principal, session = turn.principal, turn.session
     session_id: uuid.UUID = session["id"]
     user_message_id = turn.message_id or uuid.uuid4()
-    # the history read excludes the new message, so both statements can run at once
+    # the history read excludes the new message, so both statements can run at once (a
+    # resumed turn's question is stored already, and maybe its answer: the history ends
+    # before it, as when the turn was first answered)
     _, rows = await asyncio.gather(
         repo.insert_message(
             pool=deps.pool,
@@ -53,6 +55,7 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
             user_id=principal.user_id,
             role="user",
             content=turn.text,
+            if_absent=turn.resumed,
         ),
         repo.recent_messages(
             pool=deps.pool,
@@ -60,6 +63,7 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
             session_id=session_id,
             limit=deps.settings.history_messages,
             before=user_message_id,
+            only_earlier=turn.resumed,
         ),
     )
     history = [PromptTurn(role=r["role"], text=r["content"]) for r in rows]
@@ -86,6 +90,13 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncGenerator[BaseModel,
             ):
                 yield event
             return
+    small_talk = social.social_kind(turn.text)
+    if small_talk is not None:  # "thanks!", "ok cool": nothing to look up
+        async for event in social.social_turn(
+            deps, turn, small_talk, user_message_id, timings, started=started
+        ):
+            yield event
+        return
     general = bool(rows) and rows[-1]["confidence_band"] == "gap"
     general = general and asks_for_general_explanation(turn.text)
     question = previous_question(rows) if general else turn.text

@@ -4,7 +4,8 @@ Every event's SSE ``event:`` name equals its ``type`` and its ``data:`` is the J
 model below, so a client can parse ``data`` alone with the discriminated union
 :data:`ChatEvent`. Order of one turn: ``sources`` -> ``token``* (interleaved with
 ``citation`` and, in tutor and drill modes, ``check``) -> ``confidence`` -> ``done``;
-``error`` replaces the rest on failure.
+``error`` replaces the rest on failure; ``restart`` (a turn taken over by another replica
+whose re-run may differ) says to discard the turn's events before it.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class DoneEvent(BaseModel):
     knowledge_gap: bool = False
     answered_by: str = Field(
         description="gemini, gemini-secondary, fallback (OpenAI-compatible), offline, gap, "
-        "tutor-check or drill"
+        "tutor-check, drill or social (a reply to small talk: thanks, greetings)"
     )
     persona: str | None = Field(
         default=None, description="the tutor persona that answered: slug@version"
@@ -139,6 +140,16 @@ class ErrorEvent(BaseModel):
     retryable: bool = False
 
 
+class RestartEvent(BaseModel):
+    """The turn is answered again from its start: the replica answering it stopped, another
+    took it over, and its text may differ from what was sent. Discard this turn's events so
+    far; ``sources`` and the rest follow."""
+
+    type: Literal["restart"] = "restart"
+    reason: Literal["takeover"] = "takeover"
+    message: str
+
+
 ChatEvent = Annotated[
     SourcesEvent
     | TokenEvent
@@ -146,7 +157,8 @@ ChatEvent = Annotated[
     | ConfidenceEvent
     | CheckEvent
     | DoneEvent
-    | ErrorEvent,
+    | ErrorEvent
+    | RestartEvent,
     Field(discriminator="type"),
 ]
 CHAT_EVENT_ADAPTER: TypeAdapter[ChatEvent] = TypeAdapter(ChatEvent)
