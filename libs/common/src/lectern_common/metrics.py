@@ -118,3 +118,15 @@ CONSUMER_ACK_PENDING = GaugeCache(
 OUTBOX_BACKLOG = GaugeCache(
     "lectern.outbox.backlog", description="Events written to the outbox and not yet published"
 )
+
+# --- reads a streaming replica may serve (lectern_common.db.reads) ---------------------
+DB_READS = meter.create_counter(
+    "lectern.db.reads",
+    description="Reads of the retriever, re-ranker and memory recall, by the Postgres that "
+    "served them (target: replica or primary)",
+)
+REPLICA_LAG = GaugeCache(
+    "lectern.db.replica_lag",
+    unit="s",
+    description="How far the read replica's replay was behind the primary at the last check",
+)

@@ -29,7 +29,7 @@ from prometheus_client import start_http_server
 
 from lectern_common import metrics
 from lectern_common.broker import ensure_streams
-from lectern_common.db import create_pool
+from lectern_common.db import ReadPools, create_pool
 from lectern_common.db.migrate import applied_migrations, load_migrations
 from lectern_common.errors import ConfigurationError
 from lectern_common.outbox import OutboxRelay, publishable_subjects
@@ -54,6 +54,8 @@ class ServiceState:
     settings: ServiceHttpSettings
     broker: NatsBroker
     pool: Any = None
+    #: the pool reads that a read replica may serve use (``LECTERN_DATABASE_READ_URL``)
+    reads: ReadPools | None = None
     telemetry: Telemetry | None = None
     resources: dict[str, Any] = field(default_factory=dict)
     checks: dict[str, ReadinessCheck] = field(default_factory=dict)
@@ -154,6 +156,7 @@ def create_service_app(
             timeout=settings.db_connect_timeout_s,
             command_timeout=settings.db_command_timeout_s,
         )
+        state.reads = await ReadPools.open(primary=state.pool, settings=settings)
         try:
             if on_startup is not None:
                 await on_startup(state)
@@ -188,6 +191,7 @@ def create_service_app(
                 log.warning("broker stop: %s", exc)
             if on_shutdown is not None:
                 await on_shutdown(state)
+            await state.reads.close()
             await state.pool.close()
             if state.telemetry is not None:
                 state.telemetry.shutdown()

@@ -61,6 +61,17 @@ class BaseServiceSettings(BaseSettings):
         "postgresql://postgres@127.0.0.1:5432/postgres",
         "Postgres DSN (a Unix socket via ?host=/path works)",
     )
+    database_read_url: str | None = shared(
+        "database_read_url",
+        None,
+        "Postgres DSN of a streaming read replica (CloudNativePG's -ro service) for the "
+        "retriever's searches, the re-ranker's reads and memory recall; unset: the primary",
+    )
+    database_read_max_lag_s: float = shared(
+        "database_read_max_lag_s",
+        5.0,
+        "reads leave the replica while it is down or this many seconds behind the primary",
+    )
     db_pool_min: int = shared("db_pool_min", 1, "asyncpg pool minimum size")
     db_pool_max: int = shared("db_pool_max", 10, "asyncpg pool maximum size")
     db_connect_timeout_s: float = shared(

@@ -10,6 +10,7 @@ from faststream.nats import NatsMessage, PullSub
 from nats.js.api import ConsumerConfig
 
 from lectern_common.broker import QUEUE_GROUPS, answer_errors, create_broker, stream_for
+from lectern_common.db import ReadPools
 from lectern_common.embeddings import LOCAL_MODEL_NAME, LocalEmbedder, build_embedder
 from lectern_common.events import MemoryRecallReply, MemoryRecallRequest, Subjects
 from lectern_common.service import ServiceState, create_service_app
@@ -131,7 +132,12 @@ def create_app(settings: Settings) -> FastAPI:
         await handle_user_erased(state.pool, broker, body, message)
 
     async def recall(request: MemoryRecallRequest) -> MemoryRecallReply:
-        return await service().recall(pool=state.pool, request=request)
+        async def from_pool(pool: Any) -> MemoryRecallReply:
+            return await service().recall(pool=pool, request=request)
+
+        # recall only reads: the read replica serves it when one is configured and healthy
+        reads = state.reads if state.reads is not None else ReadPools(primary=state.pool)
+        return await reads.run(from_pool)
 
     @broker.subscriber(Subjects.MEMORY_RECALL, queue=QUEUE_GROUPS[Subjects.MEMORY_RECALL])
     async def on_recall(body: dict[str, Any]) -> dict[str, Any]:

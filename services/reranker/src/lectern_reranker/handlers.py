@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any
 
+from lectern_common.db import ReadPools
 from lectern_common.errors import ConfigurationError
 from lectern_common.events import RerankReply, RerankRequest
 from lectern_common.service import ServiceState
@@ -27,7 +28,8 @@ class Reranker:
         self._settings = settings
         self._config: RerankConfig = settings.rerank_config()
         self._scorer: SemanticScorer | None = None
-        self._pool: Any = None
+        #: its reads go to the read replica when one is configured and healthy
+        self._reads: ReadPools | None = None
         self._index_checked_at = float("-inf")
         self._index_matches = False
 
@@ -39,7 +41,7 @@ class Reranker:
     async def start(self, state: ServiceState) -> None:
         """Load the models (once per process)."""
         self._scorer = load_scorer(self._settings)
-        self._pool = state.pool
+        self._reads = state.reads if state.reads is not None else ReadPools(primary=state.pool)
         state.resources["scorer"] = self._scorer
         log.info("reranker scorer: %s", self._scorer.name)
 
@@ -47,30 +49,35 @@ class Reranker:
         """None when a scorer is loaded, else the problem."""
         return None if self._scorer is not None else "scorer not loaded"
 
-    async def _index_is_ours(self, scorer: BiEncoderScorer) -> bool:
+    async def _index_is_ours(self, reads: ReadPools, scorer: BiEncoderScorer) -> bool:
         now = time.monotonic()
         if now - self._index_checked_at > INDEX_MODEL_TTL_S:
-            model = await repository.index_model(self._pool)
+            model = await reads.run(repository.index_model)
             self._index_matches = model is not None and model[0] == scorer.embedder_name
             self._index_checked_at = now
         return self._index_matches
 
     async def _scorer_for(self, request: RerankRequest, scorer: SemanticScorer) -> SemanticScorer:
         """The bi-encoder reuses the index's stored vectors when the index used the same model."""
+        reads = self._reads
         if (
             not isinstance(scorer, BiEncoderScorer)
             or not self._settings.reuse_index_vectors
-            or self._pool is None
+            or reads is None
             or not request.candidates
-            or not await self._index_is_ours(scorer)
+            or not await self._index_is_ours(reads, scorer)
         ):
             return scorer
-        stored = await repository.chunk_vectors(
-            self._pool,
-            tenant_id=request.tenant_id,
-            chunk_ids=[c.chunk_id for c in request.candidates],
-            model=str(scorer.embedder_name),
-        )
+
+        async def stored_vectors(pool: Any) -> dict[Any, Any]:
+            return await repository.chunk_vectors(
+                pool,
+                tenant_id=request.tenant_id,
+                chunk_ids=[c.chunk_id for c in request.candidates],
+                model=str(scorer.embedder_name),
+            )
+
+        stored = await reads.run(stored_vectors)
         known = {
             scoring_text(c): stored[c.chunk_id] for c in request.candidates if c.chunk_id in stored
         }

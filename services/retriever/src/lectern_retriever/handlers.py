@@ -8,7 +8,7 @@ import logging
 import time
 from typing import Any
 
-from lectern_common.db import create_pool
+from lectern_common.db import ReadPools, create_pool
 from lectern_common.embeddings import Embedder, build_embedder, create_gemini_client
 from lectern_common.events import RetrieveReply, RetrieveRequest
 from lectern_common.index import FollowingEmbedder, with_live_model
@@ -35,6 +35,8 @@ class Retriever:
         )
         self.batcher: QueryBatcher | None = None
         self.pool: Any = None
+        #: searches go to the read replica when one is configured and healthy
+        self.reads: ReadPools | None = None
         self.llm_client: Any = None
         self._reweighter: asyncio.Task[None] | None = None
         #: tenant -> (expiry, the text search configurations of its documents)
@@ -57,16 +59,20 @@ class Retriever:
             built = await asyncio.to_thread(build_embedder, self.settings)
             self.embedder = FollowingEmbedder(self.settings, built)
         # session defaults for every connection; a request's ef_search uses SET LOCAL
+        server_settings = {
+            "hnsw.ef_search": str(self.settings.ef_search),
+            "hnsw.iterative_scan": "relaxed_order",
+        }
         self.pool = await create_pool(
             self.settings.database_url,
             min_size=2,
             max_size=self.settings.pool_size,
             timeout=self.settings.db_connect_timeout_s,
             command_timeout=self.settings.db_command_timeout_s,
-            server_settings={
-                "hnsw.ef_search": str(self.settings.ef_search),
-                "hnsw.iterative_scan": "relaxed_order",
-            },
+            server_settings=server_settings,
+        )
+        self.reads = await ReadPools.open(
+            primary=self.pool, settings=self.settings, server_settings=server_settings
         )
         await self.embedder.sync(self.pool)
         self.batcher = QueryBatcher(self.embedder.current)
@@ -114,6 +120,9 @@ class Retriever:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reweighter
             self._reweighter = None
+        if self.reads is not None:
+            await self.reads.close()
+            self.reads = None
         if self.pool is not None:
             await self.pool.close()
             self.pool = None
@@ -150,21 +159,26 @@ class Retriever:
 
     async def retrieve(self, request: RetrieveRequest) -> RetrieveReply:
         """Ranked candidates for one request."""
-        if self.pool is None:
+        if self.pool is None or self.reads is None:
             await self.start()
         configs = [] if request.filters.language else await self._tenant_configs(request.tenant_id)
         assert self.embedder is not None
+        assert self.reads is not None
+        reads = self.reads
 
         async def attempt(embedder: Embedder) -> RetrieveReply:
-            return await hybrid_search(
-                pool=self.pool,
-                embed=self._batcher(embedder).embed,
-                request=request,
-                defaults=self.defaults,
-                llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
-                ts_configs=configs,
-                model=embedder.name,
-            )
+            async def search(pool: Any) -> RetrieveReply:
+                return await hybrid_search(
+                    pool=pool,
+                    embed=self._batcher(embedder).embed,
+                    request=request,
+                    defaults=self.defaults,
+                    llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
+                    ts_configs=configs,
+                    model=embedder.name,
+                )
+
+            return await reads.run(search)
 
         return await with_live_model(self.embedder, attempt)
 

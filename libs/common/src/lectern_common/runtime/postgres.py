@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
@@ -155,11 +156,7 @@ class EmbeddedPostgres:
         bin_dir = postgres_bin_dir()
         env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
         if not (self.pgdata / "PG_VERSION").exists():
-            subprocess.run(
-                [str(bin_dir / "initdb"), "-D", str(self.pgdata), "--auth=trust",
-                 "--encoding=UTF8", "--locale=C.UTF-8", "-U", "postgres"],
-                check=True, capture_output=True, env=env, **self._run_kwargs(),  # type: ignore[call-overload]
-            )  # fmt: skip
+            self._create_cluster(bin_dir, env)
         log_path = self.data_dir / "postgres.log"
         with open(log_path, "ab") as log_file:
             if self._account is not None:
@@ -173,6 +170,14 @@ class EmbeddedPostgres:
                 start_new_session=True, env=env, **self._run_kwargs(),
             )  # fmt: skip
         self._wait_ready(bin_dir, timeout, log_path)
+
+    def _create_cluster(self, bin_dir: Path, env: dict[str, str]) -> None:
+        """A new, empty cluster in ``pgdata`` (initdb)."""
+        subprocess.run(
+            [str(bin_dir / "initdb"), "-D", str(self.pgdata), "--auth=trust",
+             "--encoding=UTF8", "--locale=C.UTF-8", "-U", "postgres"],
+            check=True, capture_output=True, env=env, **self._run_kwargs(),  # type: ignore[call-overload]
+        )  # fmt: skip
 
     def _wait_ready(self, bin_dir: Path, timeout: float, log_path: Path) -> None:
         assert self.process is not None
@@ -202,3 +207,47 @@ class EmbeddedPostgres:
                 self.process.wait(timeout)
         if self._temp_socket_dir and self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+
+class EmbeddedReplica(EmbeddedPostgres):
+    """A hot-standby streaming replica of an ``EmbeddedPostgres``, on a socket of its own.
+
+    Made once with ``pg_basebackup -R`` from the primary (trust over the Unix socket, which
+    initdb's ``local replication all trust`` line allows) through a physical replication
+    slot, so the primary keeps the WAL the replica has not received while it is stopped;
+    later starts reuse the copy and resume streaming from where it stopped.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        primary: EmbeddedPostgres,
+        slot: str = "lectern_replica",
+        run_as: str | None = None,
+        create_user: bool = False,
+    ) -> None:
+        if not re.fullmatch(r"[a-z0-9_]{1,63}", slot):
+            raise ConfigurationError(f"invalid replication slot name {slot!r}")
+        super().__init__(data_dir, run_as=run_as, create_user=create_user)
+        self.primary = primary
+        self.slot = slot
+
+    def _create_cluster(self, bin_dir: Path, env: dict[str, str]) -> None:
+        """Copy the primary with ``pg_basebackup -R`` (standby.signal, primary_conninfo)."""
+        primary_socket = str(self.primary.socket_dir)
+        # a slot left by an earlier copy of the replica is reused; the name is [a-z0-9_] only
+        exists = f"SELECT 1 FROM pg_replication_slots WHERE slot_name = '{self.slot}'"  # noqa: S608
+        create_slot = (
+            f"SELECT pg_create_physical_replication_slot('{self.slot}') WHERE NOT EXISTS ({exists})"
+        )
+        subprocess.run(
+            [str(bin_dir / "psql"), "-X", "-q", "-h", primary_socket, "-U", "postgres",
+             "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", create_slot],
+            check=True, capture_output=True, env=env,
+        )  # fmt: skip
+        subprocess.run(
+            [str(bin_dir / "pg_basebackup"), "-D", str(self.pgdata), "-h", primary_socket,
+             "-U", "postgres", "-R", "-X", "stream", "-S", self.slot, "--checkpoint=fast"],
+            check=True, capture_output=True, env=env, **self._run_kwargs(),  # type: ignore[call-overload]
+        )  # fmt: skip

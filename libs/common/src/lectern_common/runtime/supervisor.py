@@ -46,7 +46,7 @@ from lectern_common.runtime.children import (
     restart_delay,
 )
 from lectern_common.runtime.nats import EmbeddedNats, EmbeddedNatsCluster, free_port
-from lectern_common.runtime.postgres import DEFAULT_ROOT_ACCOUNT, EmbeddedPostgres
+from lectern_common.runtime.postgres import DEFAULT_ROOT_ACCOUNT, EmbeddedPostgres, EmbeddedReplica
 from lectern_common.runtime.state import (
     STATE_FILE,
     create_time,
@@ -78,6 +78,8 @@ DEFAULT_NATS_MONITOR_PORT = 8222
 #: ``lectern up --cluster``: NATS servers (streams at as many replicas), processes per service
 CLUSTER_NATS_SERVERS = 3
 CLUSTER_SERVICE_REPLICAS = 2
+#: services whose reads a streaming read replica serves (``LECTERN_DATABASE_READ_URL``)
+READ_REPLICA_SERVICES = ("retriever", "reranker", "memory")
 #: a further replica's preferred HTTP port: its service's default plus this (gateway-2: 8010)
 REPLICA_PORT_STEP = 10
 LOCAL_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -174,6 +176,8 @@ class Supervisor:
         self._nats_port = nats_port
         self._nats_monitor_port = nats_monitor_port
         self.postgres: EmbeddedPostgres | None = None
+        #: ``cluster``: a streaming read replica of ``postgres``
+        self.postgres_replica: EmbeddedReplica | None = None
         self.nats: EmbeddedNats | EmbeddedNatsCluster | None = None
         self.nats_passwords: dict[str, str] = {}
         self.children: dict[str, Child] = {}
@@ -283,6 +287,7 @@ class Supervisor:
         leftovers += [
             ("NATS", previous.get("nats", {})),
             *(("NATS", node) for node in previous.get("nats", {}).get("nodes", [])[1:]),
+            ("Postgres read replica", previous.get("postgres_replica", {})),
             ("Postgres", previous.get("postgres", {})),
         ]
         for what, info in leftovers:
@@ -312,6 +317,15 @@ class Supervisor:
         self._running = True
         self.write_state()
         self.postgres = self._embedded_postgres()
+        if self.cluster:
+            # its DSN is known before it exists: the services get it at spawn, and read from
+            # the primary until the replica answers
+            self.postgres_replica = EmbeddedReplica(
+                self.data_dir / "postgres-replica",
+                primary=self.postgres,
+                run_as=self.pg_user,
+                create_user=self.create_pg_user,
+            )
         self.nats_passwords = new_credentials(list(self.services))
         write_nats_credentials(self.data_dir, self.nats_passwords)
         self.nats = self._embedded_nats()
@@ -335,6 +349,12 @@ class Supervisor:
         self.postgres.start()
         self.report(f"Postgres (pgvector) at {self.postgres.dsn}")
         self._migrate()
+        if self.postgres_replica is not None:
+            self.postgres_replica.start()
+            self.report(
+                f"Postgres read replica (streaming, pg_basebackup) at {self.postgres_replica.dsn}; "
+                f"{', '.join(READ_REPLICA_SERVICES)} read from it"
+            )
         self.write_state()
         self.report(self.summary())
 
@@ -363,6 +383,8 @@ class Supervisor:
         """Where everything is: URLs, DSN, data and logs."""
         state = self.state()
         nats, postgres = state["nats"], state["postgres"]
+        replica = state.get("postgres_replica")
+        replica_line = f"  replica    {replica['dsn']}  (reads)\n" if replica else ""
         return (
             "\nLectern embedded stack\n"
             f"  gateway    {state['gateway_url'] or '(not run)'}\n"
@@ -370,6 +392,7 @@ class Supervisor:
             f"  API docs   {state['docs_url'] or '(not run)'}\n"
             f"  NATS       {nats.get('url')}  (monitoring {nats.get('monitor_url')})\n"
             f"  Postgres   {postgres.get('dsn')}\n"
+            f"{replica_line}"
             f"  data dir   {state['data_dir']}\n"
             f"  logs       {state['logs_dir']}\n"
             f"waiting for {', '.join(self.children)} to be ready...\n"
@@ -415,6 +438,8 @@ class Supervisor:
             env["LECTERN_NATS_PASSWORD"] = self.nats_passwords[user]
         if self.postgres is not None:
             env["LECTERN_DATABASE_URL"] = self.postgres.dsn
+        if self.postgres_replica is not None and child.service in READ_REPLICA_SERVICES:
+            env["LECTERN_DATABASE_READ_URL"] = self.postgres_replica.dsn
         env.update(
             {
                 "LECTERN_SERVICE_NAME": f"lectern-{child.service}",
@@ -590,6 +615,8 @@ class Supervisor:
             child.ready = False
         if self.nats is not None:
             self.nats.stop()
+        if self.postgres_replica is not None:
+            self.postgres_replica.stop()
         if self.postgres is not None:
             self.postgres.stop()
         was_running, self._running = self._running, False
@@ -674,6 +701,17 @@ class Supervisor:
                 "pid_create_time": create_time(pg_pid) if pg_pid else None,
                 "data_dir": str(self.postgres.data_dir),
             }
+        replica: dict[str, Any] = {}
+        if self.postgres_replica is not None:
+            process = self.postgres_replica.process
+            replica_pid = process.pid if process is not None and process.poll() is None else None
+            replica = {
+                "dsn": self.postgres_replica.dsn,
+                "pid": replica_pid,
+                "pid_create_time": create_time(replica_pid) if replica_pid else None,
+                "data_dir": str(self.postgres_replica.data_dir),
+                "services": list(READ_REPLICA_SERVICES),
+            }
         return {
             "running": self._running,
             "pid": pid,
@@ -689,6 +727,7 @@ class Supervisor:
             "logs_dir": str(self.logs_dir),
             "nats": nats,
             "postgres": postgres,
+            **({"postgres_replica": replica} if replica else {}),
             "services": services,
         }
 
