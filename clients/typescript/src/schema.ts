@@ -1170,6 +1170,8 @@ export interface paths {
          *     - `done`: `{"type":"done","message_id","user_message_id","session_id","citations":[...],
          *       "unsupported":["T3"],"band","confidence","knowledge_gap","answered_by","usage","timings_ms"}`
          *     - `error`: `{"type":"error","reason","message","retryable"}` (ends the stream)
+         *     - `restart`: `{"type":"restart","reason":"takeover","message"}` (a turn taken over by another
+         *       replica that cannot continue it exactly: discard the turn's events before it)
          *
          *
          *     Every event has an SSE `id` `<turn id>:<n>` (the turn id is the question's message id,
@@ -1179,7 +1181,9 @@ export interface paths {
          *     `GET` the turn's `events` URL (the response's `Content-Location`). A request repeating an
          *     `Idempotency-Key` of this session is not asked nor counted again: it replays that turn
          *     (unless the turn failed, when the question is asked anew). A turn that fails on the
-         *     server's side is not counted against the daily limit.
+         *     server's side is not counted against the daily limit. When the replica answering a turn
+         *     dies, the replica a client resumes on takes it over after `LECTERN_GATEWAY_TURN_TAKEOVER_S`
+         *     (3 s) and continues the stream under the same ids.
          */
         post: operations["post_message_v1_sessions__session_id__messages_post"];
         delete?: never;

@@ -76,6 +76,13 @@ class Settings(ServiceHttpSettings):
     turn_flush_s: float = Field(
         default=0.5, description="a streaming turn's events are written to Postgres this often"
     )
+    turn_takeover_s: float = Field(
+        default=3.0,
+        gt=0,
+        description="a streaming turn whose replica has not written its row for this long "
+        "(6 missed writes at the default flush) is taken over by the replica a client "
+        "resumes on: answered again from the same inputs, the stream continuing",
+    )
     turn_retention_s: float = Field(
         default=86400.0,
         description="a turn's kept events (replay, Idempotency-Key) are forgotten after this",

@@ -41,7 +41,7 @@ from lectern_gateway.chat.prompt import (
     pages_label,
     system_prompt,
 )
-from lectern_gateway.chat.record import turn_completed
+from lectern_gateway.chat.record import claim_answer, turn_completed
 from lectern_gateway.chat.sse import (
     CheckEvent,
     Citation,
@@ -295,34 +295,37 @@ async def answer_turn(
         topics=asked_about,
     )
     async with deps.pool.acquire() as conn, conn.transaction():
-        await repo.insert_message(
-            pool=conn,
-            message_id=message_id,
-            session_id=session["id"],
-            tenant_id=principal.tenant_id,
-            user_id=principal.user_id,
-            role="assistant",
-            content=answer,
-            citations=repo.citations_json(all_citations),
-            confidence=confidence.score,
-            band=confidence.band,
-            answered_by=finished.answered_by,
-            usage=usage,
-            timings=timings,
-            tutor_check=check,
-        )
-        await enqueue(conn, completed)
-        await quality.record_turn(
-            conn,
-            quality.Dimensions.of_session(principal.tenant_id, session),
-            band=confidence.band,
-            cited_documents=list(
-                {c.document_id for c in all_citations if c.document_id and c.valid}
-            ),
-            fallback=bool(usage.get("fallback_from")),
-            ttft_ms=timings.get("first_token_ms"),
-            retrieval_ms=timings.get("retrieve_ms"),
-        )
+        stored = await claim_answer(conn, turn, message_id)
+        if stored == message_id:  # else an earlier run of this turn stored it
+            await repo.insert_message(
+                pool=conn,
+                message_id=message_id,
+                session_id=session["id"],
+                tenant_id=principal.tenant_id,
+                user_id=principal.user_id,
+                role="assistant",
+                content=answer,
+                citations=repo.citations_json(all_citations),
+                confidence=confidence.score,
+                band=confidence.band,
+                answered_by=finished.answered_by,
+                usage=usage,
+                timings=timings,
+                tutor_check=check,
+            )
+            await enqueue(conn, completed)
+            await quality.record_turn(
+                conn,
+                quality.Dimensions.of_session(principal.tenant_id, session),
+                band=confidence.band,
+                cited_documents=list(
+                    {c.document_id for c in all_citations if c.document_id and c.valid}
+                ),
+                fallback=bool(usage.get("fallback_from")),
+                ttft_ms=timings.get("first_token_ms"),
+                retrieval_ms=timings.get("retrieve_ms"),
+            )
+    message_id = stored
     yield DoneEvent(
         message_id=message_id,
         user_message_id=user_message_id,

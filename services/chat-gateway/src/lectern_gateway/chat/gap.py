@@ -20,7 +20,7 @@ from lectern_gateway.chat.confidence import in_band
 from lectern_gateway.chat.context import guess_topic
 from lectern_gateway.chat.generation import Finished, TextDelta, WebGrounding
 from lectern_gateway.chat.prompt import build_prompt, knowledge_gap_message, system_prompt
-from lectern_gateway.chat.record import turn_completed
+from lectern_gateway.chat.record import claim_answer, turn_completed
 from lectern_gateway.chat.sse import (
     Citation,
     CitationEvent,
@@ -77,70 +77,73 @@ async def gap_turn(
     yield ConfidenceEvent(**confidence.model_dump())
     message_id, gap_id = uuid.uuid4(), uuid.uuid4()
     async with deps.pool.acquire() as conn, conn.transaction():
-        await repo.insert_message(
-            pool=conn,
-            message_id=message_id,
-            session_id=session["id"],
-            tenant_id=principal.tenant_id,
-            user_id=principal.user_id,
-            role="assistant",
-            content=text,
-            citations=repo.citations_json(web.citations),
-            confidence=confidence.score,
-            band="gap",
-            answered_by="gap",
-            usage=web.usage,
-            timings=timings,
-        )
-        await repo.insert_gap(
-            pool=conn,
-            gap_id=gap_id,
-            tenant_id=principal.tenant_id,
-            session_id=session["id"],
-            user_id=principal.user_id,
-            question=question,
-            topic=topic,
-            subject=session.get("subject"),
-            confidence=confidence.score,
-            message_id=message_id,
-            related=related,
-        )
-        await enqueue(
-            conn,
-            KnowledgeGapDetected(
+        stored = await claim_answer(conn, turn, message_id)
+        if stored == message_id:  # else an earlier run of this turn stored it
+            await repo.insert_message(
+                pool=conn,
+                message_id=message_id,
+                session_id=session["id"],
                 tenant_id=principal.tenant_id,
+                user_id=principal.user_id,
+                role="assistant",
+                content=text,
+                citations=repo.citations_json(web.citations),
+                confidence=confidence.score,
+                band="gap",
+                answered_by="gap",
+                usage=web.usage,
+                timings=timings,
+            )
+            await repo.insert_gap(
+                pool=conn,
                 gap_id=gap_id,
+                tenant_id=principal.tenant_id,
                 session_id=session["id"],
                 user_id=principal.user_id,
                 question=question,
                 topic=topic,
-                subject_area=session.get("subject"),
+                subject=session.get("subject"),
                 confidence=confidence.score,
-            ),
-        )
-        await quality.record_turn(
-            conn,
-            quality.Dimensions.of_session(principal.tenant_id, session),
-            band="gap",
-            cited_documents=[],
-            fallback=bool(web.usage.get("fallback_from")),
-            ttft_ms=timings.get("first_token_ms"),
-            retrieval_ms=timings.get("retrieve_ms"),
-            gap_topic=topic,
-        )
-        await enqueue(
-            conn,
-            turn_completed(
-                turn,
-                user_message_id,
-                message_id,
-                text,
-                confidence,
-                web.citations,
-                "gap",
-                topic=topic,
-            ),
-        )
+                message_id=message_id,
+                related=related,
+            )
+            await enqueue(
+                conn,
+                KnowledgeGapDetected(
+                    tenant_id=principal.tenant_id,
+                    gap_id=gap_id,
+                    session_id=session["id"],
+                    user_id=principal.user_id,
+                    question=question,
+                    topic=topic,
+                    subject_area=session.get("subject"),
+                    confidence=confidence.score,
+                ),
+            )
+            await quality.record_turn(
+                conn,
+                quality.Dimensions.of_session(principal.tenant_id, session),
+                band="gap",
+                cited_documents=[],
+                fallback=bool(web.usage.get("fallback_from")),
+                ttft_ms=timings.get("first_token_ms"),
+                retrieval_ms=timings.get("retrieve_ms"),
+                gap_topic=topic,
+            )
+            await enqueue(
+                conn,
+                turn_completed(
+                    turn,
+                    user_message_id,
+                    message_id,
+                    text,
+                    confidence,
+                    web.citations,
+                    "gap",
+                    topic=topic,
+                ),
+            )
+    message_id = stored
     yield DoneEvent(
         message_id=message_id,
         user_message_id=user_message_id,

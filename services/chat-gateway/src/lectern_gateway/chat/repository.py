@@ -125,13 +125,16 @@ async def insert_message(
     usage: dict[str, Any] | None = None,
     timings: dict[str, Any] | None = None,
     tutor_check: dict[str, Any] | None = None,
+    if_absent: bool = False,
 ) -> None:
-    """Store a message and mark the session active now (one statement, one round trip)."""
+    """Store a message and mark the session active now (one statement, one round trip);
+    ``if_absent``: a message already stored under ``message_id`` is kept as it is."""
+    conflict = "ON CONFLICT (id) DO NOTHING " if if_absent else ""
     await pool.execute(
-        "WITH stored AS (INSERT INTO chat_messages (id, session_id, tenant_id, user_id, role, "
+        "WITH stored AS (INSERT INTO chat_messages (id, session_id, tenant_id, user_id, role, "  # noqa: S608 (a constant clause)
         "content, citations, confidence, confidence_band, answered_by, usage, timings, "
         "tutor_check) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$14) "
-        "RETURNING session_id) "
+        f"{conflict}RETURNING session_id) "
         "UPDATE chat_sessions SET last_activity_at = now(), title = coalesce(title, left($13, 80)) "
         "WHERE id = (SELECT session_id FROM stored) AND tenant_id = $3",
         message_id,
@@ -177,16 +180,26 @@ async def asked_checks(*, pool: Any, tenant_id: str, session_id: uuid.UUID) -> s
 
 
 async def recent_messages(
-    *, pool: Any, tenant_id: str, session_id: uuid.UUID, limit: int, before: uuid.UUID | None
+    *,
+    pool: Any,
+    tenant_id: str,
+    session_id: uuid.UUID,
+    limit: int,
+    before: uuid.UUID | None,
+    only_earlier: bool = False,
 ) -> list[dict[str, Any]]:
-    """The last ``limit`` messages of a session, oldest first (excluding ``before``)."""
+    """The last ``limit`` messages of a session, oldest first (excluding ``before``; with
+    ``only_earlier`` also the messages stored after it, such as its own answer)."""
     rows = await pool.fetch(
         f"SELECT {_MESSAGE_COLUMNS} FROM chat_messages WHERE session_id = $1 AND tenant_id = $2 "  # noqa: S608
-        "AND ($3::uuid IS NULL OR id <> $3) ORDER BY created_at DESC LIMIT $4",
+        "AND ($3::uuid IS NULL OR id <> $3) AND (NOT $5 OR created_at < coalesce("
+        "(SELECT created_at FROM chat_messages WHERE id = $3), 'infinity')) "
+        "ORDER BY created_at DESC LIMIT $4",
         session_id,
         tenant_id,
         before,
         limit,
+        only_earlier,
     )
     return [dict(r) for r in reversed(rows)]
 

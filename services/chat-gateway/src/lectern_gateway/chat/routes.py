@@ -50,6 +50,8 @@ _SSE_DOC = """Server-Sent Events; each `event:` name equals the JSON `type` of i
 - `done`: `{"type":"done","message_id","user_message_id","session_id","citations":[...],
   "unsupported":["T3"],"band","confidence","knowledge_gap","answered_by","usage","timings_ms"}`
 - `error`: `{"type":"error","reason","message","retryable"}` (ends the stream)
+- `restart`: `{"type":"restart","reason":"takeover","message"}` (a turn taken over by another
+  replica that cannot continue it exactly: discard the turn's events before it)
 """
 
 
@@ -79,7 +81,9 @@ dropped stream resumes: send the same `Idempotency-Key` again with `Last-Event-I
 `GET` the turn's `events` URL (the response's `Content-Location`). A request repeating an
 `Idempotency-Key` of this session is not asked nor counted again: it replays that turn
 (unless the turn failed, when the question is asked anew). A turn that fails on the
-server's side is not counted against the daily limit."""
+server's side is not counted against the daily limit. When the replica answering a turn
+dies, the replica a client resumes on takes it over after `LECTERN_GATEWAY_TURN_TAKEOVER_S`
+(3 s) and continues the stream under the same ids."""
 
 
 @router.post(
@@ -145,7 +149,6 @@ async def post_message(
             headers={"Retry-After": str(verdict.retry_after_s)},
             retry_after_s=verdict.retry_after_s,
         )
-    await pool.execute("UPDATE chat_turns SET counted_on = $2 WHERE id = $1", turn_id, verdict.day)
     deps = chat_deps(state, settings)
     turn = TurnInput(
         principal=principal,
@@ -165,7 +168,7 @@ async def post_message(
             turn.thresholds = dataclasses.replace(
                 settings.band_thresholds(), high=cuts[0], medium=cuts[1], low=cuts[2]
             )
-    turns.start(deps, turn, counted_on=verdict.day, started=started)
+    await turns.start(deps, turn, counted_on=verdict.day, started=started)
     return _stream(turns, session_id, turn_id, 0, used=verdict.count)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from lectern_common.llm import build_generator, build_web_generator
+from lectern_common.llm import OfflineAnswerer, build_generator, build_web_generator
 from lectern_common.service import ServiceState
 from lectern_gateway.chat.generation import streamer_for
 from lectern_gateway.chat.lifecycle import idle_sweeper
@@ -41,7 +41,13 @@ async def start_chat(state: ServiceState, settings: Settings) -> None:
     web = build_web_generator(settings)
     state.resources[WEB_STREAMER] = None if web is None else streamer_for(web)
     state.resources[TURNS] = TurnRegistry(
-        pool=state.pool, flush_s=settings.turn_flush_s, resume_grace_s=settings.resume_grace_s
+        pool=state.pool,
+        flush_s=settings.turn_flush_s,
+        resume_grace_s=settings.resume_grace_s,
+        takeover_s=settings.turn_takeover_s,
+        deps=lambda: chat_deps(state, settings),
+        # the offline answerer gives the same text for the same inputs; a model may not
+        exact_rerun=isinstance(generator, OfflineAnswerer),
     )
     if settings.idle_sweep_interval_s > 0:
         state.resources[SWEEPER] = asyncio.create_task(

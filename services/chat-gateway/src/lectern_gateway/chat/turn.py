@@ -53,10 +53,20 @@ class TurnInput:
     persona: dict[str, Any] | None = None
     #: the persona's confidence band cut-offs (None: the deployment's)
     thresholds: BandThresholds | None = None
+    #: the run answering the turn (its ``chat_turns.owner``): the answer is stored only
+    #: while it still owns the turn (None: a turn without a row, e.g. a gap re-try)
+    owner: uuid.UUID | None = None
+    #: answered again by a replica that took the turn over: the question is stored already
+    resumed: bool = False
 
     def bands(self, settings: Settings) -> BandThresholds:
         """The band cut-offs of this turn: the persona's, else the deployment's."""
         return self.thresholds or settings.band_thresholds()
+
+
+class TurnTakenOver(Exception):
+    """Raised where a run would store its answer after another replica took its turn over
+    (this replica was thought dead); the run stops without storing anything."""
 
 
 @dataclass

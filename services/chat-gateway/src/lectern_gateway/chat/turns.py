@@ -8,7 +8,15 @@ readers follow, and are written to ``chat_turns`` every ``flush_s`` and at the e
   same ``Idempotency-Key``, or ``GET /v1/sessions/{id}/messages/{turn id}/events``) and gets
   the events after that one, on this replica from memory, on another from Postgres;
 - a turn nobody reads is cancelled after ``resume_grace_s`` (its model call with it);
-- a turn that failed on the server's side gives back its place in the daily limit.
+- a turn that failed on the server's side gives back its place in the daily limit;
+- a turn whose replica died (its row not written for ``takeover_s``) is taken over by the
+  replica a client resumes on: claimed atomically (one replica wins), answered again from
+  the inputs kept in its row, and continued after the events stored so far. A deterministic
+  answerer (the offline one) gives the same events again, so the stream goes on exactly;
+  otherwise, or when the re-run differs from what was stored, a ``restart`` event tells the
+  client to discard the turn's events before it (numbered after every id the resuming client
+  had, so ids only grow). Every write of a run is fenced on its ``owner`` token, so a
+  replica thought dead that wakes up stores nothing.
 
 The turn's id is the question's message id (``done.user_message_id``).
 """
@@ -16,11 +24,12 @@ The turn's id is the question's message id (``done.user_message_id``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -29,10 +38,14 @@ import anyio
 from pydantic import BaseModel
 
 from lectern_common import metrics
+from lectern_common.education import BandThresholds
 from lectern_common.errors import LecternError, RetryableError
+from lectern_gateway.auth import Principal
+from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.service import run_turn
-from lectern_gateway.chat.sse import ErrorEvent
-from lectern_gateway.chat.turn import ChatDeps, TurnInput
+from lectern_gateway.chat.sse import ErrorEvent, RestartEvent
+from lectern_gateway.chat.turn import ChatDeps, TurnInput, TurnTakenOver
+from lectern_gateway.personas import repository as persona_repo
 from lectern_gateway.problems import DATABASE_UNAVAILABLE
 
 log = logging.getLogger(__name__)
@@ -42,8 +55,22 @@ STALE_AFTER_S = 30.0
 
 _APPEND = """
 UPDATE chat_turns SET events = events || $2::jsonb, status = $3, updated_at = now()
-WHERE id = $1
+WHERE id = $1 AND owner = $4
 """
+_TOUCH = "UPDATE chat_turns SET updated_at = now() WHERE id = $1 AND owner = $2"
+_OWN = "UPDATE chat_turns SET counted_on = $2, owner = $3, inputs = $4 WHERE id = $1"
+#: one replica wins: the first claim makes the row fresh again
+_CLAIM = """
+UPDATE chat_turns SET owner = $2, updated_at = now(), takeovers = takeovers + 1
+WHERE id = $1 AND status = 'streaming' AND inputs IS NOT NULL
+  AND updated_at < now() - make_interval(secs => $3)
+RETURNING session_id, tenant_id, events, inputs, counted_on
+"""
+#: events that carry the answer: a re-run must repeat them exactly to continue the stream
+_COMPARED = frozenset({"sources", "token", "citation", "check"})
+#: kept in a restarted turn's place for the ids a client may have been sent by the replica that
+#: died and that it never stored: the ``restart`` follows them, so ids only grow (never sent)
+_HOLE = "hole"
 _REFUND = """
 UPDATE usage_counters SET messages = messages - 1
 WHERE tenant_id = $1 AND user_id = $2 AND day = $3 AND messages > 0
@@ -61,6 +88,17 @@ class TurnLog:
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     task: asyncio.Task[None] | None = None
     flushed: int = 0
+    #: this run's token (``chat_turns.owner``): its writes count only while it owns the turn
+    owner: uuid.UUID = field(default_factory=uuid.uuid4)
+    #: taken over from a run that died, which had stored events 1..base
+    taken_over: bool = False
+    base: int = 0
+    #: a take-over that restarted the answer (a ``restart`` event after every id a reader had)
+    restarted: bool = False
+    #: the highest event id a reader of the take-over had seen when it came
+    ahead: int = 0
+    #: another replica took the turn over from this run: it stops and writes nothing
+    superseded: bool = False
 
 
 def event_id(turn_id: uuid.UUID, seq: int) -> str:
@@ -101,26 +139,49 @@ class TurnRegistry:
         resume_grace_s: float = 30.0,
         keep_s: float = 60.0,
         poll_s: float = 0.25,
+        takeover_s: float = 3.0,
+        deps: Callable[[], ChatDeps] | None = None,
+        exact_rerun: bool = False,
     ) -> None:
         self.pool = pool
         self.flush_s = flush_s
         self.resume_grace_s = resume_grace_s
         self.keep_s = keep_s
         self.poll_s = poll_s
+        self.takeover_s = takeover_s
+        #: what a turn taken over is answered with (None: this registry takes none over)
+        self.deps = deps
+        #: the answerer gives the same events for the same inputs (the offline one)
+        self.exact_rerun = exact_rerun
         self.turns: dict[uuid.UUID, TurnLog] = {}
 
-    def start(
+    async def start(
         self, deps: ChatDeps, turn: TurnInput, *, counted_on: date | None, started: float
     ) -> TurnLog:
-        """Run a turn in the background; ``turn.message_id`` is its id."""
+        """Own the turn's row (with what another replica needs to take it over) and run the
+        turn in the background; ``turn.message_id`` is its id."""
         assert turn.message_id is not None
         log_ = TurnLog(turn_id=turn.message_id)
+        turn.owner = log_.owner
+        await self.pool.execute(_OWN, log_.turn_id, counted_on, log_.owner, turn_inputs(turn))
+        self._run(log_, deps, turn, counted_on=counted_on, started=started)
+        return log_
+
+    def _run(
+        self,
+        log_: TurnLog,
+        deps: ChatDeps,
+        turn: TurnInput,
+        *,
+        counted_on: date | None,
+        started: float,
+        stored: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.turns[log_.turn_id] = log_
         log_.task = asyncio.create_task(
-            self._drive(log_, deps, turn, counted_on=counted_on, started=started),
+            self._drive(log_, deps, turn, counted_on=counted_on, started=started, stored=stored),
             name=f"chat-turn-{log_.turn_id}",
         )
-        return log_
 
     def cancel(self, turn_id: uuid.UUID) -> bool:
         """Stop a turn this replica runs (the student pressed Stop); False if not running."""
@@ -146,10 +207,20 @@ class TurnRegistry:
             async for item in self._follow_stored(turn_id, after=after):
                 yield item
             return
+        async for item in self._follow_local(local, after=after):
+            yield item
+
+    async def _follow_local(
+        self, local: TurnLog, *, after: int
+    ) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         local.readers += 1
         metrics.STREAMS_IN_FLIGHT.add(1)
         try:
             sent = after
+            if local.taken_over and not local.restarted:
+                # a client past the stored events got them from the run that died: a restart
+                # comes after them
+                local.ahead = max(local.ahead, after)
             while True:
                 async with local.changed:
                     while len(local.events) <= sent and not local.finished:
@@ -158,7 +229,8 @@ class TurnRegistry:
                     finished = local.finished
                 for event in fresh:
                     sent += 1
-                    yield sent, event
+                    if event.get("type") != _HOLE:
+                        yield sent, event
                 if finished and sent >= len(local.events):
                     return
         finally:
@@ -172,7 +244,23 @@ class TurnRegistry:
     async def _follow_stored(
         self, turn_id: uuid.UUID, *, after: int
     ) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-        """Follow a turn another replica runs (or ran) through its ``chat_turns`` row."""
+        """Follow a turn another replica runs (or ran) through its ``chat_turns`` row; take
+        it over when that replica stopped writing it."""
+        sent = after
+        local: TurnLog | None = None
+        async for item in self._poll_stored(turn_id, after=after):
+            if isinstance(item, TurnLog):
+                local = item
+                break
+            sent = item[0]
+            yield item
+        if local is not None:  # this replica answers it now
+            async for item in self._follow_local(local, after=sent):
+                yield item
+
+    async def _poll_stored(
+        self, turn_id: uuid.UUID, *, after: int
+    ) -> AsyncIterator[tuple[int, dict[str, Any]] | TurnLog]:
         sent = after
         metrics.STREAMS_IN_FLIGHT.add(1)
         try:
@@ -187,10 +275,18 @@ class TurnRegistry:
                 events = list(row["events"])
                 for event in events[sent:]:
                     sent += 1
-                    yield sent, event
+                    if event.get("type") != _HOLE:
+                        yield sent, event
                 if row["status"] != "streaming":
                     return
-                if float(row["age"]) > STALE_AFTER_S:
+                age = float(row["age"])
+                local = self.turns.get(turn_id)
+                if local is None and self.takeover_s < age <= STALE_AFTER_S:
+                    local = await self._take_over(turn_id)
+                if local is not None:
+                    yield local
+                    return
+                if age > STALE_AFTER_S:
                     lost = ErrorEvent(
                         reason="interrupted",
                         message="the replica answering this question stopped; ask again",
@@ -208,6 +304,31 @@ class TurnRegistry:
                      self.resume_grace_s)  # fmt: skip
             local.task.cancel()
 
+    async def _take_over(self, turn_id: uuid.UUID) -> TurnLog | None:
+        """Claim a turn whose replica stopped writing its row and answer it again here;
+        None when another replica claimed it first (or this one takes none over)."""
+        if self.deps is None:
+            return None
+        local = TurnLog(turn_id=turn_id)
+        row = await self.pool.fetchrow(_CLAIM, turn_id, local.owner, self.takeover_s)
+        if row is None:
+            return None
+        deps = self.deps()
+        turn = await resumed_turn(deps.pool, dict(row), turn_id=turn_id, owner=local.owner)
+        stored = list(row["events"])
+        local.events, local.flushed, local.base = list(stored), len(stored), len(stored)
+        local.taken_over = True
+        log.info("turn %s: its replica stopped; taken over after %d stored events",
+                 turn_id, len(stored))  # fmt: skip
+        if turn is None:  # the session is gone: nothing to answer
+            local.finished = True
+            return local
+        self._run(
+            local, deps, turn, counted_on=row["counted_on"], started=time.perf_counter(),
+            stored=stored,
+        )  # fmt: skip
+        return local
+
     async def _drive(
         self,
         local: TurnLog,
@@ -216,61 +337,98 @@ class TurnRegistry:
         *,
         counted_on: date | None,
         started: float,
+        stored: list[dict[str, Any]] | None = None,
     ) -> None:
         flusher = asyncio.create_task(self._flush_every(local))
         first_token = True
+        rerun = _Rerun(stored, exact=self.exact_rerun) if stored is not None else None
         try:
             async for event in _guarded(run_turn(deps, turn)):
                 if first_token and getattr(event, "type", None) == "token":
                     first_token = False
                     metrics.TIME_TO_FIRST_TOKEN.record(time.perf_counter() - started)
                 _observe_end(event, started)
-                await self._append(local, event)
+                data = event.model_dump(mode="json")
+                if rerun is None:
+                    await self._append(local, [data])
+                    continue
+                fresh = rerun.step(data)
+                if rerun.restarted and not local.restarted:
+                    local.restarted = True
+                    holes = max(0, local.ahead - len(local.events))
+                    fresh = [{"type": _HOLE} for _ in range(holes)] + fresh
+                    log.info("turn %s: its re-run may differ from what was sent; restarting "
+                             "the answer", local.turn_id)  # fmt: skip
+                await self._append(local, fresh)
+        except TurnTakenOver:
+            local.superseded = True
         except asyncio.CancelledError:
-            abandoned = ErrorEvent(
-                reason="abandoned",
-                message="the answer was stopped (by the student, or nobody was reading it)",
-                retryable=True,
-            )
-            await self._append(local, abandoned)
+            if not local.superseded:
+                abandoned = ErrorEvent(
+                    reason="abandoned",
+                    message="the answer was stopped (by the student, or nobody was reading it)",
+                    retryable=True,
+                )
+                await self._append(local, [abandoned.model_dump(mode="json")])
         finally:
             flusher.cancel()
             async with local.changed:
                 local.finished = True
                 local.changed.notify_all()
-            with anyio.CancelScope(shield=True):
-                await self._final_flush(local, turn, counted_on)
-            asyncio.get_running_loop().call_later(self.keep_s, self.turns.pop, local.turn_id, None)
+            if local.superseded:
+                # another replica answers the turn now: readers here reconnect to it
+                log.warning("turn %s: taken over by another replica; stopped here",
+                            local.turn_id)  # fmt: skip
+                if self.turns.get(local.turn_id) is local:
+                    del self.turns[local.turn_id]
+            else:
+                with anyio.CancelScope(shield=True):
+                    await self._final_flush(local, turn, counted_on)
+                asyncio.get_running_loop().call_later(self.keep_s, self._forget, local)
 
-    async def _append(self, local: TurnLog, event: BaseModel) -> None:
+    def _forget(self, local: TurnLog) -> None:
+        if self.turns.get(local.turn_id) is local:
+            del self.turns[local.turn_id]
+
+    async def _append(self, local: TurnLog, events: list[dict[str, Any]]) -> None:
+        if not events:
+            return
         async with local.changed:
-            local.events.append(event.model_dump(mode="json"))
+            local.events.extend(events)
             local.changed.notify_all()
 
     async def _flush_every(self, local: TurnLog) -> None:
         while True:
             await asyncio.sleep(self.flush_s)
             try:
-                await self._flush(local, status="streaming")
+                owned = await self._flush(local, status="streaming")
             except Exception as exc:  # the final flush tries again
                 log.debug("turn %s: flush failed: %s", local.turn_id, exc)
+                continue
+            if not owned and local.task is not None:
+                local.superseded = True
+                local.task.cancel()
+                return
 
-    async def _flush(self, local: TurnLog, *, status: str) -> None:
+    async def _flush(self, local: TurnLog, *, status: str) -> bool:
+        """Write the events not yet stored; False when another run owns the turn now."""
         upto = len(local.events)
         fresh = local.events[local.flushed : upto]
         if not fresh and status == "streaming":
-            await self.pool.execute(
-                "UPDATE chat_turns SET updated_at = now() WHERE id = $1", local.turn_id
-            )
-            return
-        await self.pool.execute(_APPEND, local.turn_id, fresh, status)
+            touched = await self.pool.execute(_TOUCH, local.turn_id, local.owner)
+            return bool(touched != "UPDATE 0")
+        written = await self.pool.execute(_APPEND, local.turn_id, fresh, status, local.owner)
+        if written == "UPDATE 0":
+            return False
         local.flushed = upto
+        return True
 
     async def _final_flush(self, local: TurnLog, turn: TurnInput, counted_on: date | None) -> None:
         status = _status(local.events, True)
         for attempt in range(3):
             try:
-                await self._flush(local, status=status)
+                if not await self._flush(local, status=status):
+                    return  # another run owns the turn: it stores and refunds
                 if status == "failed" and counted_on is not None:
                     # the server failed the student: the question does not count
                     principal = turn.principal
@@ -281,6 +439,94 @@ class TurnRegistry:
             except Exception as exc:
                 log.warning("turn %s: storing its events failed (%s)", local.turn_id, exc)
                 await asyncio.sleep(0.5 * (attempt + 1))
+
+
+class _Rerun:
+    """A taken-over turn answered again: which of its events go on the stream.
+
+    The events already stored are not sent again. With an exact answerer each re-run event
+    up to their number is compared with the stored one (the answer's events, not timings);
+    while they agree the stream continues after them. A difference, or an answerer that
+    cannot promise the same text, restarts the answer: a ``restart`` event, then every
+    event of the re-run (the caller numbers the restart after the ids readers had)."""
+
+    def __init__(self, stored: list[dict[str, Any]], *, exact: bool) -> None:
+        self.stored = stored
+        self.seen: list[dict[str, Any]] = []
+        self.restarted = False
+        self.exact = exact
+
+    def step(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events to append for the re-run's next ``event``."""
+        self.seen.append(event)
+        if self.restarted:
+            return [event]
+        index = len(self.seen) - 1
+        if self.exact and index >= len(self.stored):
+            return [event]
+        if self.exact and _same(self.stored[index], event):
+            return []  # the client has it already
+        self.restarted = True
+        restart = RestartEvent(
+            message="another replica took this answer over and answers it again from its "
+            "start; discard what this turn sent before"
+        )
+        return [restart.model_dump(mode="json"), *self.seen]
+
+
+def _same(stored: dict[str, Any], rerun: dict[str, Any]) -> bool:
+    if stored.get("type") != rerun.get("type"):
+        return False
+    return stored.get("type") not in _COMPARED or stored == rerun
+
+
+def turn_inputs(turn: TurnInput) -> dict[str, Any]:
+    """What another replica needs, besides the session, to answer the turn again."""
+    principal = turn.principal
+    return {
+        "principal": {
+            "tenant_id": principal.tenant_id, "user_id": principal.user_id,
+            "role": principal.role, "plan": principal.plan, "classes": list(principal.classes),
+        },
+        "text": turn.text,
+        "web_search": turn.web_search,
+        "thresholds": None if turn.thresholds is None else dataclasses.asdict(turn.thresholds),
+    }  # fmt: skip
+
+
+async def resumed_turn(
+    pool: Any, row: dict[str, Any], *, turn_id: uuid.UUID, owner: uuid.UUID
+) -> TurnInput | None:
+    """The turn of a claimed row, to answer again (None: its session is gone)."""
+    inputs = row["inputs"]
+    who = inputs["principal"]
+    principal = Principal(
+        tenant_id=who["tenant_id"], user_id=who["user_id"], role=who["role"], plan=who["plan"],
+        classes=tuple(who["classes"]),
+    )  # fmt: skip
+    session = await repo.get_session(
+        pool=pool, tenant_id=row["tenant_id"], session_id=row["session_id"]
+    )
+    if session is None:
+        return None
+    persona = None
+    if session.get("persona_slug"):
+        persona = await persona_repo.get(
+            pool, tenant_id=principal.tenant_id, slug=session["persona_slug"],
+            version=session["persona_version"],
+        )  # fmt: skip
+    cuts = inputs.get("thresholds")
+    return TurnInput(
+        principal=principal,
+        session=session,
+        text=inputs["text"],
+        message_id=turn_id,
+        web_search=bool(inputs.get("web_search")),
+        persona=persona,
+        thresholds=None if cuts is None else BandThresholds(**cuts),
+        owner=owner,
+        resumed=True,
+    )
 
 
 def _observe_end(event: BaseModel, started: float) -> None:
@@ -301,6 +547,8 @@ async def _guarded(events: Any) -> AsyncIterator[BaseModel]:
     try:
         async for event in events:
             yield event
+    except TurnTakenOver:
+        raise
     except LecternError as exc:
         log.warning("chat turn failed: %s", exc.message)
         yield ErrorEvent(

@@ -28,7 +28,7 @@ from lectern_common.events import Confidence, QuizAnswerResult, QuizAttempted
 from lectern_common.events.chat import ConfidenceBand
 from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.record import turn_completed
+from lectern_gateway.chat.record import claim_answer, turn_completed
 from lectern_gateway.chat.sse import (
     CheckEvent,
     Citation,
@@ -383,29 +383,32 @@ async def check_turn(
         ],
     )  # fmt: skip
     async with deps.pool.acquire() as conn, conn.transaction():
-        await repo.insert_message(
-            pool=conn, message_id=message_id, session_id=session["id"],
-            tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
-            content=text, citations=repo.citations_json([citation]), confidence=1.0,
-            band="high", answered_by="tutor-check",
-            usage={"verdict": judged.verdict, "judged_by": judged.by}, timings=timings,
-            tutor_check=following,
-        )  # fmt: skip
-        await repo.settle_check(
-            pool=conn, tenant_id=principal.tenant_id, message_id=pending["message_id"],
-            outcome={"status": "skipped" if judged.verdict == "skipped" else "judged",
-                     "verdict": judged.verdict, "reply": turn.text[:2000],
-                     "judged_by": judged.by},
-        )  # fmt: skip
-        await enqueue(conn, attempt)
-        await enqueue(
-            conn,
-            turn_completed(
-                turn, user_message_id, message_id, text,
-                confidence, [citation], "tutor-check", topic=str(pending["topic"]),
-                topics=[str(pending["topic"])],
-            ),
-        )  # fmt: skip
+        stored = await claim_answer(conn, turn, message_id)
+        if stored == message_id:  # else an earlier run of this turn stored it
+            await repo.insert_message(
+                pool=conn, message_id=message_id, session_id=session["id"],
+                tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
+                content=text, citations=repo.citations_json([citation]), confidence=1.0,
+                band="high", answered_by="tutor-check",
+                usage={"verdict": judged.verdict, "judged_by": judged.by}, timings=timings,
+                tutor_check=following,
+            )  # fmt: skip
+            await repo.settle_check(
+                pool=conn, tenant_id=principal.tenant_id, message_id=pending["message_id"],
+                outcome={"status": "skipped" if judged.verdict == "skipped" else "judged",
+                         "verdict": judged.verdict, "reply": turn.text[:2000],
+                         "judged_by": judged.by},
+            )  # fmt: skip
+            await enqueue(conn, attempt)
+            await enqueue(
+                conn,
+                turn_completed(
+                    turn, user_message_id, message_id, text,
+                    confidence, [citation], "tutor-check", topic=str(pending["topic"]),
+                    topics=[str(pending["topic"])],
+                ),
+            )  # fmt: skip
+    message_id = stored
     yield DoneEvent(
         message_id=message_id, user_message_id=user_message_id, session_id=session["id"],
         citations=[citation], band="high", confidence=1.0, answered_by="tutor-check",
@@ -475,20 +478,23 @@ async def practice_turn(
     message_id = uuid.uuid4()
     timings["total_ms"] = elapsed_ms(started)
     async with deps.pool.acquire() as conn, conn.transaction():
-        await repo.insert_message(
-            pool=conn, message_id=message_id, session_id=session["id"],
-            tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
-            content=text, confidence=score, band=band, answered_by="drill", timings=timings,
-            tutor_check=following,
-        )  # fmt: skip
-        # every turn is announced, so memory's distillation finds them all
-        await enqueue(
-            conn,
-            turn_completed(
-                turn, user_message_id, message_id, text, confidence, [], "drill",
-                topic=None if following is None else str(following["topic"]),
-            ),
-        )  # fmt: skip
+        stored = await claim_answer(conn, turn, message_id)
+        if stored == message_id:  # else an earlier run of this turn stored it
+            await repo.insert_message(
+                pool=conn, message_id=message_id, session_id=session["id"],
+                tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
+                content=text, confidence=score, band=band, answered_by="drill", timings=timings,
+                tutor_check=following,
+            )  # fmt: skip
+            # every turn is announced, so memory's distillation finds them all
+            await enqueue(
+                conn,
+                turn_completed(
+                    turn, user_message_id, message_id, text, confidence, [], "drill",
+                    topic=None if following is None else str(following["topic"]),
+                ),
+            )  # fmt: skip
+    message_id = stored
     yield DoneEvent(
         message_id=message_id, user_message_id=user_message_id, session_id=session["id"],
         citations=[], band=band, confidence=score, answered_by="drill", timings_ms=timings,

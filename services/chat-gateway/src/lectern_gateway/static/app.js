@@ -612,6 +612,16 @@ function handleAnswerEvent(answer, kind, data) {
         knowledgeGap: data.knowledge_gap, answeredBy: data.answered_by,
       });
       break;
+    case "restart":
+      // another replica answers the question again from its start: drop the partial answer
+      answer.text = "";
+      answer.sources.clear();
+      answer.citations.clear();
+      answer.webSources.clear();
+      answer.webSpans = [];
+      answer.renderSources();
+      answer.renderText();
+      break;
     case "error":
       answer.meta.replaceChildren(
         el("span", { class: "band band-gap" }, "error"),
