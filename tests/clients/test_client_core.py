@@ -73,3 +73,23 @@ def test_a_replayed_event_is_not_yielded_twice() -> None:
     assert state.request().headers["Idempotency-Key"] == state.idempotency_key
     done = state.accept("mystery", '{"type": "mystery", "x": 1}', "turn:3")
     assert done is not None and done.type == "mystery" and not state.finished
+
+
+def test_a_restart_discards_the_text_collected_before_it() -> None:
+    """A turn taken over by another gateway replica whose re-run may differ sends ``restart``
+    (numbered after what the client has): the collected answer starts again from it."""
+    from lectern_client import RestartEvent
+    from lectern_client._core import Collector
+    from lectern_client.events import parse_answer_event
+
+    collector = Collector()
+    for name, data in [
+        ("token", '{"type": "token", "text": "Mitosis makes "}'),
+        ("restart", '{"type": "restart", "reason": "takeover", "message": "answered again"}'),
+        ("token", '{"type": "token", "text": "Mitosis produces two cells."}'),
+    ]:
+        event = parse_answer_event(name, data)
+        if name == "restart":
+            assert isinstance(event, RestartEvent)
+        collector.add(event)
+    assert collector.result().text == "Mitosis produces two cells."

@@ -532,7 +532,14 @@ export class AnswerStream implements AsyncIterable<ChatEvent> {
       else if (event.type === "check") checks.push(event);
       else if (event.type === "confidence") confidence = event;
       else if (event.type === "done") done = event;
-      else if (event.type === "error") {
+      else if (event.type === "restart") {
+        // answered again from the start by another replica: what came before is void
+        text = "";
+        sources = [];
+        citations.length = 0;
+        checks.length = 0;
+        confidence = undefined;
+      } else if (event.type === "error") {
         throw new LecternStreamError(event.reason, event.message, event.retryable, this.turnId);
       }
     }

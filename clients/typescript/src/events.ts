@@ -111,6 +111,17 @@ export interface ErrorEvent {
   retryable: boolean;
 }
 
+/**
+ * The turn is answered again from its start: the gateway replica answering it stopped,
+ * another took it over, and the new text may differ. Discard the turn's events so far
+ * (`collect()` does); `sources` and the rest follow.
+ */
+export interface RestartEvent {
+  type: "restart";
+  reason: string;
+  message: string;
+}
+
 export type ChatEvent =
   | SourcesEvent
   | TokenEvent
@@ -118,7 +129,8 @@ export type ChatEvent =
   | ConfidenceEvent
   | CheckEvent
   | DoneEvent
-  | ErrorEvent;
+  | ErrorEvent
+  | RestartEvent;
 
 export type ChatEventType = ChatEvent["type"];
 

@@ -197,6 +197,23 @@ describe("the answer stream against a scripted server", () => {
     assert.equal(requests[1].headers["last-event-id"], `${turn}:2`);
   });
 
+  test("a restart (the turn taken over by another replica) discards what came before it", async () => {
+    const taken = [
+      { type: "sources", sources: [] },
+      { type: "token", text: "Mitosis makes ", origin: "model" },
+      { type: "restart", reason: "takeover", message: "answered again from its start" },
+      { type: "sources", sources: [] },
+      { type: "token", text: "Mitosis produces two cells.", origin: "model" },
+      { type: "done", message_id: "m1", user_message_id: turn, session_id: "s1", citations: [],
+        unsupported: [], band: "high", confidence: 0.9, knowledge_gap: false,
+        answered_by: "gemini", persona: null, memories_used: [], usage: {}, timings_ms: {} },
+    ].map((data, i) => `id: ${turn}:${i + 1}\r\nevent: ${data.type}\r\ndata: ${JSON.stringify(data)}\r\n\r\n`);
+    script = () => taken;
+    const answer = await client.ask("s1", "What does mitosis produce?").collect();
+    assert.equal(answer.text, "Mitosis produces two cells.");
+    assert.equal(answer.done.answered_by, "gemini");
+  });
+
   test("gives up after maxResumes drops in a row without a new event", async () => {
     requests.length = 0;
     script = () => frames.slice(0, 1);

@@ -29,6 +29,7 @@ from lectern_client.events import (
     ConfidenceEvent,
     DoneEvent,
     ErrorEvent,
+    RestartEvent,
     SourcesEvent,
     TokenEvent,
     parse_answer_event,
@@ -639,6 +640,9 @@ class Collector:
             self.answer.citations = list(event.citations)
         elif isinstance(event, ErrorEvent):
             self.answer.error = event
+        elif isinstance(event, RestartEvent):  # answered again from the start
+            self.parts = []
+            self.answer = Answer(text="")
 
     def result(self) -> Answer:
         """The answer so far."""

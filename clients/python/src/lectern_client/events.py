@@ -110,6 +110,16 @@ class ErrorEvent(BaseModel):
     retryable: bool = False
 
 
+class RestartEvent(BaseModel):
+    """The turn is answered again from its start: the gateway replica answering it stopped,
+    another took it over, and the new text may differ. Discard the turn's events so far
+    (``AnswerStream.collect()`` does); ``sources`` and the rest follow."""
+
+    type: Literal["restart"] = "restart"
+    reason: str = "takeover"
+    message: str = ""
+
+
 class UnknownEvent(BaseModel):
     """An event type this client does not know (a newer gateway): its name and raw data."""
 
@@ -125,6 +135,7 @@ AnswerEvent = (
     | ConfidenceEvent
     | DoneEvent
     | ErrorEvent
+    | RestartEvent
     | UnknownEvent
 )
 
@@ -136,6 +147,7 @@ _ANSWER_EVENTS: dict[str, type[BaseModel]] = {
     "confidence": ConfidenceEvent,
     "done": DoneEvent,
     "error": ErrorEvent,
+    "restart": RestartEvent,
 }
 
 
