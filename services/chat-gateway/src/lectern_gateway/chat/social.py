@@ -18,9 +18,7 @@ from collections.abc import AsyncIterator
 from pydantic import BaseModel
 
 from lectern_common.events import Confidence
-from lectern_common.outbox import enqueue
-from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.record import claim_answer, turn_completed
+from lectern_gateway.chat.record import store_reply
 from lectern_gateway.chat.sse import ConfidenceEvent, DoneEvent, SourcesEvent, TokenEvent
 from lectern_gateway.chat.turn import ChatDeps, TurnInput, elapsed_ms
 
@@ -80,7 +78,7 @@ async def social_turn(
     started: float,
 ) -> AsyncIterator[BaseModel]:
     """Reply to small talk in kind: no sources, no gap, stored and announced."""
-    principal, session = turn.principal, turn.session
+    session = turn.session
     text = REPLIES[kind]
     yield SourcesEvent(sources=[])
     yield TokenEvent(text=text, origin="gateway")
@@ -88,22 +86,11 @@ async def social_turn(
         score=1.0, band="high", retrieval=1.0, source_quality=1.0, grounding=1.0
     )
     yield ConfidenceEvent(**confidence.model_dump())
-    message_id = uuid.uuid4()
     timings["total_ms"] = elapsed_ms(started)
-    async with deps.pool.acquire() as conn, conn.transaction():
-        stored = await claim_answer(conn, turn, message_id)
-        if stored == message_id:  # else an earlier run of this turn stored it
-            await repo.insert_message(
-                pool=conn, message_id=message_id, session_id=session["id"],
-                tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
-                content=text, confidence=1.0, band="high", answered_by="social",
-                timings=timings,
-            )  # fmt: skip
-            # every turn is announced; memory learns nothing from this one
-            await enqueue(
-                conn,
-                turn_completed(turn, user_message_id, message_id, text, confidence, [], "social"),
-            )
+    # stored and announced like every turn; memory learns nothing from this one
+    stored = await store_reply(
+        deps, turn, user_message_id, text, confidence, answered_by="social", timings=timings
+    )
     yield DoneEvent(
         message_id=stored, user_message_id=user_message_id, session_id=session["id"],
         citations=[], band="high", confidence=1.0, answered_by="social", timings_ms=timings,

@@ -28,7 +28,7 @@ from lectern_common.events import Confidence, QuizAnswerResult, QuizAttempted
 from lectern_common.events.chat import ConfidenceBand
 from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.record import claim_answer, turn_completed
+from lectern_gateway.chat.record import claim_answer, store_reply, turn_completed
 from lectern_gateway.chat.sse import (
     CheckEvent,
     Citation,
@@ -454,7 +454,7 @@ async def practice_turn(
     started: float,
 ) -> AsyncIterator[BaseModel]:
     """Drill: put the next practice question (no question asked by the student)."""
-    principal, session = turn.principal, turn.session
+    session = turn.session
     following = await next_practice_question(deps, turn)
     sources = [] if following is None else [check_source(following)]
     yield SourcesEvent(sources=sources)
@@ -475,26 +475,11 @@ async def practice_turn(
     confidence = Confidence(score=score, band=band, retrieval=score, source_quality=score,
                             grounding=score)  # fmt: skip
     yield ConfidenceEvent(**confidence.model_dump())
-    message_id = uuid.uuid4()
     timings["total_ms"] = elapsed_ms(started)
-    async with deps.pool.acquire() as conn, conn.transaction():
-        stored = await claim_answer(conn, turn, message_id)
-        if stored == message_id:  # else an earlier run of this turn stored it
-            await repo.insert_message(
-                pool=conn, message_id=message_id, session_id=session["id"],
-                tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
-                content=text, confidence=score, band=band, answered_by="drill", timings=timings,
-                tutor_check=following,
-            )  # fmt: skip
-            # every turn is announced, so memory's distillation finds them all
-            await enqueue(
-                conn,
-                turn_completed(
-                    turn, user_message_id, message_id, text, confidence, [], "drill",
-                    topic=None if following is None else str(following["topic"]),
-                ),
-            )  # fmt: skip
-    message_id = stored
+    message_id = await store_reply(
+        deps, turn, user_message_id, text, confidence, answered_by="drill", timings=timings,
+        tutor_check=following, topic=None if following is None else str(following["topic"]),
+    )  # fmt: skip
     yield DoneEvent(
         message_id=message_id, user_message_id=user_message_id, session_id=session["id"],
         citations=[], band=band, confidence=score, answered_by="drill", timings_ms=timings,
