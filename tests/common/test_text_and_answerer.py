@@ -528,3 +528,32 @@ def test_a_law_is_defined_by_the_sentence_that_states_it() -> None:
     )  # fmt: skip
     opens = signals[:, SIGNALS.index("opens_with_subject")]
     assert opens.tolist() == [1.0, 0.0, 0.0]
+
+
+def test_a_definition_from_another_source_is_cited_and_leads_the_answer() -> None:
+    """The demo course's "What is the first law of motion?": the top source only uses the law
+    ("If it is zero, the first law says the motion does not change") and holds every term of
+    the question, so another source adds none; the one that states the law is cited anyway,
+    and the answer opens with it."""
+    using = SourceText(
+        label="T1",
+        text=(
+            "To predict how an object will move, first find all the forces acting on it. If "
+            "the resultant force is zero, the first law says the motion does not change."
+        ),
+        score=0.73,
+    )
+    stating = SourceText(
+        label="T2",
+        text=(
+            "Newton's first law says that an object stays at rest, or keeps moving at a "
+            "constant speed in a straight line, unless a resultant force acts on it."
+        ),
+        score=0.66,
+    )
+    picked = extract_answer(
+        question="What is the first law of motion?", sources=[using, stating],
+        similarities=[0.45, 0.6, 0.62],
+    )  # fmt: skip
+    assert picked.render().startswith("Newton's first law says that an object stays at rest")
+    assert "T2" in picked.cited

@@ -376,6 +376,9 @@ class ScoredSentence:
     semantic: float | None
     score: float
     item: bool = False
+    #: for a definition question: the unit states what the subject is ("X is ...", "X says
+    #: that ...", "X is called ... if ...")
+    defines: bool = False
 
 
 @dataclass(frozen=True)
@@ -865,6 +868,10 @@ def extract_answer(
             semantic=semantic,
             score=float(probabilities[index]),
             item=unit.item,
+            defines=form == "definition"
+            and bool(
+                signals[index, [_AT["defines"], _AT["names"], _AT["opens_with_subject"]]].any()
+            ),
         )
         if lexical >= min_lexical or (semantic is not None and semantic >= min_semantic):
             scored.append(entry)
@@ -876,7 +883,8 @@ def extract_answer(
         ranked, floor=floor * best, limit=max_sentences, other_floor=other_floor * best, asked=asked
     )
     group_rank: dict[int, int] = {}
-    for picked in chosen:
+    # a definition question's answer opens with the definition's source
+    for picked in sorted(chosen, key=lambda c: not c.defines):
         group_rank.setdefault(picked.source_index, len(group_rank))
     chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
     if "followed_on" not in without:
@@ -950,8 +958,8 @@ def _followed_on(
             and not before.text.rstrip().endswith("?")
         ):
             out.append(_quoted(before, sources))
-    return sorted(out, key=lambda c: (c.source_index != best.source_index, c.source_index,
-                                      c.position))  # fmt: skip
+    groups = {c.source_index: rank for rank, c in reversed(list(enumerate(chosen)))}
+    return sorted(out, key=lambda c: (groups[c.source_index], c.position))
 
 
 def _quoted(unit: SourceUnit, sources: Sequence[SourceText]) -> ScoredSentence:
@@ -1062,8 +1070,8 @@ def _best(
 ) -> list[ScoredSentence]:
     """The best units above ``floor``, skipping near-repeats of one already chosen. A unit of
     another source than the best one's needs ``other_floor`` and must hold a term of the
-    question (``asked``) that no chosen unit holds: an answer cites what answers, not
-    everything near it."""
+    question (``asked``) that no chosen unit holds, or state what a definition question asks
+    for: an answer cites what answers, not everything near it."""
     chosen: list[ScoredSentence] = []
     bags: list[set[str]] = []
     for s in ranked:
@@ -1074,7 +1082,10 @@ def _best(
             chosen
             and other_floor is not None
             and s.source_index != chosen[0].source_index
-            and (s.score < other_floor or (asked is not None and not _adds_asked(bag, bags, asked)))
+            and (
+                s.score < other_floor
+                or (asked is not None and not _adds_asked(bag, bags, asked) and not s.defines)
+            )
         ):
             continue
         repeat = 1.0 if _is_table_row(s.text) else 0.6  # rows of a table share their
