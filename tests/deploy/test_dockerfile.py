@@ -283,3 +283,17 @@ def test_the_image_has_tesseract_for_scanned_pages(instructions: list[Instructio
     installs = [ins.args for ins in instructions[runtime:] if ins.keyword == "RUN"]
     assert any("apt-get install" in a and "tesseract-ocr" in a for a in installs)
     assert any("rm -rf /var/lib/apt/lists" in a for a in installs)
+
+
+def test_the_runtime_carries_no_pytorch(instructions: list[Instruction]) -> None:
+    """The services run the ONNX exports made in the build stage: torch and
+    sentence-transformers are uninstalled there, after the export and before the runtime
+    stage copies the environment (an uninstall in the runtime stage would leave them in the
+    copied layer), and the local embedder is loaded once without them."""
+    export = index_of(instructions, "RUN", "prepare_models")
+    lean = index_of(instructions, "RUN", "pip uninstall -y torch sentence-transformers")
+    copied = index_of(instructions, "COPY", "--from=build")
+    assert export < lean < copied
+    assert instructions[lean].stage == instructions[export].stage != instructions[copied].stage
+    assert "find_spec('torch') is None" in instructions[lean].args
+    assert "LocalEmbedder" in instructions[lean].args
