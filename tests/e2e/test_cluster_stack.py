@@ -1,7 +1,9 @@
 """`lectern up --cluster`: three NATS servers, streams at 3 replicas, two replicas of every
 service. Uploads and chat turns run against both gateways while the NATS server leading the
-ingest stream is SIGKILLed, then (once it is back) the next leader: every accepted upload is
-indexed once, every answered turn reaches the chat stream once (by event id)."""
+ingest stream is SIGKILLed, then (once it is back) the next leader, then one replica of each
+worker service (retriever, reranker, ingest, memory) at once: every accepted upload is
+indexed once, every answered turn reaches the chat stream once (by event id), and the peers
+answer while the killed replicas restart."""
 
 from __future__ import annotations
 
@@ -281,6 +283,26 @@ async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: 
                     "current_again_s": round(time.monotonic() - back_at, 1),
                 })  # fmt: skip
                 await asyncio.sleep(1.0)
+            # one replica of every worker service SIGKILLed at once: the peers take the work
+            # (queue groups, the shared ingest consumer) while the supervisor restarts them
+            done_before, errors_before = load.turns["done"], sum(load.chat_errors.values())
+            accepted_before = len(load.accepted)
+            workers = ("retriever", "reranker", "ingest", "memory")
+            killed_at = time.monotonic()
+            for name in workers:
+                os.kill(state["services"][name]["pid"], signal.SIGKILL)
+
+            def answered_since() -> bool:
+                return load.turns["done"] > done_before
+
+            first_turn_s = await poll("a turn answered by the peers", 30, answered_since)
+            await asyncio.sleep(max(0.0, 8.0 - (time.monotonic() - killed_at)))
+            replicas_killed = {
+                "first_turn_after_s": round(first_turn_s, 1),
+                "turns_done_in_8_s": load.turns["done"] - done_before,
+                "chat_errors_in_8_s": sum(load.chat_errors.values()) - errors_before,
+                "uploads_accepted_in_8_s": len(load.accepted) - accepted_before,
+            }
             stopped_at = time.monotonic()
             stop.set()
             await asyncio.gather(*tasks)
@@ -333,7 +355,8 @@ async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: 
             f"between accepted uploads {max(gaps):.1f} s, upload to indexed p50 "
             f"{sorted(to_indexed)[len(to_indexed) // 2]:.1f} s max {max(to_indexed):.1f} s; "
             f"turns {dict(load.turns)}, chat errors {dict(load.chat_errors)}, longest turn "
-            f"{load.longest_turn_s:.1f} s"
+            f"{load.longest_turn_s:.1f} s; a replica of {', '.join(workers)} killed: "
+            f"{replicas_killed}"
         )
         assert set(per_document) == load.accepted, "every accepted upload indexed"
         assert set(per_document.values()) == {1}, "no upload indexed twice"

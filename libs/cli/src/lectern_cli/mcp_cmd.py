@@ -15,13 +15,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import httpx
-from httpx_sse import aconnect_sse
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from pydantic import BaseModel, Field
 
 from lectern_cli.ask_cmd import add_connection, credentials
+from lectern_client import AsyncLecternClient, ConnectionFailed, LecternError
+from lectern_client.events import RestartEvent, UnknownEvent
 
 INSTRUCTIONS = (
     "Lectern is a course's tutor. Use `search` to find passages of the course material, "
@@ -42,36 +42,27 @@ class GatewayError(ToolError):
         self.status = status
 
 
-def _problem(response: httpx.Response) -> GatewayError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        title = body.get("title") or response.reason_phrase
-        detail = body.get("detail")
-        message = f"{title}: {detail}" if detail else str(title)
-    else:
-        message = f"{response.reason_phrase}: {response.text[:200]}"
-    return GatewayError(f"{message} (HTTP {response.status_code})", status=response.status_code)
+def _refused(error: LecternError) -> GatewayError:
+    """The client's typed error as the tool error the assistant reads."""
+    if isinstance(error, ConnectionFailed):
+        return GatewayError(f"the gateway could not be reached: {error.detail}")
+    message = f"{error.title}: {error.detail}" if error.detail else error.title
+    return GatewayError(f"{message} (HTTP {error.status})", status=error.status)
 
 
 @dataclass(frozen=True)
 class Gateway:
-    """The gateway's URL and the caller's credentials, sent with every request."""
+    """The gateway's URL and the caller's token, sent with every request (through the
+    Python client: typed problem+json errors, 429/503 retried after ``Retry-After``, and an
+    answer stream that resumes after a dropped connection)."""
 
     url: str
-    headers: dict[str, str] = field(repr=False)
+    token: str = field(repr=False)
     timeout: float = 60.0
 
-    def client(self) -> httpx.AsyncClient:
-        """A client for one tool call (no read timeout: an answer streams as long as it
-        takes)."""
-        return httpx.AsyncClient(
-            base_url=self.url,
-            headers=self.headers,
-            timeout=httpx.Timeout(self.timeout, read=None),
-        )
+    def client(self) -> AsyncLecternClient:
+        """A client for one tool call (an answer streams as long as it takes)."""
+        return AsyncLecternClient(self.url, self.token, timeout=self.timeout)
 
     async def call(
         self,
@@ -84,12 +75,9 @@ class Gateway:
         """The JSON of a successful answer; a :class:`GatewayError` otherwise."""
         try:
             async with self.client() as client:
-                response = await client.request(method, path, json=body, params=params)
-        except httpx.HTTPError as exc:
-            raise GatewayError(f"the gateway at {self.url} is unreachable: {exc}") from exc
-        if response.status_code >= 400:
-            raise _problem(response)
-        return response.json()
+                return await client.request(method, path, json=body, params=params)
+        except LecternError as exc:
+            raise _refused(exc) from exc
 
 
 # --- what the tools return (each is also the tool's output schema) ----------------------------
@@ -386,30 +374,21 @@ def build_server(gateway: Gateway) -> MCPServer[Any]:
         material does not cover the question. Pass the returned session_id for follow-ups."""
         if session_id is not None:
             session_id = _tool_id(session_id, "session_id")
-        async with gateway.client() as client:
-            try:
+        events: list[dict[str, Any]] = []
+        try:
+            async with gateway.client() as client:
                 if session_id is None:
-                    created = await client.post(
-                        "/v1/sessions", json={"mode": mode, "subject": subject}
-                    )
-                    if created.status_code != 201:
-                        raise _problem(created)
-                    session_id = str(created.json()["id"])
-                events: list[dict[str, Any]] = []
-                async with aconnect_sse(
-                    client,
-                    "POST",
-                    f"/v1/sessions/{session_id}/messages",
-                    json={"content": question},
-                    headers={"Idempotency-Key": uuid.uuid4().hex},
-                ) as stream:
-                    if stream.response.status_code != 200:
-                        await stream.response.aread()
-                        raise _problem(stream.response)
-                    async for sse in stream.aiter_sse():
-                        events.append(json.loads(sse.data))
-            except httpx.HTTPError as exc:
-                raise GatewayError(f"the gateway at {gateway.url} failed: {exc}") from exc
+                    created = await client.create_session(mode=mode, subject=subject)
+                    session_id = str(created.id)
+                async for event in client.ask(session_id, question):
+                    if isinstance(event, RestartEvent):  # answered again from its start
+                        events.clear()
+                    elif isinstance(event, UnknownEvent):
+                        events.append({"type": event.type, **event.data})
+                    else:
+                        events.append(event.model_dump(mode="json"))
+        except LecternError as exc:
+            raise _refused(exc) from exc
         return answer_from_events(session_id, events)
 
     @server.tool()
@@ -548,9 +527,7 @@ def run(args: argparse.Namespace) -> int:
     if found is None:
         return 1
     url, token = found
-    gateway = Gateway(
-        url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"}, timeout=args.timeout
-    )
+    gateway = Gateway(url=url.rstrip("/"), token=token, timeout=args.timeout)
     server = build_server(gateway)
     if args.http:
         print(
