@@ -9,18 +9,31 @@ chunks/s. Peak RSS is this process's (the worker runs in it), sampled every 50 m
 worker ingests. The last line is one JSON object with
 the 400-page manual's figures at the top level and every document's under ``documents``.
 
-Usage: .venv/bin/python bench/bench_ingest.py [--docs DIR] [FILE ...]
+Then the many-small-documents part (``--small N``, 2,000 by default, 0 to skip): N passages of
+the BioASQ BEIR corpus (``../shared/data/eval/bioasq-dev``, a few sentences each) written as
+``.txt`` files, stored and inserted as pending rows first, then every ``documents.uploaded``
+published at once and timed from the first publish to the last outcome event. It runs twice
+in the same run, each time in a fresh process and stack: with cross-document batching off
+(``LECTERN_INGEST_BATCH_DOCUMENTS=1``, the default) and with 32 uploads a fetch, and prints both
+documents/s, their ratio and the raw embedder's passages/s one at a time right after
+(``small`` in the JSON line). Each document must end with exactly one outcome event and its
+chunks stored once.
+
+Usage: .venv/bin/python bench/bench_ingest.py [--docs DIR] [--small N] [--large/--no-large]
+[FILE ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +50,7 @@ import nats
 import psutil
 
 from lectern_common import filetype
+from lectern_common.broker import ensure_streams
 from lectern_common.db import create_pool, migrate
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import DocumentFailed, DocumentIndexed, DocumentUploaded
@@ -49,6 +63,7 @@ from lectern_ingest.config import Settings
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO.parent / "shared" / "data" / "docs"
 DEFAULT_FILES = ("irs-manual-400p.pdf", "textbook-ch2-induction-48p.pdf")
+CORPUS = REPO.parent / "shared" / "data" / "eval" / "bioasq-dev" / "corpus.jsonl"
 HEADLINE = "irs-manual-400p.pdf"
 
 
@@ -143,6 +158,204 @@ def raw_embed_rate(embedder: LocalEmbedder, texts: list[str], batch_size: int) -
     return len(texts) / (time.perf_counter() - started)
 
 
+def small_passages(count: int, corpus: Path = CORPUS) -> list[tuple[str, str]]:
+    """The first ``count`` passages of the BEIR corpus that have text: (id, text)."""
+    passages: list[tuple[str, str]] = []
+    with corpus.open(encoding="utf-8") as lines:
+        for line in lines:
+            row = json.loads(line)
+            text = " ".join(part for part in (row.get("title"), row.get("text")) if part)
+            if text.strip():
+                passages.append((str(row["_id"]), text))
+            if len(passages) >= count:
+                break
+    return passages
+
+
+async def upload_small(
+    *, passages: list[tuple[str, str]], directory: Path, nc: Any, pool: Any, tenant: str
+) -> list[DocumentUploaded]:
+    """Store each passage as a .txt file and its pending row (untimed); the events to send."""
+    await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
+    js = nc.jetstream()
+    limit = asyncio.Semaphore(16)
+
+    async def upload(passage_id: str, text: str) -> DocumentUploaded:
+        document_id = uuid.uuid4()
+        name = object_name(document_id, 1)
+        path = directory / f"pmid-{passage_id}.txt"
+        data = text.encode("utf-8")
+        path.write_bytes(data)
+        digest = hashlib.sha256(data).hexdigest()
+        async with limit:
+            await put_file(js, name=name, path=path)
+            async with pool.acquire() as conn:
+                await docs.insert_document(
+                    conn,
+                    docs.NewDocument(
+                        id=document_id, tenant_id=tenant, title=path.stem, filename=path.name,
+                        mime_type="text/plain", size_bytes=len(data), file_sha256=digest,
+                        subject=None, grade_level=None, module_tag=None, class_id=None,
+                        content_type="textbook", language=None, collection="educational",
+                        curriculum_standards=[], topic_tags=[], source_priority=0.7,
+                        freshness_date=None, version=1, previous_version_id=None,
+                        object_name=name, uploaded_by="bench", uploader_role="teacher",
+                        metadata={},
+                    ),
+                )  # fmt: skip
+        return DocumentUploaded(
+            tenant_id=tenant, document_id=document_id, version=1, object_name=name,
+            filename=path.name, mime_type="text/plain", size_bytes=len(data),
+            file_sha256=digest, uploaded_by="bench",
+        )  # fmt: skip
+
+    return list(await asyncio.gather(*(upload(i, t) for i, t in passages)))
+
+
+async def ingest_small(
+    *, settings: Settings, embedder: LocalEmbedder, events: list[DocumentUploaded], nc: Any,
+    pool: Any, timeout_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Run a worker with ``settings``, publish every upload at once, time until the last
+    outcome; check each document has one outcome event and its chunks once."""
+    wanted = {str(e.document_id) for e in events}
+    outcomes: dict[str, str] = {}
+    event_ids: dict[str, int] = {}
+    finished = asyncio.Event()
+    last = [0.0]
+
+    async def on_outcome(msg: Any) -> None:
+        data = json.loads(msg.data)
+        document = data.get("document_id")
+        if document not in wanted:
+            return
+        event_ids[data["event_id"]] = event_ids.get(data["event_id"], 0) + 1
+        if document not in outcomes:
+            outcomes[document] = msg.subject
+            last[0] = time.perf_counter()
+            if len(outcomes) == len(wanted):
+                finished.set()
+
+    subs = [
+        await nc.subscribe(DocumentIndexed.subject, cb=on_outcome),
+        await nc.subscribe(DocumentFailed.subject, cb=on_outcome),
+    ]
+    app = create_app(settings, embedder=embedder)
+    js = nc.jetstream()
+    lifespan = app.router.lifespan_context(app)
+    await lifespan.__aenter__()
+    try:
+        started = time.perf_counter()
+        for start in range(0, len(events), 100):
+            await asyncio.gather(
+                *(
+                    js.publish(e.subject, e.model_dump_json().encode())
+                    for e in events[start : start + 100]
+                )
+            )
+        await asyncio.wait_for(finished.wait(), timeout_s)
+        elapsed = last[0] - started
+    finally:
+        # the measurement is over; a shutdown that lingers (seen on this loaded machine)
+        # must not hold the run: this process ends after the part anyway
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(lifespan.__aexit__(None, None, None), 30)
+    for sub in subs:
+        await sub.unsubscribe()
+    ids = [e.document_id for e in events]
+    counts = await pool.fetchrow(
+        "SELECT count(*) AS chunks, count(DISTINCT id) AS distinct_ids, "
+        "count(DISTINCT document_id) AS documents FROM chunks WHERE document_id = ANY($1::uuid[])",
+        ids,
+    )
+    failed = sum(1 for subject in outcomes.values() if subject == DocumentFailed.subject)
+    return {
+        "documents": len(events), "seconds": elapsed, "docs_per_s": len(events) / elapsed,
+        "failed": failed, "chunks": counts["chunks"],
+        "duplicate_chunks": counts["chunks"] - counts["distinct_ids"],
+        "documents_with_chunks": counts["documents"],
+        "outcome_events_per_document": sum(event_ids.values()) / len(events),
+    }  # fmt: skip
+
+
+async def run_small_part(*, count: int, batch: int) -> dict[str, Any]:
+    """One configuration of the small-documents part on its own embedded stack."""
+    base = Path(tempfile.mkdtemp(prefix="lectern-bench-"))
+    os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it
+    pg = EmbeddedPostgres(base / "pg", run_as=os.environ.get("LECTERN_EMBEDDED_PG_USER"))
+    broker_server = EmbeddedNats(base / "nats")
+    pg.start()
+    broker_server.start()
+    try:
+        await migrate(pg.dsn, embedding_model="sentence-transformers/all-MiniLM-L6-v2",
+                      embedding_dim=384)  # fmt: skip
+        settings = Settings(
+            nats_url=broker_server.url, database_url=pg.dsn, http_port=0, log_json=False,
+            log_level="WARNING", batch_documents=batch,
+        )  # fmt: skip
+        embedder = LocalEmbedder(settings)
+        pool = await create_pool(pg.dsn, min_size=1, max_size=4)
+        nc = await nats.connect(broker_server.url)
+        try:
+            await ensure_streams(nc.jetstream())
+            events = await upload_small(
+                passages=small_passages(count), directory=base / "small", nc=nc, pool=pool,
+                tenant="bench-small",
+            )  # fmt: skip
+            measured = await ingest_small(
+                settings=settings, embedder=embedder, events=events, nc=nc, pool=pool,
+                timeout_s=1800,
+            )  # fmt: skip
+        finally:
+            await nc.close()
+            await pool.close()
+        raw = await asyncio.to_thread(
+            raw_embed_rate, embedder, [t for _, t in small_passages(min(count, 300))], 1
+        )
+        measured.update(batch_documents=batch, raw_embed_docs_per_s=raw)
+        return measured
+    finally:
+        broker_server.stop()
+        pg.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+#: uploads a fetch in the batched run (``LECTERN_INGEST_BATCH_DOCUMENTS``; 1 by default)
+BATCHED = 32
+
+
+def run_small(count: int) -> dict[str, Any]:
+    """The many-small-documents part: batching off (the default), then 32 uploads a fetch,
+    each in a fresh process and stack, one after the other in the same run."""
+    batched = BATCHED
+    runs: dict[str, dict[str, Any]] = {}
+    for label, size in (("unbatched", 1), ("batched", batched)):
+        child = subprocess.run(
+            [sys.executable, __file__, "--no-large", "--small", str(count),
+             "--small-part", str(size)],
+            check=True, capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        runs[label] = json.loads(child.stdout.strip().splitlines()[-1])
+        run_ = runs[label]
+        print(
+            f"small documents, batch {size:>3}: {count} in {run_['seconds']:.1f} s = "
+            f"{run_['docs_per_s']:.1f} docs/s ({run_['failed']} failed, {run_['chunks']} "
+            f"chunks, {run_['duplicate_chunks']} duplicated; raw embedder one passage at a "
+            f"time {run_['raw_embed_docs_per_s']:.1f}/s)",
+            flush=True,
+        )
+    ratio = runs["batched"]["docs_per_s"] / runs["unbatched"]["docs_per_s"]
+    return {
+        "documents": count, "docs_per_s": round(runs["batched"]["docs_per_s"], 1),
+        "unbatched_docs_per_s": round(runs["unbatched"]["docs_per_s"], 1),
+        "ratio": round(ratio, 2),
+        "runs": {
+            label: {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
+            for label, r in runs.items()
+        },
+    }  # fmt: skip
+
+
 async def run(files: list[Path]) -> dict[str, Any]:
     """Start the stack, ingest the files, measure."""
     base = Path(tempfile.mkdtemp(prefix="lectern-bench-"))
@@ -163,6 +376,7 @@ async def run(files: list[Path]) -> dict[str, Any]:
         pool = await create_pool(pg.dsn, min_size=1, max_size=4)
         nc = await nats.connect(broker_server.url)
         results: list[dict[str, Any]] = []
+        started_rss = psutil.Process().memory_info().rss / 2**20
         try:
             with RssSampler() as rss:
                 async with app.router.lifespan_context(app):
@@ -217,20 +431,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument("--docs", type=Path, default=DOCS)
+    parser.add_argument(
+        "--small", type=int, default=2000, metavar="N",
+        help="short BEIR passages for the many-small-documents part (0: skip it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--large", action=argparse.BooleanOptionalAction, default=True,
+        help="run the large documents' part (--no-large: only the small documents)",
+    )  # fmt: skip
+    parser.add_argument("--small-part", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    files = args.files or [args.docs / name for name in DEFAULT_FILES]
+    files = (args.files or [args.docs / name for name in DEFAULT_FILES]) if args.large else []
+    if args.small and not CORPUS.is_file():
+        print(f"missing the small documents' corpus: {CORPUS}", file=sys.stderr)
+        raise SystemExit(2)
     missing = [f for f in files if not f.is_file()]
     if missing:
         print(f"missing benchmark documents: {', '.join(map(str, missing))}", file=sys.stderr)
         raise SystemExit(2)
-    summary = asyncio.run(run(files))
-    for doc in summary["documents"]:
+    if args.small_part is not None:
+        part = asyncio.run(run_small_part(count=args.small, batch=args.small_part))
+        print(json.dumps(part), flush=True)
+        # a lingering shutdown thread must not keep the child alive; the stack is stopped
+        os._exit(0)
+    summary: dict[str, Any] = asyncio.run(run(files)) if files else {}
+    if args.small:
+        summary["small"] = run_small(args.small)
+    for doc in summary.get("documents", []):
         print(
             f"{doc['file']:<40} {doc['pages']:>4} pages {doc['chunks']:>5} chunks "
             f"{doc['seconds']:>7.1f} s  {doc['pages_per_min']:>7.1f} pages/min  "
             f"{doc['chunks_per_s']:>6.1f} chunks/s  raw {doc['raw_embed_chunks_per_s']:>6.1f}/s  "
             f"ratio {doc['ratio_to_raw']:.2f}"
+        )
+    small = summary.get("small")
+    if small:
+        print(
+            f"{small['documents']} small documents: {small['docs_per_s']:.1f} docs/s batched, "
+            f"{small['unbatched_docs_per_s']:.1f} docs/s one at a time, "
+            f"ratio {small['ratio']:.2f} (target >= 100 docs/s)"
         )
     print(json.dumps(summary))
 

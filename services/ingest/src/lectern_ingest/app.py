@@ -92,8 +92,14 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         Subjects.DOCUMENTS_UPLOADED,
         stream=stream_for(Subjects.DOCUMENTS_UPLOADED),
         durable=INGEST_DURABLE,
-        pull_sub=PullSub(batch_size=1, timeout=5.0),
-        max_workers=settings.concurrency,
+        # with batching on, a fetch takes up to batch_documents uploads at once; the worker
+        # lets small ones run together and large ones `concurrency` at a time
+        pull_sub=PullSub(batch_size=max(1, settings.batch_documents), timeout=5.0),
+        max_workers=(
+            settings.concurrency
+            if settings.batch_documents <= 1
+            else settings.concurrency + settings.batch_documents
+        ),
         config=consumer,
     )
     async def on_uploaded(body: dict[str, Any], message: NatsMessage) -> None:

@@ -50,6 +50,7 @@ from lectern_common.outbox import enqueue
 from lectern_common.text import embedding_text
 from lectern_ingest import language
 from lectern_ingest import repository as repo
+from lectern_ingest.batching import EmbedBatcher, wait_with_keepalive
 from lectern_ingest.chunking import (
     ChunkDraft,
 )
@@ -124,11 +125,43 @@ class IngestWorker:
             max_tokens = min(max_tokens, settings.chunk_max_tokens)
         self.chunking = chunking_config(settings, max_tokens=max_tokens)
         self.count_tokens = thread_safe_counter(embedder)
+        #: large documents in flight at once (``concurrency``); small ones when batching
+        self._large = asyncio.Semaphore(settings.concurrency)
+        self._small = asyncio.Semaphore(settings.batch_documents)
+        self.batcher = (
+            EmbedBatcher(self._embed_alone, max_texts=settings.embed_batch_size)
+            if settings.batch_documents > 1 and settings.batch_embed
+            else None
+        )
+
+    def is_small(self, event: DocumentUploaded) -> bool:
+        """Whether the upload is indexed with other small ones (batching on, a small file
+        with nothing to reuse from an earlier version and no password to fetch)."""
+        settings = self.settings
+        return (
+            settings.batch_documents > 1
+            and event.size_bytes <= settings.batch_max_bytes
+            and event.replaces_document_id is None
+            and not event.has_password
+        )
 
     async def process(
         self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
     ) -> Outcome:
-        """Handle one delivery of ``documents.uploaded``; never raises for a document's fault."""
+        """Handle one delivery of ``documents.uploaded``; never raises for a document's fault.
+
+        Small uploads run up to ``batch_documents`` at once (their embedding joined), large
+        ones up to ``concurrency`` at once, as before."""
+        gate = self._small if self.is_small(event) else self._large
+        await wait_with_keepalive(gate, keepalive, self.settings.in_progress_interval_s)
+        try:
+            return await self._process(event=event, deliveries=deliveries, keepalive=keepalive)
+        finally:
+            gate.release()
+
+    async def _process(
+        self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
+    ) -> Outcome:
         settings = self.settings
         async with self.pool.acquire() as conn:
             row = await repo.get_document(conn, event.document_id)
@@ -552,9 +585,15 @@ class IngestWorker:
             return np.stack([np.asarray(v, dtype=np.float32) for v in vectors])
         return await self._embed_new(texts)
 
+    async def _embed_alone(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
+        return await self.embedder.embed_documents(texts)
+
     async def _embed_new(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
         started = time.monotonic()
         try:
+            if self.batcher is not None:
+                # other small documents' chunks join the same embedder call
+                return await self.batcher.embed(texts)
             return await self.embedder.embed_documents(texts)
         except PermanentError as exc:
             raise IngestFailure(
