@@ -482,9 +482,12 @@ def test_sentences_of_one_source_stay_in_document_order() -> None:
     )
     best = max(answer.sentences, key=lambda s: s.score)
     assert best.position == 2
-    assert [s.position for s in answer.sentences] == [0, 2]
+    # the best sentence brings the one before it in its paragraph (an answer is a passage),
+    # and the sentences are read in the source's order
+    assert [s.position for s in answer.sentences] == [0, 1, 2]
     assert answer.render() == (
-        "Glucose moves through the phloem [T1]. Glucose is stored in roots as starch [T1]."
+        "Glucose moves through the phloem [T1]. Rain falls in spring [T1]. "
+        "Glucose is stored in roots as starch [T1]."
     )
 
 

@@ -403,8 +403,9 @@ async def test_erasure_deletes_webhook_deliveries_about_the_user(
 
     hook = uuid.uuid4()
     await db_pool.execute(
-        "INSERT INTO webhooks (id, tenant_id, url, event_types, secret) "
-        "VALUES ($1, $2, 'https://lms.example/hook', $3, 'whsec_x')",
+        # disabled: the dispatcher of other tests sharing the database never sends these
+        "INSERT INTO webhooks (id, tenant_id, url, event_types, secret, disabled_at) "
+        "VALUES ($1, $2, 'https://lms.example/hook', $3, 'whsec_x', now())",
         hook, tenant_id, ["lectern.chat.turn_completed.v1", Subjects.USERS_ERASED],
     )  # fmt: skip
 

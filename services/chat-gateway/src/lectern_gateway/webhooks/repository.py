@@ -137,7 +137,14 @@ async def claim_due(conn: Any, *, limit: int, lease_s: float) -> list[dict[str, 
             [r["id"] for r in rows],
             lease_s,
         )
-    return [{**dict(r), "headers": json.loads(r["headers"])} for r in rows]
+    return [{**dict(r), "headers": _headers(r["headers"])} for r in rows]
+
+
+def _headers(stored: Any) -> dict[str, str]:
+    """A delivery's extra headers: written as a JSON text (the pool's jsonb codec hands it
+    back as a string), or as an object by SQL; a row of either kind never stops the others."""
+    value = json.loads(stored) if isinstance(stored, str) else stored
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 async def record_attempt(
