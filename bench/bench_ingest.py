@@ -39,6 +39,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -278,8 +279,9 @@ async def ingest_small(
     }  # fmt: skip
 
 
-async def run_small_part(*, count: int, batch: int) -> dict[str, Any]:
-    """One configuration of the small-documents part on its own embedded stack."""
+@contextlib.asynccontextmanager
+async def bench_stack() -> AsyncIterator[tuple[Path, EmbeddedPostgres, EmbeddedNats]]:
+    """An embedded Postgres (migrated) and NATS in a temporary folder, removed afterwards."""
     base = Path(tempfile.mkdtemp(prefix="lectern-bench-"))
     os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it
     pg = EmbeddedPostgres(base / "pg", run_as=os.environ.get("LECTERN_EMBEDDED_PG_USER"))
@@ -289,6 +291,16 @@ async def run_small_part(*, count: int, batch: int) -> dict[str, Any]:
     try:
         await migrate(pg.dsn, embedding_model="sentence-transformers/all-MiniLM-L6-v2",
                       embedding_dim=384)  # fmt: skip
+        yield base, pg, broker_server
+    finally:
+        broker_server.stop()
+        pg.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def run_small_part(*, count: int, batch: int) -> dict[str, Any]:
+    """One configuration of the small-documents part on its own embedded stack."""
+    async with bench_stack() as (base, pg, broker_server):
         settings = Settings(
             nats_url=broker_server.url, database_url=pg.dsn, http_port=0, log_json=False,
             log_level="WARNING", batch_documents=batch,
@@ -314,10 +326,6 @@ async def run_small_part(*, count: int, batch: int) -> dict[str, Any]:
         )
         measured.update(batch_documents=batch, raw_embed_docs_per_s=raw)
         return measured
-    finally:
-        broker_server.stop()
-        pg.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 #: uploads a fetch in the batched run (``LECTERN_INGEST_BATCH_DOCUMENTS``; 1 by default)
@@ -358,15 +366,7 @@ def run_small(count: int) -> dict[str, Any]:
 
 async def run(files: list[Path]) -> dict[str, Any]:
     """Start the stack, ingest the files, measure."""
-    base = Path(tempfile.mkdtemp(prefix="lectern-bench-"))
-    os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it
-    pg = EmbeddedPostgres(base / "pg", run_as=os.environ.get("LECTERN_EMBEDDED_PG_USER"))
-    broker_server = EmbeddedNats(base / "nats")
-    pg.start()
-    broker_server.start()
-    try:
-        await migrate(pg.dsn, embedding_model="sentence-transformers/all-MiniLM-L6-v2",
-                      embedding_dim=384)  # fmt: skip
+    async with bench_stack() as (_, pg, broker_server):
         settings = Settings(
             nats_url=broker_server.url, database_url=pg.dsn, http_port=0, log_json=False,
             log_level="WARNING",
@@ -420,10 +420,6 @@ async def run(files: list[Path]) -> dict[str, Any]:
                 for r in results
             ],
         }
-    finally:
-        broker_server.stop()
-        pg.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def main() -> None:
