@@ -315,8 +315,9 @@ def test_a_comparison_cites_another_source_only_when_it_answers_nearly_as_well()
 
 
 def test_another_source_is_cited_only_for_question_terms_the_answer_lacks() -> None:
-    """The second source scores as well as the first (it repeats the question's words) but
-    adds none of them: it is not cited; a source that adds a term the answer lacks is."""
+    """The second source scores nearly as well as the first (it repeats the question's words)
+    but adds none of them: it is not cited; a source that adds a term the answer lacks is, and
+    so is one that scores as well as the best (a tie the model cannot break)."""
     answer = SourceText(
         label="T1",
         text=(
@@ -331,9 +332,15 @@ def test_another_source_is_cited_only_for_question_terms_the_answer_lacks() -> N
     picked = extract_answer(
         question="What are the advantages of fat bytecodes?",
         sources=[answer, echo],
-        similarities=[0.84, 0.84],
+        similarities=[0.84, 0.75],
     )
     assert picked.cited == ["T1"]
+    tied = extract_answer(
+        question="What are the advantages of fat bytecodes?",
+        sources=[answer, echo],
+        similarities=[0.84, 0.84],
+    )
+    assert tied.cited == ["T1", "T2"]
     other = SourceText(
         label="T2", text="Fat bytecodes also cut the interpreter's dispatch overhead in loops."
     )
@@ -557,3 +564,41 @@ def test_a_definition_from_another_source_is_cited_and_leads_the_answer() -> Non
     )  # fmt: skip
     assert picked.render().startswith("Newton's first law says that an object stays at rest")
     assert "T2" in picked.cited
+
+
+def test_a_table_whose_row_labels_are_set_as_items_is_read_by_row() -> None:
+    """A caption, a header with an empty first cell, rows whose labels a PDF set as items
+    ("- Same Row | 32.1 | 2.8") and a last row a chunk's end cut short: still one table."""
+    text = (
+        "Table 7: Ablation study of proposed attention biases.\n | ALL | SEQ\n"
+        "TABLEFORMERBASE | 62.1 | 38.4\n- Same Row | 32.1 | 2.8\n- Same Column | 62.1 | 37.7\n"
+        "- Header to Othe"
+    )
+    units = split_sentences(text)
+    assert "- Same Row; ALL: 32.1; SEQ: 2.8" in units
+    assert "- Same Column; ALL: 62.1; SEQ: 37.7" in units
+    assert not any(u.startswith("Same Row") for u in units)
+
+
+def test_a_why_answer_is_a_passage_of_the_best_sentences_paragraph() -> None:
+    """The sentence that matches a why question best names what the next two explain."""
+    source = SourceText(
+        label="T1",
+        text=(
+            "Leaves change colour in autumn. Chlorophyll breaks down as the days get shorter. "
+            "The yellow carotenoids it hid then show through. Red comes from new anthocyanins."
+        ),
+    )
+    why = extract_answer(
+        question="Why do leaves change colour in autumn?",
+        sources=[source],
+        similarities=[0.9, 0.5, 0.3, 0.3],
+    )
+    assert "carotenoids" in why.render()
+    plain = extract_answer(
+        question="Why do leaves change colour in autumn?",
+        sources=[source],
+        similarities=[0.9, 0.5, 0.3, 0.3],
+        without={"explanation"},
+    )
+    assert "carotenoids" not in plain.render()

@@ -56,7 +56,11 @@ _STOPWORDS = frozenset(
     von zu im in den dem des mit auf für nicht auch es sich""".split()
 )
 _WORDS = re.compile(r"[^\W_]+", re.UNICODE)
-_PARAGRAPHS = re.compile(r"\n\s*\n|\n(?=\s*(?:[-•*▪◦–‒—]|\d{1,2}[.)]|\(?[a-z][.)])\s)")
+#: a blank line, or a line break before a list item ("- ", "2.", "(a)") that is no table row
+#: ("- Same Row | 32.1 | 2.8": a table's row labels may be set as items)
+_PARAGRAPHS = re.compile(
+    r"\n\s*\n|\n(?=\s*(?:[-•*▪◦–‒—]|\d{1,2}[.)]|\(?[a-z][.)])\s(?![^\n]* \| ))"
+)
 _SENTENCE_END = re.compile(
     r"(?:(?<=[.!?])|(?<=[a-z)][.!?]\d)|(?<=[a-z)][.!?]\d\d)|(?<=[a-z)][.!?]\d\d\d))"
     r"\s+(?=[\"'(\[]?[A-Z0-9ÄÖÜ])"
@@ -234,9 +238,11 @@ def table_rows(paragraph: str) -> list[str]:
     "header: cell; ..." so that a row answers alone; [] when the paragraph is no table."""
     lines = [line.strip() for line in paragraph.split("\n") if line.strip()]
     cells = [_cells(line) for line in lines]
-    if len(lines) < 2 or sum(1 for c in cells if len(c) > 1) < len(lines) - 1:
+    first = next((i for i, c in enumerate(cells) if len(c) > 1), len(cells))
+    # a caption of up to two lines above, and one line of no cells (a row a chunk's end cut)
+    body = len(lines) - first
+    if first > 2 or body < 2 or sum(1 for c in cells[first:] if len(c) > 1) < body - 1:
         return []
-    first = next(i for i, c in enumerate(cells) if len(c) > 1)
     header = cells[first]
     rows = [" ".join(lines[i].split()) for i in range(first + 1)]  # caption and header
     for row in cells[first + 1 :]:
@@ -470,6 +476,7 @@ MECHANISMS = frozenset(
         "followed_on",  # a best sentence brings the next one when it goes on about it
         "passage",  # the best sentence brings the next one of its paragraph
         "completed",  # a sentence a line break cut goes on; a list's introduction brings it
+        "explanation",  # a why/how answer's best sentence brings two of its paragraph, not one
     }
 )
 
@@ -888,8 +895,14 @@ def extract_answer(
         group_rank.setdefault(picked.source_index, len(group_rank))
     chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
     if "followed_on" not in without:
+        explains = bool(_WHY_HOW.search(question)) and form not in ("number", "list")
         chosen = _followed_on(
-            chosen, units, sources, limit=max_sentences + 2, passage="passage" not in without
+            chosen,
+            units,
+            sources,
+            limit=max_sentences + 2,
+            passage="passage" not in without,
+            further=int(explains and "explanation" not in without),
         )
     if "completed" not in without:
         chosen = _with_list(_completed(chosen, units), units, sources)
@@ -911,6 +924,7 @@ def _followed_on(
     limit: int,
     leads: int = 2,
     passage: bool = True,
+    further: int = 0,
 ) -> list[ScoredSentence]:
     """The best sentences (``leads`` of them) each with the next one of its source when that
     one goes on about it ("Our friend Mojo stands next to the ladder. He is an intelligent
@@ -919,8 +933,10 @@ def _followed_on(
     whatever it opens with: an answer is a passage, and the sentence that matches the
     question best often only names what the next one explains (a why or how question) or
     defines; it also brings the sentence before it in its paragraph, whose point it often goes
-    on with. A table row brings nothing (the next row is another fact), nor does a question.
-    Past ``limit`` sentences, the weakest other sentence makes room."""
+    on with. ``further`` sentences more of the paragraph follow the best one: an explanation
+    (a why or how question) takes a passage. A table row brings nothing (the next row is
+    another fact), nor does a question. Past ``limit`` sentences, the weakest other sentence
+    makes room."""
     if not chosen:
         return list(chosen)
     ranked = sorted(chosen, key=lambda c: -c.score)
@@ -945,6 +961,20 @@ def _followed_on(
         others = [c for c in ranked[leads:] if c in out]
         if len(out) > limit and others:
             out.remove(others[-1])
+    paragraph = at[(best.source_index, best.position)].paragraph
+    for step in range(2, 2 + further) if passage and not _is_table_row(best.text) else ():
+        key = (best.source_index, best.position + step)
+        more = at.get(key)
+        if (
+            more is None
+            or more.item
+            or more.paragraph != paragraph
+            or more.text.rstrip().endswith("?")
+        ):
+            break
+        if key not in taken:
+            out.append(_quoted(more, sources))
+            taken.add(key)
     if passage:
         # ... and the one before it: the point it goes on with ("A trace tree is ... . It
         # grows as ...") or the definition its figures are about
@@ -1067,11 +1097,14 @@ def _best(
     limit: int,
     other_floor: float | None = None,
     asked: Container[str] | None = None,
+    tie: float = 0.98,
 ) -> list[ScoredSentence]:
     """The best units above ``floor``, skipping near-repeats of one already chosen. A unit of
     another source than the best one's needs ``other_floor`` and must hold a term of the
-    question (``asked``) that no chosen unit holds, or state what a definition question asks
-    for: an answer cites what answers, not everything near it."""
+    question (``asked``) that no chosen unit holds, state what a definition question asks
+    for, or score within ``tie`` of the best (two sources that answer equally well are both
+    cited: which one holds the fact, the model cannot tell): an answer cites what answers,
+    not everything near it."""
     chosen: list[ScoredSentence] = []
     bags: list[set[str]] = []
     for s in ranked:
@@ -1084,7 +1117,12 @@ def _best(
             and s.source_index != chosen[0].source_index
             and (
                 s.score < other_floor
-                or (asked is not None and not _adds_asked(bag, bags, asked) and not s.defines)
+                or (
+                    asked is not None
+                    and not _adds_asked(bag, bags, asked)
+                    and not s.defines
+                    and s.score < tie * chosen[0].score
+                )
             )
         ):
             continue
