@@ -110,6 +110,27 @@ def test_numbers_the_question_shows_may_be_repeated_but_do_not_answer() -> None:
     assert grading.rule_verdict("46", "23", question=question) is False
 
 
+@pytest.mark.parametrize(
+    ("reference", "answer", "hedge"),
+    [
+        ("approach", "require and approach", True), ("mitosis", "mitosis or meiosis", True),
+        ("limiting factor", "limiting factor, carbon dioxide", True),
+        ("mitosis", "mitosis, I think", False), ("red and blue", "blue and red", False),
+        ("7", "seven regions, 7", False), ("2.5", "two and a half", False),
+        ("180", "one hundred and eighty", False),
+        ("the cell wall", "the cell wall, not the membrane", False),
+        ("Newton", "Isaac Newton and his laws of motion in 1687", False),
+    ],
+)  # fmt: skip
+def test_a_hedge_names_the_answer_beside_another_and_is_not_right(
+    reference: str, answer: str, hedge: bool
+) -> None:
+    """Two candidates offered together are no answer (a teacher marks it partly right)."""
+    assert grading.hedged(reference, answer) is hedge
+    if hedge:
+        assert grading.rule_verdict(reference, answer) is False
+
+
 def test_a_contrast_is_no_negation() -> None:
     assert grading.rule_verdict("the cell wall", "the cell wall, not the membrane") is None
 

@@ -190,6 +190,10 @@ async def test_the_rules_judge_right_partly_and_wrong() -> None:
     assert (await judge(check, "sugars")).verdict == "right"
     assert (await judge(check, "oxygen from water and carbon")).verdict == "partly"
     assert (await judge(check, "oxygen")).verdict == "wrong"
+    # the answer beside another candidate is a hedge: partly right, no evidence of mastery
+    blank = {**check, "answer": "sugars", "accepted": ["sugars"]}
+    assert (await judge(blank, "sugars")).verdict == "right"
+    assert (await judge(blank, "sugars or oxygen")).verdict == "partly"
     true_false = {**check, "kind": "true_false", "answer": "false", "accepted": []}
     assert (await judge(true_false, "False")).verdict == "right"
     assert (await judge(true_false, "yes")).verdict == "wrong"

@@ -14,7 +14,8 @@ French, German and Spanish: "quarante-six", "sechsundvierzig", "cuarenta y seis"
   "second" count only when the other side has that number); a reference that is only a
   number is then right ("46 chromosomes" for "46");
 - a negation on one side only is wrong ("not cancer"; "not reactive" reads as "unreactive",
-  and a contrast such as ", not absorbed" negates nothing).
+  and a contrast such as ", not absorbed" negates nothing);
+- the answer offered beside another candidate is a hedge, not right ("mitosis or meiosis").
 
 Otherwise a logistic model combines the ``SIGNALS`` of the pair into the probability that the
 answer means the reference: how many of the reference's words that the question lacks the
@@ -428,6 +429,8 @@ def rule_verdict(reference: str, given: str, *, question: str = "") -> bool | No
         return False
     if said.text == expected.text or _acronym_of(given, reference) or _acronym_of(reference, given):
         return True
+    if hedged(reference, given, question=question):
+        return False
     asked = read(question).numbers if question else frozenset()
     wanted = expected.numbers | (expected.maybe & said.numbers)
     stated = (said.numbers | (said.maybe & wanted)) - (asked - wanted)
@@ -438,6 +441,48 @@ def rule_verdict(reference: str, given: str, *, question: str = "") -> bool | No
     if wanted and all(_NUMERIC_TOKEN.fullmatch(w) for w in expected.text.split()):
         return True  # the number asked for, with or without its unit
     return None
+
+
+#: what separates alternatives a student offers together ("meiosis or mitosis", "A and B")
+_ALTERNATIVES = re.compile(r"\s*(?:,|/|;|\b(?:and|or|und|oder|et|ou|y|o)\b)\s*", re.IGNORECASE)
+#: what a student adds to an answer without offering another one ("mitosis, I think"), or
+#: says it is not
+_FILLER = re.compile(
+    r"^\s*(?:i (?:think|guess|believe|suppose)|maybe|probably|perhaps|(?:i'?m )?not sure|"
+    r"right|yes|ok(?:ay)?|i hope|glaube ich|vielleicht|je crois|peut-être|creo)\W*$"
+    # a contrast sets nothing beside the answer: "the cell wall, not the membrane"
+    r"|^\s*(?:not|never|nicht|kein\w*|pas|non|no)\b",
+    re.IGNORECASE,
+)
+
+
+def hedged(reference: str, given: str, *, question: str = "") -> bool:
+    """Whether a short answer names the reference beside another candidate ("approach and
+    require" for "approach", "mitosis or meiosis" for "mitosis"): a hedge, not the answer;
+    a teacher marks it partly right. Only for short references (up to three words), whose
+    own words are never the other candidate, and alternatives of up to three words each."""
+    expected = read(reference).text
+    if not expected or len(expected.split()) > 3:
+        return False
+    parts = [p for p in _ALTERNATIVES.split(given.strip()) if p.strip() and not _FILLER.match(p)]
+    if len(parts) < 2 or any(len(p.split()) > 3 for p in parts):
+        return False
+    readings = [read(p).text for p in parts]
+    named = [
+        r == expected or _acronym_of(p, reference) for p, r in zip(parts, readings, strict=True)
+    ]
+    others = [r for r, hit in zip(readings, named, strict=True) if not hit]
+    wanted = set(expected.split()) | set(read(question).text.split())
+    numbers = read(reference).numbers
+    # "seven regions, 7": both name the reference; "blue and red" for "red and blue": no hedge
+    return (
+        any(named)
+        and bool(others)
+        and all(
+            r and not set(r.split()) <= wanted and not (numbers and read(r).numbers == numbers)
+            for r in others
+        )
+    )
 
 
 # ---------------------------------------------------------------------------- signals
