@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test fuzz test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers tune-rerank soak clean client-models client-ts
+.PHONY: help install system-deps run test fuzz test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-scale tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -76,7 +76,7 @@ client-models: install ## Regenerate the Python client's models from docs/openap
 client-ts: ## Build the TypeScript client (clients/typescript): npm ci, API types from docs/openapi.json, tsc + browser bundle
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run generate && npm run build
 
-bench: bench-answers bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup ## Run every benchmark
+bench: bench-answers bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-scale ## Run every benchmark
 
 bench-answers: install ## Answer quality on real documents through upload, ingest and chat SSE (bench/answers)
 	$(PY) bench/bench_answers.py
@@ -86,6 +86,12 @@ bench-ingest: install ## Ingest throughput vs the raw embedder (../shared/data/d
 
 bench-retrieval: install ## Retrieval quality (BEIR sets) and latency at 100k chunks
 	$(PY) bench/bench_retrieval.py
+
+# the scale benchmark's size: `make bench-scale SCALE_CHUNKS=200000 SCALE_TENANTS=40`
+SCALE_CHUNKS ?= 1000000
+SCALE_TENANTS ?= 100
+bench-scale: install ## Retrieval at 1M chunks over 100 tenants of skewed sizes: latency, filtered recall, throughput, memory, disk
+	$(PY) bench/bench_scale.py --chunks $(SCALE_CHUNKS) --tenants $(SCALE_TENANTS) --json /tmp/lectern-bench-scale.json
 
 bench-rerank: install ## Re-rank latency and confidence bands
 	$(PY) bench/bench_rerank.py

@@ -27,12 +27,13 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import nats
 import numpy as np
-from inprocess import embedded_stack
+from inprocess import Stack, embedded_stack
 
 from lectern_common.embeddings import LocalEmbedder
 from lectern_eval.retrieval import (
@@ -94,6 +95,127 @@ async def quality(name: str, limit: int | None, embedder: LocalEmbedder) -> dict
     return out
 
 
+def scale_texts(distinct: int | None = None) -> tuple[list[str], list[str]]:
+    """The scale corpus' distinct texts (bioasq-dev and pubmedqa: 14,449; the first
+    ``distinct`` of them) and the bioasq questions, in a stable order."""
+    dataset = load_beir(EVAL / "bioasq-dev")
+    pubmed = load_beir(EVAL / "pubmedqa-pqal")
+    # every distinct text at hand (bioasq-dev and pubmedqa: 14,449), replicated to ``chunks``:
+    # the fewer the copies, the closer each term's document frequency is to a real corpus's
+    texts = [f"{t} {x}".strip() for t, x in (*dataset.corpus.values(), *pubmed.corpus.values())]
+    texts = texts[:distinct] if distinct else texts
+    questions = [dataset.queries[q] for q in sorted(dataset.queries)]
+    return texts, questions
+
+
+def base_vectors(texts: list[str], cache_dir: Path | None) -> np.ndarray[Any, Any]:
+    """The texts embedded once with the real model (kept in ``cache_dir`` when given)."""
+    say(f"== scale: embedding {len(texts)} distinct texts for the replicated corpus")
+    embed_started = time.perf_counter()
+    cached = cache_dir / f"scale-{len(texts)}.npy" if cache_dir else None
+    if cached is not None and cached.exists():
+        base: np.ndarray[Any, Any] = np.load(cached)
+    else:
+        base = LocalEmbedder().embed_documents_sync(texts)
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            np.save(cached, base)
+    say(f"embedded in {time.perf_counter() - embed_started:.0f} s")
+    return base
+
+
+def jittered(
+    base: np.ndarray[Any, Any], rows: list[int], rng: np.random.Generator, *, sigma: float = 0.02
+) -> np.ndarray[Any, Any]:
+    """Copies of ``base[rows]``, each jittered (normal, ``sigma``) and renormalised.
+
+    A replicated corpus: every text embedded once with the real model, each copy's vector
+    jittered (at 0.02: cosine ~0.93 to the original). Random unit vectors would be HNSW's
+    pathological case (no neighbourhood structure), not what an index of course text holds.
+    """
+    jitter = rng.normal(0.0, sigma, (len(rows), base.shape[1])).astype(np.float32)
+    vectors: np.ndarray[Any, Any] = base[rows] + jitter
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors
+
+
+async def start_retrievers(servers: Stack, replicas: int) -> list[asyncio.subprocess.Process]:
+    """``replicas`` retriever processes (as deployed: ``python -m lectern_retriever``)."""
+    env = {
+        **os.environ,
+        "LECTERN_NATS_URL": servers.nats_url,
+        "LECTERN_DATABASE_URL": servers.database_url,
+        "LECTERN_RETRIEVER_HTTP_PORT": "0",
+        "LECTERN_LOG_LEVEL": "WARNING",
+        "LECTERN_RETRIEVER_REWEIGHT_INTERVAL_S": "0",
+        "HF_HUB_OFFLINE": "1",
+    }
+    return [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "lectern_retriever", env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )
+        for _ in range(replicas)
+    ]  # fmt: skip
+
+
+async def stop_retrievers(processes: list[asyncio.subprocess.Process]) -> None:
+    """Terminate the retriever processes and wait for them."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        await asyncio.wait_for(process.wait(), 30)
+
+
+async def wait_for_retrievers(
+    ask: Callable[[str], Awaitable[Any]], questions: list[str], replicas: int
+) -> None:
+    """Ask until every replica has loaded its model and subscribed (3 minutes at most)."""
+    from lectern_common.errors import LecternError
+
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            for question in questions[: 10 * replicas]:
+                await ask(question)
+            break
+        except LecternError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)
+
+
+async def throughput(nats_url: str, bodies: list[str], concurrency: int) -> float:
+    """Requests per second for these RetrieveRequest bodies, ``concurrency`` in flight.
+
+    The load generator is a bare NATS client (the same request bytes, the reply parsed and
+    checked), so that the two cores go to the system under test: the gateway's FastStream
+    client with pydantic would itself use ~1.2 ms per request.
+    """
+    from lectern_common.events import RetrieveRequest
+
+    lean = await nats.connect(nats_url, name="bench-retrieval-load")
+    semaphore = asyncio.Semaphore(concurrency)
+    headers = {"content-type": "application/json"}
+
+    async def bounded(body: str) -> None:
+        async with semaphore:
+            reply = await lean.request(
+                RetrieveRequest.subject, body.encode(), timeout=60, headers=headers
+            )
+        answer = json.loads(reply.data)
+        if answer.get("error") or not answer.get("candidates"):
+            question = json.loads(body).get("query")
+            raise RuntimeError(f"retrieval failed for {question!r}: {answer.get('error')}")
+
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(bounded(b) for b in bodies))
+        return len(bodies) / (time.perf_counter() - started)
+    finally:
+        await lean.close()
+
+
 async def scale(
     *,
     chunks: int,
@@ -106,33 +228,13 @@ async def scale(
     """Latency and throughput through NATS at ``chunks`` chunks."""
     from lectern_common.broker import create_broker, request
     from lectern_common.db import create_pool
-    from lectern_common.errors import LecternError
     from lectern_common.events import RetrieveReply, RetrieveRequest
 
-    dataset = load_beir(EVAL / "bioasq-dev")
-    pubmed = load_beir(EVAL / "pubmedqa-pqal")
-    # every distinct text at hand (bioasq-dev and pubmedqa: 14,449), replicated to ``chunks``:
-    # the fewer the copies, the closer each term's document frequency is to a real corpus's
-    texts = [f"{t} {x}".strip() for t, x in (*dataset.corpus.values(), *pubmed.corpus.values())]
-    texts = texts[:distinct] if distinct else texts
-    questions = [dataset.queries[q] for q in sorted(dataset.queries)]
+    texts, questions = scale_texts(distinct)
     tenant = "bench-100k"
     per_doc = 10
     rng = np.random.default_rng(0)
-    # A replicated corpus: every bioasq text embedded once with the real model, each copy's
-    # vector jittered (cosine ~0.93 to the original). Random unit vectors would be HNSW's
-    # pathological case (no neighbourhood structure), not what an index of course text holds.
-    say(f"== scale: embedding {len(texts)} distinct texts for the replicated corpus")
-    embed_started = time.perf_counter()
-    cached = cache_dir / f"scale-{len(texts)}.npy" if cache_dir else None
-    if cached is not None and cached.exists():
-        base = np.load(cached)
-    else:
-        base = LocalEmbedder().embed_documents_sync(texts)
-        if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            np.save(cached, base)
-    say(f"embedded in {time.perf_counter() - embed_started:.0f} s")
+    base = base_vectors(texts, cache_dir)
     async with embedded_stack() as servers:
         pool = await create_pool(servers.database_url, min_size=1, max_size=4)
         say(f"== scale: inserting {chunks} chunks")
@@ -143,9 +245,7 @@ async def scale(
             for start in range(0, chunks, 5000):
                 count = min(5000, chunks - start)
                 rows = [(start + i) % len(texts) for i in range(count)]
-                jitter = rng.normal(0.0, 0.02, (count, base.shape[1])).astype(np.float32)
-                vectors = base[rows] + jitter
-                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                vectors = jittered(base, rows, rng)
                 doc_ids = [uuid.uuid4() for _ in range(0, count, per_doc)]
                 await conn.executemany(
                     """INSERT INTO documents (id, tenant_id, title, filename, mime_type,
@@ -184,22 +284,7 @@ async def scale(
         await pool.close()
         say(f"HNSW built in {hnsw_s:.1f} s")
         # the retriever runs as its own processes (as deployed), the client here
-        env = {
-            **os.environ,
-            "LECTERN_NATS_URL": servers.nats_url,
-            "LECTERN_DATABASE_URL": servers.database_url,
-            "LECTERN_RETRIEVER_HTTP_PORT": "0",
-            "LECTERN_LOG_LEVEL": "WARNING",
-            "LECTERN_RETRIEVER_REWEIGHT_INTERVAL_S": "0",
-            "HF_HUB_OFFLINE": "1",
-        }
-        processes = [
-            await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "lectern_retriever", env=env,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-            )
-            for _ in range(replicas)
-        ]  # fmt: skip
+        processes = await start_retrievers(servers, replicas)
         client = create_broker(servers.nats_url, service_name="bench-retrieval")
         await client.connect()
         try:
@@ -208,16 +293,7 @@ async def scale(
                 message = RetrieveRequest(tenant_id=tenant, query=question)
                 return await request(client, message, RetrieveReply, timeout=60)
 
-            deadline = time.monotonic() + 180
-            while True:  # until every replica has loaded its model and subscribed
-                try:
-                    for question in questions[: 10 * replicas]:
-                        await ask(question)
-                    break
-                except LecternError:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(1.0)
+            await wait_for_retrievers(ask, questions, replicas)
             say("sequential latency")
             latencies: list[float] = []
             stages: dict[str, list[float]] = {}
@@ -227,38 +303,14 @@ async def scale(
                 for stage, ms in reply.timings_ms.items():
                     stages.setdefault(stage, []).append(ms)
             say(f"throughput with {concurrency} in flight, {replicas} retriever processes")
-            # The load generator is a bare NATS client (the same request bytes, the reply
-            # parsed and checked), so that the two cores go to the system under test: the
-            # gateway's FastStream client with pydantic would itself use ~1.2 ms per request.
-            lean = await nats.connect(servers.nats_url, name="bench-retrieval-load")
-            semaphore = asyncio.Semaphore(concurrency)
-            headers = {"content-type": "application/json"}
-
-            async def bounded(question: str) -> None:
-                body = RetrieveRequest(tenant_id=tenant, query=question).model_dump_json()
-                async with semaphore:
-                    reply = await lean.request(
-                        RetrieveRequest.subject, body.encode(), timeout=60, headers=headers
-                    )
-                answer = json.loads(reply.data)
-                if answer.get("error") or not answer.get("candidates"):
-                    raise RuntimeError(f"retrieval failed for {question!r}: {answer.get('error')}")
-
-            try:
-                started = time.perf_counter()
-                # questions the sequential phase did not ask, as far as there are any
-                start = min(requests, len(questions))
-                batch = [questions[(start + i) % len(questions)] for i in range(requests)]
-                await asyncio.gather(*(bounded(q) for q in batch))
-                rps = requests / (time.perf_counter() - started)
-            finally:
-                await lean.close()
+            # questions the sequential phase did not ask, as far as there are any
+            start = min(requests, len(questions))
+            batch = [questions[(start + i) % len(questions)] for i in range(requests)]
+            bodies = [RetrieveRequest(tenant_id=tenant, query=q).model_dump_json() for q in batch]
+            rps = await throughput(servers.nats_url, bodies, concurrency)
         finally:
             await client.stop()
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                await asyncio.wait_for(process.wait(), 30)
+            await stop_retrievers(processes)
     return {
         "chunks": chunks,
         "distinct_texts": len(texts),

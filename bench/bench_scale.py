@@ -1,0 +1,823 @@
+"""Retrieval at a million chunks over many tenants of skewed sizes (issue 30, part 3).
+
+    .venv/bin/python bench/bench_scale.py [--chunks 1000000] [--tenants 100]
+        [--sequential 300] [--requests 2000] [--concurrency 16] [--replicas 2]
+        [--recall-questions 50] [--cache-dir DIR] [--json PATH]
+
+1. Corpus: the 14,449 distinct bioasq-dev and pubmedqa texts, embedded once with the real
+   model (``--cache-dir`` keeps the vectors) and replicated with jittered vectors, as
+   ``bench_retrieval.py``'s 100k part does, over ``--tenants`` tenants: the largest holds
+   ``--big-share`` of the chunks (300,000 of 1M), the others follow a Zipf-like decay (many
+   small, none below ``--min-tenant-chunks``). Each tenant reads its own window of the texts;
+   documents of 10 chunks, interleaved across tenants in insert order as uploads would be,
+   carry a subject and a class (a few per tenant, unevenly used) so that filters select.
+2. Load: COPY in batches, BM25-indexed per batch by the SQL functions, each tenant
+   re-weighted, VACUUM, then the HNSW index built once; each step timed.
+3. Sequential latency (one request in flight) through NATS to the retriever processes, by
+   group: the big tenant, mid-sized and small tenants (samples), common-word questions
+   ("what is the main idea of this chapter"), and requests filtered by subject and class
+   on the big tenant and on the others.
+   Per stage from the reply's timings (dense, BM25 = ``sparse``, fusion = ``fuse``), the
+   reply's total minus its query embedding, and end to end at the client.
+4. Recall@k of the dense search the retriever runs (HNSW, ef_search 200, iterative scans
+   in relaxed order, the tenant's filters) against exact search under the same filters,
+   and, as a diagnostic, without any filter (the graph's own recall over the replicas).
+5. Throughput with ``--replicas`` retriever processes, ``--concurrency`` in flight, requests
+   spread over tenants by their size.
+6. Memory (PSS and RSS of Postgres and the retrievers) and disk (table, index and database
+   sizes).
+
+A human-readable summary, then one JSON line (also written to ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+from bench_retrieval import (
+    EVAL,
+    base_vectors,
+    jittered,
+    say,
+    scale_texts,
+    start_retrievers,
+    stop_retrievers,
+    throughput,
+    wait_for_retrievers,
+)
+from inprocess import embedded_stack
+
+from lectern_common.embeddings import LocalEmbedder
+from lectern_common.events import RetrievalFilters, RetrieveReply, RetrieveRequest
+from lectern_eval.retrieval import percentile
+
+PER_DOC = 10
+#: the recall diagnostic without any filter (not a request the retriever would serve)
+WHOLE_TABLE = "whole table"
+GROUPS = ("big tenant", "mid tenants", "small tenants", "common-word", "filtered big",
+          "filtered others")  # fmt: skip
+#: what the retriever sets on every connection (lectern_retriever.handlers, config defaults)
+EF_SEARCH = 200
+HNSW_SESSION = {"hnsw.ef_search": str(EF_SEARCH), "hnsw.iterative_scan": "relaxed_order"}
+#: the retriever's default: filtered sets this small are searched exactly
+EXACT_SEARCH_BELOW = 2000
+#: issue 30's targets at 1M chunks
+TARGET_P95_MS = 100.0
+TARGET_RECALL = 0.95
+
+SUBJECTS = [
+    "biology", "chemistry", "medicine", "genetics", "physiology", "pharmacology",
+    "neuroscience", "immunology", "nutrition", "public health", "biochemistry", "anatomy",
+]  # fmt: skip
+
+#: questions a student asks of whatever is open, with no topic word: every chunk matches
+#: their terms weakly, the hard case for BM25's pruning
+COMMON_QUESTIONS = [
+    "what is the main idea of this chapter",
+    "summarise the key points",
+    "what does this section explain",
+    "can you explain this again in simpler words",
+    "what are the most important things to remember",
+    "what is this about",
+    "give me an overview of the topic",
+    "what should I know for the exam",
+]
+
+
+@dataclass
+class Tenant:
+    """A tenant's size, its window of texts and the metadata its documents draw from."""
+
+    name: str
+    chunks: int
+    offset: int
+    subjects: list[str]
+    subject_weights: np.ndarray[Any, Any]
+    classes: list[str]
+    class_weights: np.ndarray[Any, Any]
+    #: documents inserted so far (the next document's first text)
+    written: int = 0
+
+
+@dataclass
+class Phases:
+    """Wall time of each phase, in seconds."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def time(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - started, 1)
+            say(f"-- {name}: {self.seconds[name]:.1f} s")
+
+
+def tenant_sizes(
+    *,
+    chunks: int,
+    tenants: int,
+    big_share: float,
+    min_chunks: int,
+    exponent: float,
+    offset: float,
+) -> list[int]:
+    """Chunks per tenant, largest first, in whole documents: one of ``big_share`` of all,
+    the rest by 1/(rank + offset)**exponent (Zipf-Mandelbrot) over the others, each at
+    least ``min_chunks``.
+
+    At 1M chunks and 100 tenants the defaults (2.0, 5) give 300,000, then 109k, 80k ...,
+    a median of ~1,600 and the smallest ~660: 57 tenants at or below the retriever's
+    exact-search size (2,000), 30 at or below 1,000."""
+    docs = chunks // PER_DOC
+    big = round(docs * big_share)
+    others = tenants - 1
+    floor = max(1, min_chunks // PER_DOC)
+    spare = docs - big - floor * others
+    if others < 1 or spare < 0:
+        raise SystemExit(f"{chunks} chunks cannot give {tenants} tenants {min_chunks} each")
+    weights = 1.0 / (np.arange(1, others + 1) + offset) ** exponent
+    extra = np.floor(spare * weights / weights.sum()).astype(int)
+    extra[: spare - int(extra.sum())] += 1  # the rounding's remainder to the largest
+    return [big * PER_DOC, *((floor + extra) * PER_DOC).tolist()]
+
+
+def zipf(n: int) -> np.ndarray[Any, Any]:
+    """Weights 1/rank, summing to 1."""
+    weights = 1.0 / np.arange(1, n + 1)
+    return np.asarray(weights / weights.sum())
+
+
+def make_tenants(sizes: list[int], texts: int, rng: np.random.Generator) -> list[Tenant]:
+    """Tenants with a window of the texts each, a few subjects and classes by their size."""
+    tenants = []
+    for index, size in enumerate(sizes):
+        docs = size // PER_DOC
+        subjects = [str(s) for s in rng.choice(SUBJECTS, size=min(len(SUBJECTS), 2 + docs // 2000),
+                                                  replace=False)]  # fmt: skip
+        classes = [f"class-{index:03d}-{n:02d}" for n in range(min(40, 2 + docs // 800))]
+        tenants.append(
+            Tenant(
+                name=f"bench-t{index:03d}",
+                chunks=size,
+                offset=int(rng.integers(texts)),
+                subjects=subjects,
+                subject_weights=zipf(len(subjects)),
+                classes=classes,
+                class_weights=zipf(len(classes)),
+            )
+        )
+    return tenants
+
+
+def samples(tenants: list[Tenant], count: int) -> tuple[list[Tenant], list[Tenant]]:
+    """Mid-sized tenants (the upper half after the big one) and small ones (the lower half),
+    ``count`` of each spread evenly over their ranks."""
+    rest = tenants[1:]
+    half = len(rest) // 2
+    upper, lower = rest[:half] or rest, rest[half:] or rest
+
+    def spread(group: list[Tenant]) -> list[Tenant]:
+        picks = np.linspace(0, len(group) - 1, min(count, len(group))).round().astype(int)
+        return [group[i] for i in sorted(set(picks.tolist()))]
+
+    return spread(upper), spread(lower)
+
+
+async def load(
+    conn: Any,
+    *,
+    tenants: list[Tenant],
+    texts: list[str],
+    base: np.ndarray[Any, Any],
+    rng: np.random.Generator,
+    batch_docs: int,
+    jitter: float,
+) -> None:
+    """Documents and chunks by COPY, BM25-indexed batch by batch, tenants interleaved."""
+    owners = np.repeat(np.arange(len(tenants)), [t.chunks // PER_DOC for t in tenants])
+    rng.shuffle(owners)
+    total = len(owners)
+    reported = time.perf_counter()
+    for start in range(0, total, batch_docs):
+        doc_rows: list[tuple[Any, ...]] = []
+        chunk_meta: list[tuple[Any, ...]] = []
+        rows: list[int] = []
+        for owner in owners[start : start + batch_docs].tolist():
+            tenant = tenants[owner]
+            doc_id = uuid.uuid4()
+            subject = tenant.subjects[int(rng.choice(len(tenant.subjects),
+                                                     p=tenant.subject_weights))]  # fmt: skip
+            class_index = int(rng.choice(len(tenant.classes), p=tenant.class_weights))
+            class_id = tenant.classes[class_index]
+            grade = 6 + class_index % 7
+            first = tenant.offset + tenant.written * PER_DOC
+            tenant.written += 1
+            doc_rows.append(
+                (doc_id, tenant.name, f"{subject} notes {tenant.written}", "notes.txt",
+                 "text/plain", 1, doc_id.hex, "bench", "indexed", subject, class_id, grade,
+                 "en", PER_DOC)
+            )  # fmt: skip
+            for i in range(PER_DOC):
+                text_index = (first + i) % len(texts)
+                rows.append(text_index)
+                chunk_meta.append((doc_id, tenant.name, i, subject, class_id, grade, text_index))
+        vectors = jittered(base, rows, rng, sigma=jitter)
+        await conn.copy_records_to_table(
+            "documents",
+            records=doc_rows,
+            columns=[
+                "id", "tenant_id", "title", "filename", "mime_type", "size_bytes",
+                "file_sha256", "uploaded_by", "status", "subject", "class_id", "grade_level",
+                "language", "chunk_count",
+            ],
+        )  # fmt: skip
+        records = [
+            (uuid.uuid4(), doc_id, tenant_name, index, "text", texts[text_index], 50, "h",
+             "educational", vectors[n], subject, class_id, grade, "en", "bench")
+            for n, (doc_id, tenant_name, index, subject, class_id, grade, text_index)
+            in enumerate(chunk_meta)
+        ]  # fmt: skip
+        await conn.copy_records_to_table(
+            "chunks",
+            records=records,
+            columns=[
+                "id", "document_id", "tenant_id", "chunk_index", "kind", "text",
+                "token_count", "content_hash", "collection", "embedding", "subject",
+                "class_id", "grade_level", "language", "uploaded_by",
+            ],
+        )  # fmt: skip
+        await conn.execute(
+            "SELECT lectern_bm25_index_documents($1::uuid[])", [row[0] for row in doc_rows]
+        )
+        if time.perf_counter() - reported > 30:
+            reported = time.perf_counter()
+            say(f"   {min(start + batch_docs, total) * PER_DOC} of {total * PER_DOC} chunks")
+
+
+@dataclass
+class Ask:
+    """One request of the benchmark and the group it reports in."""
+
+    group: str
+    tenant: Tenant
+    question: str
+    filters: RetrievalFilters = field(default_factory=RetrievalFilters)
+
+    def request(self) -> RetrieveRequest:
+        return RetrieveRequest(tenant_id=self.tenant.name, query=self.question,
+                               filters=self.filters)  # fmt: skip
+
+
+def filters_for(tenant: Tenant, n: int, rng: np.random.Generator) -> RetrievalFilters:
+    """A student's filters, in turn: a subject; a class; two classes and a subject.
+
+    Subjects and classes are chosen uniformly, so the rarely used ones (selective filters)
+    come up as often as the common ones."""
+    subject = tenant.subjects[int(rng.integers(len(tenant.subjects)))]
+    classes = [str(c) for c in rng.choice(tenant.classes, size=min(2, len(tenant.classes)),
+                                          replace=False)]  # fmt: skip
+    kind = n % 3
+    if kind == 0:
+        return RetrievalFilters(subject=subject)
+    if kind == 1:
+        return RetrievalFilters(class_id=classes[0])
+    return RetrievalFilters(subject=subject, class_ids=classes)
+
+
+def plan_asks(
+    *,
+    big: Tenant,
+    mid: list[Tenant],
+    small: list[Tenant],
+    questions: list[str],
+    per_group: int,
+    rng: np.random.Generator,
+) -> list[Ask]:
+    """The sequential phase's requests, group by group (bioasq questions in order)."""
+    asks: list[Ask] = []
+    everyone = [big, *mid, *small]
+    position = 0
+
+    def next_question() -> str:
+        nonlocal position
+        position += 1
+        return questions[(position - 1) % len(questions)]
+
+    asks += [Ask("big tenant", big, next_question()) for _ in range(per_group)]
+    for group, members in (("mid tenants", mid), ("small tenants", small)):
+        for n in range(per_group):
+            asks.append(Ask(group, members[n % len(members)], next_question()))
+    for n in range(per_group):
+        tenant = everyone[n % len(everyone)]
+        asks.append(Ask("common-word", tenant, COMMON_QUESTIONS[n % len(COMMON_QUESTIONS)]))
+    # filters on the big tenant are where HNSW's iterative scans work hardest (a class of
+    # 1% of 300k is 0.3% of the table); on the others they mostly leave few enough chunks
+    # for the exact search
+    for group, members in (("filtered big", [big]), ("filtered others", [*mid, *small])):
+        for n in range(per_group):
+            tenant = members[n % len(members)]
+            asks.append(Ask(group, tenant, next_question(), filters_for(tenant, n, rng)))
+    return asks
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    """p50, p95 and the worst, rounded."""
+    return {
+        "p50": round(percentile(values, 50), 2),
+        "p95": round(percentile(values, 95), 2),
+        "max": round(max(values, default=0.0), 2),
+    }
+
+
+async def sequential(client: Any, asks: list[Ask]) -> dict[str, Any]:
+    """One request in flight: per group, each stage's p50/p95 and end to end at the client."""
+    from lectern_common.broker import request
+
+    samples_ms: dict[str, dict[str, list[float]]] = {}
+    empty: dict[str, int] = {}
+    for ask in asks:
+        started = time.perf_counter()
+        reply = await request(client, ask.request(), RetrieveReply, timeout=60)
+        wall = (time.perf_counter() - started) * 1000
+        timings = reply.timings_ms
+        group = samples_ms.setdefault(ask.group, {})
+        measured = {
+            "dense": timings.get("dense"),
+            "bm25": timings.get("sparse"),
+            "fusion": timings.get("fuse"),
+            "embed": timings.get("embed"),
+            "total_excl_embed": timings["total"] - timings.get("embed", 0.0),
+            "end_to_end": wall,
+        }
+        for name, value in measured.items():
+            if value is not None:
+                group.setdefault(name, []).append(value)
+        if not reply.candidates:
+            empty[ask.group] = empty.get(ask.group, 0) + 1
+    return {
+        name: {
+            "requests": len(group["end_to_end"]),
+            "no_candidates": empty.get(name, 0),
+            **{stage: stats(values) for stage, values in group.items()},
+        }
+        for name, group in samples_ms.items()
+    }
+
+
+class _Explain:
+    """A connection whose ``fetch`` explains the statement instead (for the plan used)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        return list(await self.conn.fetch(f"EXPLAIN (FORMAT JSON) {sql}", *args))
+
+
+async def recall(
+    pool: Any, *, asks: list[Ask], vectors: np.ndarray[Any, Any], k: int
+) -> dict[str, Any]:
+    """Recall@k of the retriever's dense search against exact search under the same filters.
+
+    ``hnsw`` forces the approximate statement (the planner may still prefer the tenant
+    index and sort, which is exact); ``served`` is what the retriever returns, which
+    searches exactly when at most ``EXACT_SEARCH_BELOW`` chunks pass the filters.
+
+    The ``WHOLE_TABLE`` group (a diagnostic, no tenant filter) tells the graph's own recall
+    from what the filters cost: each text's jittered copies (~70 of each at 1M chunks, ~7 at
+    100k) crowd each other's neighbour lists, which real corpora do not.
+    """
+    from lectern_retriever import repository
+
+    groups: dict[str, dict[str, list[float]]] = {}
+    for ask, vector in zip(asks, vectors, strict=True):
+        where = (
+            repository.SqlFilter(clause="c.active")
+            if ask.group == WHOLE_TABLE
+            else repository.build_filter(tenant_id=ask.tenant.name, filters=ask.filters)
+        )
+        async with pool.acquire() as conn:
+            count = await repository.count_up_to(conn, where=where, limit=EXACT_SEARCH_BELOW)
+            started = time.perf_counter()
+            approximate = await repository.dense_search(
+                conn, where=where, embedding=vector, k=k, exact=False, ef_search=None
+            )
+            hnsw_ms = (time.perf_counter() - started) * 1000
+            started = time.perf_counter()
+            exact = await repository.dense_search(
+                conn, where=where, embedding=vector, k=k, exact=True, ef_search=None
+            )
+            exact_ms = (time.perf_counter() - started) * 1000
+            plan = await repository.dense_search(
+                _Explain(conn), where=where, embedding=vector, k=k, exact=False, ef_search=None
+            )
+        if not exact:
+            continue
+        truth = {row["chunk_id"] for row in exact}
+        found = len(truth & {row["chunk_id"] for row in approximate}) / len(truth)
+        small = count <= EXACT_SEARCH_BELOW
+        group = groups.setdefault(ask.group, {})
+        for name, value in (
+            ("hnsw", found),
+            ("served", 1.0 if small else found),
+            ("exact_path", 1.0 if small else 0.0),
+            ("uses_hnsw_index", 1.0 if "chunks_embedding_hnsw" in str(plan[0][0]) else 0.0),
+            ("short", 1.0 if len(approximate) < len(exact) else 0.0),
+            ("hnsw_ms", hnsw_ms),
+            ("exact_ms", exact_ms),
+        ):
+            group.setdefault(name, []).append(value)
+    return {
+        name: {
+            "questions": len(group["hnsw"]),
+            f"hnsw_recall@{k}": round(float(np.mean(group["hnsw"])), 4),
+            f"hnsw_recall@{k}_min": round(min(group["hnsw"]), 4),
+            f"served_recall@{k}": round(float(np.mean(group["served"])), 4),
+            "share_served_exactly": round(float(np.mean(group["exact_path"])), 3),
+            "share_planned_on_hnsw": round(float(np.mean(group["uses_hnsw_index"])), 3),
+            "share_fewer_than_k": round(float(np.mean(group["short"])), 3),
+            "hnsw_ms": stats(group["hnsw_ms"]),
+            "exact_ms": stats(group["exact_ms"]),
+        }
+        for name, group in groups.items()
+    }
+
+
+def process_memory(pids: list[int]) -> dict[str, float]:
+    """PSS (shared pages split between the processes: what they use together), and RSS and
+    peak RSS summed (each process counting the shared pages it touched), in MB."""
+    pss = rss = peak = 0.0
+    counted = 0
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            info = process.memory_full_info()
+            status = Path(f"/proc/{pid}/status").read_text()
+        except (psutil.Error, OSError):
+            continue
+        counted += 1
+        pss += info.pss
+        rss += info.rss
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                peak += float(line.split()[1]) * 1024
+    mb = 1024 * 1024
+    return {"processes": counted, "pss_mb": round(pss / mb, 1),
+            "rss_sum_mb": round(rss / mb, 1), "peak_rss_sum_mb": round(peak / mb, 1)}  # fmt: skip
+
+
+async def postgres_pids(conn: Any) -> list[int]:
+    """The postmaster and every process it started (backends, workers, checkpointer...)."""
+    backend = psutil.Process(int(await conn.fetchval("SELECT pg_backend_pid()")))
+    postmaster = backend.parent()
+    if postmaster is None:
+        return [backend.pid]
+    return [postmaster.pid, *(child.pid for child in postmaster.children())]
+
+
+@contextlib.asynccontextmanager
+async def peak_memory(conn: Any, into: dict[str, float]) -> AsyncIterator[None]:
+    """Sample Postgres's PSS every second while the block runs; the peak lands in ``into``."""
+    pids = await postgres_pids(conn)
+    postmaster = pids[0]
+
+    async def sample() -> None:
+        while True:
+            children = [c.pid for c in psutil.Process(postmaster).children()]
+            pss = await asyncio.to_thread(process_memory, [postmaster, *children])
+            into["peak_pss_mb"] = max(into.get("peak_pss_mb", 0.0), pss["pss_mb"])
+            await asyncio.sleep(1.0)
+
+    task = asyncio.create_task(sample())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def disk(conn: Any) -> dict[str, float]:
+    """Sizes in MB: chunks (heap with TOAST, and with its indexes), the HNSW and GIN
+    indexes, the BM25 statistics tables, documents, and the database."""
+    row = await conn.fetchrow(
+        """SELECT pg_table_size('chunks') AS chunks_table,
+                  pg_total_relation_size('chunks') AS chunks_total,
+                  pg_relation_size('chunks_embedding_hnsw') AS hnsw_index,
+                  pg_relation_size('chunks_tsv_gin') AS tsv_gin_index,
+                  pg_indexes_size('chunks') AS chunks_all_indexes,
+                  pg_total_relation_size('bm25_vocabulary')
+                    + pg_total_relation_size('bm25_term_stats')
+                    + pg_total_relation_size('bm25_collection_stats') AS bm25_tables,
+                  pg_total_relation_size('documents') AS documents_total,
+                  pg_database_size(current_database()) AS database"""
+    )
+    return {key: round(int(value) / (1024 * 1024), 1) for key, value in row.items()}
+
+
+def spread_load(
+    tenants: list[Tenant], questions: list[str], count: int, rng: np.random.Generator
+) -> list[str]:
+    """Request bodies for the throughput phase: tenants by their size (a bigger school asks
+    more), bioasq questions, one in ten common-word, one in three filtered."""
+    sizes = np.array([t.chunks for t in tenants], dtype=float)
+    owners = rng.choice(len(tenants), size=count, p=sizes / sizes.sum())
+    bodies = []
+    for n, owner in enumerate(owners.tolist()):
+        tenant = tenants[owner]
+        question = (
+            COMMON_QUESTIONS[n % len(COMMON_QUESTIONS)]
+            if n % 10 == 9
+            else questions[(n * 7) % len(questions)]
+        )
+        filters = filters_for(tenant, n, rng) if n % 3 == 2 else RetrievalFilters()
+        bodies.append(
+            RetrieveRequest(tenant_id=tenant.name, query=question, filters=filters)
+            .model_dump_json()
+        )  # fmt: skip
+    return bodies
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every phase on a fresh embedded stack; the results as one dict."""
+    from lectern_common.broker import create_broker, request
+    from lectern_common.db import create_pool
+
+    phases = Phases()
+    rng = np.random.default_rng(args.seed)
+    texts, questions = scale_texts(None)
+    with phases.time("embed_corpus"):
+        base = base_vectors(texts, args.cache_dir)
+    sizes = tenant_sizes(
+        chunks=args.chunks, tenants=args.tenants, big_share=args.big_share,
+        min_chunks=args.min_tenant_chunks, exponent=args.zipf, offset=args.zipf_offset,
+    )  # fmt: skip
+    tenants = make_tenants(sizes, len(texts), rng)
+    big = tenants[0]
+    mid, small = samples(tenants, args.sample_tenants)
+    say(
+        f"== {sum(sizes)} chunks over {len(tenants)} tenants: largest {sizes[0]}, then "
+        f"{sizes[1]}, median {int(np.median(sizes))}, smallest {sizes[-1]}"
+    )
+    memory: dict[str, Any] = {}
+    build_memory: dict[str, float] = {}
+    async with embedded_stack() as servers:
+        pool = await create_pool(servers.database_url, min_size=1, max_size=4)
+        async with pool.acquire() as conn:
+            # a throwaway database: bulk load without the HNSW index, then build it once
+            await conn.execute("DROP INDEX chunks_embedding_hnsw")
+            with phases.time("insert_and_bm25_index"):
+                await load(conn, tenants=tenants, texts=texts, base=base, rng=rng,
+                           batch_docs=args.batch_docs, jitter=args.jitter)  # fmt: skip
+            with phases.time("bm25_reweight"):
+                for tenant in tenants:
+                    await conn.execute("SELECT lectern_bm25_reweight($1)", tenant.name)
+            with phases.time("vacuum_analyze"):
+                await conn.execute("VACUUM ANALYZE chunks")
+                await conn.execute("VACUUM ANALYZE documents")
+            await conn.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
+            await conn.execute(f"SET max_parallel_maintenance_workers = {int(args.build_workers)}")
+            with phases.time("hnsw_build"):
+                async with peak_memory(conn, build_memory):
+                    await conn.execute(
+                        "CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw "
+                        "(embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+                    )
+            await conn.execute("ANALYZE chunks")
+            sizes_mb = await disk(conn)
+        await pool.close()
+        say(f"disk (MB): {sizes_mb}")
+
+        asks = plan_asks(big=big, mid=mid, small=small, questions=questions,
+                         per_group=args.sequential, rng=rng)  # fmt: skip
+        # recall: a sample of each group's requests, every kind of filter among them
+        recall_asks = [
+            a
+            for group in GROUPS
+            if group != "common-word"
+            for a in [x for x in asks if x.group == group][: args.recall_questions]
+        ]
+        recall_asks += [
+            Ask(WHOLE_TABLE, big, a.question) for a in recall_asks if a.group == "big tenant"
+        ]
+        with phases.time("recall"):
+            vectors = await asyncio.to_thread(
+                LocalEmbedder().embed_queries_sync, [a.question for a in recall_asks]
+            )
+            recall_pool = await create_pool(
+                servers.database_url, min_size=1, max_size=2, server_settings=HNSW_SESSION
+            )
+            try:
+                recalled = await recall(recall_pool, asks=recall_asks, vectors=vectors, k=20)
+            finally:
+                await recall_pool.close()
+
+        processes = await start_retrievers(servers, args.replicas)
+        client = create_broker(servers.nats_url, service_name="bench-scale")
+        await client.connect()
+        try:
+
+            async def ask(question: str) -> RetrieveReply:
+                message = RetrieveRequest(tenant_id=big.name, query=question)
+                return await request(client, message, RetrieveReply, timeout=60)
+
+            with phases.time("retrievers_ready"):
+                await wait_for_retrievers(ask, questions, args.replicas)
+            with phases.time("sequential"):
+                latency = await sequential(client, asks)
+            bodies = spread_load(tenants, questions, args.requests, rng)
+            say(f"throughput: {args.requests} requests, {args.concurrency} in flight, "
+                f"{args.replicas} retriever processes")  # fmt: skip
+            with phases.time("throughput"):
+                rps = await throughput(servers.nats_url, bodies, args.concurrency)
+            pool = await create_pool(servers.database_url, min_size=1, max_size=1)
+            async with pool.acquire() as conn:
+                memory["postgres"] = process_memory(await postgres_pids(conn))
+                memory["shared_buffers"] = await conn.fetchval("SHOW shared_buffers")
+            await pool.close()
+            memory["retrievers"] = process_memory([p.pid for p in processes])
+            memory["postgres_hnsw_build_peak_pss_mb"] = build_memory.get("peak_pss_mb")
+        finally:
+            await client.stop()
+            await stop_retrievers(processes)
+    return {
+        "chunks": sum(sizes),
+        "tenants": len(tenants),
+        "distinct_texts": len(texts),
+        "tenant_chunks": {
+            "largest": sizes[0],
+            "second": sizes[1],
+            "median": int(np.median(sizes)),
+            "smallest": sizes[-1],
+            "mid_sample": [t.chunks for t in mid],
+            "small_sample": [t.chunks for t in small],
+        },
+        "phases_s": phases.seconds,
+        "latency_ms": latency,
+        "recall": recalled,
+        "rps": round(rps, 1),
+        "concurrency": args.concurrency,
+        "retriever_processes": args.replicas,
+        "memory": memory,
+        "disk_mb": sizes_mb,
+        "jitter": args.jitter,
+        "hnsw": {
+            "m": 16,
+            "ef_construction": 64,
+            "ef_search": EF_SEARCH,
+            "iterative_scan": "relaxed_order",
+            "maintenance_work_mem": args.maintenance_work_mem,
+            "parallel_workers": args.build_workers,
+        },
+    }
+
+
+def verdicts(result: dict[str, Any]) -> dict[str, bool]:
+    """The issue's targets in every group: p95 excluding the query embedding, and the
+    recall of what the retriever serves under the tenant's (and the request's) filters."""
+    worst_p95 = max(g["total_excl_embed"]["p95"] for g in result["latency_ms"].values())
+    worst_recall = min(
+        g["served_recall@20"] for name, g in result["recall"].items() if name != WHOLE_TABLE
+    )
+    return {
+        "p95_excl_embed_below_100ms": worst_p95 < TARGET_P95_MS,
+        "filtered_recall_at_least_0.95": worst_recall >= TARGET_RECALL,
+    }
+
+
+def summary(result: dict[str, Any]) -> str:
+    """The result as a few tables of text."""
+    lines = [
+        f"{result['chunks']:,} chunks over {result['tenants']} tenants "
+        f"(largest {result['tenant_chunks']['largest']:,}, median "
+        f"{result['tenant_chunks']['median']:,}, smallest {result['tenant_chunks']['smallest']:,})",
+        "",
+        "phases (s): " + ", ".join(f"{k} {v}" for k, v in result["phases_s"].items()),
+        "",
+        f"sequential latency p50 / p95 ms (target: p95 excluding embedding < {TARGET_P95_MS:.0f})",
+        f"{'group':<17}{'n':>4}{'dense':>15}{'bm25':>15}{'fusion':>13}{'excl. embed':>15}"
+        f"{'end to end':>15}{'embed':>13}",
+    ]
+
+    def pair(group: dict[str, Any], stage: str) -> str:
+        if stage not in group:
+            return "-"
+        return f"{group[stage]['p50']:.1f} / {group[stage]['p95']:.1f}"
+
+    for name, group in result["latency_ms"].items():
+        p95 = group["total_excl_embed"]["p95"]
+        mark = "ok" if p95 < TARGET_P95_MS else "MISSED"
+        lines.append(
+            f"{name:<17}{group['requests']:>4}{pair(group, 'dense'):>15}{pair(group, 'bm25'):>15}"
+            f"{pair(group, 'fusion'):>13}{pair(group, 'total_excl_embed'):>15}"
+            f"{pair(group, 'end_to_end'):>15}{pair(group, 'embed'):>13}  {mark}"
+        )
+    lines += [
+        "",
+        f"dense recall@20 against exact search under the same filters (target: served "
+        f">= {TARGET_RECALL}; served = exact below {EXACT_SEARCH_BELOW} filtered chunks, "
+        "else HNSW)",
+        f"{'group':<17}{'n':>4}{'hnsw':>7}{'min':>6}{'served':>8}{'exact path':>12}"
+        f"{'on hnsw':>9}{'< k rows':>10}{'hnsw ms p95':>13}{'exact ms p95':>14}",
+    ]
+    for name, group in result["recall"].items():
+        mark = "ok" if group["served_recall@20"] >= TARGET_RECALL else "MISSED"
+        mark = "(diagnostic: no tenant filter)" if name == WHOLE_TABLE else mark
+        lines.append(
+            f"{name:<17}{group['questions']:>4}{group['hnsw_recall@20']:>7.3f}"
+            f"{group['hnsw_recall@20_min']:>6.2f}{group['served_recall@20']:>8.3f}"
+            f"{group['share_served_exactly']:>12.2f}{group['share_planned_on_hnsw']:>9.2f}"
+            f"{group['share_fewer_than_k']:>10.2f}{group['hnsw_ms']['p95']:>13.1f}"
+            f"{group['exact_ms']['p95']:>14.1f}  {mark}"
+        )
+    memory = result["memory"]
+    lines += [
+        "",
+        f"throughput: {result['rps']} requests/s, {result['concurrency']} in flight, "
+        f"{result['retriever_processes']} retriever processes",
+        f"memory (MB, PSS: shared pages split between processes): postgres "
+        f"{memory['postgres']['pss_mb']} over {memory['postgres']['processes']} processes "
+        f"(shared_buffers {memory['shared_buffers']}; peak during the HNSW build "
+        f"{memory['postgres_hnsw_build_peak_pss_mb']}), retrievers "
+        f"{memory['retrievers']['pss_mb']} for {memory['retrievers']['processes']} "
+        f"(peak RSS {memory['retrievers']['peak_rss_sum_mb']})",
+        "disk (MB): " + ", ".join(f"{k} {v}" for k, v in result["disk_mb"].items()),
+        "",
+        "targets: "
+        + ", ".join(f"{k} {'ok' if v else 'MISSED'}" for k, v in result["targets"].items()),
+        "the 100k figures: make bench-retrieval (docs/benchmarks.md)",
+    ]
+    return "\n".join(lines)
+
+
+async def main() -> None:
+    """Parse the arguments, run, print the summary and the JSON line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=1_000_000)
+    parser.add_argument("--tenants", type=int, default=100)
+    parser.add_argument("--big-share", type=float, default=0.3, help="the largest tenant's share")
+    parser.add_argument("--min-tenant-chunks", type=int, default=300)
+    parser.add_argument("--zipf", type=float, default=2.0, help="the other tenants' exponent")
+    parser.add_argument("--zipf-offset", type=float, default=5.0, help="and rank offset")
+    parser.add_argument("--sample-tenants", type=int, default=8,
+                        help="mid-sized and small tenants asked (each)")  # fmt: skip
+    parser.add_argument("--sequential", type=int, default=300, help="requests per group")
+    parser.add_argument("--recall-questions", type=int, default=50, help="per group")
+    parser.add_argument("--requests", type=int, default=2000, help="throughput requests")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--replicas", type=int, default=2, help="retriever processes")
+    parser.add_argument("--batch-docs", type=int, default=500, help="documents per COPY")
+    parser.add_argument("--maintenance-work-mem", default="3GB", help="for the HNSW build")
+    parser.add_argument("--build-workers", type=int, default=1,
+                        help="max_parallel_maintenance_workers for the HNSW build")  # fmt: skip
+    parser.add_argument(
+        "--shared-buffers", default=None,
+        help="the embedded Postgres's shared_buffers (default: the runtime's, 1GB)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--jitter", type=float, default=0.02,
+        help="standard deviation of each copy's per-dimension noise (0.02: cosine ~0.93 to "
+        "the original, as at 100k)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--cache-dir", type=Path,
+        default=Path(tempfile.gettempdir()) / "lectern-bench-cache",
+        help="keep the corpus' vectors here (default: a folder in the temp dir)",
+    )  # fmt: skip
+    parser.add_argument("--json", type=Path, default=None, help="also write the JSON here")
+    args = parser.parse_args()
+    if not (EVAL / "bioasq-dev").is_dir():
+        say(f"shared data not found at {EVAL}")
+        sys.exit(2)
+    if args.shared_buffers:
+        # read by EmbeddedPostgres when the stack starts
+        os.environ["LECTERN_EMBEDDED_PG_SHARED_BUFFERS"] = args.shared_buffers
+    result = await run(args)
+    result["targets"] = verdicts(result)
+    print(summary(result), flush=True)
+    line = json.dumps(result)
+    if args.json is not None:
+        args.json.write_text(line + "\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
