@@ -209,6 +209,7 @@ async def load(
     rng: np.random.Generator,
     batch_docs: int,
     jitter: float,
+    blend: float,
 ) -> None:
     """Documents and chunks by COPY, BM25-indexed batch by batch, tenants interleaved."""
     owners = np.repeat(np.arange(len(tenants)), [t.chunks // PER_DOC for t in tenants])
@@ -239,6 +240,13 @@ async def load(
                 rows.append(text_index)
                 chunk_meta.append((doc_id, tenant.name, i, subject, class_id, grade, text_index))
         vectors = jittered(base, rows, rng, sigma=jitter)
+        if blend:
+            # each copy leans towards another text: ~70 copies of a text at 1M chunks would
+            # otherwise be near-duplicates, which crowd HNSW's neighbour lists as no real
+            # corpus does (the text stays its own, for BM25)
+            partners = rng.integers(0, len(base), len(rows))
+            vectors = vectors + blend * base[partners]
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         await conn.copy_records_to_table(
             "documents",
             records=doc_rows,
@@ -585,7 +593,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await conn.execute("DROP INDEX chunks_embedding_hnsw")
             with phases.time("insert_and_bm25_index"):
                 await load(conn, tenants=tenants, texts=texts, base=base, rng=rng,
-                           batch_docs=args.batch_docs, jitter=args.jitter)  # fmt: skip
+                           batch_docs=args.batch_docs, jitter=args.jitter,
+                           blend=args.blend)  # fmt: skip
             with phases.time("bm25_reweight"):
                 for tenant in tenants:
                     await conn.execute("SELECT lectern_bm25_reweight($1)", tenant.name)
@@ -678,6 +687,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "memory": memory,
         "disk_mb": sizes_mb,
         "jitter": args.jitter,
+        "blend": args.blend,
         "hnsw": {
             "m": 16,
             "ef_construction": 64,
@@ -795,6 +805,11 @@ async def main() -> None:
         "--jitter", type=float, default=0.02,
         help="standard deviation of each copy's per-dimension noise (0.02: cosine ~0.93 to "
         "the original, as at 100k)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--blend", type=float, default=0.5,
+        help="weight of another random text's vector added to each copy (0: copies of one "
+        "text differ by the jitter only, as at 100k; 0.5: cosine ~0.85 to its own text)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -243,3 +243,31 @@ def test_merge_top_keeps_the_best_once() -> None:
     merged = merge_top(first, second, k=3)
     assert [r["chunk_id"] for r in merged] == [a, c, b]  # ties broken by chunk id, like SQL
     assert len(merge_top(first, [], k=10)) == 2
+
+
+async def test_an_approximate_dense_search_asks_for_more_than_k_and_keeps_the_nearest_k() -> None:
+    """An iterative HNSW scan in relaxed order hands rows over as it meets them past the
+    filter, not strictly nearest first: the statement asks it for twice k (its inner LIMIT)
+    and keeps the nearest k; an exact search asks for k."""
+    import re
+    from typing import Any
+
+    import numpy as np
+
+    from lectern_retriever.repository import dense_search
+
+    class Statements:
+        def __init__(self) -> None:
+            self.sql: list[str] = []
+
+        async def fetch(self, sql: str, *params: Any) -> list[Any]:
+            self.sql.append(sql)
+            return []
+
+    where = build_filter(tenant_id="t", filters=RetrievalFilters())
+    conn = Statements()
+    vector = np.zeros(4, dtype=np.float32)
+    await dense_search(conn, where=where, embedding=vector, k=20, exact=False, ef_search=None)
+    await dense_search(conn, where=where, embedding=vector, k=20, exact=True, ef_search=None)
+    limits = [re.findall(r"LIMIT (\d+)", sql) for sql in conn.sql]
+    assert limits == [["40", "20"], ["20", "20"]]

@@ -214,6 +214,7 @@ async def dense_search(
     k: int,
     exact: bool,
     ef_search: int | None,
+    overfetch: int = 2,
 ) -> list[Any]:
     """Top-k chunks by cosine distance (HNSW with iterative scans, or exact).
 
@@ -226,12 +227,17 @@ async def dense_search(
     q = f"${len(params)}"
     # exact: an expression the HNSW index cannot serve, so the planner filters then sorts
     order = f"(c.embedding <=> {q}) + 0" if exact else f"c.embedding <=> {q}"
-    # the index serves ORDER BY distance alone; ties are broken by id outside it
+    # the index serves ORDER BY distance alone; ties are broken by id outside it. An
+    # iterative scan in relaxed order hands rows over as it meets them past the filter, not
+    # strictly nearest first: it is asked for ``overfetch`` times k and the nearest k kept
+    # (a tenant of 1-10% of the chunks: recall@20 against exact search 0.93 -> 0.97 at 150,000
+    # chunks, `make bench-scale`)
+    fetch = int(k) if exact else int(k) * max(1, overfetch)
     sql = f"""
         SELECT * FROM (
             SELECT {_HIT_COLUMNS}, 1 - (c.embedding <=> {q}) AS score FROM chunks c
-            WHERE {where.clause} ORDER BY {order} LIMIT {int(k)}) hits
-        ORDER BY score DESC, chunk_id"""  # noqa: S608 - only placeholders and an int are interpolated
+            WHERE {where.clause} ORDER BY {order} LIMIT {fetch}) hits
+        ORDER BY score DESC, chunk_id LIMIT {int(k)}"""  # noqa: S608 - only placeholders and ints are interpolated
     if ef_search is None:
         return list(await conn.fetch(sql, *params))
     async with conn.transaction():
