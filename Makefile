@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test fuzz test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-scale tune-rerank soak clean client-models client-ts
+.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-scale tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ test: install system-deps lint ## Install, lint, and run the whole test suite ag
 
 fuzz: install ## The deep schemathesis run over every route (300 examples each; docs/reliability.md)
 	LECTERN_FUZZ_EXAMPLES=300 $(VENV)/bin/pytest -q -s tests/gateway/test_openapi_fuzz.py
+
+chaos: install ## The long fault run: the cluster stack's NATS leader killed 8 times under load, gateway takeover, read replica stopped (docs/reliability.md)
+	LECTERN_CHAOS_ROUNDS=8 $(VENV)/bin/pytest -q -s tests/e2e/test_cluster_stack.py tests/gateway/test_chat_takeover.py tests/common/test_read_replica.py
 
 test-fast: install ## The suite without slow and e2e tests
 	$(VENV)/bin/pytest -m "not slow and not e2e"

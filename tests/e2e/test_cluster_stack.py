@@ -1,9 +1,10 @@
 """`lectern up --cluster`: three NATS servers, streams at 3 replicas, two replicas of every
 service. Uploads and chat turns run against both gateways while the NATS server leading the
-ingest stream is SIGKILLed, then (once it is back) the next leader, then one replica of each
-worker service (retriever, reranker, ingest, memory) at once: every accepted upload is
-indexed once, every answered turn reaches the chat stream once (by event id), and the peers
-answer while the killed replicas restart."""
+ingest stream is SIGKILLed, then (once it is back) the next leader (``LECTERN_CHAOS_ROUNDS``
+kills in all: 2 here, more in ``make chaos``), then one replica of each worker service
+(retriever, reranker, ingest, memory) at once: every accepted upload is indexed once, every
+answered turn reaches the chat stream once (by event id), and the peers answer while the
+killed replicas restart."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ from lectern_common.runtime.supervisor import SERVICES, read_state, stack_nats_u
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 READY_WITHIN_S = 120.0  # ten services loading their models on two cores
+#: how many times the NATS server leading the ingest stream is killed (each brought back
+#: before the next): two in ``make test``, more in the long ``make chaos``
+ROUNDS = int(os.environ.get("LECTERN_CHAOS_ROUNDS", "2"))
 INGEST_STREAM = stream_for(Subjects.DOCUMENTS_UPLOADED).name
 TENANT = f"cluster-{uuid.uuid4().hex[:6]}"
 LESSON = (Path(__file__).resolve().parents[2] / "demo" / "mitosis.md").read_text()
@@ -258,7 +262,7 @@ async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: 
             outages: list[dict[str, Any]] = []
             alive = {node["name"] for node in nodes}
             pids = {node["name"]: node["pid"] for node in nodes}
-            for _ in range(2):
+            for _ in range(ROUNDS):
                 leader = await asyncio.to_thread(stream_leader, nodes, alive)
                 assert leader is not None
                 node = next(n for n in nodes if n["name"] == leader)
