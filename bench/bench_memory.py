@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from lectern_common.db import create_pool, migrate
-from lectern_common.embeddings import LocalEmbedder
+from lectern_common.embeddings import LOCAL_MODEL_NAME, LocalEmbedder
 from lectern_common.events import MemoryRecallRequest
 from lectern_common.runtime import EmbeddedPostgres
 from lectern_memory import repository as repo
@@ -43,7 +43,7 @@ async def main() -> None:
     pg = EmbeddedPostgres(base / "pg")
     pg.start()
     try:
-        await migrate(pg.dsn, embedding_model="all-MiniLM-L6-v2", embedding_dim=384)
+        await migrate(pg.dsn, embedding_model=LOCAL_MODEL_NAME, embedding_dim=384)
         pool = await create_pool(pg.dsn, min_size=2, max_size=4)
         embedder = LocalEmbedder()
         topic_vectors = await embedder.embed_documents([f"Found {t} hard" for t in TOPICS])
