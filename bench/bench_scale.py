@@ -71,8 +71,7 @@ WHOLE_TABLE = "whole table"
 GROUPS = ("big tenant", "mid tenants", "small tenants", "common-word", "filtered big",
           "filtered others")  # fmt: skip
 #: what the retriever sets on every connection (lectern_retriever.handlers, config defaults)
-EF_SEARCH = 200
-HNSW_SESSION = {"hnsw.ef_search": str(EF_SEARCH), "hnsw.iterative_scan": "relaxed_order"}
+EF_SEARCH = 200  # the retriever's default (LECTERN_RETRIEVER_EF_SEARCH); --ef-search sets both
 #: the retriever's default: filtered sets this small are searched exactly
 EXACT_SEARCH_BELOW = 2000
 #: issue 30's targets at 1M chunks
@@ -631,13 +630,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 LocalEmbedder().embed_queries_sync, [a.question for a in recall_asks]
             )
             recall_pool = await create_pool(
-                servers.database_url, min_size=1, max_size=2, server_settings=HNSW_SESSION
+                servers.database_url,
+                min_size=1,
+                max_size=2,
+                server_settings={
+                    "hnsw.ef_search": str(args.ef_search),
+                    "hnsw.iterative_scan": "relaxed_order",
+                },
             )
             try:
                 recalled = await recall(recall_pool, asks=recall_asks, vectors=vectors, k=20)
             finally:
                 await recall_pool.close()
 
+        os.environ["LECTERN_RETRIEVER_EF_SEARCH"] = str(args.ef_search)  # the retrievers' too
         processes = await start_retrievers(servers, args.replicas)
         client = create_broker(servers.nats_url, service_name="bench-scale")
         await client.connect()
@@ -691,7 +697,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "hnsw": {
             "m": 16,
             "ef_construction": 64,
-            "ef_search": EF_SEARCH,
+            "ef_search": args.ef_search,
             "iterative_scan": "relaxed_order",
             "maintenance_work_mem": args.maintenance_work_mem,
             "parallel_workers": args.build_workers,
@@ -810,6 +816,10 @@ async def main() -> None:
         "--blend", type=float, default=0.5,
         help="weight of another random text's vector added to each copy (0: copies of one "
         "text differ by the jitter only, as at 100k; 0.5: cosine ~0.85 to its own text)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ef-search", type=int, default=EF_SEARCH,
+        help="HNSW ef_search of the retrievers and of the recall measurement",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
