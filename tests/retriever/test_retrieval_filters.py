@@ -145,7 +145,7 @@ async def test_selective_filter_still_yields_k(
     assert len(candidates) == 20
     assert all(c.metadata["module_tag"] == "rare" for c in candidates)
     scores = [c.dense_score for c in candidates]
-    assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+    assert scores == sorted(scores, reverse=True)
     if exact_below == 0:
         # the nearest 20 of the 25, as exact search finds them: an iterative scan in relaxed
         # order hands rows over as it meets them, so the search asks for more, keeps the best
