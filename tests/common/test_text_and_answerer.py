@@ -578,27 +578,3 @@ def test_a_table_whose_row_labels_are_set_as_items_is_read_by_row() -> None:
     assert "- Same Row; ALL: 32.1; SEQ: 2.8" in units
     assert "- Same Column; ALL: 62.1; SEQ: 37.7" in units
     assert not any(u.startswith("Same Row") for u in units)
-
-
-def test_a_why_answer_is_a_passage_of_the_best_sentences_paragraph() -> None:
-    """The sentence that matches a why question best names what the next two explain."""
-    source = SourceText(
-        label="T1",
-        text=(
-            "Leaves change colour in autumn. Chlorophyll breaks down as the days get shorter. "
-            "The yellow carotenoids it hid then show through. Red comes from new anthocyanins."
-        ),
-    )
-    why = extract_answer(
-        question="Why do leaves change colour in autumn?",
-        sources=[source],
-        similarities=[0.9, 0.5, 0.3, 0.3],
-    )
-    assert "carotenoids" in why.render()
-    plain = extract_answer(
-        question="Why do leaves change colour in autumn?",
-        sources=[source],
-        similarities=[0.9, 0.5, 0.3, 0.3],
-        without={"explanation"},
-    )
-    assert "carotenoids" not in plain.render()

@@ -476,7 +476,6 @@ MECHANISMS = frozenset(
         "followed_on",  # a best sentence brings the next one when it goes on about it
         "passage",  # the best sentence brings the next one of its paragraph
         "completed",  # a sentence a line break cut goes on; a list's introduction brings it
-        "explanation",  # a why/how answer's best sentence brings two of its paragraph, not one
     }
 )
 
@@ -895,14 +894,8 @@ def extract_answer(
         group_rank.setdefault(picked.source_index, len(group_rank))
     chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
     if "followed_on" not in without:
-        explains = bool(_WHY_HOW.search(question)) and form not in ("number", "list")
         chosen = _followed_on(
-            chosen,
-            units,
-            sources,
-            limit=max_sentences + 2,
-            passage="passage" not in without,
-            further=int(explains and "explanation" not in without),
+            chosen, units, sources, limit=max_sentences + 2, passage="passage" not in without
         )
     if "completed" not in without:
         chosen = _with_list(_completed(chosen, units), units, sources)
@@ -924,7 +917,6 @@ def _followed_on(
     limit: int,
     leads: int = 2,
     passage: bool = True,
-    further: int = 0,
 ) -> list[ScoredSentence]:
     """The best sentences (``leads`` of them) each with the next one of its source when that
     one goes on about it ("Our friend Mojo stands next to the ladder. He is an intelligent
@@ -933,10 +925,8 @@ def _followed_on(
     whatever it opens with: an answer is a passage, and the sentence that matches the
     question best often only names what the next one explains (a why or how question) or
     defines; it also brings the sentence before it in its paragraph, whose point it often goes
-    on with. ``further`` sentences more of the paragraph follow the best one: an explanation
-    (a why or how question) takes a passage. A table row brings nothing (the next row is
-    another fact), nor does a question. Past ``limit`` sentences, the weakest other sentence
-    makes room."""
+    on with. A table row brings nothing (the next row is another fact), nor does a question.
+    Past ``limit`` sentences, the weakest other sentence makes room."""
     if not chosen:
         return list(chosen)
     ranked = sorted(chosen, key=lambda c: -c.score)
@@ -961,20 +951,6 @@ def _followed_on(
         others = [c for c in ranked[leads:] if c in out]
         if len(out) > limit and others:
             out.remove(others[-1])
-    paragraph = at[(best.source_index, best.position)].paragraph
-    for step in range(2, 2 + further) if passage and not _is_table_row(best.text) else ():
-        key = (best.source_index, best.position + step)
-        more = at.get(key)
-        if (
-            more is None
-            or more.item
-            or more.paragraph != paragraph
-            or more.text.rstrip().endswith("?")
-        ):
-            break
-        if key not in taken:
-            out.append(_quoted(more, sources))
-            taken.add(key)
     if passage:
         # ... and the one before it: the point it goes on with ("A trace tree is ... . It
         # grows as ...") or the definition its figures are about
