@@ -131,6 +131,20 @@ def test_a_hedge_names_the_answer_beside_another_and_is_not_right(
         assert grading.rule_verdict(reference, answer) is False
 
 
+def test_a_word_of_the_question_may_be_the_other_candidate() -> None:
+    """A hedge may borrow its second candidate from the cloze sentence; the words right
+    beside the blank only say where the answer goes."""
+    question = (
+        "Fill in the blank: TableFormer increases the training time, which would _____ a "
+        "scoped approach for very long tables."
+    )
+    assert grading.hedged("require", "require and approach", question=question)
+    assert grading.hedged("require", "tables or require", question=question)
+    assert not grading.hedged("require", "require, a scoped approach", question=question)
+    assert not grading.hedged("require", "would require", question=question)
+    assert grading.rule_verdict("require", "require and approach", question=question) is False
+
+
 def test_a_contrast_is_no_negation() -> None:
     assert grading.rule_verdict("the cell wall", "the cell wall, not the membrane") is None
 

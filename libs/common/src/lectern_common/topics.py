@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 
 from lectern_common.text import ANAPHORS
 
-_WORD = re.compile(r"[^\W_]+(?:['’-][^\W_]+)*", re.UNICODE)
+#: a hyphen joins no word: "pair-bonds" and "pair bonds" are the same topic
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
 #: may sit inside a topic ("law of motion", "rate of reaction"), never at its edge
 _INNER = frozenset("of the a an in on for to and de des du la le der die das".split())
 #: words that are never part of a topic: question and function words, talk about learning

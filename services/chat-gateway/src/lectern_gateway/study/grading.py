@@ -460,7 +460,10 @@ def hedged(reference: str, given: str, *, question: str = "") -> bool:
     """Whether a short answer names the reference beside another candidate ("approach and
     require" for "approach", "mitosis or meiosis" for "mitosis"): a hedge, not the answer;
     a teacher marks it partly right. Only for short references (up to three words), whose
-    own words are never the other candidate, and alternatives of up to three words each."""
+    own words are never the other candidate, and alternatives of up to three words each.
+    Words of the question may be the other candidate ("require and approach" for the blank
+    of "would _____ a scoped approach"), except the words right beside a blank, which only
+    say where the answer goes ("require, a scoped approach")."""
     expected = read(reference).text
     if not expected or len(expected.split()) > 3:
         return False
@@ -472,16 +475,32 @@ def hedged(reference: str, given: str, *, question: str = "") -> bool:
         r == expected or _acronym_of(p, reference) for p, r in zip(parts, readings, strict=True)
     ]
     others = [r for r, hit in zip(readings, named, strict=True) if not hit]
-    wanted = set(expected.split()) | set(read(question).text.split())
+    wanted = set(expected.split())
     numbers = read(reference).numbers
     # "seven regions, 7": both name the reference; "blue and red" for "red and blue": no hedge
     return (
         any(named)
         and bool(others)
         and all(
-            r and not set(r.split()) <= wanted and not (numbers and read(r).numbers == numbers)
+            r
+            and not set(r.split()) <= wanted
+            and not (numbers and read(r).numbers == numbers)
+            and not _beside_blank(r, question)
             for r in others
         )
+    )
+
+
+def _beside_blank(said: str, question: str) -> bool:
+    """Whether ``said`` (read) repeats the words right before or right after the question's
+    blank: where the answer goes, not another answer."""
+    if BLANK not in question or not said:
+        return False
+    before, _, after = question.partition(BLANK)
+    words = said.split()
+    return (
+        read(before).text.split()[-len(words) :] == words
+        or read(after).text.split()[: len(words)] == words
     )
 
 

@@ -1,0 +1,39 @@
+"""What a student's message is about, in the material's words (``lectern_common.topics``)."""
+
+from __future__ import annotations
+
+from lectern_common.topics import plain_topics, topics
+
+MATERIAL = [
+    "Ducks generally only have one partner at a time, although the partnership usually "
+    "only lasts one year. Larger species tend to have pair-bonds that last numerous years.",
+    "Mitosis produces two identical daughter cells; meiosis halves the chromosome number.",
+]
+
+
+def test_a_topic_is_a_run_of_words_the_material_uses() -> None:
+    found = topics("I still don't get why meiosis halves the chromosome number", MATERIAL)
+    assert found[0] == "meiosis halves the chromosome number"
+
+
+def test_a_hyphen_joins_no_word() -> None:
+    """"pair bonds" asked is "pair-bonds" written (and the other way round)."""
+    assert topics("How long do duck pair bonds usually last?", MATERIAL)[0] == "pair bonds"
+    assert topics("Are pair-bonds for life?", ["Pair bonds last for years."])[0] == "pair bonds"
+
+
+def test_a_contrast_of_two_topics_is_one_topic() -> None:
+    found = topics("What is the difference between mitosis and meiosis?", MATERIAL)
+    assert found[0] == "mitosis and meiosis"
+
+
+def test_the_rarest_words_name_the_topic_with_the_librarys_idf() -> None:
+    idf = {"meiosis": 5.0, "cells": 1.0, "daughter": 3.0}
+    found = topics("Does meiosis make daughter cells?", MATERIAL, idf=idf)
+    assert found[0] == "meiosis"
+    assert "cells" not in found  # far more common than the message's rarest word
+
+
+def test_without_material_the_messages_own_words() -> None:
+    assert plain_topics("Sorry, I'm lost with the krebs cycle") == ["krebs cycle"]
+    assert topics("anything", []) == []
