@@ -12,7 +12,9 @@
    documents of 10 chunks, interleaved across tenants in insert order as uploads would be,
    carry a subject and a class (a few per tenant, unevenly used) so that filters select.
 2. Load: COPY in batches, BM25-indexed per batch by the SQL functions, each tenant
-   re-weighted, VACUUM, then the HNSW index built once; each step timed.
+   re-weighted, VACUUM, then the HNSW index built once, then the indexes of the tenants of
+   ``--tenant-index-min-chunks`` or more (``lectern_retriever.tenant_indexes``); each step
+   timed.
 3. Sequential latency (one request in flight) through NATS to the retriever processes, by
    group: the big tenant, mid-sized and small tenants (samples), common-word questions
    ("what is the main idea of this chapter"), and requests filtered by subject and class
@@ -41,7 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,8 @@ from inprocess import embedded_stack
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import RetrievalFilters, RetrieveReply, RetrieveRequest
 from lectern_eval.retrieval import percentile
+from lectern_retriever import tenant_indexes
+from lectern_retriever.config import Settings as RetrieverSettings
 
 PER_DOC = 10
 #: the recall diagnostic without any filter (not a request the retriever would serve)
@@ -399,13 +403,20 @@ class _Explain:
 
 
 async def recall(
-    pool: Any, *, asks: list[Ask], vectors: np.ndarray[Any, Any], k: int
+    pool: Any,
+    *,
+    asks: list[Ask],
+    vectors: np.ndarray[Any, Any],
+    k: int,
+    own_graphs: Collection[str] = (),
 ) -> dict[str, Any]:
     """Recall@k of the retriever's dense search against exact search under the same filters.
 
     ``hnsw`` forces the approximate statement (the planner may still prefer the tenant
     index and sort, which is exact); ``served`` is what the retriever returns, which
     searches exactly when at most ``EXACT_SEARCH_BELOW`` chunks pass the filters.
+
+    A tenant in ``own_graphs`` is searched on its own HNSW index, as the retriever does.
 
     The ``WHOLE_TABLE`` group (a diagnostic, no tenant filter) tells the graph's own recall
     from what the filters cost: each text's jittered copies (~70 of each at 1M chunks, ~7 at
@@ -423,9 +434,15 @@ async def recall(
         async with pool.acquire() as conn:
             count = await repository.count_up_to(conn, where=where, limit=EXACT_SEARCH_BELOW)
             started = time.perf_counter()
-            approximate = await repository.dense_search(
-                conn, where=where, embedding=vector, k=k, exact=False, ef_search=None
+            graph = (
+                ask.tenant.name
+                if ask.group != WHOLE_TABLE and ask.tenant.name in own_graphs
+                else None
             )
+            approximate = await repository.dense_search(
+                conn, where=where, embedding=vector, k=k, exact=False, ef_search=None,
+                own_graph=graph,
+            )  # fmt: skip
             hnsw_ms = (time.perf_counter() - started) * 1000
             started = time.perf_counter()
             exact = await repository.dense_search(
@@ -433,8 +450,9 @@ async def recall(
             )
             exact_ms = (time.perf_counter() - started) * 1000
             plan = await repository.dense_search(
-                _Explain(conn), where=where, embedding=vector, k=k, exact=False, ef_search=None
-            )
+                _Explain(conn), where=where, embedding=vector, k=k, exact=False, ef_search=None,
+                own_graph=graph,
+            )  # fmt: skip
         if not exact:
             continue
         truth = {row["chunk_id"] for row in exact}
@@ -522,12 +540,14 @@ async def peak_memory(conn: Any, into: dict[str, float]) -> AsyncIterator[None]:
 
 
 async def disk(conn: Any) -> dict[str, float]:
-    """Sizes in MB: chunks (heap with TOAST, and with its indexes), the HNSW and GIN
-    indexes, the BM25 statistics tables, documents, and the database."""
+    """Sizes in MB: chunks (heap with TOAST, and with its indexes), the HNSW (shared, and
+    the tenants' own) and GIN indexes, the BM25 statistics tables, documents, and the database."""
     row = await conn.fetchrow(
         """SELECT pg_table_size('chunks') AS chunks_table,
                   pg_total_relation_size('chunks') AS chunks_total,
                   pg_relation_size('chunks_embedding_hnsw') AS hnsw_index,
+                  (SELECT coalesce(sum(pg_relation_size(to_regclass(index_name))), 0)
+                     FROM tenant_vector_indexes) AS tenant_hnsw_indexes,
                   pg_relation_size('chunks_tsv_gin') AS tsv_gin_index,
                   pg_indexes_size('chunks') AS chunks_all_indexes,
                   pg_total_relation_size('bm25_vocabulary')
@@ -608,6 +628,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         "CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw "
                         "(embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
                     )
+            own_graphs: dict[str, float] = {}
+            if args.tenant_index_min_chunks:
+                # what the retrievers' maintenance does on its own (every 5 minutes by default)
+                with phases.time("tenant_hnsw_build"):
+                    own_graphs = await tenant_indexes.maintain(
+                        servers.database_url, min_chunks=args.tenant_index_min_chunks,
+                        memory=args.maintenance_work_mem,
+                    )  # fmt: skip
+                say(f"tenant indexes: {len(own_graphs)} built")
             await conn.execute("ANALYZE chunks")
             sizes_mb = await disk(conn)
         await pool.close()
@@ -639,7 +668,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 },
             )
             try:
-                recalled = await recall(recall_pool, asks=recall_asks, vectors=vectors, k=20)
+                recalled = await recall(
+                    recall_pool, asks=recall_asks, vectors=vectors, k=20, own_graphs=own_graphs
+                )
             finally:
                 await recall_pool.close()
 
@@ -687,6 +718,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "phases_s": phases.seconds,
         "latency_ms": latency,
         "recall": recalled,
+        "tenant_indexes": {
+            "min_chunks": args.tenant_index_min_chunks,
+            "build_s": {name: round(v, 1) for name, v in own_graphs.items()},
+        },
         "rps": round(rps, 1),
         "concurrency": args.concurrency,
         "retriever_processes": args.replicas,
@@ -763,6 +798,13 @@ def summary(result: dict[str, Any]) -> str:
             f"{group['share_fewer_than_k']:>10.2f}{group['hnsw_ms']['p95']:>13.1f}"
             f"{group['exact_ms']['p95']:>14.1f}  {mark}"
         )
+    own = result.get("tenant_indexes", {})
+    if own.get("min_chunks"):
+        lines += [
+            "",
+            f"tenants with an HNSW index of their own (>= {own['min_chunks']:,} chunks): "
+            f"{len(own['build_s'])}, built in {sum(own['build_s'].values()):.0f} s",
+        ]
     memory = result["memory"]
     lines += [
         "",
@@ -820,6 +862,12 @@ async def main() -> None:
     parser.add_argument(
         "--ef-search", type=int, default=EF_SEARCH,
         help="HNSW ef_search of the retrievers and of the recall measurement",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tenant-index-min-chunks", type=int,
+        default=RetrieverSettings.model_fields["tenant_index_min_chunks"].default,
+        help="tenants of this many chunks get an HNSW index of their own, as the retrievers' "
+        "maintenance gives them (0: none, every tenant on the shared graph)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -48,6 +48,20 @@ class Settings(ServiceHttpSettings):
     reweight_drift: float = Field(
         default=0.1, ge=0.0, description="re-weight a tenant when its chunk count moved this share"
     )
+    tenant_index_min_chunks: int = Field(
+        default=20_000, ge=1,
+        description="a tenant with this many chunks gets an HNSW index of its own (dropped "
+        "below half of it)",
+    )  # fmt: skip
+    tenant_index_interval_s: float = Field(
+        default=300.0, ge=0.0,
+        description="how often a replica looks for tenants due an index of their own (0: never)",
+    )  # fmt: skip
+    tenant_index_memory: str | None = Field(
+        default="1GB", pattern=r"^\d+\s*(kB|MB|GB)$",
+        description="maintenance_work_mem of a tenant index build (the graph builds fastest "
+        "when it fits: ~2 KB a chunk at 384 dimensions)",
+    )  # fmt: skip
     maxscore_postings: int = Field(
         default=1000, ge=0, description="BM25 MaxScore first pass: rarest terms up to this many"
     )

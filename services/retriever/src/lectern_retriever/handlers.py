@@ -13,7 +13,7 @@ from lectern_common.embeddings import Embedder, build_embedder, create_gemini_cl
 from lectern_common.events import RetrieveReply, RetrieveRequest
 from lectern_common.index import FollowingEmbedder, with_live_model
 from lectern_common.service import ServiceState
-from lectern_retriever import repository
+from lectern_retriever import repository, tenant_indexes
 from lectern_retriever.config import Settings
 from lectern_retriever.rewrite import Rewritten, llm_rewrite
 from lectern_retriever.service import QueryBatcher, SearchDefaults, hybrid_search
@@ -39,6 +39,9 @@ class Retriever:
         self.reads: ReadPools | None = None
         self.llm_client: Any = None
         self._reweighter: asyncio.Task[None] | None = None
+        self._indexer: asyncio.Task[None] | None = None
+        #: (expiry, tenants with an HNSW index of their own)
+        self._own_graphs: tuple[float, frozenset[str]] = (0.0, frozenset())
         #: tenant -> (expiry, the text search configurations of its documents)
         self._ts_configs: dict[str, tuple[float, list[str]]] = {}
         self.defaults = SearchDefaults(
@@ -86,6 +89,8 @@ class Retriever:
             )
         if self.settings.reweight_interval_s > 0:
             self._reweighter = asyncio.create_task(self._reweight_loop())
+        if self.settings.tenant_index_interval_s > 0:
+            self._indexer = asyncio.create_task(self._index_loop())
         if state is not None:
             state.resources["retriever"] = self
 
@@ -113,13 +118,46 @@ class Retriever:
             if done:
                 log.info("re-weighted BM25 for %d tenant(s): %s", len(done), done)
 
+    async def index_tenants(self) -> dict[str, float]:
+        """Build the HNSW indexes of tenants that grew past the threshold and drop those that
+        shrank (``tenant_indexes``); returns each built tenant's seconds."""
+        done = await tenant_indexes.maintain(
+            self.settings.database_url,
+            min_chunks=self.settings.tenant_index_min_chunks,
+            memory=self.settings.tenant_index_memory,
+            connect_timeout_s=self.settings.db_connect_timeout_s,
+        )
+        self._own_graphs = (0.0, frozenset())
+        return done
+
+    async def _index_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.tenant_index_interval_s)
+            try:
+                await self.index_tenants()
+            except Exception:
+                log.exception("tenant index maintenance failed; retrying next interval")
+
+    async def own_graphs(self) -> frozenset[str]:
+        """Tenants with an HNSW index of their own, looked up at most every
+        ``TS_CONFIG_TTL_S``."""
+        expiry, tenants = self._own_graphs
+        now = time.monotonic()
+        if expiry > now:
+            return tenants
+        async with self.pool.acquire() as conn:
+            tenants = frozenset(await tenant_indexes.ready(conn))
+        self._own_graphs = (now + TS_CONFIG_TTL_S, tenants)
+        return tenants
+
     async def close(self) -> None:
-        """Stop re-weighting and close the pool."""
-        if self._reweighter is not None:
-            self._reweighter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reweighter
-            self._reweighter = None
+        """Stop the maintenance tasks and close the pool."""
+        for task in (self._reweighter, self._indexer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reweighter = self._indexer = None
         if self.reads is not None:
             await self.reads.close()
             self.reads = None
@@ -162,6 +200,7 @@ class Retriever:
         if self.pool is None or self.reads is None:
             await self.start()
         configs = [] if request.filters.language else await self._tenant_configs(request.tenant_id)
+        own_graph = request.tenant_id in await self.own_graphs()
         assert self.embedder is not None
         assert self.reads is not None
         reads = self.reads
@@ -176,6 +215,7 @@ class Retriever:
                     llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
                     ts_configs=configs,
                     model=embedder.name,
+                    own_graph=own_graph,
                 )
 
             return await reads.run(search)

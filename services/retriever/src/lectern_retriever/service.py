@@ -344,8 +344,11 @@ async def hybrid_search(
     llm_rewriter: LlmRewriter | None = None,
     ts_configs: Sequence[str] = (),
     model: str | None = None,
+    own_graph: bool = False,
 ) -> RetrieveReply:
     """Candidates for a question: both sides per (sub-)query, fused by weighted RRF.
+
+    ``own_graph``: the tenant has an HNSW index of its own (``tenant_indexes``).
 
     ``model``: the embedding model ``embed`` uses; each dense search checks, under a share
     lock, that the live index still holds its vectors (``lectern_common.index.guard``).
@@ -415,6 +418,7 @@ async def hybrid_search(
                 k=request.k_dense,
                 exact=bool(small),
                 ef_search=request.ef_search,
+                own_graph=request.tenant_id if own_graph else None,
             )
 
     async def sparse(term_stats: repository.TermStats) -> list[Any]:
