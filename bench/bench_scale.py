@@ -12,7 +12,7 @@
    documents of 10 chunks, interleaved across tenants in insert order as uploads would be,
    carry a subject and a class (a few per tenant, unevenly used) so that filters select.
 2. Load: COPY in batches, BM25-indexed per batch by the SQL functions, each tenant
-   re-weighted, VACUUM, then the HNSW index built once, then the indexes of the tenants of
+   re-weighted, VACUUM, then the HNSW index built once, then the own indexes of the tenants of
    ``--tenant-index-min-chunks`` or more (``lectern_retriever.tenant_indexes``); each step
    timed.
 3. Sequential latency (one request in flight) through NATS to the retriever processes, by
@@ -39,6 +39,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -68,6 +69,7 @@ from lectern_common.events import RetrievalFilters, RetrieveReply, RetrieveReque
 from lectern_eval.retrieval import percentile
 from lectern_retriever import tenant_indexes
 from lectern_retriever.config import Settings as RetrieverSettings
+from lectern_retriever.handlers import TS_CONFIG_TTL_S
 
 PER_DOC = 10
 #: the recall diagnostic without any filter (not a request the retriever would serve)
@@ -392,6 +394,10 @@ async def sequential(client: Any, asks: list[Ask]) -> dict[str, Any]:
     }
 
 
+#: the shared HNSW index or a tenant's own (``lectern_retriever.tenant_indexes``)
+_HNSW_INDEX = re.compile(r"chunks_embedding_hnsw|chunks_hnsw_t_")
+
+
 class _Explain:
     """A connection whose ``fetch`` explains the statement instead (for the plan used)."""
 
@@ -408,7 +414,7 @@ async def recall(
     asks: list[Ask],
     vectors: np.ndarray[Any, Any],
     k: int,
-    own_graphs: Collection[str] = (),
+    own_indexes: Collection[str] = (),
 ) -> dict[str, Any]:
     """Recall@k of the retriever's dense search against exact search under the same filters.
 
@@ -416,7 +422,7 @@ async def recall(
     index and sort, which is exact); ``served`` is what the retriever returns, which
     searches exactly when at most ``EXACT_SEARCH_BELOW`` chunks pass the filters.
 
-    A tenant in ``own_graphs`` is searched on its own HNSW index, as the retriever does.
+    A tenant in ``own_indexes`` is searched on its own HNSW index, as the retriever does.
 
     The ``WHOLE_TABLE`` group (a diagnostic, no tenant filter) tells the graph's own recall
     from what the filters cost: each text's jittered copies (~70 of each at 1M chunks, ~7 at
@@ -436,14 +442,23 @@ async def recall(
             started = time.perf_counter()
             graph = (
                 ask.tenant.name
-                if ask.group != WHOLE_TABLE and ask.tenant.name in own_graphs
+                if ask.group != WHOLE_TABLE and ask.tenant.name in own_indexes
                 else None
             )
             approximate = await repository.dense_search(
                 conn, where=where, embedding=vector, k=k, exact=False, ef_search=None,
-                own_graph=graph,
+                own_indexes=graph,
             )  # fmt: skip
             hnsw_ms = (time.perf_counter() - started) * 1000
+            shared = approximate
+            if graph is not None:
+                # the same search on the shared graph, as before the tenant had its own: a
+                # generic plan cannot use a partial index
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                    shared = await repository.dense_search(
+                        conn, where=where, embedding=vector, k=k, exact=False, ef_search=None
+                    )
             started = time.perf_counter()
             exact = await repository.dense_search(
                 conn, where=where, embedding=vector, k=k, exact=True, ef_search=None
@@ -451,19 +466,21 @@ async def recall(
             exact_ms = (time.perf_counter() - started) * 1000
             plan = await repository.dense_search(
                 _Explain(conn), where=where, embedding=vector, k=k, exact=False, ef_search=None,
-                own_graph=graph,
+                own_indexes=graph,
             )  # fmt: skip
         if not exact:
             continue
         truth = {row["chunk_id"] for row in exact}
         found = len(truth & {row["chunk_id"] for row in approximate}) / len(truth)
+        found_shared = len(truth & {row["chunk_id"] for row in shared}) / len(truth)
         small = count <= EXACT_SEARCH_BELOW
         group = groups.setdefault(ask.group, {})
         for name, value in (
             ("hnsw", found),
+            ("hnsw_shared", found_shared),
             ("served", 1.0 if small else found),
             ("exact_path", 1.0 if small else 0.0),
-            ("uses_hnsw_index", 1.0 if "chunks_embedding_hnsw" in str(plan[0][0]) else 0.0),
+            ("uses_hnsw_index", 1.0 if _HNSW_INDEX.search(str(plan[0][0])) else 0.0),
             ("short", 1.0 if len(approximate) < len(exact) else 0.0),
             ("hnsw_ms", hnsw_ms),
             ("exact_ms", exact_ms),
@@ -474,6 +491,7 @@ async def recall(
             "questions": len(group["hnsw"]),
             f"hnsw_recall@{k}": round(float(np.mean(group["hnsw"])), 4),
             f"hnsw_recall@{k}_min": round(min(group["hnsw"]), 4),
+            f"hnsw_recall@{k}_shared_index": round(float(np.mean(group["hnsw_shared"])), 4),
             f"served_recall@{k}": round(float(np.mean(group["served"])), 4),
             "share_served_exactly": round(float(np.mean(group["exact_path"])), 3),
             "share_planned_on_hnsw": round(float(np.mean(group["uses_hnsw_index"])), 3),
@@ -539,6 +557,18 @@ async def peak_memory(conn: Any, into: dict[str, float]) -> AsyncIterator[None]:
             await task
 
 
+@contextlib.asynccontextmanager
+async def pool_for(dsn: str) -> AsyncIterator[Any]:
+    """One connection outside any transaction (``DROP INDEX CONCURRENTLY``)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
 async def disk(conn: Any) -> dict[str, float]:
     """Sizes in MB: chunks (heap with TOAST, and with its indexes), the HNSW (shared, and
     the tenants' own) and GIN indexes, the BM25 statistics tables, documents, and the database."""
@@ -546,8 +576,8 @@ async def disk(conn: Any) -> dict[str, float]:
         """SELECT pg_table_size('chunks') AS chunks_table,
                   pg_total_relation_size('chunks') AS chunks_total,
                   pg_relation_size('chunks_embedding_hnsw') AS hnsw_index,
-                  (SELECT coalesce(sum(pg_relation_size(to_regclass(index_name))), 0)
-                     FROM tenant_vector_indexes) AS tenant_hnsw_indexes,
+                  (SELECT coalesce(sum(pg_relation_size(to_regclass(n))), 0)
+                     FROM tenant_indexes, unnest(index_names) AS n) AS tenant_indexes,
                   pg_relation_size('chunks_tsv_gin') AS tsv_gin_index,
                   pg_indexes_size('chunks') AS chunks_all_indexes,
                   pg_total_relation_size('bm25_vocabulary')
@@ -628,15 +658,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         "CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw "
                         "(embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
                     )
-            own_graphs: dict[str, float] = {}
+            own_indexes: dict[str, float] = {}
             if args.tenant_index_min_chunks:
                 # what the retrievers' maintenance does on its own (every 5 minutes by default)
-                with phases.time("tenant_hnsw_build"):
-                    own_graphs = await tenant_indexes.maintain(
+                with phases.time("tenant_index_build"):
+                    own_indexes = await tenant_indexes.maintain(
                         servers.database_url, min_chunks=args.tenant_index_min_chunks,
                         memory=args.maintenance_work_mem,
                     )  # fmt: skip
-                say(f"tenant indexes: {len(own_graphs)} built")
+                say(f"tenant indexes: {len(own_indexes)} built")
             await conn.execute("ANALYZE chunks")
             sizes_mb = await disk(conn)
         await pool.close()
@@ -669,7 +699,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             try:
                 recalled = await recall(
-                    recall_pool, asks=recall_asks, vectors=vectors, k=20, own_graphs=own_graphs
+                    recall_pool, asks=recall_asks, vectors=vectors, k=20, own_indexes=own_indexes
                 )
             finally:
                 await recall_pool.close()
@@ -700,6 +730,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await pool.close()
             memory["retrievers"] = process_memory([p.pid for p in processes])
             memory["postgres_hnsw_build_peak_pss_mb"] = build_memory.get("peak_pss_mb")
+            latency_shared: dict[str, Any] = {}
+            if own_indexes:
+                # the same requests once the tenants' own indexes are gone (the shared
+                # indexes alone, as before them): a ratio measured in one run
+                async with pool_for(servers.database_url) as conn:
+                    for tenant_name in own_indexes:
+                        await tenant_indexes.drop(conn, tenant_name)
+                await asyncio.sleep(TS_CONFIG_TTL_S + 1)  # the retrievers' cache of them
+                with phases.time("sequential_shared_indexes"):
+                    latency_shared = await sequential(client, asks)
         finally:
             await client.stop()
             await stop_retrievers(processes)
@@ -717,10 +757,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "phases_s": phases.seconds,
         "latency_ms": latency,
+        "latency_ms_shared_indexes": latency_shared,
         "recall": recalled,
         "tenant_indexes": {
             "min_chunks": args.tenant_index_min_chunks,
-            "build_s": {name: round(v, 1) for name, v in own_graphs.items()},
+            "build_s": {name: round(v, 1) for name, v in own_indexes.items()},
         },
         "rps": round(rps, 1),
         "concurrency": args.concurrency,
@@ -802,9 +843,38 @@ def summary(result: dict[str, Any]) -> str:
     if own.get("min_chunks"):
         lines += [
             "",
-            f"tenants with an HNSW index of their own (>= {own['min_chunks']:,} chunks): "
+            f"tenants with indexes of their own (>= {own['min_chunks']:,} chunks): "
             f"{len(own['build_s'])}, built in {sum(own['build_s'].values()):.0f} s",
         ]
+    shared = result.get("latency_ms_shared_indexes") or {}
+    if shared:
+        lines += [
+            "the same requests on the shared indexes alone (the tenants' own dropped), p95 ms:",
+            f"{'group':<17}{'dense own':>11}{'shared':>9}{'bm25 own':>10}{'shared':>9}"
+            f"{'excl. embed own':>17}{'shared':>9}{'ratio':>7}",
+        ]
+        for name, group in result["latency_ms"].items():
+            other = shared.get(name)
+            if not other:
+                continue
+
+            def p95(g: dict[str, Any], stage: str) -> float:
+                return float(g[stage]["p95"]) if stage in g else float("nan")
+
+            own_total, shared_total = p95(group, "total_excl_embed"), p95(other, "total_excl_embed")
+            lines.append(
+                f"{name:<17}{p95(group, 'dense'):>11.1f}{p95(other, 'dense'):>9.1f}"
+                f"{p95(group, 'bm25'):>10.1f}{p95(other, 'bm25'):>9.1f}{own_total:>17.1f}"
+                f"{shared_total:>9.1f}{own_total / shared_total:>7.2f}"
+            )
+        lines.append(
+            "recall@20 on the shared graph for the same searches: "
+            + ", ".join(
+                f"{name} {g['hnsw_recall@20_shared_index']:.3f}"
+                for name, g in result["recall"].items()
+                if "hnsw_recall@20_shared_index" in g
+            )
+        )
     memory = result["memory"]
     lines += [
         "",
@@ -866,8 +936,8 @@ async def main() -> None:
     parser.add_argument(
         "--tenant-index-min-chunks", type=int,
         default=RetrieverSettings.model_fields["tenant_index_min_chunks"].default,
-        help="tenants of this many chunks get an HNSW index of their own, as the retrievers' "
-        "maintenance gives them (0: none, every tenant on the shared graph)",
+        help="tenants of this many chunks get HNSW and GIN indexes of their own, as the "
+        "retrievers' maintenance gives them (0: none, every tenant on the shared indexes)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -1,5 +1,5 @@
-"""A large tenant's own HNSW graph: built when it grows, used by its searches, dropped when
-it shrinks (``lectern_retriever.tenant_indexes``, migration 0027)."""
+"""A large tenant's own HNSW and GIN indexes: built when it grows, used by its searches,
+dropped when it shrinks (``lectern_retriever.tenant_indexes``, migration 0027)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+from pgvector import SparseVector
 
 from lectern_common.embeddings import Embedder
 from lectern_common.events import RetrievalFilters, RetrieveRequest
@@ -23,8 +24,10 @@ def test_the_definition_copies_the_shared_index_for_one_tenant() -> None:
         "CREATE INDEX chunks_embedding_hnsw ON public.chunks USING hnsw "
         "(embedding vector_cosine_ops) WITH (m='16', ef_construction='64')"
     )
-    name = tenant_indexes.index_name("o'neil")
-    assert name.startswith("chunks_embedding_hnsw_t_") and len(name) <= 63
+    names = tenant_indexes.index_names("o'neil")
+    name = names["chunks_embedding_hnsw"]
+    assert name.startswith("chunks_hnsw_t_") and len(name) <= 63
+    assert names["chunks_tsv_gin"].startswith("chunks_gin_t_")
     assert tenant_indexes.definition(shared, name=name, tenant_id="o'neil") == (
         f"CREATE INDEX CONCURRENTLY {name} ON public.chunks USING hnsw "
         "(embedding vector_cosine_ops) WITH (m='16', ef_construction='64') "
@@ -34,26 +37,50 @@ def test_the_definition_copies_the_shared_index_for_one_tenant() -> None:
         tenant_indexes.definition(shared + " WHERE active", name=name, tenant_id="x")
 
 
-async def _generic_plan(conn: Any, sql: str, args: list[Any]) -> str:
+async def _generic_plan(conn: Any, sql: str, args: list[Any], *, btrees: bool = True) -> str:
     """EXPLAIN of the plan a prepared statement settles on after five calls (generic: its
-    parameters are no constants)."""
-    types = ["vector" if hasattr(a, "shape") else "text[]" if isinstance(a, list) else "text"
-             for a in args]  # fmt: skip
+    parameters are no constants). A small table: sequential scans and sorts are made costly,
+    so that the planner picks between the ordered (HNSW) paths; ``btrees=False`` hides the
+    tenant's b-tree indexes (dropped in a transaction rolled back), which a small tenant's
+    BM25 search prefers to any GIN index."""
+    types = [_type(a) for a in args]
     name = f"q_{uuid.uuid4().hex[:8]}"
-    async with conn.transaction():
-        # a small table: make the planner pick between the ordered (HNSW) paths
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
         await conn.execute("SET LOCAL enable_seqscan = off")
-        await conn.execute("SET LOCAL enable_sort = off")
+        if btrees:
+            await conn.execute("SET LOCAL enable_sort = off")
         await conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        if not btrees:
+            for index in await conn.fetch(
+                "SELECT indexrelid::regclass::text AS name FROM pg_index x "
+                "JOIN pg_am a ON a.oid = (SELECT relam FROM pg_class WHERE oid = x.indexrelid) "
+                "WHERE x.indrelid = 'chunks'::regclass AND a.amname = 'btree' "
+                "AND NOT x.indisprimary AND NOT x.indisunique"
+            ):
+                await conn.execute(f"DROP INDEX {index['name']}")
         await conn.execute(f"PREPARE {name} ({', '.join(types)}) AS {sql}")
         try:
             values = ", ".join(f"{_literal(a)}::{t}" for a, t in zip(args, types, strict=True))
             return str(await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {name} ({values})"))
         finally:
-            await conn.execute(f"DEALLOCATE {name}")
+            await conn.execute(f"DEALLOCATE {name}")  # not undone by the rollback
+    finally:
+        await transaction.rollback()
+
+
+def _type(value: Any) -> str:
+    if isinstance(value, SparseVector):
+        return "sparsevec"
+    if hasattr(value, "shape"):
+        return "vector"
+    return "text[]" if isinstance(value, list) else "text"
 
 
 def _literal(value: Any) -> str:
+    if isinstance(value, SparseVector):
+        return f"'{value.to_text()}'"
     if hasattr(value, "shape"):
         return "'[" + ",".join(f"{float(x):.6f}" for x in value) + "]'"
     if isinstance(value, list):
@@ -73,7 +100,7 @@ class _Capture:
         return []
 
 
-async def test_a_large_tenant_gets_its_own_graph_and_loses_it_when_it_shrinks(
+async def test_a_large_tenant_gets_its_own_indexes_and_loses_them_when_it_shrinks(
     db_pool: Any,
     database_url: str,
     nats_url: str,
@@ -108,7 +135,7 @@ async def test_a_large_tenant_gets_its_own_graph_and_loses_it_when_it_shrinks(
         done = await retriever.index_tenants()
         built = set(done)
         assert big in built and small not in built
-        assert big in await retriever.own_graphs()
+        assert big in await retriever.own_indexes()
 
         # the tenant's searches are planned on its own index, the others' on the shared one
         query = vectors[5]
@@ -117,13 +144,27 @@ async def test_a_large_tenant_gets_its_own_graph_and_loses_it_when_it_shrinks(
         for capture, graph in ((own, big), (shared, None)):
             await repository.dense_search(
                 capture, where=where, embedding=query, k=10, exact=False, ef_search=None,
-                own_graph=graph,
+                own_indexes=graph,
             )  # fmt: skip
         async with db_pool.acquire() as conn:
             own_plan = await _generic_plan(conn, own.sql, own.args)
             shared_plan = await _generic_plan(conn, shared.sql, shared.args)
-        assert tenant_indexes.index_name(big) in own_plan, _names(own_plan)
-        assert tenant_indexes.index_name(big) not in shared_plan
+        graph = tenant_indexes.index_names(big)["chunks_embedding_hnsw"]
+        assert graph in own_plan, _names(own_plan)
+        assert graph not in shared_plan
+
+        # so are its BM25 searches: its own GIN index lists its chunks alone
+        for capture, graph in ((own, big), (shared, None)):
+            await repository.sparse_search(
+                capture, where=where, tsqueries=["417"], k=10, own_indexes=graph,
+                query_vector=repository.sparse_query_vector({1: 1.0}),
+            )  # fmt: skip
+        async with db_pool.acquire() as conn:
+            own_plan = await _generic_plan(conn, own.sql, own.args, btrees=False)
+            shared_plan = await _generic_plan(conn, shared.sql, shared.args, btrees=False)
+        gin = tenant_indexes.index_names(big)["chunks_tsv_gin"]
+        assert gin in own_plan, _names(own_plan)
+        assert gin not in shared_plan
 
         # and find what exact search finds (a 600-vector graph at ef_search 200)
         reply = await retriever.retrieve(
@@ -145,9 +186,8 @@ async def test_a_large_tenant_gets_its_own_graph_and_loses_it_when_it_shrinks(
         await tenant_indexes.maintain(database_url, min_chunks=1300, limit=0)
         async with db_pool.acquire() as conn:
             assert big not in await tenant_indexes.ready(conn)
-            assert await conn.fetchval(
-                "SELECT to_regclass($1)", tenant_indexes.index_name(big)
-            ) is None  # fmt: skip
+            for name in tenant_indexes.index_names(big).values():
+                assert await conn.fetchval("SELECT to_regclass($1)", name) is None
     finally:
         async with db_pool.acquire() as conn:
             for tenant in built:

@@ -40,8 +40,8 @@ class Retriever:
         self.llm_client: Any = None
         self._reweighter: asyncio.Task[None] | None = None
         self._indexer: asyncio.Task[None] | None = None
-        #: (expiry, tenants with an HNSW index of their own)
-        self._own_graphs: tuple[float, frozenset[str]] = (0.0, frozenset())
+        #: (expiry, tenants with indexes of their own)
+        self._own_indexes: tuple[float, frozenset[str]] = (0.0, frozenset())
         #: tenant -> (expiry, the text search configurations of its documents)
         self._ts_configs: dict[str, tuple[float, list[str]]] = {}
         self.defaults = SearchDefaults(
@@ -119,7 +119,7 @@ class Retriever:
                 log.info("re-weighted BM25 for %d tenant(s): %s", len(done), done)
 
     async def index_tenants(self) -> dict[str, float]:
-        """Build the HNSW indexes of tenants that grew past the threshold and drop those that
+        """Build the indexes of tenants that grew past the threshold and drop those that
         shrank (``tenant_indexes``); returns each built tenant's seconds."""
         done = await tenant_indexes.maintain(
             self.settings.database_url,
@@ -127,7 +127,7 @@ class Retriever:
             memory=self.settings.tenant_index_memory,
             connect_timeout_s=self.settings.db_connect_timeout_s,
         )
-        self._own_graphs = (0.0, frozenset())
+        self._own_indexes = (0.0, frozenset())
         return done
 
     async def _index_loop(self) -> None:
@@ -138,16 +138,15 @@ class Retriever:
             except Exception:
                 log.exception("tenant index maintenance failed; retrying next interval")
 
-    async def own_graphs(self) -> frozenset[str]:
-        """Tenants with an HNSW index of their own, looked up at most every
-        ``TS_CONFIG_TTL_S``."""
-        expiry, tenants = self._own_graphs
+    async def own_indexes(self) -> frozenset[str]:
+        """Tenants with indexes of their own, looked up at most every ``TS_CONFIG_TTL_S``."""
+        expiry, tenants = self._own_indexes
         now = time.monotonic()
         if expiry > now:
             return tenants
         async with self.pool.acquire() as conn:
             tenants = frozenset(await tenant_indexes.ready(conn))
-        self._own_graphs = (now + TS_CONFIG_TTL_S, tenants)
+        self._own_indexes = (now + TS_CONFIG_TTL_S, tenants)
         return tenants
 
     async def close(self) -> None:
@@ -200,7 +199,7 @@ class Retriever:
         if self.pool is None or self.reads is None:
             await self.start()
         configs = [] if request.filters.language else await self._tenant_configs(request.tenant_id)
-        own_graph = request.tenant_id in await self.own_graphs()
+        own_indexes = request.tenant_id in await self.own_indexes()
         assert self.embedder is not None
         assert self.reads is not None
         reads = self.reads
@@ -215,7 +214,7 @@ class Retriever:
                     llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
                     ts_configs=configs,
                     model=embedder.name,
-                    own_graph=own_graph,
+                    own_indexes=own_indexes,
                 )
 
             return await reads.run(search)

@@ -216,13 +216,11 @@ async def dense_search(
     exact: bool,
     ef_search: int | None,
     overfetch: int = 2,
-    own_graph: str | None = None,
+    own_indexes: str | None = None,
 ) -> list[Any]:
     """Top-k chunks by cosine distance (HNSW with iterative scans, or exact).
 
-    ``own_graph``: the tenant, when it has an HNSW index of its own
-    (``tenant_indexes``): the statement names it as a literal, which lets the planner use
-    that partial index (it proves an index's predicate from constants only).
+    ``own_indexes``: the tenant, when it has indexes of its own (``tenant_indexes``).
 
     k is part of the statement, not a parameter: with ``LIMIT $n`` Postgres costs the
     generic plan as if the limit were large and re-plans the statement on every call
@@ -239,9 +237,7 @@ async def dense_search(
     # (a tenant of 1-10% of the chunks: recall@20 against exact search 0.93 -> 0.97 at 150,000
     # chunks, `make bench-scale`)
     fetch = int(k) if exact else int(k) * max(1, overfetch)
-    clause = where.clause
-    if own_graph is not None and not exact:
-        clause = f"{clause} AND c.tenant_id = {tenant_indexes.literal(own_graph)}"
+    clause = where.clause if exact else _naming_tenant(where, own_indexes)
     sql = f"""
         SELECT * FROM (
             SELECT {_HIT_COLUMNS}, 1 - (c.embedding <=> {q}) AS score FROM chunks c
@@ -254,6 +250,15 @@ async def dense_search(
         return list(await conn.fetch(sql, *params))
 
 
+def _naming_tenant(where: SqlFilter, tenant_id: str | None) -> str:
+    """``where``'s clause, naming the tenant as a literal when it has indexes of its own:
+    the planner proves a partial index's predicate from constants only, and a prepared
+    statement settles on a generic plan, whose parameters are no constants."""
+    if tenant_id is None:
+        return where.clause
+    return f"{where.clause} AND c.tenant_id = {tenant_indexes.literal(tenant_id)}"
+
+
 async def sparse_search(
     conn: Any,
     *,
@@ -261,11 +266,13 @@ async def sparse_search(
     tsqueries: Sequence[str],
     query_vector: SparseVector,
     k: int,
+    own_indexes: str | None = None,
 ) -> list[Any]:
     """Top-k chunks by BM25 among the GIN matches of any of ``tsqueries``, by inner product.
 
     Each tsquery is its own condition, so Postgres ORs their bitmap index scans; the
-    scores are always the query's full BM25 score.
+    scores are always the query's full BM25 score. ``own_indexes``: the tenant, when it has
+    indexes of its own (``tenant_indexes``): its GIN index lists its chunks alone.
     """
     params = list(where.params)
     matches: list[str] = []
@@ -276,8 +283,9 @@ async def sparse_search(
     vec = f"${len(params)}"
     sql = f"""
         SELECT {_HIT_COLUMNS}, -(c.bm25 <#> {vec}) AS score FROM chunks c
-        WHERE {where.clause} AND ({" OR ".join(matches)}) AND c.bm25 IS NOT NULL
-        ORDER BY c.bm25 <#> {vec}, c.id LIMIT {int(k)}"""  # noqa: S608 - only placeholders and an int are interpolated
+        WHERE {_naming_tenant(where, own_indexes)} AND ({" OR ".join(matches)})
+            AND c.bm25 IS NOT NULL
+        ORDER BY c.bm25 <#> {vec}, c.id LIMIT {int(k)}"""  # noqa: S608 - placeholders, an int and a quoted literal
     return list(await conn.fetch(sql, *params))
 
 

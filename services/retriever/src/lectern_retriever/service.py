@@ -344,11 +344,11 @@ async def hybrid_search(
     llm_rewriter: LlmRewriter | None = None,
     ts_configs: Sequence[str] = (),
     model: str | None = None,
-    own_graph: bool = False,
+    own_indexes: bool = False,
 ) -> RetrieveReply:
     """Candidates for a question: both sides per (sub-)query, fused by weighted RRF.
 
-    ``own_graph``: the tenant has an HNSW index of its own (``tenant_indexes``).
+    ``own_indexes``: the tenant has HNSW and GIN indexes of its own (``tenant_indexes``).
 
     ``model``: the embedding model ``embed`` uses; each dense search checks, under a share
     lock, that the live index still holds its vectors (``lectern_common.index.guard``).
@@ -418,7 +418,7 @@ async def hybrid_search(
                 k=request.k_dense,
                 exact=bool(small),
                 ef_search=request.ef_search,
-                own_graph=request.tenant_id if own_graph else None,
+                own_indexes=request.tenant_id if own_indexes else None,
             )
 
     async def sparse(term_stats: repository.TermStats) -> list[Any]:
@@ -430,8 +430,9 @@ async def hybrid_search(
 
         async def top(tsqueries: Sequence[str]) -> list[Any]:
             return await repository.sparse_search(
-                conn, where=where, tsqueries=tsqueries, query_vector=vector, k=k
-            )
+                conn, where=where, tsqueries=tsqueries, query_vector=vector, k=k,
+                own_indexes=request.tenant_id if own_indexes else None,
+            )  # fmt: skip
 
         def any_of(chosen: Sequence[WeightedTerm]) -> list[str]:
             return [tsquery_or(t.lexeme for t in chosen)]

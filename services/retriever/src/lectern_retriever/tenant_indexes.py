@@ -1,17 +1,19 @@
-"""A large tenant's own HNSW graph: a partial index of ``chunks.embedding`` for its rows.
+"""A large tenant's own indexes: partial copies of ``chunks``' HNSW and GIN indexes for its rows.
 
-Under a tenant filter, one shared graph makes a search walk other tenants' chunks: an
-iterative scan for an 11% tenant of a million chunks visits about nine foreign chunks for
-each of its own (p95 118 ms, `make bench-scale`), and the graph's neighbour lists serve every
-tenant at once. A tenant that holds ``min_chunks`` chunks or more gets a partial index
-``WHERE tenant_id = '<tenant>'`` with the shared index's parameters (migration 0027), built
-``CONCURRENTLY`` (writes go on) by one retriever replica at a time. A tenant that falls
-below half the threshold loses it. Dense searches of a tenant with its own index name the
-tenant as a literal (``repository.dense_search``): the planner proves a partial index's
-predicate only from constants, never from a statement's parameters.
+Under a tenant filter the shared indexes serve every tenant at once. Dense search walks a graph
+mostly made of other tenants' chunks: an iterative scan for an 11% tenant of a million chunks
+visits about nine foreign chunks for each of its own (p95 118 ms, `make bench-scale`). BM25's
+GIN matches list every tenant's chunks holding a term, and each is fetched from the heap
+before the tenant filter drops it. A tenant that holds ``min_chunks`` chunks or more gets
+both indexes for its rows alone (``WHERE tenant_id = '<tenant>'``, the shared indexes'
+parameters; migration 0027), built ``CONCURRENTLY`` (writes go on) by one retriever replica
+at a time. A tenant that falls below half the threshold loses them. The searches of a tenant
+with its own indexes name the tenant as a literal (``repository.dense_search`` and
+``sparse_search``): the planner proves a partial index's predicate from constants only, never
+from a prepared statement's parameters.
 
 The cost: the tenant's vectors are indexed twice (its graph and the shared one), about
-2 KB a chunk at 384 dimensions, and its inserts update both graphs.
+2 KB a chunk at 384 dimensions, and its inserts update both graphs (the GIN copy is small).
 """
 
 from __future__ import annotations
@@ -28,16 +30,17 @@ import asyncpg
 
 log = logging.getLogger(__name__)
 
-#: the shared graph whose parameters (operator class, m, ef_construction) each copy takes
-SHARED_INDEX = "chunks_embedding_hnsw"
-PREFIX = "chunks_embedding_hnsw_t_"
+#: the shared indexes each tenant copy takes its definition from, and the copies' prefixes
+SHARED_INDEXES = {"chunks_embedding_hnsw": "chunks_hnsw_t_", "chunks_tsv_gin": "chunks_gin_t_"}
 #: one builder in the cluster (session-level advisory lock)
 BUILD_LOCK_ID = 0x1EC7_7E1D
 
 
-def index_name(tenant_id: str) -> str:
-    """The tenant's index name: stable, short and safe whatever the tenant id holds."""
-    return PREFIX + hashlib.sha256(tenant_id.encode()).hexdigest()[:24]
+def index_names(tenant_id: str) -> dict[str, str]:
+    """The tenant's index names by the shared index they copy: stable, short and safe
+    whatever the tenant id holds."""
+    digest = hashlib.sha256(tenant_id.encode()).hexdigest()[:24]
+    return {shared: prefix + digest for shared, prefix in SHARED_INDEXES.items()}
 
 
 def literal(tenant_id: str) -> str:
@@ -49,22 +52,24 @@ def literal(tenant_id: str) -> str:
 
 
 def definition(shared: str, *, name: str, tenant_id: str) -> str:
-    """The shared index's definition (``pg_get_indexdef``) for one tenant's rows."""
+    """A shared index's definition (``pg_get_indexdef``) for one tenant's rows."""
     statement, found = re.subn(
         r"^CREATE INDEX \S+ ON ", f"CREATE INDEX CONCURRENTLY {name} ON ", shared
     )
     if found != 1 or " WHERE " in statement:
-        raise ValueError(f"unexpected definition of {SHARED_INDEX}: {shared}")
+        raise ValueError(f"unexpected definition of a shared index: {shared}")
     return f"{statement} WHERE (tenant_id = {literal(tenant_id)})"
 
 
 async def ready(conn: Any) -> set[str]:
-    """Tenants whose own index exists and is valid (a replica sees the primary's)."""
+    """Tenants whose own indexes all exist and are valid (a replica sees the primary's)."""
     rows = await conn.fetch(
-        """SELECT t.tenant_id FROM tenant_vector_indexes t
-           JOIN pg_class c ON c.relname = t.index_name AND c.relkind = 'i'
-           JOIN pg_index x ON x.indexrelid = c.oid
-           WHERE x.indisvalid"""
+        """SELECT t.tenant_id FROM tenant_indexes t
+           WHERE NOT EXISTS (
+               SELECT 1 FROM unnest(t.index_names) AS n(name)
+               LEFT JOIN pg_class c ON c.relname = n.name AND c.relkind = 'i'
+               LEFT JOIN pg_index x ON x.indexrelid = c.oid
+               WHERE x.indisvalid IS NOT TRUE)"""
     )
     return {str(r["tenant_id"]) for r in rows}
 
@@ -89,7 +94,7 @@ async def plan(conn: Any, *, min_chunks: int) -> Plan:
     build = [(str(r["tenant_id"]), int(r["chunk_count"])) for r in rows
              if str(r["tenant_id"]) not in have]  # fmt: skip
     registered = await conn.fetch(
-        "SELECT t.tenant_id, coalesce(s.chunk_count, 0) AS chunks FROM tenant_vector_indexes t "
+        "SELECT t.tenant_id, coalesce(s.chunk_count, 0) AS chunks FROM tenant_indexes t "
         "LEFT JOIN bm25_collection_stats s ON s.tenant_id = t.tenant_id"
     )
     drop = [str(r["tenant_id"]) for r in registered if int(r["chunks"]) < min_chunks // 2]
@@ -97,36 +102,38 @@ async def plan(conn: Any, *, min_chunks: int) -> Plan:
 
 
 async def build(conn: Any, tenant_id: str, *, chunks: int, memory: str | None = None) -> float:
-    """Build ``tenant_id``'s index without blocking writes; returns the build's seconds.
+    """Build ``tenant_id``'s indexes without blocking writes; returns the build's seconds.
 
     ``conn`` must not be in a transaction (``CREATE INDEX CONCURRENTLY``) and should have no
     statement timeout. A build that failed before leaves an invalid index: it is dropped
-    first. ``memory``: ``maintenance_work_mem`` for the build (the graph is built fastest
-    when it fits)."""
-    name = index_name(tenant_id)
-    shared = await conn.fetchval("SELECT pg_get_indexdef(to_regclass($1))", SHARED_INDEX)
-    if shared is None:
-        raise RuntimeError(f"{SHARED_INDEX} is missing: run `lectern migrate`")
-    await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+    first. ``memory``: ``maintenance_work_mem`` for the build (a graph is built fastest when
+    it fits)."""
+    names = index_names(tenant_id)
     if memory:
         await conn.execute("SELECT set_config('maintenance_work_mem', $1, false)", memory)
     started = time.perf_counter()
-    await conn.execute(definition(shared, name=name, tenant_id=tenant_id))
+    for shared, name in names.items():
+        definition_of = await conn.fetchval("SELECT pg_get_indexdef(to_regclass($1))", shared)
+        if definition_of is None:
+            raise RuntimeError(f"{shared} is missing: run `lectern migrate`")
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        await conn.execute(definition(definition_of, name=name, tenant_id=tenant_id))
     seconds = time.perf_counter() - started
     await conn.execute(
-        """INSERT INTO tenant_vector_indexes (tenant_id, index_name, chunks, build_ms)
+        """INSERT INTO tenant_indexes (tenant_id, index_names, chunks, build_ms)
            VALUES ($1, $2, $3, $4)
-           ON CONFLICT (tenant_id) DO UPDATE SET index_name = EXCLUDED.index_name,
+           ON CONFLICT (tenant_id) DO UPDATE SET index_names = EXCLUDED.index_names,
                chunks = EXCLUDED.chunks, build_ms = EXCLUDED.build_ms, created_at = now()""",
-        tenant_id, name, chunks, seconds * 1000.0,
+        tenant_id, list(names.values()), chunks, seconds * 1000.0,
     )  # fmt: skip
     return seconds
 
 
 async def drop(conn: Any, tenant_id: str) -> None:
-    """Drop ``tenant_id``'s index (its searches go back to the shared graph)."""
-    await conn.execute("DELETE FROM tenant_vector_indexes WHERE tenant_id = $1", tenant_id)
-    await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index_name(tenant_id)}")
+    """Drop ``tenant_id``'s indexes (its searches go back to the shared ones)."""
+    await conn.execute("DELETE FROM tenant_indexes WHERE tenant_id = $1", tenant_id)
+    for name in index_names(tenant_id).values():
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
 
 
 async def maintain(
@@ -148,14 +155,14 @@ async def maintain(
         try:
             todo = await plan(conn, min_chunks=min_chunks)
             for tenant_id in todo.drop:
-                log.info("dropping the HNSW index of tenant %s (below %d chunks)",
+                log.info("dropping the indexes of tenant %s (below %d chunks)",
                          tenant_id, min_chunks // 2)  # fmt: skip
                 await drop(conn, tenant_id)
             builds: Iterable[tuple[str, int]] = todo.build if limit is None else todo.build[:limit]
             for tenant_id, chunks in builds:
-                log.info("building the HNSW index of tenant %s (%d chunks)", tenant_id, chunks)
+                log.info("building the indexes of tenant %s (%d chunks)", tenant_id, chunks)
                 done[tenant_id] = await build(conn, tenant_id, chunks=chunks, memory=memory)
-                log.info("built the HNSW index of tenant %s in %.1f s", tenant_id,
+                log.info("built the indexes of tenant %s in %.1f s", tenant_id,
                          done[tenant_id])  # fmt: skip
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", BUILD_LOCK_ID)
