@@ -664,6 +664,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 with phases.time("tenant_index_build"):
                     own_indexes = await tenant_indexes.maintain(
                         servers.database_url, min_chunks=args.tenant_index_min_chunks,
+                        max_share=RetrieverSettings.model_fields["tenant_index_max_share"].default,
                         memory=args.maintenance_work_mem,
                     )  # fmt: skip
                 say(f"tenant indexes: {len(own_indexes)} built")

@@ -123,10 +123,16 @@ async def test_a_large_tenant_gets_its_own_indexes_and_loses_them_when_it_shrink
         todo = await tenant_indexes.plan(conn, min_chunks=600)
     assert (big, 600) in todo.build
     assert small not in {t for t, _ in todo.build}
+    async with db_pool.acquire() as conn:
+        # a tenant holding most of the chunks keeps the shared indexes
+        total = await conn.fetchval("SELECT sum(chunk_count) FROM bm25_collection_stats")
+        share = 599 / total
+        assert big not in {t for t, _ in (await tenant_indexes.plan(
+            conn, min_chunks=600, max_share=share)).build}  # fmt: skip
 
     settings = Settings(
         nats_url=nats_url, database_url=database_url, http_port=0, exact_search_below=0,
-        tenant_index_min_chunks=600, tenant_index_interval_s=0,
+        tenant_index_min_chunks=600, tenant_index_max_share=1.0, tenant_index_interval_s=0,
     )  # fmt: skip
     retriever = Retriever(settings=settings, embedder=embedder)
     await retriever.start()

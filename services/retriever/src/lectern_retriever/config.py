@@ -53,6 +53,11 @@ class Settings(ServiceHttpSettings):
         description="a tenant with this many chunks gets an HNSW index of its own (dropped "
         "below half of it)",
     )  # fmt: skip
+    tenant_index_max_share: float = Field(
+        default=0.5, gt=0.0, le=1.0,
+        description="a tenant holding more than this share of all chunks keeps the shared "
+        "indexes (they are mostly its own)",
+    )  # fmt: skip
     tenant_index_interval_s: float = Field(
         default=300.0, ge=0.0,
         description="how often a replica looks for tenants due an index of their own (0: never)",

@@ -124,6 +124,7 @@ class Retriever:
         done = await tenant_indexes.maintain(
             self.settings.database_url,
             min_chunks=self.settings.tenant_index_min_chunks,
+            max_share=self.settings.tenant_index_max_share,
             memory=self.settings.tenant_index_memory,
             connect_timeout_s=self.settings.db_connect_timeout_s,
         )

@@ -7,7 +7,8 @@ GIN matches list every tenant's chunks holding a term, and each is fetched from 
 before the tenant filter drops it. A tenant that holds ``min_chunks`` chunks or more gets
 both indexes for its rows alone (``WHERE tenant_id = '<tenant>'``, the shared indexes'
 parameters; migration 0027), built ``CONCURRENTLY`` (writes go on) by one retriever replica
-at a time. A tenant that falls below half the threshold loses them. The searches of a tenant
+at a time, unless it holds most of the chunks (the shared indexes are then mostly its own).
+A tenant that falls below half the threshold loses them. The searches of a tenant
 with its own indexes name the tenant as a literal (``repository.dense_search`` and
 ``sparse_search``): the planner proves a partial index's predicate from constants only, never
 from a prepared statement's parameters.
@@ -82,15 +83,19 @@ class Plan:
     drop: list[str]
 
 
-async def plan(conn: Any, *, min_chunks: int) -> Plan:
-    """Tenants at or over ``min_chunks`` without their index; tenants under half of it with
-    one (the BM25 statistics carry each tenant's live chunk count)."""
+async def plan(conn: Any, *, min_chunks: int, max_share: float = 1.0) -> Plan:
+    """Tenants at or over ``min_chunks`` without their indexes, unless they hold more than
+    ``max_share`` of all chunks (the shared indexes are then mostly theirs: a copy would
+    double the graph for little); tenants under half of ``min_chunks`` with them. The BM25
+    statistics carry each tenant's live chunk count."""
     have = await ready(conn)
     rows = await conn.fetch(
-        "SELECT tenant_id, chunk_count FROM bm25_collection_stats "
-        "WHERE chunk_count >= $1 ORDER BY chunk_count DESC, tenant_id",
-        min_chunks,
-    )
+        """SELECT tenant_id, chunk_count FROM bm25_collection_stats
+           WHERE chunk_count >= $1
+             AND chunk_count <= $2 * (SELECT sum(chunk_count) FROM bm25_collection_stats)
+           ORDER BY chunk_count DESC, tenant_id""",
+        min_chunks, max_share,
+    )  # fmt: skip
     build = [(str(r["tenant_id"]), int(r["chunk_count"])) for r in rows
              if str(r["tenant_id"]) not in have]  # fmt: skip
     registered = await conn.fetch(
@@ -140,6 +145,7 @@ async def maintain(
     dsn: str,
     *,
     min_chunks: int,
+    max_share: float = 1.0,
     memory: str | None = None,
     limit: int | None = None,
     connect_timeout_s: float = 10.0,
@@ -153,7 +159,7 @@ async def maintain(
         if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", BUILD_LOCK_ID):
             return done
         try:
-            todo = await plan(conn, min_chunks=min_chunks)
+            todo = await plan(conn, min_chunks=min_chunks, max_share=max_share)
             for tenant_id in todo.drop:
                 log.info("dropping the indexes of tenant %s (below %d chunks)",
                          tenant_id, min_chunks // 2)  # fmt: skip
