@@ -17,7 +17,7 @@ def test_a_topic_is_a_run_of_words_the_material_uses() -> None:
 
 
 def test_a_hyphen_joins_no_word() -> None:
-    """"pair bonds" asked is "pair-bonds" written (and the other way round)."""
+    """A hyphen joins no word: "pair bonds" asked is "pair-bonds" written, and back."""
     assert topics("How long do duck pair bonds usually last?", MATERIAL)[0] == "pair bonds"
     assert topics("Are pair-bonds for life?", ["Pair bonds last for years."])[0] == "pair bonds"
 
