@@ -50,8 +50,8 @@ class Settings(ServiceHttpSettings):
     )
     tenant_index_min_chunks: int = Field(
         default=20_000, ge=1,
-        description="a tenant with this many chunks gets an HNSW index of its own (dropped "
-        "below half of it)",
+        description="a tenant with this many chunks gets HNSW and GIN indexes of its own "
+        "(dropped below half of it)",
     )  # fmt: skip
     tenant_index_max_share: float = Field(
         default=0.5, gt=0.0, le=1.0,
@@ -60,7 +60,7 @@ class Settings(ServiceHttpSettings):
     )  # fmt: skip
     tenant_index_interval_s: float = Field(
         default=300.0, ge=0.0,
-        description="how often a replica looks for tenants due an index of their own (0: never)",
+        description="how often a replica looks for tenants due indexes of their own (0: never)",
     )  # fmt: skip
     tenant_index_memory: str | None = Field(
         default="1GB", pattern=r"^\d+\s*(kB|MB|GB)$",

@@ -367,6 +367,7 @@ async def hybrid_search(
     use_dense = "dense" in request.methods and request.k_dense > 0
     use_sparse = "sparse" in request.methods and request.k_sparse > 0
     where = repository.build_filter(tenant_id=request.tenant_id, filters=request.filters)
+    own = request.tenant_id if own_indexes else None  # named as a literal in both searches
     if request.filters.language:
         configs: Sequence[str] = [ts_config_for(request.filters.language)]
     else:
@@ -418,7 +419,7 @@ async def hybrid_search(
                 k=request.k_dense,
                 exact=bool(small),
                 ef_search=request.ef_search,
-                own_indexes=request.tenant_id if own_indexes else None,
+                own_indexes=own,
             )
 
     async def sparse(term_stats: repository.TermStats) -> list[Any]:
@@ -431,7 +432,7 @@ async def hybrid_search(
         async def top(tsqueries: Sequence[str]) -> list[Any]:
             return await repository.sparse_search(
                 conn, where=where, tsqueries=tsqueries, query_vector=vector, k=k,
-                own_indexes=request.tenant_id if own_indexes else None,
+                own_indexes=own,
             )  # fmt: skip
 
         def any_of(chosen: Sequence[WeightedTerm]) -> list[str]:
