@@ -1,6 +1,7 @@
 """A 3-node NATS cluster on one machine with Lectern's streams at 3 replicas: the node that
 leads the ingest stream is SIGKILLed while events are published without pause, then the next
-leader; a durable consumer gets every event exactly once (counted by event id)."""
+leader; then two of the three at once (no quorum). A durable consumer gets every event
+exactly once (counted by event id)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import contextlib
 import itertools
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ RECONNECT: dict[str, Any] = {"max_reconnect_attempts": -1, "reconnect_time_wait"
 #: the longest a publisher may wait for the stream to take an event across a leader's loss:
 #: the election (a few seconds) plus a reconnect; measured ~1-3 s on the 2-core machine
 PAUSE_BOUND_S = 15.0
+#: how long two of the three servers stay down
+OUTAGE_S = 6.0
 
 
 @dataclass
@@ -152,7 +155,44 @@ async def wait_for(what: str, condition: Callable[[], Awaitable[bool]], timeout:
     pytest.fail(f"{what} not within {timeout} s")
 
 
-async def test_killing_stream_leaders_loses_and_duplicates_no_event(tmp_path: Path) -> None:
+@dataclass
+class Running:
+    """The cluster with Lectern's streams at 3 replicas, a durable consumer on the ingest
+    stream, and a publisher and a reader going on (each on a client of its own)."""
+
+    cluster: EmbeddedNatsCluster
+    admin: Client
+    publisher: Publisher
+    reader: Consumer
+    stop_publishing: asyncio.Event
+    stop_reading: asyncio.Event
+    tasks: list[asyncio.Task[None]]
+
+    async def finish(self) -> None:
+        """Stop publishing, wait until every published event was read, stop reading."""
+        self.stop_publishing.set()
+        await self.tasks[0]
+
+        async def all_read() -> bool:
+            return set(self.reader.confirmed) >= set(self.publisher.published)
+
+        await wait_for("every event read", all_read, 30.0)
+        self.stop_reading.set()
+        await self.tasks[1]
+
+    async def check_exactly_once(self) -> None:
+        """No event lost, invented, stored twice, or delivered again after a confirmed ack."""
+        publisher, reader = self.publisher, self.reader
+        stream = await self.admin.jetstream().stream_info(STREAM)
+        assert len(set(publisher.published)) == len(publisher.published)
+        assert set(reader.deliveries) == set(publisher.published), "no event lost or invented"
+        assert stream.state.last_seq == len(publisher.published), "no event stored twice"
+        assert stream.state.messages == 0, "every event acknowledged (work queue)"
+        assert not reader.redelivered_after_confirmed_ack, "no duplicate after a confirmed ack"
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(tmp_path: Path) -> AsyncIterator[Running]:
     cluster = EmbeddedNatsCluster(tmp_path / "nats")
     await asyncio.to_thread(cluster.start)
     clients: list[Client] = []
@@ -184,7 +224,17 @@ async def test_killing_stream_leaders_loses_and_duplicates_no_event(tmp_path: Pa
             asyncio.create_task(reader.run(clients[2], stop_reading)),
         ]
         await asyncio.sleep(2.0)
+        yield Running(cluster, admin, publisher, reader, stop_publishing, stop_reading, tasks)
+    finally:
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.close()
+        await asyncio.to_thread(cluster.stop)
 
+
+async def test_killing_stream_leaders_loses_and_duplicates_no_event(tmp_path: Path) -> None:
+    async with running_cluster(tmp_path) as run:
+        cluster, admin, publisher, reader = run.cluster, run.admin, run.publisher, run.reader
         outages: list[dict[str, object]] = []
         for _ in range(2):
             # the leader as the monitoring endpoint (/jsz?streams=1) reports it
@@ -221,17 +271,7 @@ async def test_killing_stream_leaders_loses_and_duplicates_no_event(tmp_path: Pa
             await asyncio.sleep(1.0)
 
         await asyncio.sleep(1.0)
-        stop_publishing.set()
-        await tasks[0]
-
-        async def all_read() -> bool:
-            return set(reader.confirmed) >= set(publisher.published)
-
-        await wait_for("every event read", all_read, 30.0)
-        stop_reading.set()
-        await tasks[1]
-
-        stream = await admin.jetstream().stream_info(STREAM)
+        await run.finish()
         pause, _ = publisher.longest_pause()
         print(
             f"\nNATS cluster faults: {len(publisher.published)} events, outages {outages}, "
@@ -240,16 +280,59 @@ async def test_killing_stream_leaders_loses_and_duplicates_no_event(tmp_path: Pa
             f"{dict(reader.errors)}, events delivered more than once "
             f"{sum(1 for n in reader.deliveries.values() if n > 1)}"
         )
-        assert len(set(publisher.published)) == len(publisher.published)
-        assert set(reader.deliveries) == set(publisher.published), "no event lost or invented"
-        assert stream.state.last_seq == len(publisher.published), "no event stored twice"
-        assert stream.state.messages == 0, "every event acknowledged (work queue)"
-        assert not reader.redelivered_after_confirmed_ack, "no duplicate after a confirmed ack"
+        await run.check_exactly_once()
         assert len(publisher.published) > 200
         assert pause < PAUSE_BOUND_S
         assert {o["killed"] for o in outages} and outages[0]["killed"] != outages[1]["killed"]
-    finally:
-        for client in clients:
-            with contextlib.suppress(Exception):
-                await client.close()
-        await asyncio.to_thread(cluster.stop)
+
+
+async def test_two_servers_down_stop_the_stream_and_lose_nothing(tmp_path: Path) -> None:
+    """Two of three servers killed at once (the stream's leader and a follower): no quorum,
+    so the stream takes no event; publishers keep retrying under their event ids. One server
+    back restores the quorum and the publishes go on; the third catches up. Every event is
+    stored and delivered once, and none acknowledged while the quorum was lost."""
+    async with running_cluster(tmp_path) as run:
+        cluster, publisher = run.cluster, run.publisher
+        leader = await asyncio.to_thread(cluster.stream_leader, STREAM)
+        assert leader is not None
+        first = cluster.node(leader)
+        second = next(n for n in cluster.nodes if n is not first)
+        published_before = len(publisher.published)
+        killed_at = time.monotonic()
+        first.kill()
+        second.kill()
+        await asyncio.sleep(OUTAGE_S)
+        acked_during = [t for t in publisher.acked_at if killed_at + 0.5 < t]
+        errors_during = sum(1 for t in publisher.error_times if t > killed_at)
+        assert not acked_during, "the stream took events without a quorum"
+        assert errors_during > 0, "the publisher was refused while the quorum was lost"
+
+        restarted_at = time.monotonic()
+        await asyncio.to_thread(second.start)
+
+        async def published_again() -> bool:
+            return publisher.first_ack_after(restarted_at) is not None
+
+        await wait_for("a publish once the quorum is back", published_again, 60.0)
+        resumed_s = time.monotonic() - restarted_at
+        await asyncio.to_thread(first.start)
+
+        async def caught_up() -> bool:
+            return await replicas_current(run.admin, 2)
+
+        await wait_for("the third server catching up", caught_up, 60.0)
+        current_s = time.monotonic() - restarted_at
+        await asyncio.sleep(1.0)
+        await run.finish()
+        pause = publisher.pause_around(killed_at)
+        print(
+            f"\nNATS quorum lost: {len(publisher.published)} events "
+            f"({published_before} before), {OUTAGE_S:.0f} s with two of three servers down, "
+            f"publish errors meanwhile {errors_during} ({dict(publisher.errors)}), first publish "
+            f"{resumed_s:.2f} s after one server was back, all three current after "
+            f"{current_s:.2f} s, longest publish pause {pause:.2f} s, events delivered more "
+            f"than once {sum(1 for n in run.reader.deliveries.values() if n > 1)}"
+        )
+        await run.check_exactly_once()
+        assert len(publisher.published) > published_before + 50, "publishing went on after"
+        assert resumed_s < PAUSE_BOUND_S

@@ -1,7 +1,8 @@
 """`lectern up --cluster`: three NATS servers, streams at 3 replicas, two replicas of every
 service. Uploads and chat turns run against both gateways while the NATS server leading the
 ingest stream is SIGKILLed, then (once it is back) the next leader (``LECTERN_CHAOS_ROUNDS``
-kills in all: 2 here, more in ``make chaos``), then one replica of each worker service
+kills in all: 2 here, more in ``make chaos``), then two of the three servers at once (no
+quorum: no upload accepted until one is back), then one replica of each worker service
 (retriever, reranker, ingest, memory) at once: every accepted upload is indexed once, every
 answered turn reaches the chat stream once (by event id), and the peers answer while the
 killed replicas restart."""
@@ -43,6 +44,8 @@ READY_WITHIN_S = 120.0  # ten services loading their models on two cores
 #: how many times the NATS server leading the ingest stream is killed (each brought back
 #: before the next): two in ``make test``, more in the long ``make chaos``
 ROUNDS = int(os.environ.get("LECTERN_CHAOS_ROUNDS", "2"))
+#: how long two of the three NATS servers stay down at once (no quorum)
+QUORUM_OUTAGE_S = 8.0
 INGEST_STREAM = stream_for(Subjects.DOCUMENTS_UPLOADED).name
 TENANT = f"cluster-{uuid.uuid4().hex[:6]}"
 LESSON = (Path(__file__).resolve().parents[2] / "demo" / "mitosis.md").read_text()
@@ -290,6 +293,52 @@ async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: 
                     "current_again_s": round(time.monotonic() - back_at, 1),
                 })  # fmt: skip
                 await asyncio.sleep(1.0)
+            # two of the three servers at once (the leader and a follower): no quorum, the
+            # streams take no event. Uploads wait (the object store is a stream) or are
+            # refused (503, Retry-After) and sent again; chat turns may go on (retrieval is core
+            # request/reply, the completed events wait in the gateways' outbox), once the
+            # services' connections to the dead servers have moved; both servers back, uploads
+            # are accepted again
+            leader = await asyncio.to_thread(stream_leader, nodes, alive)
+            assert leader is not None
+            pair = [leader, next(name for name in sorted(alive) if name != leader)]
+            cmdlines = {name: psutil.Process(pids[name]).cmdline() for name in pair}
+            done_before, errors_before = load.turns["done"], sum(load.chat_errors.values())
+            killed_at = time.monotonic()
+            for name in pair:
+                os.kill(pids[name], signal.SIGKILL)
+                alive.discard(name)
+            await asyncio.sleep(QUORUM_OUTAGE_S)
+            back_at = time.monotonic()
+            accepted_during = [t for t in load.upload_acks if killed_at + 1.0 < t < back_at]
+            during = {
+                "uploads_accepted": len(accepted_during),
+                "upload_errors": sum(1 for t in load.upload_error_times if t > killed_at),
+                "turns_done": load.turns["done"] - done_before,
+                "chat_errors": sum(load.chat_errors.values()) - errors_before,
+            }
+            for name in pair:
+                server = spawn(cmdlines[name], None, None)
+                restarted.append(server)
+                pids[name] = server.pid
+
+            def upload_accepted_again() -> bool:
+                return any(t > back_at for t in load.upload_acks)
+
+            accepted_again_s = await poll("an upload accepted again", 60, upload_accepted_again)
+            for name in pair:
+                node = next(n for n in nodes if n["name"] == name)
+                await poll("the server current again", 30, lambda n=node: stream_current(n))
+                alive.add(name)
+            quorum_lost = {
+                "servers_killed": pair,
+                "down_s": QUORUM_OUTAGE_S,
+                **during,
+                "upload_accepted_after_restart_s": round(accepted_again_s, 1),
+                "current_again_s": round(time.monotonic() - back_at, 1),
+            }
+            assert not accepted_during, "an upload accepted without a quorum"
+            await asyncio.sleep(1.0)
             # one replica of every worker service SIGKILLed at once: the peers take the work
             # (queue groups, the shared ingest consumer) while the supervisor restarts them
             done_before, errors_before = load.turns["done"], sum(load.chat_errors.values())
@@ -363,7 +412,8 @@ async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: 
             f"between accepted uploads {max(gaps):.1f} s, upload to indexed p50 "
             f"{sorted(to_indexed)[len(to_indexed) // 2]:.1f} s max {max(to_indexed):.1f} s; "
             f"turns {dict(load.turns)}, chat errors {dict(load.chat_errors)}, longest turn "
-            f"{load.longest_turn_s:.1f} s; a replica of {', '.join(workers)} killed: "
+            f"{load.longest_turn_s:.1f} s; two servers down: {quorum_lost}; a replica of "
+            f"{', '.join(workers)} killed: "
             f"{replicas_killed}"
         )
         assert set(per_document) == load.accepted, "every accepted upload indexed"
