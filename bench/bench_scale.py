@@ -676,6 +676,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     own_indexes = await tenant_indexes.maintain(
                         servers.database_url, min_chunks=args.tenant_index_min_chunks,
                         max_share=RetrieverSettings.model_fields["tenant_index_max_share"].default,
+                        max_tenants=RetrieverSettings.model_fields[
+                            "tenant_index_max_tenants"
+                        ].default,
                         memory=args.maintenance_work_mem,
                     )  # fmt: skip
                 say(f"tenant indexes: {len(own_indexes)} built")

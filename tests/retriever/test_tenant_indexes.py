@@ -142,6 +142,11 @@ async def test_a_large_tenant_gets_its_own_indexes_and_loses_them_when_it_shrink
         built = set(done)
         assert big in built and small not in built
         assert big in await retriever.own_indexes()
+        async with db_pool.acquire() as conn:
+            # past the cap on tenants with copies, the smallest lose theirs and none is built
+            capped = await tenant_indexes.plan(conn, min_chunks=600, max_tenants=0)
+            assert big in capped.drop and not capped.build
+            assert big not in (await tenant_indexes.plan(conn, min_chunks=600)).drop
 
         # the tenant's searches are planned on its own index, the others' on the shared one
         query = vectors[5]

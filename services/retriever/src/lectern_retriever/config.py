@@ -58,6 +58,11 @@ class Settings(ServiceHttpSettings):
         description="a tenant holding more than this share of all chunks keeps the shared "
         "indexes (they are mostly its own)",
     )  # fmt: skip
+    tenant_index_max_tenants: int = Field(
+        default=100, ge=0,
+        description="at most this many tenants, the largest, have indexes of their own (the "
+        "planner weighs every index of the chunks table for each search)",
+    )  # fmt: skip
     tenant_index_interval_s: float = Field(
         default=300.0, ge=0.0,
         description="how often a replica looks for tenants due indexes of their own (0: never)",

@@ -125,6 +125,7 @@ class Retriever:
             self.settings.database_url,
             min_chunks=self.settings.tenant_index_min_chunks,
             max_share=self.settings.tenant_index_max_share,
+            max_tenants=self.settings.tenant_index_max_tenants,
             memory=self.settings.tenant_index_memory,
             connect_timeout_s=self.settings.db_connect_timeout_s,
         )

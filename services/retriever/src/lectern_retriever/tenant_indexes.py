@@ -83,10 +83,14 @@ class Plan:
     drop: list[str]
 
 
-async def plan(conn: Any, *, min_chunks: int, max_share: float = 1.0) -> Plan:
+async def plan(
+    conn: Any, *, min_chunks: int, max_share: float = 1.0, max_tenants: int | None = None
+) -> Plan:
     """Tenants at or over ``min_chunks`` without their indexes, unless they hold more than
     ``max_share`` of all chunks (the shared indexes are then mostly theirs: a copy would
-    double the graph for little); tenants under half of ``min_chunks`` with them. The BM25
+    double the graph for little), and only the ``max_tenants`` largest of those (the planner
+    weighs every index of ``chunks`` when it plans a search); tenants under half of
+    ``min_chunks``, or no longer among the ``max_tenants`` largest, with them. The BM25
     statistics carry each tenant's live chunk count."""
     have = await ready(conn)
     rows = await conn.fetch(
@@ -96,13 +100,19 @@ async def plan(conn: Any, *, min_chunks: int, max_share: float = 1.0) -> Plan:
            ORDER BY chunk_count DESC, tenant_id""",
         min_chunks, max_share,
     )  # fmt: skip
-    build = [(str(r["tenant_id"]), int(r["chunk_count"])) for r in rows
-             if str(r["tenant_id"]) not in have]  # fmt: skip
+    eligible = [(str(r["tenant_id"]), int(r["chunk_count"])) for r in rows]
+    capped = max_tenants is not None and len(eligible) > max_tenants
+    chosen = eligible[:max_tenants] if capped else eligible
+    build = [(t, n) for t, n in chosen if t not in have]
+    names = {t for t, _ in chosen}
     registered = await conn.fetch(
         "SELECT t.tenant_id, coalesce(s.chunk_count, 0) AS chunks FROM tenant_indexes t "
         "LEFT JOIN bm25_collection_stats s ON s.tenant_id = t.tenant_id"
     )
-    drop = [str(r["tenant_id"]) for r in registered if int(r["chunks"]) < min_chunks // 2]
+    drop = [
+        str(r["tenant_id"]) for r in registered
+        if int(r["chunks"]) < min_chunks // 2 or (capped and str(r["tenant_id"]) not in names)
+    ]  # fmt: skip
     return Plan(build=build, drop=drop)
 
 
@@ -146,6 +156,7 @@ async def maintain(
     *,
     min_chunks: int,
     max_share: float = 1.0,
+    max_tenants: int | None = None,
     memory: str | None = None,
     limit: int | None = None,
     connect_timeout_s: float = 10.0,
@@ -159,10 +170,12 @@ async def maintain(
         if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", BUILD_LOCK_ID):
             return done
         try:
-            todo = await plan(conn, min_chunks=min_chunks, max_share=max_share)
+            todo = await plan(
+                conn, min_chunks=min_chunks, max_share=max_share, max_tenants=max_tenants
+            )
             for tenant_id in todo.drop:
-                log.info("dropping the indexes of tenant %s (below %d chunks)",
-                         tenant_id, min_chunks // 2)  # fmt: skip
+                log.info("dropping the indexes of tenant %s (below %d chunks, or not among "
+                         "the %s largest)", tenant_id, min_chunks // 2, max_tenants)  # fmt: skip
                 await drop(conn, tenant_id)
             builds: Iterable[tuple[str, int]] = todo.build if limit is None else todo.build[:limit]
             for tenant_id, chunks in builds:
