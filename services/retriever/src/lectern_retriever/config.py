@@ -49,9 +49,10 @@ class Settings(ServiceHttpSettings):
         default=0.1, ge=0.0, description="re-weight a tenant when its chunk count moved this share"
     )
     tenant_index_min_chunks: int = Field(
-        default=20_000, ge=1,
+        default=2000, ge=1,
         description="a tenant with this many chunks gets HNSW and GIN indexes of its own "
-        "(dropped below half of it)",
+        "(dropped below half of it); below it, a tenant is small enough for exact search "
+        "(exact_search_below)",
     )  # fmt: skip
     tenant_index_max_share: float = Field(
         default=0.5, gt=0.0, le=1.0,
