@@ -104,8 +104,8 @@ async def plan(
         min_chunks, max_share,
     )  # fmt: skip
     eligible = [(str(r["tenant_id"]), int(r["chunk_count"])) for r in rows]
-    capped = max_tenants is not None and len(eligible) > max_tenants
-    chosen = eligible[:max_tenants] if capped else eligible
+    chosen = eligible[:max_tenants]
+    capped = len(chosen) < len(eligible)
     build = [(t, n) for t, n in chosen if t not in have]
     names = {t for t, _ in chosen}
     registered = await conn.fetch(
@@ -177,8 +177,8 @@ async def maintain(
                 conn, min_chunks=min_chunks, max_share=max_share, max_tenants=max_tenants
             )
             for tenant_id in todo.drop:
-                log.info("dropping the indexes of tenant %s (below %d chunks, or not among "
-                         "the %s largest)", tenant_id, min_chunks // 2, max_tenants)  # fmt: skip
+                log.info("dropping the indexes of tenant %s (below %d chunks, or past the "
+                         "cap of %s tenants)", tenant_id, min_chunks // 2, max_tenants)  # fmt: skip
                 await drop(conn, tenant_id)
             builds: Iterable[tuple[str, int]] = todo.build if limit is None else todo.build[:limit]
             for tenant_id, chunks in builds:
