@@ -159,7 +159,7 @@ def test_filter_sql_is_parameterised() -> None:
     untagged = build_filter(
         tenant_id="t1", filters=RetrievalFilters(subject="Biology", include_untagged=True)
     )
-    assert "(c.subject IS NULL OR lower(c.subject) = lower($4))" in untagged.clause
+    assert "(lower(c.subject) IS NULL OR lower(c.subject) = lower($4))" in untagged.clause
     everything = build_filter(
         tenant_id="t1", filters=RetrievalFilters(kinds=["references", "text"])
     )

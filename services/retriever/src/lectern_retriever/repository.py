@@ -55,12 +55,13 @@ def build_filter(*, tenant_id: str, filters: RetrievalFilters) -> SqlFilter:
 
     def tagged(column: str, condition: str) -> str:
         if filters.include_untagged:
-            return f"(c.{column} IS NULL OR {condition})"
+            return f"({column} IS NULL OR {condition})"
         return condition
 
     if filters.subject is not None:
         subject = sql.placeholder(filters.subject.strip())
-        parts.append(tagged("subject", f"lower(c.subject) = lower({subject})"))
+        # lower(subject), never subject: the expression index (migration 0028) serves both
+        parts.append(tagged("lower(c.subject)", f"lower(c.subject) = lower({subject})"))
     if filters.grade_level is not None:
         if filters.grade_within_one:
             low = sql.placeholder(filters.grade_level - 1)
@@ -68,9 +69,11 @@ def build_filter(*, tenant_id: str, filters: RetrievalFilters) -> SqlFilter:
             condition = f"c.grade_level BETWEEN {low}::smallint AND {high}::smallint"
         else:
             condition = f"c.grade_level = {sql.placeholder(filters.grade_level)}::smallint"
-        parts.append(tagged("grade_level", condition))
+        parts.append(tagged("c.grade_level", condition))
     if filters.module_tag is not None:
-        parts.append(tagged("module_tag", f"c.module_tag = {sql.placeholder(filters.module_tag)}"))
+        parts.append(
+            tagged("c.module_tag", f"c.module_tag = {sql.placeholder(filters.module_tag)}")
+        )
     if filters.class_id is not None:
         class_id = sql.placeholder(filters.class_id)
         if filters.include_unassigned:

@@ -1,0 +1,50 @@
+"""A subject filter is served by an index (migration 0028): the count the retriever makes
+before a filtered search (exact or HNSW) reads the matching chunks, not the whole tenant."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from lectern_common.events import RetrievalFilters
+from lectern_retriever import repository
+
+pytestmark = pytest.mark.integration
+
+
+async def _plan(conn: Any, where: repository.SqlFilter) -> str:
+    """The count's plan with sequential scans made costly (a test table is small)."""
+    async with conn.transaction():
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        return str(
+            await conn.fetchval(
+                "EXPLAIN (FORMAT JSON) SELECT count(*) FROM (SELECT 1 FROM chunks c "  # noqa: S608
+                f"WHERE {where.clause} LIMIT 2001) x",
+                *where.params,
+            )
+        )
+
+
+async def test_a_subject_filter_is_counted_on_its_index_with_or_without_untagged_material(
+    db_pool: Any, add_doc: Any, unit_vectors: Any
+) -> None:
+    tenant = f"subject-{uuid.uuid4().hex[:8]}"
+    vectors = unit_vectors(30, seed=5)
+    texts = [f"chunk {i}" for i in range(10)]
+    await add_doc(db_pool, tenant_id=tenant, texts=texts, vectors=vectors[:10], subject="Biology")
+    await add_doc(db_pool, tenant_id=tenant, texts=texts, vectors=vectors[10:20], subject="Maths")
+    await add_doc(db_pool, tenant_id=tenant, texts=texts, vectors=vectors[20:])  # untagged
+    strict = repository.build_filter(
+        tenant_id=tenant, filters=RetrievalFilters(subject=" biology ")
+    )
+    untagged = repository.build_filter(
+        tenant_id=tenant, filters=RetrievalFilters(subject="BIOLOGY", include_untagged=True)
+    )
+    async with db_pool.acquire() as conn:
+        assert await repository.count_up_to(conn, where=strict, limit=100) == 10
+        assert await repository.count_up_to(conn, where=untagged, limit=100) == 20
+        await conn.execute("ANALYZE chunks")
+        for where in (strict, untagged):
+            assert "chunks_tenant_subject" in await _plan(conn, where)
