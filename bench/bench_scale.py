@@ -426,8 +426,12 @@ async def recall(
     vectors: np.ndarray[Any, Any],
     k: int,
     own_indexes: Collection[str] = (),
+    ef_more: int | None = None,
 ) -> dict[str, Any]:
     """Recall@k of the retriever's dense search against exact search under the same filters.
+
+    ``ef_more``: the same HNSW search again at this ef_search (recall and time), to show what
+    a wider search would buy.
 
     ``hnsw`` forces the approximate statement (the planner may still prefer the tenant
     index and sort, which is exact); ``served`` is what the retriever returns, which
@@ -461,6 +465,14 @@ async def recall(
                 own_indexes=graph,
             )  # fmt: skip
             hnsw_ms = (time.perf_counter() - started) * 1000
+            wider, wider_ms = approximate, hnsw_ms
+            if ef_more is not None:
+                started = time.perf_counter()
+                wider = await repository.dense_search(
+                    conn, where=where, embedding=vector, k=k, exact=False, ef_search=ef_more,
+                    own_indexes=graph,
+                )  # fmt: skip
+                wider_ms = (time.perf_counter() - started) * 1000
             shared = approximate
             if graph is not None:
                 # the same search on the shared graph, as before the tenant had its own: a
@@ -484,11 +496,14 @@ async def recall(
         truth = {row["chunk_id"] for row in exact}
         found = len(truth & {row["chunk_id"] for row in approximate}) / len(truth)
         found_shared = len(truth & {row["chunk_id"] for row in shared}) / len(truth)
+        found_wider = len(truth & {row["chunk_id"] for row in wider}) / len(truth)
         small = count <= EXACT_SEARCH_BELOW
         group = groups.setdefault(ask.group, {})
         for name, value in (
             ("hnsw", found),
             ("hnsw_shared", found_shared),
+            ("hnsw_wider", found_wider),
+            ("hnsw_wider_ms", wider_ms),
             ("served", 1.0 if small else found),
             ("exact_path", 1.0 if small else 0.0),
             ("uses_hnsw_index", 1.0 if _HNSW_INDEX.search(str(plan[0][0])) else 0.0),
@@ -503,6 +518,14 @@ async def recall(
             f"hnsw_recall@{k}": round(float(np.mean(group["hnsw"])), 4),
             f"hnsw_recall@{k}_min": round(min(group["hnsw"]), 4),
             f"hnsw_recall@{k}_shared_index": round(float(np.mean(group["hnsw_shared"])), 4),
+            **(
+                {
+                    f"hnsw_recall@{k}_ef_{ef_more}": round(float(np.mean(group["hnsw_wider"])), 4),
+                    f"hnsw_ms_ef_{ef_more}": stats(group["hnsw_wider_ms"]),
+                }
+                if ef_more is not None
+                else {}
+            ),
             f"served_recall@{k}": round(float(np.mean(group["served"])), 4),
             "share_served_exactly": round(float(np.mean(group["exact_path"])), 3),
             "share_planned_on_hnsw": round(float(np.mean(group["uses_hnsw_index"])), 3),
@@ -714,8 +737,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             try:
                 recalled = await recall(
-                    recall_pool, asks=recall_asks, vectors=vectors, k=20, own_indexes=own_indexes
-                )
+                    recall_pool, asks=recall_asks, vectors=vectors, k=20, own_indexes=own_indexes,
+                    ef_more=2 * args.ef_search,
+                )  # fmt: skip
             finally:
                 await recall_pool.close()
 
@@ -904,6 +928,20 @@ def summary(result: dict[str, Any]) -> str:
                 f"{name} {g['hnsw_recall@20_shared_index']:.3f}"
                 for name, g in result["recall"].items()
                 if "hnsw_recall@20_shared_index" in g
+            )
+        )
+    wider = [
+        (name, key, g) for name, g in result["recall"].items() for key in g
+        if key.startswith("hnsw_recall@20_ef_")
+    ]  # fmt: skip
+    if wider:
+        ef = wider[0][1].removeprefix("hnsw_recall@20_ef_")
+        lines.append(
+            f"recall@20 / HNSW ms p95 at ef_search {ef} "
+            f"(the retrievers': {result['hnsw']['ef_search']}): "
+            + ", ".join(
+                f"{name} {g[key]:.3f} / {g[f'hnsw_ms_ef_{ef}']['p95']:.1f}"
+                for name, key, g in wider
             )
         )
     memory = result["memory"]
