@@ -233,6 +233,23 @@ def test_the_best_sentence_introducing_a_list_brings_the_list_in_any_form() -> N
     assert "- Describe mathematical induction via an analogy [T1]." in text
 
 
+def test_an_item_introducing_nested_items_brings_them_and_not_its_siblings() -> None:
+    # a slide's bullets, set out as a PDF gives them: sub-items under an item with a colon
+    slide = SourceText(
+        label="T1",
+        text=(
+            "• After the editors agree on the final draft, remove all annotations from it:\n\n"
+            "– Line numbers\n\n"
+            "– Headers and footers\n\n"
+            "• Ensure a two-column format for the summary page"
+        ),
+    )
+    question = "Which annotations should be removed once the editors agree on a draft?"
+    text = extract_answer(question=question, sources=[slide]).render()
+    assert "- Line numbers [T1]." in text and "- Headers and footers [T1]." in text
+    assert "two-column" not in text
+
+
 def test_lines_a_pdf_set_apart_are_one_sentence_again() -> None:
     page = SourceText(
         label="T1",

@@ -1048,17 +1048,23 @@ def _with_list(
 ) -> list[ScoredSentence]:
     """A chosen sentence that introduces a list ("Mitosis is usually described in four
     stages:") is incomplete without it, as a sentence a line break cut is: it brings the
-    items that follow it (those already chosen stay where they are)."""
+    items that follow it (those already chosen stay where they are). An item that ends with a
+    colon ("• remove all annotations from PI:") brings the items nested under it."""
     index_of = {(u.source_index, u.position): i for i, u in enumerate(units)}
     taken = {(c.source_index, c.position) for c in chosen}
     out: list[ScoredSentence] = []
     for picked in chosen:
         out.append(picked)
         at = index_of.get((picked.source_index, picked.position))
-        if at is None or units[at].item or not units[at].introduces_list:
+        if at is None or not units[at].introduces_list:
+            continue
+        head = units[at]
+        if head.item and not head.text.rstrip().endswith(":"):
             continue
         for unit in units[at + 1 : at + 1 + most]:
             if unit.source_index != picked.source_index or not unit.item:
+                break
+            if head.item and unit.depth <= head.depth:
                 break
             if (unit.source_index, unit.position) not in taken:
                 taken.add((unit.source_index, unit.position))
