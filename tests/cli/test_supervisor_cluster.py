@@ -5,9 +5,11 @@ given all three NATS URLs and 3 stream replicas; everything stopped at the end."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import urllib.request
@@ -58,6 +60,8 @@ def test_up_takes_cluster_and_keeps_its_default() -> None:
     parser = build_parser()
     assert parser.parse_args(["up"]).cluster is False
     assert parser.parse_args(["up", "--cluster"]).cluster is True
+    assert parser.parse_args(["up"]).nats_restart_after == 2.0
+    assert parser.parse_args(["up", "--nats-restart-after", "8"]).nats_restart_after == 8.0
 
 
 def test_the_cluster_supervisor_runs_two_of_each_on_three_nats_servers(base_dir: Path) -> None:
@@ -66,6 +70,7 @@ def test_the_cluster_supervisor_runs_two_of_each_on_three_nats_servers(base_dir:
         data_dir=base_dir / "data", cluster=True, gateway_port=free_port(),
         nats_port=free_port(), nats_monitor_port=free_port(), report=messages.append,
         command=lambda name: [sys.executable, "-c", STAND_IN, name], graceful_timeout_s=2.0,
+        nats_restart_after_s=0.5,
     )  # fmt: skip
     try:
         supervisor.start()
@@ -92,6 +97,30 @@ def test_the_cluster_supervisor_runs_two_of_each_on_three_nats_servers(base_dir:
         asyncio.run(_streams_at_three_replicas(envs[("gateway", str(ports[0]))], nodes))
         asyncio.run(_admin_reaches_jetstream(stack_nats_url(state)))
         assert _cluster_size(nodes[1]["monitor_url"]) == 3
+
+        # a server that dies is started again on its ports and store, as its pod would be
+        dead = nodes[1]
+        os.kill(dead["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            supervisor.poll()
+            node = read_state(supervisor.data_dir)["nats"]["nodes"][1]  # type: ignore[index]
+            if node["pid"] != dead["pid"] and process_alive(node["pid"], node["pid_create_time"]):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"{dead['name']} was not started again: {messages[-3:]}")
+        assert node["url"] == dead["url"]
+        for _ in range(100):  # back in the cluster once its JetStream meta group answers
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                if _cluster_size(node["monitor_url"]) == 3:
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"{dead['name']} did not join the cluster again")
+        text = "\n".join(messages)
+        assert f"NATS server {dead['name']} ({dead['url']}) exited with code -9" in text
+        assert f"NATS server {dead['name']} started again on {dead['url']}" in text
     finally:
         supervisor.stop()
     state = read_state(supervisor.data_dir)

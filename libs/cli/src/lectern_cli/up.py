@@ -65,6 +65,11 @@ def register(subparsers: Any) -> None:
         ),
     )  # fmt: skip
     parser.add_argument(
+        "--nats-restart-after", type=float, default=2.0, metavar="SECONDS",
+        help="a NATS server that dies is started again this long after, on its ports and "
+        "store (default 2)",
+    )  # fmt: skip
+    parser.add_argument(
         "--no-demo", action="store_true",
         help="do not load the demo corpus (otherwise loaded on a data directory's first start)",
     )  # fmt: skip
@@ -115,5 +120,6 @@ def run(args: argparse.Namespace) -> int:
         report=report,
         on_ready=on_ready,
         cluster=args.cluster,
+        nats_restart_after_s=args.nats_restart_after,
     )
     return supervisor.run()

@@ -3,7 +3,9 @@
 ``Supervisor.run()`` is what ``lectern up`` runs in the foreground (``cluster=True`` for
 ``lectern up --cluster``: a 3-node NATS cluster, streams and consumers at 3 replicas, and two
 replicas of every service). It restarts a service
-that crashes (exponential backoff, and it gives up on one that crash-loops), polls every
+that crashes (exponential backoff, and it gives up on one that crash-loops) and a NATS
+server that dies (``nats_restart_after_s`` later, on its ports and store, as a StatefulSet
+restarts its pod), polls every
 service's ``/readyz``, and on SIGINT/SIGTERM stops the services (SIGTERM, their graceful
 timeout, then SIGKILL) before NATS and Postgres. Its state goes to ``DATA_DIR/stack.json``
 so ``lectern status`` can find the stack.
@@ -147,6 +149,7 @@ class Supervisor:
         command: CommandFor = service_command,
         on_ready: ReadyHook | None = None,
         cluster: bool = False,
+        nats_restart_after_s: float = 2.0,
     ) -> None:
         unknown = set(services) - set(SERVICES)
         if unknown:
@@ -167,6 +170,10 @@ class Supervisor:
         self.backoff_max_s = backoff_max_s
         self.crash_loop_limit = crash_loop_limit
         self.stable_after_s = stable_after_s
+        #: how long a dead NATS server stays down before it is started again
+        self.nats_restart_after_s = nats_restart_after_s
+        #: dead NATS servers by name: when they are due to start again, failed starts so far
+        self._nats_down: dict[str, tuple[float, int]] = {}
         self.settings = settings or load_settings()
         self.report: Reporter = report or log.info
         self.pg_user = pg_user
@@ -498,12 +505,56 @@ class Supervisor:
             if child.process is not None and child.process.poll() is not None:
                 self._crashed(child, now)
                 changed = True
+        changed |= self._watch_nats(now)
         if now >= self._next_poll:
             changed |= self._poll_readiness()
             all_ready = self._all_ready()
             self._next_poll = time.monotonic() + (5.0 if all_ready else 0.5)
         if changed:
             self.write_state()
+
+    def _nats_servers(self) -> list[EmbeddedNats]:
+        if self.nats is None:
+            return []
+        return self.nats.nodes if isinstance(self.nats, EmbeddedNatsCluster) else [self.nats]
+
+    def _watch_nats(self, now: float) -> bool:
+        """Start a dead NATS server again on its ports and store, ``nats_restart_after_s``
+        after it was found dead (a start that fails is tried again as long after; after
+        ``crash_loop_limit`` failed starts in a row it is given up with the reason)."""
+        changed = False
+        for server in self._nats_servers():
+            name = server.server_name or "nats"
+            if server.process is None or server.running:
+                continue
+            down = self._nats_down.get(name)
+            if down is None:
+                self._nats_down[name] = (now + self.nats_restart_after_s, 0)
+                self.report(
+                    f"NATS server {name} ({server.url}) exited with code "
+                    f"{server.process.returncode}; starting it again in "
+                    f"{self.nats_restart_after_s:g} s (its store is kept)"
+                )
+                changed = True
+                continue
+            due, failures = down
+            if now < due or failures >= self.crash_loop_limit:
+                continue
+            try:
+                server.start()
+            except ConfigurationError as exc:
+                failures += 1
+                self._nats_down[name] = (now + self.nats_restart_after_s, failures)
+                given_up = failures >= self.crash_loop_limit
+                self.report(
+                    f"ERROR: NATS server {name} did not start again ({exc}); "
+                    + ("not trying again" if given_up else "trying again")
+                )
+                continue
+            del self._nats_down[name]
+            self.report(f"NATS server {name} started again on {server.url}")
+            changed = True
+        return changed
 
     def _crashed(self, child: Child, now: float) -> None:
         assert child.process is not None
@@ -613,6 +664,7 @@ class Supervisor:
         for child in self.children.values():
             child.restart_at = None
             child.ready = False
+        self._nats_down.clear()
         if self.nats is not None:
             self.nats.stop()
         if self.postgres_replica is not None:
@@ -668,7 +720,7 @@ class Supervisor:
             }
         nats: dict[str, Any] = {}
         if self.nats is not None:
-            servers = self.nats.nodes if isinstance(self.nats, EmbeddedNatsCluster) else [self.nats]
+            servers = self._nats_servers()
             nodes = [
                 {
                     "name": server.server_name,
