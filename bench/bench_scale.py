@@ -378,6 +378,10 @@ async def sequential(client: Any, asks: list[Ask]) -> dict[str, Any]:
             "bm25": timings.get("sparse"),
             "fusion": timings.get("fuse"),
             "embed": timings.get("embed"),
+            # before the searches, beside the embedding: the count that chooses exact or
+            # HNSW, and the query terms' statistics
+            "filter_count": timings.get("filter"),
+            "terms": timings.get("terms"),
             "total_excl_embed": timings["total"] - timings.get("embed", 0.0),
             "end_to_end": wall,
         }
@@ -646,6 +650,38 @@ def spread_load(
     return bodies
 
 
+async def build(
+    conn: Any,
+    args: argparse.Namespace,
+    *,
+    tenants: list[Tenant],
+    texts: list[str],
+    base: np.ndarray[Any, Any],
+    rng: np.random.Generator,
+    phases: Phases,
+    build_memory: dict[str, float],
+) -> None:
+    """Load the corpus without the HNSW index (BM25-indexed), re-weight, then build it once."""
+    await conn.execute("DROP INDEX chunks_embedding_hnsw")
+    with phases.time("insert_and_bm25_index"):
+        await load(conn, tenants=tenants, texts=texts, base=base, rng=rng,
+                   batch_docs=args.batch_docs, jitter=args.jitter, blend=args.blend)  # fmt: skip
+    with phases.time("bm25_reweight"):
+        for tenant in tenants:
+            await conn.execute("SELECT lectern_bm25_reweight($1)", tenant.name)
+    with phases.time("vacuum_analyze"):
+        await conn.execute("VACUUM ANALYZE chunks")
+        await conn.execute("VACUUM ANALYZE documents")
+    await conn.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
+    await conn.execute(f"SET max_parallel_maintenance_workers = {int(args.build_workers)}")
+    with phases.time("hnsw_build"):
+        async with peak_memory(conn, build_memory):
+            await conn.execute(
+                "CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw "
+                "(embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+            )
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every phase on a fresh embedded stack; the results as one dict."""
     from lectern_common.broker import create_broker, request
@@ -669,29 +705,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     memory: dict[str, Any] = {}
     build_memory: dict[str, float] = {}
-    async with embedded_stack() as servers:
+    corpus = {
+        key: getattr(args, key)
+        for key in ("chunks", "tenants", "big_share", "min_tenant_chunks", "zipf",
+                    "zipf_offset", "jitter", "blend", "seed", "batch_docs")
+    }  # fmt: skip
+    marker = args.database_dir / "bench-scale-corpus.json" if args.database_dir else None
+    reused = marker is not None and marker.is_file() and json.loads(marker.read_text()) == corpus
+    if marker is not None and marker.exists() and not reused:
+        raise SystemExit(f"{args.database_dir} holds another corpus ({marker}): remove it")
+    async with embedded_stack(args.database_dir) as servers:
         pool = await create_pool(servers.database_url, min_size=1, max_size=4)
         async with pool.acquire() as conn:
-            # a throwaway database: bulk load without the HNSW index, then build it once
-            await conn.execute("DROP INDEX chunks_embedding_hnsw")
-            with phases.time("insert_and_bm25_index"):
-                await load(conn, tenants=tenants, texts=texts, base=base, rng=rng,
-                           batch_docs=args.batch_docs, jitter=args.jitter,
-                           blend=args.blend)  # fmt: skip
-            with phases.time("bm25_reweight"):
-                for tenant in tenants:
-                    await conn.execute("SELECT lectern_bm25_reweight($1)", tenant.name)
-            with phases.time("vacuum_analyze"):
-                await conn.execute("VACUUM ANALYZE chunks")
-                await conn.execute("VACUUM ANALYZE documents")
-            await conn.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
-            await conn.execute(f"SET max_parallel_maintenance_workers = {int(args.build_workers)}")
-            with phases.time("hnsw_build"):
-                async with peak_memory(conn, build_memory):
-                    await conn.execute(
-                        "CREATE INDEX chunks_embedding_hnsw ON chunks USING hnsw "
-                        "(embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
-                    )
+            if reused:
+                say(f"reusing the database in {args.database_dir} (no load, no HNSW build)")
+            else:
+                await build(conn, args, tenants=tenants, texts=texts, base=base, rng=rng,
+                            phases=phases, build_memory=build_memory)  # fmt: skip
+                if marker is not None:
+                    marker.write_text(json.dumps(corpus))
             own_indexes: dict[str, float] = {}
             if args.tenant_index_min_chunks:
                 # what the retrievers' maintenance does on its own (every 5 minutes by default)
@@ -705,11 +737,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         memory=args.maintenance_work_mem,
                     )  # fmt: skip
                 say(f"tenant indexes: {len(own_indexes)} built")
+                if reused:  # those a former run built count too (no build time)
+                    own_indexes = {t: own_indexes.get(t, 0.0)
+                                   for t in await tenant_indexes.ready(conn)}  # fmt: skip
             await conn.execute("ANALYZE chunks")
             sizes_mb = await disk(conn)
         await pool.close()
         say(f"disk (MB): {sizes_mb}")
 
+        # the requests' own generator: the same requests whether the corpus was built or reused
+        rng = np.random.default_rng([args.seed, 1])
         asks = plan_asks(big=big, mid=mid, small=small, questions=questions,
                          per_group=args.sequential, rng=rng)  # fmt: skip
         # recall: a sample of each group's requests, every kind of filter among them
@@ -770,7 +807,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             memory["retrievers"] = process_memory([p.pid for p in processes])
             memory["postgres_hnsw_build_peak_pss_mb"] = build_memory.get("peak_pss_mb")
             latency_shared: dict[str, Any] = {}
-            if own_indexes:
+            if own_indexes and args.shared_pass:
                 # the same requests once the tenants' own indexes are gone (the shared
                 # indexes alone, as before them): a ratio measured in one run
                 async with pool_for(servers.database_url) as conn:
@@ -868,6 +905,14 @@ def summary(result: dict[str, Any]) -> str:
             f"{pair(group, 'fusion'):>13}{pair(group, 'total_excl_embed'):>15}"
             f"{pair(group, 'end_to_end'):>15}{pair(group, 'embed'):>13}  {mark}"
         )
+    lines.append(
+        "beside the embedding, p50 / p95 ms: the filter's count (exact or HNSW?) "
+        + ", ".join(
+            f"{name} {pair(group, 'filter_count')}"
+            for name, group in result["latency_ms"].items()
+            if name != "by_tenant" and "filter_count" in group
+        )
+    )
     lines += [
         "",
         f"dense recall@20 against exact search under the same filters (target: served "
@@ -1009,6 +1054,16 @@ async def main() -> None:
         "retrievers' maintenance gives them (0: none, every tenant on the shared indexes)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--database-dir", type=lambda value: Path(value).resolve(), default=None,
+        help="build the database here and keep it; a later run with the same corpus "
+        "arguments reuses it (no load, no HNSW build: for iterating on search, not for the "
+        "build figures)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-shared-pass", dest="shared_pass", action="store_false",
+        help="skip the second pass on the shared indexes alone (it drops the tenants' own)",
+    )  # fmt: skip
     parser.add_argument(
         "--cache-dir", type=Path,
         default=Path(tempfile.gettempdir()) / "lectern-bench-cache",

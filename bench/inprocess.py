@@ -28,13 +28,18 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def embedded_stack() -> AsyncIterator[Stack]:
-    """Embedded NATS + Postgres in a temporary directory, migrated, removed afterwards."""
+async def embedded_stack(directory: Path | None = None) -> AsyncIterator[Stack]:
+    """Embedded NATS + Postgres in a temporary directory, migrated, removed afterwards; or in
+    ``directory``, kept (a later call on it starts on the same data)."""
     from lectern_common.db import migrate
     from lectern_common.embeddings import LOCAL_DIMENSION, LOCAL_MODEL_NAME
     from lectern_common.runtime import EmbeddedNats, EmbeddedPostgres
 
-    base = Path(tempfile.mkdtemp(prefix="lectern-eval-"))
+    if directory is None:
+        base = Path(tempfile.mkdtemp(prefix="lectern-eval-"))
+    else:
+        base = directory  # an absolute path (relative ones would follow the working directory)
+        os.makedirs(base, exist_ok=True)
     os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it
     pg = EmbeddedPostgres(base / "pg", run_as=os.environ.get("LECTERN_EMBEDDED_PG_USER"))
     nats = EmbeddedNats(base / "nats")
@@ -46,7 +51,8 @@ async def embedded_stack() -> AsyncIterator[Stack]:
     finally:
         await asyncio.to_thread(nats.stop)
         await asyncio.to_thread(pg.stop)
-        shutil.rmtree(base, ignore_errors=True)
+        if directory is None:
+            shutil.rmtree(base, ignore_errors=True)
 
 
 S = TypeVar("S")
