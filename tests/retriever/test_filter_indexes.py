@@ -33,7 +33,10 @@ async def test_a_subject_filter_is_counted_on_its_index_with_or_without_untagged
     tenant = f"subject-{uuid.uuid4().hex[:8]}"
     vectors = unit_vectors(30, seed=5)
     texts = [f"chunk {i}" for i in range(10)]
-    await add_doc(db_pool, tenant_id=tenant, texts=texts, vectors=vectors[:10], subject="Biology")
+    await add_doc(
+        db_pool, tenant_id=tenant, texts=texts, vectors=vectors[:10], subject="Biology",
+        class_id="7b",
+    )  # fmt: skip
     await add_doc(db_pool, tenant_id=tenant, texts=texts, vectors=vectors[10:20], subject="Maths")
     await add_doc(db_pool, tenant_id=tenant, texts=texts, vectors=vectors[20:])  # untagged
     strict = repository.build_filter(
@@ -42,9 +45,13 @@ async def test_a_subject_filter_is_counted_on_its_index_with_or_without_untagged
     untagged = repository.build_filter(
         tenant_id=tenant, filters=RetrievalFilters(subject="BIOLOGY", include_untagged=True)
     )
+    classes = repository.build_filter(
+        tenant_id=tenant, filters=RetrievalFilters(subject="biology", class_ids=["7a", "7b"])
+    )
     async with db_pool.acquire() as conn:
         assert await repository.count_up_to(conn, where=strict, limit=100) == 10
         assert await repository.count_up_to(conn, where=untagged, limit=100) == 20
+        assert await repository.count_up_to(conn, where=classes, limit=100) == 10
         await conn.execute("ANALYZE chunks")
-        for where in (strict, untagged):
+        for where in (strict, untagged, classes):
             assert "chunks_tenant_subject" in await _plan(conn, where)

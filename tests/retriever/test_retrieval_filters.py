@@ -9,6 +9,7 @@ import pytest
 
 from lectern_common.embeddings import Embedder
 from lectern_common.events import RetrievalFilters, RetrieveRequest
+from lectern_retriever import repository
 from lectern_retriever.config import Settings
 from lectern_retriever.handlers import Retriever
 
@@ -263,3 +264,46 @@ async def test_the_planner_knows_how_many_chunks_a_subject_filter_passes(
         )
     estimate = json.loads(plan)[0]["Plan"]["Plan Rows"]
     assert 200 <= estimate <= 800
+
+
+async def test_a_large_tenant_is_searched_with_a_wider_hnsw_search_unless_the_request_says(
+    db_pool: Any,
+    database_url: str,
+    nats_url: str,
+    embedder: Embedder,
+    tenant_id: str,
+    add_doc: Any,
+    unit_vectors: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await add_doc(
+        db_pool, tenant_id=tenant_id, texts=[f"chunk {i}" for i in range(30)],
+        vectors=unit_vectors(30, seed=3),
+    )  # fmt: skip
+    seen: list[int | None] = []
+    search = repository.dense_search
+
+    async def spy(conn: Any, **kwargs: Any) -> list[Any]:
+        seen.append(kwargs["ef_search"])
+        return await search(conn, **kwargs)
+
+    monkeypatch.setattr(repository, "dense_search", spy)
+
+    async def ef_used(above: int, **request: Any) -> int | None:
+        settings = Settings(
+            nats_url=nats_url, database_url=database_url, http_port=0, exact_search_below=0,
+            ef_search_large=300, ef_search_large_above=above,
+        )  # fmt: skip
+        retriever = Retriever(settings=settings, embedder=embedder)
+        await retriever.start()
+        try:
+            reply = await retriever.retrieve(ask(tenant_id, query="chunk", **request))
+        finally:
+            await retriever.close()
+        assert reply.candidates
+        return seen.pop()
+
+    assert await ef_used(29) == 300  # 30 chunks: more than the bound
+    assert await ef_used(30) is None  # the connection's default (ef_search)
+    assert await ef_used(29, ef_search=50) == 50
+    assert await ef_used(29, methods=["dense"]) == 300  # the size without BM25's statistics

@@ -22,6 +22,12 @@ class Settings(ServiceHttpSettings):
     )
 
     ef_search: int = Field(default=200, ge=10, le=1000, description="HNSW ef_search default")
+    ef_search_large: int = Field(
+        default=400, ge=10, le=1000,
+        description="HNSW ef_search for a tenant of more than ef_search_large_above chunks "
+        "(a larger graph needs a wider search for the same recall)",
+    )  # fmt: skip
+    ef_search_large_above: int = Field(default=100_000, ge=0)
     dense_weight: float = Field(
         default=1.0, ge=0.0, description="RRF weight of dense lists (equal weights measured best)"
     )

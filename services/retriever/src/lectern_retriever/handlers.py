@@ -54,6 +54,8 @@ class Retriever:
             maxscore_postings=settings.maxscore_postings,
             pair_terms_max=settings.pair_terms_max,
             pass_two_clauses_max=settings.pass_two_clauses_max,
+            ef_search_large=settings.ef_search_large,
+            ef_search_large_above=settings.ef_search_large_above,
         )
 
     async def start(self, state: ServiceState | None = None) -> None:

@@ -56,6 +56,11 @@ class SearchDefaults:
     pair_terms_max: int = 12
     #: the most OR'ed clauses the second BM25 pass may use before it settles for "any two"
     pass_two_clauses_max: int = 32
+    #: a tenant of more than ``ef_search_large_above`` chunks is searched at this ef_search
+    #: when the request names none: recall@20 against exact search on a 300,000-chunk tenant's
+    #: own graph 0.928 at 200, 0.964 at 400, HNSW p95 under 65 ms either way (`make bench-scale`)
+    ef_search_large: int = 400
+    ef_search_large_above: int = 100_000
 
 
 class QueryBatcher:
@@ -385,17 +390,27 @@ async def hybrid_search(
 
     terms_job = asyncio.ensure_future(clock.time("terms", term_stats())) if use_sparse else None
 
-    async def is_small() -> bool:
-        if not has_selective_filter(request.filters):
-            # tenant + collection only: the tenant's size bounds the filtered set (the term
-            # statistics carry it; without them, one row of the same table)
+    size_known: list[int] = []
+
+    async def tenant_size() -> int:
+        # the term statistics carry it; without them, one row of the same table
+        if not size_known:
             if terms_job is not None:
-                size = (await terms_job)[0].chunk_count
+                size_known.append((await terms_job)[0].chunk_count)
             else:
                 async with pool.acquire() as conn:
-                    size = await repository.tenant_chunk_count(conn, tenant_id=request.tenant_id)
-            if size > defaults.exact_search_below:
-                return False
+                    size_known.append(
+                        await repository.tenant_chunk_count(conn, tenant_id=request.tenant_id)
+                    )
+        return size_known[0]
+
+    async def is_small() -> bool:
+        # tenant + collection only: the tenant's size bounds the filtered set
+        if (
+            not has_selective_filter(request.filters)
+            and await tenant_size() > defaults.exact_search_below
+        ):
+            return False
         async with pool.acquire() as conn:
             count = await repository.count_up_to(
                 conn, where=where, limit=defaults.exact_search_below
@@ -407,6 +422,14 @@ async def hybrid_search(
     vectors, stats, small = await asyncio.gather(
         embed_task, terms_job if terms_job is not None else _none(), small_task
     )
+    ef_search = request.ef_search
+    if (
+        use_dense
+        and not small
+        and ef_search is None
+        and await tenant_size() > defaults.ef_search_large_above
+    ):
+        ef_search = defaults.ef_search_large
 
     async def dense(vector: Vector) -> list[Any]:
         async with pool.acquire() as conn, conn.transaction():
@@ -418,7 +441,7 @@ async def hybrid_search(
                 embedding=vector,
                 k=request.k_dense,
                 exact=bool(small),
-                ef_search=request.ef_search,
+                ef_search=ef_search,
                 own_indexes=own,
             )
 
