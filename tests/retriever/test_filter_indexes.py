@@ -55,3 +55,8 @@ async def test_a_subject_filter_is_counted_on_its_index_with_or_without_untagged
         await conn.execute("ANALYZE chunks")
         for where in (strict, untagged, classes):
             assert "chunks_tenant_subject" in await _plan(conn, where)
+        # what the retriever asks before counting: the planner's statistics, the values in
+        assert 1 <= await repository.estimated_rows(conn, where=strict) <= 20
+        assert 10 <= await repository.estimated_rows(conn, where=untagged) <= 40
+        nothing = repository.build_filter(tenant_id=tenant, filters=RetrievalFilters(subject="x"))
+        assert await repository.estimated_rows(conn, where=nothing) <= 2

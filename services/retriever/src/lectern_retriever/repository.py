@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -208,6 +209,18 @@ async def count_up_to(conn: Any, *, where: SqlFilter, limit: int) -> int:
         *where.params,
     )
     return int(value)
+
+
+async def estimated_rows(conn: Any, *, where: SqlFilter) -> float:
+    """How many chunks the planner expects to pass the filter (its statistics, no scan)."""
+    async with conn.transaction():
+        # a prepared statement's generic plan would estimate without the parameters' values
+        await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        plan = await conn.fetchval(
+            f"EXPLAIN (FORMAT JSON) SELECT 1 FROM chunks c WHERE {where.clause}",  # noqa: S608
+            *where.params,
+        )
+    return float(json.loads(plan)[0]["Plan"]["Plan Rows"])
 
 
 async def dense_search(
