@@ -23,7 +23,7 @@ class Settings(ServiceHttpSettings):
 
     ef_search: int = Field(default=200, ge=10, le=1000, description="HNSW ef_search default")
     ef_search_large: int = Field(
-        default=400, ge=10, le=1000,
+        default=800, ge=10, le=1000,
         description="HNSW ef_search for a tenant of more than ef_search_large_above chunks "
         "(a larger graph needs a wider search for the same recall)",
     )  # fmt: skip
