@@ -27,7 +27,7 @@ class Settings(ServiceHttpSettings):
         description="HNSW ef_search for a tenant of more than ef_search_large_above chunks "
         "(a larger graph needs a wider search for the same recall)",
     )  # fmt: skip
-    ef_search_large_above: int = Field(default=100_000, ge=0)
+    ef_search_large_above: int = Field(default=200_000, ge=0)
     dense_weight: float = Field(
         default=1.0, ge=0.0, description="RRF weight of dense lists (equal weights measured best)"
     )
