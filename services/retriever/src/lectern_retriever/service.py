@@ -413,16 +413,15 @@ async def hybrid_search(
                     )
         return size_known[0]
 
+    selective = has_selective_filter(request.filters)
+
     async def is_small() -> bool:
         # tenant + collection only: the tenant's size bounds the filtered set
-        if (
-            not has_selective_filter(request.filters)
-            and await tenant_size() > defaults.exact_search_below
-        ):
+        if not selective and await tenant_size() > defaults.exact_search_below:
             return False
         async with pool.acquire() as conn:
             if (
-                has_selective_filter(request.filters)
+                selective
                 and await repository.estimated_rows(conn, where=where)
                 > defaults.exact_search_below * ESTIMATE_MARGIN
             ):

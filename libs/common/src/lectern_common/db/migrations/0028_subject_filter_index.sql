@@ -8,7 +8,7 @@
 -- the matching chunks alone, and so does an exact search of a selective filter; the class
 -- after the subject serves a subject and classes together (a student's usual filter).
 -- Chat's filter keeps untagged material (subject IS NULL): the retriever writes it as
--- lower(subject) IS NULL, which this index serves too. A plain CREATE INDEX: writes to chunks wait while it is
--- built (a few seconds per million chunks).
+-- lower(subject) IS NULL, which this index serves too. A plain CREATE INDEX: writes to
+-- chunks wait while it is built (a few seconds per million chunks).
 CREATE INDEX IF NOT EXISTS chunks_tenant_subject
     ON chunks (tenant_id, lower(subject), class_id) WHERE active;
