@@ -112,7 +112,7 @@ def main() -> int:
     args = parser.parse_args()
     fit_texts, fit_y = load(args.messages / "fit.jsonl")
     check_texts, check_y = load(args.messages / "check.jsonl")
-    embedder = LocalEmbedder()
+    embedder = LocalEmbedder(query_precision="float32", document_precision="float32")
     fit_x = struggle.features(embedder.embed_documents_sync(fit_texts), fit_texts)
     check_x = struggle.features(embedder.embed_documents_sync(check_texts), check_texts)
     print(f"fit: {len(fit_y)} messages, check: {len(check_y)} (labels {struggle.LABELS})")

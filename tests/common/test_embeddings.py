@@ -65,9 +65,11 @@ async def test_batches_match_one_by_one(embedder: LocalEmbedder) -> None:
     np.testing.assert_allclose(queries, alone, atol=2e-5)
 
 
-async def test_int8_queries_stay_close_to_the_float_model(embedder: LocalEmbedder) -> None:
-    """Queries go through the int8 copy by default; documents stay float."""
-    assert embedder.query_precision == "int8"
+async def test_int8_queries_and_passages_stay_close_to_the_float_model(
+    embedder: LocalEmbedder,
+) -> None:
+    """Queries and passages go through the int8 copy by default, the same model for both."""
+    assert embedder.query_precision == embedder.document_precision == "int8"
     texts = [
         "How do cells produce energy?",
         "What is the difference between weather and climate?",
@@ -75,19 +77,37 @@ async def test_int8_queries_stay_close_to_the_float_model(embedder: LocalEmbedde
         "solve 3x + 5 = 20",
     ]
     queries = await embedder.embed_queries(texts)
-    documents = await embedder.embed_documents(texts)
-    assert not np.allclose(queries, documents, atol=1e-4)  # really another model
-    cosines = (queries * documents).sum(axis=1)
+    passages = await embedder.embed_documents(texts)
+    np.testing.assert_allclose(queries, passages, atol=2e-5)
+    floats = LocalEmbedder(query_precision="float32", document_precision="float32")
+    assert floats.query_precision == floats.document_precision == "float32"
+    reference = floats.embed_documents_sync(texts)
+    assert not np.allclose(passages, reference, atol=1e-4)  # really another model
+    cosines = (passages * reference).sum(axis=1)
     assert cosines.min() > 0.98, cosines
-    np.testing.assert_allclose(np.linalg.norm(queries, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(passages, axis=1), 1.0, rtol=1e-5)
+    # one int8 session serves both
+    assert embedder._onnx_query is embedder._onnx_document
 
 
 def test_float32_queries_are_the_document_model() -> None:
-    embedder = LocalEmbedder(query_precision="float32")
+    embedder = LocalEmbedder(query_precision="float32", document_precision="float32")
     assert embedder.query_precision == "float32"
     texts = ["How do cells produce energy?", "solve 3x + 5 = 20"]
     np.testing.assert_allclose(
         embedder.embed_queries_sync(texts), embedder.embed_documents_sync(texts), atol=2e-5
+    )
+
+
+def test_int8_passages_do_not_depend_on_their_batch(embedder: LocalEmbedder) -> None:
+    """The int8 copy quantizes activations with one scale per input: passages go one at a
+    time, so a passage's vector is the same whatever is embedded with it."""
+    short = "Cells make ATP."
+    long = "The mitochondrion is the organelle where aerobic respiration releases energy. " * 6
+    np.testing.assert_allclose(
+        embedder.embed_documents_sync([short, long])[0],
+        embedder.embed_documents_sync([short])[0],
+        atol=1e-6,
     )
 
 
@@ -163,10 +183,13 @@ async def test_onnx_backend_gives_sentence_transformers_vectors(
         "x",
         "Les mitochondries produisent l'ATP.",
     ]
-    onnx_vectors = await embedder.embed_documents(texts)
+    floats = LocalEmbedder(document_precision="float32")
+    onnx_vectors = floats.embed_documents_sync(texts)
     torch_vectors = await torch_embedder.embed_documents(texts)
     # the index holds vectors from either backend: they must be interchangeable
     np.testing.assert_allclose(onnx_vectors, torch_vectors, atol=1e-5)
+    int8 = await embedder.embed_documents(texts)
+    assert (int8 * torch_vectors).sum(axis=1).min() > 0.98
     assert embedder.max_input_tokens == torch_embedder.max_input_tokens == 256
     assert embedder.count_tokens(texts[1]) == torch_embedder.count_tokens(texts[1]) > 256
 

@@ -190,8 +190,8 @@ class LocalEmbedder:
     """A sentence-transformers model on the CPU, loaded offline from a local directory.
 
     MiniLM has no instruction prefixes, so queries and documents go through the same model;
-    by default queries go through its int8 copy (``query_precision``), which costs 2.3x less
-    CPU per query for vectors within cosine 0.99 of the float ones. Inputs longer than
+    by default both go through its int8 copy (``query_precision``, ``document_precision``),
+    which costs half the CPU or less for vectors within cosine 0.99 of the float ones. Inputs longer than
     ``max_input_tokens`` are truncated: the chunker guarantees documents fit, and truncating
     an over-long query is acceptable. By default the model runs as an ONNX graph exported
     once from the same weights (vectors equal to sentence-transformers' within 1e-6, several
@@ -210,6 +210,7 @@ class LocalEmbedder:
         torch_threads: int | None = None,
         backend: Literal["onnx", "torch"] | None = None,
         query_precision: Literal["int8", "float32"] | None = None,
+        document_precision: Literal["int8", "float32"] | None = None,
     ) -> None:
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -226,9 +227,13 @@ class LocalEmbedder:
         threads = torch_threads or (settings.embedding_threads if settings else None)
         wanted = backend or (settings.local_embedding_backend if settings else "onnx")
         precision = query_precision or (settings.query_embedding_precision if settings else "int8")
+        passages = document_precision or (
+            settings.document_embedding_precision if settings else "int8"
+        )
         self._lock = threading.Lock()
         self._onnx: OnnxSentenceEncoder | None = None
         self._onnx_query: OnnxSentenceEncoder | None = None
+        self._onnx_document: OnnxSentenceEncoder | None = None
         self.model: Any = None
         if wanted == "onnx":
             from lectern_common.onnx_models import default_cache_dir
@@ -237,12 +242,19 @@ class LocalEmbedder:
             cache_dir = (cache / "embedder") if cache else default_cache_dir("embedder")
             try:
                 self._onnx = OnnxSentenceEncoder(path, cache_dir=cache_dir, threads=threads)
-                self._onnx_query = self._onnx.quantized() if precision == "int8" else self._onnx
+                # one int8 session serves queries and passages
+                int8 = self._onnx.quantized() if "int8" in (precision, passages) else None
+                self._onnx_query = int8 if precision == "int8" else self._onnx
+                self._onnx_document = int8 if passages == "int8" else self._onnx
             except (ConfigurationError, ImportError, OSError, RuntimeError, ValueError) as exc:
                 log.warning("ONNX export of %s failed (%s); using sentence-transformers", path, exc)
-                self._onnx = self._onnx_query = None
+                self._onnx = self._onnx_query = self._onnx_document = None
         #: how queries are encoded: "int8" (a quantized copy of the model) or "float32"
         self.query_precision: str = "int8" if self._onnx_query is not self._onnx else "float32"
+        #: ... and passages
+        self.document_precision: str = (
+            "int8" if self._onnx_document is not self._onnx else "float32"
+        )
         if self._onnx is not None:
             self.backend: str = "onnx"
             self.dimension: int = self._onnx.dimension
@@ -275,8 +287,15 @@ class LocalEmbedder:
         return len(ids["input_ids"])
 
     def embed_documents_sync(self, texts: Sequence[str]) -> Vectors:
-        """Blocking batch encode (benchmarks, scripts); async code uses ``embed_documents``."""
-        return self._encode(texts, self._onnx)
+        """Blocking batch encode (benchmarks, scripts); async code uses ``embed_documents``.
+
+        Through the int8 copy (``document_precision``), passages go one at a time, as queries
+        do, so that a passage's vector never depends on the others of its batch: MiniLM on
+        bioasq-dev passages (~70 tokens) cost 8.3 ms of CPU each this way against 16 ms in
+        float (batches of 8) and 24 ms (batches of 32), and their dense nDCG@10 was 0.744
+        against 0.741 with float passages (queries int8 in both)."""
+        single = self.document_precision == "int8"
+        return self._encode(texts, self._onnx_document, batch_size=1 if single else None)
 
     def embed_queries_sync(self, texts: Sequence[str]) -> Vectors:
         """Blocking encode of queries (the int8 copy of the model when so configured).
@@ -320,7 +339,7 @@ class LocalEmbedder:
 
     async def embed_queries(self, texts: Sequence[str]) -> Vectors:
         """Vectors for queries (MiniLM has no query prefix; with ``query_precision`` int8, the
-        model's int8 copy: documents stay float, queries cost 2.3x less CPU)."""
+        model's int8 copy, which costs 2.3x less CPU than float)."""
         return await asyncio.to_thread(self.embed_queries_sync, list(texts))
 
     async def embed_query(self, text: str) -> Vectors:

@@ -45,12 +45,15 @@ def create_app(settings: Settings) -> FastAPI:
 
     async def startup(state: ServiceState) -> None:
         embedder = build_embedder(settings)
-        # the struggle classifier was fitted on the packaged MiniLM's vectors: it keeps them
-        # whichever model the index uses
+        # the struggle classifier was fitted on the packaged MiniLM's float vectors: it keeps
+        # them whichever model and precision the index uses (int8 vectors missed one more
+        # confusion of the 68 in bench/memory/messages/check.jsonl)
         local = (
             embedder
-            if isinstance(embedder, LocalEmbedder) and embedder.name == LOCAL_MODEL_NAME
-            else LocalEmbedder()
+            if isinstance(embedder, LocalEmbedder)
+            and embedder.name == LOCAL_MODEL_NAME
+            and embedder.document_precision == "float32"
+            else LocalEmbedder(query_precision="float32", document_precision="float32")
         )
         holder["service"] = MemoryService(
             settings=settings, embedder=embedder, model_distiller=build_model_distiller(settings),
