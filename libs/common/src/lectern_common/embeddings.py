@@ -128,7 +128,9 @@ class OnnxSentenceEncoder:
     back to sentence-transformers itself.
     """
 
-    def __init__(self, model_dir: Path, *, cache_dir: Path, threads: int | None) -> None:
+    def __init__(
+        self, model_dir: Path, *, cache_dir: Path, threads: int | None, quantize: bool = False
+    ) -> None:
         import json
 
         from transformers import AutoTokenizer
@@ -146,7 +148,9 @@ class OnnxSentenceEncoder:
         self.dimension = int(pooling["word_embedding_dimension"])
         self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
         self._source = (model_dir, cache_dir, threads)
-        self._open(quantize=False)
+        #: whether the weights are int8 (``quantized``) or float
+        self.quantize = quantize
+        self._open(quantize=quantize)
 
     def _open(self, *, quantize: bool) -> None:
         from lectern_common import onnx_models
@@ -161,7 +165,10 @@ class OnnxSentenceEncoder:
 
     def quantized(self) -> OnnxSentenceEncoder:
         """The same model with int8 weights (its own session; tokenizer and config shared)."""
+        if self.quantize:
+            return self
         twin = copy.copy(self)
+        twin.quantize = True
         twin._open(quantize=True)
         return twin
 
@@ -191,7 +198,8 @@ class LocalEmbedder:
 
     MiniLM has no instruction prefixes, so queries and documents go through the same model;
     by default both go through its int8 copy (``query_precision``, ``document_precision``),
-    which costs half the CPU or less for vectors within cosine 0.99 of the float ones. Inputs longer than
+    which costs half the CPU or less for vectors within cosine 0.99 of the float ones (the
+    float graph is only loaded when one of them is ``float32``). Inputs longer than
     ``max_input_tokens`` are truncated: the chunker guarantees documents fit, and truncating
     an over-long query is acceptable. By default the model runs as an ONNX graph exported
     once from the same weights (vectors equal to sentence-transformers' within 1e-6, several
@@ -241,8 +249,12 @@ class LocalEmbedder:
             cache = settings.model_cache_dir if settings and settings.model_cache_dir else None
             cache_dir = (cache / "embedder") if cache else default_cache_dir("embedder")
             try:
-                self._onnx = OnnxSentenceEncoder(path, cache_dir=cache_dir, threads=threads)
-                # one int8 session serves queries and passages
+                # only the sessions in use are loaded: by default one int8 session serves
+                # queries and passages, and the float graph is never opened
+                self._onnx = OnnxSentenceEncoder(
+                    path, cache_dir=cache_dir, threads=threads,
+                    quantize="float32" not in (precision, passages),
+                )  # fmt: skip
                 int8 = self._onnx.quantized() if "int8" in (precision, passages) else None
                 self._onnx_query = int8 if precision == "int8" else self._onnx
                 self._onnx_document = int8 if passages == "int8" else self._onnx
@@ -250,10 +262,14 @@ class LocalEmbedder:
                 log.warning("ONNX export of %s failed (%s); using sentence-transformers", path, exc)
                 self._onnx = self._onnx_query = self._onnx_document = None
         #: how queries are encoded: "int8" (a quantized copy of the model) or "float32"
-        self.query_precision: str = "int8" if self._onnx_query is not self._onnx else "float32"
+        self.query_precision: str = (
+            "int8" if self._onnx_query is not None and self._onnx_query.quantize else "float32"
+        )
         #: ... and passages
         self.document_precision: str = (
-            "int8" if self._onnx_document is not self._onnx else "float32"
+            "int8"
+            if self._onnx_document is not None and self._onnx_document.quantize
+            else "float32"
         )
         if self._onnx is not None:
             self.backend: str = "onnx"
