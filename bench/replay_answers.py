@@ -56,7 +56,9 @@ class Replayed:
     answer: str = ""
 
 
-CACHE = Path("/tmp/lectern-replay-vectors.npz")
+#: vectors of the product's default embedder (int8 queries and passages); another file for
+#: another model or precision
+CACHE = Path("/tmp/lectern-replay-vectors-int8.npz")
 
 
 class CachedEmbedder:
@@ -135,7 +137,8 @@ async def replay(
     splits = load_set(root)
     split_of = {q: s.name for s in splits for q in s.ids}
     by_id = {q.id: q for s in splits for q in s.questions}
-    embedder = CachedEmbedder(LocalEmbedder(BaseServiceSettings(), query_precision="float32"))
+    # the gateway's embedder with its default settings: what chat's answers are scored with
+    embedder = CachedEmbedder(LocalEmbedder(BaseServiceSettings()))
     offline = answerer.OfflineAnswerer(embedder=cast("Embedder", embedder))
     options: dict[str, Any] = {"without": frozenset(without), "model": model}
     if floor is not None:
