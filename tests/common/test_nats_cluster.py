@@ -174,9 +174,20 @@ class Running:
         await self.tasks[0]
 
         async def all_read() -> bool:
+            if self.tasks[1].done():
+                self.tasks[1].result()  # the reader stopped: its exception, not a timeout
             return set(self.reader.confirmed) >= set(self.publisher.published)
 
-        await wait_for("every event read", all_read, 30.0)
+        # a loaded machine redelivers what an ack timed out on only after the ack wait
+        try:
+            await wait_for("every event read", all_read, 60.0)
+        except pytest.fail.Exception:
+            missing = set(self.publisher.published) - set(self.reader.confirmed)
+            delivered = sum(1 for m in missing if self.reader.deliveries[m])
+            pytest.fail(
+                f"{len(missing)} events not read within 60 s ({delivered} of them delivered "
+                f"but their acks unconfirmed); reader errors {dict(self.reader.errors)}"
+            )
         self.stop_reading.set()
         await self.tasks[1]
 
