@@ -148,25 +148,34 @@ async def test_an_answer_the_sources_do_not_support_is_said_in_one_voice(
     db_pool: Any,
     tenant_id: str,
     responders: Responders,
+    jetstream: Any,
 ) -> None:
     """A medium band opens with "Based on the available materials ..." only when the answer
     follows: when the answerer finds its sources do not answer, it speaks alone (no opening,
-    no closing caveat) and the turn counts as not answered."""
+    no closing caveat) and the turn counts as not answered. The question is a knowledge gap
+    as much as one the retrieval finds: in the teacher's report, on ``knowledge_gap.detected``
+    and on ``chat.turn.completed`` (the student's memory)."""
     await seed_document(db_pool, tenant_id=tenant_id)
     headers = gateway.token(tenant_id, "stu-1")
     session = await new_session(client, gateway, headers)
+    question = "Which football team plays its home games in the stroma?"
     for band in ("medium", "low"):
         responders.band = band
-        got = await ask(
-            client,
-            gateway,
-            session["id"],
-            "Which football team plays its home games in the stroma?",
-            headers,
-        )
+        got = await ask(client, gateway, session["id"], question, headers)
         assert got.text.strip() == NO_SUPPORT_TEXT, got.text
         assert all(t.origin != "gateway" for t in got.of("token"))
         assert got.done.band == "low" and got.done.citations == []
+        assert got.done.knowledge_gap and got.done.answered_by == "offline"
+    gaps = await published(jetstream, Subjects.KNOWLEDGE_GAP_DETECTED, tenant_id)
+    assert [g["question"] for g in gaps] == [question, question]
+    turns = await published(jetstream, Subjects.CHAT_TURN_COMPLETED, tenant_id)
+    assert [(t["knowledge_gap"], t["band"]) for t in turns] == [(True, "low"), (True, "low")]
+    teacher = gateway.token(tenant_id, "teacher-1", role="teacher")
+    listed = await client.get(f"{gateway.url}/v1/knowledge-gaps", headers=teacher)
+    assert [g["questions"] for g in listed.json()] == [[question, question]]
+    # an answered question is no gap
+    got = await ask(client, gateway, session["id"], "What does chlorophyll absorb?", headers)
+    assert got.done.citations and not got.done.knowledge_gap
 
 
 async def test_knowledge_gap(

@@ -32,6 +32,7 @@ from lectern_gateway.chat.confidence import (
     preamble,
 )
 from lectern_gateway.chat.context import guess_topic
+from lectern_gateway.chat.gap import record_gap
 from lectern_gateway.chat.generation import Finished, TextDelta, Verdict, WebGrounding
 from lectern_gateway.chat.prompt import (
     Prompt,
@@ -283,6 +284,17 @@ async def answer_turn(
     usage["prompt_tokens_estimate"] = prompt.tokens
     usage["dropped_history"] = prompt.dropped_history
     usage["dropped_sources"] = prompt.dropped_sources
+    topic = guess_topic(turn.text, turn.session, retrieved.topic_tags)
+    # the answer said the material does not answer the question: a knowledge gap as much as
+    # one the retrieval found, for the teacher's report and the student's memory
+    refused = no_support and not general
+    related = (
+        await repo.related_topics(
+            pool=deps.pool, tenant_id=principal.tenant_id, subject=session.get("subject"), limit=5
+        )
+        if refused
+        else []
+    )
     completed = turn_completed(
         turn,
         user_message_id,
@@ -291,8 +303,9 @@ async def answer_turn(
         confidence,
         all_citations,
         finished.answered_by,
-        topic=guess_topic(turn.text, turn.session, retrieved.topic_tags),
+        topic=topic,
         topics=asked_about,
+        knowledge_gap=refused,
     )
     async with deps.pool.acquire() as conn, conn.transaction():
         stored = await claim_answer(conn, turn, message_id)
@@ -313,6 +326,12 @@ async def answer_turn(
                 timings=timings,
                 tutor_check=check,
             )
+            if refused:
+                await record_gap(
+                    conn, turn, gap_id=uuid.uuid4(), question=turn.text, topic=topic,
+                    confidence=confidence.score, message_id=message_id,
+                    related=[t for t in related if t != topic],
+                )  # fmt: skip
             await enqueue(conn, completed)
             await quality.record_turn(
                 conn,
@@ -324,6 +343,7 @@ async def answer_turn(
                 fallback=bool(usage.get("fallback_from")),
                 ttft_ms=timings.get("first_token_ms"),
                 retrieval_ms=timings.get("retrieve_ms"),
+                gap_topic=topic if refused else None,
             )
     message_id = stored
     yield DoneEvent(
@@ -334,6 +354,7 @@ async def answer_turn(
         unsupported=flagged,
         band=confidence.band,
         confidence=confidence.score,
+        knowledge_gap=refused,
         answered_by=finished.answered_by,
         persona=persona_label(turn.persona),
         memories_used=prompt.memories,

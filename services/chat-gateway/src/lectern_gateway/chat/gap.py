@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,32 +94,10 @@ async def gap_turn(
                 usage=web.usage,
                 timings=timings,
             )
-            await repo.insert_gap(
-                pool=conn,
-                gap_id=gap_id,
-                tenant_id=principal.tenant_id,
-                session_id=session["id"],
-                user_id=principal.user_id,
-                question=question,
-                topic=topic,
-                subject=session.get("subject"),
-                confidence=confidence.score,
-                message_id=message_id,
-                related=related,
-            )
-            await enqueue(
-                conn,
-                KnowledgeGapDetected(
-                    tenant_id=principal.tenant_id,
-                    gap_id=gap_id,
-                    session_id=session["id"],
-                    user_id=principal.user_id,
-                    question=question,
-                    topic=topic,
-                    subject_area=session.get("subject"),
-                    confidence=confidence.score,
-                ),
-            )
+            await record_gap(
+                conn, turn, gap_id=gap_id, question=question, topic=topic,
+                confidence=confidence.score, message_id=message_id, related=related,
+            )  # fmt: skip
             await quality.record_turn(
                 conn,
                 quality.Dimensions.of_session(principal.tenant_id, session),
@@ -156,6 +134,36 @@ async def gap_turn(
         persona=persona_label(turn.persona),
         timings_ms=timings,
     )
+
+
+async def record_gap(
+    conn: Any,
+    turn: TurnInput,
+    *,
+    gap_id: uuid.UUID,
+    question: str,
+    topic: str | None,
+    confidence: float,
+    message_id: uuid.UUID,
+    related: Sequence[str],
+) -> None:
+    """A question the material does not answer, for the teacher's gap report and
+    ``knowledge_gap.detected`` (inside the transaction that stores the answer)."""
+    principal, session = turn.principal, turn.session
+    await repo.insert_gap(
+        pool=conn, gap_id=gap_id, tenant_id=principal.tenant_id, session_id=session["id"],
+        user_id=principal.user_id, question=question, topic=topic,
+        subject=session.get("subject"), confidence=confidence, message_id=message_id,
+        related=related,
+    )  # fmt: skip
+    await enqueue(
+        conn,
+        KnowledgeGapDetected(
+            tenant_id=principal.tenant_id, gap_id=gap_id, session_id=session["id"],
+            user_id=principal.user_id, question=question, topic=topic,
+            subject_area=session.get("subject"), confidence=confidence,
+        ),
+    )  # fmt: skip
 
 
 WEB_HEADING = "\n\nFrom the web (not your course material):\n\n"

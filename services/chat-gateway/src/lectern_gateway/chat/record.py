@@ -83,8 +83,10 @@ def turn_completed(
     answered_by: str,
     topic: str | None = None,
     topics: Sequence[str] = (),
+    knowledge_gap: bool | None = None,
 ) -> ChatTurnCompleted:
-    """The event of a completed turn."""
+    """The event of a completed turn; a knowledge gap is the gap band's, unless the answer
+    itself said the material does not answer (``knowledge_gap``)."""
     refs = [
         CitationRef(
             label=c.label,
@@ -107,7 +109,7 @@ def turn_completed(
         answer=answer,
         confidence=confidence.score,
         band=confidence.band,
-        knowledge_gap=confidence.band == "gap",
+        knowledge_gap=confidence.band == "gap" if knowledge_gap is None else knowledge_gap,
         citations=refs,
         answered_by=answered_by,
         topic=topic or turn.session.get("module_tag"),
