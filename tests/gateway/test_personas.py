@@ -126,8 +126,10 @@ async def test_a_session_keeps_its_version_and_a_persona_says_when_it_has_no_mat
     again = await ask(client, gateway, session["id"], QUESTION, student)
     assert again.done.persona == "chem@1" and again.done.knowledge_gap
     fresh = await new_session(client, gateway, student, persona="chem")
-    answered = await ask(client, gateway, fresh["id"], QUESTION, student)
+    # version 2's scope holds the material: a question it answers is no gap
+    answered = await ask(client, gateway, fresh["id"], ANSWERABLE, student)
     assert answered.done.persona == "chem@2" and not answered.done.knowledge_gap
+    assert answered.done.citations
     # a taken slug is refused; a student cannot define one
     taken = await client.post(
         f"{gateway.url}/v1/personas", json={"slug": "chem", "display_name": "x"}, headers=teacher
