@@ -57,7 +57,7 @@ async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterat
     """The real gateway on a port, and one real ingest worker."""
     settings = IngestSettings(
         nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
-        progress_interval_s=0.0,
+        progress_interval_s=0.0, progress_after_s=0.0,
     )  # fmt: skip
     ingest = create_ingest(settings, embedder=LocalEmbedder(settings))
     async with (

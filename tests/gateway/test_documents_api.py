@@ -69,7 +69,7 @@ async def stack(
     ingest = create_ingest(
         IngestSettings(
             nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
-            progress_interval_s=0.0,
+            progress_interval_s=0.0, progress_after_s=0.0,
         ),
         embedder=embedder,
     )  # fmt: skip

@@ -53,8 +53,8 @@ async def app(
 ) -> AsyncIterator[Any]:
     settings = Settings(
         nats_url=nats_url, database_url=postgres_proxy[1], http_port=0, log_json=False,
-        progress_interval_s=0.0, retry_backoff_s=0.5, db_connect_timeout_s=1.0,
-        db_command_timeout_s=3.0,
+        progress_interval_s=0.0, progress_after_s=0.0, retry_backoff_s=0.5,
+        db_connect_timeout_s=1.0, db_command_timeout_s=3.0,
     )  # fmt: skip
     application = create_app(settings, embedder=embedder)
     async with application.router.lifespan_context(application):

@@ -67,7 +67,8 @@ def settings(nats_url: str, database_url: str) -> Settings:
     """Batching on, shared embedding calls on, small batches so several form."""
     return Settings(
         nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
-        progress_interval_s=0.0, retry_backoff_s=0.05, batch_documents=8, batch_embed=True,
+        progress_interval_s=0.0, progress_after_s=0.0, retry_backoff_s=0.05, batch_documents=8,
+        batch_embed=True,
     )  # fmt: skip
 
 

@@ -172,3 +172,27 @@ async def test_upload_parser_rejects(tmp_path: Path) -> None:
             directory=str(tmp_path),
         )  # fmt: skip
     assert list(tmp_path.iterdir()) == [], "rejected uploads leave no temporary file"  # noqa: ASYNC240
+
+
+async def test_a_document_done_within_the_quiet_period_publishes_no_progress() -> None:
+    """Progress starts once a document has been worked on ``after_s``: a short one has its
+    outcome event only; a long one reports from then on, its current stage first."""
+    sent: list[Any] = []
+
+    async def publish(event: Any) -> None:
+        sent.append(event)
+
+    event = DocumentUploaded(
+        tenant_id="t", document_id=uuid.uuid4(), version=1, object_name="o", filename="f",
+        mime_type="text/plain", size_bytes=1, file_sha256="x", uploaded_by="u",
+    )  # fmt: skip
+    quiet = Progress(event=event, publish=publish, interval_s=0.0, after_s=60.0)
+    await quiet.report(IngestStage.FETCH, 0, 1, force=True)
+    await quiet.report(IngestStage.EMBED, 1, 1)
+    await quiet.report(IngestStage.STORE, 0, 1, force=True)
+    assert sent == [] and quiet.stage == IngestStage.STORE  # the stage is still followed
+    started = Progress(event=event, publish=publish, interval_s=0.0, after_s=0.05)
+    await started.report(IngestStage.EXTRACT, 1, 10)
+    await asyncio.sleep(0.06)
+    await started.report(IngestStage.EMBED, 3, 10)
+    assert [(p.stage, p.done) for p in sent] == [(IngestStage.EMBED, 3)]

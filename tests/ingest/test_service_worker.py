@@ -95,7 +95,7 @@ def settings(nats_url: str, database_url: str) -> Settings:
     """Worker settings pointing at the session's servers."""
     return Settings(
         nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
-        progress_interval_s=0.0, retry_backoff_s=0.05,
+        progress_interval_s=0.0, progress_after_s=0.0, retry_backoff_s=0.05,
     )  # fmt: skip
 
 

@@ -69,6 +69,12 @@ class Settings(ServiceHttpSettings):
     progress_interval_s: float = Field(
         default=0.5, ge=0, description="minimum time between two progress events of a document"
     )
+    progress_after_s: float = Field(
+        default=1.0, ge=0,
+        description="a document's progress events start once it has been worked on this "
+        "long: one indexed sooner has its outcome event only (a UI has nothing to show for a "
+        "shorter wait, and each event costs the worker a JetStream publish)",
+    )  # fmt: skip
     # 32 keeps MiniLM's attention buffers (batch x heads x 256²) near 250 MB; 64 doubles them
     embed_batch_size: int = Field(default=32, ge=1, description="chunks per embedding call")
     # extraction may run far ahead: chunk text is small, and once the producer thread is done

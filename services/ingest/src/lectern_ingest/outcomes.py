@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lectern_common.errors import LecternError
 from lectern_common.events import (
@@ -68,22 +68,28 @@ def to_signed64(value: int) -> int:
 
 @dataclass
 class Progress:
-    """Throttled ``documents.progress`` events of one document."""
+    """Throttled ``documents.progress`` events of one document, none before ``after_s``."""
 
     event: DocumentUploaded
     publish: Publish
     interval_s: float
     stage: IngestStage = IngestStage.FETCH
+    #: quiet for this long after the document's start: a short one has its outcome event only
+    after_s: float = 0.0
+    _started: float = field(default_factory=time.monotonic)
     _last: float = 0.0
     _last_key: tuple[str, int, int] = ("", -1, -1)
 
     async def report(
         self, stage: IngestStage, done: int, total: int, unit: str = "pages", *, force: bool = False
     ) -> None:
-        """Publish progress unless one was sent very recently (stage changes always go out)."""
+        """Publish progress unless one was sent very recently (stage changes always go out)
+        or the document started less than ``after_s`` ago."""
         changed = stage != self.stage
         self.stage = stage
         now = time.monotonic()
+        if now - self._started < self.after_s:
+            return
         key = (stage.value, done, total)
         if key == self._last_key:
             return

@@ -203,8 +203,9 @@ class IngestWorker:
         async with self.pool.acquire() as conn:
             await repo.mark_processing(conn, event.document_id, attempts=deliveries)
         progress = Progress(
-            event=event, publish=self.publish, interval_s=settings.progress_interval_s
-        )
+            event=event, publish=self.publish, interval_s=settings.progress_interval_s,
+            after_s=settings.progress_after_s,
+        )  # fmt: skip
         started = time.monotonic()
         alive = asyncio.create_task(self._keep_alive(keepalive)) if keepalive else None
         model = self.embedder.name
