@@ -61,8 +61,8 @@ def test_similarity_from_distance() -> None:
     assert similarity_from_distance(9) > 0.85 > similarity_from_distance(10)
 
 
-async def test_progress_is_throttled_but_stage_changes_go_out() -> None:
-    sent: list[Any] = []
+def _progress(sent: list[Any], *, interval_s: float, after_s: float = 0.0) -> Progress:
+    """The progress of one small upload, its events appended to ``sent``."""
 
     async def publish(event: Any) -> None:
         sent.append(event)
@@ -71,7 +71,12 @@ async def test_progress_is_throttled_but_stage_changes_go_out() -> None:
         tenant_id="t", document_id=uuid.uuid4(), version=1, object_name="o", filename="f",
         mime_type="text/plain", size_bytes=1, file_sha256="x", uploaded_by="u",
     )  # fmt: skip
-    progress = Progress(event=event, publish=publish, interval_s=60.0)
+    return Progress(event=event, publish=publish, interval_s=interval_s, after_s=after_s)
+
+
+async def test_progress_is_throttled_but_stage_changes_go_out() -> None:
+    sent: list[Any] = []
+    progress = _progress(sent, interval_s=60.0)
     await progress.report(IngestStage.EXTRACT, 1, 10)
     await progress.report(IngestStage.EXTRACT, 2, 10)  # too soon
     await progress.report(IngestStage.EMBED, 2, 10)  # new stage
@@ -178,20 +183,12 @@ async def test_a_document_done_within_the_quiet_period_publishes_no_progress() -
     """Progress starts once a document has been worked on ``after_s``: a short one has its
     outcome event only; a long one reports from then on, its current stage first."""
     sent: list[Any] = []
-
-    async def publish(event: Any) -> None:
-        sent.append(event)
-
-    event = DocumentUploaded(
-        tenant_id="t", document_id=uuid.uuid4(), version=1, object_name="o", filename="f",
-        mime_type="text/plain", size_bytes=1, file_sha256="x", uploaded_by="u",
-    )  # fmt: skip
-    quiet = Progress(event=event, publish=publish, interval_s=0.0, after_s=60.0)
+    quiet = _progress(sent, interval_s=0.0, after_s=60.0)
     await quiet.report(IngestStage.FETCH, 0, 1, force=True)
     await quiet.report(IngestStage.EMBED, 1, 1)
     await quiet.report(IngestStage.STORE, 0, 1, force=True)
     assert sent == [] and quiet.stage == IngestStage.STORE  # the stage is still followed
-    started = Progress(event=event, publish=publish, interval_s=0.0, after_s=0.05)
+    started = _progress(sent, interval_s=0.0, after_s=0.05)
     await started.report(IngestStage.EXTRACT, 1, 10)
     await asyncio.sleep(0.06)
     await started.report(IngestStage.EMBED, 3, 10)
