@@ -399,19 +399,20 @@ async def hybrid_search(
 
     terms_job = asyncio.ensure_future(clock.time("terms", term_stats())) if use_sparse else None
 
-    size_known: list[int] = []
+    tenant_chunks: int | None = None
 
     async def tenant_size() -> int:
-        # the term statistics carry it; without them, one row of the same table
-        if not size_known:
+        # the term statistics carry it; without them, one row of the same table (read once)
+        nonlocal tenant_chunks
+        if tenant_chunks is None:
             if terms_job is not None:
-                size_known.append((await terms_job)[0].chunk_count)
+                tenant_chunks = (await terms_job)[0].chunk_count
             else:
                 async with pool.acquire() as conn:
-                    size_known.append(
-                        await repository.tenant_chunk_count(conn, tenant_id=request.tenant_id)
+                    tenant_chunks = await repository.tenant_chunk_count(
+                        conn, tenant_id=request.tenant_id
                     )
-        return size_known[0]
+        return tenant_chunks
 
     selective = has_selective_filter(request.filters)
 

@@ -329,8 +329,7 @@ async def answer_turn(
             if refused:
                 await record_gap(
                     conn, turn, gap_id=uuid.uuid4(), question=turn.text, topic=topic,
-                    confidence=confidence.score, message_id=message_id,
-                    related=[t for t in related if t != topic],
+                    confidence=confidence.score, message_id=message_id, related=related,
                 )  # fmt: skip
             await enqueue(conn, completed)
             await quality.record_turn(

@@ -147,14 +147,15 @@ async def record_gap(
     message_id: uuid.UUID,
     related: Sequence[str],
 ) -> None:
-    """A question the material does not answer, for the teacher's gap report and
+    """A question the material does not answer, for the teacher's gap report (with the
+    ``related`` topics there is material on, other than its own) and
     ``knowledge_gap.detected`` (inside the transaction that stores the answer)."""
     principal, session = turn.principal, turn.session
     await repo.insert_gap(
         pool=conn, gap_id=gap_id, tenant_id=principal.tenant_id, session_id=session["id"],
         user_id=principal.user_id, question=question, topic=topic,
         subject=session.get("subject"), confidence=confidence, message_id=message_id,
-        related=related,
+        related=[t for t in related if t != topic],
     )  # fmt: skip
     await enqueue(
         conn,

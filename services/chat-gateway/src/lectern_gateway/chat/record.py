@@ -83,9 +83,9 @@ def turn_completed(
     answered_by: str,
     topic: str | None = None,
     topics: Sequence[str] = (),
-    knowledge_gap: bool | None = None,
+    knowledge_gap: bool = False,
 ) -> ChatTurnCompleted:
-    """The event of a completed turn; a knowledge gap is the gap band's, unless the answer
+    """The event of a completed turn; a knowledge gap is the gap band's, or one the answer
     itself said the material does not answer (``knowledge_gap``)."""
     refs = [
         CitationRef(
@@ -109,7 +109,7 @@ def turn_completed(
         answer=answer,
         confidence=confidence.score,
         band=confidence.band,
-        knowledge_gap=confidence.band == "gap" if knowledge_gap is None else knowledge_gap,
+        knowledge_gap=confidence.band == "gap" or knowledge_gap,
         citations=refs,
         answered_by=answered_by,
         topic=topic or turn.session.get("module_tag"),
