@@ -12,11 +12,13 @@ the 400-page manual's figures at the top level and every document's under ``docu
 Then the many-small-documents part (``--small N``, 2,000 by default, 0 to skip): N passages of
 the BioASQ BEIR corpus (``../shared/data/eval/bioasq-dev``, a few sentences each) written as
 ``.txt`` files, stored and inserted as pending rows first, then every ``documents.uploaded``
-published at once and timed from the first publish to the last outcome event. It runs twice
-in the same run, each time in a fresh process and stack: with cross-document batching off
-(``LECTERN_INGEST_BATCH_DOCUMENTS=1``, the default) and with 32 uploads a fetch, and prints both
-documents/s, their ratio and the raw embedder's passages/s one at a time right after
-(``small`` in the JSON line). Each document must end with exactly one outcome event and its
+published at once and timed from the first publish to the last outcome event. It runs three
+times in the same run, each time in a fresh process and stack: with the defaults (small
+uploads indexed together, 32 in a list, ``lectern_ingest.small``), one upload at a time
+(``LECTERN_INGEST_BATCH_DOCUMENTS=1``), and with the defaults before lists (one at a time, two
+embedding threads), and prints the documents/s of each, the ratios of the defaults to the
+others and the raw embedder's passages/s one at a time right after (``small`` in the JSON
+line). Each document must end with exactly one outcome event and its
 chunks stored once.
 
 Usage: .venv/bin/python bench/bench_ingest.py [--docs DIR] [--small N] [--large/--no-large]
@@ -41,7 +43,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -298,14 +300,12 @@ async def bench_stack() -> AsyncIterator[tuple[Path, EmbeddedPostgres, EmbeddedN
         shutil.rmtree(base, ignore_errors=True)
 
 
-async def run_small_part(
-    *, count: int, batch: int, precision: Literal["int8", "float32"]
-) -> dict[str, Any]:
+async def run_small_part(*, count: int, batch: int, threads: int) -> dict[str, Any]:
     """One configuration of the small-documents part on its own embedded stack."""
     async with bench_stack() as (base, pg, broker_server):
         settings = Settings(
             nats_url=broker_server.url, database_url=pg.dsn, http_port=0, log_json=False,
-            log_level="WARNING", batch_documents=batch, document_embedding_precision=precision,
+            log_level="WARNING", batch_documents=batch, embedding_threads=threads,
         )  # fmt: skip
         embedder = LocalEmbedder(settings)
         pool = await create_pool(pg.dsn, min_size=1, max_size=4)
@@ -326,46 +326,44 @@ async def run_small_part(
         raw = await asyncio.to_thread(
             raw_embed_rate, embedder, [t for _, t in small_passages(min(count, 300))], 1
         )
-        measured.update(batch_documents=batch, precision=precision, raw_embed_docs_per_s=raw)
+        measured.update(batch_documents=batch, embedding_threads=threads,
+                        raw_embed_docs_per_s=raw)  # fmt: skip
         return measured
 
 
-#: uploads a fetch in the batched run (``LECTERN_INGEST_BATCH_DOCUMENTS``; 1 by default)
-BATCHED = 32
-
-
 def run_small(count: int) -> dict[str, Any]:
-    """The many-small-documents part: batching off (the default), then 32 uploads a fetch,
-    then batching off with float passages (``LECTERN_DOCUMENT_EMBEDDING_PRECISION=float32``,
-    the default before int8), each in a fresh process and stack, one after the other in the
-    same run."""
-    batched = BATCHED
+    """The many-small-documents part: the defaults (lists of 32, one embedding thread), one
+    upload at a time, and the defaults before lists (one at a time, two embedding threads),
+    each in a fresh process and stack, one after the other in the same run."""
+    defaults = Settings()
     runs: dict[str, dict[str, Any]] = {}
-    for label, size, precision in (
-        ("unbatched", 1, "int8"), ("batched", batched, "int8"), ("float", 1, "float32")
+    for label, size, threads in (
+        ("default", defaults.batch_documents, defaults.embedding_threads or 1),
+        ("one_at_a_time", 1, defaults.embedding_threads or 1),
+        ("before", 1, 2),
     ):  # fmt: skip
         child = subprocess.run(
             [sys.executable, __file__, "--no-large", "--small", str(count),
-             "--small-part", str(size), "--small-precision", precision],
+             "--small-part", str(size), "--small-threads", str(threads)],
             check=True, capture_output=True, text=True, timeout=3600,
         )  # fmt: skip
         runs[label] = json.loads(child.stdout.strip().splitlines()[-1])
         run_ = runs[label]
         print(
-            f"small documents, batch {size:>3}, {precision:>7}: {count} in "
-            f"{run_['seconds']:.1f} s = "
+            f"small documents, {label:<13} (list of {size:>2}, {threads} embedding "
+            f"thread{'s' if threads > 1 else ''}): {count} in {run_['seconds']:.1f} s = "
             f"{run_['docs_per_s']:.1f} docs/s ({run_['failed']} failed, {run_['chunks']} "
             f"chunks, {run_['duplicate_chunks']} duplicated; raw embedder one passage at a "
             f"time {run_['raw_embed_docs_per_s']:.1f}/s)",
             flush=True,
         )
-    ratio = runs["batched"]["docs_per_s"] / runs["unbatched"]["docs_per_s"]
+    rate = runs["default"]["docs_per_s"]
     return {
-        "documents": count, "docs_per_s": round(runs["batched"]["docs_per_s"], 1),
-        "unbatched_docs_per_s": round(runs["unbatched"]["docs_per_s"], 1),
-        "float_docs_per_s": round(runs["float"]["docs_per_s"], 1),
-        "ratio": round(ratio, 2),
-        "int8_to_float": round(runs["unbatched"]["docs_per_s"] / runs["float"]["docs_per_s"], 2),
+        "documents": count, "docs_per_s": round(rate, 1),
+        "one_at_a_time_docs_per_s": round(runs["one_at_a_time"]["docs_per_s"], 1),
+        "before_docs_per_s": round(runs["before"]["docs_per_s"], 1),
+        "ratio_to_one_at_a_time": round(rate / runs["one_at_a_time"]["docs_per_s"], 2),
+        "ratio_to_before": round(rate / runs["before"]["docs_per_s"], 2),
         "runs": {
             label: {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
             for label, r in runs.items()
@@ -383,7 +381,10 @@ async def run(files: list[Path]) -> dict[str, Any]:
         embedder = LocalEmbedder(settings)
         # the float model, as ingest embedded before int8 passages (the reference of
         # ratio_to_raw_float)
-        floats = LocalEmbedder(settings, document_precision="float32")
+        # (two threads, its best here and ingest's default then)
+        floats = LocalEmbedder(
+            settings.model_copy(update={"embedding_threads": 2}), document_precision="float32"
+        )
         app = create_app(settings, embedder=embedder)
         pool = await create_pool(pg.dsn, min_size=1, max_size=4)
         nc = await nats.connect(broker_server.url)
@@ -453,9 +454,7 @@ def main() -> None:
         help="run the large documents' part (--no-large: only the small documents)",
     )  # fmt: skip
     parser.add_argument("--small-part", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--small-precision", default="int8", choices=("int8", "float32"), help=argparse.SUPPRESS
-    )
+    parser.add_argument("--small-threads", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     files = (args.files or [args.docs / name for name in DEFAULT_FILES]) if args.large else []
@@ -468,7 +467,7 @@ def main() -> None:
         raise SystemExit(2)
     if args.small_part is not None:
         part = asyncio.run(
-            run_small_part(count=args.small, batch=args.small_part, precision=args.small_precision)
+            run_small_part(count=args.small, batch=args.small_part, threads=args.small_threads)
         )
         print(json.dumps(part), flush=True)
         # a lingering shutdown thread must not keep the child alive; the stack is stopped
@@ -487,10 +486,10 @@ def main() -> None:
     small = summary.get("small")
     if small:
         print(
-            f"{small['documents']} small documents: {small['docs_per_s']:.1f} docs/s batched, "
-            f"{small['unbatched_docs_per_s']:.1f} docs/s one at a time, "
-            f"ratio {small['ratio']:.2f}; {small['float_docs_per_s']:.1f} docs/s with float "
-            f"passages, int8/float {small['int8_to_float']:.2f} (target >= 100 docs/s)"
+            f"{small['documents']} small documents: {small['docs_per_s']:.1f} docs/s with the "
+            f"defaults; {small['one_at_a_time_docs_per_s']:.1f} one at a time (ratio "
+            f"{small['ratio_to_one_at_a_time']:.2f}), {small['before_docs_per_s']:.1f} with the "
+            f"defaults before lists (ratio {small['ratio_to_before']:.2f}); target >= 100 docs/s"
         )
     print(json.dumps(summary))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import nats
@@ -15,13 +15,16 @@ import pymupdf as _pymupdf
 import pytest
 from lectern_testing.pgproxy import PostgresProxy
 
-from lectern_common import objects
+from lectern_common import filetype, objects
+from lectern_common.db.pool import create_pool
 from lectern_common.embeddings import Embedder, LocalEmbedder
 from lectern_common.events import DocumentIndexed, DocumentMetadata, DocumentUploaded
 from lectern_common.filetype import PDF
 from lectern_gateway.documents import repository as docs
 from lectern_ingest.app import create_app
 from lectern_ingest.config import Settings
+from lectern_ingest.service import IngestWorker
+from tests.ingest.test_service_worker import outboxed, stage_upload
 
 pytestmark = pytest.mark.integration
 pymupdf: Any = _pymupdf  # PyMuPDF is only partly typed
@@ -54,7 +57,7 @@ async def app(
     settings = Settings(
         nats_url=nats_url, database_url=postgres_proxy[1], http_port=0, log_json=False,
         progress_interval_s=0.0, progress_after_s=0.0, retry_backoff_s=0.5,
-        db_connect_timeout_s=1.0, db_command_timeout_s=3.0,
+        db_connect_timeout_s=1.0, db_command_timeout_s=3.0, batch_documents=1,
     )  # fmt: skip
     application = create_app(settings, embedder=embedder)
     async with application.router.lifespan_context(application):
@@ -123,3 +126,83 @@ async def test_postgres_lost_while_storing_redelivers_and_indexes_once(
         assert len({c["chunk_index"] for c in chunks}) == len(chunks), "no duplicate chunks"
     finally:
         await nc.close()
+
+
+class CuttingEmbedder:
+    """The packaged MiniLM; Postgres goes away as soon as a list's chunks are embedded."""
+
+    def __init__(self, inner: Embedder, proxy: PostgresProxy) -> None:
+        self.inner = inner
+        self.proxy = proxy
+        self.cut = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def embed_documents(self, texts: Sequence[str]) -> Any:
+        vectors = await self.inner.embed_documents(texts)
+        if not self.cut and len(texts) > 1:
+            self.cut = True
+            self.proxy.cut("refuse")  # before the list's transaction
+        return vectors
+
+
+async def test_postgres_lost_while_a_list_is_stored_loses_no_upload(
+    postgres_proxy: tuple[PostgresProxy, str], nats_url: str, db_pool: Any, tenant_id: str,
+    embedder: Embedder,
+) -> None:  # fmt: skip
+    pg, dsn = postgres_proxy
+    settings = Settings(
+        nats_url=nats_url, database_url=dsn, http_port=0, log_json=False, batch_documents=8,
+        db_connect_timeout_s=1.0, db_command_timeout_s=3.0,
+    )  # fmt: skip
+    nc = await nats.connect(nats_url)
+    pool = await create_pool(dsn, min_size=1, max_size=4, timeout=1.0, command_timeout=3.0)
+    try:
+        cutting = CuttingEmbedder(embedder, pg)
+        worker = IngestWorker(
+            settings=settings, embedder=cutting, pool=pool, jetstream=nc.jetstream(),
+            publish=_no_publish,
+        )  # fmt: skip
+        facts = [f"Fact {i}: waves of frequency {i + 2} Hz carry energy." for i in range(6)]
+        events = [
+            await stage_upload(
+                db_pool,
+                nc,
+                tenant_id=tenant_id,
+                data=f.encode(),
+                filename=f"fact-{i}.txt",
+                mime=filetype.TEXT,
+            )
+            for i, f in enumerate(facts)
+        ]
+        first = await asyncio.gather(
+            *(worker.process(event=e, deliveries=1) for e in events), return_exceptions=True
+        )
+        assert cutting.cut
+        # each message is nacked (an error) or retried, none acked as done
+        assert all(isinstance(o, BaseException) or o.retry_after is not None for o in first), first
+        ids = [e.document_id for e in events]
+        rows = await db_pool.fetch("SELECT status FROM documents WHERE id = ANY($1::uuid[])", ids)
+        assert {r["status"] for r in rows} <= {"pending", "processing"}, rows
+        assert not await db_pool.fetchval(
+            "SELECT count(*) FROM chunks WHERE document_id = ANY($1::uuid[])", ids
+        ), "no partial list"
+        pg.restore()
+        again = await asyncio.gather(*(worker.process(event=e, deliveries=2) for e in events))
+        assert [o.status for o in again] == ["indexed"] * len(events)
+        counts = await db_pool.fetch(
+            "SELECT document_id, count(*) AS n FROM chunks WHERE document_id = ANY($1::uuid[]) "
+            "GROUP BY document_id", ids,
+        )  # fmt: skip
+        assert sorted(r["n"] for r in counts) == [1] * len(events)
+        for event in events:
+            published = await outboxed(db_pool, DocumentIndexed.subject, event.document_id)
+            assert len(published) == 1
+    finally:
+        await pool.close()
+        await nc.close()
+
+
+async def _no_publish(event: Any) -> None:
+    return None

@@ -64,11 +64,10 @@ def embedder() -> LocalEmbedder:
 
 @pytest.fixture(scope="module")
 def settings(nats_url: str, database_url: str) -> Settings:
-    """Batching on, shared embedding calls on, small batches so several form."""
+    """Batching on, small lists so several form."""
     return Settings(
         nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
         progress_interval_s=0.0, progress_after_s=0.0, retry_backoff_s=0.05, batch_documents=8,
-        batch_embed=True,
     )  # fmt: skip
 
 
@@ -134,8 +133,9 @@ async def test_small_documents_together_are_each_indexed_once(
     assert all(worker.is_small(e) for e in events)
     outcomes = await asyncio.gather(*(worker.process(event=e, deliveries=1) for e in events))
     assert [o.status for o in outcomes] == ["indexed"] * len(events)
-    assert worker.batcher is not None
-    assert len(counting.calls) < len(events), "documents in flight share embedding calls"
+    assert worker.small is not None
+    assert worker.small.collector.lists == 1, "the eight uploads were indexed as one list"
+    assert counting.calls == [len(events)], "one embedding call for the list"
     chunks = await chunk_ids(db_pool, events)
     assert all(len(ids) == 1 for ids in chunks.values())
     for event in events:

@@ -92,10 +92,11 @@ def embedder() -> Embedder:
 
 @pytest.fixture(scope="module")
 def settings(nats_url: str, database_url: str) -> Settings:
-    """Worker settings pointing at the session's servers."""
+    """Worker settings pointing at the session's servers: every upload on the one-document
+    path (its progress events included); small uploads in lists: test_service_batching."""
     return Settings(
         nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
-        progress_interval_s=0.0, progress_after_s=0.0, retry_backoff_s=0.05,
+        progress_interval_s=0.0, progress_after_s=0.0, retry_backoff_s=0.05, batch_documents=1,
     )  # fmt: skip
 
 

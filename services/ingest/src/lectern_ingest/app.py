@@ -93,12 +93,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         stream=stream_for(Subjects.DOCUMENTS_UPLOADED),
         durable=INGEST_DURABLE,
         # with batching on, a fetch takes up to batch_documents uploads at once; the worker
-        # lets small ones run together and large ones `concurrency` at a time
+        # indexes small ones together in lists (two lists in flight: one collected while the
+        # other is stored) and large ones `concurrency` at a time
         pull_sub=PullSub(batch_size=max(1, settings.batch_documents), timeout=5.0),
         max_workers=(
             settings.concurrency
             if settings.batch_documents <= 1
-            else settings.concurrency + settings.batch_documents
+            else settings.concurrency + 2 * settings.batch_documents
         ),
         config=consumer,
     )

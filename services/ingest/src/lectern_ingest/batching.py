@@ -1,108 +1,110 @@
-"""Cross-document batching for many small documents.
-
-A school syncing a question bank sends thousands of uploads of a few sentences each. One at a
-time, each spends most of its time waiting on round trips (the object store, Postgres, the
-outcome event) and pays a whole embedding call for one or two chunks. With batching on, the
-worker takes up to ``LECTERN_INGEST_BATCH_DOCUMENTS`` small uploads at once, each still in its
-own task with its own transaction, outcome event and message settlement (so exactly-once and
-failure isolation are those of one document). With ``LECTERN_INGEST_BATCH_EMBED`` the chunks
-that these documents want embedded at the same moment go to the embedder in one call
-(``EmbedBatcher``); it is off by default because MiniLM on this project's CPUs embeds short
-passages faster one at a time than in a padded batch (docs/benchmarks.md, ingestion).
-"""
+"""Gathering concurrent deliveries into lists (``Collector``), and waiting for a worker slot
+while telling JetStream the message is alive (``wait_with_keepalive``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
-
-import numpy as np
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
-Vectors = np.ndarray[Any, Any]
-EmbedFn = Callable[[Sequence[str]], Awaitable[Vectors]]
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
 
 
-class EmbedBatcher:
-    """Joins the embedding requests of concurrent documents into shared embedder calls.
+class Collector(Generic[ItemT, ResultT]):
+    """Gathers items submitted by concurrent tasks into lists handed to ``run`` together.
 
-    Requests that arrive while a call runs wait for the next one, which takes them all (up to
-    ``max_texts`` texts; one request is never split). When a joint call fails, each request
-    of it is embedded alone, so a text the embedder rejects fails only its own document.
+    Up to ``in_flight`` lists run at once, so the next one is collected while the last one is
+    being worked on. A list is taken when ``max_items`` are waiting; or, when no other list
+    is in flight, once the event loop has handed over what arrived with the first item
+    (while each millisecond brings more, ``wait_s`` at most). ``run`` returns
+    one result per item, in order (an exception: that item's error); when it raises, every
+    item of its list gets the error.
     """
 
-    def __init__(self, embed: EmbedFn, *, max_texts: int) -> None:
-        self._embed = embed
-        self.max_texts = max(1, max_texts)
-        self._pending: list[tuple[list[str], asyncio.Future[Vectors]]] = []
+    def __init__(
+        self,
+        run: Callable[[list[ItemT]], Awaitable[list[ResultT | BaseException]]],
+        *,
+        max_items: int,
+        in_flight: int = 2,
+        wait_s: float = 0.02,
+    ) -> None:
+        self._run_list = run
+        self.max_items = max(1, max_items)
+        self.wait_s = wait_s
+        self._slots = asyncio.Semaphore(max(1, in_flight))
+        self._pending: list[tuple[ItemT, asyncio.Future[ResultT]]] = []
         self._runner: asyncio.Task[None] | None = None
-        #: embedder calls made (for logs and tests)
-        self.calls = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: lists in flight, and an event set when an item arrives or a list ends
+        self._running = 0
+        self._changed = asyncio.Event()
+        #: lists run so far (for logs and tests)
+        self.lists = 0
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        """The vectors of ``texts``, embedded together with other documents' waiting texts."""
-        future: asyncio.Future[Vectors] = asyncio.get_running_loop().create_future()
-        self._pending.append((list(texts), future))
+    async def submit(self, item: ItemT) -> ResultT:
+        """The result of ``item``, computed with the other items collected with it."""
+        future: asyncio.Future[ResultT] = asyncio.get_running_loop().create_future()
+        self._pending.append((item, future))
+        self._changed.set()
         if self._runner is None or self._runner.done():
-            self._runner = asyncio.create_task(self._run(), name="lectern-embed-batcher")
+            self._runner = asyncio.create_task(self._collect(), name="lectern-collector")
         return await future
 
-    def _take(self) -> list[tuple[list[str], asyncio.Future[Vectors]]]:
-        taken: list[tuple[list[str], asyncio.Future[Vectors]]] = []
-        size = 0
+    async def _collect(self) -> None:
         while self._pending:
-            texts, future = self._pending[0]
-            if taken and size + len(texts) > self.max_texts:
-                break
-            self._pending.pop(0)
-            if future.done():  # its document gave up (timeout, shutdown)
+            await self._slots.acquire()
+            # while another list is in flight, this one fills up until that list is done: a
+            # list of a few items would pay a whole list's fixed costs
+            while self._running and len(self._pending) < self.max_items:
+                self._changed.clear()
+                await self._changed.wait()
+            # what is being handed over right now (a fetch of uploads) joins this list: wait
+            # while each millisecond brings more, up to wait_s
+            deadline = asyncio.get_running_loop().time() + self.wait_s
+            seen = -1
+            while seen < len(self._pending) < self.max_items and (
+                asyncio.get_running_loop().time() < deadline
+            ):
+                seen = len(self._pending)
+                await asyncio.sleep(0.001)
+            taken = [(i, f) for i, f in self._pending[: self.max_items] if not f.done()]
+            del self._pending[: self.max_items]
+            if not taken:
+                self._slots.release()
                 continue
-            taken.append((texts, future))
-            size += len(texts)
-        return taken
+            self.lists += 1
+            self._running += 1
+            task = asyncio.create_task(self._run(taken), name="lectern-collected")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
-    async def _run(self) -> None:
-        # one turn of the event loop: documents handed over together join the first call
-        await asyncio.sleep(0)
-        while self._pending:
-            batch = self._take()
-            if not batch:
-                continue
-            try:
-                vectors = await self._call([t for texts, _ in batch for t in texts])
-            except Exception as exc:
-                if len(batch) == 1:
-                    _settle(batch[0][1], exc)
+    async def _run(self, taken: list[tuple[ItemT, asyncio.Future[ResultT]]]) -> None:
+        try:
+            results = await self._run_list([item for item, _ in taken])
+        except BaseException as exc:
+            for _, future in taken:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            for (_, future), result in zip(taken, results, strict=True):
+                if future.done():
                     continue
-                log.info("a joint embedding call of %d documents failed (%s); embedding each "
-                         "alone", len(batch), exc)  # fmt: skip
-                for texts, future in batch:
-                    try:
-                        _settle(future, await self._call(texts))
-                    except Exception as alone:
-                        _settle(future, alone)
-                continue
-            start = 0
-            for texts, future in batch:
-                _settle(future, vectors[start : start + len(texts)])
-                start += len(texts)
-
-    async def _call(self, texts: list[str]) -> Vectors:
-        self.calls += 1
-        return await self._embed(texts)
-
-
-def _settle(future: asyncio.Future[Vectors], outcome: Vectors | BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+        finally:
+            self._running -= 1
+            self._changed.set()
+            self._slots.release()
 
 
 async def wait_with_keepalive(

@@ -90,8 +90,8 @@ class Producer:
         config: ChunkingConfig,
         count_tokens: Callable[[str], int],
         batch_size: int,
-        loop: asyncio.AbstractEventLoop,
-        queue: asyncio.Queue[Any],
+        loop: asyncio.AbstractEventLoop | None,
+        queue: asyncio.Queue[Any] | None,
         max_chunks: int,
     ) -> None:
         self.path = path
@@ -114,6 +114,8 @@ class Producer:
         self.thread.start()
 
     def _put(self, item: Any) -> None:
+        assert self.loop is not None, "collect() hands nothing over"
+        assert self.queue is not None
         while not self.stop.is_set():
             future = asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop)
             try:
@@ -143,36 +145,47 @@ class Producer:
             self.stage = IngestStage.CHUNK
             yield unit
 
+    def _drafts(self) -> Iterator[ChunkDraft]:
+        """Extract and chunk, yielding each chunk with its structural prefix; raises
+        ``IngestFailure`` past ``max_chunks``. ``stats`` is final once it is exhausted."""
+        with extract(self.path, mime=self.mime, password=self.password) as extraction:
+            self.stats.page_count = extraction.page_count
+            self.stats.title = usable_title(extraction.title)
+            drafts = chunk_units(
+                self._units(extraction), config=self.config, count_tokens=self.count_tokens
+            )
+            for made, draft in enumerate(drafts, start=1):
+                if self.stop.is_set():
+                    return
+                if made > self.max_chunks:
+                    raise IngestFailure(
+                        f"the document makes more than {self.max_chunks} chunks (stopped "
+                        f"at page {draft.page_start or '?'}); split it into parts",
+                        stage=IngestStage.CHUNK, reason=FailureReason.TOO_LARGE,
+                    )  # fmt: skip
+                draft.context_prefix = structural_prefix(
+                    self.title or self.stats.title, draft.section_path
+                )
+                yield draft
+            self.stats.skipped_pages = len(extraction.summary.skipped_pages)
+            if not self.stop.is_set():
+                self.stats.extracted = True
+
+    def collect(self) -> list[ChunkDraft]:
+        """Every chunk of the document, extracted in the calling thread (a small document's
+        whole text at once, without the hand-over to the event loop)."""
+        return list(self._drafts())
+
     def _run(self) -> None:
         try:
-            with extract(self.path, mime=self.mime, password=self.password) as extraction:
-                self.stats.page_count = extraction.page_count
-                self.stats.title = usable_title(extraction.title)
-                batch: list[ChunkDraft] = []
-                drafts = chunk_units(
-                    self._units(extraction), config=self.config, count_tokens=self.count_tokens
-                )
-                for made, draft in enumerate(drafts, start=1):
-                    if self.stop.is_set():
-                        return
-                    if made > self.max_chunks:
-                        raise IngestFailure(
-                            f"the document makes more than {self.max_chunks} chunks (stopped "
-                            f"at page {draft.page_start or '?'}); split it into parts",
-                            stage=IngestStage.CHUNK, reason=FailureReason.TOO_LARGE,
-                        )  # fmt: skip
-                    draft.context_prefix = structural_prefix(
-                        self.title or self.stats.title, draft.section_path
-                    )
-                    batch.append(draft)
-                    if len(batch) >= self.batch_size:
-                        self._put(batch)
-                        batch = []
-                self.stats.skipped_pages = len(extraction.summary.skipped_pages)
-                if not self.stop.is_set():
-                    self.stats.extracted = True
-                if batch:
+            batch: list[ChunkDraft] = []
+            for draft in self._drafts():
+                batch.append(draft)
+                if len(batch) >= self.batch_size:
                     self._put(batch)
+                    batch = []
+            if batch:
+                self._put(batch)
             self._put(DONE)
         except BaseException as exc:  # handed to the event loop, which decides the outcome
             self._put(exc)

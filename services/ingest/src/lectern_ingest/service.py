@@ -50,7 +50,7 @@ from lectern_common.outbox import enqueue
 from lectern_common.text import embedding_text
 from lectern_ingest import language
 from lectern_ingest import repository as repo
-from lectern_ingest.batching import EmbedBatcher, wait_with_keepalive
+from lectern_ingest.batching import wait_with_keepalive
 from lectern_ingest.chunking import (
     ChunkDraft,
 )
@@ -80,6 +80,7 @@ from lectern_ingest.pipeline import (
     report_units,
     thread_safe_counter,
 )
+from lectern_ingest.small import Delivery, SmallDocuments
 
 log = logging.getLogger(__name__)
 
@@ -125,24 +126,21 @@ class IngestWorker:
             max_tokens = min(max_tokens, settings.chunk_max_tokens)
         self.chunking = chunking_config(settings, max_tokens=max_tokens)
         self.count_tokens = thread_safe_counter(embedder)
-        #: large documents in flight at once (``concurrency``); small ones when batching
+        #: documents indexed one at a time, in flight at once (``concurrency``)
         self._large = asyncio.Semaphore(settings.concurrency)
-        self._small = asyncio.Semaphore(settings.batch_documents)
-        self.batcher = (
-            EmbedBatcher(self._embed_alone, max_texts=settings.embed_batch_size)
-            if settings.batch_documents > 1 and settings.batch_embed
-            else None
-        )
+        #: small uploads indexed together in lists (``batch_documents`` > 1)
+        self.small = SmallDocuments(self) if settings.batch_documents > 1 else None
 
     def is_small(self, event: DocumentUploaded) -> bool:
         """Whether the upload is indexed with other small ones (batching on, a small file
-        with nothing to reuse from an earlier version and no password to fetch)."""
+        with nothing to reuse from an earlier version, no password to fetch, no enrichment)."""
         settings = self.settings
         return (
             settings.batch_documents > 1
             and event.size_bytes <= settings.batch_max_bytes
             and event.replaces_document_id is None
             and not event.has_password
+            and self.enricher is None
         )
 
     async def process(
@@ -150,16 +148,18 @@ class IngestWorker:
     ) -> Outcome:
         """Handle one delivery of ``documents.uploaded``; never raises for a document's fault.
 
-        Small uploads run up to ``batch_documents`` at once (their embedding joined), large
-        ones up to ``concurrency`` at once, as before."""
-        gate = self._small if self.is_small(event) else self._large
+        Small uploads are indexed together, up to ``batch_documents`` in a list
+        (``lectern_ingest.small``); the others one at a time, ``concurrency`` at once."""
+        if self.small is not None and self.is_small(event):
+            return await self.small.process(Delivery(event, deliveries, keepalive))
+        gate = self._large
         await wait_with_keepalive(gate, keepalive, self.settings.in_progress_interval_s)
         try:
-            return await self._process(event=event, deliveries=deliveries, keepalive=keepalive)
+            return await self.process_alone(event=event, deliveries=deliveries, keepalive=keepalive)
         finally:
             gate.release()
 
-    async def _process(
+    async def process_alone(
         self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
     ) -> Outcome:
         settings = self.settings
@@ -268,7 +268,7 @@ class IngestWorker:
             finished - started, result.embed_s, finished - store_started,
         )  # fmt: skip
         if stored == "indexed":
-            await self._find_conflicts(event.document_id)
+            await self.find_conflicts(event.document_id)
         async with self.pool.acquire() as conn:
             row = await repo.get_document(conn, event.document_id)
         cleaned = await self._clean_up(event, row)
@@ -305,22 +305,24 @@ class IngestWorker:
                 await enqueue(conn, indexed_event(fresh, duration_ms=duration_ms))
         return stored
 
-    async def _find_conflicts(self, document_id: uuid.UUID) -> None:
-        """Record the new document's conflicts with the library (the review queue's); a
-        failure here is logged, never the document's."""
+    async def find_conflicts(self, *document_ids: uuid.UUID) -> None:
+        """Record new documents' conflicts with the library (the review queue's); a failure
+        here is logged, never the documents'."""
         if self.settings.conflict_neighbours == 0:
             return
         try:
             async with self.pool.acquire() as conn, conn.transaction():
                 found = await repo.record_conflicts(
-                    conn, document_id=document_id, neighbours=self.settings.conflict_neighbours,
+                    conn, document_ids=document_ids,
+                    neighbours=self.settings.conflict_neighbours,
                     min_similarity=self.settings.conflict_min_similarity,
                 )  # fmt: skip
         except Exception:
-            log.exception("conflict check of %s failed", document_id)
+            log.exception("conflict check of %s failed", ", ".join(map(str, document_ids)))
             return
         if found:
-            log.info("document %s: %d conflicting statement(s) for review", document_id, found)
+            log.info("documents %s: %d conflicting statement(s) for review",
+                     ", ".join(map(str, document_ids)), found)  # fmt: skip
 
     async def _enqueue(self, event: DocumentIndexed | DocumentFailed) -> None:
         async with self.pool.acquire() as conn:
@@ -586,15 +588,9 @@ class IngestWorker:
             return np.stack([np.asarray(v, dtype=np.float32) for v in vectors])
         return await self._embed_new(texts)
 
-    async def _embed_alone(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
-        return await self.embedder.embed_documents(texts)
-
     async def _embed_new(self, texts: Sequence[str]) -> np.ndarray[Any, Any]:
         started = time.monotonic()
         try:
-            if self.batcher is not None:
-                # other small documents' chunks join the same embedder call
-                return await self.batcher.embed(texts)
             return await self.embedder.embed_documents(texts)
         except PermanentError as exc:
             raise IngestFailure(
