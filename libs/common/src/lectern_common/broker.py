@@ -286,6 +286,24 @@ async def publish_event(
         ) from exc
 
 
+async def publish_stored(
+    js: Any, event: Event, *, headers: dict[str, str] | None = None, timeout: float
+) -> None:
+    """``publish_event``'s message (same subject, stream, ``Nats-Msg-Id``, CloudEvents headers
+    and JSON body) sent once straight through the JetStream client, for the outbox relay: a
+    stored event needs no FastStream publish span of its own (its trace context travels in
+    ``headers``), and the relay retries by itself. Raises the client's error."""
+    sent_headers = {
+        "Nats-Msg-Id": str(event.event_id),
+        **cloudevent_headers(event),
+        **(headers or {}),
+    }
+    await js.publish(
+        event.subject, event.model_dump_json().encode(), timeout=timeout,
+        stream=stream_for(event.subject).name, headers=sent_headers,
+    )  # fmt: skip
+
+
 R = TypeVar("R", bound=Reply)
 
 

@@ -29,7 +29,7 @@ from faststream.nats import NatsBroker
 from opentelemetry import propagate
 
 from lectern_common import metrics
-from lectern_common.broker import publish_event
+from lectern_common.broker import publish_stored
 from lectern_common.events import ALL_EVENTS, Event
 from lectern_common.nats_auth import SERVICE_PERMISSIONS
 
@@ -195,9 +195,8 @@ class OutboxRelay:
         data = json.loads(payload) if isinstance(payload, str) else payload
         event = event_class(row["subject"]).model_validate(data)
         headers = {str(k): str(v) for k, v in dict(row["headers"] or {}).items()}
-        await publish_event(
-            self.broker, event, headers=headers, timeout=self.publish_timeout_s, attempts=1
-        )
+        js = self.broker.config.connection_state.stream
+        await publish_stored(js, event, headers=headers, timeout=self.publish_timeout_s)
 
     async def _observe(self) -> None:
         backlog = await self.pool.fetchval(_BACKLOG, self.subjects)
