@@ -16,7 +16,9 @@ worksheets), and blind to paraphrases that share few words.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
@@ -67,6 +69,14 @@ def _content(words: list[str]) -> set[str]:
     return {w for w in words if w not in _STOP and w not in NEGATIONS and len(w) > 1}
 
 
+@functools.lru_cache(maxsize=8192)
+def _parsed(sentence: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    """A sentence's words and content words, read once however many pairs it is part of
+    (each new chunk meets three neighbours, and a neighbour many new chunks)."""
+    words = _words(sentence)
+    return tuple(words), frozenset(_content(words))
+
+
 def _numbers(sentence: str) -> list[tuple[float, str]]:
     """(value, unit as written) of each number; a stop word after it is no unit."""
     found: list[tuple[float, str]] = []
@@ -78,13 +88,13 @@ def _numbers(sentence: str) -> list[tuple[float, str]]:
     return found
 
 
-def _overlap(a: set[str], b: set[str]) -> float:
+def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
     if not a or not b:
         return 0.0
     return len(a & b) / min(len(a), len(b))
 
 
-def _negated(words: list[str]) -> bool:
+def _negated(words: Sequence[str]) -> bool:
     return any(w in NEGATIONS or w.endswith("n't") for w in words)
 
 
@@ -95,8 +105,7 @@ def _show(value: float, unit: str) -> str:
 
 def compare(sentence_a: str, sentence_b: str) -> Conflict | None:
     """The conflict between two sentences, if they make the same statement differently."""
-    words_a, words_b = _words(sentence_a), _words(sentence_b)
-    content_a, content_b = _content(words_a), _content(words_b)
+    (words_a, content_a), (words_b, content_b) = _parsed(sentence_a), _parsed(sentence_b)
     if len(content_a) < 2 or len(content_b) < 2:
         return None
     overlap = _overlap(content_a, content_b)
