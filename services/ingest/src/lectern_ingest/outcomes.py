@@ -7,14 +7,17 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from lectern_common.errors import LecternError
 from lectern_common.events import (
+    DocumentIndexed,
     DocumentProgress,
     DocumentUploaded,
     Event,
     FailureReason,
     IngestStage,
+    outcome_event_id,
 )
 from lectern_common.events.deadletter import ParkReason
 
@@ -117,3 +120,16 @@ def default_reason(stage: IngestStage) -> FailureReason:
         IngestStage.EMBED: FailureReason.EMBEDDING_FAILED,
         IngestStage.STORE: FailureReason.STORE_FAILED,
     }[stage]
+
+
+def indexed_event(row: Any, *, duration_ms: float) -> DocumentIndexed:
+    """``documents.indexed`` of a stored document (the same id on every publication)."""
+    return DocumentIndexed(
+        event_id=outcome_event_id(row["id"], row["version"], "indexed"),
+        tenant_id=row["tenant_id"], document_id=row["id"], version=row["version"],
+        page_count=row["page_count"] or 0, skipped_pages=row["skipped_pages"],
+        chunk_count=row["chunk_count"], qa_count=row["qa_count"],
+        language=row["language"], enriched=row["enriched"],
+        near_duplicate_of=row["near_duplicate_of"], duplicate_of=row["duplicate_of"],
+        duration_ms=duration_ms,
+    )  # fmt: skip

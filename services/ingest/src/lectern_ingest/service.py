@@ -64,6 +64,7 @@ from lectern_ingest.outcomes import (
     Publish,
     default_reason,
     failure_reason,
+    indexed_event,
     retry_delay,
     similarity_from_distance,
 )
@@ -663,17 +664,4 @@ def failed_row_event(row: Any) -> DocumentFailed:
         tenant_id=row["tenant_id"], document_id=row["id"], stage=IngestStage(stage),
         reason=FailureReason(reason), message=row["error_message"] or "",
         attempts=row["attempts"],
-    )  # fmt: skip
-
-
-def indexed_event(row: Any, *, duration_ms: float) -> DocumentIndexed:
-    """``documents.indexed`` of a stored document (the same id on every publication)."""
-    return DocumentIndexed(
-        event_id=outcome_event_id(row["id"], row["version"], "indexed"),
-        tenant_id=row["tenant_id"], document_id=row["id"], version=row["version"],
-        page_count=row["page_count"] or 0, skipped_pages=row["skipped_pages"],
-        chunk_count=row["chunk_count"], qa_count=row["qa_count"],
-        language=row["language"], enriched=row["enriched"],
-        near_duplicate_of=row["near_duplicate_of"], duplicate_of=row["duplicate_of"],
-        duration_ms=duration_ms,
     )  # fmt: skip

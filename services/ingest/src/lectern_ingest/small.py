@@ -36,27 +36,43 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from lectern_common import metrics, objects
 from lectern_common.events import DocumentUploaded
-from lectern_common.index import ModelSwitched, guard
+from lectern_common.index import FollowingEmbedder, ModelSwitched, guard
 from lectern_common.outbox import enqueue_many
 from lectern_common.text import embedding_text
 from lectern_ingest import language
 from lectern_ingest import repository as repo
 from lectern_ingest.batching import Collector
-from lectern_ingest.outcomes import Outcome, similarity_from_distance
+from lectern_ingest.chunking import ChunkingConfig
+from lectern_ingest.config import Settings
+from lectern_ingest.outcomes import Outcome, indexed_event, similarity_from_distance
 from lectern_ingest.pipeline import Produced, Producer, chunk_record, given_title
-
-if TYPE_CHECKING:
-    from lectern_ingest.service import IngestWorker
 
 log = logging.getLogger(__name__)
 
 KeepAlive = Callable[[], Awaitable[None]]
+
+
+class Worker(Protocol):
+    """What lists need of the ingest worker (``lectern_ingest.service.IngestWorker``)."""
+
+    settings: Settings
+    embedder: FollowingEmbedder
+    pool: Any
+    jetstream: Any
+    chunking: ChunkingConfig
+    count_tokens: Callable[[str], int]
+
+    async def process_alone(
+        self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
+    ) -> Outcome: ...
+
+    async def find_conflicts(self, *document_ids: uuid.UUID) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +111,7 @@ class _Document:
 class SmallDocuments:
     """Indexes the small uploads of a worker in lists (see the module's description)."""
 
-    def __init__(self, worker: IngestWorker) -> None:
+    def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.collector: Collector[Delivery, Outcome] = Collector(
             self._index, max_items=worker.settings.batch_documents, in_flight=2
@@ -313,8 +329,6 @@ class SmallDocuments:
     ) -> list[_Document]:
         """One transaction: lock, check for copies again, write every chunk and outcome.
         Returns the documents stored; copies found under the lock go to ``alone``."""
-        from lectern_ingest.service import indexed_event
-
         async with self.worker.pool.acquire() as conn, conn.transaction():
             await guard(conn, model)
             locked = await repo.lock_documents(conn, [d.id for d in documents])
