@@ -33,6 +33,7 @@ from lectern_common.objects import object_name, password_object_name, put_bytes,
 from lectern_gateway.documents import repository as docs
 from lectern_ingest import dedup
 from lectern_ingest import repository as ingest_repo
+from lectern_ingest import repository as repo
 from lectern_ingest.app import create_app
 from lectern_ingest.config import Settings
 from lectern_ingest.service import IngestWorker
@@ -466,6 +467,42 @@ async def test_near_duplicate_is_flagged(
     )
     assert row["near_duplicate_of"] == original.document_id
     assert row["near_duplicate_score"] > 0.85
+
+
+async def test_the_conflict_check_finds_the_same_through_the_index_as_exactly(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    """A small tenant's chunks are all compared; a large one's through the HNSW index: the
+    same disagreement is found either way."""
+    texts = [
+        "# Water\n\nPure water boils at 100 °C at sea level, and freezes at 0 °C.",
+        "# Revision\n\nAt sea level pure water boils at 90 °C, and it freezes at 0 °C.",
+    ]
+    events = []
+    for i, text in enumerate(texts):
+        event = await stage_upload(
+            db_pool, nc, tenant_id=tenant_id, data=text.encode(), filename=f"water-{i}.md",
+            mime=filetype.MARKDOWN,
+        )  # fmt: skip
+        assert (await worker.process(event=event, deliveries=1)).status == "indexed"
+        events.append(event)
+    newest = events[1].document_id
+    for exact_below in (10_000, 0):  # every chunk compared, then through the index
+        await db_pool.execute("DELETE FROM source_conflicts WHERE tenant_id = $1", tenant_id)
+        async with db_pool.acquire() as conn, conn.transaction():
+            found = await repo.record_conflicts(
+                conn, document_ids=[newest], neighbours=3, min_similarity=0.6,
+                exact_below=exact_below,
+            )  # fmt: skip
+        assert found == 1, exact_below
+        row = await db_pool.fetchrow(
+            "SELECT kind, document_a, document_b, detail FROM source_conflicts "
+            "WHERE tenant_id = $1", tenant_id,
+        )  # fmt: skip
+        assert (row["kind"], row["document_a"], row["document_b"]) == (
+            "number", newest, events[0].document_id,
+        ), dict(row)  # fmt: skip
+        assert row["detail"] == "90 °C in one, 100 °C in the other"
 
 
 async def test_gemini_enrichment_adds_prefixes_and_linked_qa(

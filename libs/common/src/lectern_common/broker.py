@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from faststream.nats import JStream, NatsBroker, NatsUserPassword
+from faststream.nats import JStream, NatsBroker, NatsMessage, NatsUserPassword
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
@@ -284,6 +284,14 @@ async def publish_event(
         raise UpstreamError(
             f"JetStream did not acknowledge {event.subject} after {attempts} attempts"
         ) from exc
+
+
+def current_message(broker: NatsBroker) -> NatsMessage:
+    """The message a handler of ``broker`` is handling, from FastStream's context. A handler
+    that takes it as a parameter instead has it resolved by dependency injection in a worker
+    thread: a thread hop for every message (measured on ingest's small uploads)."""
+    message: NatsMessage = broker.context.get_local("message")
+    return message
 
 
 async def publish_stored(

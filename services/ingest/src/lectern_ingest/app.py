@@ -7,10 +7,16 @@ import contextlib
 from typing import Any
 
 from fastapi import FastAPI
-from faststream.nats import NatsMessage, PullSub
+from faststream.nats import PullSub
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from lectern_common.broker import INGEST_DURABLE, create_broker, publish_event, stream_for
+from lectern_common.broker import (
+    INGEST_DURABLE,
+    create_broker,
+    current_message,
+    publish_event,
+    stream_for,
+)
 from lectern_common.embeddings import Embedder, build_embedder
 from lectern_common.events import Event, Subjects
 from lectern_common.gc import collect_every
@@ -103,8 +109,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         ),
         config=consumer,
     )
-    async def on_uploaded(body: dict[str, Any], message: NatsMessage) -> None:
+    async def on_uploaded(body: dict[str, Any]) -> None:
         """documents.uploaded -> extract, chunk, embed, store -> indexed | failed."""
-        await handle_uploaded(holder["worker"], body, message, broker)
+        await handle_uploaded(holder["worker"], body, current_message(broker), broker)
 
     return app

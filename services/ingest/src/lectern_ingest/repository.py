@@ -488,8 +488,18 @@ async def store_documents(conn: Any, documents: Sequence[Stored]) -> None:
     await conn.executemany(_INDEXED, [indexed_args(d.row["id"], d.result) for d in documents])
 
 
+#: a tenant with at most this many indexed chunks has each new chunk compared with all of
+#: them for the conflict check (~6 µs a chunk compared); a larger one goes through HNSW
+CONFLICT_EXACT_BELOW = 500
+
+
 async def record_conflicts(
-    conn: Any, *, document_ids: Sequence[uuid.UUID], neighbours: int, min_similarity: float
+    conn: Any,
+    *,
+    document_ids: Sequence[uuid.UUID],
+    neighbours: int,
+    min_similarity: float,
+    exact_below: int = CONFLICT_EXACT_BELOW,
 ) -> int:
     """Compare each chunk of newly indexed documents with its nearest chunks in the tenant's
     other searchable documents; record the pairs that state different numbers for the same
@@ -497,27 +507,40 @@ async def record_conflicts(
     from lectern_common.conflicts import find_conflicts
 
     await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-    # the neighbours through the HNSW index, whatever the statistics say: during a bulk load
-    # they lag behind (a tenant of 2,000 new chunks still counted as a few), and the planner
-    # then compares each new chunk with every chunk of the tenant instead (13 ms a chunk at
-    # 2,000 chunks and growing with the tenant, against 0.2 ms through the index)
-    for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
-        await conn.execute(f"SET LOCAL {setting} = off")
-    rows = await conn.fetch(
-        f"""SELECT c.id AS chunk_a, c.document_id AS document_a, c.tenant_id, c.text AS text_a,
-                   n.id AS chunk_b,
-                   n.document_id AS document_b, n.text AS text_b, n.similarity
-            FROM chunks c CROSS JOIN LATERAL (
-                SELECT o.id, o.document_id, o.text, 1 - (o.embedding <=> c.embedding) AS similarity
-                FROM chunks o
-                WHERE o.tenant_id = c.tenant_id AND o.document_id <> c.document_id AND o.active
-                  AND o.kind IN ('text', 'table')
-                ORDER BY o.embedding <=> c.embedding LIMIT {int(neighbours)}) n
-            WHERE c.document_id = ANY($1::uuid[]) AND c.kind IN ('text', 'table')
-              AND n.similarity >= $2""",  # noqa: S608 - an int
+    tenants = await conn.fetch(
+        """SELECT d.tenant_id, array_agg(d.id) AS ids, coalesce(max(s.chunk_count), 0) AS size
+           FROM documents d LEFT JOIN bm25_collection_stats s ON s.tenant_id = d.tenant_id
+           WHERE d.id = ANY($1::uuid[]) GROUP BY d.tenant_id""",
         list(document_ids),
-        min_similarity,
     )
+    rows: list[Any] = []
+    for tenant in tenants:
+        # a small tenant's chunks are all compared (cheap, and exact even in a large shared
+        # index); a larger one's neighbours come through the HNSW index whatever the planner's
+        # statistics say: during a bulk load they lag behind (a tenant of 2,000 new chunks
+        # still counted as a few), and the planner compared each new chunk with every chunk
+        # of the tenant (13 ms a chunk at 2,000 chunks, growing; 0.2 ms through the index).
+        # The tenant's size comes from its BM25 statistics, kept in step with its chunks.
+        indexed = int(tenant["size"]) > exact_below
+        for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+            await conn.execute(f"SET LOCAL {setting} = {'off' if indexed else 'on'}")
+        distance = "o.embedding <=> c.embedding" if indexed else "(o.embedding <=> c.embedding) + 0"
+        rows += await conn.fetch(
+            f"""SELECT c.id AS chunk_a, c.document_id AS document_a, c.tenant_id,
+                       c.text AS text_a, n.id AS chunk_b, n.document_id AS document_b,
+                       n.text AS text_b, n.similarity
+                FROM chunks c CROSS JOIN LATERAL (
+                    SELECT o.id, o.document_id, o.text,
+                           1 - (o.embedding <=> c.embedding) AS similarity
+                    FROM chunks o
+                    WHERE o.tenant_id = c.tenant_id AND o.document_id <> c.document_id
+                      AND o.active AND o.kind IN ('text', 'table')
+                    ORDER BY {distance} LIMIT {int(neighbours)}) n
+                WHERE c.document_id = ANY($1::uuid[]) AND c.kind IN ('text', 'table')
+                  AND n.similarity >= $2""",  # noqa: S608 - an int and fixed expressions
+            list(tenant["ids"]),
+            min_similarity,
+        )
     found = 0
     for row in rows:
         for conflict in find_conflicts(row["text_a"], row["text_b"], limit=1):
