@@ -232,6 +232,12 @@ def cloudevent_headers(event: Event) -> dict[str, str]:
     return headers
 
 
+def event_headers(event: Event, headers: dict[str, str] | None = None) -> dict[str, str]:
+    """The headers every publication of ``event`` carries: ``Nats-Msg-Id`` (its id, unless
+    ``headers`` set one), the CloudEvents attributes, then ``headers``."""
+    return {"Nats-Msg-Id": str(event.event_id), **cloudevent_headers(event), **(headers or {})}
+
+
 PUBLISH_TIMEOUT_S = 5.0
 PUBLISH_ATTEMPTS = 3
 
@@ -263,11 +269,7 @@ async def publish_event(
     # no ack in time, or no stream answering (a server or stream leader restarting)
     unacknowledged = (TimeoutError, NoRespondersError, NoStreamResponseError)
     stream = stream_for(event.subject).name
-    sent_headers = {
-        "Nats-Msg-Id": str(event.event_id),
-        **cloudevent_headers(event),
-        **(headers or {}),
-    }
+    sent_headers = event_headers(event, headers)
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(attempts),
@@ -301,14 +303,9 @@ async def publish_stored(
     and JSON body) sent once straight through the JetStream client, for the outbox relay: a
     stored event needs no FastStream publish span of its own (its trace context travels in
     ``headers``), and the relay retries by itself. Raises the client's error."""
-    sent_headers = {
-        "Nats-Msg-Id": str(event.event_id),
-        **cloudevent_headers(event),
-        **(headers or {}),
-    }
     await js.publish(
         event.subject, event.model_dump_json().encode(), timeout=timeout,
-        stream=stream_for(event.subject).name, headers=sent_headers,
+        stream=stream_for(event.subject).name, headers=event_headers(event, headers),
     )  # fmt: skip
 
 

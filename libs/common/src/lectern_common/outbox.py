@@ -66,23 +66,19 @@ async def enqueue(conn: Any, event: Event, *, headers: dict[str, str] | None = N
     The current trace context goes with it, so the published event continues the trace of
     the request that caused it. Enqueuing the same event id twice stores it once.
     """
-    carrier: dict[str, str] = dict(headers or {})
-    propagate.inject(carrier)
-    await conn.execute(
-        _INSERT, event.event_id, event.subject, event.model_dump(mode="json"), carrier
-    )
-    await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, event.subject)
+    await enqueue_many(conn, [event], headers=headers)
 
 
-async def enqueue_many(conn: Any, events: Sequence[Event]) -> None:
-    """``enqueue`` of many events in one pipelined statement and one notification."""
+async def enqueue_many(
+    conn: Any, events: Sequence[Event], *, headers: dict[str, str] | None = None
+) -> None:
+    """``enqueue`` of many events in one pipelined statement and one notification a subject."""
     if not events:
         return
-    carrier: dict[str, str] = {}
+    carrier: dict[str, str] = dict(headers or {})
     propagate.inject(carrier)
     await conn.executemany(
-        _INSERT,
-        [(e.event_id, e.subject, e.model_dump(mode="json"), dict(carrier)) for e in events],
+        _INSERT, [(e.event_id, e.subject, e.model_dump(mode="json"), carrier) for e in events]
     )
     for subject in sorted({e.subject for e in events}):
         await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, subject)

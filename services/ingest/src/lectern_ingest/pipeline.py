@@ -21,7 +21,7 @@ from lectern_common.events import (
     FailureReason,
     IngestStage,
 )
-from lectern_ingest import dedup
+from lectern_ingest import dedup, language
 from lectern_ingest import repository as repo
 from lectern_ingest.chunking import (
     ChunkDraft,
@@ -31,7 +31,7 @@ from lectern_ingest.chunking import (
 )
 from lectern_ingest.config import Settings
 from lectern_ingest.extract import Extraction, Unit, extract
-from lectern_ingest.outcomes import IngestFailure, Progress
+from lectern_ingest.outcomes import IngestFailure, Progress, similarity_from_distance
 from lectern_ingest.titles import heading_title, usable_title
 
 #: seconds spent embedding the document this task is working on
@@ -255,4 +255,38 @@ def chunk_record(document_id: uuid.UUID, index: int, draft: ChunkDraft) -> repo.
         time_end=getattr(draft, "time_end", None),
         token_count=int(getattr(draft, "token_count", 0) or 0),
         content_hash=hashlib.sha256(draft.text.encode("utf-8")).hexdigest(),
+    )  # fmt: skip
+
+
+def near_duplicate(
+    nearest: tuple[uuid.UUID, int] | None, threshold: float
+) -> tuple[uuid.UUID, float] | None:
+    """The nearest document (id, SimHash similarity) when it is similar enough to be flagged."""
+    if nearest is None:
+        return None
+    score = similarity_from_distance(nearest[1])
+    return (nearest[0], score) if score > threshold else None
+
+
+def describe(
+    event: DocumentUploaded,
+    stats: Produced,
+    records: list[repo.ChunkRecord],
+    *,
+    lang: str | None,
+    near: tuple[uuid.UUID, float] | None,
+    enriched: bool = False,
+    note: str | None = "no Gemini key",
+) -> repo.IndexedDocument:
+    """What the document's row records once its chunks are stored."""
+    return repo.IndexedDocument(
+        page_count=stats.page_count, skipped_pages=stats.skipped_pages,
+        chunk_count=sum(1 for r in records if r.kind != "qa"),
+        qa_count=sum(1 for r in records if r.kind == "qa"),
+        language=lang, ts_config=language.ts_config_for(lang),
+        content_sha256=stats.content.hexdigest(), simhash=stats.simhash.digest(),
+        near_duplicate_of=near[0] if near else None,
+        near_duplicate_score=near[1] if near else None,
+        enriched=enriched, enrichment_note=note,
+        title=None if given_title(event) else stats.title,
     )  # fmt: skip

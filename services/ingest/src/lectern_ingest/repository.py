@@ -100,12 +100,7 @@ async def lock_document(conn: Any, document_id: uuid.UUID) -> Any:
 
 async def mark_processing(conn: Any, document_id: uuid.UUID, *, attempts: int) -> None:
     """The document is being worked on (delivery ``attempts``)."""
-    await conn.execute(
-        """UPDATE documents SET status = 'processing', attempts = $2, updated_at = now()
-           WHERE id = $1 AND status IN ('pending', 'processing')""",
-        document_id,
-        attempts,
-    )
+    await mark_processing_many(conn, [(document_id, attempts)])
 
 
 async def record_retry(
@@ -163,26 +158,12 @@ async def nearest_simhash(
     exclude: Sequence[uuid.UUID],
 ) -> tuple[uuid.UUID, int] | None:
     """The tenant's indexed document whose SimHash is closest (id, Hamming distance)."""
-    row = await conn.fetchrow(
-        """SELECT id, bit_count(int8send(simhash # $2)) AS distance FROM documents
-           WHERE tenant_id = $1 AND status = 'indexed' AND simhash IS NOT NULL
-             AND NOT (id = ANY($3::uuid[]))
-           ORDER BY distance, indexed_at LIMIT 1""",
-        tenant_id,
-        simhash,
-        list(exclude),
-    )
-    if row is None:
-        return None
-    return row["id"], int(row["distance"])
+    return (await nearest_simhashes(conn, documents=[(tenant_id, simhash)], exclude=exclude))[0]
 
 
 async def lock_content_hash(conn: Any, *, tenant_id: str, content_sha256: str) -> None:
     """Serialise the stores of documents with the same cleaned text (transaction-scoped)."""
-    await conn.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-        f"content:{tenant_id}:{content_sha256}",
-    )
+    await lock_content_hashes(conn, [(tenant_id, content_sha256)])
 
 
 async def find_content_duplicate(

@@ -66,7 +66,6 @@ from lectern_ingest.outcomes import (
     failure_reason,
     indexed_event,
     retry_delay,
-    similarity_from_distance,
 )
 from lectern_ingest.pipeline import (
     DONE,
@@ -76,7 +75,9 @@ from lectern_ingest.pipeline import (
     Producer,
     chunk_record,
     chunking_config,
+    describe,
     given_title,
+    near_duplicate,
     report_embedded,
     report_units,
     thread_safe_counter,
@@ -514,17 +515,9 @@ class IngestWorker:
                 await progress.report(IngestStage.EMBED, start + len(batch), len(texts), "chunks")
         embeddings = np.concatenate(vectors, axis=0)
         near = await self._near_duplicate(event, simhash)
-        indexed = repo.IndexedDocument(
-            page_count=stats.page_count, skipped_pages=stats.skipped_pages,
-            chunk_count=sum(1 for r in records if r.kind != "qa"),
-            qa_count=sum(1 for r in records if r.kind == "qa"),
-            language=lang, ts_config=language.ts_config_for(lang),
-            content_sha256=stats.content.hexdigest(), simhash=simhash,
-            near_duplicate_of=near[0] if near else None,
-            near_duplicate_score=near[1] if near else None,
-            enriched=enriched, enrichment_note=note,
-            title=None if given_title(event) else stats.title,
-        )  # fmt: skip
+        indexed = describe(
+            event, stats, records, lang=lang, near=near, enriched=enriched, note=note
+        )
         if reused[0]:
             log.info(
                 "document %s: %d of %d chunk embeddings reused from version %s",
@@ -611,12 +604,7 @@ class IngestWorker:
             nearest = await repo.nearest_simhash(
                 conn, tenant_id=event.tenant_id, simhash=simhash, exclude=exclude
             )
-        if nearest is None:
-            return None
-        score = similarity_from_distance(nearest[1])
-        if score <= self.settings.near_duplicate_threshold:
-            return None
-        return nearest[0], score
+        return near_duplicate(nearest, self.settings.near_duplicate_threshold)
 
     async def _fail(
         self,

@@ -50,8 +50,15 @@ from lectern_ingest import repository as repo
 from lectern_ingest.batching import Collector
 from lectern_ingest.chunking import ChunkingConfig
 from lectern_ingest.config import Settings
-from lectern_ingest.outcomes import Outcome, indexed_event, similarity_from_distance
-from lectern_ingest.pipeline import Produced, Producer, chunk_record, given_title
+from lectern_ingest.outcomes import Outcome, indexed_event
+from lectern_ingest.pipeline import (
+    Produced,
+    Producer,
+    chunk_record,
+    describe,
+    given_title,
+    near_duplicate,
+)
 
 log = logging.getLogger(__name__)
 
@@ -309,19 +316,10 @@ class SmallDocuments:
                 exclude=[d.id for d in documents],
             )
         threshold = self.worker.settings.near_duplicate_threshold
-        for document, near in zip(documents, nearest, strict=True):
-            score = similarity_from_distance(near[1]) if near is not None else 0.0
-            stats = document.stats
-            document.result = repo.IndexedDocument(
-                page_count=stats.page_count, skipped_pages=stats.skipped_pages,
-                chunk_count=sum(1 for r in document.records if r.kind != "qa"),
-                qa_count=sum(1 for r in document.records if r.kind == "qa"),
-                language=document.language, ts_config=language.ts_config_for(document.language),
-                content_sha256=document.content_sha256, simhash=stats.simhash.digest(),
-                near_duplicate_of=near[0] if near is not None and score > threshold else None,
-                near_duplicate_score=score if near is not None and score > threshold else None,
-                enriched=False, enrichment_note="no Gemini key",
-                title=None if given_title(document.delivery.event) else stats.title,
+        for document, nearest_one in zip(documents, nearest, strict=True):
+            document.result = describe(
+                document.delivery.event, document.stats, document.records,
+                lang=document.language, near=near_duplicate(nearest_one, threshold),
             )  # fmt: skip
 
     async def _store(
