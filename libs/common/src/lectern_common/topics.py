@@ -48,6 +48,9 @@ NOT_TOPICAL = (
 )
 _NEVER = NOT_TOPICAL
 _MAX_RUN = 5
+#: two topics at most this many words apart, spanning at most _MAX_SPAN, are named together
+_MAX_GAP = 3
+_MAX_SPAN = 8
 #: with the library's idf, a word below this share of the message's rarest word's idf is too
 #: common to be part of a topic ("good", "called", "try")
 COMMON_SHARE = 0.5
@@ -60,13 +63,28 @@ def words_of(text: str) -> list[str]:
     return [w.casefold().replace("’", "'") for w in _WORD.findall(text)]
 
 
-def _runs(words: Sequence[str], common: frozenset[str] = frozenset()) -> list[tuple[int, int]]:
+def acronyms(message: str) -> frozenset[str]:
+    """The message's short words written in capitals ("VP", "AI", "GC"), case-folded: too
+    short to be a topic as lower-case words ("in", "of"), they name one when capitalised."""
+    return frozenset(w.casefold() for w in _WORD.findall(message) if len(w) == 2 and w.isupper())
+
+
+def _runs(
+    words: Sequence[str],
+    common: frozenset[str] = frozenset(),
+    short: frozenset[str] = frozenset(),
+) -> list[tuple[int, int]]:
     """Spans [start, end) of candidate runs: no word from ``_NEVER`` or ``common`` (words too
-    frequent in the library to name a topic) except inner ones."""
+    frequent in the library to name a topic) except inner ones; a word under three letters
+    only when it is a number or one of ``short`` (the message's acronyms)."""
     never = _NEVER | common
     spans = []
     for start, word in enumerate(words):
-        if word in never or word in _INNER or (len(word) < 3 and not word.isdigit()):
+        if (
+            word in never
+            or word in _INNER
+            or (len(word) < 3 and not word.isdigit() and word not in short)
+        ):
             continue
         for end in range(start + 1, min(len(words), start + _MAX_RUN) + 1):
             last = words[end - 1]
@@ -109,7 +127,7 @@ def topics(
         return idf.get(word, 0.0) if idf else math.log1p(counts[word])
 
     scored: dict[str, tuple[float, int]] = {}
-    for start, end in _runs(words, common):
+    for start, end in _runs(words, common, acronyms(message)):
         phrase = " ".join(words[start:end])
         if f" {phrase} " not in text:
             continue
@@ -125,9 +143,28 @@ def topics(
         if any(f" {phrase} " in f" {other} " for other, _ in kept):
             continue
         kept.append((phrase, start))
-    pair = _paired(message, [p for p, _ in kept])
+    pair = _paired(message, [p for p, _ in kept]) or (_spanning(words, kept) if idf else None)
     out = ([pair] if pair else []) + [p for p, _ in kept]
     return list(dict.fromkeys(out))[:limit]
+
+
+def _spanning(words: Sequence[str], kept: Sequence[tuple[str, int]]) -> str | None:
+    """The message's words from its best topic to its second when only a few content words
+    part them ("oestrogen usually started to induce puberty"): a subject the material keeps
+    repeating is outranked by a rarer phrase beside it, and the two together say what was
+    asked. Never across a question or function word ("velocity of the ball | when it | hits
+    the ground" stays two topics), and only with the library's idf: with counts alone a word
+    the passages use once ("usually") weighs as much as a subject term."""
+    if len(kept) < 2:
+        return None
+    spans = sorted((start, start + len(phrase.split())) for phrase, start in kept[:2])
+    (first, first_end), (second, end) = spans
+    between = words[first_end:second]
+    if second < first_end or len(between) > _MAX_GAP or end - first > _MAX_SPAN:
+        return None
+    if any(w in _NEVER and w not in _INNER for w in between):
+        return None
+    return " ".join(words[first:end])
 
 
 def _paired(message: str, found: Sequence[str]) -> str | None:
@@ -150,7 +187,7 @@ def _paired(message: str, found: Sequence[str]) -> str | None:
 def plain_topics(message: str, *, limit: int = 3) -> list[str]:
     """Without material: the message's content-word runs, longest first."""
     words = words_of(message)
-    spans = sorted(_runs(words), key=lambda s: (-(s[1] - s[0]), s[0]))
+    spans = sorted(_runs(words, short=acronyms(message)), key=lambda s: (-(s[1] - s[0]), s[0]))
     out: list[str] = []
     for start, end in spans:
         phrase = " ".join(words[start:end])

@@ -243,9 +243,15 @@ def distill_turns(
         if turn.topics or confused:
             previous = topic  # what the conversation is about now
     for about, draft in struggles.items():
-        reasons = dict.fromkeys(_REASONS[e["kind"]] for e in draft.evidence)
-        draft.text = f"Found {about} hard ({'; '.join(reasons)})"
+        draft.text = struggle_text(about, draft.evidence)
     return [*struggles.values(), *takeaways, *preferences]
+
+
+def struggle_text(topic: str, evidence: Sequence[dict[str, str]]) -> str:
+    """A struggle's text: its topic and every kind of evidence behind it, once each."""
+    reasons = dict.fromkeys(_REASONS.get(e.get("kind", ""), "") for e in evidence)
+    said = "; ".join(r for r in reasons if r)
+    return f"Found {topic} hard ({said})" if said else f"Found {topic} hard"
 
 
 #: turns that teach nothing new: a check's verdict, a practice question, the gap message,
@@ -256,6 +262,10 @@ _REASONS = {
     "gap": "asked beyond the course material",
     "repeated": "asked it more than once",
     "flagged": "flagged the answer",
+    "check_wrong": "got a check question on it wrong",
+    "check_partly": "answered a check question on it only partly right",
+    "quiz_wrong": "got quiz questions on it wrong",
+    "quiz_partly": "answered quiz questions on it only partly right",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 from typing import Any
@@ -100,6 +101,21 @@ async def nearest(
         embedding,
         kinds,
     )
+
+
+async def on_topic(conn: Any, *, tenant_id: str, user_id: str, kind: str, topic: str) -> Any:
+    """The student's memory of ``kind`` on ``topic`` (whatever its case), if there is one."""
+    row = await conn.fetchrow(
+        """SELECT id, evidence FROM user_memories
+           WHERE tenant_id = $1 AND user_id = $2 AND kind = $3 AND lower(topic) = lower($4)
+           ORDER BY updated_at DESC LIMIT 1""",
+        tenant_id, user_id, kind, topic,
+    )  # fmt: skip
+    if row is None:
+        return None
+    evidence = row["evidence"]
+    return {"id": row["id"], "evidence": json.loads(evidence) if isinstance(evidence, str)
+            else list(evidence or [])}  # fmt: skip
 
 
 async def insert_memory(

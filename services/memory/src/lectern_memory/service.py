@@ -25,7 +25,13 @@ from lectern_common.index import FollowingEmbedder, guard, with_live_model
 from lectern_common.outbox import enqueue
 from lectern_memory import repository as repo
 from lectern_memory.config import Settings
-from lectern_memory.distill import MemoryDraft, TurnSignal, distill_turns, validated
+from lectern_memory.distill import (
+    MemoryDraft,
+    TurnSignal,
+    distill_turns,
+    struggle_text,
+    validated,
+)
 from lectern_memory.struggle import Encode, packaged_model, read_messages
 
 log = logging.getLogger(__name__)
@@ -208,12 +214,9 @@ class MemoryService:
                 )  # fmt: skip
                 item = {"kind": f"{'check' if check else 'quiz'}_{said}", "detail": topic,
                         "at": at}  # fmt: skip
-                if said == "wrong":
-                    drafts.append(MemoryDraft("struggle", f"Got {what} on {topic} wrong",
-                                              topic, [item]))  # fmt: skip
-                elif said == "partly":
-                    drafts.append(MemoryDraft("struggle", f"Answered {what} on {topic} only "
-                                              "partly right", topic, [item]))  # fmt: skip
+                if said in ("wrong", "partly"):
+                    drafts.append(MemoryDraft("struggle", struggle_text(topic, [item]), topic,
+                                              [item]))  # fmt: skip
                 elif said == "right" and streak == QUIZ_MASTERY_STREAK:
                     drafts.append(MemoryDraft("mastered", f"Answered {what} on {topic} right "
                                               "twice running", topic, [item]))  # fmt: skip
@@ -235,8 +238,23 @@ class MemoryService:
         draft: MemoryDraft,
         vector: Any,
     ) -> tuple[uuid.UUID, bool]:
-        """Strengthen a twin, let 'mastered' replace a 'struggle', or insert."""
+        """Strengthen a twin (a memory of the same kind on the same topic, or one that says
+        nearly the same), let 'mastered' replace a 'struggle', or insert."""
         common = {"tenant_id": tenant_id, "user_id": user_id, "embedding": vector}
+        if draft.topic:
+            same = await repo.on_topic(conn, kind=draft.kind, topic=draft.topic,
+                                       tenant_id=tenant_id, user_id=user_id)  # fmt: skip
+            if same is not None:
+                # one memory a topic: a struggle's text names all the evidence behind it
+                text = draft.text
+                if draft.kind == "struggle":
+                    text = struggle_text(draft.topic, [*same["evidence"], *draft.evidence])
+                await repo.update_memory(
+                    conn, memory_id=same["id"], kind=draft.kind, text=text, topic=draft.topic,
+                    session_id=session_id, embedding=vector, strengthen=True,
+                    evidence=draft.evidence,
+                )  # fmt: skip
+                return same["id"], False
         twin = await repo.nearest(conn, kinds=[draft.kind], **common)
         if twin is not None and twin["similarity"] >= self.settings.merge_threshold:
             await repo.update_memory(
