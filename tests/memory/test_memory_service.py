@@ -143,6 +143,25 @@ async def test_twin_strengthens_and_mastery_from_two_right_checks_replaces_strug
     assert [r["kind"] for r in rows if r["topic"] == "meiosis"] == ["struggle"]
 
 
+async def test_one_struggle_a_topic_names_all_its_evidence(
+    service: MemoryService, db_pool: Any, tenant_id: str
+) -> None:
+    """A statement of confusion, then a wrong check on the same topic: one struggle, whose
+    text says both, not two memories that say different things about one topic."""
+    await run_session(
+        service, db_pool, tenant_id, "s5",
+        [("I really don't get osmosis, it makes no sense to me.", "high", "osmosis")],
+    )  # fmt: skip
+    await service.record_quiz(
+        pool=db_pool, event=check_attempt(tenant_id, "s5", "Osmosis", "wrong")
+    )
+    struggles = [r for r in await memories(db_pool, tenant_id, "s5") if r["kind"] == "struggle"]
+    assert len(struggles) == 1, struggles
+    assert struggles[0]["strength"] == 2.0
+    text = struggles[0]["text"]
+    assert "said they found it confusing" in text and "check question on it wrong" in text, text
+
+
 async def test_session_waits_for_its_turns(
     service: MemoryService, db_pool: Any, tenant_id: str
 ) -> None:
