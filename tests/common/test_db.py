@@ -124,3 +124,23 @@ async def test_vector_roundtrip_and_generated_tsvector(db_pool: Any, tenant_id: 
     assert np.allclose(row["embedding"].to_numpy(), vec)
     assert "'mitochondria'" in row["tsv"]
     assert "'energi'" in row["tsv"]
+
+
+async def test_closing_a_pool_with_a_connection_held_ends_within_its_timeout(
+    database_url: str,
+) -> None:
+    """``Pool.close`` waits for every connection to come back; a handler that outlived the
+    graceful stop must not hold the service's shutdown for ever."""
+    import time
+
+    from lectern_common.db.pool import close_pool, create_pool
+
+    pool = await create_pool(database_url, min_size=1, max_size=2)
+    held = await pool.acquire()
+    began = time.monotonic()
+    await close_pool(pool, timeout=0.5)
+    assert time.monotonic() - began < 5
+    assert pool.is_closing()
+    with pytest.raises(asyncpg.InterfaceError):
+        await held.fetchval("SELECT 1")  # terminated, not left open
+    await asyncio.sleep(0)

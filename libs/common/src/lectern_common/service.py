@@ -31,6 +31,7 @@ from lectern_common import metrics
 from lectern_common.broker import ensure_streams
 from lectern_common.db import ReadPools, create_pool
 from lectern_common.db.migrate import applied_migrations, load_migrations
+from lectern_common.db.pool import close_pool
 from lectern_common.errors import ConfigurationError
 from lectern_common.outbox import OutboxRelay, publishable_subjects
 from lectern_common.settings import ServiceHttpSettings
@@ -192,7 +193,7 @@ def create_service_app(
             if on_shutdown is not None:
                 await on_shutdown(state)
             await state.reads.close()
-            await state.pool.close()
+            await close_pool(state.pool, timeout=settings.graceful_timeout_s)
             if state.telemetry is not None:
                 state.telemetry.shutdown()
 

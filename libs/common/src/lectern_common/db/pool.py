@@ -3,7 +3,9 @@ every query made within a trace."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from typing import Any
 
@@ -12,6 +14,7 @@ from opentelemetry import trace
 from pgvector.asyncpg import register_vector
 
 _tracer = trace.get_tracer("lectern.db")
+log = logging.getLogger(__name__)
 
 
 def trace_query(record: Any) -> None:
@@ -75,3 +78,15 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, **kwar
         init=_init_connection,
         **kwargs,
     )
+
+
+async def close_pool(pool: Any, *, timeout: float) -> None:
+    """Close an asyncpg pool within ``timeout``: ``Pool.close`` waits for every connection
+    to be released, so one held by a handler that outlived the broker's graceful stop would
+    hold the shutdown for ever (a pod that never ends until it is killed). Past the timeout
+    the remaining connections are terminated."""
+    try:
+        await asyncio.wait_for(pool.close(), timeout)
+    except TimeoutError:
+        log.warning("database pool: connections still in use after %.0f s; terminated", timeout)
+        pool.terminate()
