@@ -54,6 +54,11 @@ FAULTS = (
 )
 
 
+#: run in a pytest process of their own (`make test`): grouped, schemathesis's tests collect as
+#: one item instead of one per route
+APART = frozenset({"tests/gateway/test_openapi_fuzz.py"})
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--dist loadgroup`` a test file runs whole on one worker (its module fixtures
@@ -61,5 +66,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     test's request count does), and the fault tests share one worker."""
     for item in items:
         path = item.nodeid.split("::", 1)[0]
+        if path in APART:
+            continue
         group = "faults" if path.startswith(FAULTS) else path
         item.add_marker(pytest.mark.xdist_group(group))
