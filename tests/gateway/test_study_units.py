@@ -94,6 +94,17 @@ def test_qa_pairs_from_ingest_are_used_first() -> None:
     assert questions[0].chunk.id == parent.id
 
 
+def test_a_check_never_blanks_a_word_that_only_frames_the_statement() -> None:
+    """ "It is, however, _____ that ..." tests reading, not understanding: the blank falls on
+    a word the statement says, not on a connective or a hedge."""
+    from lectern_gateway.study.generator import statement_check
+
+    text = "It is, however, noteworthy that most were commenced on oestrogen relatively late."
+    made = statement_check(text, chunk(text), asked="When is oestrogen started?")
+    assert made is not None
+    assert made.answer not in {"however", "noteworthy", "relatively"}, made.prompt
+
+
 def test_material_without_facts_gives_no_questions() -> None:
     plain = chunk("Hello there, and welcome to the course.", "Intro")
     assert generate([plain], num_questions=5) == []

@@ -354,6 +354,15 @@ def question_from(
 
 _YEAR = re.compile(r"^(?:1[0-9]|20)\d\d$")
 _KEY_WORD = re.compile(r"(?<![\w-])[a-z][a-z'’-]{3,}(?![\w-])")
+#: words that frame a statement rather than say it (connectives, hedges, evaluations): a
+#: blank on one tests reading, not understanding ("It is, however, _____ that ...")
+_FRAMING = frozenset(
+    """however therefore thus hence moreover furthermore nevertheless nonetheless whereas
+    noteworthy notable notably important importantly interesting interestingly remarkable
+    indeed rather instead also especially particularly relatively generally usually typically
+    often likely possibly probably perhaps clearly simply mainly largely mostly respectively
+    accordingly consequently additionally similarly finally first second third""".split()
+)
 _LABELS = re.compile(r"\s*\[(?:T|W)\d+\]")
 
 
@@ -393,6 +402,7 @@ def statement_check(sentence: str, chunk: SourceChunk, *, asked: str) -> Questio
         if m.start() > 0  # not the sentence's first word: its subject, which the question names
         and m.group(0) not in NOT_TOPICAL
         and m.group(0) not in _NOT_A_TERM
+        and m.group(0) not in _FRAMING
         and _stem(m.group(0)) not in given
     ]
     if not candidates:
