@@ -121,6 +121,20 @@ async def _upload(
     return document_id
 
 
+async def _conflicts(
+    client: httpx.AsyncClient, gateway: Gateway, who: Any, *, expect: int
+) -> list[Any]:
+    """The review queue's conflicts once ``expect`` are there: ingest records them right
+    after a document is indexed, so they may arrive a moment after its status says so."""
+    queue: list[Any] = []
+    for _ in range(300):
+        queue = (await client.get(f"{gateway.url}/v1/review/conflicts", headers=who)).json()
+        if len(queue) >= expect:
+            break
+        await asyncio.sleep(0.1)
+    return queue
+
+
 async def test_two_uploads_that_disagree_appear_side_by_side(
     stack: Gateway, tenant_id: str
 ) -> None:
@@ -128,7 +142,7 @@ async def test_two_uploads_that_disagree_appear_side_by_side(
     async with httpx.AsyncClient(timeout=60) as client:
         first = await _upload(client, stack, teacher, BOILING_A, "water.md")
         second = await _upload(client, stack, teacher, BOILING_B, "water-revision.md")
-        queue = (await client.get(f"{stack.url}/v1/review/conflicts", headers=teacher)).json()
+        queue = await _conflicts(client, stack, teacher, expect=2)
         kinds = {c["kind"]: c for c in queue}
         assert set(kinds) == {"number", "negation"}, queue
         number = kinds["number"]
@@ -281,6 +295,7 @@ async def test_teachers_see_their_classes_and_class_less_material_admins_all(
     async with httpx.AsyncClient(timeout=60) as client:
         await _upload(client, stack, uploader, BOILING_A, "water.md", class_id="c-9")
         await _upload(client, stack, uploader, BOILING_B, "revision.md", class_id="c-9")
+        await _conflicts(client, stack, admin, expect=2)
         queues = {}
         for name, who in (("admin", admin), ("uploader", uploader), ("other", other)):
             conflicts = await client.get(f"{stack.url}/v1/review/conflicts", headers=who)
