@@ -57,12 +57,8 @@ system-deps: ## Tesseract (OCR) and Chromium (browser tests) from Debian's packa
 	    tesseract-ocr tesseract-ocr-eng chromium >/dev/null; \
 	else echo "system-deps: missing$$missing (not root: OCR and browser tests will skip)"; fi
 
-# two workers (README, Tests); the schemathesis run apart and in one process: under xdist's
-# grouped distribution schemathesis collects one item instead of one per route
-FUZZ_TESTS := tests/gateway/test_openapi_fuzz.py
-test: install system-deps lint ## Install, lint, and run the whole test suite against real NATS + Postgres (two workers)
-	$(VENV)/bin/pytest -n 2 --dist loadgroup --ignore=$(FUZZ_TESTS)
-	$(VENV)/bin/pytest $(FUZZ_TESTS)
+test: install system-deps lint ## Install, lint, and run the whole test suite against real NATS + Postgres
+	$(VENV)/bin/pytest
 
 fuzz: install ## The deep schemathesis run over every route (300 examples each; docs/reliability.md)
 	LECTERN_FUZZ_EXAMPLES=300 $(VENV)/bin/pytest -q -s tests/gateway/test_openapi_fuzz.py
