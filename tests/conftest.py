@@ -37,4 +37,3 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lines = "\n  ".join(_skipped_for_tools)
         print(f"\nskipped for a tool `make system-deps` installs (`make test` runs it):\n  {lines}")
         session.exitstatus = 1
-
