@@ -176,7 +176,24 @@ class Running:
         async def all_read() -> bool:
             if self.tasks[1].done():
                 self.tasks[1].result()  # the reader stopped: its exception, not a timeout
-            return set(self.reader.confirmed) >= set(self.publisher.published)
+            missing = set(self.publisher.published) - set(self.reader.confirmed)
+            if not missing:
+                return True
+            if not all(self.reader.deliveries[m] for m in missing):
+                return False
+            # an ack whose reply timed out may still have been taken: a delivered event that
+            # the work queue no longer holds, with nothing pending on the consumer, was acked
+            js = self.admin.jetstream()
+            try:
+                stream = await js.stream_info(STREAM)
+                consumer = await js.consumer_info(STREAM, DURABLE)
+            except (NatsError, JetStreamError, OSError, TimeoutError):
+                return False
+            return (
+                stream.state.messages == 0
+                and consumer.num_ack_pending == 0
+                and consumer.num_pending == 0
+            )
 
         # a loaded machine redelivers what an ack timed out on only after the ack wait
         try:
