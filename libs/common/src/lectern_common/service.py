@@ -44,9 +44,6 @@ from lectern_common.telemetry import (
 )
 
 log = logging.getLogger(__name__)
-#: how long shutdown waits for the database pool's connections once the broker has stopped
-#: (its handlers had the graceful timeout already; the pods allow 45 s in all)
-POOL_CLOSE_TIMEOUT_S = 5.0
 
 ReadinessCheck = Callable[[], Awaitable[str | None]]
 
@@ -196,7 +193,7 @@ def create_service_app(
             if on_shutdown is not None:
                 await on_shutdown(state)
             await state.reads.close()
-            await close_pool(state.pool, timeout=POOL_CLOSE_TIMEOUT_S)
+            await close_pool(state.pool)
             if state.telemetry is not None:
                 state.telemetry.shutdown()
 

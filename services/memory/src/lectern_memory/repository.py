@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import datetime
 from typing import Any
@@ -111,11 +110,7 @@ async def on_topic(conn: Any, *, tenant_id: str, user_id: str, kind: str, topic:
            ORDER BY updated_at DESC LIMIT 1""",
         tenant_id, user_id, kind, topic,
     )  # fmt: skip
-    if row is None:
-        return None
-    evidence = row["evidence"]
-    return {"id": row["id"], "evidence": json.loads(evidence) if isinstance(evidence, str)
-            else list(evidence or [])}  # fmt: skip
+    return None if row is None else {"id": row["id"], "evidence": list(row["evidence"] or [])}
 
 
 async def insert_memory(

@@ -80,7 +80,12 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, **kwar
     )
 
 
-async def close_pool(pool: Any, *, timeout: float) -> None:
+#: how long closing a pool waits for its connections to be released (the handlers that held
+#: them had the broker's graceful timeout already; the pods allow 45 s in all)
+CLOSE_TIMEOUT_S = 5.0
+
+
+async def close_pool(pool: Any, *, timeout: float = CLOSE_TIMEOUT_S) -> None:
     """Close an asyncpg pool within ``timeout``: ``Pool.close`` waits for every connection
     to be released, so one held by a handler that outlived the broker's graceful stop would
     hold the shutdown for ever (a pod that never ends until it is killed). Past the timeout

@@ -29,9 +29,6 @@ from lectern_common import metrics
 from lectern_common.db.pool import close_pool, create_pool
 from lectern_common.settings import BaseServiceSettings
 
-#: how long closing the replica's pool waits for its connections to be released
-CLOSE_TIMEOUT_S = 10.0
-
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -105,7 +102,7 @@ class ReadPools:
     async def close(self) -> None:
         """Close the replica's pool (the primary's belongs to its owner)."""
         if self.replica is not None:
-            await close_pool(self.replica, timeout=CLOSE_TIMEOUT_S)
+            await close_pool(self.replica)
 
     @property
     def replica_healthy(self) -> bool:
