@@ -195,14 +195,3 @@ def test_broken_files(tmp_path: Path) -> None:
     with pytest.raises(BadInputError) as err, extract(garbage, mime=PDF, password=None) as ex:
         list(ex.units())
     assert err.value.reason in {"corrupt", "no_text"}
-
-
-def test_a_name_set_in_tex_math_mode_is_one_word() -> None:
-    """TeX draws "$VP$" as two italic letters with a gap; the text layer says "V P"."""
-    from lectern_ingest.extract.pdf_layout import math_symbol
-
-    assert math_symbol({"text": "V P", "font": "CMMI10"}) == "VP"
-    assert math_symbol({"text": " V P ", "font": "ABCDEF+CMMI7"}) == " VP "
-    # the same letters in a text font are two words ("vitamin A B")
-    assert math_symbol({"text": "V P", "font": "NimbusRomNo9L-Regu"}) == "V P"
-    assert math_symbol({"text": "x is y", "font": "CMMI10"}) == "x is y"

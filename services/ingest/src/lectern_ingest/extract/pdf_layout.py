@@ -87,21 +87,6 @@ class PBlock:
         return weights.most_common(1)[0][0] if weights else 0.0
 
 
-#: TeX's math italic fonts (Computer Modern, Latin Modern): a name set in math mode
-_MATH_ITALIC = re.compile(r"^(?:[A-Z]{6}\+)?(?:CMMI|LMMathItalic|LMRomanMathItalic)", re.I)
-_SPACED_LETTERS = re.compile(r"^\s*[A-Za-z](?: [A-Za-z])+\s*$")
-
-
-def math_symbol(span: dict[str, Any]) -> str:
-    """A span's text, with a name set in TeX math mode read as one word: "$VP$" is drawn as
-    two italic letters with a gap between them, which the text layer reads as "V P"."""
-    text = str(span["text"])
-    if _SPACED_LETTERS.match(text) and _MATH_ITALIC.match(str(span.get("font", ""))):
-        lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
-        return lead + text.replace(" ", "") + trail
-    return text
-
-
 def visual_lines(block: dict[str, Any]) -> list[Line]:
     """Merge the block's lines that sit on the same baseline (PDFs often split them)."""
     rows: list[tuple[float, float, list[dict[str, Any]]]] = []
@@ -124,7 +109,7 @@ def visual_lines(block: dict[str, Any]) -> list[Line]:
             gap_is_space = prev_x1 is not None and span["bbox"][0] - prev_x1 > 0.2 * span["size"]
             if gap_is_space and pieces and not pieces[-1].endswith(" "):
                 pieces.append(" ")
-            pieces.append(math_symbol(span))
+            pieces.append(span["text"])
             prev_x1 = span["bbox"][2]
         text = " ".join("".join(pieces).split())
         if not text:
