@@ -596,7 +596,7 @@ async def test_services_killed_mid_work_lose_nothing(
         await wait_until(stack, "all five /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
         state = stack.state()
         url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
-        manual = long_pdf(320)
+        manual = long_pdf(120)  # over 100 chunks: embedding takes batches, the kill lands in it
 
         # watch the upload's progress and kill the worker once embedding is under way
         nc = await nats.connect(nats_url)
@@ -638,7 +638,7 @@ async def test_services_killed_mid_work_lose_nothing(
                          lambda: settled(dsn, clean_doc))  # fmt: skip
         killed = await chunk_fingerprint(dsn, killed_doc)
         clean = await chunk_fingerprint(dsn, clean_doc)
-        assert len(killed) == row["chunk_count"] > 300
+        assert len(killed) == row["chunk_count"] > 100
         assert [c[:4] for c in killed] == [c[:4] for c in clean], "same chunks, same text"
         assert len({c[4] for c in killed}) == len(killed), "no duplicate chunks"
         outcomes = await outcome_events(nats_url, killed_doc)
