@@ -437,10 +437,10 @@ def test_the_second_best_sentence_brings_the_one_that_goes_on_about_it() -> None
 
 def test_sources_that_do_not_speak_of_the_question_do_not_answer_it() -> None:
     """A book that shouts "Offside!" in a hockey match does not answer a question on the
-    offside rule in football; the same book answers one on offside in hockey. With an
-    embedder the fitted refusal decides (the sentences are far in meaning, "football" is in
-    no source); without one, the sources must hold two of the question's terms in a
-    sentence."""
+    offside rule in football; the same book answers one on offside in hockey. The sources
+    must hold two of the question's terms in a sentence (of three terms or more), and with
+    an embedder the fitted refusal decides beyond that: however close in meaning the
+    embedder puts a sentence holding one term, it does not answer."""
     hockey = SourceText(
         label="T1",
         text=(
@@ -454,6 +454,19 @@ def test_sources_that_do_not_speak_of_the_question_do_not_answer_it() -> None:
     )
     assert not football.supported
     assert football.render().startswith("I could not find anything")
+    # every term of the question in some source, never two in one sentence: however close
+    # in meaning the embedder puts the sentences, they speak of something else
+    games = SourceText(
+        label="T2",
+        text="Football is not played on the ice. The first rule of tobogganing is to steer.",
+    )
+    for similarity in (0.5, 0.9):
+        spread = extract_answer(
+            question="What is the offside rule in football?",
+            sources=[hockey, games],
+            similarities=[similarity] * 4,
+        )
+        assert not spread.supported
     lexical_only = extract_answer(
         question="What is the offside rule in football?", sources=[hockey]
     )

@@ -457,8 +457,9 @@ def speaks_of_question(query: Sequence[str], bags: Sequence[Iterable[str]]) -> b
     "What is the offside rule in football?" against a book that only shouts "Offside!" in a
     hockey match, or "What causes the seasons on Earth?" against a sentence on favourable
     seasons, hold one term a unit: the sources speak of something else that bears the word.
-    Every answerable question of the development set (bench/answers) has a unit holding two
-    of its terms or more, and no off-topic question has."""
+    Every answerable question of both splits of bench/answers has a unit holding two of its
+    terms or more; three off-topic development questions have none (two of them the fitted
+    refusal alone let through), so it is asked before the refusal model is."""
     asked = {t[:5] for t in query}
     if len(asked) < 3:
         return True  # one term of two may be all a paraphrase keeps
@@ -849,15 +850,20 @@ def extract_answer(
     model = model or answer_model()
     signals = unit_signals(question, form, units, bags, similarities, sources=sources, k1=k1, b=b)
     probabilities = model.score(signals)
+    # the sources must hold two of the question's terms in one sentence (of three or more):
+    # "What is the offside rule in football?" against a book that only shouts "Offside!" in
+    # a hockey match speaks of something else that bears the word, however close in meaning
+    # the embedder puts it; beyond that the fitted refusal decides (with an embedder: its
+    # semantic signals are missing without one)
     if "off_topic" not in without and not (
-        model.answers(question_signals(question, query, bags, signals, probabilities, sources))
-        if similarities is not None
-        # without an embedder the refusal model's semantic signals are missing: the sources
-        # must hold two of the question's terms in one sentence (of three or more)
-        else speaks_of_question(query, bags)
+        speaks_of_question(query, bags)
+        and (
+            similarities is None
+            or model.answers(
+                question_signals(question, query, bags, signals, probabilities, sources)
+            )
+        )
     ):
-        # "What is the offside rule in football?" against a book that only shouts "Offside!"
-        # in a hockey match: the sources speak of something else that bears the word
         return ExtractiveAnswer([], form)
     scored: list[ScoredSentence] = []
     for index, unit in enumerate(units):
