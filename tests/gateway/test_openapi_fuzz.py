@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 #: status codes seen, over every generated request (checked by the last test)
 STATUSES: Counter[int] = Counter()
 
-#: examples per operation (about 30 operations, some 1,300 requests in all); raise it with
+#: examples per operation (90 operations, some 5,300 requests in all); raise it with
 #: LECTERN_FUZZ_EXAMPLES for a longer run
 EXAMPLES = int(os.environ.get("LECTERN_FUZZ_EXAMPLES", "25"))
 

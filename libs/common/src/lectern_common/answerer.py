@@ -853,8 +853,8 @@ def extract_answer(
     # the sources must hold two of the question's terms in one sentence (of three or more):
     # "What is the offside rule in football?" against a book that only shouts "Offside!" in
     # a hockey match speaks of something else that bears the word, however close in meaning
-    # the embedder puts it; beyond that the fitted refusal decides (with an embedder: its
-    # semantic signals are missing without one)
+    # the embedder puts it. Beyond that the fitted refusal decides, when there is an
+    # embedder (without one its semantic signals are missing)
     if "off_topic" not in without and not (
         speaks_of_question(query, bags)
         and (
