@@ -181,7 +181,10 @@ def test_status_exit_code_is_1_when_nothing_answers(
     assert len(status["problems"]) == len(SERVICES) + 2
 
 
-def test_targets_from_the_environment_default_to_the_standard_ports(tmp_path: Path) -> None:
+def test_targets_from_the_environment_default_to_the_standard_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./.lectern of a developer's `make run` here
     targets = resolve_targets(None, {"LECTERN_RETRIEVER_HTTP_PORT": "9102",
                                      "LECTERN_GATEWAY_URL": "http://gw.example:80/"})  # fmt: skip
     assert targets.source == "environment"
