@@ -9,7 +9,7 @@ cross-encoder (question and unit as one input, mean-pooled, one linear head) wit
 adapters (rank 8 on every linear layer of the encoder, ~330,000 trained numbers), trained
 
 1. on bioasq-dev (``../shared/data/eval/bioasq-dev``): each question's gold passage against
-   four of BM25's best wrong ones, softmax over the five (~13 minutes on 2 cores);
+   four of BM25's ten best wrong ones, softmax over the five (~13 minutes on 2 cores);
 2. then on the development split's labelled units (a unit states a key fact of its question
    or not, as ``bench/fit_answerer.py`` fits on), cross-fitted by document: the units of a
    development document are scored by a reader trained without it, so that the unit model
