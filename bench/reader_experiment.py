@@ -237,8 +237,9 @@ def train_bioasq(args: argparse.Namespace) -> None:
           f"{np.mean(reader_rr):.3f} (BM25's order {np.mean(bm25_rr):.3f})")  # fmt: skip
 
 
-def _dev_units(args: argparse.Namespace) -> tuple[list[tuple[str, str]], Any]:
-    """The development units of a signals file, as (question, unit text) in its row order."""
+def _run_units(path: Path, split: str | None = None) -> list[tuple[str, str]]:
+    """Every (question, unit text) the replay of a stored run meets, in its order: the
+    answerable questions, then the off-topic ones; of one split, or of both."""
     from replay_answers import _questions_asked, _sources
 
     from lectern_eval.answer_set import load_set
@@ -246,21 +247,29 @@ def _dev_units(args: argparse.Namespace) -> tuple[list[tuple[str, str]], Any]:
     splits = load_set(HERE / "answers")
     split_of = {q: s.name for s in splits for q in s.ids}
     by_id = {q.id: q for s in splits for q in s.questions}
-    run = json.loads(args.json.read_text())
+    run = json.loads(path.read_text())
     pairs: list[tuple[str, str]] = []
     for result in run["results"]:
         question = by_id.get(result["id"])
         stored = result.get("sources") or []
         if question is None or not stored or result.get("band") == "gap":
             continue
-        if split_of[question.id] == "dev":
+        if split is None or split_of[question.id] == split:
             asked = _questions_asked(question, by_id)
             pairs += [(asked, u.text) for u in answerer.source_units(_sources(stored))]
     for result in run.get("offtopic", []):
         stored = result.get("sources") or []
-        if split_of.get(result["id"]) == "dev" and stored and result.get("band") != "gap":
+        if not stored or result.get("band") == "gap":
+            continue
+        if split is None or split_of.get(result["id"]) == split:
             units = answerer.source_units(_sources(stored))
             pairs += [(result["question"], u.text) for u in units]
+    return pairs
+
+
+def _dev_units(args: argparse.Namespace) -> tuple[list[tuple[str, str]], Any]:
+    """The development units of a signals file, as (question, unit text) in its row order."""
+    pairs = _run_units(args.json, "dev")
     data = np.load(args.signals)
     if len(pairs) != len(data["labels"]):
         raise SystemExit("the signals file is not of this run: replay it again")
@@ -330,24 +339,7 @@ def train_dev(args: argparse.Namespace) -> None:
 
 def score(args: argparse.Namespace) -> None:
     """The reader's score of every (question, unit) of a run, both splits."""
-    from replay_answers import _questions_asked, _sources
-
-    from lectern_eval.answer_set import load_set
-
-    by_id = {q.id: q for s in load_set(HERE / "answers") for q in s.questions}
-    run = json.loads(args.json.read_text())
-    pairs: list[tuple[str, str]] = []
-    for result in run["results"]:
-        question = by_id.get(result["id"])
-        if question is not None and result.get("sources") and result.get("band") != "gap":
-            asked = _questions_asked(question, by_id)
-            units = answerer.source_units(_sources(result["sources"]))
-            pairs += [(asked, u.text) for u in units]
-    for result in run.get("offtopic", []):
-        if result.get("sources") and result.get("band") != "gap":
-            units = answerer.source_units(_sources(result["sources"]))
-            pairs += [(result["question"], u.text) for u in units]
-    pairs = list(dict.fromkeys(pairs))
+    pairs = list(dict.fromkeys(_run_units(args.json)))
     start = time.monotonic()
     scores = _score(_load(args.adapter), pairs)
     print(f"{len(pairs)} pairs in {time.monotonic() - start:.0f} s")
