@@ -388,14 +388,14 @@ def replay(args: argparse.Namespace) -> None:
     ) -> NDArray[np.float64]:  # fmt: skip
         # unit_signals sizes its rows by answerer.SIGNALS, which holds the reader's column last
         out = plain(question, form, units, *rest, **options)
-        if args.partial:  # a question's best units scored: centred on its best, the rest lowest
+        if args.zero:
+            out[:, -1] = 0.0
+        elif args.partial:  # a question's best units scored: centred on its best, the rest lowest
             found = [lookup.get(question + SEPARATOR + unit.text) for unit in units]
             known = [v for v in found if v is not None] or [0.0]
             out[:, -1] = [(min(known) if v is None else v) - max(known) for v in found]
         else:
             out[:, -1] = [lookup[question + SEPARATOR + unit.text] for unit in units]
-        if args.zero:
-            out[:, -1] = 0.0
         return out
 
     shipped = json.loads(answerer.MODEL_PATH.read_text())
