@@ -57,13 +57,8 @@ system-deps: ## Tesseract (OCR) and Chromium (browser tests) from Debian's packa
 	    tesseract-ocr tesseract-ocr-eng chromium >/dev/null; \
 	else echo "system-deps: missing$$missing (not root: OCR and browser tests will skip)"; fi
 
-# two workers, whole modules each (the suite waits on its stacks more than it computes: one
-# core busy on average when serial); the schemathesis module runs apart, serially, because
-# under pytest-xdist its property test does not expand into one case per route
-FUZZ := tests/gateway/test_openapi_fuzz.py
 test: install system-deps lint ## Install, lint, and run the whole test suite against real NATS + Postgres
-	$(VENV)/bin/pytest -n 2 --dist loadfile --ignore $(FUZZ)
-	$(VENV)/bin/pytest $(FUZZ)
+	$(VENV)/bin/pytest
 
 fuzz: install ## The deep schemathesis run over every route (300 examples each; docs/reliability.md)
 	LECTERN_FUZZ_EXAMPLES=300 $(VENV)/bin/pytest -q -s tests/gateway/test_openapi_fuzz.py
