@@ -67,7 +67,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -370,6 +370,23 @@ def score(args: argparse.Namespace) -> None:
     np.savez(args.out, keys=np.asarray([q + SEPARATOR + u for q, u in pairs]), scores=scores)
 
 
+def _after_unit_signals(
+    after: Callable[[str, Sequence[answerer.SourceUnit], NDArray[np.float64]], None],
+) -> None:
+    """An experiment's patch: ``after`` sees (and may change) every question's unit signals."""
+    plain = answerer.unit_signals
+
+    def patched(
+        question: str, form: answerer.QuestionForm, units: Sequence[answerer.SourceUnit],
+        *rest: Any, **options: Any,
+    ) -> NDArray[np.float64]:  # fmt: skip
+        out = plain(question, form, units, *rest, **options)
+        after(question, units, out)
+        return out
+
+    setattr(answerer, "unit_signals", patched)  # noqa: B010
+
+
 def replay(args: argparse.Namespace) -> None:
     """Refit the unit model and the refusal with the reader's score as one more unit signal
     (dev units: their cross-fitted scores), then replay both splits."""
@@ -380,14 +397,11 @@ def replay(args: argparse.Namespace) -> None:
         with np.load(path) as data:
             lookup.update(zip(data["keys"].tolist(), data["scores"].tolist(), strict=True))
     signals = answerer.SIGNALS
-    plain = answerer.unit_signals
 
     def with_reader(
-        question: str, form: answerer.QuestionForm, units: Sequence[answerer.SourceUnit],
-        *rest: Any, **options: Any,
-    ) -> NDArray[np.float64]:  # fmt: skip
+        question: str, units: Sequence[answerer.SourceUnit], out: NDArray[np.float64]
+    ) -> None:
         # unit_signals sizes its rows by answerer.SIGNALS, which holds the reader's column last
-        out = plain(question, form, units, *rest, **options)
         if args.zero:
             out[:, -1] = 0.0
         elif args.partial:  # a question's best units scored: centred on its best, the rest lowest
@@ -396,13 +410,12 @@ def replay(args: argparse.Namespace) -> None:
             out[:, -1] = [(min(known) if v is None else v) - max(known) for v in found]
         else:
             out[:, -1] = [lookup[question + SEPARATOR + unit.text] for unit in units]
-        return out
 
     shipped = json.loads(answerer.MODEL_PATH.read_text())
     refusal = shipped["refusal"]
     # an experiment's patch: the answerer's signals with one more column
     answerer.SIGNALS = (*signals, "reader")
-    setattr(answerer, "unit_signals", with_reader)  # noqa: B010
+    _after_unit_signals(with_reader)
     before = answerer.AnswerModel(
         answerer.Logistic((*shipped["weights"], 0.0), shipped["bias"]),
         answerer.Logistic(tuple(refusal["weights"]), refusal["bias"]),
@@ -446,21 +459,16 @@ def top_pairs(args: argparse.Namespace) -> None:
     unit model: what a slow reader can afford to re-read."""
     import replay_answers
 
-    shipped = json.loads(answerer.MODEL_PATH.read_text())
-    weights, bias = np.asarray(shipped["weights"]), float(shipped["bias"])
-    plain = answerer.unit_signals
+    model = answerer.answer_model()
     picked: dict[tuple[str, str], None] = {}
 
     def capture(
-        question: str, form: answerer.QuestionForm, units: Sequence[answerer.SourceUnit],
-        *rest: Any, **options: Any,
-    ) -> NDArray[np.float64]:  # fmt: skip
-        out = plain(question, form, units, *rest, **options)
-        for i in np.argsort(-(out @ weights + bias))[: args.k]:
+        question: str, units: Sequence[answerer.SourceUnit], out: NDArray[np.float64]
+    ) -> None:
+        for i in np.argsort(-model.score(out))[: args.k]:
             picked[(question, units[int(i)].text)] = None
-        return out
 
-    setattr(answerer, "unit_signals", capture)  # noqa: B010
+    _after_unit_signals(capture)
     run = json.loads(args.json.read_text())
     asyncio.run(replay_answers.replay(run, HERE / "answers"))
     args.out.write_text(json.dumps(list(picked)))
@@ -495,12 +503,12 @@ def lm_score(args: argparse.Namespace) -> None:
             ]
             asked = [tokenizer(pairs[i][0], add_special_tokens=False)["input_ids"] for i in at]
             longest = max(len(h) + len(q) for h, q in zip(heads, asked, strict=True))
-            ids = torch.zeros((len(at), longest))
+            ids = torch.zeros((len(at), longest), dtype=torch.long)
             mask = torch.zeros_like(ids)
             for row, (head, question) in enumerate(zip(heads, asked, strict=True)):
                 ids[row, : len(head) + len(question)] = torch.tensor(head + question)
                 mask[row, : len(head) + len(question)] = 1
-            hidden = model.model(input_ids=ids.long(), attention_mask=mask.long()).last_hidden_state
+            hidden = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
             for row, (head, question) in enumerate(zip(heads, asked, strict=True)):
                 # the positions that predict the question's tokens; logits only there
                 logits = hidden[row, len(head) - 1 : len(head) + len(question) - 1] @ vocabulary.T
