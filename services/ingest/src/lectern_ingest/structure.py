@@ -15,8 +15,8 @@ from lectern_common.filetype import detect_mime_path
 from lectern_ingest.chunking import ChunkDraft, ChunkingConfig, chunk_units, structural_prefix
 from lectern_ingest.config import Settings
 from lectern_ingest.extract import extract
+from lectern_ingest.extract.entry_map import entry_key
 from lectern_ingest.extract.model import OutlineEntry, Unit
-from lectern_ingest.extract.pdf_layout import letters_key
 from lectern_ingest.pipeline import chunking_config
 from lectern_ingest.titles import heading_title, usable_title
 
@@ -33,9 +33,13 @@ class DocumentStructure:
     page_count: int | None
     headings: list[OutlineEntry]  # the heading tree, each with the page it opens on
     chunks: list[ChunkDraft]
-    #: entries of the printed table of contents, and those no heading of the tree matches
+    #: entries of the printed table of contents, and those no line of the text matched (so
+    #: no heading of the tree stands for them)
     contents_entries: list[OutlineEntry] = field(default_factory=list)
     unmatched_entries: list[OutlineEntry] = field(default_factory=list)
+    #: entries of the outline the tree follows, and those no line of the text matched
+    outline_entries: list[OutlineEntry] = field(default_factory=list)
+    unmatched_outline: list[OutlineEntry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -55,6 +59,11 @@ class DocumentStructure:
             "chunks_by_kind": self.kinds,
             "contents_entries": len(self.contents_entries),
             "contents_entries_without_heading": [e.title for e in self.unmatched_entries],
+            "contents_entries_matched_share": matched_share(
+                self.contents_entries, self.unmatched_entries
+            ),
+            "outline_entries": len(self.outline_entries),
+            "outline_entries_not_in_text": [e.title for e in self.unmatched_outline],
             "warnings": self.warnings,
         }  # fmt: skip
         if chunks:
@@ -74,9 +83,16 @@ class DocumentStructure:
             lines.append(f"  {where:>5}  {'  ' * (h.level - 1)}{h.title}")
         if self.contents_entries:
             found = len(self.contents_entries) - len(self.unmatched_entries)
+            share = f"{found / len(self.contents_entries):.0%}"
             lines += ["", f"contents page: {found} of {len(self.contents_entries)} entries "
-                          "are headings of the tree"]  # fmt: skip
-            lines += [f"  not found: {e.title} (p. {e.page})" for e in self.unmatched_entries[:20]]
+                          f"are headings of the tree ({share} matched in the text)"]  # fmt: skip
+            lines += [f"  not found: {e.title} (p. {printed_page(e.page)})"
+                      for e in self.unmatched_entries[:20]]  # fmt: skip
+        if self.outline_entries:
+            found = len(self.outline_entries) - len(self.unmatched_outline)
+            lines += ["", f"outline: {found} of {len(self.outline_entries)} entries are lines "
+                          "of the text"]  # fmt: skip
+            lines += [f"  not found: {e.title} (p. {e.page})" for e in self.unmatched_outline[:20]]
         lines += ["", "chunks: " + ", ".join(f"{n} {kind}" for kind, n in self.kinds.items())]
         if chunks:
             for c in self.chunks:
@@ -104,11 +120,31 @@ def preview(text: str) -> str:
     return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
 
 
+def printed_page(page: int | None) -> str:
+    """A contents entry's page as printed: front matter's in roman numbers (kept as pages
+    before 1: "vii" is -993)."""
+    if page is None:
+        return "-"
+    if page >= 0:
+        return str(page)
+    number, out = page + 1000, ""
+    for value, letters in ((90, "xc"), (50, "l"), (40, "xl"), (10, "x"), (9, "ix"), (5, "v"),
+                           (4, "iv"), (1, "i")):  # fmt: skip
+        count, number = divmod(number, value)
+        out += letters * count
+    return out
+
+
+def matched_share(entries: list[OutlineEntry], unmatched: list[OutlineEntry]) -> float | None:
+    """The share of ``entries`` matched in the text (None without entries)."""
+    return round(1 - len(unmatched) / len(entries), 3) if entries else None
+
+
 def unmatched(entries: list[OutlineEntry], headings: list[OutlineEntry]) -> list[OutlineEntry]:
-    """The contents entries no heading of the tree names (numbering and case aside): the
-    printed contents checking the tree found from the outline or the fonts."""
-    keys = {letters_key(h.title) for h in headings}
-    return [e for e in entries if letters_key(e.title) not in keys]
+    """The contents entries no heading of the tree names (numbering and case aside), for
+    formats whose extractor does not match them to the text itself."""
+    keys = {entry_key(h.title) for h in headings}
+    return [e for e in entries if entry_key(e.title) not in keys]
 
 
 def inspect_document(
@@ -138,10 +174,15 @@ def inspect_document(
             ]
         drafts = list(chunk_units(units, config=config, count_tokens=count_tokens))
         entries = list(extraction.contents_entries)
+        report = extraction.entry_report()
         structure = DocumentStructure(
             path=path, mime=mime, title=title, page_count=extraction.page_count,
             headings=headings, chunks=drafts, contents_entries=entries,
-            unmatched_entries=unmatched(entries, headings),
+            unmatched_entries=(
+                report.contents_unmatched if report else unmatched(entries, headings)
+            ),
+            outline_entries=report.outline if report else [],
+            unmatched_outline=report.outline_unmatched if report else [],
             warnings=list(extraction.summary.warnings),
         )  # fmt: skip
     for draft in drafts:

@@ -1,4 +1,6 @@
-"""A document's title: its metadata's when that is a real title, else its largest heading."""
+"""A document's title: its metadata's when that is a real title (not a placeholder, nor a file
+name such as "06-trees__slides"), else its largest heading (for a slide deck, the largest text
+of its first slide)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,11 @@ _JUNK_TITLE = re.compile(
 _STAMP = re.compile(r"^arxiv:\s*\d|^doi:|^https?://|^www\.", re.IGNORECASE)
 _PATH = re.compile(r"^(?:[a-z]:)?[\\/]|[\\/][^\\/\s]+[\\/]", re.IGNORECASE)
 _WORD = re.compile(r"[^\W\d_]{4,}")
+#: a file name without its extension, as slide decks' metadata often carry ("06-trees__slides",
+#: "week4_notes", "cs229-notes1", "linalg2", "ml-advice"): one token, with an underscore, with
+#: digits among its lower-case letters, or all lower-case with a hyphen or dot ("COVID-19",
+#: "ISO9001" and "Self-Assessment" stay titles)
+_FILE_NAME = re.compile(r"^(?=[\w.\-]+$)(?:.*_|(?=.*\d).*[a-z]|(?=.*[.\-])[^A-Z]+$)")
 _FILLER = frozenset("with from that this into over under about their what when which".split())
 MAX_TITLE_CHARS = 500
 
@@ -29,6 +36,7 @@ def usable_title(title: str | None) -> str | None:
     if (
         len(title) < 4
         or _JUNK_TITLE.match(title)
+        or _FILE_NAME.match(title)
         or _PATH.search(title)
         or _STAMP.match(title)
         or sum(ch.isalpha() for ch in title) < 3

@@ -1,6 +1,7 @@
 """A document's printed table of contents: told by its title ("Contents", "Inhalt") or by
-rows that end in page numbers, so that its entries are typed as contents and never become
-headings. The entries it lists can then check the heading tree found elsewhere."""
+rows that end in page numbers, so that its rows are typed as contents and never become
+headings themselves. The entries it lists then map the heading tree: their titles are looked
+for in the text (``entry_map``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from lectern_ingest.cleaning import clean_inline
-from lectern_ingest.extract.headings import is_contents_title, numbering_depth
+from lectern_ingest.extract.headings import is_contents_title, is_figures_title, numbering_depth
 from lectern_ingest.extract.model import OutlineEntry
-from lectern_ingest.extract.pdf_layout import PBlock, letters_key
+from lectern_ingest.extract.pdf_layout import PBlock, in_margin_band, letters_key
 
 _LEADERS = re.compile(r"(?:\.\s?){2,}\.?|…+|_{3,}|·{2,}")
 #: a row's closing page number: arabic, or lower-case roman for front matter
@@ -22,7 +23,8 @@ _SECTION_AT_START = re.compile(
     r"(?:\d{1,3}(?:[.\-]\d{1,3})*|[IVXLC]{1,6}|[A-Z])[.:)]?\s+",
     re.IGNORECASE,
 )
-_DIGIT_GROUP = re.compile(r"\d(?:[\d.,/\-]*\d)?")
+#: a figure standing on its own (not a name's digits: "RV32I", "B12")
+_DIGIT_GROUP = re.compile(r"(?<![^\W\d_])\d(?:[\d.,/\-]*\d)?(?![^\W\d_])")
 _ROMAN = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100, "d": 500, "m": 1000}
 
 #: a page without a contents title is one when this many rows, and this share of its rows
@@ -35,6 +37,11 @@ MIN_RISING_SHARE = 0.8
 MIN_CONTINUED_ENTRIES = 3
 #: a page whose rows name this share of the outline's titles for other pages lists them
 MIN_OUTLINE_SHARE = 0.5
+#: a contents page where fewer of its rows (before any list of figures) end in a number lists
+#: titles without pages (the IRS manual's: 2 rows of about 150 end in a number, the manual's
+#: own "2.3.59"; the other shared contents pages 0.75 and more): those numbers are no pages
+#: and its rows no entries to place
+MIN_PAGED_SHARE = 0.25
 
 
 @dataclass(slots=True)
@@ -115,6 +122,12 @@ def entry(text: str) -> Entry | None:
     return Entry(" ".join(title.split()), page, leader)
 
 
+def is_contents_row(text: str) -> bool:
+    """Whether a line is a contents entry set with dot leaders ("2.1 Roles . . . . 8"): never
+    a heading of the text, though its title matches one."""
+    return bool(_LEADERS.search(text)) and (row := entry(text)) is not None and row.leader
+
+
 def _lists_pages(entries: list[Entry], *, continued: bool) -> bool:
     """Whether entries point at pages as a contents page does: mostly rising, to several
     different pages; on a page of its own (not continuing one) mostly with dot leaders, so
@@ -136,6 +149,9 @@ class ContentsRegion:
     bottom: float
     rows: list[Row]
     entries: list[OutlineEntry]
+    #: the region ends in a list of figures (or tables, illustrations), whose entries are
+    #: captions, not sections: a page continuing it lists no sections either
+    figures: bool = False
 
     def holds(self, block: PBlock) -> bool:
         middle = (block.bbox[1] + block.bbox[3]) / 2
@@ -156,14 +172,16 @@ def find_contents(
     *,
     page_height: float,
     continued: bool = False,
+    figures: bool = False,
     listed: bool = False,
     outline_titles: frozenset[str] = frozenset(),
 ) -> ContentsRegion | None:
     """The page's table of contents, if it has one: from a contents title (or the top of the
     page) down to its last entry, or to the end of the page when the entries carry no page
-    numbers. ``continued``: the previous page was a contents page. ``listed``: the outline
-    says the page is one (an entry "Contents" spans it). ``outline_titles``: the letters of
-    the outline's titles for other pages (a page listing many of them is contents too).
+    numbers. ``continued``: the previous page was a contents page (``figures``: ending in a
+    list of figures). ``listed``: the outline says the page is one (an entry "Contents"
+    spans it). ``outline_titles``: the letters of the outline's titles for other pages (a
+    page listing many of them is contents too).
     """
     rows = page_rows(blocks)
     if not rows:
@@ -177,7 +195,9 @@ def find_contents(
     lettered = [
         r for r in rows if r.y0 >= start and r is not title and sum(map(str.isalpha, r.text)) >= 3
     ]
-    found = [(r, e) for r in lettered if (e := entry(r.text)) is not None]
+    found = _without_footer(
+        [(r, e) for r in lettered if (e := entry(r.text)) is not None], page_height
+    )
     entries = [e for _, e in found]
     share = len(found) / max(len(lettered), 1)
     if title is not None or listed:
@@ -192,11 +212,37 @@ def find_contents(
         return None
     top = title.y0 if title is not None else min(r.y0 for r in rows)
     bottom = max(r.y1 for r, _ in found) if len(found) >= 2 else page_height
+    # a list of figures: from its title on, or the whole page continuing one
+    in_figures = is_figures_title(title.text) if title is not None else figures
+    figures_at = (
+        start if in_figures else next((r.y0 for r in lettered if is_figures_title(r.text)), None)
+    )
+    listed_rows = [r for r in lettered if figures_at is None or r.y0 < figures_at]
+    sections = [e for r, e in found if figures_at is None or r.y0 < figures_at]
+    if len(sections) < MIN_PAGED_SHARE * len(listed_rows):
+        sections = []
     listed_entries = [
         OutlineEntry(level=numbering_depth(e.title) or 1, title=e.title, page=e.page)
-        for e in entries
+        for e in sections
     ]
-    return ContentsRegion(top=top, bottom=bottom, rows=rows, entries=listed_entries)
+    return ContentsRegion(
+        top=top, bottom=bottom, rows=rows, entries=listed_entries, figures=figures_at is not None
+    )
+
+
+def _without_footer(found: list[tuple[Row, Entry]], page_height: float) -> list[tuple[Row, Entry]]:
+    """The entries but a page's footer or header read as one ("© Copyright IBM Corp. 2014.
+    All rights reserved. iii" under the Redbook's contents): in the page's top or bottom
+    band, pointing before the entries above it."""
+    out: list[tuple[Row, Entry]] = []
+    furthest: int | None = None
+    for row, item in found:
+        behind = furthest is not None and item.page < furthest
+        if behind and in_margin_band(row.y0, row.y1, page_height):
+            continue
+        out.append((row, item))
+        furthest = item.page if furthest is None else max(furthest, item.page)
+    return out
 
 
 def _continues(rows: list[Row], share: float) -> bool:

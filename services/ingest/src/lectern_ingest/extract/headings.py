@@ -7,13 +7,19 @@ import re
 
 from lectern_ingest.cleaning import clean_inline
 
+#: titles of lists of figures, tables and the like, whose entries are captions, not sections
+FIGURES_TITLES = frozenset(
+    "list of figures|list of tables|list of illustrations|illustrations|list of plates|"
+    "abbildungsverzeichnis|tabellenverzeichnis".split("|")
+)
 #: titles of a table of contents (and of its siblings, lists of figures and tables),
 #: compared case-folded with numbering and a trailing colon off
-CONTENTS_TITLES = frozenset(
-    "contents|table of contents|contents page|inhalt|inhaltsverzeichnis|table des matières|"
-    "sommaire|índice|indice|list of figures|list of tables|list of illustrations|illustrations|"
-    "list of plates|"
-    "abbildungsverzeichnis|tabellenverzeichnis".split("|")
+CONTENTS_TITLES = (
+    frozenset(
+        "contents|table of contents|contents page|inhalt|inhaltsverzeichnis|"
+        "table des matières|sommaire|índice|indice".split("|")
+    )
+    | FIGURES_TITLES
 )
 _CHAPTER = re.compile(r"^(?:chapter|kapitel|chapitre)\s+\d", re.IGNORECASE)
 _TITLE_NUMBERING = re.compile(r"^(?:(?:\d+|[ivxlc]+)[.)]?\s+)+", re.IGNORECASE)
@@ -24,12 +30,21 @@ _HEADING_NUMBER = re.compile(
 )
 
 
+def _list_title_key(text: str) -> str | None:
+    """A short title case-folded, its numbering and trailing colon off (None when long)."""
+    if len(text) > 40:
+        return None
+    return _TITLE_NUMBERING.sub("", clean_inline(text)).strip(" .:").casefold()
+
+
 def is_contents_title(text: str) -> bool:
     """Whether ``text`` is the title of a table of contents ("Contents", "Inhalt" ...)."""
-    if len(text) > 40:
-        return False
-    key = _TITLE_NUMBERING.sub("", clean_inline(text)).strip(" .:").casefold()
-    return key in CONTENTS_TITLES
+    return _list_title_key(text) in CONTENTS_TITLES
+
+
+def is_figures_title(text: str) -> bool:
+    """Whether ``text`` is the title of a list of figures, tables or illustrations."""
+    return _list_title_key(text) in FIGURES_TITLES
 
 
 def section_number(text: str) -> tuple[int, ...] | None:

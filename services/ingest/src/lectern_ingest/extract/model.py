@@ -20,7 +20,7 @@ class Block:
     Headings carry a ``level`` (1 = chapter). Tables carry their rows in ``text``, one row per
     line with cells joined by `` | `` and the header row first, plus an optional ``caption``.
     ``contents`` is (part of) a printed table of contents, one entry a line: apparatus, whose
-    entries never become headings.
+    rows never become headings (the entries' titles found in the text do).
     """
 
     kind: BlockKind
@@ -64,6 +64,17 @@ class ExtractionSummary:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class EntryReport:
+    """How the entries of a printed contents page and of the outline matched the text."""
+
+    #: the contents page's entries no line of the text matched
+    contents_unmatched: list[OutlineEntry]
+    #: the outline's entries the heading tree follows, and those no line of the text matched
+    outline: list[OutlineEntry]
+    outline_unmatched: list[OutlineEntry]
+
+
 class Extraction(abc.ABC):
     """An opened document; iterate ``units()`` once, then read ``summary``; close when done."""
 
@@ -76,7 +87,7 @@ class Extraction(abc.ABC):
     outline: list[OutlineEntry]
     summary: ExtractionSummary
     #: what the document's printed table of contents lists (title, printed page), when it
-    #: has one: it may check the heading tree, never make it
+    #: has one: its entries whose titles are lines of the text make the heading tree
     contents_entries: Sequence[OutlineEntry] = ()
 
     @abc.abstractmethod
@@ -95,6 +106,11 @@ class Extraction(abc.ABC):
                 skipped = len(self.summary.skipped_pages)
                 detail = f"; {skipped} page(s) have no text layer and were not OCRed"
             raise BadInputError(f"no extractable text{detail}", reason="no_text")
+
+    def entry_report(self) -> EntryReport | None:
+        """How the contents page's and the outline's entries matched lines of the text, once
+        ``units()`` is exhausted; None where the format does not match them."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - most formats hold nothing open
         """Release the underlying file handles."""

@@ -9,6 +9,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,18 @@ from lectern_ingest.cleaning import (
     repeated_furniture,
 )
 from lectern_ingest.extract.contents import ContentsRegion, find_contents
+from lectern_ingest.extract.entry_map import (
+    EntryMap,
+    Occurrence,
+    broken_titles,
+    mark_titles,
+    title_windows,
+)
 from lectern_ingest.extract.headings import is_contents_title, numbering_depth
 from lectern_ingest.extract.model import (
     Block,
     BlockKind,
+    EntryReport,
     Extraction,
     ExtractionSummary,
     OutlineEntry,
@@ -52,7 +61,6 @@ from lectern_ingest.extract.pdf_layout import (
     merge_split_headings,
     order_columns,
     page_blocks,
-    title_key,
 )
 from lectern_ingest.extract.pdf_tables import (
     inside,
@@ -136,9 +144,15 @@ class PdfExtraction(Extraction):
         self._contents_by_outline = self._outline_contents_pages()
         self.contents_pages: list[int] = []
         self.contents_entries: list[OutlineEntry] = []
+        self._contents_figures = False  # the last contents page ended in a list of figures
         self._repeated_lines: frozenset[str] = frozenset()
         self._boilerplate: frozenset[str] = frozenset()
         self._furniture, self._fonts = self._profile()
+        self._map = EntryMap(
+            headings if self._use_outline else [],
+            page_count=self.page_count,
+            index=self._title_index,
+        )
         self._last_table: tuple[int, str, int] | None = None  # columns, header row, page
         heading, first_text = self._first_pages()
         self.title = document_title(self.metadata_title, heading=heading, first_text=first_text)
@@ -146,6 +160,44 @@ class PdfExtraction(Extraction):
     def close(self) -> None:
         """Close the PyMuPDF document."""
         self._doc.close()
+
+    def entry_report(self) -> EntryReport:
+        """How the contents page's and the outline's entries matched lines of the text."""
+        return EntryReport(
+            contents_unmatched=self._map.unmatched("contents"),
+            outline=[m.entry for m in self._map.entries if m.source == "outline"],
+            outline_unmatched=self._map.unmatched("outline"),
+        )
+
+    def _title_index(self) -> dict[str, list[Occurrence]]:
+        """Every page's windows of lines that may be titles, by key: where the contents' and
+        the outline's entries are looked for (read once, when a document has either)."""
+        index: dict[str, list[Occurrence]] = {}
+        floor = self._fonts.heading_floor
+        last: PBlock | None = None  # the previous page's last block
+        for number in range(1, self.page_count + 1):
+            try:
+                page = self._doc.load_page(number - 1)
+                # furniture and boilerplate kept: a block repeated on many pages may be a
+                # title all the same (see ``_read_page``)
+                blocks = page_blocks(page, drop=self._repeated_lines)
+                blocks = order_columns(blocks, page.rect.width)
+            except Exception:  # the page is reported when it is read
+                last = None
+                continue
+            height = page.rect.height
+            for w in title_windows(blocks, heading_floor=floor, page_height=height):
+                found = Occurrence(number, w.top, w.bottom, w.size, w.marginal)
+                if w.key:
+                    index.setdefault(w.key, []).append(found)
+                if w.number is not None:
+                    index.setdefault(w.number, []).append(found)
+            text = [b for b in blocks if not is_page_number(b.text)]
+            if last is not None and text:
+                for key, broken in broken_titles(last, text[0]):
+                    index.setdefault(key, []).append(replace(broken, page=number - 1))
+            last = text[-1] if text else None
+        return index
 
     def _outline_contents_pages(self) -> frozenset[int]:
         """Pages an outline entry titled "Contents" points at (the pages after it continue
@@ -255,17 +307,26 @@ class PdfExtraction(Extraction):
         """The page's blocks without running headers, footers, page numbers or boilerplate."""
         return self._drop_furniture(page_blocks(page, drop=self._repeated_lines))
 
-    def _drop_furniture(self, blocks: list[PBlock], *, boilerplate: bool = True) -> list[PBlock]:
+    def _drop_furniture(
+        self,
+        blocks: list[PBlock],
+        *,
+        boilerplate: bool = True,
+        titles: Callable[[PBlock], bool] | None = None,
+    ) -> list[PBlock]:
+        """``blocks`` without furniture (and boilerplate); ``titles``: whether a block sets a
+        title placed on the page, kept though it repeats (the IRS manual's exhibit titles
+        differ in their numbers only)."""
         edges = {id(b) for b in edge_blocks(blocks)}
-        return [
-            b
-            for b in blocks
-            if not (boilerplate and self._is_boilerplate(b))
-            and (
-                id(b) not in edges
-                or not (furniture_key(b.text) in self._furniture or is_page_number(b.text))
+
+        def furniture(b: PBlock) -> bool:
+            if boilerplate and self._is_boilerplate(b):
+                return True
+            return id(b) in edges and (
+                furniture_key(b.text) in self._furniture or is_page_number(b.text)
             )
-        ]
+
+        return [b for b in blocks if not furniture(b) or (titles is not None and titles(b))]
 
     def _is_boilerplate(self, block: PBlock) -> bool:
         return bool(self._boilerplate) and block_key(block.text) in self._boilerplate
@@ -286,6 +347,12 @@ class PdfExtraction(Extraction):
             raise BadInputError("no page of the document could be read", reason="corrupt")
 
     def _read_page(self, page: Any, number: int) -> list[Block]:
+        keys = self._map.keys_on(number)
+        height = page.rect.height
+
+        def titles(block: PBlock) -> bool:
+            return bool(keys) and self._names(block, keys, height)
+
         blocks = page_blocks(page, drop=self._repeated_lines)
         ocred = False
         if not blocks and page.get_images():
@@ -296,22 +363,49 @@ class PdfExtraction(Extraction):
             blocks = merge_ocr_blocks(page_blocks(page, textpage))
             self.summary.ocr_pages.append(number)
             ocred = True
-        blocks = self._drop_furniture(blocks, boilerplate=False)
+        blocks = self._drop_furniture(blocks, boilerplate=False, titles=titles)
         blocks = self._with_tables(page, blocks, number)
         # after the tables: a label repeated in every table's header stays in its table
-        blocks = [b for b in blocks if b.table is not None or not self._is_boilerplate(b)]
+        blocks = [
+            b for b in blocks if b.table is not None or not self._is_boilerplate(b) or titles(b)
+        ]
         blocks = order_columns(blocks, page.rect.width)
-        blocks = self._fold_contents(blocks, number, page.rect.height)
-        if self._use_outline:
-            self._mark_outline_headings(blocks, number)
-        elif not ocred:  # OCR text sizes are word-box heights, not fonts: no headings from them
+        blocks = self._fold_contents(blocks, number, height)
+        return self._to_blocks(self._mark_headings(blocks, number, height, ocred=ocred))
+
+    def _names(self, block: PBlock, keys: set[str], height: float) -> bool:
+        """Whether the block sets one of the titles whose keys are ``keys``."""
+        windows = title_windows(
+            [block], heading_floor=self._fonts.heading_floor, page_height=height
+        )
+        return any((w.key and w.key in keys) or w.number in keys for w in windows)
+
+    def _mark_headings(
+        self, blocks: list[PBlock], number: int, height: float, *, ocred: bool
+    ) -> list[PBlock]:
+        """The page's headings: the outline's entries make the whole tree; a contents page's
+        entries make it with the fonts' headings complementing them; else the fonts."""
+        placements = self._map.placements(number)
+        # OCR text sizes are word-box heights, not fonts: no headings from them
+        if not self._use_outline and not ocred:
+            stats = self._map.stats
             for block in blocks:
                 if block.table is not None or block.kind == "contents":
                     continue
-                if (level := self._fonts.heading_level(block)) is not None:
+                level = self._fonts.heading_level(block)
+                if level is not None:
+                    level = stats.font_level(block, level, page=number)
+                if level is not None:
                     block.kind, block.level = "heading", level
             blocks = merge_split_headings(blocks)
-        return self._to_blocks(blocks)
+        if not placements:
+            return blocks
+        blocks, found = mark_titles(
+            blocks, placements, heading_floor=self._fonts.heading_floor, page_height=height
+        )
+        for placement, hit in zip(placements, found, strict=True):
+            self._map.settle(placement.index, found=hit)
+        return blocks
 
     def _fold_contents(self, blocks: list[PBlock], number: int, height: float) -> list[PBlock]:
         """The page's table of contents, if it has one, as one ``contents`` block."""
@@ -322,6 +416,7 @@ class PdfExtraction(Extraction):
             blocks,
             page_height=height,
             continued=bool(self.contents_pages) and self.contents_pages[-1] == number - 1,
+            figures=self._contents_figures,
             listed=number in self._contents_by_outline,
             outline_titles=outline_keys,
         )
@@ -331,7 +426,9 @@ class PdfExtraction(Extraction):
         if not inside_region:
             return blocks
         self.contents_pages.append(number)
+        self._contents_figures = region.figures
         self.contents_entries.extend(region.entries)
+        self._map.add_contents(region.entries, page=number, top=region.top, bottom=region.bottom)
         folded = PBlock(
             bbox=inside_region[0].bbox,
             lines=[Line(text=row, size=0.0, bold=False) for row in region.text.split("\n")],
@@ -438,61 +535,6 @@ class PdfExtraction(Extraction):
             return rows
         self._last_table = (columns, last[1], number)
         return [last[1], *rows]
-
-    def _mark_outline_headings(self, blocks: list[PBlock], number: int) -> None:
-        """Turn the outline's titles for this page into heading blocks where they appear."""
-        entries = self._toc_by_page.get(number, [])
-        cursor = 0
-        for entry in entries:
-            key = title_key(entry.title)
-            heading = PBlock(
-                bbox=(0, 0, 0, 0),
-                lines=[Line(text=entry.title, size=0.0, bold=True)],
-                kind="heading",
-                level=entry.level,
-            )
-            match = self._find_title(blocks, key, cursor)
-            if match is None:
-                blocks.insert(cursor, heading)
-                cursor += 1
-                continue
-            start, end = match
-            consumed = "".join(title_key(b.text) for b in blocks[start:end])
-            if len(consumed) <= len(key) * 1.3 + 12:
-                blocks[start:end] = [heading]
-            else:
-                blocks.insert(start, heading)
-            cursor = start + 1
-
-    @staticmethod
-    def _find_title(blocks: list[PBlock], key: str, cursor: int) -> tuple[int, int] | None:
-        if not key:
-            return None
-        found = PdfExtraction._find_key(blocks, key, cursor, title_key)
-        if found is None and len(letters := letters_key(key)) >= 6:
-            # Numbered headings often have a date or label between number and title.
-            found = PdfExtraction._find_key(blocks, letters, cursor, letters_key)
-            if found is not None and len(letters_key(blocks[found[0]].text)) > 2 * len(letters):
-                found = None
-        return found
-
-    @staticmethod
-    def _find_key(
-        blocks: list[PBlock], key: str, cursor: int, keyer: Callable[[str], str]
-    ) -> tuple[int, int] | None:
-        for i in range(cursor, len(blocks)):
-            if blocks[i].table is not None or blocks[i].kind == "contents":
-                continue
-            acc = keyer(blocks[i].text)
-            if key in acc:
-                return i, i + 1
-            j = i + 1
-            while len(acc) >= 2 and key.startswith(acc) and acc != key and j < len(blocks):
-                acc += keyer(blocks[j].text)
-                j += 1
-            if acc == key or (len(acc) > len(key) and acc.startswith(key)):
-                return i, j
-        return None
 
     def _to_blocks(self, blocks: list[PBlock]) -> list[Block]:
         out: list[Block] = []

@@ -130,7 +130,11 @@ def marginal(line: dict[str, Any], page_height: float) -> bool:
     dx, dy = line.get("dir", (1.0, 0.0))
     if abs(dy) > 0.2 or dx < 0:
         return True
-    y0, y1 = float(line["bbox"][1]), float(line["bbox"][3])
+    return in_margin_band(float(line["bbox"][1]), float(line["bbox"][3]), page_height)
+
+
+def in_margin_band(y0: float, y1: float, page_height: float) -> bool:
+    """Whether a line from ``y0`` to ``y1`` sits in the top or bottom band of the page."""
     return y1 <= _MARGIN_BAND * page_height or y0 >= (1 - _MARGIN_BAND) * page_height
 
 
@@ -226,6 +230,11 @@ class FontProfile:
         self.levels.update({size: min(i + first, deepest) for i, size in enumerate(recurring)})
         #: numbered headings ("3.2.1 Title") are this much deeper than their numbers' depth
         self.numbering_offset: int | None = None
+
+    @property
+    def heading_floor(self) -> float:
+        """The smallest type size a heading is set in for its size alone."""
+        return self.body * _HEADING_RATIO
 
     def level_for(self, size: float) -> int:
         if size in self.levels:
