@@ -1,7 +1,9 @@
 """A 3-node NATS cluster on one machine with Lectern's streams at 3 replicas: the node that
 leads the ingest stream is SIGKILLed while events are published without pause, then the next
 leader; then two of the three at once (no quorum). A durable consumer gets every event
-exactly once (counted by event id)."""
+exactly once (counted by event id). And what a gateway sees when the object store's leader
+is SIGKILLed, with its own connection and a responder's on that server: every request is
+answered, every object-store put stored or refused as ``nats_unavailable``."""
 
 from __future__ import annotations
 
@@ -13,18 +15,28 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import nats
 import pytest
+from faststream.nats import NatsBroker
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import Error as JetStreamError
 
-from lectern_common.broker import ensure_streams, stream_for
+from lectern_common.broker import (
+    DOCUMENTS_BUCKET,
+    answer_errors,
+    ensure_streams,
+    request,
+    stream_for,
+)
+from lectern_common.errors import LecternError, NatsUnavailableError
 from lectern_common.events import Subjects
+from lectern_common.events.base import Reply, Request
+from lectern_common.objects import put_bytes
 from lectern_common.runtime import EmbeddedNatsCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -38,6 +50,11 @@ RECONNECT: dict[str, Any] = {"max_reconnect_attempts": -1, "reconnect_time_wait"
 PAUSE_BOUND_S = 15.0
 #: how long two of the three servers stay down
 OUTAGE_S = 6.0
+OBJECT_STREAM = f"OBJ_{DOCUMENTS_BUCKET}"
+#: the longest a request may take through the election: a reply lost with the killed
+#: server is sent again after the usual reply time (at most 1 s, ``lectern_common.hedged``),
+#: where it used to wait for its whole 10 s timeout
+REQUEST_BOUND_S = 3.0
 
 
 @dataclass
@@ -364,3 +381,120 @@ async def test_two_servers_down_stop_the_stream_and_lose_nothing(tmp_path: Path)
         await run.check_exactly_once()
         assert len(publisher.published) > published_before + 50, "publishing went on after"
         assert resumed_s < PAUSE_BOUND_S
+
+
+class Ping(Request):
+    """A retrieval-like request: answered by either replica of its queue group."""
+
+    subject: ClassVar[str] = "lectern.test.cluster.ping.v1"
+
+
+@dataclass
+class GatewayCalls:
+    """A gateway's calls through an election: a request every 0.1 s (a chat turn's
+    retrieval) and an object-store put every 0.3 s (an upload's bytes); how each ended."""
+
+    requests: list[tuple[float, float, str]] = field(default_factory=list)
+    puts: list[tuple[float, str]] = field(default_factory=list)
+
+    async def ask(self, broker: NatsBroker, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                await request(broker, Ping(tenant_id="t"), Reply, timeout=10.0)
+                outcome = "answered"
+            except LecternError as exc:
+                outcome = exc.reason
+            self.requests.append((began, time.monotonic() - began, outcome))
+            await asyncio.sleep(0.1)
+
+    async def store(self, broker: NatsBroker, stop: asyncio.Event) -> None:
+        js = broker.config.connection_state.stream
+        number = 0
+        while not stop.is_set():
+            number += 1
+            try:
+                await put_bytes(js, name=f"probe-{number}", data=b"lesson " * 200)
+                outcome = "stored"
+            except NatsUnavailableError as exc:
+                outcome = exc.reason
+            except Exception as exc:  # anything else is what the gateway answered 500 for
+                outcome = type(exc).__name__
+            self.puts.append((time.monotonic(), outcome))
+            await asyncio.sleep(0.3)
+
+
+def broker_on(first: str, urls: list[str]) -> NatsBroker:
+    """A broker connected to ``first`` (then the others), as the services reconnect."""
+    servers = [first, *(u for u in urls if u != first)]
+    return NatsBroker(servers, dont_randomize=True, **RECONNECT)
+
+
+async def test_a_gateway_through_an_election_is_answered_or_told_nats_is_unavailable(
+    tmp_path: Path,
+) -> None:
+    """The object store's leader SIGKILLed with the gateway's connection and one responder
+    replica's on it: requests are answered by the other replica or a copy (no error, none
+    waiting for its timeout), and puts are stored or refused as ``nats_unavailable``, never
+    with another error (issue 49: a JetStream 503 had answered 500, a NATS time-out
+    ``database_unavailable``)."""
+    cluster = EmbeddedNatsCluster(tmp_path / "nats")
+    await asyncio.to_thread(cluster.start)
+    brokers: list[NatsBroker] = []
+    try:
+        admin = await nats.connect(servers=cluster.urls, **RECONNECT)
+        await ensure_streams(admin.jetstream(), replicas=3)
+        await admin.close()
+        leader = await asyncio.to_thread(cluster.stream_leader, OBJECT_STREAM)
+        assert leader is not None
+        doomed = cluster.node(leader)
+        other = next(n for n in cluster.nodes if n is not doomed)
+        gateway = broker_on(doomed.url, cluster.urls)
+        for node in (doomed, other):
+            replica = broker_on(node.url, cluster.urls)
+
+            async def pong(message: Ping) -> Reply:
+                await asyncio.sleep(0.05)
+                return Reply(request_id=message.request_id)
+
+            replica.subscriber(Ping.subject, queue="ping")(answer_errors(Ping, Reply, pong))
+            brokers.append(replica)
+        brokers.append(gateway)
+        for broker in brokers:
+            await broker.start()
+        calls, stop = GatewayCalls(), asyncio.Event()
+        tasks = [
+            asyncio.create_task(calls.ask(gateway, stop)),
+            asyncio.create_task(calls.store(gateway, stop)),
+        ]
+        await asyncio.sleep(2.0)
+        killed_at = time.monotonic()
+        doomed.kill()
+
+        async def new_leader() -> bool:
+            return await asyncio.to_thread(cluster.stream_leader, OBJECT_STREAM) is not None
+
+        elected_s = await wait_for("a new leader of the object store", new_leader, 30.0)
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(doomed.start)
+        await asyncio.sleep(2.0)
+        stop.set()
+        await asyncio.gather(*tasks)
+    finally:
+        for broker in brokers:
+            with contextlib.suppress(Exception):
+                await broker.stop()
+        await asyncio.to_thread(cluster.stop)
+    requests = Counter(outcome for _, _, outcome in calls.requests)
+    longest = max(took for began, took, _ in calls.requests if began + took > killed_at)
+    puts = Counter(outcome for _, outcome in calls.puts)
+    stored_after = [t for t, outcome in calls.puts if outcome == "stored" and t > killed_at]
+    print(
+        f"\ngateway through an election: new leader {elected_s:.1f} s after the kill; "
+        f"requests {dict(requests)}, longest since the kill {longest:.2f} s; puts {dict(puts)}, "
+        f"first stored again {min(stored_after, default=killed_at) - killed_at:.1f} s after"
+    )
+    assert set(requests) == {"answered"}, "a request failed while a quorum existed"
+    assert longest < REQUEST_BOUND_S, f"a request waited {longest:.1f} s through the election"
+    assert set(puts) <= {"stored", "nats_unavailable"}, f"a put failed otherwise: {puts}"
+    assert stored_after, "no put stored after the election"

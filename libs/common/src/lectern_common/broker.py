@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import uuid
@@ -13,13 +12,20 @@ from urllib.parse import quote
 
 from faststream.nats import JStream, NatsBroker, NatsMessage, NatsUserPassword
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
+from nats import errors as nats_errors
 from nats.js import JetStreamContext
+from nats.js import errors as js_errors
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry import trace
 from pydantic import BaseModel, ValidationError
 
-from lectern_common.errors import LecternError, RetryableError, UpstreamError
+from lectern_common.errors import (
+    LecternError,
+    NatsUnavailableError,
+    RetryableError,
+    UpstreamError,
+)
 from lectern_common.events.base import Event, Reply, Request, Subjects
 from lectern_common.events.deadletter import (
     MAX_PARKED_PAYLOAD,
@@ -27,6 +33,7 @@ from lectern_common.events.deadletter import (
     ParkReason,
     parked_event_id,
 )
+from lectern_common.hedged import NoReplyYet, NoResponders, hedged_request
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +261,7 @@ async def publish_event(
 
     A missing acknowledgement (a busy or restarting server) is retried with backoff. Every
     attempt carries ``Nats-Msg-Id`` (the event id unless the caller set one), so JetStream
-    stores the event once even when an earlier attempt did land. Raises ``UpstreamError``
+    stores the event once even when an earlier attempt did land. Raises ``NatsUnavailableError``
     when no attempt was acknowledged.
     """
     from nats.errors import NoRespondersError
@@ -283,7 +290,7 @@ async def publish_event(
                     stream=stream, timeout=timeout,
                 )  # fmt: skip
     except unacknowledged as exc:
-        raise UpstreamError(
+        raise NatsUnavailableError(
             f"JetStream did not acknowledge {event.subject} after {attempts} attempts"
         ) from exc
 
@@ -312,12 +319,46 @@ async def publish_stored(
 R = TypeVar("R", bound=Reply)
 
 
-NO_RESPONDERS_FIRST_WAIT_S = 0.05
-NO_RESPONDERS_MAX_WAIT_S = 1.0
-
-
 def _no_responders(exc: BaseException) -> bool:
     return "no responders" in str(exc).lower() or type(exc).__name__ == "NoRespondersError"
+
+
+#: NATS errors saying the server or a stream cannot answer now (the connection lost or
+#: reconnecting, a stream without a leader, no acknowledgement in time), not that the call
+#: was wrong; ``nats.errors.TimeoutError`` covers the flush, drain and fetch time-outs too
+_NATS_TRANSIENT: tuple[type[BaseException], ...] = (
+    nats_errors.TimeoutError,
+    nats_errors.NoRespondersError,
+    nats_errors.ConnectionClosedError,
+    nats_errors.ConnectionReconnectingError,
+    nats_errors.ConnectionDrainingError,
+    nats_errors.OutboundBufferLimitError,
+    nats_errors.StaleConnectionError,
+    nats_errors.NoServersError,
+    js_errors.NoStreamResponseError,
+    js_errors.ServiceUnavailableError,
+    js_errors.ServerError,
+)
+#: JetStream API answers meaning "not now": a request time-out, a server error, no leader
+_JS_TRANSIENT_CODES = frozenset({408, 500, 503, 504})
+
+
+def nats_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by the NATS client, says NATS cannot answer now (retry later)
+    rather than that the request was wrong: what the gateway answers with 503
+    ``nats_unavailable``. An election ("no response from stream", JetStream's 503), a lost
+    quorum, a server being replaced under the client, a time-out of an acknowledgement."""
+    if isinstance(exc, (NatsUnavailableError, *_NATS_TRANSIENT)):
+        return True
+    return isinstance(exc, js_errors.APIError) and exc.code in _JS_TRANSIENT_CODES
+
+
+def _connected(broker: Any) -> bool:
+    """Whether the broker's NATS connection is up (not reconnecting, not closed)."""
+    try:
+        return bool(broker.config.connection_state.connection.is_connected)
+    except Exception:  # a broker that never connected, or a stand-in
+        return True
 
 
 async def request(
@@ -329,30 +370,32 @@ async def request(
 ) -> R:
     """Send a request to a queue group and decode its reply.
 
-    Nobody subscribed yet (a service still starting, a replica restarting) is retried with
-    backoff until ``timeout`` is spent. Raises ``UpstreamError`` on timeout or when nobody
-    answered within it, and ``RetryableError`` when the responder replied with an error.
+    A request lost with a replica that died holding it, or with a NATS server, is sent again
+    to the group (a live member takes it), and nobody subscribed (a service still starting, a
+    replica restarting) is retried with backoff, all until ``timeout`` is spent
+    (``lectern_common.hedged``). Raises ``NatsUnavailableError`` when the gateway's own NATS
+    connection is down, ``UpstreamError`` when no member answered in time, and
+    ``RetryableError`` when the responder replied with an error.
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    wait = NO_RESPONDERS_FIRST_WAIT_S
-    while True:
-        remaining = deadline - loop.time()
-        try:
-            response = await broker.request(
-                message.model_dump(mode="json"), message.subject, timeout=max(remaining, 0.001)
-            )
-            break
-        except TimeoutError as exc:
-            raise UpstreamError(f"no reply on {message.subject} within {timeout} s") from exc
-        except Exception as exc:
-            if not _no_responders(exc):
-                raise
-            remaining = deadline - loop.time()
-            if remaining <= wait:
-                raise UpstreamError(f"no service answers {message.subject}") from exc
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, NO_RESPONDERS_MAX_WAIT_S)
+    payload = message.model_dump(mode="json")
+    try:
+        response = await hedged_request(
+            broker, payload, message.subject, timeout=timeout, is_no_responders=_no_responders
+        )
+    except (NoReplyYet, NoResponders) as exc:
+        if not _connected(broker):
+            raise NatsUnavailableError(
+                f"NATS unreachable: no reply on {message.subject} within {timeout} s"
+            ) from exc
+        if isinstance(exc, NoResponders):
+            raise UpstreamError(f"no service answers {message.subject}") from exc
+        raise UpstreamError(f"no reply on {message.subject} within {timeout} s") from exc
+    except Exception as exc:
+        # under the request there is only the NATS client: a socket error is NATS's (never
+        # Postgres's, which the gateway's handlers would take a bare ConnectionError for)
+        if nats_unavailable(exc) or isinstance(exc, ConnectionError):
+            raise NatsUnavailableError(f"NATS unavailable for {message.subject}: {exc}") from exc
+        raise
     reply = reply_type.model_validate_json(response.body)
     if reply.error:
         raise RetryableError(reply.error_message or reply.error, reason=reply.error)

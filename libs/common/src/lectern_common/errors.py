@@ -83,3 +83,11 @@ class UpstreamError(RetryableError):
         super().__init__(message, reason=reason)
         #: the wait the upstream asked for (HTTP ``Retry-After``, Gemini's ``RetryInfo``)
         self.retry_after_s = retry_after_s
+
+
+class NatsUnavailableError(UpstreamError):
+    """Raised when NATS cannot take or answer a call now: the client is reconnecting, a
+    JetStream stream has no leader (a server lost, an election, the quorum lost) or its
+    acknowledgement did not come in time. Transient: retry after ``retry_after_s``."""
+
+    reason = "nats_unavailable"

@@ -9,14 +9,15 @@ import hashlib
 import io
 import uuid
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from nats.js.errors import NotFoundError as NatsNotFoundError
 from nats.js.errors import ObjectNotFoundError
 
-from lectern_common.broker import DOCUMENTS_BUCKET
-from lectern_common.errors import NotFoundError, UpstreamError
+from lectern_common.broker import DOCUMENTS_BUCKET, nats_unavailable
+from lectern_common.errors import LecternError, NatsUnavailableError, NotFoundError, UpstreamError
 
 
 def object_name(document_id: uuid.UUID, version: int) -> str:
@@ -37,14 +38,35 @@ def password_object_name(name: str) -> str:
 _BUCKETS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
+@contextlib.contextmanager
+def _nats_failures(what: str, *, name: str | None = None) -> Iterator[None]:
+    """NATS failing under ``what`` as Lectern's errors: ``NatsUnavailableError`` when it
+    cannot answer now (the bucket is a JetStream stream: an election, a lost quorum or a
+    reconnecting client leave it without a leader, and the gateway answers 503
+    ``nats_unavailable``), ``NotFoundError`` when the object ``name`` is absent, else
+    ``UpstreamError``. Lectern's own errors pass through."""
+    try:
+        yield
+    except LecternError:
+        raise
+    except (ObjectNotFoundError, NatsNotFoundError) as exc:
+        if name is None:  # the bucket itself is missing: not the caller's object
+            raise UpstreamError(f"{what} failed: {exc!r}") from exc
+        raise NotFoundError(f"object {name} is not in {DOCUMENTS_BUCKET}") from exc
+    except Exception as exc:
+        # nothing else under these calls waits or talks to a server: a bare TimeoutError
+        # or a socket error is the NATS client's too
+        if nats_unavailable(exc) or isinstance(exc, (TimeoutError, ConnectionError)):
+            raise NatsUnavailableError(f"{what}: NATS unavailable ({exc!r})") from exc
+        raise UpstreamError(f"{what} failed: {exc!r}") from exc
+
+
 async def _bucket(js: Any) -> Any:
     with contextlib.suppress(TypeError):
         if (bound := _BUCKETS.get(js)) is not None:
             return bound
-    try:
+    with _nats_failures(f"object store {DOCUMENTS_BUCKET}"):
         bucket = await js.object_store(DOCUMENTS_BUCKET)
-    except Exception as exc:
-        raise UpstreamError(f"object store {DOCUMENTS_BUCKET} unavailable: {exc}") from exc
     with contextlib.suppress(TypeError):  # a context that takes no weak reference
         _BUCKETS[js] = bucket
     return bucket
@@ -69,21 +91,22 @@ async def _read_one_chunk(js: Any, info: Any) -> bytes:
 async def put_file(js: Any, *, name: str, path: Path) -> int:
     """Stream a file into the bucket; returns its size."""
     bucket = await _bucket(js)
-    with path.open("rb") as handle:
+    with path.open("rb") as handle, _nats_failures(f"storing object {name}"):
         info = await bucket.put(name, handle)
     return int(info.size or 0)
 
 
 async def put_bytes(js: Any, *, name: str, data: bytes) -> None:
-    """Store small bytes (tests, benchmarks)."""
+    """Store small bytes (the PDF password, tests, benchmarks)."""
     bucket = await _bucket(js)
-    await bucket.put(name, io.BytesIO(data))
+    with _nats_failures(f"storing object {name}"):
+        await bucket.put(name, io.BytesIO(data))
 
 
 async def fetch_to_file(js: Any, *, name: str, path: Path) -> int:
     """Write an object into ``path`` chunk by chunk; raises ``NotFoundError`` when absent."""
     bucket = await _bucket(js)
-    try:
+    with _nats_failures(f"fetching object {name}", name=name):
         info = await bucket.get_info(name)
         if info.chunks == 1 and info.size and not info.is_link():
             data = await _read_one_chunk(js, info)
@@ -91,12 +114,6 @@ async def fetch_to_file(js: Any, *, name: str, path: Path) -> int:
             return len(data)
         with path.open("wb") as handle:
             await bucket.get(name, writeinto=handle)
-    except (ObjectNotFoundError, NatsNotFoundError) as exc:
-        raise NotFoundError(f"object {name} is not in {DOCUMENTS_BUCKET}") from exc
-    except NotFoundError:
-        raise
-    except Exception as exc:
-        raise UpstreamError(f"fetching object {name} failed: {exc}") from exc
     return int(await asyncio.to_thread(lambda: path.stat().st_size))
 
 
@@ -104,8 +121,9 @@ async def delete_object(js: Any, *, name: str) -> bool:
     """Remove an object; False when it was not there."""
     bucket = await _bucket(js)
     try:
-        await bucket.delete(name)
-    except (ObjectNotFoundError, NatsNotFoundError):
+        with _nats_failures(f"deleting object {name}", name=name):
+            await bucket.delete(name)
+    except NotFoundError:
         return False
     return True
 
@@ -119,12 +137,8 @@ async def fetch_password(js: Any, *, name: str) -> str:
     """The PDF password stored for the upload ``name``; raises ``NotFoundError`` when gone."""
     bucket = await _bucket(js)
     key = password_object_name(name)
-    try:
+    with _nats_failures(f"fetching object {key}", name=key):
         result = await bucket.get(key)
-    except (ObjectNotFoundError, NatsNotFoundError) as exc:
-        raise NotFoundError(f"object {key} is not in {DOCUMENTS_BUCKET}") from exc
-    except Exception as exc:
-        raise UpstreamError(f"fetching object {key} failed: {exc}") from exc
     return bytes(result.data or b"").decode("utf-8")
 
 

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import nats.errors
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from lectern_common.broker import nats_unavailable
 from lectern_common.errors import (
     BadInputError,
     ForbiddenError,
     LecternError,
+    NatsUnavailableError,
     NotFoundError,
     RetryableError,
 )
@@ -70,7 +75,8 @@ def problem_response(
 
 
 # Postgres is down, restarting, refusing connections or not answering in time: the
-# request may succeed later, so 503 with Retry-After (never a hang or a 500)
+# request may succeed later, so 503 with Retry-After (never a hang or a 500). NATS's own
+# TimeoutError is also a TimeoutError: ``unavailable`` looks at NATS first
 DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.ConnectionDoesNotExistError,
@@ -81,14 +87,54 @@ DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
     TimeoutError,
 )
 DATABASE_RETRY_AFTER_S = 5
+#: a JetStream election took 4.1-7.4 s in the cluster tests (docs/reliability.md): a client
+#: asking again every 2 s is through within 2 s of the new leader, in at most four tries
+NATS_RETRY_AFTER_S = 2
+#: another service (retriever, re-ranker, a model provider) did not answer in time
+UPSTREAM_RETRY_AFTER_S = 5
 
 
-def database_unavailable(instance: str | None = None) -> JSONResponse:
-    """503 problem+json for a request that could not reach Postgres."""
+@dataclass(frozen=True)
+class Unavailable:
+    """A dependency that failed for now: the reason clients see, and when to ask again."""
+
+    reason: str
+    retry_after_s: int
+    detail: str
+
+
+DATABASE = Unavailable(
+    "database_unavailable", DATABASE_RETRY_AFTER_S, "the database is unavailable; retry shortly"
+)
+NATS = Unavailable(
+    NatsUnavailableError.reason, NATS_RETRY_AFTER_S,
+    "NATS is unavailable (a server restarting or a stream electing its leader); retry shortly",
+)  # fmt: skip
+
+
+def unavailable(exc: BaseException) -> Unavailable | None:
+    """Which dependency ``exc`` says is unavailable for now, None when it says something
+    else (a bug, bad input). The reason names the real cause: ``nats_unavailable`` (a NATS
+    server lost, a stream electing its leader, the quorum lost), ``database_unavailable``
+    (Postgres), or the reason of a retryable error (``upstream``: another service or a model
+    provider did not answer)."""
+    if isinstance(exc, RetryableError):
+        hinted = getattr(exc, "retry_after_s", None)
+        default = NATS_RETRY_AFTER_S if exc.reason == NatsUnavailableError.reason else None
+        wait = math.ceil(hinted) if hinted else default or UPSTREAM_RETRY_AFTER_S
+        return Unavailable(exc.reason, max(1, wait), exc.message)
+    if nats_unavailable(exc):
+        return NATS
+    if isinstance(exc, DATABASE_UNAVAILABLE):
+        return DATABASE
+    return None
+
+
+def unavailable_response(cause: Unavailable, instance: str | None = None) -> JSONResponse:
+    """503 problem+json with ``Retry-After`` for a dependency that failed for now."""
     return problem_response(
-        503, "Service unavailable", "the database is unavailable; retry shortly",
-        instance=instance, reason="database_unavailable",
-        headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+        503, "Service unavailable", cause.detail, instance=instance, reason=cause.reason,
+        headers={"Retry-After": str(cause.retry_after_s)},
     )  # fmt: skip
 
 
@@ -96,7 +142,6 @@ _STATUS_BY_ERROR: list[tuple[type[LecternError], int, str]] = [
     (NotFoundError, 404, "Not found"),
     (ForbiddenError, 403, "Forbidden"),
     (BadInputError, 400, "Bad request"),
-    (RetryableError, 503, "Service unavailable"),
 ]
 
 
@@ -112,6 +157,12 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(LecternError)
     async def _lectern(request: Request, exc: LecternError) -> JSONResponse:
+        cause = unavailable(exc)
+        if cause is not None:
+            log.warning(
+                "%s on %s %s: %s", cause.reason, request.method, request.url.path, exc.message
+            )
+            return unavailable_response(cause, request.url.path)
         for error_type, status, title in _STATUS_BY_ERROR:
             if isinstance(exc, error_type):
                 return problem_response(
@@ -149,16 +200,6 @@ def install_problem_handlers(app: FastAPI) -> None:
             instance=request.url.path, reason="bad_value",
         )  # fmt: skip
 
-    async def _database(request: Request, exc: Exception) -> JSONResponse:
-        log.warning(
-            "Postgres unavailable on %s %s: %s", request.method, request.url.path,
-            type(exc).__name__,
-        )  # fmt: skip
-        return database_unavailable(request.url.path)
-
-    for error_type in DATABASE_UNAVAILABLE:
-        app.add_exception_handler(error_type, _database)
-
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
@@ -166,6 +207,22 @@ def install_problem_handlers(app: FastAPI) -> None:
             500, "Internal error", "the server failed; the error is logged",
             instance=request.url.path, reason="internal",
         )  # fmt: skip
+
+    async def _dependency(request: Request, exc: Exception) -> JSONResponse:
+        cause = unavailable(exc)
+        if cause is None:  # a NATS error that is not about availability: a bug
+            return await _unexpected(request, exc)
+        log.warning(
+            "%s on %s %s: %s", cause.reason, request.method, request.url.path,
+            type(exc).__name__,
+        )  # fmt: skip
+        return unavailable_response(cause, request.url.path)
+
+    # Starlette picks the handler of the first class in the error's MRO: NATS's errors
+    # (its TimeoutError too) reach ``_dependency`` before the bare TimeoutError does
+    dependencies: tuple[type[Exception], ...] = (nats.errors.Error, *DATABASE_UNAVAILABLE)
+    for error_type in dependencies:
+        app.add_exception_handler(error_type, _dependency)
 
 
 class RejectNulBytes:

@@ -46,7 +46,7 @@ from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import ErrorEvent, RestartEvent
 from lectern_gateway.chat.turn import ChatDeps, TurnInput, TurnTakenOver
 from lectern_gateway.personas import repository as persona_repo
-from lectern_gateway.problems import DATABASE_UNAVAILABLE
+from lectern_gateway.problems import unavailable
 
 log = logging.getLogger(__name__)
 
@@ -549,21 +549,21 @@ async def _guarded(events: Any) -> AsyncIterator[BaseModel]:
             yield event
     except TurnTakenOver:
         raise
-    except LecternError as exc:
-        log.warning("chat turn failed: %s", exc.message)
-        yield ErrorEvent(
-            reason=exc.reason, message=exc.message, retryable=isinstance(exc, RetryableError)
-        )
-    except DATABASE_UNAVAILABLE as exc:
-        log.warning("chat turn failed: Postgres unavailable (%s)", type(exc).__name__)
-        yield ErrorEvent(
-            reason="database_unavailable",
-            message="the database is unavailable; retry shortly",
-            retryable=True,
-        )
     except Exception as exc:
-        log.exception("chat turn failed")
-        yield ErrorEvent(reason="internal", message=str(exc) or type(exc).__name__)
+        # the reasons of the HTTP answers: a dependency that failed for now (NATS, Postgres,
+        # another service) by its name and retryable, anything else as it is
+        cause = unavailable(exc)
+        if cause is not None:
+            log.warning("chat turn failed: %s (%s)", cause.reason, cause.detail)
+            yield ErrorEvent(reason=cause.reason, message=cause.detail, retryable=True)
+        elif isinstance(exc, LecternError):
+            log.warning("chat turn failed: %s", exc.message)
+            yield ErrorEvent(
+                reason=exc.reason, message=exc.message, retryable=isinstance(exc, RetryableError)
+            )
+        else:
+            log.exception("chat turn failed")
+            yield ErrorEvent(reason="internal", message=str(exc) or type(exc).__name__)
     finally:
         # closes the turn (and its model call) when it is cancelled
         with anyio.CancelScope(shield=True):

@@ -51,7 +51,7 @@ from lectern_gateway.documents.uploads import (
     UploadTooLarge,
     receive_upload,
 )
-from lectern_gateway.problems import ProblemError
+from lectern_gateway.problems import NATS_RETRY_AFTER_S, ProblemError
 
 log = logging.getLogger(__name__)
 
@@ -461,6 +461,76 @@ async def _accept(
     source: dict[str, str] | None = None,
     reprocess: bool = False,
 ) -> JSONResponse:
+    mime = _upload_type(upload)
+    fields = upload.fields
+    if replaces is None and (raw_replaces := _field(fields, "replaces")):
+        try:
+            replaces = uuid.UUID(raw_replaces)
+        except ValueError as exc:
+            raise ProblemError(422, "Invalid metadata", "replaces is not a document id") from exc
+    password = _field(fields, "password")
+    given = {k for k, v in fields.items() if any(x.strip() for x in v)}
+    metadata = parse_metadata(fields, filename=upload.filename)
+    previous, metadata = await _previous_version(
+        pool, principal, replaces=replaces, metadata=metadata, given=given
+    )
+
+    async with pool.acquire() as conn:
+        existing = await repo.find_by_file_hash(
+            conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
+        )
+        if existing is not None and not _is_replaced(existing, replaces, reprocess):
+            return await _duplicate(conn, existing, principal)
+
+    document_id = uuid.uuid4()
+    version = previous["version"] + 1 if previous is not None else 1
+    name = object_name(document_id, version)
+    js = _jetstream(broker)
+    await put_file(js, name=name, path=upload.path)
+    if password is not None:
+        # next to the bytes, not in documents.uploaded (which stays in the stream)
+        await put_password(js, name=name, password=password)
+    new, event = _records(
+        upload=upload, principal=principal, mime=mime, metadata=metadata, source=source,
+        document_id=document_id, version=version, replaces=replaces,
+        has_password=password is not None,
+    )  # fmt: skip
+    async with pool.acquire() as conn, conn.transaction():
+        await repo.lock_file_hash(conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256)
+        existing = await repo.find_by_file_hash(
+            conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
+        )
+        if existing is not None and _is_replaced(existing, replaces, reprocess):
+            # one re-processing at a time: a second request joins the one under way
+            existing = await repo.pending_version(conn, document_id=existing["id"])
+        row = None
+        if existing is None:
+            row = await repo.insert_document(conn, new)
+            if reprocess and replaces is not None:
+                await repo.audit(
+                    conn, staff=principal, document_id=replaces, action="reprocessed",
+                    changes={"version": [version - 1, version], "new_document_id": [
+                        None, str(document_id)]},
+                )  # fmt: skip
+            # the outbox: documents.uploaded is published once this row is committed
+            await enqueue(conn, event)
+    if existing is not None:
+        await _drop_stored(js, name)
+        async with pool.acquire() as conn:
+            return await _duplicate(conn, existing, principal)
+    view = document_view(row)
+    body = UploadAccepted(
+        id=document_id, status=view.status, version=version, status_url=view.status_url,
+        events_url=view.events_url, document=view,
+    )  # fmt: skip
+    return JSONResponse(
+        body.model_dump(mode="json"), status_code=202, headers={"Location": view.status_url}
+    )
+
+
+def _upload_type(upload: Any) -> str:
+    """The upload's MIME type, read from its bytes: 400 for an empty file or a NUL character
+    in its name or form fields, 415 for a type Lectern does not read."""
     try:
         mime = detect_mime_path(upload.path, upload.filename)
     except BadInputError as exc:
@@ -481,45 +551,49 @@ async def _accept(
             400, "Bad upload", "a NUL character in the file name or a form field",
             reason="bad_upload",
         )  # fmt: skip
-    if replaces is None and (raw_replaces := _field(fields, "replaces")):
-        try:
-            replaces = uuid.UUID(raw_replaces)
-        except ValueError as exc:
-            raise ProblemError(422, "Invalid metadata", "replaces is not a document id") from exc
-    password = _field(fields, "password")
-    given = {k for k, v in fields.items() if any(x.strip() for x in v)}
-    metadata = parse_metadata(fields, filename=upload.filename)
+    return mime
 
-    previous = None
-    if replaces is not None:
-        async with pool.acquire() as conn:
-            previous = await repo.get_document(
-                conn, tenant_id=principal.tenant_id, document_id=replaces
-            )
-        if previous is None:
-            raise ProblemError(404, "Not found", f"document {replaces} does not exist")
-        if previous["status"] in ("deleted", "superseded"):
-            raise ProblemError(
-                409, "Conflict", f"document {replaces} is {previous['status']}; "
-                "replace its latest version instead", reason="not_latest_version",
-            )  # fmt: skip
-        metadata = _inherit(metadata, previous, given)
 
+async def _previous_version(
+    pool: Any,
+    principal: Principal,
+    *,
+    replaces: uuid.UUID | None,
+    metadata: DocumentMetadata,
+    given: set[str],
+) -> tuple[Any, DocumentMetadata]:
+    """The version an upload replaces (404 when absent, 409 when not the latest) and the
+    metadata the new version inherits from it."""
+    if replaces is None:
+        return None, metadata
     async with pool.acquire() as conn:
-        existing = await repo.find_by_file_hash(
-            conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
+        previous = await repo.get_document(
+            conn, tenant_id=principal.tenant_id, document_id=replaces
         )
-        if existing is not None and not _is_replaced(existing, replaces, reprocess):
-            return await _duplicate(conn, existing, principal)
+    if previous is None:
+        raise ProblemError(404, "Not found", f"document {replaces} does not exist")
+    if previous["status"] in ("deleted", "superseded"):
+        raise ProblemError(
+            409, "Conflict", f"document {replaces} is {previous['status']}; "
+            "replace its latest version instead", reason="not_latest_version",
+        )  # fmt: skip
+    return previous, _inherit(metadata, previous, given)
 
-    document_id = uuid.uuid4()
-    version = previous["version"] + 1 if previous is not None else 1
+
+def _records(
+    *,
+    upload: Any,
+    principal: Principal,
+    mime: str,
+    metadata: DocumentMetadata,
+    source: dict[str, str] | None,
+    document_id: uuid.UUID,
+    version: int,
+    replaces: uuid.UUID | None,
+    has_password: bool,
+) -> tuple[repo.NewDocument, DocumentUploaded]:
+    """The new version's row and its ``documents.uploaded`` event."""
     name = object_name(document_id, version)
-    js = _jetstream(broker)
-    await put_file(js, name=name, path=upload.path)
-    if password is not None:
-        # next to the bytes, not in documents.uploaded (which stays in the stream)
-        await put_password(js, name=name, password=password)
     priority = metadata.source_priority
     if priority is None:
         priority = ROLE_PRIORITY.get(principal.role, 0.5)
@@ -542,39 +616,19 @@ async def _accept(
         file_sha256=upload.sha256, uploaded_by=principal.user_id,
         uploader_role=principal.role,
         metadata=metadata.model_copy(update={"source_priority": priority}),
-        replaces_document_id=replaces, has_password=password is not None,
+        replaces_document_id=replaces, has_password=has_password,
     )  # fmt: skip
-    async with pool.acquire() as conn, conn.transaction():
-        await repo.lock_file_hash(conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256)
-        existing = await repo.find_by_file_hash(
-            conn, tenant_id=principal.tenant_id, file_sha256=upload.sha256
-        )
-        if existing is not None and _is_replaced(existing, replaces, reprocess):
-            # one re-processing at a time: a second request joins the one under way
-            existing = await repo.pending_version(conn, document_id=existing["id"])
-        row = None
-        if existing is None:
-            row = await repo.insert_document(conn, new)
-            if reprocess and replaces is not None:
-                await repo.audit(
-                    conn, staff=principal, document_id=replaces, action="reprocessed",
-                    changes={"version": [version - 1, version], "new_document_id": [
-                        None, str(document_id)]},
-                )  # fmt: skip
-            # the outbox: documents.uploaded is published once this row is committed
-            await enqueue(conn, event)
-    if existing is not None:
+    return new, event
+
+
+async def _drop_stored(js: Any, name: str) -> None:
+    """Remove the bytes of an upload found to be a duplicate once stored."""
+    try:
         await remove_stored_objects(js, object_name=name)
-        async with pool.acquire() as conn:
-            return await _duplicate(conn, existing, principal)
-    view = document_view(row)
-    body = UploadAccepted(
-        id=document_id, status=view.status, version=version, status_url=view.status_url,
-        events_url=view.events_url, document=view,
-    )  # fmt: skip
-    return JSONResponse(
-        body.model_dump(mode="json"), status_code=202, headers={"Location": view.status_url}
-    )
+    except UpstreamError as exc:
+        # NATS unavailable: the duplicate is answered all the same, and the garbage
+        # collector removes bytes no document names (lectern_common.gc)
+        log.warning("bytes of duplicate upload %s left for the collector: %s", name, exc)
 
 
 def _is_replaced(existing: Any, replaces: uuid.UUID | None, reprocess: bool) -> bool:
@@ -663,9 +717,10 @@ async def stored_copy(broker: Any, row: Any) -> tuple[Path, int]:
     except NotFoundError as exc:
         await asyncio.to_thread(path.unlink, missing_ok=True)
         raise ProblemError(404, "Not found", f"the file of {row['id']} is not stored") from exc
-    except UpstreamError as exc:
+    except Exception:
+        # NATS unavailable: 503 with its reason and Retry-After (problems.unavailable)
         await asyncio.to_thread(path.unlink, missing_ok=True)
-        raise ProblemError(503, "Unavailable", str(exc), headers={"Retry-After": "5"}) from exc
+        raise
     return path, size
 
 
@@ -844,7 +899,7 @@ async def delete_document(
             503, "Deletion incomplete",
             f"document {document_id} left retrieval, but removing its stored bytes or "
             f"announcing documents.deleted failed ({exc}); repeat the DELETE to finish",
-            reason="cleanup_pending",
+            reason="cleanup_pending", headers={"Retry-After": str(NATS_RETRY_AFTER_S)},
         ) from exc  # fmt: skip
     return document_view(row)
 
