@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-scale tune-rerank soak clean client-models client-ts
+.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-scale bench-reader train-reader fit-rerank tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -79,7 +79,7 @@ client-models: install ## Regenerate the Python client's models from docs/openap
 client-ts: ## Build the TypeScript client (clients/typescript): npm ci, API types from docs/openapi.json, tsc + browser bundle
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run generate && npm run build
 
-bench: bench-answers bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-scale ## Run every benchmark
+bench: bench-answers bench-reader bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-scale ## Run every benchmark
 
 bench-answers: install ## Answer quality on real documents through upload, ingest and chat SSE (bench/answers)
 	$(PY) bench/bench_answers.py
@@ -120,5 +120,21 @@ bench-reindex: install ## Re-index to another model while retrieval answers: lat
 bench-startup: install ## A service's time to ready with and without PyTorch (the lean image's runtime), and their sizes
 	$(PY) bench/bench_startup.py
 
-tune-rerank: install ## Re-rank calibration and rank-prior share, replayed on bioasq-dev
+tune-rerank: install ## The bi-encoder's re-rank calibration and rank-prior share, replayed on bioasq-dev
 	$(PY) bench/tune_rerank.py
+
+# the reader: trained here from ../shared/data/reading (about an hour on 2 cores; resumes
+# from its last checkpoint in ~/.cache/lectern/reader-train), then exported as int8 ONNX
+# into libs/common/src/lectern_common/reader/ (READER_EXPORT=--fp32 for the float graph)
+READER_EXPORT ?=
+train-reader: install ## Train the reader (cross-encoder from the packaged MiniLM) and export it as int8 ONNX
+	$(PY) bench/train_reader.py train
+	$(PY) bench/train_reader.py export $(READER_EXPORT)
+
+bench-reader: install ## The reader alone: SelQA test, COVID-QA, held-out bioasq, dev units; beside the bi-encoder and BM25
+	@test -f /tmp/lectern-bench-answers.json || $(PY) bench/bench_answers.py
+	$(PY) bench/bench_reader.py --run /tmp/lectern-bench-answers.json
+
+fit-rerank: install ## Fit the re-ranker's reader/retrieval weights on bioasq-dev's training questions; held-out nDCG@10
+	@test -f /tmp/lectern-rerank-records.json || $(PY) bench/fit_rerank.py records
+	$(PY) bench/fit_rerank.py fit

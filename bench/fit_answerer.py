@@ -89,11 +89,13 @@ def _top1(scores: NDArray[np.float64], y: NDArray[np.int_], questions: NDArray[n
 
 
 def _question_matrix(
-    data: Any, x_all: NDArray[np.float64], w: NDArray[np.float64], b: float
-) -> tuple[NDArray[np.float64], NDArray[np.int_], NDArray[np.str_]]:
-    """Each question's ``QUESTION_SIGNALS`` under the unit model (w, b), its label
-    (answerable 1, off-topic 0) and its group (document, or off-topic)."""
-    probabilities = 1.0 / (1.0 + np.exp(-(x_all @ w + b)))
+    data: Any, x_all: NDArray[np.float64], w: NDArray[np.float64], b: float,
+    columns: list[int],
+) -> tuple[NDArray[np.float64], NDArray[np.int_], NDArray[np.str_]]:  # fmt: skip
+    """Each question's ``QUESTION_SIGNALS`` under the unit model (w, b over ``columns`` of
+    the signals), its label (answerable 1, off-topic 0) and its group (document, or
+    off-topic)."""
+    probabilities = 1.0 / (1.0 + np.exp(-(x_all[:, columns] @ w + b)))
     semantic, lexical = answerer.SIGNALS.index("semantic"), answerer.SIGNALS.index("lexical")
     rows, labels = [], []
     for qid, (answerable, *static) in zip(
@@ -109,12 +111,15 @@ def _question_matrix(
 
 
 def _fit_refusal(
-    data: Any, x_all: NDArray[np.float64], w: NDArray[np.float64], b: float, *, most_refused: float
-) -> dict[str, Any]:
-    """The refusal model: answerable against off-topic development questions, its threshold
-    the highest that refuses at most ``most_refused`` of the answerable ones when each
-    document's questions are scored by a model fitted without them."""
-    qx, qy, qgroups = _question_matrix(data, x_all, w, b)
+    data: Any, x_all: NDArray[np.float64], w: NDArray[np.float64], b: float, *,
+    most_refused: float, columns: list[int], names: list[str],
+) -> dict[str, Any]:  # fmt: skip
+    """The refusal model over the question signals ``names``: answerable against off-topic
+    development questions, its threshold the highest that refuses at most ``most_refused``
+    of the answerable ones when each document's questions are scored by a model fitted
+    without them."""
+    qx, qy, qgroups = _question_matrix(data, x_all, w, b, columns)
+    qx = qx[:, [answerer.QUESTION_SIGNALS.index(n) for n in names]]
     held = np.zeros(len(qy))
     for group in np.unique(qgroups):
         fit_on = qgroups != group
@@ -131,10 +136,10 @@ def _fit_refusal(
         f"{answerable_refused:.3f}, off-topic refused {offtopic_refused:.3f}"
     )
     rw, rb = _fit(qx, qy, 1.0)
-    for name, value in zip(answerer.QUESTION_SIGNALS, rw, strict=True):
+    for name, value in zip(names, rw, strict=True):
         print(f"  {name:22} {value:+.3f}")
     return {
-        "signals": list(answerer.QUESTION_SIGNALS),
+        "signals": list(names),
         "weights": [round(float(v), 4) for v in rw],
         "bias": round(rb, 4),
         "threshold": round(threshold, 4),
@@ -159,6 +164,18 @@ def main() -> int:
         "--most-refused", type=float, default=0.01,
         help="the share of answerable development questions the refusal may refuse (0.01)",
     )  # fmt: skip
+    parser.add_argument("--drop", action="append", default=[], choices=answerer.SIGNALS,
+                        help="fit the unit model without this signal (repeatable)")  # fmt: skip
+    parser.add_argument(
+        "--drop-question", action="append", default=[], choices=answerer.QUESTION_SIGNALS,
+        help="fit the refusal without this question signal (repeatable)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cross-fit", type=Path, metavar="DIR",
+        help="also write, for each development document (and the off-topic questions of no "
+        "document), the model fitted without it: replay_answers.py --cross-fitted DIR then "
+        "answers every development question with a model that never saw its document",
+    )  # fmt: skip
     args = parser.parse_args()
     data = np.load(args.signals)
     names = tuple(str(n) for n in data["names"])
@@ -166,16 +183,20 @@ def main() -> int:
         print("the signals file was written with other signals: replay again", file=sys.stderr)
         return 2
     x_all, y_all = data["signals"].astype(np.float64), data["labels"].astype(np.int_)
+    kept = [n for n in answerer.SIGNALS if n not in args.drop]
+    columns = [answerer.SIGNALS.index(n) for n in kept]
+    asked = [n for n in answerer.QUESTION_SIGNALS if n not in args.drop_question]
     answerable_ids = answerable_questions(data)
     answerable_units = np.asarray([str(q) in answerable_ids for q in data["questions"]])
-    x, y = x_all[answerable_units], y_all[answerable_units]
+    full, y = x_all[answerable_units], y_all[answerable_units]
+    x = full[:, columns]
     groups, questions = data["groups"][answerable_units], data["questions"][answerable_units]
     documents = np.unique(groups)
     print(f"{len(y)} units ({int(y.sum())} state a fact) of {len(np.unique(questions))} "
           f"questions over {len(documents)} documents")  # fmt: skip
     from sklearn.metrics import roc_auc_score  # type: ignore[import-untyped]
 
-    current = answerer.answer_model().score(x)  # the shipped unit model
+    current = answerer.answer_model().score(full)  # the shipped unit model
     print(f"shipped model: AUC {roc_auc_score(y, current):.3f}, "
           f"top-1 {_top1(current, y, questions):.3f}")  # fmt: skip
     best: tuple[float, float] | None = None
@@ -197,14 +218,18 @@ def main() -> int:
         shipped = json.loads(answerer.MODEL_PATH.read_text())
         w, b = np.asarray(shipped["weights"], dtype=np.float64), float(shipped["bias"])
         c, top1 = shipped["c"], shipped["leave_one_document_out_top1"]
+        kept = list(shipped["signals"])
+        columns = [answerer.SIGNALS.index(n) for n in kept]
         print("kept the shipped unit model")
     else:
         w, b = _fit_listwise(x, y, questions, c)
-    refusal = _fit_refusal(data, x_all, w, b, most_refused=args.most_refused)
+    refusal = _fit_refusal(
+        data, x_all, w, b, most_refused=args.most_refused, columns=columns, names=asked
+    )
     args.out.write_text(
         json.dumps(
             {
-                "signals": list(answerer.SIGNALS),
+                "signals": kept,
                 "weights": [round(float(v), 4) for v in w],
                 "bias": round(b, 4),
                 "fitted_on": f"bench/answers/dev: {int(answerable_units.sum())} units, "
@@ -219,10 +244,53 @@ def main() -> int:
         )
         + "\n"
     )
-    for name, value in sorted(zip(answerer.SIGNALS, w, strict=True), key=lambda p: -abs(p[1])):
+    for name, value in sorted(zip(kept, w, strict=True), key=lambda p: -abs(p[1])):
         print(f"  {name:22} {value:+.3f}")
     print(f"wrote {args.out} (C={c})")
+    if args.cross_fit is not None:
+        _cross_fit(args.cross_fit, data, x_all, columns, kept, asked, c, args.most_refused)
     return 0
+
+
+def _cross_fit(
+    folder: Path, data: Any, x_all: NDArray[np.float64], columns: list[int], kept: list[str],
+    asked: list[str], c: float, most_refused: float,
+) -> None:  # fmt: skip
+    """One model per group of development questions (a document, or the off-topic questions
+    of none), each fitted without that group: its unit model without the group's units, its
+    refusal without the group's questions, the threshold the one that refuses at most
+    ``most_refused`` of the answerable questions over all groups' held-out probabilities."""
+    answerable_ids = answerable_questions(data)
+    answerable = np.asarray([str(q) in answerable_ids for q in data["questions"]])
+    x, y = x_all[answerable][:, columns], data["labels"][answerable].astype(np.int_)
+    groups, questions = data["groups"][answerable], data["questions"][answerable]
+    qgroups = data["question_groups"]
+    fits: dict[str, tuple[Any, ...]] = {}
+    held = np.zeros(len(qgroups))
+    for group in np.unique(np.concatenate([np.unique(groups), np.unique(qgroups)])):
+        fit_on = groups != group
+        w, b = _fit_listwise(x[fit_on], y[fit_on], questions[fit_on], c)
+        qx, qy, _ = _question_matrix(data, x_all, w, b, columns)
+        qx = qx[:, [answerer.QUESTION_SIGNALS.index(n) for n in asked]]
+        rw, rb = _fit(qx[qgroups != group], qy[qgroups != group], 1.0)
+        at = qgroups == group
+        held[at] = 1.0 / (1.0 + np.exp(-(qx[at] @ rw + rb)))
+        fits[str(group)] = (w, b, rw, rb)
+    qy = np.asarray([int(row[0]) for row in data["question_table"]])
+    ranked = np.sort(held[qy == 1])
+    threshold = float(ranked[int(np.floor(most_refused * len(ranked)))])
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, (group, (w, b, rw, rb)) in enumerate(sorted(fits.items())):
+        model = {
+            "group": group, "signals": kept, "weights": [float(v) for v in w], "bias": b,
+            "fitted_on": f"bench/answers/dev without {group}",
+            "refusal": {"signals": asked, "weights": [float(v) for v in rw], "bias": rb,
+                        "threshold": threshold},
+        }  # fmt: skip
+        (folder / f"{index:02d}.json").write_text(json.dumps(model))
+    print(f"wrote {len(fits)} cross-fitted models into {folder} (threshold {threshold:.3f}): "
+          f"answerable refused {float((held[qy == 1] < threshold).mean()):.3f}, off-topic "
+          f"refused {float((held[qy == 0] < threshold).mean()):.3f} (held out)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -98,6 +98,38 @@ class CachedEmbedder:
             )
 
 
+class CachedReader:
+    """The packaged reader with its logits kept on disk between replays, keyed by the
+    model's file, the question and the text."""
+
+    def __init__(self, inner: Any) -> None:
+        import hashlib
+
+        self.inner = inner
+        digest = hashlib.sha256(Path(inner.path).read_bytes()).hexdigest()[:12]
+        self.path = Path(f"/tmp/lectern-replay-reader-{digest}.json")
+        self.logits: dict[str, float] = (
+            json.loads(self.path.read_text()) if self.path.is_file() else {}
+        )
+        self.added = 0
+
+    async def score_logits(
+        self, question: str, texts: Sequence[str], *, kind: str = "sentence"
+    ) -> np.ndarray:
+        keys = [f"{kind}\x1f{question}\x1f{t}" for t in texts]
+        missing = [t for t, k in zip(texts, keys, strict=True) if k not in self.logits]
+        if missing:
+            fresh = await self.inner.score_logits(question, missing, kind=kind)
+            for text, value in zip(missing, fresh.tolist(), strict=True):
+                self.logits[f"{kind}\x1f{question}\x1f{text}"] = float(value)
+            self.added += len(missing)
+        return np.asarray([self.logits[k] for k in keys], dtype=np.float32)
+
+    def save(self) -> None:
+        if self.added:
+            self.path.write_text(json.dumps(self.logits))
+
+
 def _sources(stored: Sequence[dict[str, Any]]) -> list[SourceText]:
     return [
         SourceText(
@@ -129,8 +161,20 @@ async def replay(
     floor: float | None = None,
     other_floor: float | None = None,
     model: answerer.AnswerModel | None = None,
+    reads: bool = True,
+    cross_fitted: dict[str, answerer.AnswerModel] | None = None,
 ) -> list[Replayed]:
-    """Replay every stored answerable and off-topic question of ``run``."""
+    """Replay every stored answerable and off-topic question of ``run`` (with the packaged
+    reader, as the gateway runs it, unless ``reads`` is false). With ``cross_fitted`` (a model
+    per development document, fitted without it), each development question is answered by
+    the model of its document: out-of-sample development figures."""
+
+    def chosen(split: str, group: str) -> dict[str, Any]:
+        if cross_fitted is None or split != "dev":
+            return options
+        return {**options, "model": cross_fitted[group]}
+
+    from lectern_common import reading
     from lectern_common.embeddings import LocalEmbedder
     from lectern_common.settings import BaseServiceSettings
 
@@ -139,7 +183,8 @@ async def replay(
     by_id = {q.id: q for s in splits for q in s.questions}
     # the gateway's embedder with its default settings: what chat's answers are scored with
     embedder = CachedEmbedder(LocalEmbedder(BaseServiceSettings()))
-    offline = answerer.OfflineAnswerer(embedder=cast("Embedder", embedder))
+    reader = CachedReader(reading.packaged()) if reads and reading.available() else None
+    offline = answerer.OfflineAnswerer(embedder=cast("Embedder", embedder), reader=reader)
     options: dict[str, Any] = {"without": frozenset(without), "model": model}
     if floor is not None:
         options["floor"] = floor
@@ -162,11 +207,13 @@ async def replay(
         units = answerer.source_units(sources)
         bags = [Counter(answerer.terms(u.text)) for u in units]
         similarities = await offline.similarities(text, [u.text for u in units])
+        readings = await offline.readings(text, answerer.reader_texts(units, without=without))
         rows.append(
             answerer.unit_signals(
-                text, answerer.question_form(text), units, bags, similarities, sources=sources
+                text, answerer.question_form(text), units, bags, similarities, sources=sources,
+                readings=readings,
             )
-        )
+        )  # fmt: skip
         groups.extend([group] * len(units))
         questions.extend([qid] * len(units))
         query = list(dict.fromkeys(answerer.terms(text)))
@@ -194,7 +241,10 @@ async def replay(
             continue
         sources = _sources(stored)
         asked = _questions_asked(question, by_id)
-        answer = await offline.answer(question=asked, sources=sources, **options)
+        answer = await offline.answer(
+            question=asked, sources=sources,
+            **chosen(split_of[question.id], question.document),
+        )  # fmt: skip
         text = answer.render()
         by_label = {s["label"]: s for s in stored}
         cited = answer.cited
@@ -221,9 +271,11 @@ async def replay(
         stored = result.get("sources") or []
         refused = True
         if stored and result.get("band") != "gap":
+            group = result.get("document") or "(off-topic)"
             answer = await offline.answer(
-                question=result["question"], sources=_sources(stored), **options
-            )
+                question=result["question"], sources=_sources(stored),
+                **chosen(split_of[result["id"]], group),
+            )  # fmt: skip
             refused = not answer.supported
             if signals_out is not None and split_of[result["id"]] == "dev":
                 group = result.get("document") or "(off-topic)"
@@ -234,6 +286,8 @@ async def replay(
                      "offtopic", refused, 0.0, 0, 0, False, False)
         )  # fmt: skip
     embedder.save()
+    if reader is not None:
+        reader.save()
     if signals_out is not None:
         np.savez(
             signals_out, signals=np.vstack(rows), labels=np.asarray(labels),
@@ -284,13 +338,27 @@ def main() -> int:
     parser.add_argument("--floor", type=float)
     parser.add_argument("--other-floor", type=float)
     parser.add_argument("--signals", type=Path, help="write every unit's signals and label")
+    parser.add_argument(
+        "--cross-fitted", type=Path, metavar="DIR",
+        help="answer each development question with the model fitted without its document "
+        "(fit_answerer.py --cross-fit DIR): out-of-sample development figures",
+    )  # fmt: skip
+    parser.add_argument("--no-reader", dest="reads", action="store_false",
+                        help="replay the answerer without the reader (its own model)")  # fmt: skip
     parser.add_argument("--out", type=Path, help="write every replayed question as JSON")
     args = parser.parse_args()
     run = json.loads(args.json.read_text())
     model = answerer.AnswerModel.load(args.model) if args.model else None
+    cross_fitted = None
+    if args.cross_fitted is not None:
+        cross_fitted = {
+            json.loads(p.read_text())["group"]: answerer.AnswerModel.load(p)
+            for p in sorted(args.cross_fitted.glob("*.json"))
+        }
     replayed = asyncio.run(
         replay(run, args.set, without=args.without, signals_out=args.signals,
-               floor=args.floor, other_floor=args.other_floor, model=model)
+               floor=args.floor, other_floor=args.other_floor, model=model, reads=args.reads,
+               cross_fitted=cross_fitted)
     )  # fmt: skip
     splits = [s for s in ("dev", "test") if any(r.split == s for r in replayed)]
     figures = {s: summary(replayed, s) for s in splits}

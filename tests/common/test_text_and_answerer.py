@@ -12,6 +12,7 @@ import pytest
 
 from lectern_common.answerer import (
     MODEL_PATH,
+    NO_READER_MODEL_PATH,
     QUESTION_SIGNALS,
     SIGNALS,
     AnswerModel,
@@ -504,22 +505,31 @@ def test_the_fitted_refusal_refuses_what_the_sources_do_not_say() -> None:
     assert answered.supported and "443" in answered.render()
 
 
-def test_the_shipped_model_is_fitted_on_this_answerers_signals(tmp_path: Path) -> None:
-    model = answer_model()
-    assert len(model.unit.weights) == len(SIGNALS)
-    assert model.refusal is not None and len(model.refusal.weights) == len(QUESTION_SIGNALS)
-    data = json.loads(MODEL_PATH.read_text())
+@pytest.mark.parametrize("reads", [True, False])
+def test_the_shipped_models_are_fitted_on_this_answerers_signals(
+    reads: bool, tmp_path: Path
+) -> None:
+    model = answer_model(reads)
+    data = json.loads((MODEL_PATH if reads else NO_READER_MODEL_PATH).read_text())
     assert data["fitted_on"].startswith("bench/answers/dev")
-    # a model fitted on other signals is refused, not silently misread
+    assert set(data["signals"]) <= set(SIGNALS)
+    assert len(model.unit.weights) == len(data["signals"])
+    assert model.refusal is not None
+    assert set(data["refusal"]["signals"]) <= set(QUESTION_SIGNALS)
+    # the model with the reader reads: its signals are among those it was fitted on
+    assert model.reads == reads
+    assert ("reader" in data["signals"]) == reads
+    # a model fitted on signals this answerer does not make is refused, not silently misread
     stale = tmp_path / "model.json"
-    stale.write_text(json.dumps({**data, "signals": data["signals"][:-1]}))
-    with pytest.raises(ValueError, match="other signals"):
+    stale.write_text(json.dumps({**data, "signals": [*data["signals"][:-1], "retired"]}))
+    with pytest.raises(ValueError, match="does not make"):
         AnswerModel.load(stale)
     # the probability follows the weights: a unit stating the answer outranks one that does not
     units = source_units([PORTS])
     signals = unit_signals(
         "Which port does HTTPS use?", "general", units,
         [Counter(terms(u.text)) for u in units], [0.35, 0.75, 0.3], sources=[PORTS],
+        readings=[-4.0, 5.0, -6.0] if reads else None,
     )  # fmt: skip
     scores = model.score(signals)
     assert int(np.argmax(scores)) == 1 and 0.0 < float(scores.min()) < float(scores.max()) < 1.0

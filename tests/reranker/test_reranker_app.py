@@ -53,9 +53,14 @@ async def store_chunk(
 async def test_rerank_over_nats(
     nats_url: str, database_url: str, tenant_id: str, minilm: LocalEmbedder
 ) -> None:
+    # the bi-encoder (no cross-encoder configured): its reuse of the index's vectors is
+    # checked below; the packaged reader, the default, in test_reranker_scorers.py
     app = create_app(
-        Settings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
-    )
+        Settings(
+            nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
+            cross_encoder_model="",
+        )
+    )  # fmt: skip
     photosynthesis = (
         "Photosynthesis in the chloroplast uses light energy to turn carbon dioxide and water "
         "into glucose and oxygen."

@@ -14,6 +14,7 @@ from lectern_reranker.scorers import (
     BiEncoderScorer,
     CrossEncoderScorer,
     OnnxCrossEncoderScorer,
+    ReaderScorer,
     load_scorer,
     sigmoid,
 )
@@ -104,7 +105,8 @@ async def test_cross_encoder_scores_order_the_reply(
     request = RerankRequest(
         tenant_id="t", query="What does insulin do?", candidates=candidates, top_k=5
     )
-    reply = await rerank(request=request, scorer=scorer, config=RerankConfig())
+    # another cross-encoder than the packaged reader: its probability alone is the relevance
+    reply = await rerank(request=request, scorer=scorer, config=RerankConfig(relevance=None))
     assert reply.scorer == "cross-encoder"
     semantic = await scorer.score(request.query, PASSAGES)
     # with neutral educational signals the order is the cross-encoder's order
@@ -145,3 +147,26 @@ async def test_bi_encoder_reuses_known_vectors(minilm: LocalEmbedder) -> None:
     assert scores[1:] == pytest.approx(plain[1:], abs=1e-5)
     wrong = BiEncoderScorer(minilm).with_vectors({PASSAGES[0]: np.ones(7, dtype=np.float32)})
     np.testing.assert_allclose(await wrong.score(query, PASSAGES), plain, atol=1e-5)
+
+
+async def test_the_packaged_reader_is_the_default_scorer(minilm: LocalEmbedder) -> None:
+    scorer = load_scorer(Settings(), embedder=minilm)
+    assert isinstance(scorer, ReaderScorer)
+    assert scorer.name == "cross-encoder" and scorer.max_length == 192
+    scores = await scorer.score("How does insulin control blood sugar?", PASSAGES)
+    assert all(0.0 < s < 1.0 for s in scores)
+    assert set(np.argsort(scores)[-2:].tolist()) == {0, 4}  # the two insulin passages
+    assert max(scores[1], scores[3]) < 0.05  # the revolution and the marathon answer nothing
+    assert scorer.count_tokens("insulin lowers blood glucose") >= 4
+    assert await scorer.score("anything", []) == []
+
+
+async def test_a_reader_folder_is_loaded_as_a_reader(tmp_path: Path, minilm: LocalEmbedder) -> None:
+    import shutil
+
+    from lectern_common import reading
+
+    folder = tmp_path / "reader"
+    shutil.copytree(reading.PACKAGED, folder)
+    scorer = load_scorer(Settings(cross_encoder_model=str(folder)), embedder=minilm)
+    assert isinstance(scorer, ReaderScorer) and scorer.path == folder / "model.onnx"

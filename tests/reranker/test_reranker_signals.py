@@ -16,6 +16,7 @@ from lectern_reranker.service import (
     NEUTRAL,
     BandThresholds,
     Calibration,
+    RelevanceModel,
     RerankConfig,
     ScorerName,
     SignalWeights,
@@ -30,6 +31,7 @@ from lectern_reranker.service import (
     freshness,
     grade_match,
     overlap,
+    packaged_relevance,
     rank_prior,
     rerank,
     sentence_match,
@@ -483,7 +485,8 @@ async def test_bi_encoder_keeps_the_retrieval_order() -> None:
     )
     # the order alone: the best sentence's match is a signal of its own (tested above)
     no_match = {"bi-encoder": 0.0, "cross-encoder": 0.0}
-    config = RerankConfig(duplicate_overlap=1.0, sentence_match_weight=no_match)
+    # a cross-encoder the relevance model was not fitted for ranks by its own score
+    config = RerankConfig(duplicate_overlap=1.0, sentence_match_weight=no_match, relevance=None)
     cross = await rerank(request=request, scorer=LexicalScorer("cross-encoder"), config=config)
     bi = await rerank(request=request, scorer=LexicalScorer("bi-encoder"), config=config)
     assert [c.candidate.text for c in cross.chunks] == ["alpha beta gamma", "alpha beta", "alpha"]
@@ -535,3 +538,47 @@ def test_the_scorer_reads_a_chunk_without_the_title_every_chunk_shares() -> None
     assert scoring_text(chunk) == "Abstract\ndoi: 10.1093/bmb/ldu038"
     bare = chunk.model_copy(update={"context_prefix": "Turner syndrome review"})
     assert scoring_text(bare) == "doi: 10.1093/bmb/ldu038"
+
+
+def test_the_relevance_model_reads_the_reader_the_order_and_the_match(tmp_path: Any) -> None:
+    model = RelevanceModel(reader=1.0, prior=2.0, match=1.5, bias=-1.0)
+    base = model(0.5, 0.5, 0.5)
+    assert model(0.9, 0.5, 0.5) > base and model(0.5, 1.0, 0.5) > base
+    assert model(0.5, 0.5, 1.0) > base
+    assert 0.0 < model(1.0, 1.0, 1.0) < 1.0 and 0.0 < model(0.0, 0.0, 0.0) < 1.0
+    written = tmp_path / "model.json"
+    written.write_text('{"weights": {"reader": 1.0, "prior": 2.0, "match": 1.5}, "bias": -1.0}')
+    assert RelevanceModel.load(written) == model
+    shipped = packaged_relevance()
+    assert shipped is not None, "make fit-rerank writes the re-ranker's relevance model"
+    assert shipped.reader > 0 and shipped.prior > 0
+
+
+async def test_the_cross_encoder_relevance_is_fitted_and_reads_only_its_candidates() -> None:
+    texts = [
+        "Glaciers carve valleys as they move.",
+        "Photosynthesis turns light, water and carbon dioxide into glucose.",
+        "Plants make glucose by photosynthesis in their leaves.",
+        "The water cycle moves water between the sea, the air and the land.",
+    ]
+    request = RerankRequest(
+        tenant_id="t", query="How do plants make glucose?",
+        candidates=[candidate(t) for t in texts], top_k=4,
+    )  # fmt: skip
+    model = RelevanceModel(reader=1.0, prior=0.5, match=0.5, bias=0.0)
+    scorer = LexicalScorer()
+    config = RerankConfig(relevance=model, cross_encoder_candidates=3)
+    reply = await rerank(request=request, scorer=scorer, config=config, today=TODAY)
+    assert scorer.calls == [3], "only the first three of the fused order are read"
+    order = [c.candidate.text for c in reply.chunks]
+    assert order[-1] == texts[3], "the unread candidate follows the read ones"
+    assert order[0] == texts[2]
+    read = reply.chunks[0]
+    assert {"retrieval_rank", "sentence_match", "relevance"} <= set(read.signals)
+    p = read.semantic
+    expected = model(p, read.signals["retrieval_rank"], read.signals["sentence_match"])
+    assert read.signals["relevance"] == pytest.approx(expected)
+    assert reply.chunks[-1].signals["relevance"] == 0.0
+    # a bi-encoder reply is not touched by the cross-encoder's model
+    bi = await rerank(request=request, scorer=LexicalScorer("bi-encoder"), config=config)
+    assert len(bi.chunks) == 4 and "relevance" in bi.chunks[0].signals

@@ -33,6 +33,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--limit-queries", type=int, default=None, metavar="N")
     parser.add_argument(
+        "--query-split", choices=("all", "held-out", "train"), default="all",
+        help="only the questions held out from every fit (one in five, by a hash of the "
+        "question id: what the reader and the re-ranker's weights never saw), or the others",
+    )  # fmt: skip
+    parser.add_argument(
         "--methods", default=",".join(METHOD_CHOICES),
         help=f"comma-separated subset of {','.join(METHOD_CHOICES)} (default all)",
     )  # fmt: skip
@@ -136,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
                 **system,
                 methods=methods,
                 limit_queries=args.limit_queries,
+                split=args.query_split,
                 concurrency=args.concurrency,
                 progress=progress,
                 offtopic=offtopic,

@@ -29,7 +29,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -474,6 +474,8 @@ def speaks_of_question(query: Sequence[str], bags: Sequence[Iterable[str]]) -> b
 MECHANISMS = frozenset(
     {
         "off_topic",  # the fitted refusal: the sources do not answer the question at all
+        "speaks",  # ... asked only when a sentence holds two of the question's terms
+        "row_context",  # the reader reads a table row after its caption and header
         "followed_on",  # a best sentence brings the next one when it goes on about it
         "passage",  # the best sentence brings the next one of its paragraph
         "completed",  # a sentence a line break cut goes on; a list's introduction brings it
@@ -515,8 +517,11 @@ SIGNALS: tuple[str, ...] = (
     "explains",  # a why/how question, and the unit gives a cause, purpose or means
     "first_of_source",  # the first unit of its chunk
     "length",  # words / 40, at most 1
+    "reader",  # the reader's logit of (question, unit): does it answer, read together
 )
 _AT = {name: i for i, name in enumerate(SIGNALS)}
+#: reader logits beyond this say no more (and would dominate a linear model)
+READER_CLIP = 12.0
 
 _WHY_HOW = re.compile(
     r"^\s*(?:why\b|how\s+(?:do|does|did|is|are|was|were|can|could|should|would|must|to)\b|"
@@ -545,12 +550,13 @@ def unit_signals(
     similarities: Sequence[float] | None,
     *,
     sources: Sequence[SourceText] = (),
+    readings: Sequence[float] | None = None,
     k1: float = 1.2,
     b: float = 0.75,
     full_match: float = 0.75,
 ) -> NDArray[np.float64]:
     """The ``SIGNALS`` of every unit, one row per unit (in ``units`` order); ``sources``
-    (their re-ranker scores) when known."""
+    (their re-ranker scores) and ``readings`` (the reader's logits) when known."""
     query = list(dict.fromkeys(terms(question)))
     out = np.zeros((len(units), len(SIGNALS)), dtype=np.float64)
     if not units:
@@ -654,6 +660,8 @@ def unit_signals(
         row[_AT["explains"]] = float(why_how and bool(_EXPLAINS.search(text)))
         row[_AT["first_of_source"]] = float(unit.position == 0)
         row[_AT["length"]] = min(1.0, len(words) / 40)
+        if readings is not None:
+            row[_AT["reader"]] = min(max(float(readings[index]), -READER_CLIP), READER_CLIP)
     return out
 
 
@@ -675,6 +683,7 @@ QUESTION_SIGNALS = (
     "missing_rare",  # how rare in common use the rarest word of the question no source
     # holds is: "kind" or "happen" a paraphrase brings, "SMOTE" or "Herfindahl" a question
     # about something the material does not cover
+    "best_reader",  # the reader's best logit over the units: does any of them answer
 )
 _NAME = re.compile(r"(?<=\w\s)[A-Z][\w.-]*|\b[A-Za-z]*[A-Z][a-z]*[A-Z0-9][\w-]*")
 
@@ -706,6 +715,7 @@ def question_signals(
             float(any(n.casefold().rstrip(".") not in text for n in _NAME.findall(question))),
             min(1.0, longest / 12),
             missing_rarity(question, held),
+            float(signals[:, _AT["reader"]].max()) if len(signals) else 0.0,
         ],
         dtype=np.float64,
     )
@@ -753,27 +763,43 @@ def missing_rarity(question: str, held: Container[str]) -> float:
 
 @dataclass(frozen=True)
 class Logistic:
-    """A logistic model: the probability of each row of a signal matrix."""
+    """A logistic model over some columns of a signal matrix: the probability of each row."""
 
     weights: tuple[float, ...]
     bias: float
+    #: the columns it reads, in its weights' order (None: all, in order)
+    columns: tuple[int, ...] | None = None
 
     def __call__(self, signals: NDArray[np.float64]) -> NDArray[np.float64]:
         if not len(signals):
             return np.zeros(0)
-        logits = signals @ np.asarray(self.weights, dtype=np.float64) + self.bias
+        x = signals if self.columns is None else signals[:, list(self.columns)]
+        logits = x @ np.asarray(self.weights, dtype=np.float64) + self.bias
         return np.asarray(1.0 / (1.0 + np.exp(-logits)), dtype=np.float64)
+
+    @classmethod
+    def over(
+        cls, names: Sequence[str], weights: Sequence[float], bias: float, known: Sequence[str]
+    ) -> Logistic:
+        """A model fitted on the signals ``names``, each one of ``known`` (its columns)."""
+        unknown = [n for n in names if n not in known]
+        if unknown or len(names) != len(weights):
+            raise ValueError(f"fitted on signals this answerer does not make: {unknown}")
+        at = tuple(list(known).index(n) for n in names)
+        return cls(tuple(float(w) for w in weights), float(bias), at)
 
 
 @dataclass(frozen=True)
 class AnswerModel:
     """The answerer's two fitted models: the probability that a unit states the answer
-    (over ``SIGNALS``), and the probability that the sources answer the question at all
-    (over ``QUESTION_SIGNALS``), which must reach ``answer_threshold`` for an answer."""
+    (over some of ``SIGNALS``), and the probability that the sources answer the question at
+    all (over some of ``QUESTION_SIGNALS``), which must reach ``answer_threshold`` for an
+    answer. ``reads`` says whether it was fitted with the reader's signals."""
 
     unit: Logistic
     refusal: Logistic | None = None
     answer_threshold: float = 0.5
+    reads: bool = False
 
     def score(self, signals: NDArray[np.float64]) -> NDArray[np.float64]:
         """The probability of every unit (row of ``signals``)."""
@@ -789,28 +815,29 @@ class AnswerModel:
     def load(cls, path: Path) -> AnswerModel:
         """Read a model written by ``bench/fit_answerer.py``; its signals must be ours."""
         data = json.loads(path.read_text())
-        if tuple(data["signals"]) != SIGNALS:
-            raise ValueError(f"{path}: fitted on other signals than this answerer's")
-        unit = Logistic(tuple(float(w) for w in data["weights"]), float(data["bias"]))
-        refusal = data.get("refusal")
-        if refusal is None:
-            return cls(unit)
-        if tuple(refusal["signals"]) != QUESTION_SIGNALS:
-            raise ValueError(f"{path}: its refusal model has other signals than this answerer's")
-        return cls(
-            unit,
-            Logistic(tuple(float(w) for w in refusal["weights"]), float(refusal["bias"])),
-            float(refusal["threshold"]),
-        )
+        try:
+            unit = Logistic.over(data["signals"], data["weights"], data["bias"], SIGNALS)
+            refusal = data.get("refusal")
+            if refusal is None:
+                return cls(unit, reads="reader" in data["signals"])
+            judge = Logistic.over(
+                refusal["signals"], refusal["weights"], refusal["bias"], QUESTION_SIGNALS
+            )
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        reads = "reader" in data["signals"] or "best_reader" in refusal["signals"]
+        return cls(unit, judge, float(refusal["threshold"]), reads)
 
 
+#: the model fitted with the reader's signals, and the one for an answerer without a reader
 MODEL_PATH = Path(__file__).with_name("answerer_model.json")
+NO_READER_MODEL_PATH = Path(__file__).with_name("answerer_model_no_reader.json")
 
 
 @functools.cache
-def answer_model() -> AnswerModel:
-    """The fitted model shipped with the package."""
-    return AnswerModel.load(MODEL_PATH)
+def answer_model(reads: bool = True) -> AnswerModel:
+    """The fitted model shipped with the package, for an answerer with or without a reader."""
+    return AnswerModel.load(MODEL_PATH if reads else NO_READER_MODEL_PATH)
 
 
 def extract_answer(
@@ -818,6 +845,7 @@ def extract_answer(
     question: str,
     sources: Sequence[SourceText],
     similarities: Sequence[float] | None = None,
+    readings: Sequence[float] | None = None,
     max_sentences: int = 4,
     min_lexical: float = 0.2,
     min_semantic: float = 0.4,  # MiniLM: answering paraphrases ~0.4+, unrelated text < 0.3
@@ -831,8 +859,9 @@ def extract_answer(
     """Pick the units of ``sources`` that answer ``question``, in the question's form.
 
     ``similarities`` (question-to-unit cosines, in ``candidate_sentences`` order) add a
-    semantic signal. Each unit's signals (``unit_signals``) are combined by ``model`` (the
-    fitted ``answer_model()`` by default) into the probability that it states the answer. A
+    semantic signal, ``readings`` (the reader's logits, in the same order) the reader's.
+    Each unit's signals (``unit_signals``) are combined by ``model`` (the fitted
+    ``answer_model()`` by default) into the probability that it states the answer. A
     unit is eligible with enough lexical overlap or similarity; the best ones within ``floor``
     of the top score are kept (a unit of another source than the best
     one's needs ``other_floor``: it is cited only when it answers nearly as well; see the
@@ -847,8 +876,10 @@ def extract_answer(
     form = question_form(question)
     bags = [Counter(terms(u.text)) for u in units]
     asked = set(query)
-    model = model or answer_model()
-    signals = unit_signals(question, form, units, bags, similarities, sources=sources, k1=k1, b=b)
+    model = model or answer_model(reads=readings is not None)
+    signals = unit_signals(
+        question, form, units, bags, similarities, sources=sources, readings=readings, k1=k1, b=b
+    )
     probabilities = model.score(signals)
     # the sources must hold two of the question's terms in one sentence (of three or more):
     # "What is the offside rule in football?" against a book that only shouts "Offside!" in
@@ -856,7 +887,7 @@ def extract_answer(
     # the embedder puts it. Beyond that the fitted refusal decides, when there is an
     # embedder (without one its semantic signals are missing)
     if "off_topic" not in without and not (
-        speaks_of_question(query, bags)
+        ("speaks" in without or speaks_of_question(query, bags))
         and (
             similarities is None
             or model.answers(
@@ -1123,6 +1154,24 @@ def _best(
     return chosen
 
 
+def reader_texts(units: Sequence[SourceUnit], *, without: Container[str] = ()) -> list[str]:
+    """What the reader reads of each unit: a table row after its table's caption and header
+    (what the row's cells are), any other unit as it is."""
+    if "row_context" in without:
+        return [u.text for u in units]
+    return [f"{u.context}\n{u.text}" if u.context else u.text for u in units]
+
+
+class SentenceReader(Protocol):
+    """What the answerer needs of ``lectern_common.reading.Reader``."""
+
+    async def score_logits(
+        self, question: str, texts: Sequence[str], *, kind: Literal["sentence", "passage"] = ...
+    ) -> NDArray[np.float32]:
+        """The reader's logit of each (question, text) pair."""
+        ...
+
+
 class OfflineAnswerer:
     """Answers from the sources alone: the units that answer, cited, streamed."""
 
@@ -1132,11 +1181,13 @@ class OfflineAnswerer:
         self,
         *,
         embedder: Embedder | None = None,
+        reader: SentenceReader | None = None,
         max_sentences: int = 4,
         words_per_chunk: int = 4,
         cache_floats: int = 8_000_000,  # 32 MB of vectors: 20,000 sentences of MiniLM
     ) -> None:
         self.embedder = embedder
+        self.reader = reader
         self.max_sentences = max_sentences
         self.words_per_chunk = max(1, words_per_chunk)
         # unit vectors by (model, text), least recently used first: a course's questions
@@ -1148,17 +1199,27 @@ class OfflineAnswerer:
     async def answer(
         self, *, question: str, sources: Sequence[SourceText], **options: Any
     ) -> ExtractiveAnswer:
-        """The extractive answer (unit similarity from the embedder when one is set);
-        ``options`` go to ``extract_answer`` (measurements: ``without``, ``model``)."""
-        candidates = candidate_sentences(sources)
-        similarities = await self.similarities(question, [c[2] for c in candidates])
+        """The extractive answer (unit similarity from the embedder and the reader's logits
+        when they are set); ``options`` go to ``extract_answer`` (measurements: ``without``,
+        ``model``)."""
+        units = source_units(sources)
+        similarities = await self.similarities(question, [u.text for u in units])
+        without = options.get("without", frozenset())
         return extract_answer(
             question=question,
             sources=sources,
             similarities=similarities,
+            readings=await self.readings(question, reader_texts(units, without=without)),
             max_sentences=self.max_sentences,
             **options,
         )
+
+    async def readings(self, question: str, texts: Sequence[str]) -> list[float] | None:
+        """The reader's logit of each (question, text) pair (None without a reader)."""
+        if self.reader is None or not texts or not question.strip():
+            return None
+        logits = await self.reader.score_logits(question, texts, kind="sentence")
+        return [float(v) for v in logits]
 
     async def similarities(self, question: str, texts: Sequence[str]) -> list[float] | None:
         """Cosine of the question to each text (None without an embedder)."""

@@ -38,6 +38,7 @@ from lectern_common.answerer import (
     ExtractiveAnswer,
     OfflineAnswerer,
     ScoredSentence,
+    SentenceReader,
     candidate_sentences,
     extract_answer,
     split_sentences,
@@ -500,7 +501,10 @@ def _gemini_chain(settings: BaseServiceSettings) -> list[Generator]:
 
 
 def build_generator(
-    settings: BaseServiceSettings, *, embedder: Embedder | None = None
+    settings: BaseServiceSettings,
+    *,
+    embedder: Embedder | None = None,
+    reader: SentenceReader | None = None,
 ) -> Generator:
     """Gemini (when a key is set) and the fallback provider (when set), ending offline."""
     chain = _gemini_chain(settings)
@@ -515,7 +519,7 @@ def build_generator(
                 timeout_s=settings.llm_timeout_s,
             )
         )
-    offline = OfflineAnswerer(embedder=embedder)
+    offline = OfflineAnswerer(embedder=embedder, reader=reader)
     if not chain:
         return offline
     return FallbackGenerator(chain[0], [*chain[1:], offline])

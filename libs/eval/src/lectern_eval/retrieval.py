@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -18,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lectern_common.events.chat import band_shares
 
@@ -108,6 +109,16 @@ def load_beir(directory: Path, *, split: str = "test") -> BeirDataset:
 
 
 # ---------------------------------------------------------------- metrics
+
+
+QuerySplit = Literal["held-out", "train", "all"]
+
+
+def query_split(query_id: str, *, share: int = 5) -> Literal["held-out", "train"]:
+    """The part of a data set a question belongs to: one question in ``share``, by a hash of
+    its id, is held out from every fit (the reader's training, the re-ranker's weights), so
+    that ``--query-split held-out`` measures on questions nothing was fitted on."""
+    return "held-out" if hashlib.sha256(query_id.encode()).digest()[0] % share == 0 else "train"
 
 
 def document_ranking(doc_ids: Sequence[str]) -> list[str]:
@@ -472,6 +483,7 @@ async def evaluate(
     database_url: str | None = None,
     methods: Sequence[str] = METHODS,
     limit_queries: int | None = None,
+    split: QuerySplit = "all",
     concurrency: int = 4,
     progress: Callable[[str], None] | None = None,
     offtopic: Sequence[str] = (),
@@ -482,6 +494,7 @@ async def evaluate(
     indexed by the ingest service; questions go to ``lectern.retrieve.v1`` and
     ``lectern.rerank.v1`` over NATS.
 
+    ``split`` keeps the held-out or the training questions only (``query_split``).
     ``dataset`` is ``dataset_dir`` already read by ``load_beir`` (it is read here otherwise).
     With ``gateway_url``, ``secret`` (the JWT signing secret), ``nats_url`` and
     ``database_url`` it uses that running system; otherwise it starts the embedded stack
@@ -494,7 +507,7 @@ async def evaluate(
     say = progress or (lambda _msg: None)
     if dataset is None:
         dataset = load_beir(dataset_dir)
-    query_ids = sorted(dataset.queries)
+    query_ids = sorted(q for q in dataset.queries if split == "all" or query_split(q) == split)
     if limit_queries is not None:
         query_ids = query_ids[:limit_queries]
     tenant_id = f"eval-{dataset.name}-{uuid.uuid4().hex[:8]}"

@@ -64,6 +64,12 @@ class Settings(ServiceHttpSettings):
         description="the offline answerer scores sentences with the local embedding model "
         "too (loaded at start, ~90 MB); false: term overlap only",
     )
+    offline_answerer_reader: bool = Field(
+        default=True,
+        description="the offline answerer reads each source sentence against the question "
+        "with the packaged reader (int8 ONNX, ~23 MB, loaded at start): its scoring and "
+        "refusal models were fitted with it; false: the models fitted without it",
+    )
     grounding_weight: float = Field(
         default=0.3, description="weight of grounding in the final confidence score"
     )

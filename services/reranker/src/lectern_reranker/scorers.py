@@ -1,4 +1,4 @@
-"""Semantic scorers: a sentence-transformers CrossEncoder, or the bi-encoder as fallback.
+"""Semantic scorers: the project's reader (default), another CrossEncoder, or the bi-encoder.
 
 Models are loaded once per process (``load_scorer`` at start-up); scoring runs in a worker
 thread so the event loop keeps answering health checks and other requests.
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from lectern_common import onnx_models
+from lectern_common import onnx_models, reading
 from lectern_reranker.service import ScorerName, SemanticScorer
 
 if TYPE_CHECKING:
@@ -102,6 +102,51 @@ class CrossEncoderScorer:
             text, add_special_tokens=False, truncation=False, verbose=False
         )["input_ids"]
         return len(ids)
+
+
+class ReaderScorer:
+    """The project's reader (``lectern_common.reading``, shipped as int8 ONNX) reading each
+    (question, passage) pair; the sigmoid of its logit is the score."""
+
+    def __init__(self, reader: reading.Reader, *, max_length: int | None = None) -> None:
+        self._reader = reader
+        self._max_length = max_length or reader.max_length("passage")
+
+    @classmethod
+    def load(
+        cls, folder: Path | None = None, *, max_length: int | None = None,
+        threads: int | None = None,
+    ) -> ReaderScorer:  # fmt: skip
+        """The packaged reader, or a reader folder written by ``bench/train_reader.py``."""
+        return cls(reading.Reader.load(folder, threads=threads), max_length=max_length)
+
+    @property
+    def name(self) -> ScorerName:
+        """Reported in replies: the reader is a cross-encoder."""
+        return "cross-encoder"
+
+    @property
+    def max_length(self) -> int:
+        """Word pieces per (question, passage) pair; longer pairs are cut."""
+        return self._max_length
+
+    @property
+    def path(self) -> Path:
+        """The ONNX graph it runs."""
+        return self._reader.path
+
+    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Sigmoid of the reader's logit of each (query, text) pair."""
+        if not texts:
+            return []
+        logits = await asyncio.to_thread(
+            self._reader.logits, query, list(texts), kind="passage", max_length=self._max_length
+        )
+        return sigmoid(logits.tolist())
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces of a text with the reader's tokenizer."""
+        return self._reader.count_tokens(text)
 
 
 class OnnxCrossEncoderScorer:
@@ -278,7 +323,16 @@ class BiEncoderScorer:
 
 
 def load_cross_encoder(settings: Settings, name: str) -> SemanticScorer:
-    """The configured cross-encoder on its backend; ONNX falls back to torch if it cannot load."""
+    """The configured cross-encoder: the packaged reader by its name (or a folder holding a
+    reader's ``reader.json``), else a CrossEncoder checkpoint on its backend (ONNX falls back to
+    torch if it cannot load)."""
+    folder = None if name == reading.PACKAGED_NAME else Path(name)
+    if folder is None or (folder / "reader.json").is_file():
+        return ReaderScorer.load(
+            folder,
+            max_length=settings.cross_encoder_max_length,
+            threads=settings.cross_encoder_threads,
+        )
     if settings.cross_encoder_backend == "onnx":
         try:
             return OnnxCrossEncoderScorer.load(

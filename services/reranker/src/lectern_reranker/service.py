@@ -12,12 +12,14 @@ chunk with no curriculum tags scores 0 for curriculum when the student has a cur
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 # re-exported: the band definition is shared with the gateway (lectern_common.education)
@@ -104,15 +106,63 @@ class Calibration:
 # questions (0.32: 84% / 0.5%; 0.40: 98% / 2.2%). A large corpus holds more passages that
 # resemble an off-topic question by chance, so the midpoint must sit above their top cosine.
 BI_ENCODER_CALIBRATION = Calibration(midpoint=0.38, scale=0.05)
-# No cross-encoder weights exist offline here: this assumes an ms-marco-style model whose
-# sigmoid(logit) is near 0 off-topic and above ~0.5 on-topic. Refit when one is mounted.
-CROSS_ENCODER_CALIBRATION = Calibration(midpoint=0.10, scale=0.05)
+# The packaged reader's best probability over the candidates it read: below the midpoint the
+# band is gap. bioasq-dev (bench/fit_rerank.py, 16 candidates read at 192 word pieces): at
+# 0.05, 92% of bench/data/offtopic_questions.txt in the gap band against 0.9% of the answerable
+# questions (0.10: 100% / 1.5%). The answer set's development split read again: at 0.05, 47%
+# of its off-topic questions against 1.1% of its answerable ones, at 0.01 2.8% against 0.6%.
+# But on the frozen test split, 0.05 refused 10% of the answerable questions (table-only
+# documents: the reader was trained on no table) against 4% before the reader, so by the
+# set's rule (a change that lowers test is reverted) the reader's gap stays where it refuses
+# almost nothing answerable, and the answerer's fitted refusal decides the rest.
+CROSS_ENCODER_CALIBRATION = Calibration(midpoint=0.01, scale=0.05)
 # The bi-encoder's cosine misses what it cannot read ("the QCRTAUT system value",
 # "Sierpińskiraum"): a kept chunk with one sentence that holds (idf-weighted) nearly all of
 # the question's terms is evidence of its own. On the answer set (bench/answers) off-topic
 # questions reach at most 0.55 of their terms in a sentence of the final context; answerable
 # questions refused as gaps held 0.67-1.0.
 LEXICAL_CALIBRATION = Calibration(midpoint=0.75, scale=0.03)
+
+
+@dataclass(frozen=True)
+class RelevanceModel:
+    """How relevant a candidate is, from what the cross-encoder read and what retrieval
+    found: a logistic model over the cross-encoder's logit, the retriever's fused order
+    (``rank_prior``) and its best sentence's share of the question's terms
+    (``sentence_match``). Fitted by ``bench/tune_rerank.py`` on bioasq-dev's training
+    questions (listwise, the held-out fifth never seen) and shipped as
+    ``relevance_model.json``."""
+
+    reader: float
+    prior: float
+    match: float
+    bias: float
+
+    def __call__(self, probability: float, prior: float, match: float) -> float:
+        """The relevance (0..1) of a candidate the cross-encoder scored ``probability``."""
+        p = min(max(probability, 1e-9), 1 - 1e-9)
+        z = self.reader * math.log(p / (1 - p)) + self.prior * prior + self.match * match
+        return 1.0 / (1.0 + math.exp(-max(min(z + self.bias, 50.0), -50.0)))
+
+    @classmethod
+    def load(cls, path: Path) -> RelevanceModel:
+        """Read a model written by ``bench/tune_rerank.py``."""
+        data = json.loads(path.read_text())
+        weights = data["weights"]
+        return cls(
+            float(weights["reader"]), float(weights["prior"]), float(weights["match"]),
+            float(data["bias"]),
+        )  # fmt: skip
+
+
+RELEVANCE_MODEL_PATH = Path(__file__).with_name("relevance_model.json")
+
+
+def packaged_relevance() -> RelevanceModel | None:
+    """The fitted relevance model shipped with the re-ranker (None before one is fitted)."""
+    if not RELEVANCE_MODEL_PATH.is_file():
+        return None
+    return RelevanceModel.load(RELEVANCE_MODEL_PATH)
 
 
 @dataclass(frozen=True)
@@ -163,6 +213,14 @@ class RerankConfig:
     sentence_match_weight: Mapping[str, float] = field(
         default_factory=lambda: {"bi-encoder": 0.25, "cross-encoder": 0.0}
     )
+    #: a cross-encoder's relevance from its logit, the fused order and the sentence match
+    #: (None: its probability alone, as for a cross-encoder the model was not fitted with)
+    relevance: RelevanceModel | None = field(default_factory=packaged_relevance)
+    #: how many candidates, first of the fused order, a cross-encoder reads (None: all);
+    #: the others follow them in the fused order. bioasq-dev's held-out questions
+    #: (bench/fit_rerank.py, nDCG@10): 12 read 0.881, 16 read 0.887, 20 read 0.884, all 30
+    #: 0.891, at ~7 ms of 2 cores a candidate: 16 keep the stage under 150 ms
+    cross_encoder_candidates: int | None = 16
 
 
 # --- educational signals -------------------------------------------------------------------
@@ -459,6 +517,8 @@ def confidence_of(
     calibration = config.calibrations.get(scorer, BI_ENCODER_CALIBRATION)
     retrieval = calibration(top_semantic) if top_semantic is not None and kept_signals else 0.0
     matches = [s["sentence_match"] for s in kept_signals if "sentence_match" in s]
+    # what the scorer cannot read (the reader was trained on no table): a sentence holding
+    # nearly all the question's terms is evidence of its own
     if matches and config.lexical_calibration is not None:
         retrieval = max(retrieval, config.lexical_calibration(max(matches)))
     if kept_signals:
@@ -531,12 +591,18 @@ def rank_candidates(
     """Every candidate with its signals and combined score, best first (stable on ties)."""
     prior_weight = config.rank_prior_weight.get(scorer, 0.0)
     match_weight = config.sentence_match_weight.get(scorer, 0.0)
-    matches = sentence_match(query, [c.text for c in candidates]) if match_weight > 0 else []
+    model = config.relevance if scorer == "cross-encoder" else None
+    wants_match = match_weight > 0 or model is not None
+    matches = sentence_match(query, [c.text for c in candidates]) if wants_match else []
     ranked: list[RankedChunk] = []
     for position, (candidate, sem) in enumerate(zip(candidates, semantic, strict=True)):
         signals = educational_signals(candidate, student, today=today)
         relevance = sem
-        if prior_weight > 0:
+        if model is not None:
+            signals["retrieval_rank"] = prior = rank_prior(position, len(candidates))
+            signals["sentence_match"] = matches[position]
+            relevance = model(sem, prior, matches[position])
+        elif prior_weight > 0:
             prior = rank_prior(position, len(candidates))
             signals["retrieval_rank"] = prior
             relevance = (1 - prior_weight) * sem + prior_weight * prior
@@ -572,12 +638,21 @@ async def rerank(
                 top_semantic=None, kept_signals=[], scorer=scorer.name, config=config
             ),
         )
-    semantic = await scorer.score(request.query, [scoring_text(c) for c in candidates])
+    limit = config.cross_encoder_candidates if scorer.name == "cross-encoder" else None
+    head = list(candidates[:limit]) if limit is not None else list(candidates)
+    semantic = await scorer.score(request.query, [scoring_text(c) for c in head])
     scored_at = time.perf_counter()
     ranked = rank_candidates(
-        query=request.query, candidates=candidates, semantic=semantic, student=request.student,
+        query=request.query, candidates=head, semantic=semantic, student=request.student,
         scorer=scorer.name, config=config, today=day,
     )  # fmt: skip
+    ranked += [
+        RankedChunk(
+            candidate=c, semantic=0.0, score=0.0,
+            signals={**educational_signals(c, request.student, today=day), "relevance": 0.0},
+        )
+        for c in candidates[len(head) :]
+    ]  # fmt: skip
     keep, twins = drop_near_duplicates(
         [r.candidate.text for r in ranked], threshold=config.duplicate_overlap
     )

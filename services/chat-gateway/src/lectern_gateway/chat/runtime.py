@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from lectern_common.llm import OfflineAnswerer, build_generator, build_web_generator
 from lectern_common.service import ServiceState
@@ -14,9 +15,12 @@ from lectern_gateway.chat.turn import ChatDeps
 from lectern_gateway.chat.turns import TurnRegistry
 from lectern_gateway.config import Settings
 
+log = logging.getLogger(__name__)
+
 STREAMER = "answer_streamer"
 SWEEPER = "idle_sweeper"
 EMBEDDER = "embedder"
+READER = "reader"
 TURNS = "chat_turns"
 WEB_STREAMER = "web_answer_streamer"
 QUIZ_WRITER = "quiz_writer"
@@ -27,16 +31,25 @@ async def start_chat(state: ServiceState, settings: Settings) -> None:
     """Build the answer streamer and start the idle-session sweep.
 
     The offline answerer, which ends every chain of models, scores the sentences of the
-    sources with the local embedding model as well as by term overlap: the model is loaded
-    here (off the event loop), in float precision so that a question and the sentences it
-    is compared with are encoded alike."""
+    sources with the packaged reader and the local embedding model as well as by term
+    overlap: both are loaded here (off the event loop), the embedder in float precision so
+    that a question and the sentences it is compared with are encoded alike."""
     embedder = None
     if settings.offline_answerer_embeddings:
         from lectern_common.embeddings import LocalEmbedder
 
         embedder = await asyncio.to_thread(LocalEmbedder, settings, query_precision="float32")
     state.resources[EMBEDDER] = embedder  # also checks typed quiz answers (study)
-    generator = build_generator(settings, embedder=embedder)
+    reader = None
+    if settings.offline_answerer_reader:
+        from lectern_common import reading
+
+        if reading.available():
+            reader = await asyncio.to_thread(reading.packaged)
+        else:  # a checkout without the model file: the answerer's model fitted without it
+            log.warning("no reader in %s: the offline answerer reads without it", reading.PACKAGED)
+    state.resources[READER] = reader
+    generator = build_generator(settings, embedder=embedder, reader=reader)
     state.resources[STREAMER] = streamer_for(generator)
     web = build_web_generator(settings)
     state.resources[WEB_STREAMER] = None if web is None else streamer_for(web)

