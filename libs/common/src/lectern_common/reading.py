@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -52,7 +54,9 @@ class ReaderCard:
 class Reader:
     """Scores (question, text) pairs with the reader's ONNX graph."""
 
-    def __init__(self, session: Any, tokenizer: Any, card: ReaderCard, *, path: Path) -> None:
+    def __init__(
+        self, session: Any, tokenizer: Any, card: ReaderCard, *, path: Path, workers: int = 1
+    ) -> None:
         self._session = session
         self._inputs = onnx_models.session_inputs(session)
         self._base = tokenizer
@@ -60,11 +64,16 @@ class Reader:
         self.path = path
         self._tokenizers: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._workers = max(1, workers)
+        self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="lectern-reader")
 
     @classmethod
     def load(cls, folder: Path | None = None, *, threads: int | None = None) -> Reader:
         """A reader folder (``model.onnx``, ``tokenizer.json``, ``reader.json``); the
-        packaged one by default."""
+        packaged one by default. ``threads`` (default: the CPUs, at most 4) pairs are read
+        at once, each on one thread: a pair of a few hundred word pieces is too small to
+        share well between threads (16 passages of 192 pieces on 2 cores: 119 ms one at a
+        time on two threads, 92 ms two at a time on one thread each)."""
         from tokenizers import Tokenizer
 
         root = folder or PACKAGED
@@ -72,8 +81,9 @@ class Reader:
         tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
         tokenizer.no_truncation()
         tokenizer.no_padding()
-        session = onnx_models.open_session(root / "model.onnx", threads=threads)
-        return cls(session, tokenizer, card, path=root / "model.onnx")
+        session = onnx_models.open_session(root / "model.onnx", threads=1)
+        workers = threads or min(os.cpu_count() or 1, 4)
+        return cls(session, tokenizer, card, path=root / "model.onnx", workers=workers)
 
     @property
     def name(self) -> str:
@@ -111,8 +121,11 @@ class Reader:
         if not texts:
             return out
         tokenizer = self._tokenizer(max_length or self.max_length(kind))
-        for index, encoding in enumerate(tokenizer.encode_batch([(question, t) for t in texts])):
-            out[index] = self._run(encoding)
+        encodings = tokenizer.encode_batch([(question, t) for t in texts])
+        if self._workers == 1 or len(encodings) == 1:
+            out[:] = [self._run(e) for e in encodings]
+        else:  # onnxruntime runs a session from several threads at once, off the GIL
+            out[:] = list(self._pool.map(self._run, encodings))
         return out
 
     def _run(self, encoding: Any) -> float:
