@@ -135,3 +135,73 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+# -- the gateway's domains (docs/architecture.md, "The gateway's domains") --------------
+
+GATEWAY = PACKAGES["lectern_gateway"]
+#: folders of the gateway that are domains; its top-level modules (app, deps, runtime,
+#: config, auth, problems) are the composition root and the shared HTTP plumbing
+DOMAINS = frozenset(p.name for p in GATEWAY.iterdir() if (p / "__init__.py").exists())
+
+
+def _domain(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in DOMAINS else None
+
+
+def _domain_imports() -> Iterator[tuple[str, str, str]]:
+    """(importing module, its domain, imported module) for every import of another domain."""
+    for name, path in modules("lectern_gateway"):
+        own = _domain(name)
+        if own is None:
+            continue
+        for target in imported(path):
+            other = _domain(target) if target.startswith("lectern_gateway.") else None
+            if other is not None and other != own:
+                yield name, own, target
+
+
+def test_a_domain_calls_another_through_its_service_never_its_routes() -> None:
+    """What chat asks of personas lives in ``personas.service``, not ``personas.routes``:
+    a domain's routes are HTTP only."""
+    wrong = sorted(
+        f"{name} imports {target}"
+        for name, _, target in _domain_imports()
+        if target.split(".")[2] == "routes"
+    )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle_between_the_gateways_domains() -> None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for _, own, target in _domain_imports():
+        other = _domain(target)
+        assert other is not None
+        graph[own].add(other)
+    cycles = _cycles(graph)
+    assert not cycles, f"domains importing each other: {cycles}"
+
+
+def test_dependencies_are_typed_not_looked_up_by_name() -> None:
+    """No ``resources: dict[str, Any]`` looked up by string key, and the gateway's
+    dependencies (``GatewayDeps``, and ``ChatDeps`` for a turn) have no ``Any`` field but
+    the untyped asyncpg pool's."""
+    looked_up = [
+        f"{name}: {path.read_text().count('.resources')} uses of .resources"
+        for package in SERVICES
+        for name, path in modules(package)
+        if ".resources[" in path.read_text() or ".resources.get(" in path.read_text()
+    ]
+    assert not looked_up, looked_up
+    for module, cls in (("deps", "GatewayDeps"), ("chat/turn", "ChatDeps")):
+        tree = ast.parse((GATEWAY / f"{module}.py").read_text())
+        found = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+        untyped = [
+            node.target.id
+            for node in found.body
+            if isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and "Any" in ast.unparse(node.annotation)
+        ]
+        assert not untyped, f"{cls} fields typed Any: {untyped}"

@@ -28,7 +28,6 @@ from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_g
 from lectern_gateway.chat.confidence import MEDIUM_CAVEAT
 from lectern_gateway.chat.generation import Piece
 from lectern_gateway.chat.prompt import Prompt
-from lectern_gateway.chat.runtime import STREAMER, TURNS
 from lectern_gateway.chat.sse import parse_event
 from lectern_gateway.chat.turns import TurnRegistry
 
@@ -348,7 +347,7 @@ async def test_client_disconnect_cancels_the_model_call(
     await seed_document(db_pool, tenant_id=tenant_id)
     gate = threading.Event()
     gemini.enqueue(Behaviour(text=ANSWER, words_per_chunk=2, gate=gate), endpoint="generate")
-    real = gateway.resources[STREAMER]
+    real = gateway.deps.streamer
     closed = asyncio.Event()
     outcome: list[str] = []
 
@@ -363,8 +362,8 @@ async def test_client_disconnect_cancels_the_model_call(
         finally:
             closed.set()
 
-    gateway.resources[STREAMER] = watched
-    turns: TurnRegistry = gateway.resources[TURNS]
+    gateway.deps.streamer = watched
+    turns: TurnRegistry = gateway.deps.turns
     turns.resume_grace_s = 0  # no reconnection awaited: the turn stops with its reader
     headers = gateway.token(tenant_id, "stu-1")
     session = await new_session(client, gateway, headers)
@@ -382,7 +381,7 @@ async def test_client_disconnect_cancels_the_model_call(
         await asyncio.wait_for(closed.wait(), timeout=5)
         assert outcome == ["cancelled"]
     finally:
-        gateway.resources[STREAMER] = real
+        gateway.deps.streamer = real
         turns.resume_grace_s = 30.0
         gate.set()
     rows = await db_pool.fetch(

@@ -23,7 +23,6 @@ from lectern_testing.chat import (
 from lectern_common.errors import UpstreamError
 from lectern_gateway.chat.generation import Piece, TextDelta
 from lectern_gateway.chat.prompt import Prompt
-from lectern_gateway.chat.runtime import STREAMER, TURNS
 from lectern_gateway.chat.sse import parse_event
 from lectern_gateway.chat.turns import TurnRegistry
 
@@ -99,15 +98,15 @@ async def test_a_dropped_stream_resumes_with_last_event_id_and_the_whole_answer_
     session = await new_session(client, gateway, headers)
     url = f"{gateway.url}/v1/sessions/{session['id']}/messages"
     key = {"Idempotency-Key": f"ask-{uuid.uuid4()}"}
-    real = gateway.resources[STREAMER]
+    real = gateway.deps.streamer
     gate = asyncio.Event()
-    gateway.resources[STREAMER] = _gated(real, gate)
+    gateway.deps.streamer = _gated(real, gate)
     try:
         response, first = await _read(
             client, "POST", url, {**headers, **key}, json={"content": QUESTION}, stop_after=2
         )
     finally:
-        gateway.resources[STREAMER] = real
+        gateway.deps.streamer = real
     assert response.status_code == 200
     turn_id = response.headers["X-Lectern-Turn-Id"]
     assert [f[1] for f in first] == ["sources", "token"]
@@ -139,7 +138,7 @@ async def test_a_dropped_stream_resumes_with_last_event_id_and_the_whole_answer_
     assert await _messages_today(db_pool, tenant_id, "stu-1") == 1
 
     # the turn's events URL replays the same stream from storage on any replica
-    turns: TurnRegistry = gateway.resources[TURNS]
+    turns: TurnRegistry = gateway.deps.turns
     turns.turns.pop(uuid.UUID(turn_id), None)  # as if another replica answered it
     events_url = f"{gateway.url}{response.headers['Content-Location']}"
     _, replayed = await _read(client, "GET", events_url, headers)
@@ -154,17 +153,17 @@ async def test_another_replica_follows_a_turn_still_being_answered(
     await seed_document(db_pool, tenant_id=tenant_id)
     headers = gateway.token(tenant_id, "stu-2")
     session = await new_session(client, gateway, headers)
-    real = gateway.resources[STREAMER]
+    real = gateway.deps.streamer
     gate = asyncio.Event()
-    gateway.resources[STREAMER] = _gated(real, gate)
-    turns: TurnRegistry = gateway.resources[TURNS]
+    gateway.deps.streamer = _gated(real, gate)
+    turns: TurnRegistry = gateway.deps.turns
     try:
         response, first = await _read(
             client, "POST", f"{gateway.url}/v1/sessions/{session['id']}/messages", headers,
             json={"content": QUESTION}, stop_after=2,
         )  # fmt: skip
     finally:
-        gateway.resources[STREAMER] = real
+        gateway.deps.streamer = real
     turn_id = uuid.UUID(response.headers["X-Lectern-Turn-Id"])
     local = turns.turns[turn_id]
     await asyncio.sleep(2 * turns.flush_s)  # what was streamed so far is stored
@@ -189,17 +188,17 @@ async def test_a_turn_failed_by_the_server_is_not_counted_and_its_key_asks_again
     session = await new_session(client, gateway, headers)
     url = f"{gateway.url}/v1/sessions/{session['id']}/messages"
     key = {"Idempotency-Key": "same-question"}
-    real = gateway.resources[STREAMER]
+    real = gateway.deps.streamer
 
     async def broken(prompt: Prompt) -> AsyncGenerator[Piece, None]:
         raise UpstreamError("every model is down (injected)", reason="upstream_unavailable")
         yield  # pragma: no cover
 
-    gateway.resources[STREAMER] = broken
+    gateway.deps.streamer = broken
     try:
         _, failed = await _read(client, "POST", url, {**headers, **key}, json={"content": QUESTION})
     finally:
-        gateway.resources[STREAMER] = real
+        gateway.deps.streamer = real
     assert parse_event(failed[-1][2]).type == "error"
     await _until(lambda: _messages_today(db_pool, tenant_id, "stu-3"), 0)
 
@@ -239,9 +238,9 @@ async def test_stop_cancels_the_turn_on_the_server(
     await seed_document(db_pool, tenant_id=tenant_id)
     headers = gateway.token(tenant_id, "stu-5")
     session = await new_session(client, gateway, headers)
-    real = gateway.resources[STREAMER]
+    real = gateway.deps.streamer
     gate = asyncio.Event()  # never set: the model would stall mid-answer
-    gateway.resources[STREAMER] = _gated(real, gate)
+    gateway.deps.streamer = _gated(real, gate)
     try:
         response, first = await _read(
             client, "POST", f"{gateway.url}/v1/sessions/{session['id']}/messages", headers,
@@ -253,7 +252,7 @@ async def test_stop_cancels_the_turn_on_the_server(
         events_url = f"{gateway.url}{response.headers['Content-Location']}"
         _, rest = await _read(client, "GET", events_url, {**headers, "Last-Event-ID": first[-1][0]})
     finally:
-        gateway.resources[STREAMER] = real
+        gateway.deps.streamer = real
     last = parse_event(rest[-1][2])
     assert last.type == "error" and last.reason == "abandoned"
     roles = await db_pool.fetch(

@@ -32,7 +32,6 @@ from lectern_testing.chat import (
 from lectern_common.events import Subjects
 from lectern_gateway.chat.generation import Piece, TextDelta
 from lectern_gateway.chat.prompt import Prompt
-from lectern_gateway.chat.runtime import STREAMER, TURNS
 from lectern_gateway.chat.sse import parse_event
 from lectern_gateway.chat.turns import TurnRegistry
 
@@ -59,7 +58,7 @@ async def replicas(
 @pytest.fixture(autouse=True)
 def _revive(replicas: tuple[Gateway, Gateway]) -> Iterator[None]:
     """Replica A writes to Postgres again after each test, whatever the test did to it."""
-    a_turns: TurnRegistry = replicas[0].resources[TURNS]
+    a_turns: TurnRegistry = replicas[0].deps.turns
     pool = a_turns.pool
     yield
     a_turns.pool = pool
@@ -138,7 +137,7 @@ async def test_a_survivor_takes_over_a_turn_whose_replica_stopped_and_every_even
     case: str,
 ) -> None:
     a, b = replicas
-    b_turns: TurnRegistry = b.resources[TURNS]
+    b_turns: TurnRegistry = b.deps.turns
     await seed_document(db_pool, tenant_id=tenant_id)
     headers = a.token(tenant_id, "stu-1")
     # the undisturbed answer, in a session of its own
@@ -148,16 +147,16 @@ async def test_a_survivor_takes_over_a_turn_whose_replica_stopped_and_every_even
     session = await new_session(client, a, headers)
     url = f"/v1/sessions/{session['id']}/messages"
     key = {"Idempotency-Key": f"ask-{uuid.uuid4()}"}
-    a_turns: TurnRegistry = a.resources[TURNS]
-    real, gate = a.resources[STREAMER], asyncio.Event()
-    a.resources[STREAMER] = _paused(real, gate, after=3)
+    a_turns: TurnRegistry = a.deps.turns
+    real, gate = a.deps.streamer, asyncio.Event()
+    a.deps.streamer = _paused(real, gate, after=3)
     try:
         response, first, _ = await _read(
             client, "POST", a.url + url, {**headers, **key}, json={"content": QUESTION},
             stop_after=4,
         )  # fmt: skip
     finally:
-        a.resources[STREAMER] = real
+        a.deps.streamer = real
     turn_id = uuid.UUID(response.headers["X-Lectern-Turn-Id"])
     if not case.endswith("unsaved"):
         await asyncio.sleep(3 * a_turns.flush_s)
@@ -262,15 +261,15 @@ async def test_a_turn_whose_replica_is_alive_is_followed_not_taken_over(
     headers = a.token(tenant_id, "stu-2")
     session = await new_session(client, a, headers)
     url = f"/v1/sessions/{session['id']}/messages"
-    a_turns: TurnRegistry = a.resources[TURNS]
-    real, gate = a.resources[STREAMER], asyncio.Event()
-    a.resources[STREAMER] = _paused(real, gate, after=1)
+    a_turns: TurnRegistry = a.deps.turns
+    real, gate = a.deps.streamer, asyncio.Event()
+    a.deps.streamer = _paused(real, gate, after=1)
     try:
         response, first, _ = await _read(
             client, "POST", a.url + url, headers, json={"content": QUESTION}, stop_after=2
         )
     finally:
-        a.resources[STREAMER] = real
+        a.deps.streamer = real
     turn_id = uuid.UUID(response.headers["X-Lectern-Turn-Id"])
     reader = asyncio.create_task(
         _read(client, "GET", f"{b.url}{url}/{turn_id}/events",

@@ -146,14 +146,14 @@ async def gateway(nats_url: str, database_url: str) -> AsyncIterator[Gateway]:
 @pytest.fixture
 def failing_nats(gateway: Gateway) -> Iterator[Callable[[FailingBroker], None]]:
     """Put a failing broker in the gateway's place for one test (routes and chat turns)."""
-    state = gateway.app.state.lectern
+    state, deps = gateway.app.state.lectern, gateway.deps
     real = state.broker
 
     def install(broker: FailingBroker) -> None:
-        state.broker = broker
+        state.broker = deps.broker = broker  # type: ignore[assignment]
 
     yield install
-    state.broker = real
+    state.broker = deps.broker = real
 
 
 def assert_unavailable(response: httpx.Response, reason: str) -> None:

@@ -112,7 +112,8 @@ async def app(settings: Settings, embedder: Embedder) -> AsyncIterator[Any]:
 @pytest.fixture
 def worker(app: Any) -> IngestWorker:
     """The running app's worker (for deterministic direct deliveries)."""
-    found: IngestWorker = app.state.lectern.resources["ingest_worker"]
+    found = app.state.lectern.deps
+    assert isinstance(found, IngestWorker)
     return found
 
 
@@ -854,7 +855,7 @@ async def test_a_new_version_reuses_the_embeddings_of_unchanged_chunks(
     counting = CountingEmbedder(embedder)
     worker = IngestWorker(
         settings=settings, embedder=counting, pool=db_pool, jetstream=nc.jetstream(),
-        publish=app.state.lectern.resources["ingest_worker"].publish,
+        publish=app.state.lectern.deps.publish,
     )  # fmt: skip
     v1 = await stage_upload(
         db_pool, nc, tenant_id=tenant_id, data=pdf_bytes(6), filename="waves.pdf",

@@ -14,7 +14,7 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +58,11 @@ class ServiceState:
     #: the pool reads that a read replica may serve use (``LECTERN_DATABASE_READ_URL``)
     reads: ReadPools | None = None
     telemetry: Telemetry | None = None
-    resources: dict[str, Any] = field(default_factory=dict)
+    #: the service's typed dependencies or domain object (the gateway's ``GatewayDeps``,
+    #: ingest's ``IngestWorker``), set by its start-up hook for its routes and tests
+    deps: object = None
+    #: loops started with ``spawn``, cancelled at shutdown before ``on_shutdown`` runs
+    background: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     checks: dict[str, ReadinessCheck] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
     accepting: bool = False
@@ -67,6 +71,18 @@ class ServiceState:
     #: the app is its process's only service (``run_service``): start-up may tune the
     #: process-wide garbage collector (not when tests host several apps in one process)
     own_process: bool = False
+
+    def spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in the background until the service stops."""
+        self.background[name] = asyncio.create_task(work, name=name)
+
+    async def stop_background(self) -> None:
+        """Cancel every loop ``spawn`` started and wait for each to end."""
+        tasks = list(self.background.values())
+        self.background.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 Hook = Callable[[ServiceState], Awaitable[None]]
@@ -182,6 +198,7 @@ def create_service_app(
             yield
         finally:
             state.accepting = False
+            await state.stop_background()
             for task in (relay, lag):
                 if task is not None:
                     task.cancel()

@@ -42,6 +42,7 @@ from lectern_gateway.app import create_app
 from lectern_gateway.auth import Plan, Role, issue_token
 from lectern_gateway.chat.sse import ChatEvent, parse_event
 from lectern_gateway.config import Settings
+from lectern_gateway.deps import GatewayDeps, gateway_of
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
 #: a short course in four numbered sections (definitions and stated numbers to quiz on)
@@ -308,10 +309,9 @@ class Gateway:
         return {"Authorization": f"Bearer {token}"}
 
     @property
-    def resources(self) -> dict[str, Any]:
-        """The running service's resources."""
-        resources: dict[str, Any] = self.app.state.lectern.resources
-        return resources
+    def deps(self) -> GatewayDeps:
+        """The running gateway's typed dependencies (a test may swap its streamer)."""
+        return gateway_of(self.app.state.lectern)
 
 
 def gateway_settings(nats_url: str, database_url: str, **overrides: Any) -> Settings:

@@ -7,11 +7,12 @@ from opentelemetry import trace
 
 from lectern_common.broker import create_broker
 from lectern_common.service import ServiceState, create_service_app
+from lectern_gateway import runtime
 from lectern_gateway.auth import TokenVerifier
 from lectern_gateway.chat import routes as chat
-from lectern_gateway.chat.runtime import QUIZ_WRITER, start_chat, start_gap_closures, stop_chat
 from lectern_gateway.classes import routes as classes
 from lectern_gateway.config import Settings
+from lectern_gateway.deps import gateway_of
 from lectern_gateway.documents import chunks, lifecycle
 from lectern_gateway.documents import routes as documents
 from lectern_gateway.feedback import flags, gaps
@@ -19,7 +20,6 @@ from lectern_gateway.keys import routes as api_keys
 from lectern_gateway.memories import routes as memories
 from lectern_gateway.personas import routes as personas
 from lectern_gateway.privacy import routes as privacy
-from lectern_gateway.privacy.retention import start_retention, stop_retention
 from lectern_gateway.problems import RejectNulBytes, install_problem_handlers
 from lectern_gateway.quality import routes as quality
 from lectern_gateway.review import routes as review
@@ -27,7 +27,6 @@ from lectern_gateway.search import routes as search
 from lectern_gateway.sessions import routes as sessions
 from lectern_gateway.study import curriculum
 from lectern_gateway.study import routes as study
-from lectern_gateway.study.model_writer import build_quiz_writer
 from lectern_gateway.tenant import routes as tenant
 from lectern_gateway.web import dev
 from lectern_gateway.web import routes as ui
@@ -55,17 +54,10 @@ def create_app(
     )
 
     async def startup(state: ServiceState) -> None:
-        state.resources["settings"] = settings
-        await start_chat(state, settings)
-        state.resources[QUIZ_WRITER] = build_quiz_writer(settings)
-        start_gap_closures(state, settings)
-        start_retention(state, settings)
-        webhook_dispatch.start_webhooks(state, settings)
+        await runtime.start(state, settings)
 
     async def shutdown(state: ServiceState) -> None:
-        await webhook_dispatch.stop_webhooks(state)
-        await stop_retention(state)
-        await stop_chat(state)
+        await runtime.stop(state)
 
     app = create_service_app(
         settings=settings,
@@ -80,7 +72,8 @@ def create_app(
         consumers=webhook_dispatch.consumers() if settings.webhook_dispatch else (),
     )
     if settings.webhook_dispatch:
-        webhook_dispatch.subscribe(broker, app.state.lectern)
+        state: ServiceState = app.state.lectern
+        webhook_dispatch.subscribe(broker, state, lambda: gateway_of(state).wake_webhooks())
     app.state.authenticator = TokenVerifier(
         secret=settings.effective_jwt_secret,
         jwks_url=settings.jwks_url,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from fastapi import FastAPI
@@ -62,34 +61,26 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             jetstream=broker.config.connection_state.stream,
             publish=publish,
         )
-        state.resources["ingest_worker"] = holder["worker"]
+        state.deps = holder["worker"]
         await holder["worker"].embedder.sync(state.pool)
         # a consumer created by an earlier release keeps its settings when bound by name:
         # bring its ack wait and delivery limit to this configuration's
         stream = stream_for(Subjects.DOCUMENTS_UPLOADED).name
         await broker.config.connection_state.stream.add_consumer(stream, config=consumer)
         if settings.gc_interval_s > 0:
-            state.resources["gc"] = asyncio.create_task(
+            state.spawn(
+                "lectern-gc",
                 collect_every(
                     state.pool, broker.config.connection_state.stream,
                     every_s=settings.gc_interval_s, grace_s=settings.gc_grace_s,
                 ),
-                name="lectern-gc",
             )  # fmt: skip
-
-    async def shutdown(state: ServiceState) -> None:
-        task = state.resources.pop("gc", None)
-        if isinstance(task, asyncio.Task):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     app = create_service_app(
         settings=settings,
         broker=broker,
         title="Lectern ingest",
         on_startup=startup,
-        on_shutdown=shutdown,
         consumers=[(stream_for(Subjects.DOCUMENTS_UPLOADED).name, INGEST_DURABLE)],
         outbox="ingest",
     )

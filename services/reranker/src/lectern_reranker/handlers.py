@@ -42,7 +42,7 @@ class Reranker:
         """Load the models (once per process)."""
         self._scorer = load_scorer(self._settings)
         self._reads = state.reads if state.reads is not None else ReadPools(primary=state.pool)
-        state.resources["scorer"] = self._scorer
+        state.deps = self
         log.info("reranker scorer: %s", self._scorer.name)
 
     async def readiness(self) -> str | None:

@@ -94,7 +94,7 @@ class Retriever:
         if self.settings.tenant_index_interval_s > 0:
             self._indexer = asyncio.create_task(self._index_loop())
         if state is not None:
-            state.resources["retriever"] = self
+            state.deps = self
 
     async def reweight_stale(self) -> dict[str, int]:
         """Re-weight every tenant whose statistics drifted; returns chunks re-weighted each."""

@@ -54,7 +54,7 @@ from lectern_gateway.chat.sse import (
 )
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput, elapsed_ms
 from lectern_gateway.chat.tutoring import asking_text, check_for_answer
-from lectern_gateway.personas.routes import persona_label, persona_prompt
+from lectern_gateway.personas.service import persona_label, persona_prompt
 from lectern_gateway.quality import aggregates as quality
 
 

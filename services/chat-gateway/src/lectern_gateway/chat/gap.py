@@ -30,7 +30,7 @@ from lectern_gateway.chat.sse import (
 )
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput
 from lectern_gateway.personas import repository as persona_repo
-from lectern_gateway.personas.routes import persona_label, persona_prompt
+from lectern_gateway.personas.service import persona_label, persona_prompt
 from lectern_gateway.quality import aggregates as quality
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
-"""Sessions ending: on request, and the idle sweeper; each writes ``chat.session.ended`` to the
-outbox in the transaction that ends the session."""
+"""A session as its caller may read it; sessions ending, on request and by the idle sweeper,
+each writing ``chat.session.ended`` to the outbox in the transaction that ends it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,19 @@ from typing import Any
 
 from lectern_common.events import ChatSessionEnded
 from lectern_common.outbox import enqueue
+from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
+from lectern_gateway.problems import ProblemError
 
 log = logging.getLogger(__name__)
+
+
+async def session_for(*, pool: Any, principal: Principal, session_id: uuid.UUID) -> dict[str, Any]:
+    """A session the caller may read (own for students; the tenant's for staff), else 404."""
+    row = await repo.get_session(pool=pool, tenant_id=principal.tenant_id, session_id=session_id)
+    if row is None or (not principal.is_staff and row["user_id"] != principal.user_id):
+        raise ProblemError(404, "Not found", f"no session {session_id}")
+    return row
 
 
 async def end_session(*, pool: Any, tenant_id: str, session_id: uuid.UUID, reason: str) -> bool:

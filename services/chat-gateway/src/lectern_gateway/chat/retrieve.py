@@ -32,7 +32,7 @@ from lectern_gateway.chat.context import (
 from lectern_gateway.chat.sse import Source
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, elapsed_ms
 from lectern_gateway.classes.membership import student_classes
-from lectern_gateway.personas.routes import scope_filter
+from lectern_gateway.personas.service import scope_filter
 
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6

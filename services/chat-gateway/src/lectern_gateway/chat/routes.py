@@ -15,8 +15,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from lectern_common import metrics
 from lectern_gateway.auth import Principal, PrincipalDep
+from lectern_gateway.chat.lifecycle import session_for
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
-from lectern_gateway.chat.runtime import TURNS, chat_deps
 from lectern_gateway.chat.turn import TurnInput
 from lectern_gateway.chat.turns import (
     STALE_AFTER_S,
@@ -26,12 +26,11 @@ from lectern_gateway.chat.turns import (
     sse_data,
 )
 from lectern_gateway.config import Settings
-from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep, StateDep
+from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep, SettingsDep
 from lectern_gateway.personas import repository as persona_repo
-from lectern_gateway.personas.routes import thresholds
+from lectern_gateway.personas.service import thresholds
 from lectern_gateway.problems import ProblemError
-from lectern_gateway.sessions.routes import session_for
-from lectern_gateway.tenant.routes import web_search_for
+from lectern_gateway.tenant.service import web_search_for
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +103,7 @@ async def post_message(
     pool: PoolDep,
     broker: BrokerDep,
     settings: SettingsDep,
-    state: StateDep,
+    gateway: GatewayDep,
     idempotency_key: Annotated[
         str | None,
         Header(max_length=200, description="a retry with the same key replays, not re-asks"),
@@ -117,7 +116,7 @@ async def post_message(
     session = await session_for(pool=pool, principal=principal, session_id=session_id)
     if session["user_id"] != principal.user_id:
         raise ProblemError(403, "Forbidden", "only the session's owner can ask in it")
-    turns: TurnRegistry = state.resources[TURNS]
+    turns = gateway.turns
     turn_id = uuid.uuid4()
     if idempotency_key is not None:
         replayed = await _claim_key(pool, session_id, idempotency_key, turn_id, principal)
@@ -149,7 +148,7 @@ async def post_message(
             headers={"Retry-After": str(verdict.retry_after_s)},
             retry_after_s=verdict.retry_after_s,
         )
-    deps = chat_deps(state, settings)
+    deps = gateway.chat()
     turn = TurnInput(
         principal=principal,
         session=session,
@@ -189,7 +188,7 @@ async def turn_events(
     message_id: uuid.UUID,
     principal: PrincipalDep,
     pool: PoolDep,
-    state: StateDep,
+    gateway: GatewayDep,
     last_event_id: Annotated[str | None, Header()] = None,
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> EventSourceResponse:
@@ -203,7 +202,7 @@ async def turn_events(
     if found is None:
         raise ProblemError(404, "Not found", f"no turn {message_id} in session {session_id}")
     seen = after if after is not None else parse_last_event_id(last_event_id, message_id)
-    return _stream(state.resources[TURNS], session_id, message_id, seen, replay=True)
+    return _stream(gateway.turns, session_id, message_id, seen, replay=True)
 
 
 @router.post(
@@ -217,12 +216,12 @@ async def cancel_turn(
     message_id: uuid.UUID,
     principal: PrincipalDep,
     pool: PoolDep,
-    state: StateDep,
+    gateway: GatewayDep,
 ) -> dict[str, str]:
     session = await session_for(pool=pool, principal=principal, session_id=session_id)
     if session["user_id"] != principal.user_id:
         raise ProblemError(403, "Forbidden", "only the session's owner can stop its answers")
-    turns: TurnRegistry = state.resources[TURNS]
+    turns = gateway.turns
     if not turns.cancel(message_id):
         raise ProblemError(
             409, "Conflict", "this turn is not being answered here (ended, or on another "

@@ -8,10 +8,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 from faststream.nats import NatsBroker
 
 from lectern_common.broker import publish_event
 from lectern_common.education import BandThresholds
+from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import Confidence
 from lectern_common.events.base import Event
 from lectern_gateway.auth import Principal
@@ -19,22 +21,23 @@ from lectern_gateway.chat.confidence import no_material
 from lectern_gateway.chat.generation import AnswerStreamer
 from lectern_gateway.chat.sse import Source
 from lectern_gateway.config import Settings
+from lectern_gateway.study.model_writer import GeminiQuizWriter
 
 
 @dataclass
 class ChatDeps:
     """What a turn needs from the running gateway."""
 
-    pool: Any
+    pool: asyncpg.Pool
     broker: NatsBroker
     settings: Settings
     streamer: AnswerStreamer
     #: the models that can search the web (Gemini), when configured
     web_streamer: AnswerStreamer | None = None
     #: judges typed replies to check questions (Gemini), when configured
-    quiz_writer: Any = None
+    quiz_writer: GeminiQuizWriter | None = None
     #: the local embedding model (cosine of a reply and its answer), when loaded
-    embedder: Any = None
+    embedder: LocalEmbedder | None = None
 
 
 @dataclass

@@ -15,9 +15,9 @@ from pydantic import BaseModel
 from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.classes.membership import classes_of
 from lectern_gateway.deps import PoolDep
-from lectern_gateway.memories.routes import Memory, list_memories
+from lectern_gateway.memories.service import Memory, list_memories
 from lectern_gateway.problems import ProblemError
-from lectern_gateway.tenant.routes import teachers_see_students
+from lectern_gateway.tenant.service import teachers_see_students
 
 router = APIRouter(tags=["classes"])
 

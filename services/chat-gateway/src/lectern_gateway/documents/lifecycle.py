@@ -23,7 +23,7 @@ from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, StaffDep
 from lectern_gateway.deps import PoolDep
 from lectern_gateway.documents import repository as repo
-from lectern_gateway.documents.routes import DocumentView, document_view
+from lectern_gateway.documents.views import DocumentView, document_view
 from lectern_gateway.problems import ProblemError
 
 router = APIRouter(tags=["documents"])

@@ -3,118 +3,20 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
-from typing import Any, Literal
 
 from fastapi import APIRouter, Response
-from pydantic import BaseModel, Field
 
 from lectern_gateway.auth import AdminDep, PrincipalDep
 from lectern_gateway.deps import PoolDep
-from lectern_gateway.problems import ProblemError
+from lectern_gateway.memories.service import (
+    Forgotten,
+    Memory,
+    delete_all,
+    delete_one,
+    list_memories,
+)
 
 router = APIRouter(tags=["memories"])
-
-
-class Evidence(BaseModel):
-    """One thing the student said or did that a memory rests on."""
-
-    kind: str = Field(
-        description="check_right, check_partly, check_wrong, check_skipped, quiz_right, "
-        "quiz_wrong (an answer to a tutor check or a quiz item); said (a statement of "
-        "confusion or preference, quoted in detail); repeated, flagged, gap"
-    )
-    detail: str = ""
-    at: str = Field(default="", description="when (ISO 8601), empty when unknown")
-
-
-class Memory(BaseModel):
-    """One long-term memory, with the evidence behind it (newest last) and that evidence in
-    a few words ("answered 2 checks right on 26 Nov")."""
-
-    id: uuid.UUID
-    kind: Literal["takeaway", "struggle", "mastered", "preference"]
-    text: str
-    topic: str | None
-    strength: float
-    source_session_id: uuid.UUID | None
-    created_at: datetime
-    updated_at: datetime
-    evidence: list[Evidence] = Field(default_factory=list)
-    because: str = ""
-
-
-class Forgotten(BaseModel):
-    """How many memories were deleted."""
-
-    deleted: int
-
-
-_COLUMNS = "id, kind, text, topic, strength, source_session_id, created_at, updated_at, evidence"
-_SAID = {
-    "check_right": "answered {n} check{s} right",
-    "check_wrong": "got {n} check{s} wrong",
-    "check_partly": "answered {n} check{s} partly",
-    "check_skipped": "skipped {n} check{s}",
-    "quiz_right": "answered {n} quiz question{s} right",
-    "quiz_wrong": "got {n} quiz question{s} wrong",
-    "said": "said so {n} time{s}",
-    "repeated": "asked again",
-    "flagged": "flagged {n} answer{s}",
-    "gap": "asked beyond the material",
-}
-
-
-def because(evidence: list[Evidence]) -> str:
-    """The evidence in a few words: what happened, how often, and the last day it did."""
-    counts: dict[str, list[str]] = {}
-    for item in evidence:
-        counts.setdefault(item.kind, []).append(item.at)
-    parts = []
-    for kind, times in counts.items():
-        template = _SAID.get(kind, kind.replace("_", " "))
-        n = len(times)
-        phrase = template.format(n=n, s="" if n == 1 else "s")
-        days = sorted(t for t in times if t)
-        if days:
-            when = datetime.fromisoformat(days[-1])
-            phrase += f" on {when.day} {when:%b}"
-        parts.append(phrase)
-    return "; ".join(parts)
-
-
-async def list_memories(pool: Any, tenant_id: str, user_id: str) -> list[Memory]:
-    """A user's memories, newest first, each with its evidence in a few words."""
-    rows = await pool.fetch(
-        f"SELECT {_COLUMNS} FROM user_memories WHERE tenant_id = $1 AND user_id = $2 "  # noqa: S608
-        "ORDER BY updated_at DESC",
-        tenant_id,
-        user_id,
-    )
-    out = []
-    for row in rows:
-        memory = Memory.model_validate(dict(row))
-        memory.because = because(memory.evidence)
-        out.append(memory)
-    return out
-
-
-async def _delete_one(pool: Any, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> None:
-    deleted = await pool.fetchval(
-        "DELETE FROM user_memories WHERE id = $1 AND tenant_id = $2 AND user_id = $3 RETURNING id",
-        memory_id,
-        tenant_id,
-        user_id,
-    )
-    if deleted is None:
-        raise ProblemError(404, "Not found", f"no memory {memory_id}")
-
-
-async def _delete_all(pool: Any, tenant_id: str, user_id: str) -> Forgotten:
-    result: str = await pool.execute(
-        "DELETE FROM user_memories WHERE tenant_id = $1 AND user_id = $2", tenant_id, user_id
-    )
-    return Forgotten(deleted=int(result.split()[-1]))
 
 
 @router.get("/v1/me/memories", summary="My long-term memories, newest first")
@@ -126,13 +28,13 @@ async def my_memories(principal: PrincipalDep, pool: PoolDep) -> list[Memory]:
 async def forget_my_memory(
     memory_id: uuid.UUID, principal: PrincipalDep, pool: PoolDep
 ) -> Response:
-    await _delete_one(pool, principal.tenant_id, principal.user_id, memory_id)
+    await delete_one(pool, principal.tenant_id, principal.user_id, memory_id)
     return Response(status_code=204)
 
 
 @router.delete("/v1/me/memories", summary="Forget everything (recall stops at once)")
 async def forget_all_my_memories(principal: PrincipalDep, pool: PoolDep) -> Forgotten:
-    return await _delete_all(pool, principal.tenant_id, principal.user_id)
+    return await delete_all(pool, principal.tenant_id, principal.user_id)
 
 
 @router.get("/v1/users/{user_id}/memories", summary="A user's memories (admins)")
@@ -144,10 +46,10 @@ async def user_memories(user_id: str, admin: AdminDep, pool: PoolDep) -> list[Me
 async def forget_user_memory(
     user_id: str, memory_id: uuid.UUID, admin: AdminDep, pool: PoolDep
 ) -> Response:
-    await _delete_one(pool, admin.tenant_id, user_id, memory_id)
+    await delete_one(pool, admin.tenant_id, user_id, memory_id)
     return Response(status_code=204)
 
 
 @router.delete("/v1/users/{user_id}/memories", summary="Forget all of a user's memories (admins)")
 async def forget_all_user_memories(user_id: str, admin: AdminDep, pool: PoolDep) -> Forgotten:
-    return await _delete_all(pool, admin.tenant_id, user_id)
+    return await delete_all(pool, admin.tenant_id, user_id)

@@ -12,18 +12,14 @@ LOCKED`` in batches, each deleted in its own transaction."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any
 
-from lectern_common.service import ServiceState
-from lectern_gateway.config import Settings
 from lectern_gateway.privacy import repository as repo
 
 log = logging.getLogger(__name__)
 
 BATCH = 200
-RETENTION_SWEEPER = "retention_sweeper"
 
 
 async def sweep_expired_sessions(*, pool: Any, batch: int = BATCH) -> int:
@@ -55,21 +51,3 @@ async def retention_sweeper(*, pool: Any, every_s: float) -> None:
         except Exception:
             log.exception("retention sweep failed; retrying next interval")
         await asyncio.sleep(every_s)
-
-
-def start_retention(state: ServiceState, settings: Settings) -> None:
-    """Start the session-retention sweep (``privacy.retention``) unless it is switched off."""
-    if settings.retention_sweep_interval_s > 0:
-        state.resources[RETENTION_SWEEPER] = asyncio.create_task(
-            retention_sweeper(pool=state.pool, every_s=settings.retention_sweep_interval_s),
-            name="lectern-retention-sweep",
-        )
-
-
-async def stop_retention(state: ServiceState) -> None:
-    """Stop the session-retention sweep."""
-    task = state.resources.pop(RETENTION_SWEEPER, None)
-    if isinstance(task, asyncio.Task):
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

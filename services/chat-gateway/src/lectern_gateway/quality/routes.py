@@ -16,10 +16,11 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from lectern_gateway.auth import Principal, StaffDep
+from lectern_gateway.auth import StaffDep
 from lectern_gateway.deps import PoolDep
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.quality.aggregates import percentile
+from lectern_gateway.quality.service import teacher_classes
 
 router = APIRouter(tags=["quality"])
 
@@ -98,19 +99,6 @@ class QuestionRow(BaseModel):
     persona: str | None
     subject: str | None
     asked_at: datetime
-
-
-async def teacher_classes(pool: Any, principal: Principal) -> list[str] | None:
-    """None for admins (the tenant); a teacher's classes otherwise."""
-    if principal.role == "admin":
-        return None
-    rows = await pool.fetch(
-        "SELECT DISTINCT class_id FROM documents WHERE tenant_id = $1 AND uploaded_by = $2 "
-        "AND class_id IS NOT NULL",
-        principal.tenant_id,
-        principal.user_id,
-    )
-    return sorted({*principal.classes, *(r["class_id"] for r in rows)})
 
 
 def _where(

@@ -21,12 +21,11 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from lectern_gateway.auth import PrincipalDep, StaffDep
-from lectern_gateway.chat.runtime import chat_deps
-from lectern_gateway.deps import PoolDep, SettingsDep, StateDep
+from lectern_gateway.deps import GatewayDep, PoolDep, SettingsDep
 from lectern_gateway.documents import lifecycle
-from lectern_gateway.documents.routes import DocumentView
+from lectern_gateway.documents.views import DocumentView
 from lectern_gateway.problems import ProblemError
-from lectern_gateway.quality.routes import teacher_classes
+from lectern_gateway.quality.service import teacher_classes
 from lectern_gateway.review import gaps as gap_retry
 
 router = APIRouter(tags=["review"])
@@ -250,13 +249,11 @@ class RetriedQuestion(BaseModel):
     "/v1/review/gaps/retry",
     summary="Re-try open gap questions against the material now (staff)",
 )
-async def retry_gaps(
-    body: GapRetry, staff: StaffDep, state: StateDep, settings: SettingsDep
-) -> list[RetriedQuestion]:
+async def retry_gaps(body: GapRetry, staff: StaffDep, gateway: GatewayDep) -> list[RetriedQuestion]:
     """Each question is retrieved as its student's chat would; an answerable one is asked
     again in a new session of the student's (the real chat turn), the student gets a notice,
     and the gap is answered. Up to 50 questions per call."""
-    deps = chat_deps(state, settings)
+    deps = gateway.chat()
     found = await gap_retry.open_gaps(
         deps.pool, tenant_id=staff.tenant_id, topic=body.topic, gap_ids=body.gap_ids,
         classes=await teacher_classes(deps.pool, staff),

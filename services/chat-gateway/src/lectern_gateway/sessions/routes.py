@@ -9,14 +9,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import AliasChoices, BaseModel, Field
 
-from lectern_gateway.auth import Principal, PrincipalDep
+from lectern_gateway.auth import PrincipalDep
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.lifecycle import end_session
+from lectern_gateway.chat.lifecycle import end_session, session_for
 from lectern_gateway.chat.sse import Citation
 from lectern_gateway.classes.membership import require_member, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep
-from lectern_gateway.personas.routes import persona_for
-from lectern_gateway.problems import ProblemError
+from lectern_gateway.personas.service import persona_for
 
 router = APIRouter(tags=["sessions"])
 
@@ -104,14 +103,6 @@ class Ended(BaseModel):
 
     ended: bool = Field(description="false: it had already ended")
     session: Session
-
-
-async def session_for(*, pool: Any, principal: Principal, session_id: uuid.UUID) -> dict[str, Any]:
-    """A session the caller may read (own for students; the tenant's for staff), else 404."""
-    row = await repo.get_session(pool=pool, tenant_id=principal.tenant_id, session_id=session_id)
-    if row is None or (not principal.is_staff and row["user_id"] != principal.user_id):
-        raise ProblemError(404, "Not found", f"no session {session_id}")
-    return row
 
 
 @router.post("/v1/sessions", status_code=201, summary="Start a chat session")

@@ -22,12 +22,10 @@ from pydantic import BaseModel, Field, ValidationError
 from lectern_common.embeddings import Embedder, build_embedder
 from lectern_common.index import FollowingEmbedder, guard, with_live_model
 from lectern_gateway.auth import PrincipalDep, StaffDep
-from lectern_gateway.chat.runtime import EMBEDDER
-from lectern_gateway.deps import PoolDep, SettingsDep, StateDep
+from lectern_gateway.deps import GatewayDep, GatewayDeps, PoolDep
 from lectern_gateway.problems import ProblemError
 
 router = APIRouter(tags=["curriculum"])
-INDEX_EMBEDDER = "index_embedder"
 MAX_STANDARDS = 5000
 DOCUMENT_PROPOSALS = 5
 SECTION_PROPOSALS = 3
@@ -97,18 +95,17 @@ class Confirmation(BaseModel):
     sections: list[SectionConfirmation] = Field(default_factory=list, max_length=MAX_SECTIONS)
 
 
-async def _embedder(state: Any, settings: Any, pool: Any) -> FollowingEmbedder:
+async def _embedder(gateway: GatewayDeps) -> FollowingEmbedder:
     """The index's embedding model (the chat's local model when that is the index's)."""
-    cached = state.resources.get(INDEX_EMBEDDER)
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    local = state.resources.get(EMBEDDER)
+    if gateway.index_embedder is not None:
+        return gateway.index_embedder
+    settings, local = gateway.settings, gateway.embedder
     embedder = FollowingEmbedder(
         settings,
         local if settings.embedding_provider == "local" and local else build_embedder(settings),
     )
-    await embedder.sync(pool)
-    state.resources[INDEX_EMBEDDER] = embedder
+    await embedder.sync(gateway.pool)
+    gateway.index_embedder = embedder
     return embedder
 
 
@@ -145,7 +142,7 @@ def _upload_schema() -> dict[str, Any]:
     },
 )
 async def upload_standards(
-    request: Request, staff: StaffDep, pool: PoolDep, state: StateDep, settings: SettingsDep
+    request: Request, staff: StaffDep, pool: PoolDep, gateway: GatewayDep
 ) -> Imported:
     """Adds or replaces the tenant's standards by code (teachers and admins)."""
     raw = await request.body()
@@ -157,7 +154,7 @@ async def upload_standards(
             upload = StandardsUpload.model_validate_json(raw)
     except (ValidationError, UnicodeDecodeError, ValueError, KeyError) as exc:
         raise ProblemError(422, "Invalid standards", str(exc)[:2000]) from exc
-    embedder = await _embedder(state, settings, pool)
+    embedder = await _embedder(gateway)
 
     async def attempt(model: Embedder) -> None:
         vectors = await model.embed_documents(

@@ -13,9 +13,8 @@ from lectern_common.embeddings import Embedder
 from lectern_common.events import QuizAnswerResult, QuizAttempted
 from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep
-from lectern_gateway.chat.runtime import EMBEDDER, QUIZ_WRITER
 from lectern_gateway.classes.membership import require_member, student_classes
-from lectern_gateway.deps import BrokerDep, PoolDep, StateDep
+from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.study import generator
 from lectern_gateway.study import repository as repo
@@ -159,7 +158,7 @@ async def _quiz_for(pool: Any, principal: Principal, quiz_id: uuid.UUID) -> dict
 
 @router.post("/v1/quizzes", status_code=201, summary="Draw a quiz from the material")
 async def create_quiz(
-    body: QuizRequest, principal: PrincipalDep, pool: PoolDep, state: StateDep
+    body: QuizRequest, principal: PrincipalDep, pool: PoolDep, gateway: GatewayDep
 ) -> QuizView:
     """Questions spread over the sections of the selected material, each citing the chunk
     that holds its answer; a student's struggle topics come first. With a model key the
@@ -192,7 +191,7 @@ async def create_quiz(
     focus = await repo.struggle_topics(
         pool, tenant_id=principal.tenant_id, user_id=principal.user_id
     )
-    questions, made_by = await _questions(state.resources.get(QUIZ_WRITER), chunks, body, focus)
+    questions, made_by = await _questions(gateway.quiz_writer, chunks, body, focus)
     if not questions:
         raise ProblemError(
             422, "No questions", "the selected material states no definitions or facts to ask"
@@ -305,7 +304,7 @@ async def attempt_quiz(
     principal: PrincipalDep,
     pool: PoolDep,
     broker: BrokerDep,
-    state: StateDep,
+    gateway: GatewayDep,
 ) -> AttemptResult:
     """Each answer checked against the question's reference and source; the result is
     stored and published as ``quiz.attempted`` (memory learns what was hard)."""
@@ -315,13 +314,13 @@ async def attempt_quiz(
     if unknown:
         raise ProblemError(422, "Unknown questions", f"not in this quiz: {sorted(unknown)}")
     given = {k: str(v).lower() if isinstance(v, bool) else v for k, v in body.answers.items()}
-    judged = await _model_verdicts(state.resources.get(QUIZ_WRITER), questions, given)
+    judged = await _model_verdicts(gateway.quiz_writer, questions, given)
     typed = [
         q for q in questions
         if q["kind"] == "short_answer" and str(given.get(q["id"]) or "").strip()
         and q["id"] not in judged
     ]  # fmt: skip
-    similarities = await _similarities(state.resources.get(EMBEDDER), typed, given)
+    similarities = await _similarities(gateway.embedder, typed, given)
     checks: list[AnswerCheck] = []
     for q in questions:
         said = given.get(q["id"])

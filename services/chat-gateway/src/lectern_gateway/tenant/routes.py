@@ -59,22 +59,6 @@ class TenantSettings(BaseModel):
     updated_at: datetime | None = None
 
 
-async def web_search_for(pool: Any, tenant_id: str, *, default: bool) -> bool:
-    """Whether the tenant's answers may search the web."""
-    chosen = await pool.fetchval(
-        "SELECT web_search FROM tenant_settings WHERE tenant_id = $1", tenant_id
-    )
-    return default if chosen is None else bool(chosen)
-
-
-async def teachers_see_students(pool: Any, tenant_id: str) -> bool:
-    """Whether the tenant lets teachers read each student of their classes."""
-    chosen = await pool.fetchval(
-        "SELECT teachers_see_students FROM tenant_settings WHERE tenant_id = $1", tenant_id
-    )
-    return bool(chosen)
-
-
 async def _view(pool: Any, tenant_id: str, default: bool) -> TenantSettings:
     row = await pool.fetchrow(
         "SELECT web_search, session_retention_days, teachers_see_students, updated_by, "

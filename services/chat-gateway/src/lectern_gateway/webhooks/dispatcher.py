@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +43,6 @@ from lectern_gateway.webhooks.signing import (
 log = logging.getLogger(__name__)
 
 WEBHOOK_DURABLE = "lectern-gateway-webhooks"
-WEBHOOK_WORKER = "webhook_worker"
 #: a message the database could not record is redelivered (backing off to 30 s) this often
 #: before JetStream gives up on it: about 25 minutes of Postgres away
 MAX_EVENT_DELIVERIES = 50
@@ -87,8 +87,9 @@ async def record_event(
     )
 
 
-def subscribe(broker: NatsBroker, state: ServiceState) -> None:
-    """Register the durable consumers of the webhook streams on the gateway's broker."""
+def subscribe(broker: NatsBroker, state: ServiceState, wake: Callable[[], None]) -> None:
+    """Register the durable consumers of the webhook streams on the gateway's broker;
+    ``wake`` tells this replica's delivery worker that deliveries were added."""
     config = ConsumerConfig(
         # a new consumer starts with the events published from then on, not a year's backlog
         deliver_policy=DeliverPolicy.NEW,
@@ -119,9 +120,8 @@ def subscribe(broker: NatsBroker, state: ServiceState) -> None:
                 attempt = deliveries(message)
                 log.warning("webhook deliveries not recorded (%s); retrying", type(exc).__name__)
                 raise NackMessage(delay=min(2.0**attempt, 30.0)) from exc
-            worker = state.resources.get(WEBHOOK_WORKER)
-            if added and isinstance(worker, DeliveryWorker):
-                worker.wake.set()
+            if added:
+                wake()
 
 
 class DeliveryWorker:
@@ -257,23 +257,3 @@ class DeliveryWorker:
 
 def _ms_since(started: float) -> int:
     return round((time.monotonic() - started) * 1000)
-
-
-def start_webhooks(state: ServiceState, settings: Settings) -> None:
-    """Start this replica's delivery worker unless dispatch is switched off."""
-    if settings.webhook_dispatch:
-        worker = DeliveryWorker(pool=state.pool, settings=settings)
-        state.resources[WEBHOOK_WORKER] = worker
-        state.resources[f"{WEBHOOK_WORKER}_task"] = asyncio.create_task(
-            worker.run(), name="lectern-webhook-deliveries"
-        )
-
-
-async def stop_webhooks(state: ServiceState) -> None:
-    """Stop the delivery worker (a delivery cut short is sent again after its lease)."""
-    state.resources.pop(WEBHOOK_WORKER, None)
-    task = state.resources.pop(f"{WEBHOOK_WORKER}_task", None)
-    if isinstance(task, asyncio.Task):
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

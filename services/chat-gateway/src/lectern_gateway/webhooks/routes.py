@@ -12,11 +12,10 @@ from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field, field_validator
 
 from lectern_gateway.auth import AdminDep
-from lectern_gateway.deps import PoolDep, SettingsDep, StateDep
+from lectern_gateway.deps import GatewayDep, PoolDep, SettingsDep
 from lectern_gateway.documents.fetch import UrlRefused, check_host
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.webhooks import repository as repo
-from lectern_gateway.webhooks.dispatcher import WEBHOOK_WORKER, DeliveryWorker
 from lectern_gateway.webhooks.signing import WEBHOOK_EVENTS, new_secret
 
 router = APIRouter(tags=["webhooks"])
@@ -252,7 +251,7 @@ async def redeliver(
     delivery_id: uuid.UUID,
     admin: AdminDep,
     pool: PoolDep,
-    state: StateDep,
+    gateway: GatewayDep,
 ) -> WebhookDelivery:
     webhook = await _webhook(pool, admin.tenant_id, webhook_id)
     if webhook["disabled_at"] is not None:
@@ -268,7 +267,5 @@ async def redeliver(
             409, "Conflict", "the delivery is still pending: it is queued or being sent",
             reason="delivery_pending",
         )  # fmt: skip
-    worker = state.resources.get(WEBHOOK_WORKER)
-    if isinstance(worker, DeliveryWorker):
-        worker.wake.set()
+    gateway.wake_webhooks()
     return WebhookDelivery.of(row)

@@ -1,0 +1,101 @@
+"""The gateway's start and stop: the models and streamers its answers need, the running turns,
+and the background loops of this replica (idle sessions, gap closures, retention, webhook
+deliveries), all kept in one ``GatewayDeps`` on the service state."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lectern_common.answerer import SentenceReader
+from lectern_common.embeddings import LocalEmbedder
+from lectern_common.llm import OfflineAnswerer, build_generator, build_web_generator
+from lectern_common.service import ServiceState
+from lectern_gateway.chat.generation import streamer_for
+from lectern_gateway.chat.lifecycle import idle_sweeper
+from lectern_gateway.config import Settings
+from lectern_gateway.deps import GatewayDeps, gateway_of
+from lectern_gateway.privacy.retention import retention_sweeper
+from lectern_gateway.review.gaps import closure_sweeper
+from lectern_gateway.study.model_writer import build_quiz_writer
+from lectern_gateway.webhooks.dispatcher import DeliveryWorker
+
+log = logging.getLogger(__name__)
+
+
+async def start(state: ServiceState, settings: Settings) -> GatewayDeps:
+    """Build the gateway's dependencies onto ``state`` and start this replica's loops.
+
+    The offline answerer, which ends every chain of models, scores the sentences of the
+    sources with the packaged reader and the local embedding model as well as by term
+    overlap: both are loaded here (off the event loop), the embedder in float precision so
+    that a question and the sentences it is compared with are encoded alike."""
+    embedder = await _embedder(settings)
+    reader = await _reader(settings)
+    generator = build_generator(settings, embedder=embedder, reader=reader)
+    web = build_web_generator(settings)
+    gateway = GatewayDeps(
+        settings=settings,
+        pool=state.pool,
+        broker=state.broker,
+        streamer=streamer_for(generator),
+        web_streamer=None if web is None else streamer_for(web),
+        embedder=embedder,
+        reader=reader,
+        quiz_writer=build_quiz_writer(settings),
+        # the offline answerer gives the same text for the same inputs; a model may not
+        exact_rerun=isinstance(generator, OfflineAnswerer),
+    )
+    state.deps = gateway
+    _start_loops(state, gateway)
+    return gateway
+
+
+def _start_loops(state: ServiceState, gateway: GatewayDeps) -> None:
+    settings = gateway.settings
+    if settings.idle_sweep_interval_s > 0:
+        state.spawn(
+            "lectern-idle-sweep",
+            idle_sweeper(
+                pool=state.pool,
+                idle_s=settings.idle_timeout_s,
+                every_s=settings.idle_sweep_interval_s,
+                turn_retention_s=settings.turn_retention_s,
+            ),
+        )
+    if settings.gap_closure_interval_s > 0:  # closed gap topics asked again once indexed
+        state.spawn(
+            "lectern-gap-closures",
+            closure_sweeper(gateway.chat(), every_s=settings.gap_closure_interval_s),
+        )
+    if settings.retention_sweep_interval_s > 0:
+        state.spawn(
+            "lectern-retention-sweep",
+            retention_sweeper(pool=state.pool, every_s=settings.retention_sweep_interval_s),
+        )
+    if settings.webhook_dispatch:
+        gateway.webhook_worker = DeliveryWorker(pool=state.pool, settings=settings)
+        state.spawn("lectern-webhook-deliveries", gateway.webhook_worker.run())
+
+
+async def stop(state: ServiceState) -> None:
+    """Stop the turns still running (the loops stop with the service state)."""
+    if isinstance(state.deps, GatewayDeps):
+        await gateway_of(state).turns.stop()
+
+
+async def _embedder(settings: Settings) -> LocalEmbedder | None:
+    if not settings.offline_answerer_embeddings:
+        return None
+    return await asyncio.to_thread(LocalEmbedder, settings, query_precision="float32")
+
+
+async def _reader(settings: Settings) -> SentenceReader | None:
+    if not settings.offline_answerer_reader:
+        return None
+    from lectern_common import reading
+
+    if not reading.available():  # a checkout without the model: the answerer fitted without it
+        log.warning("no reader in %s: the offline answerer reads without it", reading.PACKAGED)
+        return None
+    return await asyncio.to_thread(reading.packaged)
