@@ -15,6 +15,12 @@ from typing import Any
 
 from nats.js.errors import NotFoundError as NatsNotFoundError
 from nats.js.errors import ObjectNotFoundError
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
 
 from lectern_common.broker import DOCUMENTS_BUCKET, nats_unavailable
 from lectern_common.errors import LecternError, NatsUnavailableError, NotFoundError, UpstreamError
@@ -103,8 +109,30 @@ async def put_bytes(js: Any, *, name: str, data: bytes) -> None:
         await bucket.put(name, io.BytesIO(data))
 
 
-async def fetch_to_file(js: Any, *, name: str, path: Path) -> int:
-    """Write an object into ``path`` chunk by chunk; raises ``NotFoundError`` when absent."""
+#: how an unavailable object store is waited out by a fetch given patience: soon after an
+#: election ends (a new leader came 4-8 s after its leader's SIGKILL in the cluster tests)
+PATIENCE_BACKOFF = wait_exponential_jitter(initial=0.25, max=2.0, jitter=0.1)
+
+
+async def fetch_to_file(js: Any, *, name: str, path: Path, patience_s: float = 0.0) -> int:
+    """Write an object into ``path`` chunk by chunk; raises ``NotFoundError`` when absent.
+
+    With ``patience_s``, a bucket without a leader (an election, NATS reconnecting) is asked
+    again with a short backoff for that long before ``NatsUnavailableError`` is raised: a
+    worker waits out an election in its attempt instead of giving the message back, whose
+    redelivery delay grows with every delivery an election spoils."""
+    async for attempt in AsyncRetrying(
+        stop=stop_after_delay(patience_s),
+        wait=PATIENCE_BACKOFF,
+        retry=retry_if_exception_type(NatsUnavailableError),
+        reraise=True,
+    ):
+        with attempt:
+            return await _fetch_to_file(js, name=name, path=path)
+    raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
+
+
+async def _fetch_to_file(js: Any, *, name: str, path: Path) -> int:
     bucket = await _bucket(js)
     with _nats_failures(f"fetching object {name}", name=name):
         info = await bucket.get_info(name)

@@ -31,6 +31,12 @@ class Settings(ServiceHttpSettings):
         "redelivered this long after its last keep-alive (a live one sends one every "
         "in_progress_interval_s)",
     )  # fmt: skip
+    fetch_patience_s: float = Field(
+        default=20.0, ge=0,
+        description="how long fetching an upload's bytes waits out an object store without a "
+        "leader (a NATS election: 4-8 s in the cluster tests) before the upload is given back "
+        "for a later delivery",
+    )  # fmt: skip
     concurrency: int = Field(
         default=2, ge=1,
         description="documents one worker processes at once (embedding stays one batch at a "

@@ -383,7 +383,10 @@ class IngestWorker:
             path = Path(tmp) / "document"
             await progress.report(IngestStage.FETCH, 0, event.size_bytes, "units", force=True)
             try:
-                await objects.fetch_to_file(self.jetstream, name=event.object_name, path=path)
+                await objects.fetch_to_file(
+                    self.jetstream, name=event.object_name, path=path,
+                    patience_s=self.settings.fetch_patience_s,
+                )  # fmt: skip
             except NotFoundError as exc:
                 raise IngestFailure(
                     f"the uploaded bytes ({event.object_name}) are gone from the object store; "

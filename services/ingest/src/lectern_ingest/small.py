@@ -211,7 +211,10 @@ class SmallDocuments:
             fetched = await asyncio.gather(
                 *(
                     objects.fetch_to_file(
-                        worker.jetstream, name=d.delivery.event.object_name, path=d.path
+                        worker.jetstream,
+                        name=d.delivery.event.object_name,
+                        path=d.path,
+                        patience_s=worker.settings.fetch_patience_s,
                     )
                     for d in documents
                 ),
