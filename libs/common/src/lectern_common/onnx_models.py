@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -32,17 +33,38 @@ def default_cache_dir(kind: str) -> Path:
     return root / "lectern" / kind
 
 
+#: files whose bytes make a checkpoint's digest
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "config.json")
+#: a process opens each graph once, and hashes each checkpoint once, however many models are
+#: built on them (a gateway's embedder opens two graphs; the tests start dozens of services
+#: in one process, each open taking ~0.4 s and each hash of MiniLM's weights ~0.15 s). Keyed
+#: by the files' size and modification time, so a changed file is read again.
+_DIGESTS: dict[tuple[object, ...], str] = {}
+_SESSIONS: dict[tuple[object, ...], Any] = {}
+_OPENING = threading.Lock()
+
+
+def _stamp(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
 def weights_digest(source: Path) -> str:
     """A short digest of a checkpoint's weights and config (the export's cache key)."""
+    files = [source / name for name in WEIGHT_FILES if (source / name).exists()]
+    key = tuple(_stamp(path) for path in files)
+    with _OPENING:
+        if (known := _DIGESTS.get(key)) is not None:
+            return known
     digest = hashlib.sha256()
-    for name in ("model.safetensors", "pytorch_model.bin", "config.json"):
-        path = source / name
-        if path.exists():
-            digest.update(name.encode())
-            with path.open("rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-    return digest.hexdigest()[:16]
+    for path in files:
+        digest.update(path.name.encode())
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    with _OPENING:
+        _DIGESTS[key] = digest.hexdigest()[:16]
+        return _DIGESTS[key]
 
 
 def export(source: Path, *, cache_dir: Path, head: Head, quantize: bool = False) -> Path:
@@ -134,7 +156,18 @@ def _export_float(source: Path, target: Path, *, head: Head) -> None:
 
 
 def open_session(path: Path, *, threads: int | None = None) -> Any:
-    """An onnxruntime CPU session with full graph optimisation."""
+    """An onnxruntime CPU session with full graph optimisation, opened once per process for
+    a graph file and thread count (sessions are safe to run from several threads)."""
+    key = (*_stamp(path), threads)
+    with _OPENING:
+        if (known := _SESSIONS.get(key)) is not None:
+            return known
+    session = _new_session(path, threads=threads)
+    with _OPENING:
+        return _SESSIONS.setdefault(key, session)
+
+
+def _new_session(path: Path, *, threads: int | None) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
