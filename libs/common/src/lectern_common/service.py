@@ -308,4 +308,5 @@ def run_service(app: FastAPI, settings: ServiceHttpSettings) -> None:
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=int(settings.graceful_timeout_s),
+        timeout_keep_alive=int(settings.keep_alive_s),
     )

@@ -221,6 +221,14 @@ class ServiceHttpSettings(BaseServiceSettings):
 
     http_port: int = 8080
     graceful_timeout_s: float = 30.0
+    keep_alive_s: float = shared(
+        "http_keep_alive_s",
+        75.0,
+        "how long the server keeps an idle HTTP connection open; longer than any client's or "
+        "load balancer's idle expiry (httpx 5 s, a cloud load balancer's 60 s), so the server "
+        "never closes a connection just as a client sends on it again (a reset, seen as a "
+        "failed request with uvicorn's 5 s against httpx's 5 s)",
+    )
     metrics_on_http: bool = shared(
         "metrics_on_http",
         True,

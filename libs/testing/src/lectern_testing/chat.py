@@ -360,6 +360,7 @@ async def serve_gateway(
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=2,
+        timeout_keep_alive=int(settings.keep_alive_s),
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
