@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,10 +71,15 @@ def base_dir() -> Iterator[Path]:
 
 
 def start_stack(
-    base: Path, run: int, *, demo: bool = True, nats_restart_after: float | None = None
+    base: Path,
+    run: int,
+    *,
+    demo: bool = True,
+    nats_restart_after: float | None = None,
+    env_extra: dict[str, str] | None = None,
 ) -> Stack:
     """`lectern up` on free ports for everything, so a developer's stack is never touched."""
-    env = dict(os.environ)
+    env = {**os.environ, **(env_extra or {})}
     for name in SERVICES:
         if name != "gateway":
             env[f"LECTERN_{name.upper()}_HTTP_PORT"] = str(free_port())
@@ -580,201 +585,210 @@ async def ask(url: str, tenant: str, question: str) -> dict[str, Any]:
     return {**last, "text": text}
 
 
-async def test_services_killed_mid_work_lose_nothing(
-    base_dir: Path, record_property: Callable[[str, object], None], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SIGKILL the ingest worker in the middle of a long PDF: restarted by the supervisor, the
-    redelivered upload is indexed exactly once (the same chunks as an undisturbed run, one
-    outcome event, no orphan objects). SIGKILL the retriever and the memory service while a
-    chat is asked: the stream ends (an answer or an `error` event), and chat works after."""
-    # JetStream redelivers a killed worker's upload one ack wait after its last keep-alive:
-    # 8 s here instead of 30 (keep-alives every 2 s), the same path in a third of the time
-    monkeypatch.setenv("LECTERN_INGEST_ACK_WAIT_S", "8")
-    monkeypatch.setenv("LECTERN_INGEST_IN_PROGRESS_INTERVAL_S", "2")
-    stack = start_stack(base_dir, 1, demo=False)
-    try:
-        await wait_until(stack, "all five /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
-        state = stack.state()
-        url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
-        manual = long_pdf(120)  # over 100 chunks: embedding takes batches, the kill lands in it
-
-        # watch the upload's progress and kill the worker once embedding is under way
-        nc = await nats.connect(nats_url)
-        embedding = asyncio.Event()
-        target: dict[str, str] = {}
-
-        async def on_progress(message: Any) -> None:
-            event = json.loads(message.data)
-            ours = event.get("document_id") == target.get("id") and event.get("stage") == "embed"
-            if ours and 0 < event["done"] < event["total"]:
-                embedding.set()
-
-        await nc.subscribe("lectern.documents.progress.v1", cb=on_progress)
-        target["id"] = killed_doc = await upload(url, "faults-a", manual)
-        try:
-            await asyncio.wait_for(embedding.wait(), 120)
-        finally:
-            await nc.close()
-        victim = stack.state()["services"]["ingest"]
-        os.kill(victim["pid"], signal.SIGKILL)
-        killed_at = time.monotonic()
-        row = await document_row(dsn, killed_doc)
-        assert row is not None and row["status"] == "processing", row
-        assert await chunk_fingerprint(dsn, killed_doc) == [], "nothing stored before the kill"
-
-        await wait_until(stack, "the killed upload indexed", 240,
-                         lambda: settled(dsn, killed_doc))  # fmt: skip
-        recovered_s = time.monotonic() - killed_at
-        record_property("ingest_sigkill_recovery_s", round(recovered_s, 1))
-        print(f"\ningest SIGKILLed mid-embedding: document indexed {recovered_s:.1f} s later")
-        assert stack.state()["services"]["ingest"]["restarts"] == 1
-        row = await document_row(dsn, killed_doc)
-        assert row is not None and row["status"] == "indexed", row
-        assert row["attempts"] == 2, "indexed by the redelivery after the kill"
-
-        # the same bytes in another tenant, undisturbed
-        clean_doc = await upload(url, "faults-b", manual)
-        await wait_until(stack, "the undisturbed upload indexed", 240,
-                         lambda: settled(dsn, clean_doc))  # fmt: skip
-        killed = await chunk_fingerprint(dsn, killed_doc)
-        clean = await chunk_fingerprint(dsn, clean_doc)
-        assert len(killed) == row["chunk_count"] > 100
-        assert [c[:4] for c in killed] == [c[:4] for c in clean], "same chunks, same text"
-        assert len({c[4] for c in killed}) == len(killed), "no duplicate chunks"
-        outcomes = await outcome_events(nats_url, killed_doc)
-        assert [o["subject"] for o in outcomes] == ["lectern.documents.indexed.v1"], outcomes
-        rows = [await document_row(dsn, d) for d in (killed_doc, clean_doc)]
-        assert await stored_objects(nats_url) == {r["object_name"] for r in rows if r}
-
-        # the retriever, then the memory service, killed as a question is asked
-        for service in ("retriever", "memory"):
-            before = stack.state()["services"][service]
-            question = asyncio.create_task(ask(url, "faults-a", "What is osmosis?"))
-            os.kill(before["pid"], signal.SIGKILL)
-            began = time.monotonic()
-            outcome = await asyncio.wait_for(question, 60)
-            print(f"{service} SIGKILLed during a chat: '{outcome['event']}' after "
-                  f"{time.monotonic() - began:.1f} s")  # fmt: skip
-            assert outcome["event"] in ("done", "error"), outcome
-            restarts = before["restarts"] + 1
-
-            def restarted(name: str = service, count: int = restarts) -> bool:
-                return bool(stack.state()["services"][name]["restarts"] == count)
-
-            await wait_until(stack, f"{service} restarted", READY_WITHIN_S, restarted)
-            await wait_until(stack, "all ready again", READY_WITHIN_S, lambda: all_ready(stack))
-            after = await ask(url, "faults-a", "What is osmosis?")
-            assert after["event"] == "done" and after["citations"], after
-        stop_stack(stack)
-        assert_within_nats_permissions(stack)
-    finally:
-        ensure_stopped(stack)  # after a failed assertion too
-
-
 #: how long the killed NATS server stays down before the supervisor starts it again: longer
 #: than a question (its 10 s request deadline) and an upload (5 s) sent during the outage
 NATS_DOWN_S = 15.0
 
 
+@pytest.fixture(scope="module")
+async def fault_stack() -> AsyncIterator[Stack]:
+    """One stack for the fault tests of this module, which each leave it whole (the
+    supervisor starts what they kill again): stopped cleanly, within its NATS users'
+    permissions, once they are done. JetStream redelivers a killed worker's upload one ack
+    wait after its last keep-alive: 8 s here instead of 30 (keep-alives every 2 s), the same
+    path in a third of the time."""
+    base = Path("/tmp") / f"lectern-e2e-{uuid.uuid4().hex[:8]}"
+    base.mkdir(mode=0o755)
+    os.chmod(base, 0o755)  # noqa: S103 - the embedded Postgres account must traverse it
+    env = {"LECTERN_INGEST_ACK_WAIT_S": "8", "LECTERN_INGEST_IN_PROGRESS_INTERVAL_S": "2"}
+    stack = start_stack(base, 1, demo=False, nats_restart_after=NATS_DOWN_S, env_extra=env)
+    try:
+        await wait_until(stack, "all five /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
+        yield stack
+        stop_stack(stack)
+        assert_within_nats_permissions(stack)
+    finally:
+        ensure_stopped(stack)  # after a failed assertion too
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_services_killed_mid_work_lose_nothing(
+    fault_stack: Stack, record_property: Callable[[str, object], None]
+) -> None:
+    """SIGKILL the ingest worker in the middle of a long PDF: restarted by the supervisor, the
+    redelivered upload is indexed exactly once (the same chunks as an undisturbed run, one
+    outcome event, no orphan objects). SIGKILL the retriever and the memory service while a
+    chat is asked: the stream ends (an answer or an `error` event), and chat works after."""
+    stack = fault_stack
+    await wait_until(stack, "all five /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
+    ingest_restarts = stack.state()["services"]["ingest"]["restarts"]
+    state = stack.state()
+    url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
+    manual = long_pdf(120)  # over 100 chunks: embedding takes batches, the kill lands in it
+
+    # watch the upload's progress and kill the worker once embedding is under way
+    nc = await nats.connect(nats_url)
+    embedding = asyncio.Event()
+    target: dict[str, str] = {}
+
+    async def on_progress(message: Any) -> None:
+        event = json.loads(message.data)
+        ours = event.get("document_id") == target.get("id") and event.get("stage") == "embed"
+        if ours and 0 < event["done"] < event["total"]:
+            embedding.set()
+
+    await nc.subscribe("lectern.documents.progress.v1", cb=on_progress)
+    target["id"] = killed_doc = await upload(url, "faults-a", manual)
+    try:
+        await asyncio.wait_for(embedding.wait(), 120)
+    finally:
+        await nc.close()
+    victim = stack.state()["services"]["ingest"]
+    os.kill(victim["pid"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    row = await document_row(dsn, killed_doc)
+    assert row is not None and row["status"] == "processing", row
+    assert await chunk_fingerprint(dsn, killed_doc) == [], "nothing stored before the kill"
+
+    await wait_until(stack, "the killed upload indexed", 240,
+                     lambda: settled(dsn, killed_doc))  # fmt: skip
+    recovered_s = time.monotonic() - killed_at
+    record_property("ingest_sigkill_recovery_s", round(recovered_s, 1))
+    print(f"\ningest SIGKILLed mid-embedding: document indexed {recovered_s:.1f} s later")
+    assert stack.state()["services"]["ingest"]["restarts"] == ingest_restarts + 1
+    row = await document_row(dsn, killed_doc)
+    assert row is not None and row["status"] == "indexed", row
+    assert row["attempts"] == 2, "indexed by the redelivery after the kill"
+
+    # the same bytes in another tenant, undisturbed
+    clean_doc = await upload(url, "faults-b", manual)
+    await wait_until(stack, "the undisturbed upload indexed", 240,
+                     lambda: settled(dsn, clean_doc))  # fmt: skip
+    killed = await chunk_fingerprint(dsn, killed_doc)
+    clean = await chunk_fingerprint(dsn, clean_doc)
+    assert len(killed) == row["chunk_count"] > 100
+    assert [c[:4] for c in killed] == [c[:4] for c in clean], "same chunks, same text"
+    assert len({c[4] for c in killed}) == len(killed), "no duplicate chunks"
+    outcomes = await outcome_events(nats_url, killed_doc)
+    assert [o["subject"] for o in outcomes] == ["lectern.documents.indexed.v1"], outcomes
+    rows = [await document_row(dsn, d) for d in (killed_doc, clean_doc)]
+    assert await stored_objects(nats_url) == {r["object_name"] for r in rows if r}
+
+    # the retriever, then the memory service, killed as a question is asked
+    for service in ("retriever", "memory"):
+        before = stack.state()["services"][service]
+        question = asyncio.create_task(ask(url, "faults-a", "What is osmosis?"))
+        os.kill(before["pid"], signal.SIGKILL)
+        began = time.monotonic()
+        outcome = await asyncio.wait_for(question, 60)
+        print(f"{service} SIGKILLed during a chat: '{outcome['event']}' after "
+              f"{time.monotonic() - began:.1f} s")  # fmt: skip
+        assert outcome["event"] in ("done", "error"), outcome
+        restarts = before["restarts"] + 1
+
+        def restarted(name: str = service, count: int = restarts) -> bool:
+            return bool(stack.state()["services"][name]["restarts"] == count)
+
+        await wait_until(stack, f"{service} restarted", READY_WITHIN_S, restarted)
+        await wait_until(stack, "all ready again", READY_WITHIN_S, lambda: all_ready(stack))
+        after = await ask(url, "faults-a", "What is osmosis?")
+        assert after["event"] == "done" and after["citations"], after
+
+
 async def test_nats_restart_loses_no_upload_and_chat_recovers(
-    base_dir: Path, record_property: Callable[[str, object], None]
+    fault_stack: Stack, record_property: Callable[[str, object], None]
 ) -> None:
     """Kill NATS while a long PDF is being ingested, ask and upload during the outage, then
     start NATS again on its store: the services reconnect by themselves, the upload in flight
     ends indexed exactly once (one outcome event id, no duplicate chunks), requests during the
     outage end with an error in bounded time, and new uploads and chats work. The supervisor
     starts NATS again (``NATS_DOWN_S`` after the kill)."""
-    stack = start_stack(base_dir, 1, demo=False, nats_restart_after=NATS_DOWN_S)
+    stack = fault_stack
+    await wait_until(stack, "all five /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
+    ingest_restarts = stack.state()["services"]["ingest"]["restarts"]
+    state = stack.state()
+    url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
+
+    course = await upload(url, "nats-r", long_pdf(4, seed=3))
+    await wait_until(stack, "the course indexed", 120, lambda: settled(dsn, course))
+
+    nc = await nats.connect(nats_url)
+    embedding = asyncio.Event()
+    target: dict[str, str] = {}
+
+    async def on_progress(message: Any) -> None:
+        event = json.loads(message.data)
+        ours = event.get("document_id") == target.get("id") and event.get("stage") == "embed"
+        if ours and 0 < event["done"] < event["total"]:
+            embedding.set()
+
+    await nc.subscribe("lectern.documents.progress.v1", cb=on_progress)
+    target["id"] = in_flight = await upload(url, "nats-r", long_pdf(200, seed=5))
     try:
-        await wait_until(stack, "all five /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
-        state = stack.state()
-        url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
-
-        course = await upload(url, "nats-r", long_pdf(4, seed=3))
-        await wait_until(stack, "the course indexed", 120, lambda: settled(dsn, course))
-
-        nc = await nats.connect(nats_url)
-        embedding = asyncio.Event()
-        target: dict[str, str] = {}
-
-        async def on_progress(message: Any) -> None:
-            event = json.loads(message.data)
-            ours = event.get("document_id") == target.get("id") and event.get("stage") == "embed"
-            if ours and 0 < event["done"] < event["total"]:
-                embedding.set()
-
-        await nc.subscribe("lectern.documents.progress.v1", cb=on_progress)
-        target["id"] = in_flight = await upload(url, "nats-r", long_pdf(200, seed=5))
-        try:
-            await asyncio.wait_for(embedding.wait(), 120)
-        finally:
-            await nc.close()
-
-        killed = state["nats"]["pid"]
-        os.kill(killed, signal.SIGKILL)
-        down_at = time.monotonic()
-        # during the outage: a question ends with an error, an upload is refused; neither hangs
-        # (both at once, so that the outage need not outlast them one after the other)
-
-        async def timed(work: Any) -> tuple[Any, float]:
-            began = time.monotonic()
-            return await work, time.monotonic() - began
-
-        async def refused_upload() -> httpx.Response:
-            async with httpx.AsyncClient(timeout=60) as client:
-                return await client.post(
-                    f"{url}/v1/documents", headers=bearer("nats-r", "teacher-1", "teacher"),
-                    files={"file": ("late.pdf", long_pdf(2, seed=9), "application/pdf")},
-                )  # fmt: skip
-
-        (during, asked_s), (refused, upload_s) = await asyncio.gather(
-            timed(ask(url, "nats-r", "What is osmosis?")), timed(refused_upload())
-        )
-        print(f"\nNATS down: the chat ended with {during['event']!r} after {asked_s:.1f} s")
-        assert during["event"] == "error", during
-        assert asked_s < 30
-        print(f"NATS down: an upload got {refused.status_code} after {upload_s:.1f} s")
-        assert refused.status_code == 503, refused.text
-        assert refused.headers["content-type"].startswith("application/problem+json")
-        assert upload_s < 30
-
-        assert time.monotonic() - down_at < NATS_DOWN_S, "the outage outlasted the questions"
-
-        def nats_started_again() -> bool:
-            nats_state = stack.state()["nats"]
-            return bool(
-                nats_state["pid"] != killed
-                and process_alive(nats_state["pid"], nats_state["pid_create_time"])
-            )
-
-        await wait_until(stack, "NATS started again by the supervisor", 60, nats_started_again)
-        up_at = time.monotonic()
-        print(f"NATS started again by the supervisor {up_at - down_at:.1f} s after the kill")
-        await wait_until(stack, "all ready after the restart", 90, lambda: all_ready(stack))
-        ready_s = time.monotonic() - up_at
-        await wait_until(
-            stack, "the upload in flight settled", 300, lambda: settled(dsn, in_flight)
-        )
-        indexed_s = time.monotonic() - up_at
-        record_property("nats_restart_ready_s", round(ready_s, 1))
-        print(f"NATS restarted: all services ready {ready_s:.1f} s later, the upload in flight "
-              f"indexed {indexed_s:.1f} s later")  # fmt: skip
-        row = await document_row(dsn, in_flight)
-        assert row is not None and row["status"] == "indexed", row
-        chunks = await chunk_fingerprint(dsn, in_flight)
-        assert len(chunks) == row["chunk_count"] > 150
-        assert len({c[0] for c in chunks}) == len(chunks), "no duplicate chunks"
-        outcomes = await outcome_events(nats_url, in_flight)
-        assert {o["subject"] for o in outcomes} == {"lectern.documents.indexed.v1"}, outcomes
-        assert len({o["event_id"] for o in outcomes}) == 1, "one outcome, by its event id"
-        assert stack.state()["services"]["ingest"]["restarts"] == 0, "reconnected, not restarted"
-
-        after = await upload(url, "nats-r", long_pdf(3, seed=11))
-        await wait_until(stack, "an upload after the restart indexed", 120,
-                         lambda: settled(dsn, after))  # fmt: skip
-        answer = await ask(url, "nats-r", "What is osmosis?")
-        assert answer["event"] == "done" and answer["citations"], answer
-        stop_stack(stack)
-        assert_within_nats_permissions(stack)
+        await asyncio.wait_for(embedding.wait(), 120)
     finally:
-        ensure_stopped(stack)  # after a failed assertion too
+        await nc.close()
+
+    killed = state["nats"]["pid"]
+    os.kill(killed, signal.SIGKILL)
+    down_at = time.monotonic()
+    # during the outage: a question ends with an error, an upload is refused; neither hangs
+    # (both at once, so that the outage need not outlast them one after the other)
+
+    async def timed(work: Any) -> tuple[Any, float]:
+        began = time.monotonic()
+        return await work, time.monotonic() - began
+
+    async def refused_upload() -> httpx.Response:
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await client.post(
+                f"{url}/v1/documents", headers=bearer("nats-r", "teacher-1", "teacher"),
+                files={"file": ("late.pdf", long_pdf(2, seed=9), "application/pdf")},
+            )  # fmt: skip
+
+    (during, asked_s), (refused, upload_s) = await asyncio.gather(
+        timed(ask(url, "nats-r", "What is osmosis?")), timed(refused_upload())
+    )
+    print(f"\nNATS down: the chat ended with {during['event']!r} after {asked_s:.1f} s")
+    assert during["event"] == "error", during
+    assert asked_s < 30
+    print(f"NATS down: an upload got {refused.status_code} after {upload_s:.1f} s")
+    assert refused.status_code == 503, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert upload_s < 30
+
+    assert time.monotonic() - down_at < NATS_DOWN_S, "the outage outlasted the questions"
+
+    def nats_started_again() -> bool:
+        nats_state = stack.state()["nats"]
+        return bool(
+            nats_state["pid"] != killed
+            and process_alive(nats_state["pid"], nats_state["pid_create_time"])
+        )
+
+    await wait_until(stack, "NATS started again by the supervisor", 60, nats_started_again)
+    up_at = time.monotonic()
+    print(f"NATS started again by the supervisor {up_at - down_at:.1f} s after the kill")
+    await wait_until(stack, "all ready after the restart", 90, lambda: all_ready(stack))
+    ready_s = time.monotonic() - up_at
+    await wait_until(stack, "the upload in flight settled", 300, lambda: settled(dsn, in_flight))
+    indexed_s = time.monotonic() - up_at
+    record_property("nats_restart_ready_s", round(ready_s, 1))
+    print(f"NATS restarted: all services ready {ready_s:.1f} s later, the upload in flight "
+          f"indexed {indexed_s:.1f} s later")  # fmt: skip
+    row = await document_row(dsn, in_flight)
+    assert row is not None and row["status"] == "indexed", row
+    chunks = await chunk_fingerprint(dsn, in_flight)
+    assert len(chunks) == row["chunk_count"] > 150
+    assert len({c[0] for c in chunks}) == len(chunks), "no duplicate chunks"
+    outcomes = await outcome_events(nats_url, in_flight)
+    assert {o["subject"] for o in outcomes} == {"lectern.documents.indexed.v1"}, outcomes
+    assert len({o["event_id"] for o in outcomes}) == 1, "one outcome, by its event id"
+    restarts = stack.state()["services"]["ingest"]["restarts"]
+    assert restarts == ingest_restarts, "reconnected, not restarted"
+
+    after = await upload(url, "nats-r", long_pdf(3, seed=11))
+    await wait_until(stack, "an upload after the restart indexed", 120,
+                     lambda: settled(dsn, after))  # fmt: skip
+    answer = await ask(url, "nats-r", "What is osmosis?")
+    assert answer["event"] == "done" and answer["citations"], answer
