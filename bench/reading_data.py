@@ -14,7 +14,7 @@ source is split so that no measured item is ever trained on:
 - the project's own answer set (``bench/answers``) is not trained on at all, so the reader's
   figures on its development split are out of sample.
 
-Sentences are cut by the product's own splitter (``lectern_common.answerer.split_sentences``),
+Sentences are cut by the product's own splitter (``lectern_common.text.split_sentences``),
 so the reader is trained on the units the answerer will show it.
 """
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from lectern_common.answerer import split_sentences, terms
+from lectern_common.text import split_sentences, terms
 from lectern_eval.retrieval import query_split
 
 HERE = Path(__file__).resolve().parent

@@ -30,7 +30,7 @@ import numpy as np
 
 from lectern_common import answerer
 from lectern_common.generation import SourceText
-from lectern_common.text import resolve_follow_up
+from lectern_common.text import resolve_follow_up, terms
 from lectern_eval.answer_set import AnswerQuestion, fact_recall, holds_any_fact, load_set
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ async def replay(
         text: str, sources: list[SourceText], qid: str, group: str, answerable: int
     ) -> list[answerer.SourceUnit]:
         units = answerer.source_units(sources)
-        bags = [Counter(answerer.terms(u.text)) for u in units]
+        bags = [Counter(terms(u.text)) for u in units]
         similarities = await offline.similarities(text, [u.text for u in units])
         readings = await offline.readings(text, answerer.reader_texts(units, without=without))
         rows.append(
@@ -216,7 +216,7 @@ async def replay(
         )  # fmt: skip
         groups.extend([group] * len(units))
         questions.extend([qid] * len(units))
-        query = list(dict.fromkeys(answerer.terms(text)))
+        query = list(dict.fromkeys(terms(text)))
         # the question signals with no unit model behind them (the model-dependent ones are
         # recomputed by the fit)
         static = answerer.question_signals(

@@ -23,14 +23,8 @@ from lectern_common.runtime.supervisor import (
     port_is_free,
     preferred_or_free_port,
     process_alive,
-    restart_delay,
 )
 from lectern_common.settings import BaseServiceSettings
-
-
-def test_restart_delay_doubles_up_to_the_cap() -> None:
-    delays = [restart_delay(n, initial_s=1.0, max_s=30.0) for n in range(1, 8)]
-    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
 
 
 def test_embedding_identity_without_loading_models(tmp_path: Path) -> None:

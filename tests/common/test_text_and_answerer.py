@@ -21,13 +21,11 @@ from lectern_common.answerer import (
     extract_answer,
     question_form,
     source_units,
-    split_sentences,
     states_number,
-    terms,
     unit_signals,
 )
 from lectern_common.llm import ChatMessage, SourceText, TextDelta
-from lectern_common.text import is_follow_up, resolve_follow_up
+from lectern_common.text import is_follow_up, resolve_follow_up, split_sentences, terms
 
 MITOSIS = SourceText(
     label="T1",
@@ -170,7 +168,7 @@ def test_a_definition_is_the_sentence_that_defines_not_a_caption_naming_it() -> 
 
 
 def test_a_definition_by_condition_defines_the_word_after_its_verb() -> None:
-    from lectern_common.answerer import defines, terms
+    from lectern_common.answerer import defines
 
     assert defines("Ein Raum X heißt hausdorffsch, wenn es je zwei", terms("Raum hausdorffsch"))
     assert defines("a) f heißt stetig :⇔ f−1(U) ∈ TX.", terms("Abbildung f stetig"))

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lectern_common.text import embedding_text
+from lectern_common.text import embedding_text, sentences
 from lectern_ingest.chunking import (
+    SENTENCES,
     ChunkDraft,
     ChunkingConfig,
     chunk_units,
-    split_sentences,
     structural_prefix,
 )
 from lectern_ingest.extract.model import Block, Unit
@@ -67,14 +67,15 @@ def test_sentence_splitting() -> None:
         "Cells divide. E.g. bacteria split in two, cf. Fig. 3 and Dr. Smith's notes! "
         "Is it 3.5 mm? Yes.\nA new line starts here"
     )
-    assert split_sentences(text) == [
+    assert sentences(text, rules=SENTENCES) == [
         "Cells divide.",
         "E.g. bacteria split in two, cf. Fig. 3 and Dr. Smith's notes!",
         "Is it 3.5 mm?",
         "Yes.",
         "A new line starts here",
     ]
-    assert split_sentences("細胞は分裂する。次の文です。") == ["細胞は分裂する。", "次の文です。"]
+    cjk = sentences("細胞は分裂する。次の文です。", rules=SENTENCES)
+    assert cjk == ["細胞は分裂する。", "次の文です。"]
 
 
 def test_config_is_validated() -> None:
@@ -105,13 +106,13 @@ def test_sections_pages_and_chapters(count_tokens: TokenCounter) -> None:
 
 
 def test_overlap_is_whole_sentences_within_a_section(count_tokens: TokenCounter) -> None:
-    sentences = [_sentence(_run(i, 9)) for i in range(0, 80)]
-    units = [Unit([Block("heading", "Topic", level=1), Block("paragraph", " ".join(sentences))])]
+    written = [_sentence(_run(i, 9)) for i in range(0, 80)]
+    units = [Unit([Block("heading", "Topic", level=1), Block("paragraph", " ".join(written))])]
     chunks = _chunks(units, count_tokens)
     assert len(chunks) >= 3
     for first, second in pairwise(chunks):
-        first_sentences = split_sentences(first.text)
-        second_sentences = split_sentences(second.text)
+        first_sentences = sentences(first.text, rules=SENTENCES)
+        second_sentences = sentences(second.text, rules=SENTENCES)
         assert second_sentences[0] in first_sentences  # starts with a repeated whole sentence
         shared = [s for s in second_sentences if s in first_sentences]
         assert sum(count_tokens(s) - 2 for s in shared) <= ChunkingConfig().overlap_tokens

@@ -33,7 +33,15 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
-from lectern_common.text import resolve_follow_up
+from lectern_common.text import (
+    STOPWORDS,
+    ends_clause,
+    resolve_follow_up,
+    split_units,
+    stem,
+    terms,
+    words,
+)
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -43,30 +51,6 @@ if TYPE_CHECKING:
 
 QuestionForm = Literal["list", "number", "comparison", "definition", "general"]
 
-_STOPWORDS = frozenset(
-    """a about above after again against all also am an and any are as at be because been
-    before being below between both but by can could did do does doing down during each few
-    for from further had has have having he her here hers herself him himself his how i if in
-    into is it its itself just me more most my myself no nor not now of off on once only or
-    other our ours ourselves out over own same she should so some such than that the their
-    theirs them themselves then there these they this those through to too under until up
-    very was we were what when where which while who whom why will with would you your yours
-    yourself yourselves explain describe tell please give mean means der die das ein eine
-    einer eines einem einen und oder ist sind was wie wer wo warum welche welcher welches
-    von zu im in den dem des mit auf für nicht auch es sich""".split()
-)
-_WORDS = re.compile(r"[^\W_]+", re.UNICODE)
-#: a blank line, or a line break before a list item ("- ", "2.", "(a)") that is no table row
-#: ("- Same Row | 32.1 | 2.8": a table's row labels may be set as items)
-_PARAGRAPHS = re.compile(
-    r"\n\s*\n|\n(?=\s*(?:[-•*▪◦–‒—]|\d{1,2}[.)]|\(?[a-z][.)])\s(?![^\n]* \| ))"
-)
-_SENTENCE_END = re.compile(
-    r"(?:(?<=[.!?])|(?<=[a-z)][.!?]\d)|(?<=[a-z)][.!?]\d\d)|(?<=[a-z)][.!?]\d\d\d))"
-    r"\s+(?=[\"'(\[]?[A-Z0-9ÄÖÜ])"
-)  # a sentence ends at its stop, or after the footnote number stuck to it ("growth.31 A")
-_ITEM_MARK = re.compile(r"^\s*(?:[-•*▪◦–‒—]|\d{1,2}[.)]|\(?[a-z][.)])\s+")
-_INLINE_ITEMS = re.compile(r"\s+[-•▪◦‒]\s+")
 _NUMBER = re.compile(
     r"\d|%|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
     r"thirty|forty|fifty|hundred|thousand|million|billion|half|third|quarter|once|twice|"
@@ -125,7 +109,6 @@ _CAPTION = re.compile(
     r"[\dIVX]+[\d.\-]*\b(?![^.]*\b(?:is|are|shows?|zeigt)\b)",
     re.IGNORECASE,
 )
-_TERMINAL = re.compile(r"[.!?:;)\]\"'”]\s*$")
 _FOOTNOTE_END = re.compile(
     r"(?:(?<=[^\W\d_][.!?])|(?<=[)\]\"'][.!?]))\d{1,3}(?:[,–-]\d{1,3})*$"
 )  # "growth.31", not "Header 0.2"
@@ -180,24 +163,6 @@ _DEFINITION = re.compile(
 )
 
 
-def _stem(word: str) -> str:
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith("sses"):
-        return word[:-2]
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    for suffix in ("ing", "ed"):
-        if len(word) > len(suffix) + 3 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
-
-
-def terms(text: str) -> list[str]:
-    """Lower-cased, lightly stemmed content words of ``text`` (stopwords removed)."""
-    return [_stem(w) for w in _WORDS.findall(text.lower()) if w not in _STOPWORDS]
-
-
 def question_form(question: str) -> QuestionForm:
     """The form an answer to ``question`` should take."""
     if _COMPARISON.search(question):
@@ -231,104 +196,6 @@ class SourceUnit:
     introduces_list: bool
     depth: int = 0  # 1 for an item, 2 for an item of an item (another bullet), ...
     context: str = ""  # a table row's caption and header
-
-
-def table_rows(paragraph: str) -> list[str]:
-    """The rows of a table paragraph (lines with cells joined by " | ", header first), each as
-    "header: cell; ..." so that a row answers alone; [] when the paragraph is no table."""
-    lines = [line.strip() for line in paragraph.split("\n") if line.strip()]
-    cells = [_cells(line) for line in lines]
-    first = next((i for i, c in enumerate(cells) if len(c) > 1), len(cells))
-    # a caption of up to two lines above, and one line of no cells (a row a chunk's end cut)
-    body = len(lines) - first
-    if first > 2 or body < 2 or sum(1 for c in cells[first:] if len(c) > 1) < body - 1:
-        return []
-    header = cells[first]
-    rows = [" ".join(lines[i].split()) for i in range(first + 1)]  # caption and header
-    for row in cells[first + 1 :]:
-        if len(row) == len(header) and any(row):
-            pairs = [f"{h}: {v}" if h else v for h, v in zip(header, row, strict=True) if v]
-            rows.append("; ".join(pairs))
-        elif any(row):
-            rows.append(" | ".join(c for c in row if c))
-    return rows
-
-
-def _cells(line: str) -> list[str]:
-    """The cells of a table line ("a | b | c"); an empty first or last cell leaves a bare
-    bar at the line's end ("| population (mn) | ..." over "EU15 | 372.3 | ...")."""
-    cells = [c.strip() for c in line.split(" | ")]
-    if cells[0].startswith("|"):
-        cells[0:1] = ["", cells[0][1:].strip()]
-    if cells[-1].endswith("|") and len(cells) > 1:
-        cells[-1:] = [cells[-1][:-1].strip(), ""]
-    return cells
-
-
-def table_context(paragraph: str) -> str:
-    """A table paragraph's caption and header (what every row is about), "" for no table."""
-    rows = table_rows(paragraph)
-    if not rows:
-        return ""
-    lines = [line.strip() for line in paragraph.split("\n") if line.strip()]
-    first = next(i for i, line in enumerate(lines) if len(_cells(line)) > 1)
-    return " ".join(lines[: first + 1])
-
-
-def _joined_lines(paragraphs: Sequence[str]) -> list[str]:
-    """Paragraphs with the lines a PDF set apart put back together: one that stops mid-way
-    ("... represents the time") goes on with the next when that one starts in lower case
-    ("at which the back of the car ...")."""
-    out: list[str] = []
-    for paragraph in paragraphs:
-        body = paragraph.strip()
-        previous = out[-1].rstrip() if out else ""
-        if (
-            previous
-            and body[:1].islower()
-            and not _TERMINAL.search(previous)
-            and not _ITEM_MARK.match(body)
-            and not table_rows(previous)
-        ):
-            out[-1] = f"{previous} {body}"
-        else:
-            out.append(paragraph)
-    return out
-
-
-def split_units(text: str) -> list[tuple[int, str, str, str]]:
-    """(paragraph, unit, item marker, context) of a source text: paragraphs and list items
-    first (a line of "- a - b - c" items is split into them), then sentence ends. The marker
-    is "" for a sentence, the bullet for an item ("1" for any number, "a" for any letter);
-    the context of a table row is its table's caption and header ("" elsewhere)."""
-    units: list[tuple[int, str, str, str]] = []
-    for paragraph_index, paragraph in enumerate(_joined_lines(_PARAGRAPHS.split(text))):
-        rows = table_rows(paragraph)
-        if rows:
-            context = table_context(paragraph)
-            units.extend((paragraph_index, row, "", context) for row in rows)
-            continue
-        flat = " ".join(paragraph.split())
-        if not flat:
-            continue
-        mark = _ITEM_MARK.match(flat)
-        if mark:
-            body = flat[mark.end() :]
-            pieces = [p for p in _INLINE_ITEMS.split(body) if p.strip()] if (
-                flat[0] in "-•▪◦‒") else [body]  # fmt: skip
-            bullet = mark.group().strip().lstrip("(")[:1]
-            marker = "1" if bullet.isdigit() else "a" if bullet.isalpha() else bullet
-            units.extend((paragraph_index, p.strip(), marker, "") for p in pieces)
-            continue
-        units.extend(
-            (paragraph_index, s.strip(), "", "") for s in _SENTENCE_END.split(flat) if s.strip()
-        )
-    return units
-
-
-def split_sentences(text: str) -> list[str]:
-    """Sentences and list items of a source text, in order."""
-    return [unit for _, unit, _, _ in split_units(text)]
 
 
 def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
@@ -753,10 +620,10 @@ def missing_rarity(question: str, held: Container[str]) -> float:
     do not count."""
     common = _common_words()
     rarest = _RARE_ZIPF
-    for word in _WORDS.findall(question.casefold()):
-        if len(word) < 3 or word in _STOPWORDS or any(c.isdigit() for c in word):
+    for word in words(question.casefold()):
+        if len(word) < 3 or word in STOPWORDS or any(c.isdigit() for c in word):
             continue
-        if _stem(word)[:5] not in held:
+        if stem(word)[:5] not in held:
             rarest = min(rarest, common.get(word, 0.0))
     return (_RARE_ZIPF - rarest) / _RARE_ZIPF
 
@@ -1042,7 +909,7 @@ def _counts_asked(text: str, asked: Container[str]) -> bool:
 
 
 def _is_table_row(text: str) -> bool:
-    """A table row as ``table_rows`` writes it: "header: cell; header: cell; ..."."""
+    """A table row as ``text.table_rows`` writes it: "header: cell; header: cell; ..."."""
     return text.count("; ") >= 2 and text.count(": ") >= 3
 
 
@@ -1063,7 +930,7 @@ def _completed(
         text = picked.text
         position = picked.position
         for _ in range(most):
-            if picked.item or _TERMINAL.search(text):
+            if picked.item or ends_clause(text):
                 break
             following = at.get((picked.source_index, position + 1))
             if following is None or following.item or (picked.source_index, position + 1) in taken:

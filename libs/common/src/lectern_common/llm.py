@@ -41,8 +41,6 @@ from lectern_common.answerer import (
     SentenceReader,
     candidate_sentences,
     extract_answer,
-    split_sentences,
-    terms,
 )
 from lectern_common.embeddings import GEMINI_CALL_ERRORS, create_gemini_client, upstream_error
 from lectern_common.errors import (
@@ -66,12 +64,13 @@ from lectern_common.generation import (
     WebSource,
 )
 from lectern_common.settings import BaseServiceSettings
+from lectern_common.text import split_sentences, terms
 
 if TYPE_CHECKING:
     from lectern_common.embeddings import Embedder
 
-#: re-exported: the offline answerer (lectern_common.answerer) and the stream's types
-#: (lectern_common.generation)
+#: re-exported: the offline answerer (lectern_common.answerer), its sentences and terms
+#: (lectern_common.text) and the stream's types (lectern_common.generation)
 __all__ = [
     "NO_SUPPORT_TEXT", "ChatMessage", "ExtractiveAnswer", "Final", "GenerationChunk",
     "GenerationStream", "Grounding", "GroundingSupport", "OfflineAnswerer", "ScoredSentence",

@@ -29,6 +29,7 @@ from faststream.nats import NatsBroker
 from opentelemetry import propagate
 
 from lectern_common import metrics
+from lectern_common.backoff import backoff_delay
 from lectern_common.broker import publish_stored
 from lectern_common.events import ALL_EVENTS, Event
 from lectern_common.nats_auth import SERVICE_PERMISSIONS
@@ -42,7 +43,7 @@ INSERT INTO outbox (id, subject, payload, headers) VALUES ($1, $2, $3, $4)
 ON CONFLICT (id) DO NOTHING
 """
 _CLAIM = """
-SELECT id, subject, payload, headers FROM outbox
+SELECT id, subject, payload, headers, attempts FROM outbox
 WHERE published_at IS NULL AND subject = ANY($1::text[]) AND next_attempt_at <= now()
 ORDER BY created_at, id
 LIMIT $2
@@ -53,7 +54,7 @@ UPDATE outbox SET published_at = now(), attempts = attempts + 1 WHERE id = ANY($
 """
 _FAILED = """
 UPDATE outbox SET attempts = attempts + 1, last_error = $2,
-    next_attempt_at = now() + make_interval(secs => LEAST($3::float8, power(2, attempts)))
+    next_attempt_at = now() + make_interval(secs => $3::float8)
 WHERE id = $1
 """
 _BACKLOG = "SELECT count(*) FROM outbox WHERE published_at IS NULL AND subject = ANY($1::text[])"
@@ -144,7 +145,11 @@ class OutboxRelay:
                 except Exception as exc:
                     failures += 1
                     log.warning("outbox relay: %s (retrying)", exc)
-                delay = self.poll_s if not failures else min(self.max_backoff_s, 2**failures)
+                delay = (
+                    backoff_delay(failures, first_s=2.0, max_s=self.max_backoff_s)
+                    if failures
+                    else self.poll_s
+                )
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=delay)
@@ -182,7 +187,9 @@ class OutboxRelay:
                     raise outcome
                 failed = True
                 error = str(outcome)[:500] or type(outcome).__name__
-                await conn.execute(_FAILED, row["id"], error, self.max_backoff_s)
+                # 1 s after a row's first failure, doubling
+                delay = backoff_delay(row["attempts"] + 1, first_s=1.0, max_s=self.max_backoff_s)
+                await conn.execute(_FAILED, row["id"], error, delay)
                 log.warning("outbox: %s %s not published: %s", row["subject"], row["id"], outcome)
             return len(sent), failed
 

@@ -21,10 +21,10 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from lectern_common.text import ANAPHORS
+from lectern_common.text import ANAPHORS, words
 
-#: a hyphen joins no word: "pair-bonds" and "pair bonds" are the same topic
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*", re.UNICODE)
+#: an apostrophe joins a word, a hyphen none: "pair-bonds" and "pair bonds" are the same topic
+_APOSTROPHES = "'’"
 #: may sit inside a topic ("law of motion", "rate of reaction"), never at its edge
 _INNER = frozenset("of the a an in on for to and de des du la le der die das".split())
 #: words that are never part of a topic: question and function words, talk about learning
@@ -60,13 +60,14 @@ _JOINERS = frozenset({"and", "or", "vs", "vs.", "versus"})
 
 def words_of(text: str) -> list[str]:
     """The words topics are made of: case-folded, one kind of apostrophe."""
-    return [w.casefold().replace("’", "'") for w in _WORD.findall(text)]
+    return [w.casefold().replace("’", "'") for w in words(text, joined_by=_APOSTROPHES)]
 
 
 def acronyms(message: str) -> frozenset[str]:
     """The message's short words written in capitals ("VP", "AI", "GC"), case-folded: too
     short to be a topic as lower-case words ("in", "of"), they name one when capitalised."""
-    return frozenset(w.casefold() for w in _WORD.findall(message) if len(w) == 2 and w.isupper())
+    found = words(message, joined_by=_APOSTROPHES)
+    return frozenset(w.casefold() for w in found if len(w) == 2 and w.isupper())
 
 
 def _runs(

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from lectern_common.text import SentenceRules, sentences
 from lectern_ingest.extract.headings import (
     CONTENTS_TITLES,
     is_chapter_label,
@@ -86,11 +87,20 @@ def chunk_kind(text: str, section_path: list[str]) -> ChunkKind:
     return section_kind(section_path) or text_kind(text)
 
 
-_BREAK = re.compile(r"[.!?…]+[\"'”’)\]]*\s+|[。！？]+[」』”’)]*\s*")
-_NEXT_STARTS_SENTENCE = re.compile(r"[\"'“‘(\[]?[A-Z0-9À-ÖØ-ÞΑ-ΩА-Я\u0600-\u06ff\u0590-\u05ff]")
-_ABBREVIATIONS = frozenset(
-    "e.g i.e etc vs cf al fig figs eq eqs no nos dr mr mrs ms prof st jr sr inc ltd co corp "
-    "approx ca resp vol pp p ch sec art z.b bzw ggf usw vgl d.h u.a s".split()
+#: a chunk's sentences (``lectern_common.text``'s splitter): besides a stop, "…" and the stops
+#: of Chinese and Japanese (whatever follows them) end one, with the closing quotes after
+#: them; a capital of any script (Greek, Cyrillic, Arabic, Hebrew ...) may open the next;
+#: "e.g.", "Dr." and initials end none, since a cut there would part a chunk mid-sentence
+SENTENCES = SentenceRules(
+    stop=r"[.!?…]+",
+    closers=r"[\"'”’)\]]",
+    start=r"[\"'“‘(\[]?[A-Z0-9À-ÖØ-ÞΑ-ΩА-Я\u0600-\u06ff\u0590-\u05ff]",
+    hard=r"[。！？]+[」』”’)]*\s*",
+    abbreviations=frozenset(
+        "e.g i.e etc vs cf al fig figs eq eqs no nos dr mr mrs ms prof st jr sr inc ltd co "
+        "corp approx ca resp vol pp p ch sec art z.b bzw ggf usw vgl d.h u.a s".split()
+    ),
+    initials=True,
 )
 
 
@@ -186,35 +196,6 @@ def break_long_words(text: str) -> str:
         ),
         text,
     )
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split text into sentences (line breaks always end one; common abbreviations do not)."""
-    sentences: list[str] = []
-    for line in text.split("\n"):
-        line = line.strip()
-        start = 0
-        for match in _BREAK.finditer(line):
-            end = match.end()
-            if end >= len(line):
-                break
-            if match.group(0)[0] in ".!?…":
-                if not _NEXT_STARTS_SENTENCE.match(line, end):
-                    continue
-                words = line[start : match.start()].split()
-                last = words[-1].lower().rstrip(".") if words else ""
-                if match.group(0).startswith(".") and (
-                    last in _ABBREVIATIONS or (len(last) == 1 and last.isalpha())
-                ):
-                    continue
-            piece = line[start:end].strip()
-            if piece:
-                sentences.append(piece)
-            start = end
-        rest = line[start:].strip()
-        if rest:
-            sentences.append(rest)
-    return sentences
 
 
 class Chunker:
@@ -328,7 +309,7 @@ class Chunker:
                 yield from self._push(parts)
             return
         self._paragraph += 1
-        for sentence in split_sentences(block.text):
+        for sentence in sentences(block.text, rules=SENTENCES):
             tokens = self._count(sentence) - self._overhead
             slices = [(sentence, tokens)] if tokens <= self._limit else self._split_words(sentence)
             for text, n in slices:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lectern_common.backoff import backoff_delay
 from lectern_common.errors import LecternError
 from lectern_common.events import (
     DocumentIndexed,
@@ -48,7 +49,7 @@ class Outcome:
 
 def retry_delay(*, deliveries: int, base_s: float, max_s: float) -> float:
     """Exponential back-off for the next delivery (base, 2·base, 4·base ... capped)."""
-    return float(min(max_s, base_s * 2 ** max(0, deliveries - 1)))
+    return backoff_delay(deliveries, first_s=base_s, max_s=max_s)
 
 
 def failure_reason(error: LecternError, default: FailureReason) -> FailureReason:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from lectern_common.text import words
 from lectern_ingest.extract.model import Unit
 
 _JUNK_TITLE = re.compile(
@@ -17,7 +18,6 @@ _JUNK_TITLE = re.compile(
 #: a repository's stamp in a paper's margin ("arXiv:2103.15348v2 [cs.CV] 21 Jun 2021")
 _STAMP = re.compile(r"^arxiv:\s*\d|^doi:|^https?://|^www\.", re.IGNORECASE)
 _PATH = re.compile(r"^(?:[a-z]:)?[\\/]|[\\/][^\\/\s]+[\\/]", re.IGNORECASE)
-_WORD = re.compile(r"[^\W\d_]{4,}")
 #: a file name without its extension, as slide decks' metadata often carry ("06-trees__slides",
 #: "week4_notes", "cs229-notes1", "linalg2", "ml-advice"): one token, with an underscore, with
 #: digits among its lower-case letters, or all lower-case with a hyphen or dot ("COVID-19",
@@ -49,11 +49,15 @@ def usable_title(title: str | None) -> str | None:
 def _mentioned(title: str, text: str) -> bool:
     """Whether the first pages' text names a word of the title (a template's leftover
     metadata, "Packbot-P Summary Design and SOW" on a lecture's slides, names none)."""
-    words = {w.casefold() for w in _WORD.findall(title)} - _FILLER
+    words = {w.casefold() for w in _long_words(title)} - _FILLER
     if not words:
         return True
-    found = {w.casefold() for w in _WORD.findall(text)}
+    found = {w.casefold() for w in _long_words(text)}
     return bool(words & found)
+
+
+def _long_words(text: str) -> list[str]:
+    return [w for w in words(text, digits=False) if len(w) >= 4]
 
 
 def document_title(metadata: str | None, *, heading: str | None, first_text: str) -> str | None:

@@ -17,14 +17,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from lectern_common.text import STOPWORDS, sentences, words
 from lectern_common.topics import plain_topics, words_of
-from lectern_memory.struggle import Reading, StruggleModel
+from lectern_memory.struggle import MESSAGE, Reading, StruggleModel
 
 MemoryKind = Literal["takeaway", "struggle", "mastered", "preference"]
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z'-]+")
 _CITATION = re.compile(r"\s*\[(?:T|W)\d+\]")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _PREFERENCE = re.compile(
     r"\b(i (?:really )?(?:prefer|like|learn best|understand better|want)|"
     r"(?:please|can you|could you) (?:always |use |give |explain |show )|"
@@ -32,16 +31,10 @@ _PREFERENCE = re.compile(
     r"simpler (?:words|terms|language))\b",
     re.IGNORECASE,
 )
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    out over own same she should so some such than that the their theirs them then there these
-    they this those through to too under until up very was we were what when where which while
-    who whom why will with would you your yours yourself explain tell know please mean means
-    again still understand get really thing things something does did work works help show
-    give example examples use using one two also like way ways""".split()
+#: the shared stopwords and the talk of a tutoring chat, which names no topic
+_NOT_CONTENT = STOPWORDS | frozenset(
+    """still understand know get really thing things something work works help show example
+    examples use using one two like way ways""".split()
 )
 
 
@@ -89,7 +82,8 @@ class Distillation(BaseModel):
 
 def content_words(text: str) -> list[str]:
     """Lower-cased words that carry meaning."""
-    return [w.lower() for w in _WORD.findall(text) if w.lower() not in STOPWORDS and len(w) > 2]
+    found = (w.lower() for w in words(text, joined_by="'’-", digits=False))
+    return [w for w in found if w not in _NOT_CONTENT and len(w) > 2]
 
 
 def topic_of(turn: TurnSignal) -> str:
@@ -134,8 +128,7 @@ _SAID_BY_THE_TUTOR = ("based on the", "last time you found", "you've already sho
 def first_sentence(answer: str, *, max_chars: int = 240) -> str:
     """The answer's first substantive sentence, without citation labels."""
     text = _CITATION.sub("", answer).strip()
-    for sentence in _SENTENCE_END.split(text):
-        sentence = sentence.strip()
+    for sentence in sentences(text, rules=MESSAGE):
         if len(sentence.split()) >= 5 and not sentence.lower().startswith(_SAID_BY_THE_TUTOR):
             return sentence[:max_chars]
     return text[:max_chars]
@@ -143,11 +136,7 @@ def first_sentence(answer: str, *, max_chars: int = 240) -> str:
 
 def preferences_in(question: str) -> list[str]:
     """Sentences of a student's message that state a learning preference."""
-    found = []
-    for sentence in re.split(r"(?<=[.!?])\s+", question.strip()):
-        if _PREFERENCE.search(sentence):
-            found.append(sentence.strip())
-    return found
+    return [s for s in sentences(question, rules=MESSAGE) if _PREFERENCE.search(s)]
 
 
 def asked_topic(turn: TurnSignal) -> str:

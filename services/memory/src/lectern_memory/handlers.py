@@ -10,6 +10,7 @@ from faststream.exceptions import NackMessage, RejectMessage
 from faststream.nats import NatsBroker, NatsMessage
 from pydantic import ValidationError
 
+from lectern_common.backoff import backoff_delay
 from lectern_common.broker import deliveries, park
 from lectern_common.errors import PermanentError, RetryableError
 from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, QuizAttempted, UserErased
@@ -21,8 +22,8 @@ SERVICE = "lectern-memory"
 
 
 def backoff(attempt: int) -> float:
-    """Seconds before a redelivery after ``attempt`` deliveries (doubling, at most 30)."""
-    return min(2.0**attempt, 30.0)
+    """Seconds before a redelivery after ``attempt`` deliveries (2, doubling, at most 30)."""
+    return backoff_delay(attempt, first_s=2.0, max_s=30.0)
 
 
 async def handle_turn(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -26,11 +25,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from lectern_common.text import SentenceRules, sentences, words
+
 LABELS = ("confusion", "preference", "question", "other")
 #: hashed character n-gram buckets
 BUCKETS = 1024
 _NGRAMS = (3, 4, 5)
-_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
+#: a chat message's sentences: a stop (or "…") and white space end one whatever follows, since
+#: students write in lower case; a line break alone does not
+MESSAGE = SentenceRules(stop=r"[.!?…]+", start="", lines=False)
 
 #: texts -> unit-length embedding rows (the local MiniLM model)
 Encode = Callable[[Sequence[str]], Awaitable[NDArray[np.float32]]]
@@ -39,7 +42,7 @@ Encode = Callable[[Sequence[str]], Awaitable[NDArray[np.float32]]]
 def char_ngrams(text: str) -> NDArray[np.float64]:
     """Hashed character n-grams of the lower-cased words of ``text``, unit length."""
     out = np.zeros(BUCKETS, dtype=np.float64)
-    for word in re.findall(r"[^\W\d_]+(?:['’][^\W\d_]+)?", text.casefold()):
+    for word in words(text.casefold(), joined_by="'’", digits=False):
         padded = f"<{word}>"
         for n in _NGRAMS:
             for i in range(len(padded) - n + 1):
@@ -96,11 +99,6 @@ def packaged_model() -> StruggleModel:
     )
 
 
-def sentences(message: str) -> list[str]:
-    """The message's sentences (a message of one sentence is itself)."""
-    return [s.strip() for s in _SENTENCE_END.split(message.strip()) if s.strip()]
-
-
 @dataclass(frozen=True)
 class Reading:
     """What one message says about the student."""
@@ -130,7 +128,7 @@ async def read_messages(
 ) -> list[Reading]:
     """Each message read: the whole message's probabilities, or a sentence's when higher."""
     model = model or packaged_model()
-    parts = [sentences(m) or [m] for m in messages]
+    parts = [sentences(m, rules=MESSAGE) or [m] for m in messages]
     texts = [t for m, p in zip(messages, parts, strict=True) for t in [m, *p]]
     if not texts:
         return []

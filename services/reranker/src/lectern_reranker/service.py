@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 
 # re-exported: the band definition is shared with the gateway (lectern_common.education)
 from lectern_common import metrics
-from lectern_common.answerer import idf_weights, split_sentences, terms
+from lectern_common.answerer import idf_weights
 from lectern_common.education import STYLE_CONTENT_TYPES as STYLE_CONTENT_TYPES
 from lectern_common.education import BandThresholds as BandThresholds
 from lectern_common.education import band_for as band_for
@@ -36,7 +36,7 @@ from lectern_common.events import (
     RerankRequest,
     StudentContext,
 )
-from lectern_common.text import embedding_text
+from lectern_common.text import embedding_text, split_sentences, terms
 
 ScorerName = Literal["cross-encoder", "bi-encoder"]
 

@@ -89,11 +89,6 @@ class Child:
         return "not ready" if self.ready_at is not None else "starting"
 
 
-def restart_delay(crashes: int, *, initial_s: float, max_s: float) -> float:
-    """Seconds to wait before restarting after ``crashes`` crashes in a row (exponential)."""
-    return float(min(initial_s * 2 ** max(crashes - 1, 0), max_s))
-
-
 def probe_ready(url: str, *, timeout: float) -> tuple[bool, dict[str, str]]:
     """GET ``url/readyz``: whether it answered 200, and its checks."""
     try:

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lectern_common.backoff import backoff_delay
 from lectern_common.errors import ConfigurationError
 from lectern_common.nats_auth import (
     ADMIN_USER,
@@ -45,7 +46,6 @@ from lectern_common.runtime.children import (
     port_is_free,
     preferred_or_free_port,
     probe_ready,
-    restart_delay,
 )
 from lectern_common.runtime.nats import EmbeddedNats, EmbeddedNatsCluster, free_port
 from lectern_common.runtime.postgres import DEFAULT_ROOT_ACCOUNT, EmbeddedPostgres, EmbeddedReplica
@@ -67,7 +67,7 @@ __all__ = [
     "DEFAULT_NATS_MONITOR_PORT", "DEFAULT_NATS_PORT", "DEFAULT_PORTS", "LOCAL_EMBEDDING_DIM",
     "LOCAL_EMBEDDING_MODEL", "SERVICES", "STATE_FILE", "Child", "Supervisor",
     "embedding_identity", "load_settings", "port_is_free", "preferred_or_free_port",
-    "probe_ready", "process_alive", "read_state", "restart_delay", "service_command",
+    "probe_ready", "process_alive", "read_state", "service_command",
     "stack_nats_url",
 ]  # fmt: skip
 
@@ -573,8 +573,8 @@ class Supervisor:
                 f"See {child.log_path}; last lines:\n{tail}"
             )
             return
-        delay = restart_delay(
-            child.consecutive_crashes, initial_s=self.backoff_initial_s, max_s=self.backoff_max_s
+        delay = backoff_delay(
+            child.consecutive_crashes, first_s=self.backoff_initial_s, max_s=self.backoff_max_s
         )
         child.restart_at = now + delay
         self.report(

@@ -1,8 +1,9 @@
 """Citation parsing and checking: labels in the answer, cited sentences, their support.
 
-Support is lexical: the share of a sentence's content words (lower-cased, crudely stemmed,
-stopwords removed) that occur in the cited source. It is cheap, deterministic and works
-with any generator; a sentence whose support is under the threshold is flagged.
+Support is lexical: the share of a sentence's content words (``lectern_common.text``'s words,
+stopwords and stems, as the answerer's) that occur in the cited source. It is cheap,
+deterministic and works with any generator; a sentence whose support is under the threshold
+is flagged.
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from lectern_common.text import STOPWORDS, SentenceRules, sentence_spans, stem, words
+
 LABEL_RE = re.compile(r"\[([TW])(\d{1,3})\]")
-_WORD_RE = re.compile(r"[^\W_]+", re.UNICODE)
-_TERMINAL = ".!?"
-_STOPWORDS = frozenset(
-    "a an the and or but if then else of to in on at by for with from as is are was were be been "
-    "being it its this that these those there here which who whom whose what when where why how "
-    "not no nor so than too very can could may might must shall should will would do does did "
-    "done has have had having i you he she we they them their our your his her my me us also "
-    "into onto about over under between through during before after above below up down out "
-    "such each both all any some more most other same only own just because while".split()
+#: a model's answer is split as it streams: a stop ends a sentence whatever follows it (a model
+#: may start the next in lower case), the labels written right after the stop belong to it,
+#: and a label not yet complete ("[T") keeps the sentence open
+_ANSWER = SentenceRules(
+    stop=r"[.!?]+",
+    closers=rf"[ \t]*{LABEL_RE.pattern}",
+    start="",
+    pending=r"\[(?:[TW]\d{0,3})?",
 )
 
 
@@ -35,21 +37,14 @@ class CitedSentence:
 
 
 def content_terms(text: str) -> set[str]:
-    """Content words of ``text``: lower-cased, crude plural stemming, no stopwords or labels."""
+    """Content words of ``text``: the answerer's terms, less labels and words under three
+    letters (numbers excepted)."""
     text = LABEL_RE.sub(" ", text)
-    terms: set[str] = set()
-    for word in _WORD_RE.findall(text.lower()):
-        if word in _STOPWORDS or (len(word) < 3 and not word.isdigit()):
-            continue
-        terms.add(_stem(word))
-    return terms
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ies", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
+    return {
+        stem(word)
+        for word in words(text.lower())
+        if word not in STOPWORDS and (len(word) >= 3 or word.isdigit())
+    }
 
 
 def support(sentence: str, source_text: str) -> float:
@@ -68,76 +63,17 @@ def labels_in(text: str) -> list[str]:
     return list(seen)
 
 
-def _boundary(text: str, i: int) -> int | None:
-    """If a sentence ends at ``text[i]``, the index just past it (trailing labels included)."""
-    char = text[i]
-    if char == "\n":
-        return i + 1
-    if char not in _TERMINAL:
-        return None
-    j = i + 1
-    while True:
-        k = j
-        while k < len(text) and text[k] in " \t":
-            k += 1
-        match = LABEL_RE.match(text, k)
-        if match is None:
-            break
-        j = match.end()
-    return j
-
-
 def split_sentences(text: str, *, final: bool = True) -> tuple[list[CitedSentence], int]:
     """Sentences of ``text`` and where the unfinished rest starts.
 
     A sentence ends at ``.``/``!``/``?`` (plus labels written right after it) followed by
     whitespace, or at a newline. With ``final`` the rest counts as a sentence too.
     """
-    sentences: list[CitedSentence] = []
-    start = 0
-    i = 0
-    while i < len(text):
-        end = _boundary(text, i)
-        if end is not None:
-            # a period inside "3.5" or "e.g." needs the next char: whitespace or end-of-text
-            if end < len(text) and not text[end].isspace() and text[i] != "\n":
-                i += 1
-                continue
-            if not final and _may_continue(text, end):
-                break
-            _append(sentences, text, start, end)
-            start = end
-            i = end
-            continue
-        i += 1
-    if final and start < len(text):
-        _append(sentences, text, start, len(text))
-        start = len(text)
-    return sentences, start
-
-
-_PARTIAL_LABEL = re.compile(r"\[(?:[TW]\d{0,3})?")
-
-
-def _may_continue(text: str, end: int) -> bool:
-    """Whether more streamed text could still extend the sentence ending at ``end``."""
-    k = end
-    while k < len(text) and text[k] in " \t":
-        k += 1
-    return k == len(text) or _PARTIAL_LABEL.fullmatch(text, k) is not None
-
-
-def _append(out: list[CitedSentence], text: str, start: int, end: int) -> None:
-    raw = text[start:end]
-    stripped = raw.strip()
-    if not stripped:
-        return
-    offset = start + (len(raw) - len(raw.lstrip()))
-    out.append(
-        CitedSentence(
-            start=offset, end=offset + len(stripped), text=stripped, labels=tuple(labels_in(raw))
-        )
-    )
+    spans, rest = sentence_spans(text, rules=_ANSWER, final=final)
+    return [
+        CitedSentence(start, end, text[start:end], tuple(labels_in(text[start:end])))
+        for start, end in spans
+    ], rest
 
 
 @dataclass

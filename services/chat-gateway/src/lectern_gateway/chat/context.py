@@ -4,7 +4,6 @@ re-ranker, the documents of recent answers, the topic, and the student's memorie
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from lectern_common.events import (
     RetrievalFilters,
     StudentContext,
 )
+from lectern_common.text import words as text_words
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat.citations import content_terms
 from lectern_gateway.chat.turn import ChatDeps
@@ -101,7 +101,7 @@ def guess_topic(question: str, session: dict[str, Any], tags: Sequence[str]) -> 
     """A topic to group a gap under: the material's tag, else the question's key words."""
     if tags:
         return tags[0]
-    words = [w for w in re.findall(r"[^\W_]+", question.lower()) if content_terms(w)]
+    words = [w for w in text_words(question.lower()) if content_terms(w)]
     key = sorted(dict.fromkeys(words), key=len, reverse=True)[:3]
     if key:
         return " ".join(w for w in words if w in key)[:120]

@@ -11,13 +11,13 @@ question mark ("thanks, but why?").
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import AsyncIterator
 
 from pydantic import BaseModel
 
 from lectern_common.events import Confidence
+from lectern_common.text import words as text_words
 from lectern_gateway.chat.record import store_reply
 from lectern_gateway.chat.sse import ConfidenceEvent, DoneEvent, SourcesEvent, TokenEvent
 from lectern_gateway.chat.turn import ChatDeps, TurnInput, elapsed_ms
@@ -37,7 +37,6 @@ _ASSENT = frozenset(
     soon for the help all again now i get me explanation answer""".split()
 )
 _SOCIAL = _THANKS | _GREETING | _PARTING | _ASSENT
-_WORD = re.compile(r"[^\W\d_]+")
 #: more words than this is something to say, whatever the words
 MOST_WORDS = 8
 
@@ -53,7 +52,7 @@ def social_kind(text: str) -> str | None:
     """``thanks``, ``greeting``, ``parting`` or ``assent`` for a message of small talk only,
     else None (a question, or anything with a word of its own)."""
     stripped = text.strip()
-    words = _WORD.findall(stripped.casefold())
+    words = text_words(stripped.casefold(), digits=False)
     if not words or len(words) > MOST_WORDS or stripped.endswith("?"):
         return None
     if any(w not in _SOCIAL for w in words):

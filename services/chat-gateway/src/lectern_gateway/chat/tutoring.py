@@ -23,10 +23,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from lectern_common.answerer import split_sentences
 from lectern_common.events import Confidence, QuizAnswerResult, QuizAttempted
 from lectern_common.events.chat import ConfidenceBand
 from lectern_common.outbox import enqueue
+from lectern_common.text import split_sentences
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.record import claim_answer, store_reply, turn_completed
 from lectern_gateway.chat.sse import (

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lectern_common.answerer import split_sentences
+from lectern_common.text import split_sentences, stem, words
 from lectern_common.topics import NOT_TOPICAL
 
 QuestionKind = Literal["multiple_choice", "short_answer", "true_false"]
@@ -164,7 +164,8 @@ class Fact:
 
 
 def _content_words(text: str) -> list[str]:
-    return [w for w in re.findall(r"[^\W\d_]{4,}", text.casefold()) if w not in _NOT_A_TERM]
+    found = words(text.casefold(), digits=False)
+    return [w for w in found if len(w) >= 4 and w not in _NOT_A_TERM]
 
 
 def _clean(sentence: str) -> str:
@@ -366,8 +367,10 @@ _FRAMING = frozenset(
 _LABELS = re.compile(r"\s*\[(?:T|W)\d+\]")
 
 
-def _stem(word: str) -> str:
-    return word.casefold()[:5]
+def _key(word: str) -> str:
+    """A word as the question and the passage are compared by: its stem's first five letters
+    ("cells" and "cell", "limiting" and "limits")."""
+    return stem(word.casefold())[:5]
 
 
 def statement_check(sentence: str, chunk: SourceChunk, *, asked: str) -> Question | None:
@@ -379,8 +382,7 @@ def statement_check(sentence: str, chunk: SourceChunk, *, asked: str) -> Questio
     text = _clean(_LABELS.sub("", sentence)).strip()
     if text and text[-1] not in ".!":
         text += "."
-    words = text.split()
-    if not 6 <= len(words) <= 45 or "?" in text or "|" in text or _IMPERATIVE.match(text):
+    if not 6 <= len(text.split()) <= 45 or "?" in text or "|" in text or _IMPERATIVE.match(text):
         return None
     if not text[:1].isupper() or _MATH.search(text):
         return None
@@ -394,8 +396,8 @@ def statement_check(sentence: str, chunk: SourceChunk, *, asked: str) -> Questio
     if number is not None and not _YEAR.match(number[0]):
         fact = Fact("number", text, chunk, number=number[0], number_at=number[1])
         return question_from(fact, "short_answer", sibling_terms=(), options=0)
-    given = {_stem(w) for w in re.findall(r"[^\W\d_]+", asked)}
-    passage = Counter(_stem(w) for w in re.findall(r"[^\W\d_]+", chunk.text))
+    given = {_key(w) for w in words(asked, digits=False)}
+    passage = Counter(_key(w) for w in words(chunk.text, digits=False))
     candidates = [
         m
         for m in _KEY_WORD.finditer(text)
@@ -403,11 +405,11 @@ def statement_check(sentence: str, chunk: SourceChunk, *, asked: str) -> Questio
         and m.group(0) not in NOT_TOPICAL
         and m.group(0) not in _NOT_A_TERM
         and m.group(0) not in _FRAMING
-        and _stem(m.group(0)) not in given
+        and _key(m.group(0)) not in given
     ]
     if not candidates:
         return None
-    best = max(candidates, key=lambda m: (passage[_stem(m.group(0))], len(m.group(0))))
+    best = max(candidates, key=lambda m: (passage[_key(m.group(0))], len(m.group(0))))
     word = best.group(0)
     prompt = f"Fill in the blank: {text[: best.start()]}{_BLANK}{text[best.end() :]}"
     return Question(

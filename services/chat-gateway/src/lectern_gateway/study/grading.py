@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lectern_common.answerer import terms
+from lectern_common.text import terms
 
 if TYPE_CHECKING:
     from lectern_common.embeddings import Embedder, Vectors
@@ -64,6 +64,8 @@ BLANK = "_____"
 FILL_IN = "Fill in the blank:"
 
 _ARTICLES = re.compile(r"\b(?:a|an|the)\b")
+#: narrower than ``lectern_common.text.STOPWORDS`` on purpose: in an answer being graded,
+#: "not", "no", "more", "all", "only", "same" are often the answer itself
 _STOP = frozenset(
     "a an the of in on at to for and or but is are was were be been it its this that these "
     "those with by from as which who what when where why how do does did can could should "

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lectern_common.answerer import split_sentences
+from lectern_common.text import split_sentences
 
 _NUMBERED = re.compile(r"^\s*(?:\d+(?:\.\d+)*\.?|[A-Z]\.|[IVX]+\.)\s+\S")
 OVERVIEW_CHARS = 280

@@ -28,6 +28,7 @@ from faststream.exceptions import NackMessage
 from faststream.nats import JStream, NatsBroker, NatsMessage, PullSub
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from lectern_common.backoff import backoff_delay
 from lectern_common.broker import deliveries
 from lectern_common.service import ServiceState
 from lectern_gateway.config import Settings
@@ -119,7 +120,7 @@ def subscribe(broker: NatsBroker, state: ServiceState, wake: Callable[[], None])
             except Exception as exc:
                 attempt = deliveries(message)
                 log.warning("webhook deliveries not recorded (%s); retrying", type(exc).__name__)
-                raise NackMessage(delay=min(2.0**attempt, 30.0)) from exc
+                raise NackMessage(delay=backoff_delay(attempt, first_s=2.0, max_s=30.0)) from exc
             if added:
                 wake()
 
