@@ -499,6 +499,28 @@ async def upload(url: str, tenant: str, data: bytes) -> str:
     return document_id
 
 
+async def upload_until_embedding(url: str, nats_url: str, tenant: str, data: bytes) -> str:
+    """Upload ``data`` and return its document id once ingest is part-way through embedding
+    it (its ``documents.progress`` events say so): the moment the fault tests strike."""
+    nc = await nats.connect(nats_url)
+    embedding = asyncio.Event()
+    target: dict[str, str] = {}
+
+    async def on_progress(message: Any) -> None:
+        event = json.loads(message.data)
+        ours = event.get("document_id") == target.get("id") and event.get("stage") == "embed"
+        if ours and 0 < event["done"] < event["total"]:
+            embedding.set()
+
+    try:
+        await nc.subscribe("lectern.documents.progress.v1", cb=on_progress)
+        target["id"] = await upload(url, tenant, data)
+        await asyncio.wait_for(embedding.wait(), 120)
+    finally:
+        await nc.close()
+    return target["id"]
+
+
 async def document_row(dsn: str, document_id: str) -> asyncpg.Record | None:
     """The document's row."""
     conn = await asyncpg.connect(dsn)
@@ -626,23 +648,8 @@ async def test_services_killed_mid_work_lose_nothing(
     url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
     manual = long_pdf(120)  # over 100 chunks: embedding takes batches, the kill lands in it
 
-    # watch the upload's progress and kill the worker once embedding is under way
-    nc = await nats.connect(nats_url)
-    embedding = asyncio.Event()
-    target: dict[str, str] = {}
-
-    async def on_progress(message: Any) -> None:
-        event = json.loads(message.data)
-        ours = event.get("document_id") == target.get("id") and event.get("stage") == "embed"
-        if ours and 0 < event["done"] < event["total"]:
-            embedding.set()
-
-    await nc.subscribe("lectern.documents.progress.v1", cb=on_progress)
-    target["id"] = killed_doc = await upload(url, "faults-a", manual)
-    try:
-        await asyncio.wait_for(embedding.wait(), 120)
-    finally:
-        await nc.close()
+    # kill the worker once embedding is under way
+    killed_doc = await upload_until_embedding(url, nats_url, "faults-a", manual)
     victim = stack.state()["services"]["ingest"]
     os.kill(victim["pid"], signal.SIGKILL)
     killed_at = time.monotonic()
@@ -712,22 +719,7 @@ async def test_nats_restart_loses_no_upload_and_chat_recovers(
     course = await upload(url, "nats-r", long_pdf(4, seed=3))
     await wait_until(stack, "the course indexed", 120, lambda: settled(dsn, course))
 
-    nc = await nats.connect(nats_url)
-    embedding = asyncio.Event()
-    target: dict[str, str] = {}
-
-    async def on_progress(message: Any) -> None:
-        event = json.loads(message.data)
-        ours = event.get("document_id") == target.get("id") and event.get("stage") == "embed"
-        if ours and 0 < event["done"] < event["total"]:
-            embedding.set()
-
-    await nc.subscribe("lectern.documents.progress.v1", cb=on_progress)
-    target["id"] = in_flight = await upload(url, "nats-r", long_pdf(200, seed=5))
-    try:
-        await asyncio.wait_for(embedding.wait(), 120)
-    finally:
-        await nc.close()
+    in_flight = await upload_until_embedding(url, nats_url, "nats-r", long_pdf(200, seed=5))
 
     killed = state["nats"]["pid"]
     os.kill(killed, signal.SIGKILL)
