@@ -477,6 +477,13 @@ async def test_a_gateway_through_an_election_is_answered_or_told_nats_is_unavail
         elected_s = await wait_for("a new leader of the object store", new_leader, 30.0)
         await asyncio.sleep(2.0)
         await asyncio.to_thread(doomed.start)
+
+        async def stored_again() -> bool:
+            return any(t > killed_at and outcome == "stored" for t, outcome in calls.puts)
+
+        # a put sent during the election waits for its time-out (5 s) before it is refused,
+        # so the next one may come well after the new leader: wait for it, within a bound
+        await wait_for("a put stored after the election", stored_again, 30.0)
         await asyncio.sleep(2.0)
         stop.set()
         await asyncio.gather(*tasks)
