@@ -112,16 +112,14 @@ async def records(args: argparse.Namespace) -> None:
     print(f"wrote {args.out} ({time.monotonic() - started:.0f} s)")
 
 
-def _prior(position: int, count: int) -> float:
-    return 1.0 if count <= 1 else 1.0 - position / (count - 1)
-
-
 def _features(
     entry: dict[str, Any], logits: NDArray[np.float32], depth: int
 ) -> NDArray[np.float64]:
+    from lectern_reranker.service import rank_prior  # the feature as the product computes it
+
     n = min(depth, len(entry["texts"]))
     return np.asarray(
-        [[float(logits[i]), _prior(i, n), float(entry["match"][i])] for i in range(n)],
+        [[float(logits[i]), rank_prior(i, n), float(entry["match"][i])] for i in range(n)],
         dtype=np.float64,
     )
 
@@ -149,7 +147,8 @@ def fit(args: argparse.Namespace) -> None:
     reader = Reader.load()
     questions = data["questions"][: args.limit or None]
     logits: dict[int, list[NDArray[np.float32]]] = {}
-    for length in args.lengths:
+    # the model is fitted at --max-length: read there too, whatever --lengths compares
+    for length in sorted({*args.lengths, args.max_length}):
         started = time.monotonic()
         logits[length] = [
             reader.logits(e["question"], e["texts"], kind="passage", max_length=length)

@@ -14,7 +14,7 @@ from lectern_common.service import ServiceState
 from lectern_gateway.chat.generation import streamer_for
 from lectern_gateway.chat.lifecycle import idle_sweeper
 from lectern_gateway.config import Settings
-from lectern_gateway.deps import GatewayDeps, gateway_of
+from lectern_gateway.deps import GatewayDeps
 from lectern_gateway.privacy.retention import retention_sweeper
 from lectern_gateway.review.gaps import closure_sweeper
 from lectern_gateway.study.model_writer import build_quiz_writer
@@ -80,8 +80,8 @@ def _start_loops(state: ServiceState, gateway: GatewayDeps) -> None:
 
 async def stop(state: ServiceState) -> None:
     """Stop the turns still running (the loops stop with the service state)."""
-    if isinstance(state.deps, GatewayDeps):
-        await gateway_of(state).turns.stop()
+    if isinstance(state.deps, GatewayDeps):  # None when start-up failed before it
+        await state.deps.turns.stop()
 
 
 async def _embedder(settings: Settings) -> LocalEmbedder | None:
