@@ -342,6 +342,14 @@ def build_server(gateway: Gateway) -> MCPServer[Any]:
     server: MCPServer[Any] = MCPServer(
         "lectern", instructions=INSTRUCTIONS, log_level="WARNING", version="0.1.0"
     )
+    _add_material_tools(server, gateway)
+    _add_quiz_tools(server, gateway)
+    _add_resources(server, gateway)
+    return server
+
+
+def _add_material_tools(server: MCPServer[Any], gateway: Gateway) -> None:
+    """The tools that read the material: ``search``, ``ask`` and ``syllabus``."""
 
     @server.tool()
     async def search(
@@ -399,6 +407,10 @@ def build_server(gateway: Gateway) -> MCPServer[Any]:
         body = await gateway.call("GET", "/v1/syllabus", params=params)
         return Syllabus(modules=body.get("modules", []))
 
+
+def _add_quiz_tools(server: MCPServer[Any], gateway: Gateway) -> None:
+    """The quiz tools: ``draw_quiz`` and ``check_answer``."""
+
     @server.tool()
     async def draw_quiz(
         subject: str | None = None,
@@ -453,6 +465,10 @@ def build_server(gateway: Gateway) -> MCPServer[Any]:
             correct=result["correct"], total=result["total"], results=verdicts,
         )  # fmt: skip
 
+
+def _add_resources(server: MCPServer[Any], gateway: Gateway) -> None:
+    """The resources: a whole chunk, and a document's metadata and sections."""
+
     @server.resource(
         "lectern://chunks/{chunk_id}",
         name="chunk",
@@ -492,8 +508,6 @@ def build_server(gateway: Gateway) -> MCPServer[Any]:
             for s in d.get("sections", [])
         ]
         return json.dumps({"document": found, "sections": sections}, indent=2)
-
-    return server
 
 
 # --- the command ---------------------------------------------------------------------------------

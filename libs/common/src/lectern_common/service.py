@@ -153,66 +153,20 @@ def create_service_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        configure_logging(
-            level=settings.log_level,
-            json_logs=settings.log_json,
-            service_name=settings.service_name,
-        )
-        state.telemetry = setup_telemetry(settings)
-        relay: asyncio.Task[None] | None = None
-        lag: asyncio.Task[None] | None = None
-        await broker.connect()
-        await ensure_streams(
-            broker.config.connection_state.stream, replicas=settings.stream_replicas
-        )
-        await wait_for_schema(settings.database_url, timeout=startup_timeout)
-        state.pool = await create_pool(
-            settings.database_url,
-            min_size=settings.db_pool_min,
-            max_size=settings.db_pool_max,
-            timeout=settings.db_connect_timeout_s,
-            command_timeout=settings.db_command_timeout_s,
-        )
-        state.reads = await ReadPools.open(primary=state.pool, settings=settings)
+        await _connect(state, startup_timeout=startup_timeout)
+        loops: list[asyncio.Task[None]] = []
         try:
             if on_startup is not None:
                 await on_startup(state)
             if state.own_process:
                 settle_garbage_collector()
             await broker.start()
-            if outbox is not None:
-                state.outbox = OutboxRelay(
-                    pool=state.pool,
-                    broker=broker,
-                    database_url=settings.database_url,
-                    subjects=publishable_subjects(outbox),
-                )
-                relay = asyncio.create_task(state.outbox.run(), name=f"outbox-{outbox}")
-            if consumers:
-                lag = asyncio.create_task(
-                    watch_consumers(broker.config.connection_state.stream, consumers),
-                    name="consumer-lag",
-                )
+            _start_loops(state, loops, outbox=outbox, consumers=consumers)
             state.accepting = True
             log.info("%s ready", settings.service_name)
             yield
         finally:
-            state.accepting = False
-            await state.stop_background()
-            for task in (relay, lag):
-                if task is not None:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-            try:
-                await broker.stop()
-            except Exception as exc:  # NATS unreachable: nothing left to drain
-                log.warning("broker stop: %s", exc)
-            if on_shutdown is not None:
-                await on_shutdown(state)
-            await state.reads.close()
-            await close_pool(state.pool)
-            if state.telemetry is not None:
-                state.telemetry.shutdown()
+            await _shut_down(state, loops, on_shutdown=on_shutdown)
 
     app = FastAPI(
         title=title,
@@ -224,6 +178,86 @@ def create_service_app(
         openapi_url="/openapi.json" if docs else None,
     )
     app.state.lectern = state
+    _add_health_routes(app, state)
+    instrument_http_app(app, tracer_provider=tracer_provider)
+    return app
+
+
+async def _connect(state: ServiceState, *, startup_timeout: float) -> None:
+    """Start-up up to the service's own resources: logging, telemetry, NATS, Postgres."""
+    settings = state.settings
+    configure_logging(
+        level=settings.log_level,
+        json_logs=settings.log_json,
+        service_name=settings.service_name,
+    )
+    state.telemetry = setup_telemetry(settings)
+    await state.broker.connect()
+    await ensure_streams(
+        state.broker.config.connection_state.stream, replicas=settings.stream_replicas
+    )
+    await wait_for_schema(settings.database_url, timeout=startup_timeout)
+    state.pool = await create_pool(
+        settings.database_url,
+        min_size=settings.db_pool_min,
+        max_size=settings.db_pool_max,
+        timeout=settings.db_connect_timeout_s,
+        command_timeout=settings.db_command_timeout_s,
+    )
+    state.reads = await ReadPools.open(primary=state.pool, settings=settings)
+
+
+def _start_loops(
+    state: ServiceState,
+    loops: list[asyncio.Task[None]],
+    *,
+    outbox: str | None,
+    consumers: Sequence[tuple[str, str]],
+) -> None:
+    """Start the outbox relay and the consumer-lag watch (when asked for), into ``loops``."""
+    broker = state.broker
+    if outbox is not None:
+        state.outbox = OutboxRelay(
+            pool=state.pool,
+            broker=broker,
+            database_url=state.settings.database_url,
+            subjects=publishable_subjects(outbox),
+        )
+        loops.append(asyncio.create_task(state.outbox.run(), name=f"outbox-{outbox}"))
+    if consumers:
+        loops.append(
+            asyncio.create_task(
+                watch_consumers(broker.config.connection_state.stream, consumers),
+                name="consumer-lag",
+            )
+        )
+
+
+async def _shut_down(
+    state: ServiceState, loops: Sequence[asyncio.Task[None]], *, on_shutdown: Hook | None
+) -> None:
+    """The shutdown half: stop taking work, end the loops, drain the broker, close pools."""
+    state.accepting = False
+    await state.stop_background()
+    for task in loops:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    try:
+        await state.broker.stop()
+    except Exception as exc:  # NATS unreachable: nothing left to drain
+        log.warning("broker stop: %s", exc)
+    if on_shutdown is not None:
+        await on_shutdown(state)
+    if state.reads is not None:
+        await state.reads.close()
+    await close_pool(state.pool)
+    if state.telemetry is not None:
+        state.telemetry.shutdown()
+
+
+def _add_health_routes(app: FastAPI, state: ServiceState) -> None:
+    """``/healthz``, ``/readyz`` and (when the settings ask) ``/metrics``."""
+    settings = state.settings
 
     @app.get("/healthz", tags=["health"], summary="Liveness: the process is alive")
     async def healthz() -> dict[str, str]:
@@ -245,9 +279,6 @@ def create_service_app(
         async def prometheus_metrics() -> Response:
             body, content_type = prometheus_scrape()
             return Response(body, media_type=content_type)
-
-    instrument_http_app(app, tracer_provider=tracer_provider)
-    return app
 
 
 async def watch_consumers(

@@ -349,6 +349,248 @@ class _Clock:
             self.timings[stage] = max(self.timings.get(stage, 0.0), round(elapsed, 3))
 
 
+def _timed_since(start: float) -> float:
+    """Milliseconds since ``start`` (a ``time.perf_counter`` reading), to the microsecond."""
+    return round((time.perf_counter() - start) * 1000, 3)
+
+
+def _stemming_configs(request: RetrieveRequest, ts_configs: Sequence[str]) -> Sequence[str]:
+    """The text search configurations that stem the question for BM25."""
+    if request.filters.language:
+        return [ts_config_for(request.filters.language)]
+    # chat sets no language: stem the question as each of the tenant's languages is
+    return ts_configs or [ts_config_for(None)]
+
+
+async def _sparse_top_k(
+    top: Callable[[Sequence[str]], Awaitable[list[Any]]],
+    terms: Sequence[WeightedTerm],
+    *,
+    k: int,
+    defaults: SearchDefaults,
+) -> list[Any]:
+    """Exact top k of a BM25 query without scoring every chunk that holds one common word.
+
+    1: the rarest terms' chunks (short postings), scored in full; the k-th score is the
+    threshold. 2: chunks holding two or more of the other terms whose bounds sum above it.
+    Every chunk left holds one of those terms at most, so it scores at most that term's
+    bound: 3: only terms whose bound beats the k-th score so far need their chunks looked at.
+    """
+
+    def any_of(chosen: Sequence[WeightedTerm]) -> list[str]:
+        return [tsquery_or(t.lexeme for t in chosen)]
+
+    first = first_pass_terms(terms, postings=defaults.maxscore_postings)
+    rows = await top(any_of(first))
+    scored = {t.term_id for t in first}
+    rest = [t for t in terms if t.term_id not in scored]
+    threshold = kth_score(rows, k=k)
+    if len(rest) > max(defaults.pair_terms_max, 1):
+        # too many terms for sets of them (their number grows fast): MaxScore
+        new = [t for t in essential_terms(terms, threshold=threshold) if t.term_id not in scored]
+        return merge_top(rows, await top(any_of(new)), k=k) if new else rows
+    if len(rest) >= 2:
+        sets = scoring_sets(rest, threshold=threshold, limit=defaults.pass_two_clauses_max)
+        clauses = (
+            tsqueries_two_of([t.lexeme for t in rest])
+            if sets is None
+            else [
+                tsquery_all_then_any([t.lexeme for t in required], [t.lexeme for t in more])
+                for required, more in sets
+            ]
+        )
+        if clauses:
+            rows = merge_top(rows, await top(clauses), k=k)
+    threshold = kth_score(rows, k=k)
+    singles = [t for t in rest if t.bound > threshold]
+    return merge_top(rows, await top(any_of(singles)), k=k) if singles else rows
+
+
+class _Search:
+    """One request's searches against one tenant: the SQL filter and what is read once."""
+
+    def __init__(
+        self,
+        *,
+        pool: Any,
+        request: RetrieveRequest,
+        defaults: SearchDefaults,
+        clock: _Clock,
+        configs: Sequence[str],
+        model: str | None,
+        own_indexes: bool,
+    ) -> None:
+        self.pool = pool
+        self.request = request
+        self.defaults = defaults
+        self.clock = clock
+        self.configs = configs
+        self.model = model
+        self.where = repository.build_filter(tenant_id=request.tenant_id, filters=request.filters)
+        # named as a literal in both searches
+        self.own = request.tenant_id if own_indexes else None
+        self.selective = has_selective_filter(request.filters)
+        self.terms_job: asyncio.Future[list[repository.TermStats]] | None = None
+        self.tenant_chunks: int | None = None
+
+    async def term_stats(self, queries: Sequence[str]) -> list[repository.TermStats]:
+        """Each query's BM25 term statistics."""
+        async with self.pool.acquire() as conn:
+            return [
+                await repository.query_terms(
+                    conn, tenant_id=self.request.tenant_id, ts_configs=self.configs, text=q
+                )
+                for q in queries
+            ]
+
+    def start_term_stats(self, queries: Sequence[str]) -> None:
+        """Read the term statistics in the background (they also carry the tenant's size)."""
+        self.terms_job = asyncio.ensure_future(self.clock.time("terms", self.term_stats(queries)))
+
+    async def tenant_size(self) -> int:
+        """The tenant's chunk count, read once."""
+        # the term statistics carry it; without them, one row of the same table
+        if self.tenant_chunks is None:
+            if self.terms_job is not None:
+                self.tenant_chunks = (await self.terms_job)[0].chunk_count
+            else:
+                async with self.pool.acquire() as conn:
+                    self.tenant_chunks = await repository.tenant_chunk_count(
+                        conn, tenant_id=self.request.tenant_id
+                    )
+        return self.tenant_chunks
+
+    async def is_small(self) -> bool:
+        """Whether the filtered set is small enough for exact dense search."""
+        below = self.defaults.exact_search_below
+        # tenant + collection only: the tenant's size bounds the filtered set
+        if not self.selective and await self.tenant_size() > below:
+            return False
+        async with self.pool.acquire() as conn:
+            if (
+                self.selective
+                and await repository.estimated_rows(conn, where=self.where)
+                > below * ESTIMATE_MARGIN
+            ):
+                # far more than exact search takes, as the planner's statistics say: no count
+                # (a count's bitmap reads every matching index entry, whatever its limit: 12-22
+                # ms for a subject or class holding a quarter of a 300,000-chunk tenant)
+                return False
+            count = await repository.count_up_to(conn, where=self.where, limit=below)
+        return count <= below
+
+    async def ef_search(self, *, small: bool) -> int | None:
+        """The HNSW ef_search: the request's, or a larger one for a large tenant."""
+        if (
+            not small
+            and self.request.ef_search is None
+            and await self.tenant_size() > self.defaults.ef_search_large_above
+        ):
+            return self.defaults.ef_search_large
+        return self.request.ef_search
+
+    async def dense(self, vector: Vector, *, small: bool, ef_search: int | None) -> list[Any]:
+        """The dense side's top k for one query vector."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if self.model is not None:
+                await guard(conn, self.model)
+            return await repository.dense_search(
+                conn,
+                where=self.where,
+                embedding=vector,
+                k=self.request.k_dense,
+                exact=small,
+                ef_search=ef_search,
+                own_indexes=self.own,
+            )
+
+    async def sparse(self, term_stats: repository.TermStats) -> list[Any]:
+        """The BM25 side's exact top k for one query's terms."""
+        terms = weighted_terms(term_stats)
+        if not terms:
+            return []
+        vector = repository.sparse_query_vector({t.term_id: t.idf for t in terms})
+        k = self.request.k_sparse
+        async with self.pool.acquire() as conn:
+
+            async def top(tsqueries: Sequence[str]) -> list[Any]:
+                return await repository.sparse_search(
+                    conn, where=self.where, tsqueries=tsqueries, query_vector=vector, k=k,
+                    own_indexes=self.own,
+                )  # fmt: skip
+
+            return await _sparse_top_k(top, terms, k=k, defaults=self.defaults)
+
+
+def _ranked_lists(
+    sides: Sequence[str],
+    results: Sequence[list[Any]],
+    *,
+    request: RetrieveRequest,
+    defaults: SearchDefaults,
+) -> list[RankedList]:
+    """Each side's result rows as a weighted ranked list for fusion."""
+    dense_weight = (
+        request.dense_weight if request.dense_weight is not None else defaults.dense_weight
+    )
+    sparse_weight = (
+        request.sparse_weight if request.sparse_weight is not None else defaults.sparse_weight
+    )
+    return [
+        RankedList(
+            side="dense" if side == "dense" else "sparse",
+            hits=to_hits(rows),
+            weight=dense_weight if side == "dense" else sparse_weight,
+        )
+        for side, rows in zip(sides, results, strict=True)
+    ]
+
+
+async def _candidates(
+    pool: Any, fused: Sequence[Fused], *, tenant_id: str, clock: _Clock
+) -> list[Candidate]:
+    """The fused hits' candidates, read from their chunks and capped to the reply's budget."""
+    rows: dict[Any, Any] = {}
+    if fused:
+        fetch_start = time.perf_counter()
+        async with pool.acquire() as conn:
+            rows = await repository.candidate_rows(
+                conn, tenant_id=tenant_id, chunk_ids=[f.chunk_id for f in fused]
+            )
+        clock.timings["fetch"] = _timed_since(fetch_start)
+    return within_payload([to_candidate(f, rows[f.chunk_id]) for f in fused if f.chunk_id in rows])
+
+
+async def _search_sides(
+    search: _Search,
+    queries: Sequence[str],
+    embed: Callable[[Sequence[str]], Awaitable[list[Vector]]],
+) -> tuple[list[str], list[list[Any]]]:
+    """Both sides' result rows for every query, and which side each list is."""
+    request, clock = search.request, search.clock
+    use_dense = "dense" in request.methods and request.k_dense > 0
+    use_sparse = "sparse" in request.methods and request.k_sparse > 0
+    if use_sparse:
+        search.start_term_stats(queries)
+    embed_task = clock.time("embed", embed(queries)) if use_dense else _none()
+    small_task = clock.time("filter", search.is_small()) if use_dense else _none()
+    terms_task = search.terms_job if search.terms_job is not None else _none()
+    vectors, stats, small = await asyncio.gather(embed_task, terms_task, small_task)
+    small = bool(small)
+    ef_search = await search.ef_search(small=small) if use_dense else request.ef_search
+    jobs: list[Awaitable[list[Any]]] = []
+    sides: list[str] = []
+    for index in range(len(queries)):
+        if use_dense:
+            dense = search.dense(vectors[index], small=small, ef_search=ef_search)
+            jobs.append(clock.time("dense", dense))
+            sides.append("dense")
+        if stats is not None:  # read exactly when the sparse side is used
+            jobs.append(clock.time("sparse", search.sparse(stats[index])))
+            sides.append("sparse")
+    return sides, list(await asyncio.gather(*jobs))
+
+
 async def hybrid_search(
     *,
     pool: Any,
@@ -372,174 +614,25 @@ async def hybrid_search(
     """
     started = time.perf_counter()
     clock = _Clock()
-    rewrite_start = time.perf_counter()
     plan = plan_queries(request)
     if llm_rewriter is not None and request.rewrite:
         plan = await llm_rewriter(request, plan)
-    clock.timings["rewrite"] = round((time.perf_counter() - rewrite_start) * 1000, 3)
+    clock.timings["rewrite"] = _timed_since(started)
     queries = plan.all
-    use_dense = "dense" in request.methods and request.k_dense > 0
-    use_sparse = "sparse" in request.methods and request.k_sparse > 0
-    where = repository.build_filter(tenant_id=request.tenant_id, filters=request.filters)
-    own = request.tenant_id if own_indexes else None  # named as a literal in both searches
-    if request.filters.language:
-        configs: Sequence[str] = [ts_config_for(request.filters.language)]
-    else:
-        # chat sets no language: stem the question as each of the tenant's languages is
-        configs = ts_configs or [ts_config_for(None)]
-
-    async def term_stats() -> list[repository.TermStats]:
-        async with pool.acquire() as conn:
-            return [
-                await repository.query_terms(
-                    conn, tenant_id=request.tenant_id, ts_configs=configs, text=q
-                )
-                for q in queries
-            ]
-
-    terms_job = asyncio.ensure_future(clock.time("terms", term_stats())) if use_sparse else None
-
-    tenant_chunks: int | None = None
-
-    async def tenant_size() -> int:
-        # the term statistics carry it; without them, one row of the same table (read once)
-        nonlocal tenant_chunks
-        if tenant_chunks is None:
-            if terms_job is not None:
-                tenant_chunks = (await terms_job)[0].chunk_count
-            else:
-                async with pool.acquire() as conn:
-                    tenant_chunks = await repository.tenant_chunk_count(
-                        conn, tenant_id=request.tenant_id
-                    )
-        return tenant_chunks
-
-    selective = has_selective_filter(request.filters)
-
-    async def is_small() -> bool:
-        # tenant + collection only: the tenant's size bounds the filtered set
-        if not selective and await tenant_size() > defaults.exact_search_below:
-            return False
-        async with pool.acquire() as conn:
-            if (
-                selective
-                and await repository.estimated_rows(conn, where=where)
-                > defaults.exact_search_below * ESTIMATE_MARGIN
-            ):
-                # far more than exact search takes, as the planner's statistics say: no count
-                # (a count's bitmap reads every matching index entry, whatever its limit: 12-22
-                # ms for a subject or class holding a quarter of a 300,000-chunk tenant)
-                return False
-            count = await repository.count_up_to(
-                conn, where=where, limit=defaults.exact_search_below
-            )
-        return count <= defaults.exact_search_below
-
-    embed_task = clock.time("embed", embed(queries)) if use_dense else _none()
-    small_task = clock.time("filter", is_small()) if use_dense else _none()
-    vectors, stats, small = await asyncio.gather(
-        embed_task, terms_job if terms_job is not None else _none(), small_task
+    search = _Search(
+        pool=pool,
+        request=request,
+        defaults=defaults,
+        clock=clock,
+        configs=_stemming_configs(request, ts_configs),
+        model=model,
+        own_indexes=own_indexes,
     )
-    ef_search = request.ef_search
-    if (
-        use_dense
-        and not small
-        and ef_search is None
-        and await tenant_size() > defaults.ef_search_large_above
-    ):
-        ef_search = defaults.ef_search_large
-
-    async def dense(vector: Vector) -> list[Any]:
-        async with pool.acquire() as conn, conn.transaction():
-            if model is not None:
-                await guard(conn, model)
-            return await repository.dense_search(
-                conn,
-                where=where,
-                embedding=vector,
-                k=request.k_dense,
-                exact=bool(small),
-                ef_search=ef_search,
-                own_indexes=own,
-            )
-
-    async def sparse(term_stats: repository.TermStats) -> list[Any]:
-        terms = weighted_terms(term_stats)
-        if not terms:
-            return []
-        vector = repository.sparse_query_vector({t.term_id: t.idf for t in terms})
-        k = request.k_sparse
-
-        async def top(tsqueries: Sequence[str]) -> list[Any]:
-            return await repository.sparse_search(
-                conn, where=where, tsqueries=tsqueries, query_vector=vector, k=k,
-                own_indexes=own,
-            )  # fmt: skip
-
-        def any_of(chosen: Sequence[WeightedTerm]) -> list[str]:
-            return [tsquery_or(t.lexeme for t in chosen)]
-
-        async with pool.acquire() as conn:
-            # Exact top k without scoring every chunk that holds one common word. 1: the
-            # rarest terms' chunks (short postings), scored in full; the k-th score is the
-            # threshold. 2: chunks holding two or more of the other terms whose bounds sum
-            # above it. Every chunk left holds one of those terms at most, so it scores at
-            # most that term's bound: 3: only terms whose bound beats the k-th score so far
-            # need their chunks looked at.
-            first = first_pass_terms(terms, postings=defaults.maxscore_postings)
-            rows = await top(any_of(first))
-            scored = {t.term_id for t in first}
-            rest = [t for t in terms if t.term_id not in scored]
-            threshold = kth_score(rows, k=k)
-            if len(rest) > max(defaults.pair_terms_max, 1):
-                # too many terms for sets of them (their number grows fast): MaxScore
-                new = [t for t in essential_terms(terms, threshold=threshold)
-                       if t.term_id not in scored]  # fmt: skip
-                return merge_top(rows, await top(any_of(new)), k=k) if new else rows
-            if len(rest) >= 2:
-                sets = scoring_sets(rest, threshold=threshold, limit=defaults.pass_two_clauses_max)
-                clauses = (
-                    tsqueries_two_of([t.lexeme for t in rest])
-                    if sets is None
-                    else [
-                        tsquery_all_then_any([t.lexeme for t in required], [t.lexeme for t in more])
-                        for required, more in sets
-                    ]
-                )
-                if clauses:
-                    rows = merge_top(rows, await top(clauses), k=k)
-            threshold = kth_score(rows, k=k)
-            singles = [t for t in rest if t.bound > threshold]
-            return merge_top(rows, await top(any_of(singles)), k=k) if singles else rows
-
-    jobs: list[Awaitable[list[Any]]] = []
-    sides: list[str] = []
-    for index in range(len(queries)):
-        if use_dense:
-            jobs.append(clock.time("dense", dense(vectors[index])))
-            sides.append("dense")
-        if use_sparse:
-            jobs.append(clock.time("sparse", sparse(stats[index])))
-            sides.append("sparse")
-    results = await asyncio.gather(*jobs)
+    sides, results = await _search_sides(search, queries, embed)
 
     fuse_start = time.perf_counter()
-    dense_weight = request.dense_weight
-    sparse_weight = request.sparse_weight
-    lists = [
-        RankedList(
-            side="dense" if side == "dense" else "sparse",
-            hits=to_hits(rows),
-            weight=(
-                (dense_weight if dense_weight is not None else defaults.dense_weight)
-                if side == "dense"
-                else (sparse_weight if sparse_weight is not None else defaults.sparse_weight)
-            ),
-        )
-        for side, rows in zip(sides, results, strict=True)
-    ]
     fused = rrf_fuse(
-        lists,
+        _ranked_lists(sides, results, request=request, defaults=defaults),
         k=defaults.rrf_k,
         limit=request.k,
         max_per_document=request.max_per_document,
@@ -548,19 +641,9 @@ async def hybrid_search(
         cited_document_ids=request.cited_document_ids,
         cited_boost=defaults.cited_boost,
     )
-    clock.timings["fuse"] = round((time.perf_counter() - fuse_start) * 1000, 3)
-    rows: dict[Any, Any] = {}
-    if fused:
-        fetch_start = time.perf_counter()
-        async with pool.acquire() as conn:
-            rows = await repository.candidate_rows(
-                conn, tenant_id=request.tenant_id, chunk_ids=[f.chunk_id for f in fused]
-            )
-        clock.timings["fetch"] = round((time.perf_counter() - fetch_start) * 1000, 3)
-    candidates = within_payload(
-        [to_candidate(f, rows[f.chunk_id]) for f in fused if f.chunk_id in rows]
-    )
-    clock.timings["total"] = round((time.perf_counter() - started) * 1000, 3)
+    clock.timings["fuse"] = _timed_since(fuse_start)
+    candidates = await _candidates(pool, fused, tenant_id=request.tenant_id, clock=clock)
+    clock.timings["total"] = _timed_since(started)
     metrics.record_stages("retriever", clock.timings)
     return RetrieveReply(
         request_id=request.request_id,
