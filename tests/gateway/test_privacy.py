@@ -46,8 +46,8 @@ MEMORY_TABLES = ("user_memories", "memory_turn_signals", "memory_distillations",
 async def stack(
     nats_url: str, database_url: str, db_pool: Any
 ) -> AsyncIterator[tuple[Gateway, Responders]]:
-    """The gateway (retention swept every 0.3 s), the real memory service, and retriever and
-    re-ranker stand-ins."""
+    """The gateway and its worker (retention swept every 0.3 s), the real memory service, and
+    retriever and re-ranker stand-ins."""
     memory = create_memory(
         MemorySettings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
     )
@@ -58,7 +58,7 @@ async def stack(
     async with (
         memory.router.lifespan_context(memory),
         run_responders(nats_url, responders),
-        serve_gateway(settings) as gateway,
+        serve_gateway(settings, worker=True) as gateway,
     ):
         yield gateway, responders
 

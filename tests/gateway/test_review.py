@@ -97,7 +97,7 @@ async def stack(nats_url: str, database_url: str) -> AsyncIterator[Gateway]:
         reranker.router.lifespan_context(reranker),
         ingest.router.lifespan_context(ingest),
         serve_gateway(
-            gateway_settings(nats_url, database_url, gap_closure_interval_s=0.3)
+            gateway_settings(nats_url, database_url, gap_closure_interval_s=0.3), worker=True
         ) as gateway,
     ):
         yield gateway

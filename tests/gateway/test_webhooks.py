@@ -24,7 +24,7 @@ import nats
 import pytest
 import uvicorn
 from faststream.nats import NatsBroker
-from lectern_testing.chat import Gateway, offline_gateway, seed_document
+from lectern_testing.chat import Gateway, Worker, offline_gateway, seed_document
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
@@ -59,8 +59,8 @@ DISABLE_AFTER = 2
 
 @dataclass
 class Receiver:
-    """Endpoints ``/{name}``: each answers by its plan (``ok``, ``500``, ``slow``), one step
-    per request (the last step repeats), and keeps the verified requests."""
+    """Endpoints ``/{name}``: each answers by its plan (``ok``, ``500``, ``slow``, ``lag``),
+    one step per request (the last step repeats), and keeps the verified requests."""
 
     url: str = ""
     secrets: dict[str, str] = field(default_factory=dict)
@@ -84,6 +84,8 @@ class Receiver:
         self.hits[name] += 1
         if step == "slow":
             await asyncio.sleep(TIMEOUT_S * 4)
+        if step == "lag":  # answered within the timeout, but late
+            await asyncio.sleep(TIMEOUT_S / 2)
         if step == "500":
             return JSONResponse({"error": "down"}, status_code=500)
         headers = dict(request.headers)
@@ -122,7 +124,7 @@ async def receiver() -> AsyncIterator[Receiver]:
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
     async with offline_gateway(
-        nats_url, database_url, db_pool,
+        nats_url, database_url, db_pool, worker=True,
         url_fetch_allowed_networks=["127.0.0.0/8"],
         webhook_timeout_s=TIMEOUT_S,
         webhook_retry_schedule_s=SCHEDULE_S,
@@ -321,12 +323,22 @@ async def test_only_admins_manage_webhooks(
 # --- deliveries -----------------------------------------------------------------------------
 
 
-async def test_the_gateway_consumes_every_stream_of_tenant_events(
+async def test_the_worker_consumes_every_stream_of_tenant_events(
     gateway: Gateway, jetstream: Any
 ) -> None:
     for stream in WEBHOOK_STREAMS:
         info = await jetstream.consumer_info(stream, WEBHOOK_DURABLE)
         assert info.config.durable_name == WEBHOOK_DURABLE, stream
+    assert gateway.worker is not None
+    assert gateway.worker.deps.webhook_worker is not None
+    assert gateway.worker.deps.webhook_worker.running
+    # the HTTP replica serves HTTP: no delivery worker, no loops
+    assert gateway.deps.webhook_worker is None
+    assert gateway.app.state.lectern.background == {}
+    async with httpx.AsyncClient() as http:
+        ready = await http.get(f"{gateway.worker.url}/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["checks"]["loops"] == "ok"
 
 
 async def publish(broker: NatsBroker, event: Event) -> Event:
@@ -544,6 +556,44 @@ async def test_replicas_never_send_one_delivery_twice(
     )
     assert await workers[0].prune() >= len(events)
     assert await deliveries(client, gateway, tenant_id, hook["id"]) == []
+
+
+async def test_a_stopping_worker_finishes_the_deliveries_in_flight(
+    client: httpx.AsyncClient,
+    gateway: Gateway,
+    receiver: Receiver,
+    broker: NatsBroker,
+    tenant_id: str,
+) -> None:
+    """SIGTERM's path: the worker claims nothing more, and the attempt in flight (a receiver
+    answering late, within the timeout) is finished and recorded before it ends."""
+    assert gateway.worker is not None
+    deliveries_worker = gateway.worker.deps.webhook_worker
+    assert deliveries_worker is not None
+    hook = await register(client, gateway, receiver, tenant_id, "draining", "lag")
+    event = await publish(broker, flagged(tenant_id))
+    await until(lambda: _hit(receiver, "draining"), "the delivery under way")
+    try:
+        await deliveries_worker.stop(grace_s=TIMEOUT_S * 4)
+        assert not deliveries_worker.running
+        (delivery,) = await deliveries(client, gateway, tenant_id, hook["id"])
+        assert delivery["status"] == "succeeded", delivery
+        assert delivery["event_id"] == str(event.event_id)
+        assert len(delivery["attempts"]) == 1
+        assert len(receiver.received["draining"]) == 1
+    finally:
+        _restart(gateway.worker)
+
+
+async def _hit(receiver: Receiver, name: str) -> bool:
+    return receiver.hits[name] > 0
+
+
+def _restart(worker: Worker) -> None:
+    deliveries_worker = worker.deps.webhook_worker
+    assert deliveries_worker is not None
+    deliveries_worker.stopping = False
+    deliveries_worker.start()
 
 
 async def test_the_gateways_nats_user_may_consume_the_webhook_streams(

@@ -43,6 +43,7 @@ from lectern_gateway.auth import Plan, Role, issue_token
 from lectern_gateway.chat.sse import ChatEvent, parse_event
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import GatewayDeps, gateway_of
+from lectern_gateway.worker import create_worker_app
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
 #: a short course in four numbered sections (definitions and stated numbers to quiz on)
@@ -281,12 +282,26 @@ async def run_responders(nats_url: str, responders: Responders) -> AsyncIterator
 
 
 @dataclass
+class Worker:
+    """The gateway's worker process (its app) served by uvicorn on a free port."""
+
+    app: FastAPI
+    url: str
+
+    @property
+    def deps(self) -> GatewayDeps:
+        """The running worker's typed dependencies (its webhook delivery worker, say)."""
+        return gateway_of(self.app.state.lectern)
+
+
+@dataclass
 class Gateway:
-    """A gateway served by uvicorn on a free port."""
+    """A gateway served by uvicorn on a free port (and its worker, when one was asked for)."""
 
     app: FastAPI
     settings: Settings
     url: str
+    worker: Worker | None = None
 
     def token(
         self,
@@ -315,7 +330,7 @@ class Gateway:
 
 
 def gateway_settings(nats_url: str, database_url: str, **overrides: Any) -> Settings:
-    """Test settings: offline generator, no idle sweep, short delays."""
+    """Test settings: offline generator, no idle sweep (in a worker), short delays."""
     values: dict[str, Any] = {
         "nats_url": nats_url,
         "database_url": database_url,
@@ -348,10 +363,36 @@ def hosted_model_settings(
 
 @asynccontextmanager
 async def serve_gateway(
-    settings: Settings, *, tracer_provider: trace.TracerProvider | None = None
+    settings: Settings,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    worker: bool = False,
 ) -> AsyncIterator[Gateway]:
-    """Run the real gateway app (lifespan included) with uvicorn on 127.0.0.1."""
+    """Run the real gateway app (lifespan included) with uvicorn on 127.0.0.1; ``worker``:
+    its worker process's app beside it (``serve_worker``), for tests of the background
+    loops (sweeps, gap closures, retention, webhook deliveries)."""
     app = create_app(settings, tracer_provider=tracer_provider)
+    async with serve_app(app, settings) as url:
+        if not worker:
+            yield Gateway(app=app, settings=settings, url=url)
+            return
+        async with serve_worker(settings, tracer_provider=tracer_provider) as running:
+            yield Gateway(app=app, settings=settings, url=url, worker=running)
+
+
+@asynccontextmanager
+async def serve_worker(
+    settings: Settings, *, tracer_provider: trace.TracerProvider | None = None
+) -> AsyncIterator[Worker]:
+    """Run the gateway's worker app (``lectern-gateway worker``) with uvicorn on 127.0.0.1."""
+    app = create_worker_app(settings, tracer_provider=tracer_provider)
+    async with serve_app(app, settings) as url:
+        yield Worker(app=app, url=url)
+
+
+@asynccontextmanager
+async def serve_app(app: FastAPI, settings: Settings) -> AsyncIterator[str]:
+    """Serve ``app`` (lifespan included) with uvicorn on a free port of 127.0.0.1; its URL."""
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
@@ -370,10 +411,10 @@ async def serve_gateway(
         await asyncio.sleep(0.01)
     if not server.started:
         await task
-        raise RuntimeError("gateway did not start")
+        raise RuntimeError(f"{app.title} did not start")
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield Gateway(app=app, settings=settings, url=f"http://127.0.0.1:{port}")
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         await task
@@ -407,13 +448,14 @@ class Received:
 
 @asynccontextmanager
 async def offline_gateway(
-    nats_url: str, database_url: str, pool: Any, **overrides: Any
+    nats_url: str, database_url: str, pool: Any, *, worker: bool = False, **overrides: Any
 ) -> AsyncIterator[Gateway]:
     """The gateway with the offline answerer and the retriever, re-ranker and memory
-    stand-ins (``Responders``) answering on the real NATS."""
+    stand-ins (``Responders``) answering on the real NATS (``worker``: and its worker)."""
+    settings = gateway_settings(nats_url, database_url, **overrides)
     async with (
         run_responders(nats_url, Responders(pool=pool)),
-        serve_gateway(gateway_settings(nats_url, database_url, **overrides)) as running,
+        serve_gateway(settings, worker=worker) as running,
     ):
         yield running
 

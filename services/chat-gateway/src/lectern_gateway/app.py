@@ -12,7 +12,6 @@ from lectern_gateway.auth import TokenVerifier
 from lectern_gateway.chat import routes as chat
 from lectern_gateway.classes import routes as classes
 from lectern_gateway.config import Settings
-from lectern_gateway.deps import gateway_of
 from lectern_gateway.documents import chunks, lifecycle
 from lectern_gateway.documents import routes as documents
 from lectern_gateway.feedback import flags, gaps
@@ -30,7 +29,6 @@ from lectern_gateway.study import routes as study
 from lectern_gateway.tenant import routes as tenant
 from lectern_gateway.web import dev
 from lectern_gateway.web import routes as ui
-from lectern_gateway.webhooks import dispatcher as webhook_dispatch
 from lectern_gateway.webhooks import routes as webhooks
 
 DESCRIPTION = """Lectern's public API: upload course material, search it, and chat with a tutor
@@ -41,7 +39,8 @@ with `X-API-Key: <key>` (machine clients; admins create keys at `POST /v1/api-ke
 def create_app(
     settings: Settings, *, tracer_provider: trace.TracerProvider | None = None
 ) -> FastAPI:
-    """Build the broker and the FastAPI app with every route.
+    """Build the broker and the FastAPI app with every route (HTTP only: the background
+    loops run in the worker process, ``lectern_gateway.worker``).
 
     HTTP requests and the NATS requests made while serving them share one trace, recorded by
     ``tracer_provider`` (tests pass their own) or else the global provider.
@@ -69,11 +68,7 @@ def create_app(
         docs=True,
         tracer_provider=tracer_provider,
         outbox="gateway",
-        consumers=webhook_dispatch.consumers() if settings.webhook_dispatch else (),
     )
-    if settings.webhook_dispatch:
-        state: ServiceState = app.state.lectern
-        webhook_dispatch.subscribe(broker, state, lambda: gateway_of(state).wake_webhooks())
     app.state.authenticator = TokenVerifier(
         secret=settings.effective_jwt_secret,
         jwks_url=settings.jwks_url,

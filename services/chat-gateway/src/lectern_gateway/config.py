@@ -127,8 +127,9 @@ class Settings(ServiceHttpSettings):
     # webhooks (Standard Webhooks: POST /v1/webhooks)
     webhook_dispatch: bool = Field(
         default=True,
-        description="consume the tenant events from JetStream and deliver them to the "
-        "registered webhooks (false: this replica neither records nor sends deliveries)",
+        description="the worker (lectern-gateway worker) consumes the tenant events from "
+        "JetStream and delivers them to the registered webhooks (false: it neither records nor "
+        "sends deliveries)",
     )
     webhook_timeout_s: float = Field(
         default=10.0, gt=0, description="one delivery attempt (connect, send, read the status)"
@@ -144,6 +145,11 @@ class Settings(ServiceHttpSettings):
         ge=1,
         description="a webhook whose deliveries failed this many times running is disabled",
     )
+    webhook_lease_margin_s: float = Field(
+        default=60.0, gt=0,
+        description="a claimed delivery is its worker's for the attempt's timeout and this "
+        "margin (recording it); a worker killed mid-delivery: sent again once it runs out",
+    )  # fmt: skip
     webhook_poll_interval_s: float = Field(
         default=1.0, gt=0, description="how often due deliveries are looked for"
     )

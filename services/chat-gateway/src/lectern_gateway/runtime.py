@@ -1,6 +1,7 @@
-"""The gateway's start and stop: the models and streamers its answers need, the running turns,
-and the background loops of this replica (idle sessions, gap closures, retention, webhook
-deliveries), all kept in one ``GatewayDeps`` on the service state."""
+"""The gateway's start and stop: the models and streamers its answers need and the running
+turns, kept in one ``GatewayDeps`` on the service state, and the background loops (idle
+sessions, gap closures, retention, webhook deliveries) that only the worker process runs
+(``lectern_gateway.worker``): an HTTP replica serves HTTP."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 async def start(state: ServiceState, settings: Settings) -> GatewayDeps:
-    """Build the gateway's dependencies onto ``state`` and start this replica's loops.
+    """Build the gateway's dependencies onto ``state`` (the HTTP app's and the worker's).
 
     The offline answerer, which ends every chain of models, scores the sentences of the
     sources with the packaged reader and the local embedding model as well as by term
@@ -47,11 +48,12 @@ async def start(state: ServiceState, settings: Settings) -> GatewayDeps:
         exact_rerun=isinstance(generator, OfflineAnswerer),
     )
     state.deps = gateway
-    _start_loops(state, gateway)
     return gateway
 
 
-def _start_loops(state: ServiceState, gateway: GatewayDeps) -> None:
+def start_loops(state: ServiceState, gateway: GatewayDeps) -> None:
+    """Start the worker's sweeps on ``state`` (cancelled when it stops); the webhook
+    deliveries are ``gateway.webhook_worker``, which the worker drains at shutdown."""
     settings = gateway.settings
     if settings.idle_sweep_interval_s > 0:
         state.spawn(
@@ -75,13 +77,20 @@ def _start_loops(state: ServiceState, gateway: GatewayDeps) -> None:
         )
     if settings.webhook_dispatch:
         gateway.webhook_worker = DeliveryWorker(pool=state.pool, settings=settings)
-        state.spawn("lectern-webhook-deliveries", gateway.webhook_worker.run())
+        gateway.webhook_worker.start()
 
 
 async def stop(state: ServiceState) -> None:
-    """Stop the turns still running (the loops stop with the service state)."""
-    if isinstance(state.deps, GatewayDeps):  # None when start-up failed before it
-        await state.deps.turns.stop()
+    """Finish the webhook deliveries in flight (the worker), then stop the turns still
+    running (the sweeps stop with the service state)."""
+    gateway = state.deps
+    if not isinstance(gateway, GatewayDeps):  # None when start-up failed before it
+        return
+    if gateway.webhook_worker is not None:
+        # an attempt ends within its timeout; a moment more to record it
+        grace_s = gateway.settings.webhook_timeout_s + 5.0
+        await gateway.webhook_worker.stop(grace_s=grace_s)
+    await gateway.turns.stop()
 
 
 async def _embedder(settings: Settings) -> LocalEmbedder | None:

@@ -1,12 +1,14 @@
 """Deliveries: the tenant events consumed from JetStream become rows, and a worker sends them.
 
-Every gateway replica consumes the streams of ``WEBHOOK_STREAMS`` through one durable pull
-consumer per stream (``WEBHOOK_DURABLE``, shared: each event reaches one replica), and writes
-a pending delivery for each enabled webhook of the event's tenant that asked for its type
-(idempotent per webhook and event id, so a redelivered message adds nothing). Each replica's
-:class:`DeliveryWorker` claims due deliveries ``FOR UPDATE SKIP LOCKED`` and leases them past
-the request's timeout, so no two replicas send one delivery at once; it checks the URL's
-host again (``check_host``: the address may have changed since registration), POSTs the
+Every gateway worker process (``lectern_gateway.worker``) consumes the streams of
+``WEBHOOK_STREAMS`` through one durable pull consumer per stream (``WEBHOOK_DURABLE``, shared:
+each event reaches one worker), and writes a pending delivery for each enabled webhook of the
+event's tenant that asked for its type (idempotent per webhook and event id, so a redelivered
+message adds nothing). Each worker's :class:`DeliveryWorker` claims due deliveries
+``FOR UPDATE SKIP LOCKED`` and leases them past the request's timeout, so no two workers send
+one delivery at once, and a worker killed mid-delivery leaves a lease that runs out: the
+delivery is sent again, with the same ``webhook-id``, as Standard Webhooks allows. It checks
+the URL's host again (``check_host``: the address may have changed since registration), POSTs the
 event's JSON signed the Standard Webhooks way, logs the attempt, and schedules the next one
 from ``webhook_retry_schedule_s``. A delivery that used up the schedule fails; a webhook whose
 deliveries failed ``webhook_disable_after_failures`` times running is disabled.
@@ -47,8 +49,6 @@ WEBHOOK_DURABLE = "lectern-gateway-webhooks"
 #: a message the database could not record is redelivered (backing off to 30 s) this often
 #: before JetStream gives up on it: about 25 minutes of Postgres away
 MAX_EVENT_DELIVERIES = 50
-#: a claimed delivery is someone's for its timeout and this margin (recording the attempt)
-LEASE_MARGIN_S = 60.0
 MAX_ERROR_CHARS = 500
 PRUNE_EVERY_S = 3600.0
 
@@ -136,15 +136,39 @@ class DeliveryWorker:
         self.transport = transport
         self.wake = asyncio.Event()
         self.pruned_at = -PRUNE_EVERY_S
+        self.stopping = False
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        """Started and not ended."""
+        return self.task is not None and not self.task.done()
+
+    def start(self) -> None:
+        """Run :meth:`run` in the background until :meth:`stop`."""
+        self.task = asyncio.create_task(self.run(), name="lectern-webhook-deliveries")
+
+    async def stop(self, *, grace_s: float) -> None:
+        """Claim nothing more and let the attempts in flight finish (cancelled after
+        ``grace_s``: their leases run out and they are sent again, same ``webhook-id``)."""
+        self.stopping = True
+        self.wake.set()
+        if self.task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), grace_s)
+        except TimeoutError:
+            self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
 
     async def run(self) -> None:
-        """Claim and send due deliveries for ever (cancel to stop)."""
+        """Claim and send due deliveries until :meth:`stop` (or cancelled)."""
         async with httpx.AsyncClient(
             follow_redirects=False,
             transport=self.transport,
             timeout=self.settings.webhook_timeout_s,
         ) as client:
-            while True:
+            while not self.stopping:
                 claimed = 0
                 try:
                     claimed = await self.send_due(client)
@@ -152,7 +176,7 @@ class DeliveryWorker:
                     raise
                 except Exception:
                     log.exception("webhook deliveries failed; retrying next interval")
-                if claimed < self.settings.webhook_concurrency:
+                if claimed < self.settings.webhook_concurrency and not self.stopping:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(
                             self.wake.wait(), self.settings.webhook_poll_interval_s
@@ -165,7 +189,7 @@ class DeliveryWorker:
             rows = await repo.claim_due(
                 conn,
                 limit=self.settings.webhook_concurrency,
-                lease_s=self.settings.webhook_timeout_s + LEASE_MARGIN_S,
+                lease_s=self.settings.webhook_timeout_s + self.settings.webhook_lease_margin_s,
             )
         results = await asyncio.gather(
             *(self.attempt(client, row) for row in rows), return_exceptions=True
