@@ -101,7 +101,7 @@ async def test_event_published_is_consumed_by_a_durable_pull_consumer(
 
 async def test_request_reply_validates_and_answers_errors(nats_url: str, tenant_id: str) -> None:
     subject = Subjects.MEMORY_RECALL
-    responder = NatsBroker(nats_url)
+    responder = create_broker(nats_url, service_name="responder")
     seen: list[str] = []
 
     async def recall(message: MemoryRecallRequest) -> MemoryRecallReply:

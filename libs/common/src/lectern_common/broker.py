@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from faststream import BaseMiddleware, StreamMessage
+from faststream.context import ContextRepo
+from faststream.exceptions import RejectMessage
 from faststream.nats import JStream, NatsBroker, NatsMessage, NatsUserPassword
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from nats import errors as nats_errors
@@ -26,7 +29,7 @@ from lectern_common.errors import (
     RetryableError,
     UpstreamError,
 )
-from lectern_common.events.base import Event, Reply, Request, Subjects
+from lectern_common.events.base import ALL_REQUESTS, Event, Reply, Request, Subjects
 from lectern_common.events.deadletter import (
     MAX_PARKED_PAYLOAD,
     MessageParked,
@@ -146,7 +149,7 @@ def create_broker(
     authenticated as ``credentials`` (user, password) when given."""
     servers = [s.strip() for s in nats_url.split(",") if s.strip()]
     security = NatsUserPassword(*credentials) if credentials is not None else None
-    return NatsBroker(
+    broker = NatsBroker(
         servers,
         security=security,
         name=service_name,
@@ -161,6 +164,8 @@ def create_broker(
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,
     )
+    broker.add_middleware(invalid_messages(broker, service=service_name))
+    return broker
 
 
 def _stream_config(spec: StreamSpec, replicas: int) -> StreamConfig:
@@ -404,7 +409,10 @@ async def request(
 
 def deliveries(message: Any) -> int:
     """How many times JetStream has delivered this message (1 on the first try)."""
-    metadata = getattr(getattr(message, "raw_message", None), "metadata", None)
+    try:
+        metadata = getattr(getattr(message, "raw_message", None), "metadata", None)
+    except Exception:  # not a JetStream message (nats raises NotJSMessageError)
+        return 1
     return int(getattr(metadata, "num_delivered", 1) or 1)
 
 
@@ -462,43 +470,102 @@ def to_payload(model: BaseModel) -> dict[str, Any]:
 Q = TypeVar("Q", bound=Request)
 
 
+async def answer(request: Q, reply_type: type[R], handler: Callable[[Q], Awaitable[R]]) -> R:
+    """Run a request handler, turning its failure into an error reply of ``reply_type``.
+
+    A responder must always answer (the caller is waiting), so a failure answers its reason
+    instead of raising into the broker. (A body that does not decode into the request never
+    reaches the handler: ``InvalidMessages`` answers ``bad_input`` for it.)
+    """
+    try:
+        return await handler(request)
+    except LecternError as exc:
+        log.warning("%s failed: %s", type(request).__name__, exc.message)
+        return _error_reply(reply_type, request.request_id, exc.reason, exc.message)
+    except Exception as exc:
+        log.exception("%s failed", type(request).__name__)
+        return _error_reply(reply_type, request.request_id, "internal", str(exc))
+
+
 def answer_errors(
     request_type: type[Q],
     reply_type: type[R],
     handler: Callable[[Q], Awaitable[R]],
-) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
-    """Wrap a request handler: validate the body, and turn failures into error replies.
+) -> Callable[[Q], Awaitable[R]]:
+    """A typed responder for ``broker.subscriber(...)``: ``handler`` under ``answer``. Its
+    annotations name ``request_type`` and ``reply_type``, so FastStream decodes the body into
+    the request (and documents both)."""
 
-    A responder must always answer (the caller is waiting), so invalid input answers
-    ``bad_input`` and a failure answers its reason instead of raising into the broker.
-    """
+    async def wrapped(request: Q) -> R:
+        return await answer(request, reply_type, handler)
 
-    async def wrapped(body: dict[str, Any]) -> dict[str, Any]:
-        raw_id = body.get("request_id") if isinstance(body, dict) else None
-        try:
-            message = request_type.model_validate(body)
-        except ValidationError as exc:
-            return _error_reply(reply_type, raw_id, "bad_input", str(exc))
-        try:
-            reply = await handler(message)
-        except LecternError as exc:
-            log.warning("%s failed: %s", request_type.__name__, exc.message)
-            return _error_reply(reply_type, message.request_id, exc.reason, exc.message)
-        except Exception as exc:
-            log.exception("%s failed", request_type.__name__)
-            return _error_reply(reply_type, message.request_id, "internal", str(exc))
-        return reply.model_dump(mode="json")
-
+    wrapped.__annotations__ = {"request": request_type, "return": reply_type}
+    wrapped.__name__ = f"answer_{request_type.__name__}"
     return wrapped
 
 
-def _error_reply(
-    reply_type: type[Reply], request_id: Any, reason: str, message: str
-) -> dict[str, Any]:
+def _error_reply(reply_type: type[R], request_id: Any, reason: str, message: str) -> R:
     try:
         rid = uuid.UUID(str(request_id))
     except ValueError:
         rid = uuid.UUID(int=0)
-    return reply_type(request_id=rid, error=reason, error_message=message[:2000]).model_dump(
-        mode="json"
-    )
+    return reply_type(request_id=rid, error=reason, error_message=message[:2000])
+
+
+def _request_subjects() -> dict[str, type[Reply]]:
+    return {request.subject: reply for request, reply in ALL_REQUESTS}
+
+
+class InvalidMessages(BaseMiddleware[Any, Any]):
+    """Settles a message whose body does not decode into its handler's pydantic event or
+    request, so a bad message is never retried for ever nor lost without trace.
+
+    FastStream validates a handler's arguments before it runs; its ``ValidationError`` comes
+    out here (a handler settles its own failures, so no other reaches this). A request (a
+    registered request subject, or any message with a reply subject) is answered
+    ``bad_input``; an event is parked on the dead-letter stream (``park``) and rejected.
+    """
+
+    def __init__(
+        self, msg: Any, /, *, context: ContextRepo, broker: NatsBroker, service: str
+    ) -> None:
+        super().__init__(msg, context=context)
+        self._broker = broker
+        self._service = service
+
+    async def consume_scope(
+        self, call_next: Callable[[Any], Awaitable[Any]], msg: StreamMessage[Any]
+    ) -> Any:
+        """Run the handler; settle a message it could not decode."""
+        try:
+            return await call_next(msg)
+        except ValidationError as exc:
+            raw = getattr(msg, "raw_message", None)
+            subject = str(getattr(raw, "subject", "") or "")
+            reply_type = _request_subjects().get(subject)
+            if reply_type is not None or msg.reply_to:
+                log.warning("answering bad_input to an invalid %s request: %s", subject, exc)
+                return _error_reply(
+                    reply_type or Reply, _claimed_request_id(msg.body), "bad_input", str(exc)
+                ).model_dump(mode="json")
+            log.error("rejecting an invalid %s message: %s", subject, exc)
+            await park(self._broker, msg, service=self._service, reason="invalid_message",
+                       detail=str(exc))  # fmt: skip
+            raise RejectMessage() from exc
+
+
+def _claimed_request_id(body: bytes) -> Any:
+    try:
+        return json.loads(body).get("request_id")
+    except (ValueError, AttributeError):
+        return None
+
+
+def invalid_messages(broker: NatsBroker, *, service: str) -> Callable[..., InvalidMessages]:
+    """The broker middleware (``broker.add_middleware``) that settles undecodable messages
+    of ``broker``'s handlers for ``service`` (``InvalidMessages``)."""
+
+    def build(msg: Any, /, *, context: ContextRepo) -> InvalidMessages:
+        return InvalidMessages(msg, context=context, broker=broker, service=service)
+
+    return build

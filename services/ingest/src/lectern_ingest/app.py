@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
 
 from fastapi import FastAPI
-from faststream.nats import PullSub
+from faststream.nats import NatsBroker, PullSub
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from lectern_common.broker import (
@@ -17,7 +17,7 @@ from lectern_common.broker import (
     stream_for,
 )
 from lectern_common.embeddings import Embedder, build_embedder
-from lectern_common.events import Event, Subjects
+from lectern_common.events import DocumentUploaded, Event, Subjects
 from lectern_common.gc import collect_every
 from lectern_common.service import ServiceState, create_service_app
 from lectern_ingest import language
@@ -35,17 +35,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         credentials=settings.nats_credentials,
     )
     holder: dict[str, IngestWorker] = {}
-    consumer = ConsumerConfig(
-        durable_name=INGEST_DURABLE,
-        # the subscriber's filter too: created or updated at start-up without it, the consumer
-        # would take the whole work-queue stream and refuse any other filtered consumer
-        filter_subject=Subjects.DOCUMENTS_UPLOADED,
-        ack_policy=AckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.ALL,
-        max_deliver=settings.max_deliveries,
-        ack_wait=settings.ack_wait_s,
-        max_ack_pending=1000,
-    )
+    consumer = consumer_config(settings)
 
     async def publish(event: Event) -> None:
         await publish_event(broker, event)
@@ -85,6 +75,31 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         outbox="ingest",
     )
 
+    subscribe(broker, settings=settings, worker=lambda: holder["worker"])
+    return app
+
+
+def consumer_config(settings: Settings) -> ConsumerConfig:
+    """The durable pull consumer all ingest replicas share."""
+    return ConsumerConfig(
+        durable_name=INGEST_DURABLE,
+        # the subscriber's filter too: created or updated at start-up without it, the consumer
+        # would take the whole work-queue stream and refuse any other filtered consumer
+        filter_subject=Subjects.DOCUMENTS_UPLOADED,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        max_deliver=settings.max_deliveries,
+        ack_wait=settings.ack_wait_s,
+        max_ack_pending=1000,
+    )
+
+
+def subscribe(
+    broker: NatsBroker, *, settings: Settings, worker: Callable[[], IngestWorker]
+) -> None:
+    """Register ingest's consumer on ``broker``; ``worker`` gives the started worker (an
+    undecodable upload is parked by the broker's ``InvalidMessages``)."""
+
     @broker.subscriber(
         Subjects.DOCUMENTS_UPLOADED,
         stream=stream_for(Subjects.DOCUMENTS_UPLOADED),
@@ -98,10 +113,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             if settings.batch_documents <= 1
             else settings.concurrency + 2 * settings.batch_documents
         ),
-        config=consumer,
+        config=consumer_config(settings),
     )
-    async def on_uploaded(body: dict[str, Any]) -> None:
+    async def on_uploaded(event: DocumentUploaded) -> None:
         """documents.uploaded -> extract, chunk, embed, store -> indexed | failed."""
-        await handle_uploaded(holder["worker"], body, current_message(broker), broker)
-
-    return app
+        await handle_uploaded(worker(), event, current_message(broker), broker)

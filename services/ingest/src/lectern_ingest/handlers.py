@@ -1,13 +1,11 @@
-"""Thin subscriber: decode ``documents.uploaded``, run the worker, settle the message."""
+"""Thin subscriber: run the worker on a ``documents.uploaded`` event, settle the message."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from faststream.exceptions import NackMessage, RejectMessage
+from faststream.exceptions import NackMessage
 from faststream.nats import NatsBroker, NatsMessage
-from pydantic import ValidationError
 
 from lectern_common.broker import deliveries, park
 from lectern_common.events import DocumentUploaded
@@ -17,20 +15,16 @@ log = logging.getLogger(__name__)
 
 
 async def handle_uploaded(
-    worker: IngestWorker, body: Any, message: NatsMessage, broker: NatsBroker | None = None
+    worker: IngestWorker,
+    event: DocumentUploaded,
+    message: NatsMessage,
+    broker: NatsBroker | None = None,
 ) -> None:
     """Index one uploaded document; ack on any outcome but a retryable error (nack + delay).
-    An invalid message, or one given up on after its deliveries, is parked on the
-    dead-letter stream (with ``broker``) before it is settled."""
+    One given up on after its deliveries is parked on the dead-letter stream (with
+    ``broker``) before it is settled (an invalid message never gets here: the broker's
+    ``InvalidMessages`` parks it)."""
     service = worker.settings.service_name
-    try:
-        event = DocumentUploaded.model_validate(body)
-    except ValidationError as exc:
-        log.error("rejecting an invalid documents.uploaded message: %s", exc)
-        if broker is not None:
-            await park(broker, message, service=service, reason="invalid_message",
-                       detail=str(exc))  # fmt: skip
-        raise RejectMessage() from exc
     delivered = deliveries(message)
     try:
         outcome = await worker.process(

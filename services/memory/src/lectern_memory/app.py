@@ -3,17 +3,26 @@ requests."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI
-from faststream.nats import NatsMessage, PullSub
+from faststream.nats import NatsBroker, NatsMessage, PullSub
 from nats.js.api import ConsumerConfig
 
-from lectern_common.broker import QUEUE_GROUPS, answer_errors, create_broker, stream_for
+from lectern_common.broker import QUEUE_GROUPS, answer, create_broker, stream_for
 from lectern_common.db import ReadPools
 from lectern_common.embeddings import LOCAL_MODEL_NAME, LocalEmbedder, build_embedder
-from lectern_common.events import MemoryRecallReply, MemoryRecallRequest, Subjects
-from lectern_common.service import ServiceState, create_service_app
+from lectern_common.events import (
+    ChatSessionEnded,
+    ChatTurnCompleted,
+    MemoryRecallReply,
+    MemoryRecallRequest,
+    QuizAttempted,
+    Subjects,
+    UserErased,
+)
+from lectern_common.service import Hook, ServiceState, create_service_app
 from lectern_memory.config import Settings
 from lectern_memory.erasure import unless_erased
 from lectern_memory.gemini_distiller import build_model_distiller
@@ -30,6 +39,9 @@ SESSIONS_DURABLE = "lectern-memory-sessions"
 QUIZZES_DURABLE = "lectern-memory-quizzes"
 USERS_DURABLE = "lectern-memory-users"
 
+#: the started service, once start-up built it
+ServiceOf = Callable[[], MemoryService]
+
 
 def create_app(settings: Settings) -> FastAPI:
     """Build the broker, the subscribers and the health app."""
@@ -39,10 +51,25 @@ def create_app(settings: Settings) -> FastAPI:
         credentials=settings.nats_credentials,
     )
     holder: dict[str, MemoryService] = {}
+    app = create_service_app(
+        settings=settings,
+        broker=broker,
+        title="Lectern memory",
+        on_startup=_startup(settings, holder),
+        outbox="memory",
+        consumers=[
+            (stream_for(Subjects.CHAT_TURN_COMPLETED).name, TURNS_DURABLE),
+            (stream_for(Subjects.CHAT_SESSION_ENDED).name, SESSIONS_DURABLE),
+            (stream_for(Subjects.QUIZ_ATTEMPTED).name, QUIZZES_DURABLE),
+            (stream_for(Subjects.USERS_ERASED).name, USERS_DURABLE),
+        ],
+    )
+    state: ServiceState = app.state.lectern
+    subscribe(broker, settings=settings, state=state, service=lambda: holder["service"])
+    return app
 
-    def service() -> MemoryService:
-        return holder["service"]
 
+def _startup(settings: Settings, holder: dict[str, MemoryService]) -> Hook:
     async def startup(state: ServiceState) -> None:
         embedder = build_embedder(settings)
         # the struggle classifier was fitted on the packaged MiniLM's float vectors: it keeps
@@ -59,92 +86,87 @@ def create_app(settings: Settings) -> FastAPI:
             settings=settings, embedder=embedder, model_distiller=build_model_distiller(settings),
             encode=local.embed_documents,
         )  # fmt: skip
+        state.deps = holder["service"]
         await embedder.embed_query("warm-up")
         await holder["service"].embedder.sync(state.pool)
 
-    app = create_service_app(
-        settings=settings,
-        broker=broker,
-        title="Lectern memory",
-        on_startup=startup,
-        outbox="memory",
-        consumers=[
-            (stream_for(Subjects.CHAT_TURN_COMPLETED).name, TURNS_DURABLE),
-            (stream_for(Subjects.CHAT_SESSION_ENDED).name, SESSIONS_DURABLE),
-            (stream_for(Subjects.QUIZ_ATTEMPTED).name, QUIZZES_DURABLE),
-            (stream_for(Subjects.USERS_ERASED).name, USERS_DURABLE),
-        ],
-    )
-    state: ServiceState = app.state.lectern
-    consumer = ConsumerConfig(max_deliver=settings.max_deliveries, ack_wait=60.0)
+    return startup
 
-    @broker.subscriber(
-        Subjects.CHAT_TURN_COMPLETED,
-        stream=stream_for(Subjects.CHAT_TURN_COMPLETED),
-        durable=TURNS_DURABLE,
-        pull_sub=PullSub(batch_size=10, timeout=5.0),
-        config=consumer,
+
+def subscribe(
+    broker: NatsBroker, *, settings: Settings, state: ServiceState, service: ServiceOf
+) -> None:
+    """Register the memory service's consumers and responders on ``broker`` (a message that
+    does not decode is parked, or answered ``bad_input``, by the broker's
+    ``InvalidMessages``)."""
+    subscribe_events(broker, settings=settings, state=state, service=service)
+    subscribe_requests(broker, state=state, service=service)
+
+
+def _consumer(
+    broker: NatsBroker, settings: Settings, subject: str, durable: str, batch: int
+) -> Callable[[Callable[..., Awaitable[None]]], object]:
+    """The subscriber decorator of one durable pull consumer of ``subject``."""
+    return broker.subscriber(
+        subject,
+        stream=stream_for(subject),
+        durable=durable,
+        pull_sub=PullSub(batch_size=batch, timeout=5.0),
+        config=ConsumerConfig(max_deliver=settings.max_deliveries, ack_wait=60.0),
     )
-    async def on_turn(body: dict[str, Any], message: NatsMessage) -> None:
+
+
+def subscribe_events(
+    broker: NatsBroker, *, settings: Settings, state: ServiceState, service: ServiceOf
+) -> None:
+    """The JetStream consumers: turns, ended sessions, quiz attempts, erasures."""
+
+    @_consumer(broker, settings, Subjects.CHAT_TURN_COMPLETED, TURNS_DURABLE, 10)
+    async def on_turn(event: ChatTurnCompleted, message: NatsMessage) -> None:
         """Record a completed turn's signals."""
         await unless_erased(
-            state.pool, body, lambda: handle_turn(service(), state.pool, body, message, broker)
+            state.pool, event, lambda: handle_turn(service(), state.pool, event, message)
         )
 
-    @broker.subscriber(
-        Subjects.CHAT_SESSION_ENDED,
-        stream=stream_for(Subjects.CHAT_SESSION_ENDED),
-        durable=SESSIONS_DURABLE,
-        pull_sub=PullSub(batch_size=1, timeout=5.0),
-        config=consumer,
-    )
-    async def on_session_ended(body: dict[str, Any], message: NatsMessage) -> None:
+    @_consumer(broker, settings, Subjects.CHAT_SESSION_ENDED, SESSIONS_DURABLE, 1)
+    async def on_session_ended(event: ChatSessionEnded, message: NatsMessage) -> None:
         """Distil an ended session into long-term memories."""
         await unless_erased(
             state.pool,
-            body,
+            event,
             lambda: handle_session_ended(
-                service(), state.pool, broker, body, message, max_deliveries=settings.max_deliveries
+                service(), state.pool, broker, event, message,
+                max_deliveries=settings.max_deliveries,
             ),
-        )
+        )  # fmt: skip
 
-    @broker.subscriber(
-        Subjects.QUIZ_ATTEMPTED,
-        stream=stream_for(Subjects.QUIZ_ATTEMPTED),
-        durable=QUIZZES_DURABLE,
-        pull_sub=PullSub(batch_size=10, timeout=5.0),
-        config=consumer,
-    )
-    async def on_quiz_attempted(body: dict[str, Any], message: NatsMessage) -> None:
+    @_consumer(broker, settings, Subjects.QUIZ_ATTEMPTED, QUIZZES_DURABLE, 10)
+    async def on_quiz_attempted(event: QuizAttempted, message: NatsMessage) -> None:
         """Turn a checked quiz attempt into struggles and mastered topics."""
         await unless_erased(
-            state.pool,
-            body,
-            lambda: handle_quiz_attempted(service(), state.pool, broker, body, message),
+            state.pool, event, lambda: handle_quiz_attempted(service(), state.pool, event, message)
         )
 
-    @broker.subscriber(
-        Subjects.USERS_ERASED,
-        stream=stream_for(Subjects.USERS_ERASED),
-        durable=USERS_DURABLE,
-        pull_sub=PullSub(batch_size=10, timeout=5.0),
-        config=consumer,
-    )
-    async def on_user_erased(body: dict[str, Any], message: NatsMessage) -> None:
+    @_consumer(broker, settings, Subjects.USERS_ERASED, USERS_DURABLE, 10)
+    async def on_user_erased(event: UserErased, message: NatsMessage) -> None:
         """Erase every row kept about a user (``erasure``)."""
-        await handle_user_erased(state.pool, broker, body, message)
+        await handle_user_erased(state.pool, event, message)
+
+
+def subscribe_requests(broker: NatsBroker, *, state: ServiceState, service: ServiceOf) -> None:
+    """The request/reply responders (queue group ``lectern-memory``)."""
+
+    def reads() -> ReadPools:
+        # reads only: the read replica serves them when one is configured and healthy
+        return state.reads if state.reads is not None else ReadPools(primary=state.pool)
 
     async def recall(request: MemoryRecallRequest) -> MemoryRecallReply:
         async def from_pool(pool: Any) -> MemoryRecallReply:
             return await service().recall(pool=pool, request=request)
 
-        # recall only reads: the read replica serves it when one is configured and healthy
-        reads = state.reads if state.reads is not None else ReadPools(primary=state.pool)
-        return await reads.run(from_pool)
+        return await reads().run(from_pool)
 
     @broker.subscriber(Subjects.MEMORY_RECALL, queue=QUEUE_GROUPS[Subjects.MEMORY_RECALL])
-    async def on_recall(body: dict[str, Any]) -> dict[str, Any]:
+    async def on_recall(request: MemoryRecallRequest) -> MemoryRecallReply:
         """Top memories of a student for a query."""
-        return await answer_errors(MemoryRecallRequest, MemoryRecallReply, recall)(body)
-
-    return app
+        return await answer(request, MemoryRecallReply, recall)

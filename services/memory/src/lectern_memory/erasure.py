@@ -21,9 +21,14 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from lectern_common.events import Subjects, UserErased, erased_user_key
+from lectern_common.events import (
+    ChatSessionEnded,
+    ChatTurnCompleted,
+    QuizAttempted,
+    Subjects,
+    UserErased,
+    erased_user_key,
+)
 from lectern_memory import repository as repo
 
 log = logging.getLogger(__name__)
@@ -32,14 +37,8 @@ log = logging.getLogger(__name__)
 TABLES = ("user_memories", "memory_turn_signals", "memory_distillations", "memory_quiz_topics")
 
 
-class _About(BaseModel):
-    """Who an event is about, and when it occurred (any of the events memory consumes)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    tenant_id: str
-    user_id: str
-    occurred_at: datetime
+#: the events about a user that memory consumes (each names its tenant, user and moment)
+AboutUser = ChatTurnCompleted | ChatSessionEnded | QuizAttempted
 
 
 async def erase_user(pool: Any, event: UserErased) -> dict[str, int]:
@@ -79,30 +78,24 @@ async def _erase_rows(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, i
     return erased
 
 
-async def erased_since(pool: Any, body: Any) -> _About | None:
-    """Who the event in ``body`` is about, when they were erased after it occurred (else
-    None; also None for a body that is not such an event: its handler parks it)."""
-    try:
-        about = _About.model_validate(body)
-    except ValidationError:
-        return None
+async def erased_since(pool: Any, event: AboutUser) -> bool:
+    """Whether the user the event is about was erased after it occurred."""
     erased_at: datetime | None = await pool.fetchval(
         "SELECT erased_at FROM erased_users WHERE tenant_id = $1 AND user_key = $2",
-        about.tenant_id,
-        erased_user_key(about.tenant_id, about.user_id),
+        event.tenant_id,
+        erased_user_key(event.tenant_id, event.user_id),
     )
-    return about if erased_at is not None and about.occurred_at <= erased_at else None
+    return erased_at is not None and event.occurred_at <= erased_at
 
 
-async def unless_erased(pool: Any, body: Any, handle: Callable[[], Awaitable[None]]) -> None:
+async def unless_erased(pool: Any, event: AboutUser, handle: Callable[[], Awaitable[None]]) -> None:
     """Handle an event about a user unless the user was erased after it occurred; when the
     erasure committed while it was being handled, erase what the handling wrote."""
-    if await erased_since(pool, body) is not None:
+    if await erased_since(pool, event):
         log.info("dropped an event about an erased user (it occurred before the erasure)")
         return
     await handle()
-    about = await erased_since(pool, body)
-    if about is not None:
+    if await erased_since(pool, event):
         async with pool.acquire() as conn, conn.transaction():
-            await _erase_rows(conn, tenant_id=about.tenant_id, user_id=about.user_id)
+            await _erase_rows(conn, tenant_id=event.tenant_id, user_id=event.user_id)
         log.info("erased again what an event about an erased user wrote meanwhile")

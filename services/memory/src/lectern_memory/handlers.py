@@ -1,4 +1,7 @@
-"""Thin subscribers: decode, call the service, publish, and settle the message."""
+"""Thin subscribers: call the service with the decoded event, and settle the message.
+
+FastStream decodes each event before these run; a message that does not decode is parked
+and rejected by the broker's ``InvalidMessages`` and never reaches them."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ from typing import Any
 import asyncpg
 from faststream.exceptions import NackMessage, RejectMessage
 from faststream.nats import NatsBroker, NatsMessage
-from pydantic import ValidationError
 
 from lectern_common.backoff import backoff_delay
 from lectern_common.broker import deliveries, park
@@ -27,21 +29,9 @@ def backoff(attempt: int) -> float:
 
 
 async def handle_turn(
-    service: MemoryService,
-    pool: Any,
-    body: Any,
-    message: NatsMessage | None = None,
-    broker: NatsBroker | None = None,
+    service: MemoryService, pool: Any, event: ChatTurnCompleted, message: NatsMessage | None = None
 ) -> None:
-    """chat.turn.completed -> record its signals (an invalid message is parked)."""
-    try:
-        event = ChatTurnCompleted.model_validate(body)
-    except ValidationError as exc:
-        log.error("rejecting invalid chat.turn.completed: %s", exc)
-        if broker is not None and message is not None:
-            await park(broker, message, service=SERVICE, reason="invalid_message",
-                       detail=str(exc))  # fmt: skip
-        raise RejectMessage() from exc
+    """chat.turn.completed -> record its signals."""
     try:
         await service.record_turn(pool=pool, event=event)
     except Exception as exc:
@@ -56,19 +46,13 @@ async def handle_session_ended(
     service: MemoryService,
     pool: Any,
     broker: NatsBroker,
-    body: Any,
+    event: ChatSessionEnded,
     message: NatsMessage,
     *,
     max_deliveries: int,
 ) -> None:
-    """chat.session.ended -> distil (memory.distilled goes out through the outbox); a message
-    that is invalid or cannot be distilled is parked."""
-    try:
-        event = ChatSessionEnded.model_validate(body)
-    except ValidationError as exc:
-        log.error("rejecting invalid chat.session.ended: %s", exc)
-        await park(broker, message, service=SERVICE, reason="invalid_message", detail=str(exc))
-        raise RejectMessage() from exc
+    """chat.session.ended -> distil (memory.distilled goes out through the outbox); a session
+    that cannot be distilled is parked."""
     attempt = deliveries(message)
     try:
         distilled = await service.distil_session(
@@ -86,15 +70,9 @@ async def handle_session_ended(
 
 
 async def handle_quiz_attempted(
-    service: MemoryService, pool: Any, broker: NatsBroker, body: Any, message: NatsMessage
+    service: MemoryService, pool: Any, event: QuizAttempted, message: NatsMessage
 ) -> None:
-    """quiz.attempted -> struggles and mastered topics (an invalid message is parked)."""
-    try:
-        event = QuizAttempted.model_validate(body)
-    except ValidationError as exc:
-        log.error("rejecting invalid quiz.attempted: %s", exc)
-        await park(broker, message, service=SERVICE, reason="invalid_message", detail=str(exc))
-        raise RejectMessage() from exc
+    """quiz.attempted -> struggles and mastered topics."""
     try:
         await service.record_quiz(pool=pool, event=event)
     except Exception as exc:
@@ -104,21 +82,13 @@ async def handle_quiz_attempted(
         raise NackMessage(delay=backoff(attempt)) from exc
 
 
-async def handle_user_erased(
-    pool: Any, broker: NatsBroker, body: Any, message: NatsMessage
-) -> None:
-    """users.erased -> delete every row kept about the user (an invalid message is parked);
-    a re-delivery finds nothing left and changes nothing."""
-    try:
-        event = UserErased.model_validate(body)
-    except ValidationError as exc:
-        log.error("rejecting invalid users.erased: %s", exc)
-        await park(broker, message, service=SERVICE, reason="invalid_message", detail=str(exc))
-        raise RejectMessage() from exc
+async def handle_user_erased(pool: Any, event: UserErased, message: NatsMessage | None) -> None:
+    """users.erased -> delete every row kept about the user; a re-delivery finds nothing left
+    and changes nothing."""
     try:
         erased = await erasure.erase_user(pool, event)
     except Exception as exc:
-        attempt = deliveries(message)
+        attempt = deliveries(message) if message is not None else 1
         log.warning("erasure %s not done (%s); retrying", event.event_id, type(exc).__name__)
         raise NackMessage(delay=backoff(attempt)) from exc
     # the erasure's id, never the user's

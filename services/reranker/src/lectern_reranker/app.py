@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
+from faststream.nats import NatsBroker
 
-from lectern_common.broker import QUEUE_GROUPS, answer_errors, create_broker
+from lectern_common.broker import QUEUE_GROUPS, answer, create_broker
 from lectern_common.events import RerankReply, RerankRequest, Subjects
 from lectern_common.service import ServiceState, create_service_app
 from lectern_reranker.config import Settings
@@ -30,9 +29,15 @@ def create_app(settings: Settings) -> FastAPI:
         settings=settings, broker=broker, title="Lectern reranker", on_startup=startup
     )
 
-    @broker.subscriber(Subjects.RERANK, queue=QUEUE_GROUPS[Subjects.RERANK])
-    async def on_rerank(body: dict[str, Any]) -> dict[str, Any]:
-        """Final context for a question: ranked chunks, scorer and confidence."""
-        return await answer_errors(RerankRequest, RerankReply, reranker.rerank)(body)
-
+    subscribe(broker, reranker)
     return app
+
+
+def subscribe(broker: NatsBroker, reranker: Reranker) -> None:
+    """Register the re-ranker's responder on ``broker`` (an undecodable request is answered
+    ``bad_input`` by the broker's ``InvalidMessages``)."""
+
+    @broker.subscriber(Subjects.RERANK, queue=QUEUE_GROUPS[Subjects.RERANK])
+    async def on_rerank(request: RerankRequest) -> RerankReply:
+        """Final context for a question: ranked chunks, scorer and confidence."""
+        return await answer(request, RerankReply, reranker.rerank)

@@ -24,10 +24,11 @@ INDEX_MODEL_TTL_S = 60.0
 class Reranker:
     """Loads the scorer once at start-up and answers rerank requests with it."""
 
-    def __init__(self, *, settings: Settings) -> None:
+    def __init__(self, *, settings: Settings, scorer: SemanticScorer | None = None) -> None:
         self._settings = settings
         self._config: RerankConfig = settings.rerank_config()
-        self._scorer: SemanticScorer | None = None
+        #: ``scorer`` given: used as it is (tests), else loaded by ``start``
+        self._scorer: SemanticScorer | None = scorer
         #: its reads go to the read replica when one is configured and healthy
         self._reads: ReadPools | None = None
         self._index_checked_at = float("-inf")
@@ -40,7 +41,8 @@ class Reranker:
 
     async def start(self, state: ServiceState) -> None:
         """Load the models (once per process)."""
-        self._scorer = load_scorer(self._settings)
+        if self._scorer is None:
+            self._scorer = load_scorer(self._settings)
         self._reads = state.reads if state.reads is not None else ReadPools(primary=state.pool)
         state.deps = self
         log.info("reranker scorer: %s", self._scorer.name)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
+from faststream.nats import NatsBroker
 
-from lectern_common.broker import QUEUE_GROUPS, answer_errors, create_broker
+from lectern_common.broker import QUEUE_GROUPS, answer, create_broker
 from lectern_common.embeddings import Embedder
 from lectern_common.events import RetrieveReply, RetrieveRequest, Subjects
 from lectern_common.service import ServiceState, create_service_app
@@ -38,13 +37,19 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         on_shutdown=shutdown,
     )
 
+    subscribe(broker, retriever)
+    return app
+
+
+def subscribe(broker: NatsBroker, retriever: Retriever) -> None:
+    """Register the retriever's responder on ``broker`` (an undecodable request is answered
+    ``bad_input`` by the broker's ``InvalidMessages``)."""
+
     @broker.subscriber(
         Subjects.RETRIEVE,
         queue=QUEUE_GROUPS[Subjects.RETRIEVE],
-        max_workers=settings.concurrency,
+        max_workers=retriever.settings.concurrency,
     )
-    async def on_retrieve(body: dict[str, Any]) -> dict[str, Any]:
+    async def on_retrieve(request: RetrieveRequest) -> RetrieveReply:
         """Ranked candidate chunks for a question."""
-        return await answer_errors(RetrieveRequest, RetrieveReply, retriever.retrieve)(body)
-
-    return app
+        return await answer(request, RetrieveReply, retriever.retrieve)

@@ -1,0 +1,110 @@
+"""The memory service's handlers in memory (FastStream's ``TestNatsBroker``) over the
+session's Postgres: typed events are recorded and erased, a recall request gets a typed reply,
+and a message that does not decode is parked (an event) or answered ``bad_input`` (a
+request), never retried for ever nor lost."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from faststream.nats import NatsBroker, TestNatsBroker
+
+from lectern_common.broker import create_broker, stream_for
+from lectern_common.embeddings import Embedder
+from lectern_common.events import (
+    ChatTurnCompleted,
+    MemoryRecallReply,
+    MemoryRecallRequest,
+    MessageParked,
+    Subjects,
+    UserErased,
+)
+from lectern_common.service import ServiceState
+from lectern_memory.app import subscribe
+from lectern_memory.config import Settings
+from lectern_memory.service import MemoryService
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def memory_broker(
+    memory_settings: Settings, db_pool: Any, embedder: Embedder
+) -> AsyncIterator[NatsBroker]:
+    """The memory service's subscribers on an in-memory broker, over the session's Postgres."""
+    broker = create_broker("nats://127.0.0.1:4222", service_name="lectern-memory")
+    state = ServiceState(settings=memory_settings, broker=broker, pool=db_pool)
+    service = MemoryService(settings=memory_settings, embedder=embedder)
+    await service.embedder.sync(db_pool)
+    subscribe(broker, settings=memory_settings, state=state, service=lambda: service)
+    async with TestNatsBroker(broker) as br:
+        yield br
+
+
+def turn(tenant_id: str, user_id: str) -> ChatTurnCompleted:
+    return ChatTurnCompleted(
+        tenant_id=tenant_id, session_id=uuid.uuid4(), user_id=user_id,
+        user_message_id=uuid.uuid4(), assistant_message_id=uuid.uuid4(),
+        question="Why do ionic bonds form?", answer="Electrons transfer [T1].",
+        confidence=0.8, band="high", topic="chemistry",
+    )  # fmt: skip
+
+
+async def publish(broker: NatsBroker, body: Any, subject: str) -> None:
+    await broker.publish(body, subject, stream=stream_for(subject).name)
+
+
+async def signals(pool: Any, tenant_id: str, user_id: str) -> int:
+    count: int = await pool.fetchval(
+        "SELECT count(*) FROM memory_turn_signals WHERE tenant_id = $1 AND user_id = $2",
+        tenant_id,
+        user_id,
+    )
+    return count
+
+
+async def test_turns_are_recorded_and_erased(
+    memory_broker: NatsBroker, db_pool: Any, tenant_id: str
+) -> None:
+    event = turn(tenant_id, "stu")
+    await publish(memory_broker, event.model_dump(mode="json"), Subjects.CHAT_TURN_COMPLETED)
+    assert await signals(db_pool, tenant_id, "stu") == 1
+    erased = UserErased(tenant_id=tenant_id, user_id="stu")
+    await publish(memory_broker, erased.model_dump(mode="json"), Subjects.USERS_ERASED)
+    assert await signals(db_pool, tenant_id, "stu") == 0
+    # a turn that occurred before the erasure and arrives after it is dropped
+    await publish(memory_broker, event.model_dump(mode="json"), Subjects.CHAT_TURN_COMPLETED)
+    assert await signals(db_pool, tenant_id, "stu") == 0
+
+
+async def test_recall_answers_a_typed_request(memory_broker: NatsBroker, tenant_id: str) -> None:
+    request = MemoryRecallRequest(tenant_id=tenant_id, user_id="stu", query="ionic bonds")
+    raw = await memory_broker.request(request.model_dump(mode="json"), Subjects.MEMORY_RECALL)
+    reply = MemoryRecallReply.model_validate_json(raw.body)
+    assert (reply.request_id, reply.error, reply.memories) == (request.request_id, None, [])
+    raw = await memory_broker.request({"tenant_id": tenant_id, "k": 0}, Subjects.MEMORY_RECALL)
+    assert MemoryRecallReply.model_validate_json(raw.body).error == "bad_input"
+
+
+@pytest.mark.parametrize(
+    "subject", [Subjects.CHAT_TURN_COMPLETED, Subjects.CHAT_SESSION_ENDED, Subjects.USERS_ERASED,
+                Subjects.QUIZ_ATTEMPTED],
+)  # fmt: skip
+async def test_an_invalid_event_is_parked(
+    memory_broker: NatsBroker, tenant_id: str, subject: str
+) -> None:
+    parked: asyncio.Queue[MessageParked] = asyncio.Queue()
+
+    @memory_broker.subscriber(Subjects.DEAD_LETTER, stream=stream_for(Subjects.DEAD_LETTER))
+    async def on_parked(event: MessageParked) -> None:
+        await parked.put(event)
+
+    await memory_broker.start()
+    await publish(memory_broker, {"tenant_id": tenant_id, "user_id": 7}, subject)
+    event = await asyncio.wait_for(parked.get(), 5)
+    assert (event.original_subject, event.reason) == (subject, "invalid_message")
+    assert (event.tenant_id, event.service) == (tenant_id, "lectern-memory")

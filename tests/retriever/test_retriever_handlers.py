@@ -1,0 +1,32 @@
+"""The retriever's responder in memory (FastStream's ``TestNatsBroker``) over the session's
+Postgres: a typed request in, a typed reply out, ``bad_input`` for a body that is no request."""
+
+from typing import Any
+
+from faststream.nats import TestNatsBroker
+
+from lectern_common.broker import create_broker
+from lectern_common.embeddings import Embedder
+from lectern_common.events import RetrieveReply, RetrieveRequest, Subjects
+from lectern_retriever.app import subscribe
+from tests.retriever.conftest import add_document
+
+
+async def test_on_retrieve_answers_a_typed_request(
+    retriever: Any, db_pool: Any, embedder: Embedder, tenant_id: str
+) -> None:
+    text = "Cells divide by mitosis into two identical daughter cells."
+    document_id = await add_document(db_pool, tenant_id=tenant_id, texts=[text], embedder=embedder)
+    broker = create_broker("nats://127.0.0.1:4222", service_name="lectern-retriever")
+    subscribe(broker, retriever)
+    request = RetrieveRequest(tenant_id=tenant_id, query="how do cells divide?", rewrite=False)
+    async with TestNatsBroker(broker) as br:
+        raw = await br.request(request.model_dump(mode="json"), Subjects.RETRIEVE)
+        broker.subscribers[0].calls[0].handler.mock.assert_called_once_with(
+            request.model_dump(mode="json")
+        )
+        bad = await br.request({"tenant_id": tenant_id, "query": ""}, Subjects.RETRIEVE)
+    reply = RetrieveReply.model_validate_json(raw.body)
+    assert reply.error is None and reply.request_id == request.request_id
+    assert [(c.document_id, c.text) for c in reply.candidates] == [(document_id, text)]
+    assert RetrieveReply.model_validate_json(bad.body).error == "bad_input"
