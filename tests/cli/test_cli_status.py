@@ -21,6 +21,7 @@ from lectern_cli.status import (
     SERVICES,
     Targets,
     collect_status,
+    env_prefix,
     redact,
     render,
     resolve_targets,
@@ -152,7 +153,7 @@ def test_status_command_is_healthy_when_everything_answers(
     monkeypatch.setenv("LECTERN_NATS_URL", nats_url)
     monkeypatch.setenv("LECTERN_DATABASE_URL", database_url)
     for name in SERVICES:  # every service URL points at the one real service app
-        monkeypatch.setenv(f"LECTERN_{name.upper()}_URL", probe_service)
+        monkeypatch.setenv(f"{env_prefix(name)}_URL", probe_service)
     assert main(["status", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["healthy"] is True
@@ -172,7 +173,7 @@ def test_status_exit_code_is_1_when_nothing_answers(
     monkeypatch.setenv("LECTERN_NATS_URL", f"nats://127.0.0.1:{free_port()}")
     monkeypatch.setenv("LECTERN_DATABASE_URL", f"postgresql://postgres@127.0.0.1:{free_port()}/x")
     for name in SERVICES:
-        monkeypatch.setenv(f"LECTERN_{name.upper()}_URL", _closed_url())
+        monkeypatch.setenv(f"{env_prefix(name)}_URL", _closed_url())
     assert main(["status", "--json", "--timeout", "1"]) == 1
     status = json.loads(capsys.readouterr().out)
     assert status["healthy"] is False
@@ -191,6 +192,9 @@ def test_targets_from_the_environment_default_to_the_standard_ports(
     assert targets.services["gateway"] == "http://gw.example:80"
     assert targets.services["retriever"] == "http://127.0.0.1:9102"
     assert targets.services["memory"] == "http://127.0.0.1:8004"
+    assert targets.services["gateway-worker"] == "http://127.0.0.1:8005"
+    worker = resolve_targets(None, {"LECTERN_GATEWAY_WORKER_URL": "http://worker:8000"})
+    assert worker.services["gateway-worker"] == "http://worker:8000"
     assert targets.nats_url == "nats://127.0.0.1:4222"
 
 

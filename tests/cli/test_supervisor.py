@@ -14,8 +14,11 @@ from pydantic import SecretStr
 from lectern_common.errors import ConfigurationError
 from lectern_common.runtime.nats import free_port
 from lectern_common.runtime.supervisor import (
+    GATEWAY_WORKER,
     LOCAL_EMBEDDING_DIM,
     LOCAL_EMBEDDING_MODEL,
+    PROCESSES,
+    SERVICES,
     STATE_FILE,
     Child,
     Supervisor,
@@ -215,3 +218,42 @@ def test_a_busy_gateway_port_is_refused_before_anything_starts(tmp_path: Path) -
             supervisor.start()
     assert supervisor.postgres is None
     assert not (tmp_path / STATE_FILE).exists()
+
+
+def test_a_gateway_worker_runs_beside_each_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`lectern up` starts `python -m lectern_gateway worker` once per gateway process, named
+    as the worker in logs and traces, on a port of its own; a stack without the gateway has
+    none."""
+    monkeypatch.delenv("LECTERN_GATEWAY_WORKER_HTTP_PORT", raising=False)
+    argv = "import sys; print('argv', sys.argv[1:], flush=True)"
+    supervisor = Supervisor(
+        data_dir=tmp_path, gateway_port=0, report=lambda m: None,
+        command=lambda name: [sys.executable, "-c", argv, name],
+    )  # fmt: skip
+    supervisor.logs_dir.mkdir(parents=True)
+    supervisor._add_children()
+    assert list(supervisor.children) == [*SERVICES, GATEWAY_WORKER] == list(PROCESSES)
+    worker = supervisor.children[GATEWAY_WORKER]
+    assert (worker.service, worker.args, worker.service_name) == (
+        "gateway", ("worker",), "lectern-gateway-worker",
+    )  # fmt: skip
+    ports = [child.port for child in supervisor.children.values()]
+    assert len(set(ports)) == len(ports)
+    env = supervisor.child_env(worker)
+    assert env["LECTERN_SERVICE_NAME"] == "lectern-gateway-worker"
+    assert env["LECTERN_GATEWAY_HTTP_PORT"] == str(worker.port)
+    supervisor.spawn(worker)
+    assert worker.process is not None and worker.process.wait(20) == 0
+    assert "argv ['gateway', 'worker']" in worker.log_path.read_text()
+
+    cluster = Supervisor(data_dir=tmp_path / "c", gateway_port=0, cluster=True,
+                         report=lambda m: None)  # fmt: skip
+    cluster._add_children()
+    assert [n for n in cluster.children if n.startswith(GATEWAY_WORKER)] == [
+        GATEWAY_WORKER, f"{GATEWAY_WORKER}-2",
+    ]  # fmt: skip
+    alone = Supervisor(data_dir=tmp_path / "m", services=("memory",), report=lambda m: None)
+    alone._add_children()
+    assert list(alone.children) == ["memory"]

@@ -27,6 +27,13 @@ SERVICES: dict[str, tuple[str, str, int]] = {
     "reranker": ("lectern_reranker", "RERANKER", 8003),
     "memory": ("lectern_memory", "MEMORY", 8004),
 }
+#: every Lectern process: the services and the gateway's worker (the gateway's package with
+#: another command, its health server on 8005)
+PROCESSES: dict[str, tuple[str, str, int]] = {
+    **SERVICES,
+    "gateway-worker": ("lectern_gateway", "GATEWAY", 8005),
+}
+ARGUMENTS: dict[str, list[str]] = {"gateway-worker": ["worker"]}
 INFRA = {"postgres", "nats", "otel-collector", "migrate"}
 
 Doc = dict[str, Any]
@@ -60,14 +67,14 @@ def services(compose: Doc) -> dict[str, Doc]:
 
 
 def test_exactly_the_expected_services(services: dict[str, Doc]) -> None:
-    assert set(services) == set(SERVICES) | INFRA
+    assert set(services) == set(PROCESSES) | INFRA
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", PROCESSES)
 def test_service_definition(service: str, services: dict[str, Doc]) -> None:
-    package, env_name, port = SERVICES[service]
+    package, env_name, port = PROCESSES[service]
     definition = services[service]
-    assert definition["command"] == ["python", "-m", package]
+    assert definition["command"] == ["python", "-m", package, *ARGUMENTS.get(service, [])]
     assert importlib.util.find_spec(f"{package}.__main__") is not None, package
     assert definition["image"] == services["migrate"]["image"], "one image for every service"
     assert (REPO / definition["build"]["context"] / definition["build"]["dockerfile"]).is_file()
@@ -116,7 +123,7 @@ def test_migrate_runs_once_before_the_services(services: dict[str, Doc]) -> None
     assert migrate["restart"] == "no"
     assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert "healthcheck" not in migrate and not migrate.get("ports")
-    for service in SERVICES:
+    for service in PROCESSES:
         assert "migrate" not in " ".join(services[service]["command"])
 
 
@@ -132,7 +139,7 @@ def test_secrets_have_no_default() -> None:
 def test_migrate_and_services_share_the_database(services: dict[str, Doc]) -> None:
     postgres_env = {k: interpolate(str(v)) for k, v in services["postgres"]["environment"].items()}
     assert postgres_env["POSTGRES_PASSWORD"] == "<required:LECTERN_POSTGRES_PASSWORD>"
-    for name in ("migrate", *SERVICES):
+    for name in ("migrate", *PROCESSES):
         url = urlsplit(interpolate(services[name]["environment"]["LECTERN_DATABASE_URL"]))
         assert url.username == postgres_env["POSTGRES_USER"]
         assert url.password == postgres_env["POSTGRES_PASSWORD"]
@@ -207,7 +214,7 @@ def readiness_server() -> Iterator[tuple[http.server.HTTPServer, type[_Readiness
     server.server_close()
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", PROCESSES)
 def test_healthcheck_command_follows_readyz(
     service: str,
     services: dict[str, Doc],
@@ -215,7 +222,7 @@ def test_healthcheck_command_follows_readyz(
 ) -> None:
     server, handler = readiness_server
     code = services[service]["healthcheck"]["test"][3].replace(
-        f"127.0.0.1:{SERVICES[service][2]}", f"127.0.0.1:{server.server_address[1]}"
+        f"127.0.0.1:{PROCESSES[service][2]}", f"127.0.0.1:{server.server_address[1]}"
     )
     for status, healthy in ((200, True), (503, False)):
         handler.status = status

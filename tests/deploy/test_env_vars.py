@@ -218,3 +218,23 @@ def test_documented_variables_exist() -> None:
     known = set().union(*(env_names(s) for s in SETTINGS.values()))
     stale = lectern(documented_variables()) - known
     assert not stale, f"docs/deploy.md documents variables no service reads: {sorted(stale)}"
+
+
+def test_the_gateway_worker_reads_the_gateway_settings(clean_env: pytest.MonkeyPatch) -> None:
+    """The worker (compose's gateway-worker, Kubernetes' lectern-gateway-worker) is the
+    gateway's package: its environment builds the gateway's settings, named as the worker,
+    with the gateway's NATS user."""
+    from lectern_gateway.worker import WORKER_SERVICE_NAME, worker_settings
+
+    compose = build_settings(clean_env, "gateway", compose_env("gateway-worker"))
+    assert isinstance(compose, GatewaySettings)
+    assert compose.http_port == 8005
+    assert worker_settings(compose).service_name == WORKER_SERVICE_NAME
+    for key in compose_env("gateway-worker"):
+        clean_env.delenv(key)
+    k8s = build_settings(clean_env, "gateway", k8s_env("gateway-worker", k8s_docs(K8S / "base")))
+    assert isinstance(k8s, GatewaySettings)
+    assert k8s.http_port == 8000
+    assert k8s.service_name == WORKER_SERVICE_NAME
+    assert k8s.nats_credentials is not None and k8s.nats_credentials[0] == "lectern-gateway"
+    assert worker_settings(GatewaySettings()).service_name == WORKER_SERVICE_NAME

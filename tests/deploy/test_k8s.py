@@ -686,3 +686,112 @@ def test_the_collector_receives_what_the_services_send(builds: dict[str, list[Do
     pipelines = collector["service"]["pipelines"]
     assert {"traces", "metrics"} <= set(pipelines)
     assert "prometheus" in pipelines["metrics"]["exporters"]
+
+
+# --- the gateway's worker -------------------------------------------------------------------
+
+WORKER = "lectern-gateway-worker"
+
+
+@pytest.mark.parametrize("name", build_names())
+def test_the_gateway_worker_runs_the_gateway_image_with_another_command(
+    name: str, builds: dict[str, list[Doc]]
+) -> None:
+    """`python -m lectern_gateway worker`, as the gateway's NATS user, probed like a service,
+    scaled by KEDA (never to zero), drained by a PDB, and reached by nothing but probes and
+    Prometheus (no Service)."""
+    from lectern_common.nats_auth import K8S_SECRET, nats_user
+
+    docs = builds[name]
+    deployment = find(docs, "Deployment", WORKER)
+    gateway = container_of(find(docs, "Deployment", "lectern-gateway"))
+    container = container_of(deployment)
+    assert container["command"] == ["python", "-m", "lectern_gateway", "worker"]
+    assert container["image"] == gateway["image"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": 8000, "metrics": METRICS_PORT}
+    env = env_of(container)
+    assert env["LECTERN_SERVICE_NAME"]["value"] == WORKER
+    assert env["LECTERN_GATEWAY_HTTP_PORT"]["value"] == "8000"
+    assert env["LECTERN_NATS_USER"]["value"] == nats_user("gateway")
+    ref = env["LECTERN_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": K8S_SECRET, "key": "gateway"}
+    assert env["LECTERN_DATABASE_URL"] == env_of(gateway)["LECTERN_DATABASE_URL"]
+    assert container["envFrom"] == gateway["envFrom"]
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"),
+                        ("readinessProbe", "/readyz")):  # fmt: skip
+        assert container[probe]["httpGet"]["path"] == path
+        assert probe_port(container[probe], container) == 8000
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
+    # the deliveries in flight finish (each within the webhook timeout, 10 s) before SIGKILL
+    assert pod_spec(deployment)["terminationGracePeriodSeconds"] >= 30
+    assert_resources(container)
+    assert_hardened(deployment)
+    assert "replicas" not in deployment["spec"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert not [s for s in of_kind(docs, "Service") if selects(s["spec"]["selector"], labels)]
+    scaled = [
+        d for d in of_kind(docs, "ScaledObject") if d["spec"]["scaleTargetRef"]["name"] == WORKER
+    ]
+    assert len(scaled) == 1
+    assert not [
+        d for d in of_kind(docs, "HorizontalPodAutoscaler")
+        if d["spec"]["scaleTargetRef"]["name"] == WORKER
+    ]  # fmt: skip
+    # the sweeps run on a clock: never scaled to zero; production keeps a second one
+    assert scaled[0]["spec"]["minReplicaCount"] >= (2 if name == "prod" else 1)
+    assert scaled[0]["spec"]["maxReplicaCount"] >= scaled[0]["spec"]["minReplicaCount"]
+    pdbs = [
+        d for d in of_kind(docs, "PodDisruptionBudget")
+        if selects(d["spec"]["selector"]["matchLabels"], labels)
+    ]  # fmt: skip
+    assert len(pdbs) == 1
+    # the gateway's HTTP pods are not the worker's: no selector of one picks the other
+    gateway_labels = find(docs, "Deployment", "lectern-gateway")["spec"]["template"]["metadata"]
+    assert not selects(deployment["spec"]["selector"]["matchLabels"], gateway_labels["labels"])
+
+
+def test_the_gateway_worker_scales_on_the_webhook_consumers_and_due_deliveries(
+    builds: dict[str, list[Doc]],
+) -> None:
+    from lectern_gateway.webhooks.dispatcher import WEBHOOK_DURABLE
+    from lectern_gateway.webhooks.signing import WEBHOOK_STREAMS
+
+    obj = find(builds["base"], "ScaledObject", WORKER)
+    triggers = obj["spec"]["triggers"]
+    jetstream = [t["metadata"] for t in triggers if t["type"] == "nats-jetstream"]
+    assert sorted(m["stream"] for m in jetstream) == sorted(WEBHOOK_STREAMS)
+    ingest = find(builds["base"], "ScaledObject", "lectern-ingest")["spec"]["triggers"][0]
+    for meta in jetstream:
+        assert meta["consumer"] == WEBHOOK_DURABLE
+        assert int(meta["lagThreshold"]) > 0
+        endpoint = ingest["metadata"]["natsServerMonitoringEndpoint"]
+        assert meta["natsServerMonitoringEndpoint"] == endpoint
+    (postgres,) = [t["metadata"] for t in triggers if t["type"] == "postgresql"]
+    container = container_of(find(builds["base"], "Deployment", WORKER))
+    assert postgres["connectionFromEnv"] in env_of(container)
+    assert float(postgres["targetQueryValue"]) > 0
+    assert "webhook_deliveries" in postgres["query"]
+
+
+@pytest.mark.integration
+async def test_the_worker_scalers_query_runs_on_the_schema(
+    builds: dict[str, list[Doc]], db_pool: Any
+) -> None:
+    obj = find(builds["base"], "ScaledObject", WORKER)
+    (postgres,) = [t["metadata"] for t in obj["spec"]["triggers"] if t["type"] == "postgresql"]
+    assert isinstance(await db_pool.fetchval(postgres["query"]), int)
+
+
+def test_the_gateway_command_offers_the_worker() -> None:
+    cli = tomllib.loads(
+        (REPO / "services" / "chat-gateway" / "pyproject.toml").read_text(encoding="utf-8")
+    )
+    assert cli["project"]["scripts"]["lectern-gateway"] == "lectern_gateway.__main__:main"
+    done = subprocess.run(
+        [sys.executable, "-m", "lectern_gateway", "--help"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "{serve,worker}" in done.stdout

@@ -42,6 +42,7 @@ from lectern_common.broker import stream_for
 from lectern_common.events import Subjects
 from lectern_common.runtime.nats import free_port
 from lectern_common.runtime.supervisor import (
+    PROCESSES,
     SERVICES,
     process_alive,
     read_state,
@@ -525,6 +526,7 @@ def start_stack(base_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     for name in SERVICES:
         if name != "gateway":
             env[f"LECTERN_{name.upper()}_HTTP_PORT"] = str(free_port())
+    env["LECTERN_GATEWAY_WORKER_HTTP_PORT"] = str(free_port())
     # the uploads a killed ingest replica held (up to three lists of small ones) come back one
     # ack wait after their last keep-alive: 8 s here instead of 30 (keep-alives every 2 s),
     # the same path in less of the suite's time
@@ -548,14 +550,16 @@ def tail(output: Path) -> str:
 async def stack_ready(
     base_dir: Path, up: subprocess.Popen[bytes], output: Path
 ) -> tuple[float, dict[str, int], Stack]:
-    """Wait for the ten services; how long it took, the restarts at start, the stack."""
+    """Wait for the ten services and two gateway workers; how long it took, the restarts at
+    start, the stack."""
 
     def ready() -> bool:
         assert up.poll() is None, tail(output)
         state = read_state(base_dir / "data")
-        return bool(state and state.get("all_ready") and len(state["services"]) == 10)
+        processes = 2 * len(PROCESSES)  # each service and the gateway's worker, twice
+        return bool(state and state.get("all_ready") and len(state["services"]) == processes)
 
-    ready_s = await poll("all ten services ready", READY_WITHIN_S, ready)
+    ready_s = await poll("all twelve processes ready", READY_WITHIN_S, ready)
     state = read_state(base_dir / "data")
     assert state is not None
     # on a loaded machine a service may time out declaring its 3-replica consumers once

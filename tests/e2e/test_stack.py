@@ -1,7 +1,8 @@
-"""`lectern up` as a user runs it: all five services ready within 60 s, status healthy, the
-demo corpus indexed and answering with citations, a crashed service restarted, a clean
-SIGTERM, and data that survives a restart; and services SIGKILLed mid-work that lose
-nothing."""
+"""`lectern up` as a user runs it: all five services (and the gateway's worker) ready within
+60 s, status healthy, the demo corpus indexed and answering with citations, a crashed service
+restarted, a clean SIGTERM, and data that survives a restart; and services SIGKILLed mid-work
+that lose nothing: ingest, the retriever, memory, NATS, and the gateway's worker in the middle
+of webhook deliveries."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lectern_common.runtime.nats import free_port
-from lectern_common.runtime.supervisor import SERVICES, process_alive, read_state, stack_nats_url
+from lectern_common.runtime.supervisor import (
+    GATEWAY_WORKER,
+    PROCESSES,
+    SERVICES,
+    process_alive,
+    read_state,
+    stack_nats_url,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -83,6 +92,7 @@ def start_stack(
     for name in SERVICES:
         if name != "gateway":
             env[f"LECTERN_{name.upper()}_HTTP_PORT"] = str(free_port())
+    env["LECTERN_GATEWAY_WORKER_HTTP_PORT"] = str(free_port())
     output = base / f"up-{run}.txt"
     command = [
         sys.executable, "-m", "lectern_cli", "up",
@@ -118,9 +128,9 @@ async def wait_until(
 
 
 async def all_ready(stack: Stack) -> bool:
-    """Whether every service's /readyz answers 200."""
+    """Whether every service's /readyz (and the gateway worker's) answers 200."""
     state = read_state(stack.data_dir)
-    if state is None or set(state.get("services", {})) != set(SERVICES):
+    if state is None or set(state.get("services", {})) != set(PROCESSES):
         return False
     # the supervisor's own verdict too: it polls every 0.5 s, so /readyz can answer 200 before
     # it has noticed and printed its "ready: ..." line
@@ -154,6 +164,11 @@ EXPECTED_METRICS: dict[str, list[tuple[str, dict[str, str]]]] = {
     "reranker": [("lectern_retrieval_stage_duration_seconds_count", {"stage": "score"})],
     "memory": [
         ("lectern_consumer_pending", {"consumer": "lectern-memory-quizzes"}),
+        ("lectern_outbox_backlog", {}),
+    ],
+    # the webhook dispatch's durable consumers are the worker's, not the HTTP gateway's
+    GATEWAY_WORKER: [
+        ("lectern_consumer_pending", {"consumer": "lectern-gateway-webhooks"}),
         ("lectern_outbox_backlog", {}),
     ],
 }
@@ -377,7 +392,7 @@ async def test_lectern_up_runs_restarts_stops_and_keeps_data(
         code, status = lectern_status(stack.data_dir)
         assert code == 0, status
         assert status["healthy"] is True
-        assert set(status["services"]) == set(SERVICES)
+        assert set(status["services"]) == set(PROCESSES)
         assert all(info["ready"] for info in status["services"].values())
         assert "LECTERN_DOCUMENTS" in status["streams"]
         assert isinstance(status["documents"]["indexed"], int)
@@ -607,6 +622,14 @@ async def ask(url: str, tenant: str, question: str) -> dict[str, Any]:
     return {**last, "text": text}
 
 
+#: a webhook attempt's timeout in the fault stack; the receiver answers each after HOLD_S
+WEBHOOK_TIMEOUT_S = 5.0
+HOLD_S = 1.0
+#: deliveries one worker sends at once (LECTERN_GATEWAY_WEBHOOK_CONCURRENCY's default): a
+#: worker killed mid-delivery can have sent at most this many without recording them
+WEBHOOK_CONCURRENCY = 8
+WEBHOOK_EVENTS = 40
+
 #: how long the killed NATS server stays down before the supervisor starts it again: longer
 #: than a question (its 10 s request deadline) and an upload (5 s) sent during the outage
 NATS_DOWN_S = 15.0
@@ -622,7 +645,14 @@ async def fault_stack() -> AsyncIterator[Stack]:
     base = Path("/tmp") / f"lectern-e2e-{uuid.uuid4().hex[:8]}"
     base.mkdir(mode=0o755)
     os.chmod(base, 0o755)  # noqa: S103 - the embedded Postgres account must traverse it
-    env = {"LECTERN_INGEST_ACK_WAIT_S": "8", "LECTERN_INGEST_IN_PROGRESS_INTERVAL_S": "2"}
+    env = {
+        "LECTERN_INGEST_ACK_WAIT_S": "8", "LECTERN_INGEST_IN_PROGRESS_INTERVAL_S": "2",
+        # webhooks to the test's receiver on 127.0.0.1; a killed worker's leases run out
+        # WEBHOOK_TIMEOUT_S + 2 s after their claim instead of + 60 s
+        "LECTERN_GATEWAY_URL_FETCH_ALLOWED_NETWORKS": '["127.0.0.0/8"]',
+        "LECTERN_GATEWAY_WEBHOOK_TIMEOUT_S": str(WEBHOOK_TIMEOUT_S),
+        "LECTERN_GATEWAY_WEBHOOK_LEASE_MARGIN_S": "2",
+    }  # fmt: skip
     stack = start_stack(base, 1, demo=False, nats_restart_after=NATS_DOWN_S, env_extra=env)
     try:
         await wait_until(stack, "all five /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
@@ -784,3 +814,183 @@ async def test_nats_restart_loses_no_upload_and_chat_recovers(
                      lambda: settled(dsn, after))  # fmt: skip
     answer = await ask(url, "nats-r", "What is osmosis?")
     assert answer["event"] == "done" and answer["citations"], answer
+
+
+@dataclass
+class HookReceiver:
+    """A webhook endpoint on 127.0.0.1 that verifies each delivery (Standard Webhooks), holds
+    it ``HOLD_S`` (so a kill lands while some are in flight), answers 204 and keeps its
+    ``webhook-id``."""
+
+    secret: str = ""
+    url: str = ""
+    ids: list[str] = field(default_factory=list)
+    #: the webhook-ids of the requests being held
+    in_flight: set[str] = field(default_factory=set)
+    refused: list[str] = field(default_factory=list)
+
+    async def handle(self, request: Any) -> Any:
+        from standardwebhooks import Webhook
+        from starlette.responses import Response
+
+        body = await request.body()
+        self.in_flight.add(request.headers["webhook-id"])
+        try:
+            await asyncio.sleep(HOLD_S)
+            try:
+                payload = Webhook(self.secret).verify(body, dict(request.headers))
+            except Exception as exc:
+                self.refused.append(repr(exc))
+                return Response(status_code=400)
+            assert payload["event_id"] == request.headers["webhook-id"]
+            self.ids.append(request.headers["webhook-id"])
+            return Response(status_code=204)
+        finally:
+            self.in_flight.discard(request.headers["webhook-id"])
+
+
+@asynccontextmanager
+async def hook_receiver() -> AsyncIterator[HookReceiver]:
+    """``HookReceiver`` served by uvicorn on a free port of 127.0.0.1."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+
+    receiver = HookReceiver()
+    app = Starlette(routes=[Route("/hook", receiver.handle, methods=["POST"])])
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False)
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        assert not task.done(), "the receiver did not start"
+        await asyncio.sleep(0.01)
+    receiver.url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/hook"
+    try:
+        yield receiver
+    finally:
+        server.should_exit = True
+        await task
+
+
+async def publish_flags(nats_url: str, tenant: str, count: int) -> list[str]:
+    """``count`` feedback.flagged events of the tenant on JetStream, as the gateway's outbox
+    relay publishes them (the event id as ``Nats-Msg-Id``); their ids."""
+    from lectern_common.events import FeedbackFlagged
+
+    events = [
+        FeedbackFlagged(
+            tenant_id=tenant, flag_id=uuid.uuid4(), message_id=uuid.uuid4(),
+            session_id=uuid.uuid4(), user_id="sam", reason="unclear", details=f"#{i}",
+        )
+        for i in range(count)
+    ]  # fmt: skip
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        for event in events:
+            await js.publish(
+                event.subject, event.model_dump_json().encode(),
+                headers={"Nats-Msg-Id": str(event.event_id)},
+            )  # fmt: skip
+    finally:
+        await nc.close()
+    return [str(event.event_id) for event in events]
+
+
+async def delivery_rows(dsn: str, webhook_id: str) -> list[asyncpg.Record]:
+    """The webhook's deliveries: event id, status, attempts."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows: list[asyncpg.Record] = await conn.fetch(
+            "SELECT event_id, status, attempts FROM webhook_deliveries WHERE webhook_id = $1",
+            uuid.UUID(webhook_id),
+        )
+    finally:
+        await conn.close()
+    return rows
+
+
+async def test_the_gateway_worker_killed_mid_delivery_loses_and_repeats_nothing(
+    fault_stack: Stack, record_property: Callable[[str, object], None]
+) -> None:
+    """SIGKILL the gateway's worker while webhook deliveries are in flight (the receiver holds
+    each for a second): restarted by the supervisor, it delivers every event; an event is
+    received twice only if its delivery was in flight at the kill (sent, not yet recorded:
+    at most one claimed batch), and then with the same ``webhook-id``, as Standard Webhooks
+    allows; no delivery ends failed."""
+    from lectern_common.events import Subjects
+
+    stack = fault_stack
+    await wait_until(stack, "all /readyz 200", READY_WITHIN_S, lambda: all_ready(stack))
+    state = stack.state()
+    url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
+    tenant = f"hooks-{uuid.uuid4().hex[:6]}"
+    async with hook_receiver() as receiver, httpx.AsyncClient(timeout=30) as client:
+        created = await client.post(
+            f"{url}/v1/webhooks", headers=bearer(tenant, "root", "admin"),
+            json={"url": receiver.url, "event_types": [Subjects.FEEDBACK_FLAGGED]},
+        )  # fmt: skip
+        assert created.status_code == 201, created.text
+        hook = created.json()
+        receiver.secret = hook["secret"]
+        published = await publish_flags(nats_url, tenant, WEBHOOK_EVENTS)
+        # every event recorded as a delivery first: the kill strikes the sending, not the
+        # JetStream messages (those a killed worker held come back after their ack wait)
+        await wait_until(
+            stack, "every delivery recorded", 60,
+            lambda: _recorded(dsn, hook["id"], WEBHOOK_EVENTS),
+        )  # fmt: skip
+        await wait_until(
+            stack, "deliveries under way", 60,
+            lambda: len(receiver.ids) >= WEBHOOK_CONCURRENCY and receiver.in_flight,
+        )  # fmt: skip
+        victim = stack.state()["services"][GATEWAY_WORKER]
+        os.kill(victim["pid"], signal.SIGKILL)
+        killed_at = time.monotonic()
+        # sent at the kill: held by the receiver, or answered but not yet recorded (at most
+        # one claimed batch before them)
+        answered, in_flight = list(receiver.ids), set(receiver.in_flight)
+        await wait_until(
+            stack, "the worker restarted", READY_WITHIN_S,
+            lambda: stack.state()["services"][GATEWAY_WORKER]["restarts"]
+            == victim["restarts"] + 1,
+        )  # fmt: skip
+        await wait_until(
+            stack, "every delivery succeeded", 120,
+            lambda: _all_succeeded(dsn, hook["id"], WEBHOOK_EVENTS),
+        )  # fmt: skip
+        recovered_s = time.monotonic() - killed_at
+        await asyncio.sleep(HOLD_S * 2)  # a stray extra attempt would have arrived by now
+        received = list(receiver.ids)
+        refused = list(receiver.refused)
+    duplicates = len(received) - len(set(received))
+    record_property("webhook_worker_kill_recovery_s", round(recovered_s, 1))
+    record_property("webhook_worker_kill_duplicates", duplicates)
+    print(
+        f"\ngateway worker SIGKILLed mid-delivery ({len(answered)} answered, {len(in_flight)} "
+        f"in flight): "
+        f"all {WEBHOOK_EVENTS} delivered {recovered_s:.1f} s later; expected "
+        f"{WEBHOOK_EVENTS}, received {len(received)} ({len(set(received))} distinct), "
+        f"duplicates {duplicates} (same webhook-id)"
+    )
+    assert refused == [], refused
+    assert set(received) == set(published), "nothing lost"
+    assert duplicates <= WEBHOOK_CONCURRENCY, "only the deliveries in flight at the kill"
+    counts = {event_id: received.count(event_id) for event_id in set(received)}
+    assert max(counts.values()) <= 2, counts
+    twice = {event_id for event_id, n in counts.items() if n == 2}
+    assert twice <= in_flight | set(answered[-WEBHOOK_CONCURRENCY:]), "only those sent at the kill"
+    restarts = stack.state()["services"][GATEWAY_WORKER]["restarts"]
+    assert restarts == victim["restarts"] + 1
+    await wait_until(stack, "all ready again", READY_WITHIN_S, lambda: all_ready(stack))
+
+
+async def _recorded(dsn: str, webhook_id: str, count: int) -> bool:
+    return len(await delivery_rows(dsn, webhook_id)) == count
+
+
+async def _all_succeeded(dsn: str, webhook_id: str, count: int) -> bool:
+    rows = await delivery_rows(dsn, webhook_id)
+    assert not [r for r in rows if r["status"] == "failed"], rows
+    return len(rows) == count and all(r["status"] == "succeeded" for r in rows)

@@ -12,9 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SERVICES: tuple[str, ...] = ("gateway", "ingest", "retriever", "reranker", "memory")
+#: the processes to probe: the five services and the gateway's worker (its health server)
+SERVICES: tuple[str, ...] = (
+    "gateway", "ingest", "retriever", "reranker", "memory", "gateway-worker",
+)  # fmt: skip
 DEFAULT_PORTS: dict[str, int] = {
     "gateway": 8000, "ingest": 8001, "retriever": 8002, "reranker": 8003, "memory": 8004,
+    "gateway-worker": 8005,
 }  # fmt: skip
 DOCUMENT_STATUSES = (
     "pending", "processing", "indexed", "failed", "superseded", "archived", "deleted",
@@ -43,7 +47,8 @@ def register(subparsers: Any) -> None:
             "Report each service's /readyz, the JetStream streams and consumers with pending "
             "counts, and documents and chunks per status. Finds the embedded stack through "
             "DATA_DIR/stack.json, else uses LECTERN_NATS_URL, LECTERN_DATABASE_URL and "
-            "LECTERN_GATEWAY_URL (LECTERN_<SERVICE>_URL for the others). Exits 1 when unhealthy."
+            "LECTERN_GATEWAY_URL (LECTERN_<SERVICE>_URL for the others, "
+            "LECTERN_GATEWAY_WORKER_URL for the gateway's worker). Exits 1 when unhealthy."
         ),
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -87,9 +92,10 @@ def resolve_targets(data_dir: Path | None, environ: Mapping[str, str]) -> Target
         return targets
     services = {}
     for name in SERVICES:
-        url = environ.get(f"LECTERN_{name.upper()}_URL")
+        prefix = env_prefix(name)
+        url = environ.get(f"{prefix}_URL")
         if not url:
-            port = environ.get(f"LECTERN_{name.upper()}_HTTP_PORT") or DEFAULT_PORTS[name]
+            port = environ.get(f"{prefix}_HTTP_PORT") or DEFAULT_PORTS[name]
             url = f"http://127.0.0.1:{port}"
         services[name] = url.rstrip("/")
     return Targets(
@@ -100,6 +106,11 @@ def resolve_targets(data_dir: Path | None, environ: Mapping[str, str]) -> Target
         ),
         source="environment",
     )
+
+
+def env_prefix(name: str) -> str:
+    """The variables' prefix of a process: ``LECTERN_GATEWAY_WORKER`` for ``gateway-worker``."""
+    return "LECTERN_" + name.upper().replace("-", "_")
 
 
 async def collect_status(targets: Targets, *, timeout: float = 3.0) -> dict[str, Any]:

@@ -17,7 +17,9 @@ def register(subparsers: Any) -> None:
         help="run the embedded stack (Postgres, NATS, the five services) in the foreground",
         description=(
             "Start an embedded Postgres (pgvector) and NATS (JetStream), apply migrations and "
-            "run the five services, restarting any that crashes. Ctrl-C stops everything. "
+            "run the five services and the gateway's worker (`python -m lectern_gateway "
+            "worker`: sweeps, gap closures, webhook deliveries), restarting any that crashes. "
+            "Ctrl-C stops everything. "
             "Data lives in --data-dir and survives restarts. The gateway serves the web UI at "
             "its root URL. On the first start of a data directory, a demo corpus (a few short "
             "lessons, tenant `demo`) is uploaded in the background once the stack is ready."
@@ -49,7 +51,8 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--services", type=_service_list, default=SERVICES,
-        help=f"comma-separated subset to run (default all: {','.join(SERVICES)})",
+        help=f"comma-separated subset to run (default all: {','.join(SERVICES)}; the "
+        "gateway's worker runs with the gateway)",
     )  # fmt: skip
     parser.add_argument(
         "--graceful-timeout", type=float, default=30.0,

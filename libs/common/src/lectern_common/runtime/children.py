@@ -65,10 +65,17 @@ class Child:
     checks: dict[str, str] = field(default_factory=dict)
     #: which service this process runs (``gateway``); empty: the same as ``name``
     service: str = ""
+    #: the command's arguments after ``python -m lectern_<service>`` (``("worker",)``)
+    args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.service:
             self.service = self.name
+
+    @property
+    def service_name(self) -> str:
+        """Its name in logs, traces and metrics: ``lectern-gateway``, ``lectern-gateway-worker``."""
+        return "-".join(("lectern", self.service, *self.args))
 
     @property
     def url(self) -> str:

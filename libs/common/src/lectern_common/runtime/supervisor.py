@@ -1,4 +1,6 @@
-"""The embedded stack: Postgres, NATS, migrations and the five services as child processes.
+"""The embedded stack: Postgres, NATS, migrations and the five services as child processes,
+with the gateway's worker (``python -m lectern_gateway worker``: its sweeps, gap closures and
+webhook deliveries) beside the gateway.
 
 ``Supervisor.run()`` is what ``lectern up`` runs in the foreground (``cluster=True`` for
 ``lectern up --cluster``: a 3-node NATS cluster, streams and consumers at 3 replicas, and two
@@ -64,10 +66,10 @@ from lectern_common.settings import BaseServiceSettings
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "DEFAULT_NATS_MONITOR_PORT", "DEFAULT_NATS_PORT", "DEFAULT_PORTS", "LOCAL_EMBEDDING_DIM",
-    "LOCAL_EMBEDDING_MODEL", "SERVICES", "STATE_FILE", "Child", "Supervisor",
-    "embedding_identity", "load_settings", "port_is_free", "preferred_or_free_port",
-    "probe_ready", "process_alive", "read_state", "service_command",
+    "DEFAULT_NATS_MONITOR_PORT", "DEFAULT_NATS_PORT", "DEFAULT_PORTS", "GATEWAY_WORKER",
+    "LOCAL_EMBEDDING_DIM", "LOCAL_EMBEDDING_MODEL", "PROCESSES", "SERVICES", "STATE_FILE",
+    "Child", "Supervisor", "embedding_identity", "load_settings", "port_is_free",
+    "preferred_or_free_port", "probe_ready", "process_alive", "read_state", "service_command",
     "stack_nats_url",
 ]  # fmt: skip
 
@@ -75,6 +77,11 @@ SERVICES: tuple[str, ...] = ("gateway", "ingest", "retriever", "reranker", "memo
 DEFAULT_PORTS: dict[str, int] = {
     "gateway": 8000, "ingest": 8001, "retriever": 8002, "reranker": 8003, "memory": 8004,
 }  # fmt: skip
+#: the gateway's worker process: one per gateway process (the same package, ``worker``)
+GATEWAY_WORKER = "gateway-worker"
+GATEWAY_WORKER_PORT = 8005
+#: every process of ``lectern up`` (one of each): the services, then the gateway's worker
+PROCESSES: tuple[str, ...] = (*SERVICES, GATEWAY_WORKER)
 DEFAULT_NATS_PORT = 4222
 DEFAULT_NATS_MONITOR_PORT = 8222
 #: ``lectern up --cluster``: NATS servers (streams at as many replicas), processes per service
@@ -229,6 +236,43 @@ class Supervisor:
             port = free_port(self.host)
         return port
 
+    def _worker_port(self, replica: int) -> int:
+        """The gateway worker's health port: ``LECTERN_GATEWAY_WORKER_HTTP_PORT`` (the first),
+        else 8005 (8015 ...) when free, else any free one."""
+        configured = os.environ.get("LECTERN_GATEWAY_WORKER_HTTP_PORT")
+        if configured and replica == 0:
+            return int(configured)
+        taken = {child.port for child in self.children.values()}
+        port = preferred_or_free_port(GATEWAY_WORKER_PORT + REPLICA_PORT_STEP * replica, self.host)
+        while port in taken:
+            port = free_port(self.host)
+        return port
+
+    def _add_children(self) -> None:
+        """Every process, one by one (a port avoids those taken before): each replica's
+        services, then a gateway worker per gateway."""
+        self.children = {}
+        for replica in range(self.replicas):
+            for service in self.services:
+                name = service if replica == 0 else f"{service}-{replica + 1}"
+                self.children[name] = Child(
+                    name=name,
+                    service=service,
+                    port=self._service_port(service, replica),
+                    log_path=self.logs_dir / f"{name}.log",
+                )
+        if "gateway" not in self.services:
+            return
+        for replica in range(self.replicas):
+            name = GATEWAY_WORKER if replica == 0 else f"{GATEWAY_WORKER}-{replica + 1}"
+            self.children[name] = Child(
+                name=name,
+                service="gateway",
+                args=("worker",),
+                port=self._worker_port(replica),
+                log_path=self.logs_dir / f"{name}.log",
+            )
+
     def _nats_ports(self) -> tuple[int, int]:
         def pick(given: int | None, default: int) -> int:
             if given is not None:
@@ -311,16 +355,7 @@ class Supervisor:
         self.logs_dir.mkdir(exist_ok=True)
         self._check_not_running()
         self._owns_state = True
-        self.children = {}  # filled one by one: a further replica's port avoids those before
-        for replica in range(self.replicas):
-            for service in self.services:
-                name = service if replica == 0 else f"{service}-{replica + 1}"
-                self.children[name] = Child(
-                    name=name,
-                    service=service,
-                    port=self._service_port(service, replica),
-                    log_path=self.logs_dir / f"{name}.log",
-                )
+        self._add_children()
         self._running = True
         self.write_state()
         self.postgres = self._embedded_postgres()
@@ -449,7 +484,7 @@ class Supervisor:
             env["LECTERN_DATABASE_READ_URL"] = self.postgres_replica.dsn
         env.update(
             {
-                "LECTERN_SERVICE_NAME": f"lectern-{child.service}",
+                "LECTERN_SERVICE_NAME": child.service_name,
                 "LECTERN_HEALTH_HOST": self.host,
                 f"{prefix}HTTP_PORT": str(child.port),
                 f"{prefix}GRACEFUL_TIMEOUT_S": str(self.graceful_timeout_s),
@@ -476,7 +511,7 @@ class Supervisor:
             log_file.write(f"--- lectern: start #{child.starts} at {stamp}\n".encode())
             log_file.flush()
             child.process = subprocess.Popen(
-                self.command(child.service),
+                [*self.command(child.service), *child.args],
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
@@ -704,6 +739,28 @@ class Supervisor:
         gateway = self.children.get("gateway")
         gateway_url = gateway.url if gateway else None
         pid = os.getpid()
+        replica = self._replica_state()
+        return {
+            "running": self._running,
+            "pid": pid,
+            "pid_create_time": create_time(pid),
+            "data_dir": str(self.data_dir),
+            "started_at": self.started_at,
+            "updated_at": datetime.now(UTC).isoformat(),
+            "all_ready": self._all_ready(),
+            "time_to_ready_s": self.all_ready_after,
+            "gateway_url": gateway_url,
+            "docs_url": f"{gateway_url}/docs" if gateway_url else None,
+            "ui_url": f"{gateway_url}/" if gateway_url else None,
+            "logs_dir": str(self.logs_dir),
+            "nats": self._nats_state(),
+            "postgres": self._postgres_state(),
+            **({"postgres_replica": replica} if replica else {}),
+            "services": self._services_state(),
+        }
+
+    def _services_state(self) -> dict[str, Any]:
+        """Each service's entry of ``stack.json``."""
         services: dict[str, Any] = {}
         for child in self.children.values():
             child_pid = child.process.pid if child.process is not None else None
@@ -718,69 +775,61 @@ class Supervisor:
                 "last_exit_code": child.last_exit,
                 "log": str(child.log_path),
             }
-        nats: dict[str, Any] = {}
-        if self.nats is not None:
-            servers = self._nats_servers()
-            nodes = [
-                {
-                    "name": server.server_name,
-                    "url": server.url,
-                    "monitor_url": server.monitor_url,
-                    "pid": server.process.pid if server.process is not None else None,
-                    "pid_create_time": (
-                        create_time(server.process.pid) if server.process is not None else None
-                    ),
-                }
-                for server in servers
-            ]
-            nats = {
-                "url": self.nats.url,
-                "monitor_url": self.nats.monitor_url,
-                "pid": nodes[0]["pid"],
-                "pid_create_time": nodes[0]["pid_create_time"],
-                "data_dir": str(self.data_dir / "nats"),
-                "credentials": str(nats_credentials_path(self.data_dir)),
+        return services
+
+    def _nats_state(self) -> dict[str, Any]:
+        """NATS's entry of ``stack.json`` (its nodes too in a cluster); empty before start."""
+        if self.nats is None:
+            return {}
+        nodes = [
+            {
+                "name": server.server_name,
+                "url": server.url,
+                "monitor_url": server.monitor_url,
+                "pid": server.process.pid if server.process is not None else None,
+                "pid_create_time": (
+                    create_time(server.process.pid) if server.process is not None else None
+                ),
             }
-            if self.cluster:
-                nats["nodes"] = nodes
-                nats["stream_replicas"] = CLUSTER_NATS_SERVERS
-        postgres: dict[str, Any] = {}
-        if self.postgres is not None:
-            pg_pid = self.postgres.process.pid if self.postgres.process is not None else None
-            postgres = {
-                "dsn": self.postgres.dsn,
-                "pid": pg_pid,
-                "pid_create_time": create_time(pg_pid) if pg_pid else None,
-                "data_dir": str(self.postgres.data_dir),
-            }
-        replica: dict[str, Any] = {}
-        if self.postgres_replica is not None:
-            process = self.postgres_replica.process
-            replica_pid = process.pid if process is not None and process.poll() is None else None
-            replica = {
-                "dsn": self.postgres_replica.dsn,
-                "pid": replica_pid,
-                "pid_create_time": create_time(replica_pid) if replica_pid else None,
-                "data_dir": str(self.postgres_replica.data_dir),
-                "services": list(READ_REPLICA_SERVICES),
-            }
+            for server in self._nats_servers()
+        ]
+        nats: dict[str, Any] = {
+            "url": self.nats.url,
+            "monitor_url": self.nats.monitor_url,
+            "pid": nodes[0]["pid"],
+            "pid_create_time": nodes[0]["pid_create_time"],
+            "data_dir": str(self.data_dir / "nats"),
+            "credentials": str(nats_credentials_path(self.data_dir)),
+        }
+        if self.cluster:
+            nats["nodes"] = nodes
+            nats["stream_replicas"] = CLUSTER_NATS_SERVERS
+        return nats
+
+    def _postgres_state(self) -> dict[str, Any]:
+        """Postgres's entry of ``stack.json``; empty before start."""
+        if self.postgres is None:
+            return {}
+        pg_pid = self.postgres.process.pid if self.postgres.process is not None else None
         return {
-            "running": self._running,
-            "pid": pid,
-            "pid_create_time": create_time(pid),
-            "data_dir": str(self.data_dir),
-            "started_at": self.started_at,
-            "updated_at": datetime.now(UTC).isoformat(),
-            "all_ready": self._all_ready(),
-            "time_to_ready_s": self.all_ready_after,
-            "gateway_url": gateway_url,
-            "docs_url": f"{gateway_url}/docs" if gateway_url else None,
-            "ui_url": f"{gateway_url}/" if gateway_url else None,
-            "logs_dir": str(self.logs_dir),
-            "nats": nats,
-            "postgres": postgres,
-            **({"postgres_replica": replica} if replica else {}),
-            "services": services,
+            "dsn": self.postgres.dsn,
+            "pid": pg_pid,
+            "pid_create_time": create_time(pg_pid) if pg_pid else None,
+            "data_dir": str(self.postgres.data_dir),
+        }
+
+    def _replica_state(self) -> dict[str, Any]:
+        """The read replica's entry of ``stack.json`` (its pid while it runs); empty without."""
+        if self.postgres_replica is None:
+            return {}
+        process = self.postgres_replica.process
+        replica_pid = process.pid if process is not None and process.poll() is None else None
+        return {
+            "dsn": self.postgres_replica.dsn,
+            "pid": replica_pid,
+            "pid_create_time": create_time(replica_pid) if replica_pid else None,
+            "data_dir": str(self.postgres_replica.data_dir),
+            "services": list(READ_REPLICA_SERVICES),
         }
 
     def write_state(self) -> None:
