@@ -19,7 +19,6 @@ from lectern_gateway.chat.confidence import (
     MEDIUM_CAVEAT,
     MEDIUM_PREAMBLE,
     caveat,
-    final_confidence,
     preamble,
 )
 from lectern_gateway.chat.context import (
@@ -28,6 +27,7 @@ from lectern_gateway.chat.context import (
     filters_for,
     student_context,
 )
+from lectern_gateway.chat.decision import final_confidence
 from lectern_gateway.config import Settings as GatewaySettings
 
 BAND_ENV = ("LECTERN_BAND_HIGH", "LECTERN_BAND_MEDIUM", "LECTERN_BAND_LOW")

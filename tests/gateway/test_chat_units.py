@@ -16,7 +16,8 @@ from lectern_gateway.chat.citations import (
     split_sentences,
     support,
 )
-from lectern_gateway.chat.confidence import final_confidence, preamble
+from lectern_gateway.chat.confidence import preamble
+from lectern_gateway.chat.decision import final_confidence
 from lectern_gateway.chat.prompt import (
     PromptSource,
     PromptTurn,

@@ -128,3 +128,25 @@ async def recall_memories(
         log.info("memory recall skipped: %s", exc.message)
         return []
     return list(reply.memories[: deps.settings.memory_k])
+
+
+def previous_question(rows: Sequence[dict[str, Any]]) -> str:
+    """The last question the student asked in the history (``""``: none)."""
+    for row in reversed(rows):
+        if row["role"] == "user":
+            return str(row["content"])
+    return ""
+
+
+def remembered_on(
+    remembered: Sequence[RecalledMemory], kind: str, asked_about: Sequence[str]
+) -> RecalledMemory | None:
+    """The recalled memory of ``kind`` whose topic is one the question is about (either
+    names the other: "meiosis" and "mitosis and meiosis"), or None."""
+    for memory in remembered:
+        topic = (memory.topic or "").casefold()
+        if memory.kind != kind or not topic:
+            continue
+        if any(f" {topic} " in f" {t} " or f" {t} " in f" {topic} " for t in asked_about):
+            return memory
+    return None

@@ -1,10 +1,11 @@
-"""Step 3a, gap: no material good enough; say so honestly, record the knowledge gap."""
+"""A refusal's parts: its words, the knowledge gap it records, and the web answer a tenant may
+add (the turn's steps are in ``chat.service``)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,124 +17,41 @@ from lectern_common.errors import LecternError
 from lectern_common.events import KnowledgeGapDetected
 from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.confidence import in_band
-from lectern_gateway.chat.context import guess_topic
-from lectern_gateway.chat.generation import Finished, TextDelta, WebGrounding
+from lectern_gateway.chat.generation import Finished, Grounding, TextDelta
 from lectern_gateway.chat.prompt import build_prompt, knowledge_gap_message, system_prompt
-from lectern_gateway.chat.record import claim_answer, turn_completed
 from lectern_gateway.chat.sse import (
     Citation,
     CitationEvent,
-    ConfidenceEvent,
-    DoneEvent,
     TokenEvent,
 )
-from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput
+from lectern_gateway.chat.turn import ChatDeps, TurnInput
 from lectern_gateway.personas import repository as persona_repo
-from lectern_gateway.personas.service import persona_label, persona_prompt
-from lectern_gateway.quality import aggregates as quality
+from lectern_gateway.personas.service import persona_prompt
 
 log = logging.getLogger(__name__)
 
 
-async def gap_turn(
-    deps: ChatDeps,
-    turn: TurnInput,
-    question: str,
-    retrieved: Retrieved,
-    user_message_id: uuid.UUID,
-    timings: dict[str, float],
-) -> AsyncIterator[BaseModel]:
-    principal, session = turn.principal, turn.session
-    related = await repo.related_topics(
-        pool=deps.pool, tenant_id=principal.tenant_id, subject=session.get("subject"), limit=5
-    )
-    topic = guess_topic(question, session, [])
-    related = [t for t in related if t != topic][:5]
+async def gap_text(deps: ChatDeps, turn: TurnInput, question: str, related: list[str]) -> str:
+    """What a refusal says: the material does not answer, the ``related`` topics it has; a
+    persona's own words, or that the persona has no material in its scope at all."""
     text = knowledge_gap_message(question=question, related_topics=related)
     persona = turn.persona
-    if persona is not None:
-        scope = persona.get("scope") or {}
-        if not await persona_repo.indexed_chunks(
-            deps.pool, tenant_id=principal.tenant_id, scope=scope
-        ):
-            # never silently empty: the tutor says its material is missing
-            text = (
-                f"{persona['display_name']} has no course material in its scope yet, so I "
-                "can't answer from your sources. I've flagged this for your teacher."
-            )
-        elif persona.get("gap_message"):
-            text = str(persona["gap_message"])
-            if related:
-                text += "\n- Related topics I do have material on: " + ", ".join(related) + "."
-    yield TokenEvent(text=text, origin="gateway")
-    web = WebPart()
-    if turn.web_search and deps.web_streamer is not None:
-        # no course material: what the web says, cited [W#] and set apart from the course
-        async for event in web_answer(deps, turn, question, offset=len(text), into=web):
-            yield event
-        text += web.text
-    confidence = in_band(retrieved.confidence, turn.bands(deps.settings))
-    yield ConfidenceEvent(**confidence.model_dump())
-    message_id, gap_id = uuid.uuid4(), uuid.uuid4()
-    async with deps.pool.acquire() as conn, conn.transaction():
-        stored = await claim_answer(conn, turn, message_id)
-        if stored == message_id:  # else an earlier run of this turn stored it
-            await repo.insert_message(
-                pool=conn,
-                message_id=message_id,
-                session_id=session["id"],
-                tenant_id=principal.tenant_id,
-                user_id=principal.user_id,
-                role="assistant",
-                content=text,
-                citations=repo.citations_json(web.citations),
-                confidence=confidence.score,
-                band="gap",
-                answered_by="gap",
-                usage=web.usage,
-                timings=timings,
-            )
-            await record_gap(
-                conn, turn, gap_id=gap_id, question=question, topic=topic,
-                confidence=confidence.score, message_id=message_id, related=related,
-            )  # fmt: skip
-            await quality.record_turn(
-                conn,
-                quality.Dimensions.of_session(principal.tenant_id, session),
-                band="gap",
-                cited_documents=[],
-                fallback=bool(web.usage.get("fallback_from")),
-                ttft_ms=timings.get("first_token_ms"),
-                retrieval_ms=timings.get("retrieve_ms"),
-                gap_topic=topic,
-            )
-            await enqueue(
-                conn,
-                turn_completed(
-                    turn,
-                    user_message_id,
-                    message_id,
-                    text,
-                    confidence,
-                    web.citations,
-                    "gap",
-                    topic=topic,
-                ),
-            )
-    message_id = stored
-    yield DoneEvent(
-        message_id=message_id,
-        user_message_id=user_message_id,
-        session_id=session["id"],
-        citations=web.citations,
-        band="gap",
-        confidence=confidence.score,
-        knowledge_gap=True,
-        answered_by="gap",
-        persona=persona_label(turn.persona),
-        timings_ms=timings,
-    )
+    if persona is None:
+        return text
+    scope = persona.get("scope") or {}
+    if not await persona_repo.indexed_chunks(
+        deps.pool, tenant_id=turn.principal.tenant_id, scope=scope
+    ):
+        # never silently empty: the tutor says its material is missing
+        return (
+            f"{persona['display_name']} has no course material in its scope yet, so I "
+            "can't answer from your sources. I've flagged this for your teacher."
+        )
+    if persona.get("gap_message"):
+        text = str(persona["gap_message"])
+        if related:
+            text += "\n- Related topics I do have material on: " + ", ".join(related) + "."
+    return text
 
 
 async def record_gap(
@@ -181,7 +99,7 @@ class WebPart:
 
 async def web_answer(
     deps: ChatDeps, turn: TurnInput, question: str, *, offset: int, into: WebPart
-) -> AsyncIterator[BaseModel]:
+) -> AsyncGenerator[BaseModel, None]:
     """Ask the model to answer from a web search alone; stream it after a heading.
 
     Its spans are cited [W#] (web citations carry offsets in the whole message, which
@@ -220,10 +138,9 @@ async def web_answer(
                     yield TokenEvent(text=WEB_HEADING, origin="gateway")
                 model_text += piece.text
                 yield TokenEvent(text=piece.text)
-            elif isinstance(piece, WebGrounding):
-                for label, uri, title in piece.sources:
-                    sources.append(Citation(label=label, kind="web", url=uri, title=title))
-                supports.extend(piece.supports)
+            elif isinstance(piece, Grounding):
+                sources.extend(web_citations(piece))
+                supports.extend(spans_of(piece))
             elif isinstance(piece, Finished):
                 into.usage = dict(piece.usage)
     except LecternError as exc:
@@ -251,3 +168,15 @@ async def web_answer(
         yield CitationEvent(citation=citation)
     marks = [(end, labels) for _, end, _, labels in supports]
     into.text = WEB_HEADING + llm.insert_labels(model_text, marks)
+
+
+def web_citations(grounding: Grounding) -> list[Citation]:
+    """The web pages a model's search found, as citations [W#] (no span yet)."""
+    return [
+        Citation(label=s.label, kind="web", url=s.uri, title=s.title) for s in grounding.sources
+    ]
+
+
+def spans_of(grounding: Grounding) -> list[tuple[int, int, str, list[str]]]:
+    """The answer's spans (start, end, text) and the labels of the web pages supporting each."""
+    return [(s.start, s.end, s.text, list(s.sources)) for s in grounding.supports]

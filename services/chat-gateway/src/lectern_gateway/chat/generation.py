@@ -1,7 +1,11 @@
-"""The gateway's view of a generator: text deltas, web grounding and a summary.
+"""The gateway's view of a generator: text deltas, the answerer's verdict, web grounding and
+a summary.
 
-``lectern_common.llm`` owns the model clients; :func:`streamer_for` adapts a ``Generator``
-into these small types, so the chat pipeline does not depend on provider details.
+``lectern_common.llm`` owns the model clients; :func:`streamer_for` adapts a ``Generator``'s
+stream for a turn. Text, verdict and web grounding are the stream's own types
+(``lectern_common.generation``: one type per concept); only the end differs: the provider's
+``Final`` becomes :class:`Finished`, which says who answered in the gateway's words and carries
+the usage the stream reported along the way.
 """
 
 from __future__ import annotations
@@ -14,30 +18,8 @@ import anyio
 from opentelemetry import trace
 
 from lectern_common import llm
+from lectern_common.generation import Grounding, TextDelta, Verdict
 from lectern_gateway.chat.prompt import Prompt
-
-
-@dataclass(frozen=True)
-class TextDelta:
-    """Text the model produced."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The answerer's decision before its text: ``no_support`` means it will say the sources
-    do not answer (the band's opening is then not said)."""
-
-    outcome: str
-
-
-@dataclass(frozen=True)
-class WebGrounding:
-    """Web sources (label, uri, title) and the answer spans (character offsets) they support."""
-
-    sources: list[tuple[str, str, str | None]]
-    supports: list[tuple[int, int, str, list[str]]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -50,7 +32,9 @@ class Finished:
 
 _tracer = trace.get_tracer("lectern.llm")
 
-Piece = TextDelta | Verdict | WebGrounding | Finished
+__all__ = ["AnswerStreamer", "Finished", "Grounding", "Piece", "TextDelta", "Verdict"]
+
+Piece = TextDelta | Verdict | Grounding | Finished
 AnswerStreamer = Callable[[Prompt], AsyncGenerator[Piece, None]]
 
 
@@ -95,17 +79,8 @@ def streamer_for(generator: llm.Generator) -> AnswerStreamer:
         )
         try:
             async for chunk in chunks:
-                if isinstance(chunk, llm.TextDelta):
-                    yield TextDelta(chunk.text)
-                elif isinstance(chunk, llm.Verdict):
-                    yield Verdict(chunk.outcome)
-                elif isinstance(chunk, llm.Grounding):
-                    yield WebGrounding(
-                        sources=[(s.label, s.uri, s.title) for s in chunk.sources],
-                        supports=[
-                            (s.start, s.end, s.text, list(s.sources)) for s in chunk.supports
-                        ],
-                    )
+                if isinstance(chunk, TextDelta | Verdict | Grounding):
+                    yield chunk
                 elif isinstance(chunk, llm.Usage):
                     usage.update(chunk.model_dump(exclude={"type"}, exclude_none=True))
                 elif isinstance(chunk, llm.Final):

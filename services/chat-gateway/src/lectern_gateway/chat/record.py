@@ -1,4 +1,4 @@
-"""Step 4, record: ``chat.turn.completed`` for the memory service and anyone else, written to
+"""Record: ``chat.turn.completed`` for the memory service and anyone else, written to
 the outbox in the transaction that stores the answer."""
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ from lectern_common.events import (
     ChatTurnCompleted,
     Confidence,
 )
-from lectern_common.events.chat import CitationRef, ConfidenceBand
-from lectern_common.outbox import enqueue
-from lectern_gateway.chat import repository as repo
+from lectern_common.events.chat import CitationRef
 from lectern_gateway.chat.sse import Citation
-from lectern_gateway.chat.turn import ChatDeps, TurnInput, TurnTakenOver
+from lectern_gateway.chat.turn import TurnInput, TurnTakenOver
 
 _CLAIM_ANSWER = """
 UPDATE chat_turns SET answer_id = coalesce(answer_id, $3)
@@ -33,44 +31,6 @@ async def claim_answer(conn: Any, turn: TurnInput, message_id: uuid.UUID) -> uui
     if claimed is None:
         raise TurnTakenOver(str(turn.message_id))
     return uuid.UUID(str(claimed))
-
-
-async def store_reply(
-    deps: ChatDeps,
-    turn: TurnInput,
-    user_message_id: uuid.UUID,
-    text: str,
-    confidence: Confidence,
-    *,
-    answered_by: str,
-    timings: dict[str, float],
-    tutor_check: dict[str, Any] | None = None,
-    topic: str | None = None,
-) -> uuid.UUID:
-    """Store a reply the gateway wrote itself (no sources: a practice question, a reply to
-    small talk) and announce its turn, in one transaction; the id of the turn's stored answer
-    (another's when an earlier run of the turn stored it)."""
-    principal, session = turn.principal, turn.session
-    message_id = uuid.uuid4()
-    band: ConfidenceBand = confidence.band
-    async with deps.pool.acquire() as conn, conn.transaction():
-        stored = await claim_answer(conn, turn, message_id)
-        if stored == message_id:  # else an earlier run of this turn stored it
-            await repo.insert_message(
-                pool=conn, message_id=message_id, session_id=session["id"],
-                tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
-                content=text, confidence=confidence.score, band=band, answered_by=answered_by,
-                timings=timings, tutor_check=tutor_check,
-            )  # fmt: skip
-            # every turn is announced, so memory's distillation finds them all
-            await enqueue(
-                conn,
-                turn_completed(
-                    turn, user_message_id, message_id, text, confidence, [], answered_by,
-                    topic=topic,
-                ),
-            )  # fmt: skip
-    return stored
 
 
 def turn_completed(

@@ -1,4 +1,5 @@
-"""Step 2, retrieve: candidates from the retriever, re-ranked, labelled as sources [T#]."""
+"""Retrieve and re-rank: candidates from the retriever that the caller may see, re-ranked and
+labelled as sources [T#]."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from lectern_common.broker import request
@@ -22,13 +24,13 @@ from lectern_common.events.retrieval import ScopeFilter, Turn
 from lectern_common.text import resolve_follow_up
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.confidence import no_material
 from lectern_gateway.chat.context import (
     boost_tags_for,
     collections_for,
     filters_for,
     student_context,
 )
+from lectern_gateway.chat.decision import no_material
 from lectern_gateway.chat.sse import Source
 from lectern_gateway.chat.turn import ChatDeps, Retrieved, elapsed_ms
 from lectern_gateway.classes.membership import student_classes
@@ -36,6 +38,16 @@ from lectern_gateway.personas.service import scope_filter
 
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6
+
+
+@dataclass
+class Candidates:
+    """What the retriever found that the caller may see, and who teaches the session's class
+    (the re-ranker's teacher signal)."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    rows: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
+    teacher_ids: list[str] = field(default_factory=list)
 
 
 async def retrieve_sources(
@@ -50,6 +62,29 @@ async def retrieve_sources(
     persona: dict[str, Any] | None = None,
 ) -> Retrieved:
     """Retrieve, re-rank and keep only chunks the caller may see, labelled T1..Tn."""
+    found = await retrieve_candidates(
+        deps, principal=principal, session=session, query=query, history=history,
+        timings=timings, cited_document_ids=cited_document_ids, persona=persona,
+    )  # fmt: skip
+    return await rerank(
+        deps, principal=principal, session=session, query=query, history=history,
+        found=found, timings=timings,
+    )  # fmt: skip
+
+
+async def retrieve_candidates(
+    deps: ChatDeps,
+    *,
+    principal: Principal,
+    session: dict[str, Any],
+    query: str,
+    history: Sequence[Turn],
+    timings: dict[str, float],
+    cited_document_ids: Sequence[uuid.UUID] = (),
+    persona: dict[str, Any] | None = None,
+) -> Candidates:
+    """Candidates from the retriever (the session's filters, the persona's scope), less any
+    chunk the caller may not see."""
     settings = deps.settings
     started = time.perf_counter()
 
@@ -108,7 +143,23 @@ async def retrieve_sources(
     )
     candidates = [c for c in retrieved.candidates if c.chunk_id in rows]
     timings["visibility_ms"] = elapsed_ms(started)
-    if not candidates:
+    return Candidates(candidates, rows, teacher_ids)
+
+
+async def rerank(
+    deps: ChatDeps,
+    *,
+    principal: Principal,
+    session: dict[str, Any],
+    query: str,
+    history: Sequence[Turn],
+    found: Candidates,
+    timings: dict[str, float],
+) -> Retrieved:
+    """The re-ranker's choice of the candidates and its verdict, labelled T1..Tn (nothing to
+    re-rank: no sources, no material)."""
+    settings = deps.settings
+    if not found.candidates:
         return Retrieved()
     started = time.perf_counter()
     reranked = await request(
@@ -118,16 +169,16 @@ async def retrieve_sources(
             # a follow-up ("where does it happen?") is scored with the topic it refers to,
             # the same resolution the retriever applied to find the candidates
             query=resolve_follow_up(query, [t.text for t in history[-4:] if t.role == "user"]),
-            candidates=candidates,
+            candidates=found.candidates,
             top_k=settings.rerank_top_k,
             token_budget=max(100, int(settings.context_token_budget * SOURCE_BUDGET_SHARE)),
-            student=student_context(principal, session, teacher_ids=teacher_ids),
+            student=student_context(principal, session, teacher_ids=found.teacher_ids),
         ),
         RerankReply,
         timeout=settings.rerank_timeout_s,
     )
     timings["rerank_ms"] = elapsed_ms(started)
-    return _labelled(rows, reranked.chunks, reranked.confidence)
+    return _labelled(found.rows, reranked.chunks, reranked.confidence)
 
 
 def allowed_classes(session: dict[str, Any], classes: Sequence[str] | None) -> list[str] | None:

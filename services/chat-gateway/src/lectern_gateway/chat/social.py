@@ -6,21 +6,12 @@ a knowledge gap. A message made only of words of courtesy, greeting, assent or p
 languages the project indexes) gets a short reply of the same kind instead: no retrieval, no
 knowledge gap, no memory of it (``answered_by = "social"``), yet stored and announced like
 every turn. A message with any other word is a question as before, and so is one ending in a
-question mark ("thanks, but why?").
+question mark ("thanks, but why?"). The reply is a step of the turn (``chat.service``).
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
-
-from pydantic import BaseModel
-
-from lectern_common.events import Confidence
 from lectern_common.text import words as text_words
-from lectern_gateway.chat.record import store_reply
-from lectern_gateway.chat.sse import ConfidenceEvent, DoneEvent, SourcesEvent, TokenEvent
-from lectern_gateway.chat.turn import ChatDeps, TurnInput, elapsed_ms
 
 #: the words small talk is made of, by what they say (a message of these words only, a few)
 _THANKS = frozenset(
@@ -65,32 +56,3 @@ def social_kind(text: str) -> str | None:
     if said & _GREETING:
         return "greeting"
     return "assent"
-
-
-async def social_turn(
-    deps: ChatDeps,
-    turn: TurnInput,
-    kind: str,
-    user_message_id: uuid.UUID,
-    timings: dict[str, float],
-    *,
-    started: float,
-) -> AsyncIterator[BaseModel]:
-    """Reply to small talk in kind: no sources, no gap, stored and announced."""
-    session = turn.session
-    text = REPLIES[kind]
-    yield SourcesEvent(sources=[])
-    yield TokenEvent(text=text, origin="gateway")
-    confidence = Confidence(
-        score=1.0, band="high", retrieval=1.0, source_quality=1.0, grounding=1.0
-    )
-    yield ConfidenceEvent(**confidence.model_dump())
-    timings["total_ms"] = elapsed_ms(started)
-    # stored and announced like every turn; memory learns nothing from this one
-    stored = await store_reply(
-        deps, turn, user_message_id, text, confidence, answered_by="social", timings=timings
-    )
-    yield DoneEvent(
-        message_id=stored, user_message_id=user_message_id, session_id=session["id"],
-        citations=[], band="high", confidence=1.0, answered_by="social", timings_ms=timings,
-    )  # fmt: skip

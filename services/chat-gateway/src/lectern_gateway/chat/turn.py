@@ -17,7 +17,7 @@ from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import Confidence
 from lectern_common.events.base import Event
 from lectern_gateway.auth import Principal
-from lectern_gateway.chat.confidence import no_material
+from lectern_gateway.chat.decision import no_material
 from lectern_gateway.chat.generation import AnswerStreamer
 from lectern_gateway.chat.sse import Source
 from lectern_gateway.config import Settings

@@ -17,29 +17,19 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
-from lectern_common.events import Confidence, QuizAnswerResult, QuizAttempted
-from lectern_common.events.chat import ConfidenceBand
+from lectern_common.events import QuizAnswerResult, QuizAttempted
 from lectern_common.outbox import enqueue
 from lectern_common.text import split_sentences
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.record import claim_answer, store_reply, turn_completed
 from lectern_gateway.chat.sse import (
-    CheckEvent,
     Citation,
-    CitationEvent,
-    ConfidenceEvent,
-    DoneEvent,
     Source,
-    SourcesEvent,
-    TokenEvent,
 )
-from lectern_gateway.chat.turn import ChatDeps, TurnInput, elapsed_ms
+from lectern_gateway.chat.turn import ChatDeps, TurnInput
 from lectern_gateway.classes.membership import student_classes
 from lectern_gateway.study import generator
 from lectern_gateway.study import repository as study_repo
@@ -319,59 +309,27 @@ async def next_practice_question(deps: ChatDeps, turn: TurnInput) -> dict[str, A
     return None
 
 
-async def check_turn(
-    deps: ChatDeps,
-    turn: TurnInput,
-    pending: dict[str, Any],
-    user_message_id: uuid.UUID,
-    timings: dict[str, float],
-    *,
-    started: float,
-    writer: Any = None,
-    embedder: Any = None,
-) -> AsyncIterator[BaseModel]:
-    """Judge the reply to a check question, show the passage, then move on."""
-    principal, session = turn.principal, turn.session
-    source = check_source(pending)
-    yield SourcesEvent(sources=[source])
-    judged = await judge(pending, turn.text, writer=writer, embedder=embedder)
-    yield CheckEvent(
-        phase="judged", question=str(pending["prompt"]), kind=str(pending["kind"]),
-        verdict=judged.verdict, expected=str(pending["answer"]),
-        evidence=str(pending["evidence"]), chunk_id=source.chunk_id,
-    )  # fmt: skip
-    text = feedback(pending, judged)
-    yield TokenEvent(text=text, origin="gateway")
-    citation = Citation(
+def feedback_citation(source: Source, text: str) -> Citation:
+    """The feedback on a judged check, cited to the passage the check came from [T1]."""
+    return Citation(
         label="T1", kind="textbook", chunk_id=source.chunk_id, document_id=source.document_id,
         title=source.title, span_start=0, span_end=len(text), text=text, support=1.0,
         supported=True,
     )  # fmt: skip
-    yield CitationEvent(citation=citation)
-    following: dict[str, Any] | None = None
-    if session["mode"] == "drill":
-        following = await next_practice_question(deps, turn)
-        closing = (
-            asking_text(following, lead="\n\nNext: ")
-            if following is not None
-            else "\n\nThat was the last practice question on this material."
-        )
-    else:
-        closing = "\n\nAsk me your next question when you're ready."
-    text += closing
-    yield TokenEvent(text=closing, origin="gateway")
-    if following is not None:
-        yield CheckEvent(
-            phase="asked", question=str(following["prompt"]), kind=str(following["kind"])
-        )
-    confidence = Confidence(
-        score=1.0, band="high", retrieval=1.0, source_quality=1.0, grounding=1.0
-    )
-    yield ConfidenceEvent(**confidence.model_dump())
-    message_id = uuid.uuid4()
-    timings["total_ms"] = elapsed_ms(started)
-    attempt = QuizAttempted(
-        tenant_id=principal.tenant_id, attempt_id=message_id, quiz_id=pending["message_id"],
+
+
+def judged_attempt(
+    turn: TurnInput,
+    pending: dict[str, Any],
+    source: Source,
+    judged: Judged,
+    *,
+    attempt_id: uuid.UUID,
+) -> QuizAttempted:
+    """A judged check as a quiz attempt of one question, for the memory service."""
+    principal = turn.principal
+    return QuizAttempted(
+        tenant_id=principal.tenant_id, attempt_id=attempt_id, quiz_id=pending["message_id"],
         user_id=principal.user_id, correct=int(judged.verdict == "right"), total=1,
         results=[
             QuizAnswerResult(
@@ -381,38 +339,6 @@ async def check_turn(
                 chunk_ids=[source.chunk_id],
             )
         ],
-    )  # fmt: skip
-    async with deps.pool.acquire() as conn, conn.transaction():
-        stored = await claim_answer(conn, turn, message_id)
-        if stored == message_id:  # else an earlier run of this turn stored it
-            await repo.insert_message(
-                pool=conn, message_id=message_id, session_id=session["id"],
-                tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
-                content=text, citations=repo.citations_json([citation]), confidence=1.0,
-                band="high", answered_by="tutor-check",
-                usage={"verdict": judged.verdict, "judged_by": judged.by}, timings=timings,
-                tutor_check=following,
-            )  # fmt: skip
-            await repo.settle_check(
-                pool=conn, tenant_id=principal.tenant_id, message_id=pending["message_id"],
-                outcome={"status": "skipped" if judged.verdict == "skipped" else "judged",
-                         "verdict": judged.verdict, "reply": turn.text[:2000],
-                         "judged_by": judged.by},
-            )  # fmt: skip
-            await enqueue(conn, attempt)
-            await enqueue(
-                conn,
-                turn_completed(
-                    turn, user_message_id, message_id, text,
-                    confidence, [citation], "tutor-check", topic=str(pending["topic"]),
-                    topics=[str(pending["topic"])],
-                ),
-            )  # fmt: skip
-    message_id = stored
-    yield DoneEvent(
-        message_id=message_id, user_message_id=user_message_id, session_id=session["id"],
-        citations=[citation], band="high", confidence=1.0, answered_by="tutor-check",
-        usage={"verdict": judged.verdict, "judged_by": judged.by}, timings_ms=timings,
     )  # fmt: skip
 
 
@@ -443,44 +369,3 @@ async def settle_skipped(
         outcome={"status": "skipped"},
     ):  # fmt: skip
         await enqueue(conn, skipped_attempt(tenant_id, user_id, pending))
-
-
-async def practice_turn(
-    deps: ChatDeps,
-    turn: TurnInput,
-    user_message_id: uuid.UUID,
-    timings: dict[str, float],
-    *,
-    started: float,
-) -> AsyncIterator[BaseModel]:
-    """Drill: put the next practice question (no question asked by the student)."""
-    session = turn.session
-    following = await next_practice_question(deps, turn)
-    sources = [] if following is None else [check_source(following)]
-    yield SourcesEvent(sources=sources)
-    if following is None:
-        text = (
-            "There is no practice material for this session yet: your teacher's documents "
-            "have no questions or definitions to drill. Ask me anything about the course."
-        )
-    else:
-        text = asking_text(following, lead="Practice question: ")
-    yield TokenEvent(text=text, origin="gateway")
-    if following is not None:
-        yield CheckEvent(
-            phase="asked", question=str(following["prompt"]), kind=str(following["kind"])
-        )
-    band: ConfidenceBand = "high" if following is not None else "gap"
-    score = 1.0 if following is not None else 0.0
-    confidence = Confidence(score=score, band=band, retrieval=score, source_quality=score,
-                            grounding=score)  # fmt: skip
-    yield ConfidenceEvent(**confidence.model_dump())
-    timings["total_ms"] = elapsed_ms(started)
-    message_id = await store_reply(
-        deps, turn, user_message_id, text, confidence, answered_by="drill", timings=timings,
-        tutor_check=following, topic=None if following is None else str(following["topic"]),
-    )  # fmt: skip
-    yield DoneEvent(
-        message_id=message_id, user_message_id=user_message_id, session_id=session["id"],
-        citations=[], band=band, confidence=score, answered_by="drill", timings_ms=timings,
-    )  # fmt: skip
