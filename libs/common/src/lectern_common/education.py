@@ -20,6 +20,13 @@ class BandThresholds:
 
     ``high`` <= score: high; ``medium`` <= score < ``high``: medium; ``low`` <= score <
     ``medium``: low; below ``low``: knowledge gap.
+
+    The score cut-offs are the documented defaults of ``LECTERN_BAND_HIGH/MEDIUM/LOW``
+    (docs/api.md), set by hand, not fitted: they split the re-ranker's weighted score into
+    the answer's three voices. ``retrieval_gap`` is the calibrated retrieval confidence at
+    which answerable and off-topic questions separate (the re-ranker's calibration midpoints
+    are fitted to put it at 0.5: ``bench/tune_rerank.py``, ``bench/fit_rerank.py``). Which
+    band a chat turn ends in is decided in one place, the gateway's ``chat.decision``.
     """
 
     high: float = 0.80

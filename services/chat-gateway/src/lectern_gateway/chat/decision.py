@@ -14,14 +14,20 @@ A turn is decided twice, because its opening is said before the answer is checke
 Every decision carries its confidence (score and band agree: see :func:`in_band`) and a
 reason a person can read. Where the numbers come from:
 
-- the band cut-offs are the documented shared settings ``LECTERN_BAND_HIGH/MEDIUM/LOW``
-  (0.80/0.60/0.40, ``lectern_common.education.BandThresholds``), the same ones the re-ranker
-  bands its verdict with, or a persona's own (its ``band_high/medium/low``, read by
-  ``personas.service.thresholds``);
-- ``retrieval_gap`` (0.50) is the re-ranker's ``LECTERN_RERANKER_RETRIEVAL_GAP``;
-- the weight of measured grounding is ``LECTERN_GATEWAY_GROUNDING_WEIGHT`` (0.3), the share
-  the re-ranker's confidence weights give grounding (``ConfidenceWeights``), so the final
-  score swaps the prior for the measurement at the same weight;
+- ``retrieval_gap`` (0.50, the re-ranker's ``LECTERN_RERANKER_RETRIEVAL_GAP``) is where the
+  re-ranker's calibrated retrieval confidence separates answerable from off-topic questions:
+  its calibration midpoints are fitted so (``bench/tune_rerank.py`` for the bi-encoder,
+  ``bench/fit_rerank.py`` for the reader; the measurements are beside
+  ``lectern_reranker.service.BI_ENCODER_CALIBRATION``);
+- the score cut-offs are the documented shared settings ``LECTERN_BAND_HIGH/MEDIUM/LOW``
+  (0.80/0.60/0.40, ``lectern_common.education.BandThresholds``, docs/api.md), the same ones
+  the re-ranker bands its verdict with, or a persona's own (its ``band_high/medium/low``,
+  read by ``personas.service.thresholds``). No script fits them: they split the weighted
+  score into the copy's three voices, and a deployment or persona sets its own;
+- the weight of measured grounding is ``LECTERN_GATEWAY_GROUNDING_WEIGHT`` (0.3), the weight
+  the re-ranker's ``ConfidenceWeights`` give grounding, so the final score swaps the prior
+  for the measurement at the same weight;
+- the answerer's own refusal (``no_support``) is fitted by ``bench/fit_answerer.py``;
 - :data:`GENERAL_SCORE` is set by hand (see there).
 """
 
