@@ -47,7 +47,8 @@ class GatewayDeps:
     exact_rerun: bool = False
     #: the index's embedding model for curriculum tagging, made on first use
     index_embedder: FollowingEmbedder | None = None
-    #: this replica's webhook delivery worker, when dispatch is on
+    #: the worker process's webhook delivery worker, when dispatch is on (None in an HTTP
+    #: replica: ``lectern_gateway.worker`` runs the background work)
     webhook_worker: DeliveryWorker | None = None
     turns: TurnRegistry = field(init=False)
 
@@ -74,7 +75,8 @@ class GatewayDeps:
         )
 
     def wake_webhooks(self) -> None:
-        """New deliveries are due: the worker sends them now rather than at its next poll."""
+        """New deliveries are due: the worker sends them now rather than at its next poll (in
+        an HTTP replica, which has none, the worker finds them at its next poll)."""
         if self.webhook_worker is not None:
             self.webhook_worker.wake.set()
 
