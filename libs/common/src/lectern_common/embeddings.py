@@ -193,6 +193,16 @@ class OnnxSentenceEncoder:
         return l2_normalise(out)
 
 
+def _transformers_offline() -> None:
+    """Keep transformers and the Hugging Face hub offline and quiet (no progress bars)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+
+
 class LocalEmbedder:
     """A sentence-transformers model on the CPU, loaded offline from a local directory.
 
@@ -220,12 +230,7 @@ class LocalEmbedder:
         query_precision: Literal["int8", "float32"] | None = None,
         document_precision: Literal["int8", "float32"] | None = None,
     ) -> None:
-        os.environ["HF_HUB_OFFLINE"] = "1"
-        os.environ["TRANSFORMERS_OFFLINE"] = "1"
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        _transformers_offline()
         path = Path(model_path) if model_path is not None else local_model_path(settings)
         configured = settings.local_embedding_model if settings is not None else None
         self.name: str = (
@@ -244,23 +249,7 @@ class LocalEmbedder:
         self._onnx_document: OnnxSentenceEncoder | None = None
         self.model: Any = None
         if wanted == "onnx":
-            from lectern_common.onnx_models import default_cache_dir
-
-            cache = settings.model_cache_dir if settings and settings.model_cache_dir else None
-            cache_dir = (cache / "embedder") if cache else default_cache_dir("embedder")
-            try:
-                # only the sessions in use are loaded: by default one int8 session serves
-                # queries and passages, and the float graph is never opened
-                self._onnx = OnnxSentenceEncoder(
-                    path, cache_dir=cache_dir, threads=threads,
-                    quantize="float32" not in (precision, passages),
-                )  # fmt: skip
-                int8 = self._onnx.quantized() if "int8" in (precision, passages) else None
-                self._onnx_query = int8 if precision == "int8" else self._onnx
-                self._onnx_document = int8 if passages == "int8" else self._onnx
-            except (ConfigurationError, ImportError, OSError, RuntimeError, ValueError) as exc:
-                log.warning("ONNX export of %s failed (%s); using sentence-transformers", path, exc)
-                self._onnx = self._onnx_query = self._onnx_document = None
+            self._load_onnx(path, settings, threads=threads, precision=precision, passages=passages)
         #: how queries are encoded: "int8" (a quantized copy of the model) or "float32"
         self.query_precision: str = (
             "int8" if self._onnx_query is not None and self._onnx_query.quantize else "float32"
@@ -277,6 +266,40 @@ class LocalEmbedder:
             self.max_input_tokens: int = self._onnx.max_seq_length
             self.tokenizer: Any = self._onnx.tokenizer
             return
+        self._load_torch(path, threads=threads)
+
+    def _load_onnx(
+        self,
+        path: Path,
+        settings: BaseServiceSettings | None,
+        *,
+        threads: int | None,
+        precision: str,
+        passages: str,
+    ) -> None:
+        """The ONNX sessions the query and passage precisions need (none when the export
+        fails: sentence-transformers serves then)."""
+        from lectern_common.onnx_models import default_cache_dir
+
+        cache = settings.model_cache_dir if settings and settings.model_cache_dir else None
+        cache_dir = (cache / "embedder") if cache else default_cache_dir("embedder")
+        try:
+            # only the sessions in use are loaded: by default one int8 session serves
+            # queries and passages, and the float graph is never opened
+            self._onnx = OnnxSentenceEncoder(
+                path, cache_dir=cache_dir, threads=threads,
+                quantize="float32" not in (precision, passages),
+            )  # fmt: skip
+            int8 = self._onnx.quantized() if "int8" in (precision, passages) else None
+            self._onnx_query = int8 if precision == "int8" else self._onnx
+            self._onnx_document = int8 if passages == "int8" else self._onnx
+        except (ConfigurationError, ImportError, OSError, RuntimeError, ValueError) as exc:
+            log.warning("ONNX export of %s failed (%s); using sentence-transformers", path, exc)
+            self._onnx = self._onnx_query = self._onnx_document = None
+
+    def _load_torch(self, path: Path, *, threads: int | None) -> None:
+        """The model through sentence-transformers on torch, on ``threads`` CPU threads (at
+        most the machine's cores when not given)."""
         import torch
         from sentence_transformers import SentenceTransformer
 

@@ -126,45 +126,12 @@ async def reindex(
         if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", REINDEX_LOCK_ID):
             raise ReindexError("another re-index is running")
         try:
-            previous = await live_model(conn)
-            if previous is None:
-                raise ReindexError("the database has no schema yet: run `lectern migrate`")
-            target = IndexModel(embedder.name, embedder.dimension)
-            if target == previous:
-                raise ReindexError(
-                    f"the index already holds {target.name!r} vectors ({target.dimension} "
-                    "dimensions)"
-                )
-            # a run that holds no lock any more was interrupted (killed, lost its connection)
-            await conn.execute(
-                "UPDATE index_builds SET status = 'failed', finished_at = now(), "
-                "error = 'interrupted: the re-index stopped before it finished' "
-                "WHERE status = 'building'"
-            )
-            build_id = uuid.uuid4()
-            await conn.execute(
-                "INSERT INTO index_builds (id, model, dimension, previous_model, status) "
-                "VALUES ($1, $2, $3, $4, 'building')",
-                build_id, target.name, target.dimension, previous.name,
-            )  # fmt: skip
-            report = ReindexReport(build_id=build_id, previous=previous, model=target)
+            report = await _start_build(conn, embedder)
+            build_id = report.build_id
             try:
-                await _drop_next(conn)  # what an interrupted run left
-                await _add_next(conn, target.dimension)
-                for table in TABLES:
-                    report.rows[table.table] = await _backfill(
-                        conn, table, embedder, batch_size=batch_size, progress=progress,
-                        build_id=build_id,
-                    )  # fmt: skip
-                await _build_indexes(conn)
-                for table in TABLES:  # what arrived during the index build
-                    report.rows[table.table] += await _backfill(
-                        conn, table, embedder, batch_size=batch_size, progress=None,
-                        build_id=build_id,
-                    )  # fmt: skip
-                await _switch(
-                    conn, embedder, target, report,
-                    lock_timeout_s=lock_timeout_s, attempts=switch_attempts,
+                await _build_and_switch(
+                    conn, embedder, report, batch_size=batch_size, progress=progress,
+                    lock_timeout_s=lock_timeout_s, switch_attempts=switch_attempts,
                 )  # fmt: skip
             except BaseException as exc:
                 await _abandon(conn, build_id, exc)
@@ -184,6 +151,64 @@ async def reindex(
             await conn.execute("SELECT pg_advisory_unlock($1)", REINDEX_LOCK_ID)
     finally:
         await conn.close()
+
+
+async def _start_build(conn: Any, embedder: Embedder) -> ReindexReport:
+    """Record a build of ``embedder``'s index (an interrupted one marked failed); its report.
+
+    Raises ``ReindexError`` without a schema, or when the index holds this model already."""
+    previous = await live_model(conn)
+    if previous is None:
+        raise ReindexError("the database has no schema yet: run `lectern migrate`")
+    target = IndexModel(embedder.name, embedder.dimension)
+    if target == previous:
+        raise ReindexError(
+            f"the index already holds {target.name!r} vectors ({target.dimension} dimensions)"
+        )
+    # a run that holds no lock any more was interrupted (killed, lost its connection)
+    await conn.execute(
+        "UPDATE index_builds SET status = 'failed', finished_at = now(), "
+        "error = 'interrupted: the re-index stopped before it finished' "
+        "WHERE status = 'building'"
+    )
+    build_id = uuid.uuid4()
+    await conn.execute(
+        "INSERT INTO index_builds (id, model, dimension, previous_model, status) "
+        "VALUES ($1, $2, $3, $4, 'building')",
+        build_id, target.name, target.dimension, previous.name,
+    )  # fmt: skip
+    return ReindexReport(build_id=build_id, previous=previous, model=target)
+
+
+async def _build_and_switch(
+    conn: Any,
+    embedder: Embedder,
+    report: ReindexReport,
+    *,
+    batch_size: int,
+    progress: Progress | None,
+    lock_timeout_s: float,
+    switch_attempts: int,
+) -> None:
+    """Fill the next vector columns, index them, catch up and switch to them."""
+    build_id = report.build_id
+    await _drop_next(conn)  # what an interrupted run left
+    await _add_next(conn, report.model.dimension)
+    for table in TABLES:
+        report.rows[table.table] = await _backfill(
+            conn, table, embedder, batch_size=batch_size, progress=progress,
+            build_id=build_id,
+        )  # fmt: skip
+    await _build_indexes(conn)
+    for table in TABLES:  # what arrived during the index build
+        report.rows[table.table] += await _backfill(
+            conn, table, embedder, batch_size=batch_size, progress=None,
+            build_id=build_id,
+        )  # fmt: skip
+    await _switch(
+        conn, embedder, report.model, report,
+        lock_timeout_s=lock_timeout_s, attempts=switch_attempts,
+    )  # fmt: skip
 
 
 async def _add_next(conn: Any, dimension: int) -> None:

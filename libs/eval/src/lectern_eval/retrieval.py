@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lectern_common.events import RerankReply, RerankRequest, RetrieveReply, RetrieveRequest
 from lectern_common.events.chat import band_shares
 
 METHODS = ("dense", "sparse", "hybrid", "hybrid+rerank")
@@ -250,8 +251,26 @@ async def ingest_corpus(
     corpora: ~10x the measured pace, so only a stuck ingest reaches it).
     """
     say = progress or (lambda _msg: None)
-    externals: dict[uuid.UUID, list[str]] = {}
-    failures: list[str] = []
+    loaded = LoadedCorpus(externals={}, failures=[], statuses={})
+    await _upload_corpus(client, corpus, loaded, concurrency=concurrency, say=say)
+    if timeout_s is None:
+        timeout_s = max(3600.0, 0.5 * len(corpus))
+    loaded.statuses = await _wait_for_ingest(
+        pool, tenant_id, documents=len(corpus), timeout_s=timeout_s, stall_s=stall_s, say=say
+    )
+    await _settle_unindexed(pool, tenant_id, loaded)
+    return loaded
+
+
+async def _upload_corpus(
+    client: Any,
+    corpus: Mapping[str, tuple[str, str]],
+    loaded: LoadedCorpus,
+    *,
+    concurrency: int,
+    say: Callable[[str], None],
+) -> None:
+    """Upload each document as a text file, ``concurrency`` at a time, into ``loaded``."""
     semaphore = asyncio.Semaphore(concurrency)
     uploaded = 0
 
@@ -260,7 +279,7 @@ async def ingest_corpus(
         title, text = corpus[external_id]
         body = f"{title}\n\n{text}".strip() if title else text.strip()
         if not body:
-            failures.append(f"{external_id}: empty document, not uploaded")
+            loaded.failures.append(f"{external_id}: empty document, not uploaded")
             return
         async with semaphore:
             response = await client.post(
@@ -269,28 +288,37 @@ async def ingest_corpus(
                 data={"title": (title or external_id)[:500], "content_type": "text"},
             )
         if response.status_code not in (200, 202):
-            failures.append(f"{external_id}: upload answered {response.status_code}")
+            loaded.failures.append(f"{external_id}: upload answered {response.status_code}")
             return
-        externals.setdefault(uuid.UUID(response.json()["id"]), []).append(external_id)
+        loaded.externals.setdefault(uuid.UUID(response.json()["id"]), []).append(external_id)
         uploaded += 1
         if uploaded % 1000 == 0:
             say(f"uploaded {uploaded}/{len(corpus)}")
 
     await asyncio.gather(*(upload(external_id) for external_id in corpus))
-    if timeout_s is None:
-        timeout_s = max(3600.0, 0.5 * len(corpus))
+
+
+async def _wait_for_ingest(
+    pool: Any,
+    tenant_id: str,
+    *,
+    documents: int,
+    timeout_s: float,
+    stall_s: float,
+    say: Callable[[str], None],
+) -> dict[str, int]:
+    """Poll the tenant's documents until none is pending or processing; their statuses."""
     deadline = time.monotonic() + timeout_s
-    statuses: dict[str, int] = {}
-    least_waiting, last_progress = len(corpus) + 1, time.monotonic()
+    least_waiting, last_progress = documents + 1, time.monotonic()
     while True:
         rows = await pool.fetch(
             "SELECT status, count(*) AS n FROM documents WHERE tenant_id = $1 GROUP BY status",
             tenant_id,
         )
-        statuses = {r["status"]: int(r["n"]) for r in rows}
+        statuses = {str(r["status"]): int(r["n"]) for r in rows}
         waiting = statuses.get("pending", 0) + statuses.get("processing", 0)
         if not waiting:
-            break
+            return statuses
         if waiting < least_waiting:
             least_waiting, last_progress = waiting, time.monotonic()
         if time.monotonic() - last_progress > stall_s:
@@ -302,18 +330,21 @@ async def ingest_corpus(
             raise TimeoutError(f"ingest did not finish within {timeout_s} s: {statuses}")
         say(f"ingesting: {statuses}")
         await asyncio.sleep(2.0)
+
+
+async def _settle_unindexed(pool: Any, tenant_id: str, loaded: LoadedCorpus) -> None:
+    """Move a duplicate's external ids to its original; the rest that did not index fail."""
     # a duplicate holds no chunks: its external ids count as its original's
     for row in await pool.fetch(
         """SELECT id, duplicate_of, status, error_reason FROM documents
            WHERE tenant_id = $1 AND status <> 'indexed'""",
         tenant_id,
     ):
-        ids = externals.pop(row["id"], [])
+        ids = loaded.externals.pop(row["id"], [])
         if row["status"] == "duplicate" and row["duplicate_of"] is not None:
-            externals.setdefault(row["duplicate_of"], []).extend(ids)
+            loaded.externals.setdefault(row["duplicate_of"], []).extend(ids)
         else:
-            failures += [f"{i}: {row['status']} ({row['error_reason']})" for i in ids]
-    return LoadedCorpus(externals=externals, failures=failures, statuses=statuses)
+            loaded.failures += [f"{i}: {row['status']} ({row['error_reason']})" for i in ids]
 
 
 # ---------------------------------------------------------------- querying
@@ -371,104 +402,149 @@ async def run_queries(
     ``bands["answerable"]``, and each ``offtopic`` question (one the corpus cannot answer)
     is retrieved and re-ranked like a chat question, its band going to ``bands["offtopic"]``.
     """
-    from lectern_common.broker import request
-    from lectern_common.errors import LecternError
-    from lectern_common.events import (
-        RerankReply,
-        RerankRequest,
-        RetrieveReply,
-        RetrieveRequest,
-    )
-
     notes: list[str] = []
     wanted = [m for m in methods if m in METHODS]
     if "hybrid+rerank" in wanted:
-        probe = RerankRequest(tenant_id=tenant_id, query="probe", candidates=[], top_k=1)
-        try:
-            await request(broker, probe, RerankReply, timeout=3.0)
-        except LecternError as exc:
+        silence = await _reranker_silence(broker, tenant_id)
+        if silence is not None:
             wanted.remove("hybrid+rerank")
-            notes.append(f"hybrid+rerank skipped: the re-ranker did not answer ({exc.message})")
-    per_method: dict[str, list[dict[str, float]]] = {m: [] for m in wanted}
-    stages: dict[str, list[float]] = {}
-    semaphore = asyncio.Semaphore(concurrency)
-    sides = {"dense": ["dense"], "sparse": ["sparse"], "hybrid": ["dense", "sparse"]}
+            notes.append(f"hybrid+rerank skipped: the re-ranker did not answer ({silence})")
+    asker = _Asker(
+        broker=broker,
+        tenant_id=tenant_id,
+        external_of=external_of,
+        wanted=wanted,
+        timeout=timeout,
+        rerank_depth=rerank_depth,
+        bands=bands,
+        semaphore=asyncio.Semaphore(concurrency),
+        per_method={m: [] for m in wanted},
+    )
+    await asyncio.gather(*(asker.question(dataset.queries[q], dataset.qrels[q]) for q in query_ids))
+    if "hybrid+rerank" in wanted and offtopic:
+        await asyncio.gather(*(asker.offtopic(q) for q in offtopic))
+    return {m: mean_metrics(asker.per_method[m]) for m in wanted}, asker.stages, notes
 
-    def ranking_of(document_ids: Sequence[uuid.UUID]) -> list[str]:
+
+async def _reranker_silence(broker: Any, tenant_id: str) -> str | None:
+    """Why the re-ranker does not answer a probe within 3 s (None: it answers)."""
+    from lectern_common.broker import request
+    from lectern_common.errors import LecternError
+
+    probe = RerankRequest(tenant_id=tenant_id, query="probe", candidates=[], top_k=1)
+    try:
+        await request(broker, probe, RerankReply, timeout=3.0)
+    except LecternError as exc:
+        return exc.message
+    return None
+
+
+#: the retriever's sides each evaluated method asks for
+_SIDES: dict[str, list[Literal["dense", "sparse"]]] = {
+    "dense": ["dense"],
+    "sparse": ["sparse"],
+    "hybrid": ["dense", "sparse"],
+}
+
+
+@dataclass
+class _Asker:
+    """One evaluation's questions to the retriever and the re-ranker, and what they measured."""
+
+    broker: Any
+    tenant_id: str
+    external_of: Mapping[uuid.UUID, Sequence[str]]
+    wanted: list[str]
+    timeout: float
+    rerank_depth: int
+    bands: dict[str, list[str]] | None
+    semaphore: asyncio.Semaphore
+    per_method: dict[str, list[dict[str, float]]]
+    stages: dict[str, list[float]] = field(default_factory=dict)
+
+    def ranking_of(self, document_ids: Sequence[uuid.UUID]) -> list[str]:
+        """The corpus ids in the order of ``document_ids``."""
         # a document standing for several identical corpus entries ranks all of them
-        return document_ranking([e for d in document_ids for e in external_of.get(d, [str(d)])])
+        return document_ranking(
+            [e for d in document_ids for e in self.external_of.get(d, [str(d)])]
+        )
 
-    async def one(query_id: str) -> None:
-        text = dataset.queries[query_id]
-        relevant = dataset.qrels[query_id]
-        async with semaphore:
-            hybrid_reply: Any = None
+    async def retrieve(self, message: RetrieveRequest) -> RetrieveReply:
+        """The retriever's reply to ``message``."""
+        from lectern_common.broker import request
+
+        return await request(self.broker, message, RetrieveReply, timeout=self.timeout)
+
+    async def rerank(self, message: RerankRequest) -> RerankReply:
+        """The re-ranker's reply to ``message``."""
+        from lectern_common.broker import request
+
+        return await request(self.broker, message, RerankReply, timeout=self.timeout)
+
+    async def question(self, text: str, relevant: Mapping[str, int]) -> None:
+        """Score one question with every wanted method (hybrid once, also for re-ranking)."""
+        async with self.semaphore:
+            hybrid_reply: RetrieveReply | None = None
             for method in ("dense", "sparse", "hybrid"):
-                if method not in wanted and not (method == "hybrid" and "hybrid+rerank" in wanted):
+                rerank_wanted = method == "hybrid" and "hybrid+rerank" in self.wanted
+                if method not in self.wanted and not rerank_wanted:
                     continue
                 message = RetrieveRequest(
-                    tenant_id=tenant_id, query=text, k=100, k_dense=100, k_sparse=100,
-                    max_per_document=None, methods=sides[method],  # type: ignore[arg-type]
+                    tenant_id=self.tenant_id, query=text, k=100, k_dense=100, k_sparse=100,
+                    max_per_document=None, methods=_SIDES[method],
                 )  # fmt: skip
                 start = time.perf_counter()
-                reply = await request(broker, message, RetrieveReply, timeout=timeout)
+                reply = await self.retrieve(message)
                 elapsed = (time.perf_counter() - start) * 1000
                 if method == "hybrid":
                     hybrid_reply = reply
                     for stage, ms in reply.timings_ms.items():
-                        stages.setdefault(stage, []).append(ms)
-                    stages.setdefault("request", []).append(elapsed)
-                if method in wanted:
-                    ranking = ranking_of([c.document_id for c in reply.candidates])
-                    per_method[method].append(query_metrics(ranking, relevant))
-            if "hybrid+rerank" in wanted and hybrid_reply is not None:
-                head = hybrid_reply.candidates[:rerank_depth]
-                start = time.perf_counter()
-                reranked = await request(
-                    broker,
-                    RerankRequest(
-                        tenant_id=tenant_id,
-                        query=text,
-                        candidates=head,
-                        top_k=max(1, len(head)),
-                        token_budget=10_000_000,
-                    ),
-                    RerankReply,
-                    timeout=timeout,
-                )
-                stages.setdefault("rerank", []).append((time.perf_counter() - start) * 1000)
-                if bands is not None and reranked.confidence is not None:
-                    bands.setdefault("answerable", []).append(reranked.confidence.band)
-                order = rerank_order(
-                    [(c.candidate.chunk_id, c.candidate.document_id) for c in reranked.chunks],
-                    reranked.duplicates,
-                    {c.chunk_id: c.document_id for c in head},
-                )
-                rest = [c.document_id for c in hybrid_reply.candidates]
-                ranking = ranking_of(order + rest)
-                per_method["hybrid+rerank"].append(query_metrics(ranking, relevant))
+                        self.stages.setdefault(stage, []).append(ms)
+                    self.stages.setdefault("request", []).append(elapsed)
+                if method in self.wanted:
+                    ranking = self.ranking_of([c.document_id for c in reply.candidates])
+                    self.per_method[method].append(query_metrics(ranking, relevant))
+            if "hybrid+rerank" in self.wanted and hybrid_reply is not None:
+                await self.reranked(text, hybrid_reply, relevant)
 
-    async def off(text: str) -> None:
-        async with semaphore:
-            reply = await request(
-                broker,
-                RetrieveRequest(tenant_id=tenant_id, query=text, k=rerank_depth),
-                RetrieveReply,
-                timeout=timeout,
+    async def reranked(
+        self, text: str, hybrid_reply: RetrieveReply, relevant: Mapping[str, int]
+    ) -> None:
+        """Score the re-ranked head of the hybrid candidates (the rest after it, in order)."""
+        head = hybrid_reply.candidates[: self.rerank_depth]
+        start = time.perf_counter()
+        reranked = await self.rerank(
+            RerankRequest(
+                tenant_id=self.tenant_id,
+                query=text,
+                candidates=head,
+                top_k=max(1, len(head)),
+                token_budget=10_000_000,
             )
-            reranked = await request(
-                broker,
-                RerankRequest(tenant_id=tenant_id, query=text, candidates=reply.candidates),
-                RerankReply,
-                timeout=timeout,
-            )
-            if bands is not None and reranked.confidence is not None:
-                bands.setdefault("offtopic", []).append(reranked.confidence.band)
+        )
+        self.stages.setdefault("rerank", []).append((time.perf_counter() - start) * 1000)
+        if self.bands is not None and reranked.confidence is not None:
+            self.bands.setdefault("answerable", []).append(reranked.confidence.band)
+        order = rerank_order(
+            [(c.candidate.chunk_id, c.candidate.document_id) for c in reranked.chunks],
+            reranked.duplicates,
+            {c.chunk_id: c.document_id for c in head},
+        )
+        rest = [c.document_id for c in hybrid_reply.candidates]
+        ranking = self.ranking_of(order + rest)
+        self.per_method["hybrid+rerank"].append(query_metrics(ranking, relevant))
 
-    await asyncio.gather(*(one(q) for q in query_ids))
-    if "hybrid+rerank" in wanted and offtopic:
-        await asyncio.gather(*(off(q) for q in offtopic))
-    return {m: mean_metrics(per_method[m]) for m in wanted}, stages, notes
+    async def offtopic(self, text: str) -> None:
+        """Retrieve and re-rank a question the corpus cannot answer; record its band."""
+        async with self.semaphore:
+            reply = await self.retrieve(
+                RetrieveRequest(tenant_id=self.tenant_id, query=text, k=self.rerank_depth)
+            )
+            reranked = await self.rerank(
+                RerankRequest(tenant_id=self.tenant_id, query=text, candidates=reply.candidates)
+            )
+            if self.bands is not None and reranked.confidence is not None:
+                self.bands.setdefault("offtopic", []).append(reranked.confidence.band)
 
 
 # ---------------------------------------------------------------- orchestration
@@ -507,28 +583,15 @@ async def evaluate(
     say = progress or (lambda _msg: None)
     if dataset is None:
         dataset = load_beir(dataset_dir)
-    query_ids = sorted(q for q in dataset.queries if split == "all" or query_split(q) == split)
-    if limit_queries is not None:
-        query_ids = query_ids[:limit_queries]
+    query_ids = _chosen_questions(dataset, split=split, limit=limit_queries)
     tenant_id = f"eval-{dataset.name}-{uuid.uuid4().hex[:8]}"
     async with contextlib.AsyncExitStack() as stack:
-        if gateway_url and secret and nats_url and database_url:
-            running = RunningSystem(gateway_url, secret, nats_url, database_url)
-        else:
-            say("starting the embedded stack (NATS, Postgres, five services as processes)")
-            running = stack.enter_context(_processes(say))
+        running = _system(stack, (gateway_url, secret, nats_url, database_url), say=say)
         pool = await create_pool(running.database_url, min_size=1, max_size=4)
         stack.push_async_callback(pool.close)
         client = await stack.enter_async_context(_teacher(running, tenant_id))
-        say(f"uploading {len(dataset.corpus)} documents into tenant {tenant_id} (real ingest)")
         started = time.perf_counter()
-        loaded = await ingest_corpus(
-            client=client, pool=pool, tenant_id=tenant_id, corpus=dataset.corpus, progress=say
-        )
-        async with pool.acquire() as conn:
-            # what the retriever's periodic re-weighting would do after a bulk upload
-            await conn.execute("SELECT lectern_bm25_reweight($1)", tenant_id)
-            await conn.execute("ANALYZE chunks")
+        loaded = await _load_corpus(client, pool, tenant_id, dataset.corpus, say=say)
         load_seconds = time.perf_counter() - started
         say(f"ingested in {load_seconds:.0f} s: {loaded.statuses}")
         broker = create_broker(running.nats_url, service_name="lectern-eval")
@@ -565,6 +628,47 @@ async def evaluate(
             else None
         ),
     )
+
+
+def _system(
+    stack: contextlib.AsyncExitStack,
+    given: tuple[str | None, str | None, str | None, str | None],
+    *,
+    say: Callable[[str], None],
+) -> RunningSystem:
+    """The running system named by gateway URL, secret, NATS and Postgres URLs when all are
+    given, else the embedded stack started for the length of ``stack``."""
+    gateway_url, secret, nats_url, database_url = given
+    if gateway_url and secret and nats_url and database_url:
+        return RunningSystem(gateway_url, secret, nats_url, database_url)
+    say("starting the embedded stack (NATS, Postgres, five services as processes)")
+    return stack.enter_context(_processes(say))
+
+
+def _chosen_questions(dataset: BeirDataset, *, split: QuerySplit, limit: int | None) -> list[str]:
+    """The ids of the questions to ask: the split's, sorted, the first ``limit`` of them."""
+    query_ids = sorted(q for q in dataset.queries if split == "all" or query_split(q) == split)
+    return query_ids if limit is None else query_ids[:limit]
+
+
+async def _load_corpus(
+    client: Any,
+    pool: Any,
+    tenant_id: str,
+    corpus: Mapping[str, tuple[str, str]],
+    *,
+    say: Callable[[str], None],
+) -> LoadedCorpus:
+    """Ingest the corpus into the tenant, then re-weight its BM25 and analyse the chunks."""
+    say(f"uploading {len(corpus)} documents into tenant {tenant_id} (real ingest)")
+    loaded = await ingest_corpus(
+        client=client, pool=pool, tenant_id=tenant_id, corpus=corpus, progress=say
+    )
+    async with pool.acquire() as conn:
+        # what the retriever's periodic re-weighting would do after a bulk upload
+        await conn.execute("SELECT lectern_bm25_reweight($1)", tenant_id)
+        await conn.execute("ANALYZE chunks")
+    return loaded
 
 
 @dataclass

@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,69 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """A document's pipeline result as stored: ``indexed``, ``duplicate`` or None (the
+    document changed meanwhile), with when its indexing and its storing began."""
+
+    stored: str | None
+    result: PipelineResult
+    started: float
+    store_started: float
+
+
+@dataclass
+class _Drained:
+    """What the producer handed over: chunk drafts, the vectors of those embedded so far,
+    and whether (and which) an indexed document has the same text."""
+
+    drafts: list[ChunkDraft] = field(default_factory=list)
+    vectors: list[np.ndarray[Any, Any]] = field(default_factory=list)
+    duplicate_of: uuid.UUID | None = None
+    checked: bool = False
+
+
+def _itself(event: DocumentUploaded) -> list[uuid.UUID]:
+    """The upload's document and the version it replaces: never its own duplicate."""
+    itself = [event.document_id]
+    if event.replaces_document_id is not None:
+        itself.append(event.replaces_document_id)
+    return itself
+
+
+def _no_text(event: DocumentUploaded, stats: Produced) -> IngestFailure:
+    """The failure of a document without a chunk of text."""
+    skipped = f" ({stats.skipped_pages} pages without a text layer)" if (
+        stats.skipped_pages) else ""  # fmt: skip
+    return IngestFailure(
+        f"{event.filename} has no extractable text{skipped}; upload a text-based version "
+        "(or install Tesseract for scanned pages)",
+        stage=IngestStage.EXTRACT, reason=FailureReason.NO_TEXT,
+    )  # fmt: skip
+
+
+def _duplicate_result(
+    stats: Produced,
+    *,
+    lang: str | None,
+    simhash: int,
+    duplicate_of: uuid.UUID,
+    embed_s: float,
+) -> PipelineResult:
+    """The result of a document whose text an indexed one holds: no chunks of its own."""
+    duplicate = repo.IndexedDocument(
+        page_count=stats.page_count, skipped_pages=stats.skipped_pages, chunk_count=0,
+        qa_count=0, language=lang, ts_config=language.ts_config_for(lang),
+        content_sha256=stats.content.hexdigest(), simhash=simhash,
+        near_duplicate_of=None, near_duplicate_score=None, enriched=False,
+        enrichment_note=None,
+    )  # fmt: skip
+    return PipelineResult(
+        chunks=[], embeddings=np.empty((0, 0), dtype=np.float32), indexed=duplicate,
+        embed_s=embed_s, duplicate_of=duplicate_of,
+    )  # fmt: skip
+
+
 class IngestWorker:
     """Indexes uploaded documents; one ``process`` call per delivery."""
 
@@ -164,9 +228,24 @@ class IngestWorker:
     async def process_alone(
         self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
     ) -> Outcome:
-        settings = self.settings
+        """Index one upload by itself: settle what is already decided, else run the pipeline,
+        store its outcome and clean up after it."""
         async with self.pool.acquire() as conn:
             row = await repo.get_document(conn, event.document_id)
+        decided = await self._decided(event, row, deliveries)
+        if decided is not None:
+            return decided
+        async with self.pool.acquire() as conn:
+            await repo.mark_processing(conn, event.document_id, attempts=deliveries)
+        attempt = await self._attempt(event, row, deliveries=deliveries, keepalive=keepalive)
+        if isinstance(attempt, Outcome):
+            return attempt
+        return await self._after_store(event, attempt, deliveries=deliveries)
+
+    async def _decided(self, event: DocumentUploaded, row: Any, deliveries: int) -> Outcome | None:
+        """The outcome when the document's row already settles the delivery (no row yet, an
+        outcome stored, too many deliveries); None when it is to be indexed."""
+        settings = self.settings
         if row is None:
             # the gateway commits the row before publishing; its absence is transient
             if deliveries >= settings.max_deliveries:
@@ -202,8 +281,19 @@ class IngestWorker:
                 f"gave up after {deliveries - 1} attempts; last error: {last}", deliveries,
             )  # fmt: skip
             return Outcome("failed", gave_up="too_many_deliveries")
-        async with self.pool.acquire() as conn:
-            await repo.mark_processing(conn, event.document_id, attempts=deliveries)
+        return None
+
+    async def _attempt(
+        self,
+        event: DocumentUploaded,
+        row: Any,
+        *,
+        deliveries: int,
+        keepalive: KeepAlive | None,
+    ) -> Outcome | _Stored:
+        """Run the pipeline and store its result within the document's time limit; the
+        outcome of a failure, or what was stored."""
+        settings = self.settings
         progress = Progress(
             event=event, publish=self.publish, interval_s=settings.progress_interval_s,
             after_s=settings.progress_after_s,
@@ -239,26 +329,39 @@ class IngestWorker:
             await self._fail(event, progress.stage, reason, exc.message, deliveries)
             return Outcome("failed")
         except Exception as exc:
-            message = exc.message if isinstance(exc, RetryableError) else repr(exc)
-            if not isinstance(exc, RetryableError):
-                log.exception("ingest of %s failed at %s", event.document_id, progress.stage)
-            if deliveries + 1 >= settings.max_deliveries:
-                await self._fail(
-                    event, progress.stage, FailureReason.TOO_MANY_DELIVERIES,
-                    f"gave up after {deliveries} attempts; last error: {message}", deliveries,
-                )  # fmt: skip
-                return Outcome("failed", gave_up="too_many_deliveries")
-            async with self.pool.acquire() as conn:
-                await repo.record_retry(
-                    conn, event.document_id, attempts=deliveries, stage=progress.stage.value,
-                    message=message[:2000],
-                )  # fmt: skip
-            return Outcome("retry", self.retry_delay_for(deliveries))
+            return await self._failed_attempt(event, exc, progress.stage, deliveries)
         finally:
             if alive is not None:
                 alive.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await alive
+        return _Stored(stored, result, started=started, store_started=store_started)
+
+    async def _failed_attempt(
+        self, event: DocumentUploaded, exc: Exception, stage: IngestStage, deliveries: int
+    ) -> Outcome:
+        """A retry for a transient or unexpected error, or a failure on the last delivery."""
+        message = exc.message if isinstance(exc, RetryableError) else repr(exc)
+        if not isinstance(exc, RetryableError):
+            log.exception("ingest of %s failed at %s", event.document_id, stage)
+        if deliveries + 1 >= self.settings.max_deliveries:
+            await self._fail(
+                event, stage, FailureReason.TOO_MANY_DELIVERIES,
+                f"gave up after {deliveries} attempts; last error: {message}", deliveries,
+            )  # fmt: skip
+            return Outcome("failed", gave_up="too_many_deliveries")
+        async with self.pool.acquire() as conn:
+            await repo.record_retry(
+                conn, event.document_id, attempts=deliveries, stage=stage.value,
+                message=message[:2000],
+            )  # fmt: skip
+        return Outcome("retry", self.retry_delay_for(deliveries))
+
+    async def _after_store(
+        self, event: DocumentUploaded, attempt: _Stored, *, deliveries: int
+    ) -> Outcome:
+        """Log what was stored, look for conflicts and clean up after it."""
+        stored, result = attempt.stored, attempt.result
         if stored is None:
             log.info("document %s changed while indexing; result dropped", event.document_id)
             await self._forget_password(event)
@@ -267,7 +370,7 @@ class IngestWorker:
         log.info(
             "%s %s: %s pages, %d chunks in %.2f s (embedding %.2f s, store %.2f s)",
             stored, event.document_id, result.indexed.page_count, len(result.chunks),
-            finished - started, result.embed_s, finished - store_started,
+            finished - attempt.started, result.embed_s, finished - attempt.store_started,
         )  # fmt: skip
         if stored == "indexed":
             await self.find_conflicts(event.document_id)
@@ -419,66 +522,31 @@ class IngestWorker:
     async def _extract_and_embed(
         self, *, event: DocumentUploaded, path: Path, password: str | None, progress: Progress
     ) -> PipelineResult:
+        """Extract and chunk in the producer thread while the chunk batches are embedded (with
+        an enricher: once every chunk is enriched); a copy of an indexed text keeps no chunks."""
         # several documents may be in flight in one worker: embedding time is per document
         embed_timer = [0.0]
         EMBED_TIMER.set(embed_timer)
         reused = [0]
         REUSABLE.set((await self._reusable(event.replaces_document_id), reused))
-        loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.settings.queue_batches)
         producer = Producer(
             path=path, mime=event.mime_type, password=password,
             title=given_title(event), config=self.chunking,
             count_tokens=self.count_tokens, batch_size=self.settings.embed_batch_size,
-            loop=loop, queue=queue, max_chunks=self.settings.max_chunks_per_document,
+            loop=asyncio.get_running_loop(), queue=queue,
+            max_chunks=self.settings.max_chunks_per_document,
         )  # fmt: skip
         progress.stage = IngestStage.EXTRACT
         producer.start()
-        drafts: list[ChunkDraft] = []
-        vectors: list[np.ndarray[Any, Any]] = []
-        duplicate_of: uuid.UUID | None = None
-        checked = False
-        try:
-            while True:
-                item = await queue.get()
-                if item is DONE:
-                    break
-                if isinstance(item, BaseException):
-                    progress.stage = producer.stage
-                    raise item
-                drafts.extend(item)
-                if not checked and producer.stats.extracted:
-                    # extraction runs ahead of embedding: once the whole text is read, a copy
-                    # of an indexed document is known before most of it would be embedded
-                    checked = True
-                    duplicate_of = await self._content_duplicate(event, producer.stats)
-                    if duplicate_of is not None:
-                        break
-                if self.enricher is not None:
-                    await report_units(progress, producer.stats, IngestStage.EXTRACT)
-                    continue
-                progress.stage = IngestStage.EMBED
-                title = producer.title or producer.stats.title
-                vectors.append(
-                    await self._embed(
-                        [embedding_text(d.text, d.context_prefix, title) for d in item]
-                    )
-                )
-                await report_embedded(progress, producer.stats, item)
-        finally:
-            producer.stop.set()
+        drained = await self._drain(event, producer, queue, progress)
         stats = producer.stats
         final_stage = IngestStage.EXTRACT if self.enricher is not None else IngestStage.EMBED
         await report_units(progress, stats, final_stage, force=True)
-        if not drafts:
-            skipped = f" ({stats.skipped_pages} pages without a text layer)" if (
-                stats.skipped_pages) else ""  # fmt: skip
-            raise IngestFailure(
-                f"{event.filename} has no extractable text{skipped}; upload a text-based version "
-                "(or install Tesseract for scanned pages)",
-                stage=IngestStage.EXTRACT, reason=FailureReason.NO_TEXT,
-            )  # fmt: skip
-        if not checked:
+        if not drained.drafts:
+            raise _no_text(event, stats)
+        duplicate_of = drained.duplicate_of
+        if not drained.checked:
             duplicate_of = await self._content_duplicate(event, stats)
         # off the event loop, which serves the other documents in flight
         lang = event.metadata.language or await asyncio.to_thread(
@@ -486,36 +554,18 @@ class IngestWorker:
         )
         simhash = stats.simhash.digest()
         if duplicate_of is not None:
-            duplicate = repo.IndexedDocument(
-                page_count=stats.page_count, skipped_pages=stats.skipped_pages, chunk_count=0,
-                qa_count=0, language=lang, ts_config=language.ts_config_for(lang),
-                content_sha256=stats.content.hexdigest(), simhash=simhash,
-                near_duplicate_of=None, near_duplicate_score=None, enriched=False,
-                enrichment_note=None,
+            return _duplicate_result(
+                stats, lang=lang, simhash=simhash, duplicate_of=duplicate_of,
+                embed_s=embed_timer[0],
             )  # fmt: skip
-            return PipelineResult(
-                chunks=[], embeddings=np.empty((0, 0), dtype=np.float32), indexed=duplicate,
-                embed_s=embed_timer[0], duplicate_of=duplicate_of,
-            )  # fmt: skip
-
-        records = [chunk_record(event.document_id, i, d) for i, d in enumerate(drafts)]
+        records = [chunk_record(event.document_id, i, d) for i, d in enumerate(drained.drafts)]
         enriched = False
         note: str | None = "no Gemini key"
+        vectors = drained.vectors
         if self.enricher is not None:
-            progress.stage = IngestStage.ENRICH
-            await progress.report(IngestStage.ENRICH, 0, len(records), "chunks", force=True)
-            records, enriched, note = await self.enricher.enrich(
-                document_id=event.document_id, title=event.metadata.title or event.filename,
-                chunks=records, count_tokens=self.count_tokens,
-                max_tokens=self.chunking.max_tokens,
-            )  # fmt: skip
-            progress.stage = IngestStage.EMBED
+            records, enriched, note = await self._enrich(event, records, progress, self.enricher)
             title = producer.title or stats.title
-            texts = [embedding_text(r.text, r.context_prefix, title) for r in records]
-            for start in range(0, len(texts), self.settings.embed_batch_size):
-                batch = texts[start : start + self.settings.embed_batch_size]
-                vectors.append(await self._embed(batch))
-                await progress.report(IngestStage.EMBED, start + len(batch), len(texts), "chunks")
+            vectors.extend(await self._embed_records(records, title=title, progress=progress))
         embeddings = np.concatenate(vectors, axis=0)
         near = await self._near_duplicate(event, simhash)
         indexed = describe(
@@ -531,19 +581,86 @@ class IngestWorker:
             reused_embeddings=reused[0],
         )  # fmt: skip
 
+    async def _drain(
+        self,
+        event: DocumentUploaded,
+        producer: Producer,
+        queue: asyncio.Queue[Any],
+        progress: Progress,
+    ) -> _Drained:
+        """Take the producer's chunk batches until it is done (or the text is found to copy
+        an indexed document's), embedding each unless an enricher is to see them first."""
+        drained = _Drained()
+        try:
+            while True:
+                item = await queue.get()
+                if item is DONE:
+                    break
+                if isinstance(item, BaseException):
+                    progress.stage = producer.stage
+                    raise item
+                drained.drafts.extend(item)
+                if not drained.checked and producer.stats.extracted:
+                    # extraction runs ahead of embedding: once the whole text is read, a copy
+                    # of an indexed document is known before most of it would be embedded
+                    drained.checked = True
+                    drained.duplicate_of = await self._content_duplicate(event, producer.stats)
+                    if drained.duplicate_of is not None:
+                        break
+                if self.enricher is not None:
+                    await report_units(progress, producer.stats, IngestStage.EXTRACT)
+                    continue
+                progress.stage = IngestStage.EMBED
+                title = producer.title or producer.stats.title
+                drained.vectors.append(
+                    await self._embed(
+                        [embedding_text(d.text, d.context_prefix, title) for d in item]
+                    )
+                )
+                await report_embedded(progress, producer.stats, item)
+        finally:
+            producer.stop.set()
+        return drained
+
+    async def _enrich(
+        self,
+        event: DocumentUploaded,
+        records: list[repo.ChunkRecord],
+        progress: Progress,
+        enricher: Enricher,
+    ) -> tuple[list[repo.ChunkRecord], bool, str | None]:
+        """The enricher's chunks, whether it enriched them, and its note."""
+        progress.stage = IngestStage.ENRICH
+        await progress.report(IngestStage.ENRICH, 0, len(records), "chunks", force=True)
+        return await enricher.enrich(
+            document_id=event.document_id, title=event.metadata.title or event.filename,
+            chunks=records, count_tokens=self.count_tokens,
+            max_tokens=self.chunking.max_tokens,
+        )  # fmt: skip
+
+    async def _embed_records(
+        self, records: Sequence[repo.ChunkRecord], *, title: str | None, progress: Progress
+    ) -> list[np.ndarray[Any, Any]]:
+        """The chunks' vectors, a batch at a time, reporting progress after each batch."""
+        progress.stage = IngestStage.EMBED
+        texts = [embedding_text(r.text, r.context_prefix, title) for r in records]
+        vectors: list[np.ndarray[Any, Any]] = []
+        for start in range(0, len(texts), self.settings.embed_batch_size):
+            batch = texts[start : start + self.settings.embed_batch_size]
+            vectors.append(await self._embed(batch))
+            await progress.report(IngestStage.EMBED, start + len(batch), len(texts), "chunks")
+        return vectors
+
     async def _content_duplicate(
         self, event: DocumentUploaded, stats: Produced
     ) -> uuid.UUID | None:
         """An indexed document of the tenant (same collection) with exactly the same text."""
         if stats.content.empty:
             return None
-        exclude = [event.document_id]
-        if event.replaces_document_id is not None:
-            exclude.append(event.replaces_document_id)
         async with self.pool.acquire() as conn:
             return await repo.find_content_duplicate(
                 conn, tenant_id=event.tenant_id, collection=event.metadata.collection,
-                content_sha256=stats.content.hexdigest(), exclude=exclude,
+                content_sha256=stats.content.hexdigest(), exclude=_itself(event),
             )  # fmt: skip
 
     async def _reusable(self, previous: uuid.UUID | None) -> dict[str, np.ndarray[Any, Any]]:
@@ -600,12 +717,9 @@ class IngestWorker:
     async def _near_duplicate(
         self, event: DocumentUploaded, simhash: int
     ) -> tuple[uuid.UUID, float] | None:
-        exclude = [event.document_id]
-        if event.replaces_document_id is not None:
-            exclude.append(event.replaces_document_id)
         async with self.pool.acquire() as conn:
             nearest = await repo.nearest_simhash(
-                conn, tenant_id=event.tenant_id, simhash=simhash, exclude=exclude
+                conn, tenant_id=event.tenant_id, simhash=simhash, exclude=_itself(event)
             )
         return near_duplicate(nearest, self.settings.near_duplicate_threshold)
 

@@ -176,33 +176,46 @@ class SmallDocuments:
     async def _together(
         self, items: list[Delivery], results: list[Outcome | None], alone: set[int]
     ) -> None:
+        """Index the list's documents on the common path; those that leave it go to ``alone``."""
         worker = self.worker
         started = time.monotonic()
         async with worker.pool.acquire() as conn:
             rows = await repo.get_documents(conn, [d.event.document_id for d in items])
-        candidates: list[tuple[int, Delivery, Any]] = []
-        seen: set[uuid.UUID] = set()
-        for i, delivery in enumerate(items):
-            row = rows.get(delivery.event.document_id)
-            if (
-                row is None
-                or row["status"] not in ("pending", "processing")
-                or row["previous_version_id"] is not None
-                or delivery.deliveries > 1
-                or delivery.event.document_id in seen
-            ):
-                # absent, finished, a new version or a redelivery: the one-document path
-                # knows each case (retry, re-published outcome, clean-up, give up)
-                alone.add(i)
-                continue
-            seen.add(delivery.event.document_id)
-            candidates.append((i, delivery, row))
+        candidates = _candidates(items, rows, alone)
         if not candidates:
             return
         async with worker.pool.acquire() as conn:
             await repo.mark_processing_many(
                 conn, [(d.event.document_id, d.deliveries) for _, d, _ in candidates]
             )
+        documents = await self._fetch_and_extract(candidates, alone)
+        if not documents:
+            return
+        documents = await self._without_copies(documents, alone)
+        if not documents:
+            return
+        model = worker.embedder.name
+        embed_s = await self._embed_all(documents)
+        await self._describe(documents)
+        store_started = time.monotonic()
+        stored = await self._store(documents, model=model, started=started, alone=alone)
+        _settle(documents, stored, results, alone)
+        finished = time.monotonic()
+        log.info(
+            "indexed %d small documents together (%d chunks) in %.2f s (embedding %.2f s, "
+            "store %.2f s); %d of the list indexed alone",
+            len(stored), sum(len(d.records) for d in stored), finished - started, embed_s,
+            finished - store_started, len(alone),
+        )  # fmt: skip
+        if stored:
+            await worker.find_conflicts(*(d.id for d in stored))
+
+    async def _fetch_and_extract(
+        self, candidates: list[tuple[int, Delivery, Any]], alone: set[int]
+    ) -> list[_Document]:
+        """Fetch every candidate's bytes at once, then extract them all in one thread; those
+        whose fetch or extraction fails go to ``alone``."""
+        worker = self.worker
         with tempfile.TemporaryDirectory(prefix="lectern-ingest-") as tmp:
             documents = [
                 _Document(index=i, delivery=d, row=row, path=Path(tmp) / str(i))
@@ -222,42 +235,20 @@ class SmallDocuments:
             )
             documents = _keep(documents, [isinstance(f, int) and f > 0 for f in fetched], alone)
             extracted = await asyncio.to_thread(self._extract, documents)
-            documents = _keep(documents, extracted, alone)
-        if not documents:
-            return
-        documents = await self._without_copies(documents, alone)
-        if not documents:
-            return
-        model = worker.embedder.name
+            return _keep(documents, extracted, alone)
+
+    async def _embed_all(self, documents: list[_Document]) -> float:
+        """Embed every document's chunks in one embedder call; the seconds it took."""
         embed_started = time.monotonic()
-        vectors = await worker.embedder.embed_documents([t for d in documents for t in d.texts])
+        vectors = await self.worker.embedder.embed_documents(
+            [t for d in documents for t in d.texts]
+        )
         embed_s = time.monotonic() - embed_started
         start = 0
         for document in documents:
             document.vectors = vectors[start : start + len(document.texts)]
             start += len(document.texts)
-        await self._describe(documents)
-        store_started = time.monotonic()
-        stored = await self._store(documents, model=model, started=started, alone=alone)
-        for document in stored:
-            results[document.index] = Outcome("indexed")
-            metrics.DOCUMENTS_INGESTED.add(
-                1, {"outcome": "indexed", "mime_type": document.delivery.event.mime_type}
-            )
-        for document in documents:
-            if results[document.index] is None and document.index not in alone:
-                # no longer pending work when locked (deleted, or another delivery did it)
-                log.info("document %s changed while indexing; result dropped", document.id)
-                results[document.index] = Outcome("dropped")
-        finished = time.monotonic()
-        log.info(
-            "indexed %d small documents together (%d chunks) in %.2f s (embedding %.2f s, "
-            "store %.2f s); %d of the list indexed alone",
-            len(stored), sum(len(d.records) for d in stored), finished - started, embed_s,
-            finished - store_started, len(alone),
-        )  # fmt: skip
-        if stored:
-            await worker.find_conflicts(*(d.id for d in stored))
+        return embed_s
 
     def _extract(self, documents: list[_Document]) -> list[bool]:
         """Extract, chunk and detect the language of every document (in a worker thread);
@@ -382,6 +373,50 @@ class SmallDocuments:
                     await beat()
                 except Exception as exc:
                     log.warning("in-progress ack failed: %s", exc)
+
+
+def _candidates(
+    items: list[Delivery], rows: dict[uuid.UUID, Any], alone: set[int]
+) -> list[tuple[int, Delivery, Any]]:
+    """The list's first deliveries of pending new documents, each once, with their rows; the
+    others' indexes go to ``alone``."""
+    candidates: list[tuple[int, Delivery, Any]] = []
+    seen: set[uuid.UUID] = set()
+    for i, delivery in enumerate(items):
+        row = rows.get(delivery.event.document_id)
+        if (
+            row is None
+            or row["status"] not in ("pending", "processing")
+            or row["previous_version_id"] is not None
+            or delivery.deliveries > 1
+            or delivery.event.document_id in seen
+        ):
+            # absent, finished, a new version or a redelivery: the one-document path
+            # knows each case (retry, re-published outcome, clean-up, give up)
+            alone.add(i)
+            continue
+        seen.add(delivery.event.document_id)
+        candidates.append((i, delivery, row))
+    return candidates
+
+
+def _settle(
+    documents: list[_Document],
+    stored: list[_Document],
+    results: list[Outcome | None],
+    alone: set[int],
+) -> None:
+    """The stored documents' outcomes ``indexed``; the others not sent alone ``dropped``."""
+    for document in stored:
+        results[document.index] = Outcome("indexed")
+        metrics.DOCUMENTS_INGESTED.add(
+            1, {"outcome": "indexed", "mime_type": document.delivery.event.mime_type}
+        )
+    for document in documents:
+        if results[document.index] is None and document.index not in alone:
+            # no longer pending work when locked (deleted, or another delivery did it)
+            log.info("document %s changed while indexing; result dropped", document.id)
+            results[document.index] = Outcome("dropped")
 
 
 def _keep(documents: list[_Document], kept: list[bool], alone: set[int]) -> list[_Document]:
