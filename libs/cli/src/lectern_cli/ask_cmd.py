@@ -25,10 +25,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--session", help="session id to continue (default: a new session)")
     parser.add_argument("--mode", choices=("chat", "tutor"), default="chat")
     parser.add_argument("--subject", help="subject filter of a new session")
-    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
-    parser.add_argument(
-        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
-    )
+    add_connection(parser)
     parser.add_argument("--json", action="store_true", help="print every event as JSON lines")
     parser.set_defaults(func=run)
 

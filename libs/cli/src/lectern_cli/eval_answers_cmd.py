@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lectern_cli.eval_run import add_where_options
+
 
 def register(subparsers: Any) -> None:
     """Add ``eval-answers``."""
@@ -32,12 +34,7 @@ def register(subparsers: Any) -> None:
     )  # fmt: skip
     which.add_argument("--questions", type=Path, metavar="FILE", help="one question file")
     parser.add_argument("--offtopic", type=Path, metavar="FILE", help="questions to refuse")
-    parser.add_argument(
-        "--documents", type=Path, default=Path("../shared/data"), metavar="DIR",
-        help="folder the questions' document paths are relative to (../shared/data)",
-    )  # fmt: skip
-    parser.add_argument("--url", help="a running gateway (default: start the embedded stack)")
-    parser.add_argument("--data-dir", type=Path, help="embedded stack's data dir (temporary)")
+    add_where_options(parser, owners="questions")
     parser.add_argument(
         "--tenant",
         help="tenant to upload into (default: a fresh one); with a kept --data-dir, a second "

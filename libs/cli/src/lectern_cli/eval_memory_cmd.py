@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lectern_cli.eval_run import add_where_options
+
 
 def register(subparsers: Any) -> None:
     """Add ``eval-memory``."""
@@ -24,12 +26,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--set", type=Path, default=Path("bench/memory"), metavar="DIR")
-    parser.add_argument(
-        "--documents", type=Path, default=Path("../shared/data"), metavar="DIR",
-        help="folder the students' document paths are relative to (../shared/data)",
-    )  # fmt: skip
-    parser.add_argument("--url", help="a running gateway (default: start the embedded stack)")
-    parser.add_argument("--data-dir", type=Path, help="embedded stack's data dir (temporary)")
+    add_where_options(parser, owners="students")
     parser.add_argument("--concurrency", type=int, default=2, help="students in flight (2)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every result as JSON")
     parser.set_defaults(func=run)

@@ -1,14 +1,26 @@
-"""What ``eval-answers`` and ``eval-memory`` share: the frozen-split line, and running an
-evaluation against a given gateway or the embedded stack."""
+"""What ``eval-answers`` and ``eval-memory`` share: their options of where to run, the
+frozen-split line, and running an evaluation against a given gateway or the embedded stack."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
+
+
+def add_where_options(parser: argparse.ArgumentParser, *, owners: str) -> None:
+    """``--documents`` (where the ``owners``' document paths start), ``--url`` and
+    ``--data-dir``."""
+    parser.add_argument(
+        "--documents", type=Path, default=Path("../shared/data"), metavar="DIR",
+        help=f"folder the {owners}' document paths are relative to (../shared/data)",
+    )  # fmt: skip
+    parser.add_argument("--url", help="a running gateway (default: start the embedded stack)")
+    parser.add_argument("--data-dir", type=Path, help="embedded stack's data dir (temporary)")
 
 
 def frozen_note(sha256: str, frozen: str | None) -> str:

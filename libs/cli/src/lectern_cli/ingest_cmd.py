@@ -12,10 +12,11 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lectern_cli.ask_cmd import DEFAULT_URL, add_connection
+
 if TYPE_CHECKING:
     from lectern_client import AsyncLecternClient, LecternError
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 #: files a folder walk skips (hidden files, editor leftovers)
 _SKIP_PREFIXES = (".", "~$")
 
@@ -73,10 +74,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="never send a file as the new version of a same-named document",
     )
-    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
-    parser.add_argument(
-        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
-    )
+    add_connection(parser)
     parser.add_argument("--concurrency", type=int, default=2, help="uploads at a time (2)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per document")
     parser.add_argument("--no-wait", action="store_true", help="upload only; do not follow")

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:8000"
+from lectern_cli.ask_cmd import DEFAULT_URL, add_connection
 
 
 def register(subparsers: Any) -> None:
@@ -30,10 +30,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--collection", action="append", choices=("educational", "assessment"))
     parser.add_argument("--method", choices=("hybrid", "dense", "sparse"), default="hybrid")
     parser.add_argument("--json", action="store_true", help="print the response JSON")
-    parser.add_argument("--token", help="bearer token (default: $LECTERN_TOKEN)")
-    parser.add_argument(
-        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
-    )
+    add_connection(parser)
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.set_defaults(func=run)
 

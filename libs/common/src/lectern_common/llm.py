@@ -241,18 +241,29 @@ class GeminiGenerator:
         full = "".join(answer)
         if metadata is not None and (grounding := map_grounding(metadata, full)) is not None:
             yield grounding
+        used = None
         if usage is not None:
-            yield Usage(
+            used = Usage(
                 input_tokens=usage.prompt_token_count,
                 output_tokens=usage.candidates_token_count,
                 total_tokens=usage.total_token_count,
             )
-        yield Final(
-            provider=self.name,
-            model=self.model,
-            finish_reason=finish_reason,
-            cited_sources=cited_labels(full),
-        )
+        for event in closing_events(self.name, self.model, finish_reason, full, used):
+            yield event
+
+
+def closing_events(
+    provider: str, model: str, finish_reason: str | None, answer: str, usage: Usage | None
+) -> list[Usage | Final]:
+    """A provider's last events: its token usage when it reported one, then ``Final`` with
+    the source labels the answer cites."""
+    final = Final(
+        provider=provider,
+        model=model,
+        finish_reason=finish_reason,
+        cited_sources=cited_labels(answer),
+    )
+    return [usage, final] if usage is not None else [final]
 
 
 def _enum_text(value: object) -> str:
@@ -367,18 +378,15 @@ class OpenAICompatibleGenerator:
                             yield TextDelta(text=text)
         except (httpx.TransportError, json.JSONDecodeError) as exc:
             raise UpstreamError(f"{what}: {exc!r}", reason="upstream_unreachable") from exc
+        used = None
         if usage is not None:
-            yield Usage(
+            used = Usage(
                 input_tokens=usage.get("prompt_tokens"),
                 output_tokens=usage.get("completion_tokens"),
                 total_tokens=usage.get("total_tokens"),
             )
-        yield Final(
-            provider=self.name,
-            model=self.model,
-            finish_reason=finish_reason,
-            cited_sources=cited_labels("".join(answer)),
-        )
+        for event in closing_events(self.name, self.model, finish_reason, "".join(answer), used):
+            yield event
 
 
 class FallbackGenerator:

@@ -257,6 +257,17 @@ async def _mark_duplicate(
     )  # fmt: skip
 
 
+async def _lock_pending(conn: Any, document_id: uuid.UUID, *, content_sha256: str) -> Any:
+    """Lock the document's row and, while it is still pending work, its tenant's content
+    hash (two copies of a text are stored one after the other); the row, or None when the
+    document was deleted or finished."""
+    row = await lock_document(conn, document_id)
+    if row is None or row["status"] not in ("pending", "processing"):
+        return None
+    await lock_content_hash(conn, tenant_id=row["tenant_id"], content_sha256=content_sha256)
+    return row
+
+
 async def store_duplicate(
     conn: Any, *, document: Any, original_id: uuid.UUID, result: IndexedDocument
 ) -> str | None:
@@ -267,12 +278,9 @@ async def store_duplicate(
     """
     document_id = document["id"]
     async with conn.transaction():
-        row = await lock_document(conn, document_id)
-        if row is None or row["status"] not in ("pending", "processing"):
+        row = await _lock_pending(conn, document_id, content_sha256=result.content_sha256)
+        if row is None:
             return None
-        await lock_content_hash(
-            conn, tenant_id=row["tenant_id"], content_sha256=result.content_sha256
-        )
         original = await lock_document(conn, original_id)
         if original is None or original["status"] != "indexed":
             return "gone"
@@ -300,12 +308,9 @@ async def store_document(
     """
     document_id = document["id"]
     async with conn.transaction():
-        row = await lock_document(conn, document_id)
-        if row is None or row["status"] not in ("pending", "processing"):
+        row = await _lock_pending(conn, document_id, content_sha256=result.content_sha256)
+        if row is None:
             return None
-        await lock_content_hash(
-            conn, tenant_id=row["tenant_id"], content_sha256=result.content_sha256
-        )
         exclude = [document_id]
         if row["previous_version_id"] is not None:
             exclude.append(row["previous_version_id"])
