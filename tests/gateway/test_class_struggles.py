@@ -1,4 +1,6 @@
-"""What a class finds hard, for its teacher: aggregates over the roster, never one student."""
+"""What a class finds hard, for its teacher: aggregates over the roster, never one student.
+The memories are the memory service's: the gateway asks it (``lectern.memory.topics.v1``,
+``lectern.memory.list.v1``), so the real memory service runs beside the gateway."""
 
 from __future__ import annotations
 
@@ -12,12 +14,21 @@ import pytest
 from lectern_testing.chat import Gateway, offline_gateway
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
+from lectern_memory.app import create_app as create_memory
+from lectern_memory.config import Settings as MemorySettings
+
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
-    async with offline_gateway(nats_url, database_url, db_pool) as running:
+    memory = create_memory(
+        MemorySettings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
+    )
+    async with (
+        memory.router.lifespan_context(memory),
+        offline_gateway(nats_url, database_url, db_pool) as running,
+    ):
         yield running
 
 

@@ -1,6 +1,8 @@
-"""Curriculum tagging through the gateway and the real retriever (local MiniLM): standards
-uploaded as CSV, proposals for a document and its sections by embedding similarity, a
-teacher's confirmation, and search filtered by the confirmed standards."""
+"""Curriculum tagging through the gateway, the real retriever (local MiniLM) and the real
+ingest service (which owns the chunks the confirmed standards are written to,
+``lectern.chunks.curriculum.v1``): standards uploaded as CSV, proposals for a document and
+its sections by embedding similarity, a teacher's confirmation, and search filtered by the
+confirmed standards."""
 
 from __future__ import annotations
 
@@ -36,14 +38,18 @@ HI-WW2,"Explain the causes and the course of the Second World War",history,9
 
 @pytest.fixture(scope="module")
 async def stack(nats_url: str, database_url: str) -> AsyncIterator[tuple[Gateway, LocalEmbedder]]:
+    from lectern_ingest.app import create_app as create_ingest
+    from lectern_ingest.config import Settings as IngestSettings
     from lectern_retriever.config import Settings as RetrieverSettings
 
     common: dict[str, Any] = {"nats_url": nats_url, "database_url": database_url,
                               "http_port": 0, "log_json": False}  # fmt: skip
     embedder = LocalEmbedder(RetrieverSettings(**common))
     retriever = lectern_retriever_app.create_app(RetrieverSettings(**common), embedder=embedder)
+    ingest = create_ingest(IngestSettings(**common, gc_interval_s=0), embedder=embedder)
     async with (
         retriever.router.lifespan_context(retriever),
+        ingest.router.lifespan_context(ingest),
         serve_gateway(gateway_settings(nats_url, database_url)) as gateway,
     ):
         yield gateway, embedder

@@ -244,6 +244,44 @@ async def test_a_search_nobody_answers_names_the_retriever_or_nats(
     assert_unavailable(response, reason)
 
 
+#: routes that ask the memory service (it owns the memories): (method, path, role)
+MEMORY_ROUTES = [
+    ("GET", "/v1/me/memories", "student"),
+    ("DELETE", "/v1/me/memories", "student"),
+    ("DELETE", "/v1/me/memories/00000000-0000-0000-0000-000000000001", "student"),
+    ("GET", "/v1/users/stu/memories", "admin"),
+    ("GET", "/v1/me/export", "student"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "role"), MEMORY_ROUTES)
+@pytest.mark.parametrize(
+    ("broken", "reason"),
+    [("ConnectionClosedError", "nats_unavailable"), ("no memory replica", "upstream"),
+     ("own connection down", "nats_unavailable")],
+)  # fmt: skip
+async def test_memories_while_the_memory_service_cannot_answer_are_503(
+    gateway: Gateway,
+    failing_nats: Callable[[FailingBroker], None],
+    tenant_id: str,
+    method: str,
+    path: str,
+    role: str,
+    broken: str,
+    reason: str,
+) -> None:
+    """The memories are the memory service's, asked over NATS: NATS failing, or no memory
+    replica answering by the deadline (none runs here), is 503 naming which."""
+    if broken == "ConnectionClosedError":
+        failing_nats(FailingBroker(NATS_ERRORS[broken][0]))
+    elif broken == "own connection down":
+        failing_nats(FailingBroker(None, connected=False))
+    headers = gateway.token(tenant_id, "stu", role=role)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(timeout=30) as client:
+        response = await client.request(method, f"{gateway.url}{path}", headers=headers)
+    assert_unavailable(response, reason)
+
+
 @pytest.mark.parametrize("name", list(DATABASE_ERRORS))
 async def test_sessions_while_postgres_fails_are_503_database(
     gateway: Gateway, tenant_id: str, name: str

@@ -1,25 +1,38 @@
 """The memory service's handlers in memory (FastStream's ``TestNatsBroker``) over the
 session's Postgres: typed events are recorded and erased, a recall request gets a typed reply,
-and a message that does not decode is parked (an event) or answered ``bad_input`` (a
-request), never retried for ever nor lost."""
+the gateway's requests (list, topics, export, forget) answer from the tables memory owns, and
+a message that does not decode is parked (an event) or answered ``bad_input`` (a request),
+never retried for ever nor lost."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 import pytest
 from faststream.nats import NatsBroker, TestNatsBroker
+from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
 from lectern_common.broker import create_broker, stream_for
 from lectern_common.embeddings import Embedder
 from lectern_common.events import (
     ChatTurnCompleted,
+    MemoryExportReply,
+    MemoryExportRequest,
+    MemoryForgetReply,
+    MemoryForgetRequest,
+    MemoryListReply,
+    MemoryListRequest,
     MemoryRecallReply,
     MemoryRecallRequest,
+    MemoryTopicsReply,
+    MemoryTopicsRequest,
     MessageParked,
+    Reply,
+    Request,
     Subjects,
     UserErased,
 )
@@ -29,6 +42,8 @@ from lectern_memory.config import Settings
 from lectern_memory.service import MemoryService
 
 pytestmark = pytest.mark.integration
+
+R = TypeVar("R", bound=Reply)
 
 
 @pytest.fixture
@@ -108,3 +123,55 @@ async def test_an_invalid_event_is_parked(
     event = await asyncio.wait_for(parked.get(), 5)
     assert (event.original_subject, event.reason) == (subject, "invalid_message")
     assert (event.tenant_id, event.service) == (tenant_id, "lectern-memory")
+
+
+async def remember(pool: Any, tenant_id: str, user_id: str, kind: str, topic: str) -> uuid.UUID:
+    memory_id = uuid.uuid4()
+    await pool.execute(
+        "INSERT INTO user_memories (id, tenant_id, user_id, kind, text, topic, embedding, "
+        "evidence) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)",
+        memory_id, tenant_id, user_id, kind, f"Found {topic} hard", topic,
+        np.ones(LOCAL_EMBEDDING_DIM, dtype=np.float32),
+        [{"kind": "said", "detail": "lost", "at": ""}],
+    )  # fmt: skip
+    return memory_id
+
+
+async def ask(broker: NatsBroker, request: Request, reply_type: type[R]) -> R:
+    raw = await broker.request(request.model_dump(mode="json"), request.subject)
+    reply = reply_type.model_validate_json(raw.body)
+    assert reply.error is None and reply.request_id == request.request_id, reply
+    return reply
+
+
+async def test_the_gateways_requests_list_count_export_and_forget(
+    memory_broker: NatsBroker, db_pool: Any, tenant_id: str
+) -> None:
+    ana = await remember(db_pool, tenant_id, "ana", "struggle", "meiosis")
+    await remember(db_pool, tenant_id, "ben", "struggle", "meiosis")
+    await remember(db_pool, tenant_id, "ben", "mastered", "osmosis")
+    listed = await ask(
+        memory_broker,
+        MemoryListRequest(tenant_id=tenant_id, user_id="ben", kinds=["mastered"]),
+        MemoryListReply,
+    )
+    assert [(m.kind, m.topic) for m in listed.memories] == [("mastered", "osmosis")]
+    counted = await ask(
+        memory_broker,
+        MemoryTopicsRequest(tenant_id=tenant_id, user_ids=["ana", "ben", "cho"], min_users=2),
+        MemoryTopicsReply,
+    )
+    assert [(t.topic, t.users, t.evidence) for t in counted.topics] == [("meiosis", 2, 2)]
+    exported = await ask(
+        memory_broker, MemoryExportRequest(tenant_id=tenant_id, user_id="ana"), MemoryExportReply
+    )
+    assert [m["id"] for m in exported.memories] == [str(ana)]
+    assert "embedding" not in exported.memories[0] and exported.holds_anything()
+    forget_one = MemoryForgetRequest(tenant_id=tenant_id, user_id="ben", memory_id=ana)
+    assert (await ask(memory_broker, forget_one, MemoryForgetReply)).deleted == 0  # not ben's
+    forget_all = MemoryForgetRequest(tenant_id=tenant_id, user_id="ana")
+    assert (await ask(memory_broker, forget_all, MemoryForgetReply)).deleted == 1
+    exported = await ask(
+        memory_broker, MemoryExportRequest(tenant_id=tenant_id, user_id="ana"), MemoryExportReply
+    )
+    assert not exported.holds_anything()

@@ -51,6 +51,11 @@ QUEUE_GROUPS = {
     Subjects.RETRIEVE: "lectern-retriever",
     Subjects.RERANK: "lectern-reranker",
     Subjects.MEMORY_RECALL: "lectern-memory",
+    Subjects.MEMORY_LIST: "lectern-memory",
+    Subjects.MEMORY_FORGET: "lectern-memory",
+    Subjects.MEMORY_TOPICS: "lectern-memory",
+    Subjects.MEMORY_EXPORT: "lectern-memory",
+    Subjects.CHUNKS_CURRICULUM: "lectern-ingest",
 }
 
 

@@ -99,6 +99,11 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.RETRIEVE,
             Subjects.RERANK,
             Subjects.MEMORY_RECALL,
+            Subjects.MEMORY_LIST,
+            Subjects.MEMORY_FORGET,
+            Subjects.MEMORY_TOPICS,
+            Subjects.MEMORY_EXPORT,
+            Subjects.CHUNKS_CURRICULUM,
             *object_store(),
             # webhooks: the tenant events, delivered to the endpoints that asked for them
             *consume("LECTERN_DOCUMENT_EVENTS"),
@@ -124,6 +129,9 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             *consume("LECTERN_DOCUMENTS"),
             *object_store(),
         ],
+        # curriculum tags reach the chunks it owns through it
+        subscribe=[Subjects.CHUNKS_CURRICULUM],
+        answers_requests=True,
     ),
     "retriever": Permissions(subscribe=[Subjects.RETRIEVE], answers_requests=True),
     "reranker": Permissions(subscribe=[Subjects.RERANK], answers_requests=True),
@@ -134,7 +142,13 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             *consume("LECTERN_STUDY"),
             *consume("LECTERN_USERS"),
         ],
-        subscribe=[Subjects.MEMORY_RECALL],
+        subscribe=[
+            Subjects.MEMORY_RECALL,
+            Subjects.MEMORY_LIST,
+            Subjects.MEMORY_FORGET,
+            Subjects.MEMORY_TOPICS,
+            Subjects.MEMORY_EXPORT,
+        ],
         answers_requests=True,
     ),
 }

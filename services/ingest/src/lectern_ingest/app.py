@@ -11,17 +11,26 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from lectern_common.broker import (
     INGEST_DURABLE,
+    QUEUE_GROUPS,
+    answer,
     create_broker,
     current_message,
     publish_event,
     stream_for,
 )
 from lectern_common.embeddings import Embedder, build_embedder
-from lectern_common.events import DocumentUploaded, Event, Subjects
+from lectern_common.events import (
+    ChunkCurriculumReply,
+    ChunkCurriculumRequest,
+    DocumentUploaded,
+    Event,
+    Subjects,
+)
 from lectern_common.gc import collect_every
 from lectern_common.service import ServiceState, create_service_app
 from lectern_ingest import language
 from lectern_ingest.config import Settings
+from lectern_ingest.curriculum import tag_chunks
 from lectern_ingest.handlers import handle_uploaded
 from lectern_ingest.service import IngestWorker
 
@@ -97,8 +106,9 @@ def consumer_config(settings: Settings) -> ConsumerConfig:
 def subscribe(
     broker: NatsBroker, *, settings: Settings, worker: Callable[[], IngestWorker]
 ) -> None:
-    """Register ingest's consumer on ``broker``; ``worker`` gives the started worker (an
-    undecodable upload is parked by the broker's ``InvalidMessages``)."""
+    """Register ingest's consumer and responder on ``broker``; ``worker`` gives the started
+    worker (an undecodable upload is parked, and an undecodable request answered
+    ``bad_input``, by the broker's ``InvalidMessages``)."""
 
     @broker.subscriber(
         Subjects.DOCUMENTS_UPLOADED,
@@ -118,3 +128,8 @@ def subscribe(
     async def on_uploaded(event: DocumentUploaded) -> None:
         """documents.uploaded -> extract, chunk, embed, store -> indexed | failed."""
         await handle_uploaded(worker(), event, current_message(broker), broker)
+
+    @broker.subscriber(Subjects.CHUNKS_CURRICULUM, queue=QUEUE_GROUPS[Subjects.CHUNKS_CURRICULUM])
+    async def on_curriculum(request: ChunkCurriculumRequest) -> ChunkCurriculumReply:
+        """Confirmed curriculum standards onto a document's chunks."""
+        return await answer(request, ChunkCurriculumReply, lambda r: tag_chunks(worker().pool, r))

@@ -16,13 +16,22 @@ from lectern_common.embeddings import LOCAL_MODEL_NAME, LocalEmbedder, build_emb
 from lectern_common.events import (
     ChatSessionEnded,
     ChatTurnCompleted,
+    MemoryExportReply,
+    MemoryExportRequest,
+    MemoryForgetReply,
+    MemoryForgetRequest,
+    MemoryListReply,
+    MemoryListRequest,
     MemoryRecallReply,
     MemoryRecallRequest,
+    MemoryTopicsReply,
+    MemoryTopicsRequest,
     QuizAttempted,
     Subjects,
     UserErased,
 )
 from lectern_common.service import Hook, ServiceState, create_service_app
+from lectern_memory import records
 from lectern_memory.config import Settings
 from lectern_memory.erasure import unless_erased
 from lectern_memory.gemini_distiller import build_model_distiller
@@ -154,7 +163,8 @@ def subscribe_events(
 
 
 def subscribe_requests(broker: NatsBroker, *, state: ServiceState, service: ServiceOf) -> None:
-    """The request/reply responders (queue group ``lectern-memory``)."""
+    """The request/reply responders (queue group ``lectern-memory``): recall for a turn,
+    and the gateway's reads and deletions of the rows this service owns (``records``)."""
 
     def reads() -> ReadPools:
         # reads only: the read replica serves them when one is configured and healthy
@@ -170,3 +180,28 @@ def subscribe_requests(broker: NatsBroker, *, state: ServiceState, service: Serv
     async def on_recall(request: MemoryRecallRequest) -> MemoryRecallReply:
         """Top memories of a student for a query."""
         return await answer(request, MemoryRecallReply, recall)
+
+    @broker.subscriber(Subjects.MEMORY_LIST, queue=QUEUE_GROUPS[Subjects.MEMORY_LIST])
+    async def on_list(request: MemoryListRequest) -> MemoryListReply:
+        """A user's memories, newest first (from the primary: a forgotten one is gone)."""
+        return await answer(
+            request, MemoryListReply, lambda r: records.list_memories(state.pool, r)
+        )
+
+    @broker.subscriber(Subjects.MEMORY_FORGET, queue=QUEUE_GROUPS[Subjects.MEMORY_FORGET])
+    async def on_forget(request: MemoryForgetRequest) -> MemoryForgetReply:
+        """Forget one memory of a user, or all."""
+        return await answer(request, MemoryForgetReply, lambda r: records.forget(state.pool, r))
+
+    @broker.subscriber(Subjects.MEMORY_TOPICS, queue=QUEUE_GROUPS[Subjects.MEMORY_TOPICS])
+    async def on_topics(request: MemoryTopicsRequest) -> MemoryTopicsReply:
+        """Topics over a set of users, never naming them."""
+        return await answer(
+            request, MemoryTopicsReply, lambda r: reads().run(lambda p: records.topics(p, r))
+        )
+
+    @broker.subscriber(Subjects.MEMORY_EXPORT, queue=QUEUE_GROUPS[Subjects.MEMORY_EXPORT])
+    async def on_export(request: MemoryExportRequest) -> MemoryExportReply:
+        """Every row kept about a user, for their data export (from the primary: an export
+        made right after a change holds it)."""
+        return await answer(request, MemoryExportReply, lambda r: records.export(state.pool, r))

@@ -221,3 +221,75 @@ async def tally_quiz_topic(
         tenant_id, user_id, topic, right, counts_wrong,
     )  # fmt: skip
     return streak
+
+
+# --- what the gateway asks about the rows this service owns (``records``) ------------------
+
+_MEMORY_COLUMNS = (
+    "id, kind, text, topic, strength, source_session_id, created_at, updated_at, evidence"
+)
+
+
+async def user_memories(
+    conn: Any, *, tenant_id: str, user_id: str, kinds: list[str]
+) -> list[dict[str, Any]]:
+    """A user's memories (of ``kinds``; empty: all), newest first."""
+    rows = await conn.fetch(
+        f"SELECT {_MEMORY_COLUMNS} FROM user_memories WHERE tenant_id = $1 "  # noqa: S608
+        "AND user_id = $2 AND (cardinality($3::text[]) = 0 OR kind = ANY($3::text[])) "
+        "ORDER BY updated_at DESC",
+        tenant_id, user_id, kinds,
+    )  # fmt: skip
+    return [dict(r) for r in rows]
+
+
+async def forget(conn: Any, *, tenant_id: str, user_id: str, memory_id: uuid.UUID | None) -> int:
+    """Delete one memory of the user (``memory_id``) or all of them; how many were deleted."""
+    status: str = await conn.execute(
+        "DELETE FROM user_memories WHERE tenant_id = $1 AND user_id = $2 "
+        "AND ($3::uuid IS NULL OR id = $3)",
+        tenant_id, user_id, memory_id,
+    )  # fmt: skip
+    return int(status.split()[-1])
+
+
+async def topics(
+    conn: Any, *, tenant_id: str, user_ids: list[str], kind: str, min_users: int, limit: int
+) -> list[dict[str, Any]]:
+    """Topics of ``kind`` memories over ``user_ids``: users, evidence and strength of each,
+    for topics at least ``min_users`` of them have."""
+    rows = await conn.fetch(
+        "SELECT topic, count(DISTINCT user_id)::int AS users, "
+        "sum(jsonb_array_length(evidence))::int AS evidence, max(strength) AS strength "
+        "FROM user_memories WHERE tenant_id = $1 AND user_id = ANY($2::text[]) "
+        "AND kind = $3 AND topic IS NOT NULL GROUP BY topic "
+        "HAVING count(DISTINCT user_id) >= $4 "
+        "ORDER BY users DESC, evidence DESC, topic LIMIT $5",
+        tenant_id, user_ids, kind, min_users, limit,
+    )  # fmt: skip
+    return [dict(r) for r in rows]
+
+
+#: the user's rows of each table, every column but the owner's keys and embeddings
+EXPORT_QUERIES: dict[str, str] = {
+    "memories": """
+        SELECT to_jsonb(m) - 'tenant_id' - 'user_id' - 'embedding' FROM user_memories m
+        WHERE tenant_id = $1 AND user_id = $2 ORDER BY created_at, id""",
+    "quiz_tallies": """
+        SELECT to_jsonb(t) - 'tenant_id' - 'user_id' FROM memory_quiz_topics t
+        WHERE tenant_id = $1 AND user_id = $2 ORDER BY topic""",
+    "turn_signals": """
+        SELECT to_jsonb(t) - 'tenant_id' - 'user_id' FROM memory_turn_signals t
+        WHERE tenant_id = $1 AND user_id = $2 ORDER BY occurred_at, assistant_message_id""",
+    "distillations": """
+        SELECT to_jsonb(d) - 'tenant_id' - 'user_id' FROM memory_distillations d
+        WHERE tenant_id = $1 AND user_id = $2 ORDER BY distilled_at, session_id""",
+}
+
+
+async def export_user(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, list[Any]]:
+    """Every row kept about the user, by part (call in one read-only snapshot)."""
+    return {
+        part: [r[0] for r in await conn.fetch(sql, tenant_id, user_id)]
+        for part, sql in EXPORT_QUERIES.items()
+    }

@@ -34,6 +34,11 @@ class Subjects:
     RETRIEVE = "lectern.retrieve.v1"
     RERANK = "lectern.rerank.v1"
     MEMORY_RECALL = "lectern.memory.recall.v1"
+    MEMORY_LIST = "lectern.memory.list.v1"
+    MEMORY_FORGET = "lectern.memory.forget.v1"
+    MEMORY_TOPICS = "lectern.memory.topics.v1"
+    MEMORY_EXPORT = "lectern.memory.export.v1"
+    CHUNKS_CURRICULUM = "lectern.chunks.curriculum.v1"
     DEAD_LETTER = "lectern.deadletter.v1"
 
 

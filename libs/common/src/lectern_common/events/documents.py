@@ -9,7 +9,14 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from lectern_common.events.base import Event, Subjects, register_event
+from lectern_common.events.base import (
+    Event,
+    Reply,
+    Request,
+    Subjects,
+    register_event,
+    register_request,
+)
 
 Collection = Literal["educational", "assessment"]
 
@@ -220,3 +227,31 @@ class DocumentRestored(Event):
 
     document_id: uuid.UUID
     restored_by: str
+
+
+class SectionStandards(BaseModel):
+    """Standards of one section: its chunks whose heading path starts with ``path``."""
+
+    path: list[str] = Field(min_length=1, max_length=20)
+    standards: list[str] = Field(max_length=200)
+
+
+class ChunkCurriculumRequest(Request):
+    """Set the curriculum standards of a document's chunks (ingest owns ``chunks``): every
+    chunk gets ``document``, then each section's chunks also get that section's. Replaces
+    what the chunks had, so a repeated request changes nothing more."""
+
+    subject: ClassVar[str] = Subjects.CHUNKS_CURRICULUM
+
+    document_id: uuid.UUID
+    document: list[str] = Field(default_factory=list, max_length=200)
+    sections: list[SectionStandards] = Field(default_factory=list, max_length=500)
+
+
+class ChunkCurriculumReply(Reply):
+    """How many chunks of the document were updated."""
+
+    updated: int = 0
+
+
+register_request(ChunkCurriculumRequest, ChunkCurriculumReply)

@@ -14,8 +14,8 @@ from pydantic import BaseModel
 
 from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.classes.membership import classes_of
-from lectern_gateway.deps import PoolDep
-from lectern_gateway.memories.service import Memory, list_memories
+from lectern_gateway.deps import GatewayDep, PoolDep
+from lectern_gateway.memories.service import Memory, list_memories, topics
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.tenant.service import teachers_see_students
 
@@ -74,22 +74,25 @@ MIN_STUDENTS = 2
     summary="What a class finds hard, as aggregates (staff)",
 )
 async def class_struggles(
-    staff: StaffDep, pool: PoolDep, class_id: str = ClassId
+    staff: StaffDep, gateway: GatewayDep, class_id: str = ClassId
 ) -> list[ClassStruggle]:
     """Struggle topics of the roster's students, by how many students have each (at least
     ``MIN_STUDENTS``) and how much evidence is behind them. A student's memories stay
     theirs: this view never says who."""
-    rows = await pool.fetch(
-        "SELECT m.topic, count(DISTINCT m.user_id) AS students, "
-        "sum(jsonb_array_length(m.evidence))::int AS evidence "
-        "FROM user_memories m JOIN class_members c "
-        "ON c.tenant_id = m.tenant_id AND c.user_id = m.user_id "
-        "WHERE m.tenant_id = $1 AND c.class_id = $2 AND m.kind = 'struggle' "
-        "AND m.topic IS NOT NULL GROUP BY m.topic HAVING count(DISTINCT m.user_id) >= $3 "
-        "ORDER BY students DESC, evidence DESC, m.topic LIMIT 100",
-        staff.tenant_id, class_id, MIN_STUDENTS,
+    # the memory service counts them (it owns the memories); the roster is the gateway's
+    roster = [
+        str(r["user_id"])
+        for r in await gateway.pool.fetch(
+            "SELECT user_id FROM class_members WHERE tenant_id = $1 AND class_id = $2",
+            staff.tenant_id,
+            class_id,
+        )
+    ]
+    found = await topics(
+        gateway.broker, tenant_id=staff.tenant_id, user_ids=roster, min_users=MIN_STUDENTS,
+        timeout=gateway.settings.request_timeout_s,
     )  # fmt: skip
-    return [ClassStruggle.model_validate(dict(r)) for r in rows]
+    return [ClassStruggle(topic=t.topic, students=t.users, evidence=t.evidence) for t in found]
 
 
 @router.get(
@@ -97,12 +100,13 @@ async def class_struggles(
     summary="A rostered student's struggles and mastered topics (staff, if the tenant allows)",
 )
 async def student_memories(
-    staff: StaffDep, pool: PoolDep, class_id: str = ClassId, user_id: str = UserId
+    staff: StaffDep, gateway: GatewayDep, class_id: str = ClassId, user_id: str = UserId
 ) -> list[Memory]:
     """The student's struggles and mastered topics with the evidence behind them, for a
     teacher of the class when the tenant allows it (``teachers_see_students``; admins
     always). What the student said is summed up ("said so 2 times"), never quoted; takeaways
     and preferences stay the student's."""
+    pool = gateway.pool
     if staff.role != "admin" and not await teachers_see_students(pool, staff.tenant_id):
         raise ProblemError(
             403, "Forbidden", "this school shows teachers a class's struggles as aggregates "
@@ -115,8 +119,10 @@ async def student_memories(
     )  # fmt: skip
     if rostered is None:
         raise ProblemError(404, "Not found", f"{user_id} is not on the roster of {class_id}")
-    memories = await list_memories(pool, staff.tenant_id, user_id)
-    shown = [m for m in memories if m.kind in ("struggle", "mastered")]
+    shown = await list_memories(
+        gateway.broker, tenant_id=staff.tenant_id, user_id=user_id,
+        kinds=("struggle", "mastered"), timeout=gateway.settings.request_timeout_s,
+    )  # fmt: skip
     for memory in shown:
         memory.evidence = [e.model_copy(update={"detail": ""}) if e.kind == "said" else e
                            for e in memory.evidence]  # fmt: skip

@@ -1,30 +1,48 @@
 """A student's long-term memories as the gateway reads and forgets them (no HTTP in here).
 
-The rows are the memory service's ``user_memories`` table, read here in SQL: the one place
-of the gateway that does (docs/architecture.md, "Who owns which data").
+The rows are the memory service's: the gateway asks it over NATS request/reply
+(``lectern.memory.list.v1``, ``.forget.v1``, ``.topics.v1``, ``.export.v1``) and never
+reads its tables (docs/architecture.md, "Who owns which data"). NATS down, or no memory
+replica answering in time, raises ``NatsUnavailableError`` / ``UpstreamError``: 503
+problem+json naming the cause.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
+from faststream.nats import NatsBroker
 from pydantic import BaseModel, Field
 
+from lectern_common.broker import request
+from lectern_common.errors import RetryableError
+from lectern_common.events import (
+    MemoryEvidence,
+    MemoryExportReply,
+    MemoryExportRequest,
+    MemoryForgetReply,
+    MemoryForgetRequest,
+    MemoryListReply,
+    MemoryListRequest,
+    MemoryTopic,
+    MemoryTopicsReply,
+    MemoryTopicsRequest,
+)
+from lectern_common.events.memory import MemoryKind
 from lectern_gateway.problems import ProblemError
 
+log = logging.getLogger(__name__)
 
-class Evidence(BaseModel):
+#: a quiz focuses on at most this many of a student's struggle topics
+FOCUS_TOPICS = 20
+
+
+class Evidence(MemoryEvidence):
     """One thing the student said or did that a memory rests on."""
-
-    kind: str = Field(
-        description="check_right, check_partly, check_wrong, check_skipped, quiz_right, "
-        "quiz_wrong (an answer to a tutor check or a quiz item); said (a statement of "
-        "confusion or preference, quoted in detail); repeated, flagged, gap"
-    )
-    detail: str = ""
-    at: str = Field(default="", description="when (ISO 8601), empty when unknown")
 
 
 class Memory(BaseModel):
@@ -49,7 +67,6 @@ class Forgotten(BaseModel):
     deleted: int
 
 
-_COLUMNS = "id, kind, text, topic, strength, source_session_id, created_at, updated_at, evidence"
 _SAID = {
     "check_right": "answered {n} check{s} right",
     "check_wrong": "got {n} check{s} wrong",
@@ -82,35 +99,109 @@ def because(evidence: list[Evidence]) -> str:
     return "; ".join(parts)
 
 
-async def list_memories(pool: Any, tenant_id: str, user_id: str) -> list[Memory]:
-    """A user's memories, newest first, each with its evidence in a few words."""
-    rows = await pool.fetch(
-        f"SELECT {_COLUMNS} FROM user_memories WHERE tenant_id = $1 AND user_id = $2 "  # noqa: S608
-        "ORDER BY updated_at DESC",
-        tenant_id,
-        user_id,
+async def list_memories(
+    broker: NatsBroker,
+    *,
+    tenant_id: str,
+    user_id: str,
+    timeout: float,
+    kinds: Sequence[MemoryKind] = (),
+) -> list[Memory]:
+    """A user's memories (of ``kinds``; empty: all), newest first, each with its evidence in
+    a few words."""
+    reply = await request(
+        broker,
+        MemoryListRequest(tenant_id=tenant_id, user_id=user_id, kinds=list(kinds)),
+        MemoryListReply,
+        timeout=timeout,
     )
     out = []
-    for row in rows:
-        memory = Memory.model_validate(dict(row))
+    for stored in reply.memories:
+        memory = Memory.model_validate(stored.model_dump())
         memory.because = because(memory.evidence)
         out.append(memory)
     return out
 
 
-async def delete_one(pool: Any, tenant_id: str, user_id: str, memory_id: uuid.UUID) -> None:
-    deleted = await pool.fetchval(
-        "DELETE FROM user_memories WHERE id = $1 AND tenant_id = $2 AND user_id = $3 RETURNING id",
-        memory_id,
-        tenant_id,
-        user_id,
+async def delete_one(
+    broker: NatsBroker, *, tenant_id: str, user_id: str, memory_id: uuid.UUID, timeout: float
+) -> None:
+    """Forget one memory of the user (404 problem when the user has none of that id)."""
+    reply = await request(
+        broker,
+        MemoryForgetRequest(tenant_id=tenant_id, user_id=user_id, memory_id=memory_id),
+        MemoryForgetReply,
+        timeout=timeout,
     )
-    if deleted is None:
+    if reply.deleted == 0:
         raise ProblemError(404, "Not found", f"no memory {memory_id}")
 
 
-async def delete_all(pool: Any, tenant_id: str, user_id: str) -> Forgotten:
-    result: str = await pool.execute(
-        "DELETE FROM user_memories WHERE tenant_id = $1 AND user_id = $2", tenant_id, user_id
+async def delete_all(
+    broker: NatsBroker, *, tenant_id: str, user_id: str, timeout: float
+) -> Forgotten:
+    """Forget every memory of the user."""
+    reply = await request(
+        broker,
+        MemoryForgetRequest(tenant_id=tenant_id, user_id=user_id),
+        MemoryForgetReply,
+        timeout=timeout,
     )
-    return Forgotten(deleted=int(result.split()[-1]))
+    return Forgotten(deleted=reply.deleted)
+
+
+async def topics(
+    broker: NatsBroker,
+    *,
+    tenant_id: str,
+    user_ids: Sequence[str],
+    timeout: float,
+    kind: MemoryKind = "struggle",
+    min_users: int = 1,
+    limit: int = 100,
+) -> list[MemoryTopic]:
+    """Topics of ``kind`` memories over ``user_ids`` that at least ``min_users`` of them
+    have, by users then evidence (never which users)."""
+    if not user_ids:
+        return []
+    reply = await request(
+        broker,
+        MemoryTopicsRequest(
+            tenant_id=tenant_id, user_ids=list(user_ids), kind=kind, min_users=min_users,
+            limit=limit,
+        ),
+        MemoryTopicsReply,
+        timeout=timeout,
+    )  # fmt: skip
+    return reply.topics
+
+
+async def struggle_topics(
+    broker: NatsBroker, *, tenant_id: str, user_id: str, timeout: float
+) -> list[str]:
+    """Topics the student struggles with, strongest first, for a quiz to start with; none
+    when the memory service does not answer within ``timeout`` (the quiz is drawn without
+    that focus, as a chat turn goes on without recall)."""
+    try:
+        found = await topics(
+            broker, tenant_id=tenant_id, user_ids=[user_id], timeout=timeout,
+            limit=FOCUS_TOPICS * 5,
+        )  # fmt: skip
+    except RetryableError as exc:  # NATS down, no replica answering, or its error
+        log.info("quiz drawn without struggle topics: %s", exc.message)
+        return []
+    ranked = sorted(found, key=lambda t: (-t.strength, t.topic))
+    return [t.topic for t in ranked[:FOCUS_TOPICS]]
+
+
+async def export(
+    broker: NatsBroker, *, tenant_id: str, user_id: str, timeout: float
+) -> MemoryExportReply:
+    """Every row the memory service keeps about the user, for their export (and to know
+    whether it still keeps any, for an erasure)."""
+    return await request(
+        broker,
+        MemoryExportRequest(tenant_id=tenant_id, user_id=user_id),
+        MemoryExportReply,
+        timeout=timeout,
+    )

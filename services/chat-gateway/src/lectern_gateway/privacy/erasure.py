@@ -18,12 +18,19 @@ event about the user that is still in flight from bringing their data back.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from faststream.nats import NatsBroker
+
+from lectern_common.errors import RetryableError
 from lectern_common.events import UserErased, erased_user_key
 from lectern_common.outbox import enqueue
+from lectern_gateway.memories import service as memories
 from lectern_gateway.privacy import repository as repo
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -39,10 +46,20 @@ class Erasure:
     already_erased: bool = False
 
 
-async def erase_user(*, pool: Any, tenant_id: str, user_id: str, erased_by: str) -> Erasure | None:
+async def erase_user(
+    *,
+    pool: Any,
+    broker: NatsBroker,
+    tenant_id: str,
+    user_id: str,
+    erased_by: str,
+    timeout: float,
+) -> Erasure | None:
     """Erase everything the gateway keeps about the user and publish ``users.erased``
     (through the outbox, in the same transaction); None when there is nothing to erase and
-    the user was never erased.
+    the user was never erased. Whether the memory service still keeps rows of the user is
+    asked of it first (within ``timeout``); when it does not answer, it is taken to keep
+    some, so the erasure never waits for it: the event reaches it when it is back.
 
     Idempotent: when nothing is left the earlier erasure is answered and nothing published;
     when only the memory service's rows are left (it has not consumed the event yet) the
@@ -50,10 +67,11 @@ async def erase_user(*, pool: Any, tenant_id: str, user_id: str, erased_by: str)
     as a duplicate or act on once.
     """
     key = erased_user_key(tenant_id, user_id)
+    memory_left = await _memory_keeps(broker, tenant_id=tenant_id, user_id=user_id,
+                                      timeout=timeout)  # fmt: skip
     async with pool.acquire() as conn, conn.transaction():
         await repo.lock_user(conn, tenant_id=tenant_id, user_id=user_id)
         erased = await repo.erase_gateway_rows(conn, tenant_id=tenant_id, user_id=user_id)
-        memory_left = await repo.memory_rows_left(conn, tenant_id=tenant_id, user_id=user_id)
         earlier = await repo.tombstone(conn, tenant_id=tenant_id, user_key=key)
         if not any(erased.values()) and not memory_left:
             if earlier is None:
@@ -69,6 +87,18 @@ async def erase_user(*, pool: Any, tenant_id: str, user_id: str, erased_by: str)
             event = _event(tenant_id, user_id, earlier)
         await enqueue(conn, event)
     return Erasure(event=event, erased=erased, memory_pending=memory_left)
+
+
+async def _memory_keeps(
+    broker: NatsBroker, *, tenant_id: str, user_id: str, timeout: float
+) -> bool:
+    try:
+        kept = await memories.export(broker, tenant_id=tenant_id, user_id=user_id,
+                                     timeout=timeout)  # fmt: skip
+    except RetryableError as exc:
+        log.warning("erasure: the memory service did not say what it keeps (%s)", exc.message)
+        return True
+    return kept.holds_anything()
 
 
 def _event(tenant_id: str, user_id: str, record: dict[str, Any]) -> UserErased:

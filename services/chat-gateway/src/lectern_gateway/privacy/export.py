@@ -1,7 +1,9 @@
 """Everything Lectern keeps about a user, as one JSON document (``lectern.user-export.v1``).
 
-Read in one read-only, repeatable-read transaction, so the parts agree with each other. What
-each part holds, and what is deliberately not in it:
+The gateway's parts are read in one read-only, repeatable-read transaction, so they agree
+with each other; the memory service's parts come from it (``lectern.memory.export.v1``,
+its own snapshot of its own tables), so the export needs the memory service answering (503
+otherwise). What each part holds, and what is deliberately not in it:
 
 - ``sessions``, each with its ``messages`` (the student's questions and the tutor's answers
   with their citations, confidence, who answered, and ``tutor_check``: the check question an
@@ -29,8 +31,10 @@ import uuid
 from datetime import UTC, date, datetime
 from typing import Any, Literal
 
+from faststream.nats import NatsBroker
 from pydantic import BaseModel, ConfigDict, Field
 
+from lectern_gateway.memories import service as memories
 from lectern_gateway.privacy import repository as repo
 
 EXPORT_FORMAT: Literal["lectern.user-export.v1"] = "lectern.user-export.v1"
@@ -269,8 +273,12 @@ PARTS = tuple(name for name in UserExport.model_fields if name not in (
     "format", "tenant_id", "user_id", "exported_at"))  # fmt: skip
 
 
-async def export_user(*, pool: Any, tenant_id: str, user_id: str) -> UserExport:
-    """Everything kept about ``user_id`` in ``tenant_id`` (empty parts for an unknown user)."""
+async def export_user(
+    *, pool: Any, broker: NatsBroker, tenant_id: str, user_id: str, timeout: float
+) -> UserExport:
+    """Everything kept about ``user_id`` in ``tenant_id`` (empty parts for an unknown user);
+    the memory service's parts asked of it within ``timeout``."""
+    kept = await memories.export(broker, tenant_id=tenant_id, user_id=user_id, timeout=timeout)
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read",
                                                         readonly=True):  # fmt: skip
         rows = await repo.read_user(conn, tenant_id=tenant_id, user_id=user_id)
@@ -286,5 +294,8 @@ async def export_user(*, pool: Any, tenant_id: str, user_id: str) -> UserExport:
             "exported_at": datetime.now(UTC),
             "sessions": list(sessions.values()),
             **rows,
+            **kept.model_dump(
+                include={"memories", "quiz_tallies", "turn_signals", "distillations"}
+            ),
         }
     )

@@ -59,24 +59,12 @@ EXPORT_QUERIES: dict[str, str] = {
         FROM outbox WHERE payload->>'tenant_id' = $1 AND payload->>'user_id' = $2
           AND subject <> '{Subjects.USERS_ERASED}'
         ORDER BY created_at, id""",  # noqa: S608
-    # the memory service's tables (one database: read in the same snapshot as the rest)
-    "memories": """
-        SELECT to_jsonb(m) - 'tenant_id' - 'user_id' - 'embedding' FROM user_memories m
-        WHERE tenant_id = $1 AND user_id = $2 ORDER BY created_at, id""",
-    "quiz_tallies": """
-        SELECT to_jsonb(t) - 'tenant_id' - 'user_id' FROM memory_quiz_topics t
-        WHERE tenant_id = $1 AND user_id = $2 ORDER BY topic""",
-    "turn_signals": """
-        SELECT to_jsonb(t) - 'tenant_id' - 'user_id' FROM memory_turn_signals t
-        WHERE tenant_id = $1 AND user_id = $2 ORDER BY occurred_at, assistant_message_id""",
-    "distillations": """
-        SELECT to_jsonb(d) - 'tenant_id' - 'user_id' FROM memory_distillations d
-        WHERE tenant_id = $1 AND user_id = $2 ORDER BY distilled_at, session_id""",
 }
 
 
 async def read_user(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Every row kept about the user, by part of the export (call in one read-only snapshot)."""
+    """Every row the gateway keeps about the user, by part of the export (call in one
+    read-only snapshot; the memory service's parts come from it, ``export``)."""
     found: dict[str, list[dict[str, Any]]] = {}
     for part, sql in EXPORT_QUERIES.items():
         found[part] = [r[0] for r in await conn.fetch(sql, tenant_id, user_id)]
@@ -156,10 +144,6 @@ _ERASE: list[tuple[str, str]] = [
     ),
 ]
 
-#: the memory service's tables: it erases them itself on ``users.erased``
-MEMORY_TABLES = ("user_memories", "memory_turn_signals", "memory_distillations",
-                 "memory_quiz_topics")  # fmt: skip
-
 
 async def erase_gateway_rows(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, int]:
     """Delete the gateway's rows of the user; rows deleted (or uncounted) per table."""
@@ -170,16 +154,6 @@ async def erase_gateway_rows(conn: Any, *, tenant_id: str, user_id: str) -> dict
         status = await conn.execute(sql, tenant_id, user_id)
         counts[table] = int(status.split()[-1])
     return counts
-
-
-async def memory_rows_left(conn: Any, *, tenant_id: str, user_id: str) -> bool:
-    """Whether the memory service still keeps rows of the user."""
-    checks = " OR ".join(
-        f"EXISTS (SELECT 1 FROM {table} WHERE tenant_id = $1 AND user_id = $2)"  # noqa: S608
-        for table in MEMORY_TABLES
-    )
-    found: bool = await conn.fetchval(f"SELECT {checks}", tenant_id, user_id)
-    return found
 
 
 async def tombstone(conn: Any, *, tenant_id: str, user_key: str) -> dict[str, Any] | None:

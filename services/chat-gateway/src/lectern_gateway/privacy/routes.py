@@ -11,7 +11,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, Field
 
 from lectern_gateway.auth import AdminDep, PrincipalDep
-from lectern_gateway.deps import PoolDep
+from lectern_gateway.deps import GatewayDep
 from lectern_gateway.privacy.erasure import erase_user
 from lectern_gateway.privacy.export import UserExport, export_user
 from lectern_gateway.problems import ProblemError
@@ -40,15 +40,21 @@ class ErasureOut(BaseModel):
 
 
 @router.get("/v1/me/export", summary="Everything kept about me, as one JSON document")
-async def export_me(principal: PrincipalDep, pool: PoolDep) -> UserExport:
-    return await export_user(pool=pool, tenant_id=principal.tenant_id, user_id=principal.user_id)
+async def export_me(principal: PrincipalDep, gateway: GatewayDep) -> UserExport:
+    return await export_user(
+        pool=gateway.pool, broker=gateway.broker, tenant_id=principal.tenant_id,
+        user_id=principal.user_id, timeout=gateway.settings.request_timeout_s,
+    )  # fmt: skip
 
 
 @router.get(
     "/v1/users/{user_id}/export", summary="Everything kept about a user of the tenant (admins)"
 )
-async def export_a_user(user_id: UserId, admin: AdminDep, pool: PoolDep) -> UserExport:
-    return await export_user(pool=pool, tenant_id=admin.tenant_id, user_id=user_id)
+async def export_a_user(user_id: UserId, admin: AdminDep, gateway: GatewayDep) -> UserExport:
+    return await export_user(
+        pool=gateway.pool, broker=gateway.broker, tenant_id=admin.tenant_id, user_id=user_id,
+        timeout=gateway.settings.request_timeout_s,
+    )  # fmt: skip
 
 
 @router.delete(
@@ -65,14 +71,15 @@ async def export_a_user(user_id: UserId, admin: AdminDep, pool: PoolDep) -> User
     },
 )
 async def erase_a_user(
-    user_id: UserId, admin: AdminDep, pool: PoolDep, response: Response
+    user_id: UserId, admin: AdminDep, gateway: GatewayDep, response: Response
 ) -> ErasureOut:
     """202: the gateway's rows are gone and `users.erased` is on its way (the memory service
     erases its rows when it consumes it). 200: the user was erased before and nothing is left.
     404 (problem+json): nothing to erase, and the user was never erased."""
     erasure = await erase_user(
-        pool=pool, tenant_id=admin.tenant_id, user_id=user_id, erased_by=admin.user_id
-    )
+        pool=gateway.pool, broker=gateway.broker, tenant_id=admin.tenant_id, user_id=user_id,
+        erased_by=admin.user_id, timeout=gateway.settings.memory_timeout_s,
+    )  # fmt: skip
     if erasure is None:
         raise ProblemError(404, "Not found", f"nothing to erase for user {user_id!r}")
     if erasure.already_erased:

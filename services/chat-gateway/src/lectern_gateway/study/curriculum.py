@@ -5,8 +5,9 @@ Standards are embedded with the index's own model, so a standard's description a
 document's chunks are compared in one space: the proposals for a document are the standards
 nearest the mean of its content chunks' vectors, and for each top-level section (its first
 two headings) those nearest that section's mean. Confirmed standards are written to the
-document and its chunks, where search and chat filter on them
-(``RetrievalFilters.curriculum_standards``) and the re-ranker scores a student's standards.
+document and, through ingest, which owns them (``lectern.chunks.curriculum.v1``), to its
+chunks, where search and chat filter on them (``RetrievalFilters.curriculum_standards``) and
+the re-ranker scores a student's standards.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field, ValidationError
 
+from lectern_common.broker import request
 from lectern_common.embeddings import Embedder, build_embedder
+from lectern_common.events import ChunkCurriculumReply, ChunkCurriculumRequest, SectionStandards
 from lectern_common.index import FollowingEmbedder, guard, with_live_model
 from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.deps import GatewayDep, GatewayDeps, PoolDep
@@ -279,10 +282,11 @@ async def document_curriculum(
     summary="Confirm a document's curriculum standards",
 )
 async def confirm_curriculum(
-    document_id: uuid.UUID, body: Confirmation, staff: StaffDep, pool: PoolDep
+    document_id: uuid.UUID, body: Confirmation, staff: StaffDep, gateway: GatewayDep
 ) -> DocumentCurriculum:
     """Sets the document's standards (every chunk) and each section's (its chunks): they
     take effect in search, chat and re-ranking at once."""
+    pool = gateway.pool
     document = await _document(pool, staff.tenant_id, document_id)
     codes = set(body.document) | {c for s in body.sections for c in s.standards}
     known = {
@@ -296,21 +300,22 @@ async def confirm_curriculum(
     if codes - known:
         raise ProblemError(422, "Unknown standards", f"not uploaded: {sorted(codes - known)}")
     whole = list(dict.fromkeys(body.document))
-    async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "UPDATE documents SET curriculum_standards = $2, updated_at = now() WHERE id = $1",
-            document_id,
-            whole,
-        )
-        await conn.execute(
-            "UPDATE chunks SET curriculum_standards = $2 WHERE document_id = $1", document_id, whole
-        )
-        for section in body.sections:
-            await conn.execute(
-                "UPDATE chunks SET curriculum_standards = ARRAY(SELECT DISTINCT unnest("
-                "curriculum_standards || $3::text[])) WHERE document_id = $1 "
-                "AND section_path[1:$4] = $2::text[]",
-                document_id, section.path, list(section.standards), len(section.path),
-            )  # fmt: skip
+    # the chunks first (ingest's): NATS or ingest away leaves nothing changed (503), and a
+    # repeated confirmation sets the same tags
+    await request(
+        gateway.broker,
+        ChunkCurriculumRequest(
+            tenant_id=staff.tenant_id, document_id=document_id, document=whole,
+            sections=[SectionStandards(path=s.path, standards=list(s.standards))
+                      for s in body.sections],
+        ),
+        ChunkCurriculumReply,
+        timeout=gateway.settings.request_timeout_s,
+    )  # fmt: skip
+    await pool.execute(
+        "UPDATE documents SET curriculum_standards = $2, updated_at = now() WHERE id = $1",
+        document_id,
+        whole,
+    )
     document = await _document(pool, staff.tenant_id, document_id)
     return await _curriculum(pool, staff.tenant_id, document)

@@ -77,17 +77,6 @@ async def syllabus_material(pool: Any, where: str, args: list[Any]) -> list[Any]
     )
 
 
-async def struggle_topics(pool: Any, *, tenant_id: str, user_id: str) -> list[str]:
-    """Topics a student struggles with (memories), strongest first."""
-    rows = await pool.fetch(
-        "SELECT topic FROM user_memories WHERE tenant_id = $1 AND user_id = $2 "
-        "AND kind = 'struggle' AND topic IS NOT NULL ORDER BY strength DESC LIMIT 20",
-        tenant_id,
-        user_id,
-    )
-    return [str(r["topic"]) for r in rows]
-
-
 async def insert_quiz(pool: Any, values: dict[str, Any]) -> dict[str, Any]:
     """Store a generated quiz; the stored row."""
     row = await pool.fetchrow(

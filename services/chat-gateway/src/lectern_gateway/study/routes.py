@@ -15,6 +15,7 @@ from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.classes.membership import require_member, student_classes
 from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep
+from lectern_gateway.memories.service import struggle_topics
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.study import generator
 from lectern_gateway.study import repository as repo
@@ -188,9 +189,10 @@ async def create_quiz(
         chunks = [c for c in chunks if c.section_path[: len(wanted)] == wanted]
     if not chunks:
         raise ProblemError(404, "No material", "no indexed material matches these filters")
-    focus = await repo.struggle_topics(
-        pool, tenant_id=principal.tenant_id, user_id=principal.user_id
-    )
+    focus = await struggle_topics(
+        gateway.broker, tenant_id=principal.tenant_id, user_id=principal.user_id,
+        timeout=gateway.settings.memory_timeout_s,
+    )  # fmt: skip
     questions, made_by = await _questions(gateway.quiz_writer, chunks, body, focus)
     if not questions:
         raise ProblemError(
