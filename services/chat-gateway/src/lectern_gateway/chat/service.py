@@ -1,6 +1,7 @@
 """One chat turn as its steps, top to bottom, as a stream of typed events (no HTTP in here).
 
-    load the session -> resolve the mode (chat, tutor, drill: one step object per turn)
+    load the session -> resolve the mode (chat, tutor, drill: one step object per turn) and
+      the persona's cut-offs
       -> the mode's own reply (a check question judged, a practice question), or
          small talk, or a question:
            resolve the question -> retrieve -> re-rank (while memory recalls)
@@ -192,11 +193,11 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncIterator[BaseModel]:
     """Answer one message as a stream of typed events (see ``chat.sse``)."""
     clock = Clock()
     loaded = await load_session(deps, turn, clock)
-    mode = mode_for(turn.session["mode"])
+    mode, policy = resolve(deps, turn)
     steps = (
         await mode.own_reply(deps, turn, loaded, clock)
         or small_talk(turn, clock)
-        or answer_question(deps, turn, mode, loaded, clock)
+        or answer_question(deps, turn, mode, policy, loaded, clock)
     )
     # a client disconnect closes this generator: the step's own is closed with it, at once
     async with aclosing(steps) as ending_step:
@@ -205,6 +206,17 @@ async def run_turn(deps: ChatDeps, turn: TurnInput) -> AsyncIterator[BaseModel]:
                 yield await finish(deps, turn, loaded, clock, item)
             else:
                 yield item
+
+
+def resolve(deps: ChatDeps, turn: TurnInput) -> tuple[ChatMode, Policy]:
+    """The session's mode (a step object, chosen once) and the cut-offs the turn is decided
+    with: the persona's own, else the deployment's."""
+    policy = Policy(
+        thresholds=turn.bands(deps.settings),
+        persona_cuts=turn.thresholds is not None,
+        grounding_weight=deps.settings.grounding_weight,
+    )
+    return mode_for(turn.session["mode"]), policy
 
 
 async def load_session(deps: ChatDeps, turn: TurnInput, clock: Clock) -> Loaded:
@@ -249,7 +261,12 @@ async def social_reply(text: str, clock: Clock) -> Step:
 
 
 async def answer_question(
-    deps: ChatDeps, turn: TurnInput, mode: ChatMode, loaded: Loaded, clock: Clock
+    deps: ChatDeps,
+    turn: TurnInput,
+    mode: ChatMode,
+    policy: Policy,
+    loaded: Loaded,
+    clock: Clock,
 ) -> Step:
     """A question: look it up, decide, then refuse or answer."""
     question = resolve_question(turn, loaded)
@@ -258,11 +275,6 @@ async def answer_question(
     except LecternError as exc:
         yield ErrorEvent(reason=exc.reason, message=exc.message, retryable=True)
         return
-    policy = Policy(
-        thresholds=turn.bands(deps.settings),
-        persona_cuts=turn.thresholds is not None,
-        grounding_weight=deps.settings.grounding_weight,
-    )
     retrieved = material.retrieved
     evidence = Evidence(verdict=retrieved.confidence, has_sources=bool(retrieved.sources))
     decision = decide(evidence, policy, general=question.general)
