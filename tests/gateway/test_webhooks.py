@@ -592,8 +592,8 @@ async def _hit(receiver: Receiver, name: str) -> bool:
 def _restart(worker: Worker) -> None:
     deliveries_worker = worker.deps.webhook_worker
     assert deliveries_worker is not None
-    deliveries_worker.stopping = False
     deliveries_worker.start()
+    assert deliveries_worker.running
 
 
 async def test_the_gateways_nats_user_may_consume_the_webhook_streams(

@@ -145,7 +145,8 @@ class DeliveryWorker:
         return self.task is not None and not self.task.done()
 
     def start(self) -> None:
-        """Run :meth:`run` in the background until :meth:`stop`."""
+        """Run :meth:`run` in the background until :meth:`stop` (again, after a stop)."""
+        self.stopping = False
         self.task = asyncio.create_task(self.run(), name="lectern-webhook-deliveries")
 
     async def stop(self, *, grace_s: float) -> None:
