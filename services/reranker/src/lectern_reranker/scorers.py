@@ -36,7 +36,32 @@ def sigmoid(logits: Sequence[float]) -> list[float]:
     return out
 
 
-class CrossEncoderScorer:
+def word_pieces(tokenizer: Any, text: str) -> int:
+    """Word pieces of a text with a Hugging Face tokenizer (no special tokens, uncut)."""
+    ids = tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)
+    return len(ids["input_ids"])
+
+
+class _PairScorer:
+    """What both CrossEncoder scorers share: their name, and ``_predict`` (blocking) run in a
+    worker thread."""
+
+    @property
+    def name(self) -> ScorerName:
+        """Reported in replies."""
+        return "cross-encoder"
+
+    def _predict(self, query: str, texts: Sequence[str]) -> list[float]:
+        raise NotImplementedError
+
+    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """Sigmoid of the cross-encoder logit of each (query, text) pair, in batches."""
+        if not texts:
+            return []
+        return await asyncio.to_thread(self._predict, query, list(texts))
+
+
+class CrossEncoderScorer(_PairScorer):
     """Scores (query, passage) pairs with a CrossEncoder; sigmoid of the logit is the score."""
 
     def __init__(self, model: Any, *, batch_size: int = 32) -> None:
@@ -66,11 +91,6 @@ class CrossEncoderScorer:
         return cls(model, batch_size=batch_size)
 
     @property
-    def name(self) -> ScorerName:
-        """Reported in replies."""
-        return "cross-encoder"
-
-    @property
     def max_length(self) -> int | None:
         """Word pieces per (query, passage) pair; longer pairs are truncated."""
         value = getattr(self._model, "max_length", None)
@@ -90,18 +110,9 @@ class CrossEncoderScorer:
             )
         return sigmoid(np.asarray(logits, dtype=np.float64).reshape(-1).tolist())
 
-    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
-        """Sigmoid of the cross-encoder logit of each (query, text) pair, in batches."""
-        if not texts:
-            return []
-        return await asyncio.to_thread(self._predict, query, list(texts))
-
     def count_tokens(self, text: str) -> int:
         """Word pieces of a text with the cross-encoder's tokenizer."""
-        ids = self._model.tokenizer(
-            text, add_special_tokens=False, truncation=False, verbose=False
-        )["input_ids"]
-        return len(ids)
+        return word_pieces(self._model.tokenizer, text)
 
 
 class ReaderScorer:
@@ -149,8 +160,9 @@ class ReaderScorer:
         return self._reader.count_tokens(text)
 
 
-class OnnxCrossEncoderScorer:
-    """The same CrossEncoder exported to ONNX (int8 by default) and run with onnxruntime.
+class OnnxCrossEncoderScorer(_PairScorer):
+    """The same CrossEncoder exported to ONNX (int8 by default) and run with onnxruntime (a
+    session may be run from several threads at once).
 
     On 2 CPU cores a MiniLM-sized cross-encoder in torch needs ~0.8 s for 20 pairs of 256
     word pieces; the int8 ONNX graph is several times faster (``make bench-rerank`` prints the
@@ -197,11 +209,6 @@ class OnnxCrossEncoderScorer:
         return cls(session, tokenizer, max_length=min(limit, 512), batch_size=batch_size, path=path)
 
     @property
-    def name(self) -> ScorerName:
-        """Reported in replies."""
-        return "cross-encoder"
-
-    @property
     def max_length(self) -> int:
         """Word pieces per (query, passage) pair; longer pairs are truncated."""
         return self._max_length
@@ -226,17 +233,9 @@ class OnnxCrossEncoderScorer:
                 logits[index] = float(value)
         return sigmoid(logits)
 
-    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
-        """Sigmoid of the cross-encoder logit of each (query, text) pair, in batches."""
-        if not texts:
-            return []
-        # an onnxruntime session may be run from several threads at once
-        return await asyncio.to_thread(self._predict, query, list(texts))
-
     def count_tokens(self, text: str) -> int:
         """Word pieces of a text with the cross-encoder's tokenizer."""
-        ids = self._tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)
-        return len(ids["input_ids"])
+        return word_pieces(self._tokenizer, text)
 
 
 def resolve_model_dir(name_or_path: str) -> str:
