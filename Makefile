@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-scale bench-reader train-reader fit-rerank tune-rerank soak clean client-models client-ts
+.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-offline bench-scale bench-reader train-reader fit-rerank tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -79,10 +79,13 @@ client-models: install ## Regenerate the Python client's models from docs/openap
 client-ts: ## Build the TypeScript client (clients/typescript): npm ci, API types from docs/openapi.json, tsc + browser bundle
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run generate && npm run build
 
-bench: bench-answers bench-reader bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-scale ## Run every benchmark
+bench: bench-answers bench-offline bench-reader bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-scale ## Run every benchmark
 
 bench-answers: install ## Answer quality on real documents through upload, ingest and chat SSE (bench/answers)
 	$(PY) bench/bench_answers.py
+
+bench-offline: install ## The offline answerer's own time: reading every unit vs at most 16 (after bench-answers)
+	$(PY) bench/bench_offline_answer.py
 
 bench-ingest: install ## Ingest throughput vs the raw embedder (../shared/data/docs)
 	$(PY) bench/bench_ingest.py

@@ -162,6 +162,7 @@ async def replay(
     other_floor: float | None = None,
     model: answerer.AnswerModel | None = None,
     reads: bool = True,
+    read_at_most: int | None = answerer.READ_AT_MOST,
     cross_fitted: dict[str, answerer.AnswerModel] | None = None,
 ) -> list[Replayed]:
     """Replay every stored answerable and off-topic question of ``run`` (with the packaged
@@ -184,7 +185,9 @@ async def replay(
     # the gateway's embedder with its default settings: what chat's answers are scored with
     embedder = CachedEmbedder(LocalEmbedder(BaseServiceSettings()))
     reader = CachedReader(reading.packaged()) if reads and reading.available() else None
-    offline = answerer.OfflineAnswerer(embedder=cast("Embedder", embedder), reader=reader)
+    offline = answerer.OfflineAnswerer(
+        embedder=cast("Embedder", embedder), reader=reader, read_at_most=read_at_most
+    )
     options: dict[str, Any] = {"without": frozenset(without), "model": model}
     if floor is not None:
         options["floor"] = floor
@@ -207,7 +210,7 @@ async def replay(
         units = answerer.source_units(sources)
         bags = [Counter(terms(u.text)) for u in units]
         similarities = await offline.similarities(text, [u.text for u in units])
-        readings = await offline.readings(text, answerer.reader_texts(units, without=without))
+        readings = await offline.unit_readings(text, sources, units, similarities, without=without)
         rows.append(
             answerer.unit_signals(
                 text, answerer.question_form(text), units, bags, similarities, sources=sources,
@@ -345,6 +348,10 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--no-reader", dest="reads", action="store_false",
                         help="replay the answerer without the reader (its own model)")  # fmt: skip
+    parser.add_argument(
+        "--read-at-most", type=int, default=answerer.READ_AT_MOST,
+        help="the units the answerer reads at most (0: all; default the answerer's)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write every replayed question as JSON")
     args = parser.parse_args()
     run = json.loads(args.json.read_text())
@@ -358,7 +365,7 @@ def main() -> int:
     replayed = asyncio.run(
         replay(run, args.set, without=args.without, signals_out=args.signals,
                floor=args.floor, other_floor=args.other_floor, model=model, reads=args.reads,
-               cross_fitted=cross_fitted)
+               read_at_most=args.read_at_most or None, cross_fitted=cross_fitted)
     )  # fmt: skip
     splits = [s for s in ("dev", "test") if any(r.split == s for r in replayed)]
     figures = {s: summary(replayed, s) for s in splits}

@@ -7,10 +7,13 @@ training data (SQuAD, SelQA, PubMedQA, BioASQ).
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
 from lectern_common import reading
 
@@ -105,3 +108,51 @@ async def test_the_offline_answerer_quotes_what_the_reader_finds_answering() -> 
     assert readings is not None and readings[0] > readings[1]
     off = await answerer.answer(question="Who painted the Mona Lisa?", sources=sources)
     assert not off.supported
+
+
+async def test_the_offline_answerer_reads_only_the_units_it_may_answer_from() -> None:
+    """Of many units the answerer reads at most ``read_at_most``, those ranked highest
+    without the reader (the answering one among them); the rest get the lowest logit read,
+    and the answer is the one reading everything gives."""
+    from lectern_common.answerer import OfflineAnswerer, source_units
+    from lectern_common.embeddings import LocalEmbedder
+    from lectern_common.generation import SourceText
+
+    filler = [
+        f"Chapter {n} of the handbook lists the opening hours of library number {n}."
+        for n in range(1, 25)
+    ]
+    sources = [
+        SourceText(label="T1", text=" ".join([*filler[:12], ANSWER, *NEAR_MISSES]), score=0.9),
+        SourceText(label="T2", text=" ".join(filler[12:]), score=0.3),
+    ]
+    units = source_units(sources)
+    assert len(units) > 20
+
+    class Counting:
+        def __init__(self) -> None:
+            self.inner = reading.packaged()
+            self.read: list[str] = []
+
+        async def score_logits(
+            self,
+            question: str,
+            texts: Sequence[str],
+            *,
+            kind: Literal["sentence", "passage"] = "sentence",
+        ) -> NDArray[np.float32]:
+            self.read.extend(texts)
+            return await self.inner.score_logits(question, texts, kind=kind)
+
+    embedder = LocalEmbedder()
+    counting = Counting()
+    few = OfflineAnswerer(embedder=embedder, reader=counting, read_at_most=6)
+    answer = await few.answer(question=QUESTION, sources=sources)
+    assert len(counting.read) == 6 and ANSWER in counting.read
+    every = OfflineAnswerer(embedder=embedder, reader=reading.packaged(), read_at_most=None)
+    assert answer.render() == (await every.answer(question=QUESTION, sources=sources)).render()
+    assert answer.supported and "starch" in answer.render()
+    similarities = await few.similarities(QUESTION, [u.text for u in units])
+    logits = await few.unit_readings(QUESTION, sources, units, similarities)
+    assert logits is not None and len(logits) == len(units)
+    assert sum(v > min(logits) for v in logits) == 5  # the unread ones hold the lowest read

@@ -1039,6 +1039,12 @@ class SentenceReader(Protocol):
         ...
 
 
+#: the units the offline answerer reads at most, those the model without the reader ranks
+#: highest (docs/benchmarks.md: its top 16 hold the full model's best unit for every
+#: development question, and 16 of a median 75 units cut the reading's ~2.4 ms a unit)
+READ_AT_MOST = 16
+
+
 class OfflineAnswerer:
     """Answers from the sources alone: the units that answer, cited, streamed."""
 
@@ -1052,9 +1058,11 @@ class OfflineAnswerer:
         max_sentences: int = 4,
         words_per_chunk: int = 4,
         cache_floats: int = 8_000_000,  # 32 MB of vectors: 20,000 sentences of MiniLM
+        read_at_most: int | None = READ_AT_MOST,
     ) -> None:
         self.embedder = embedder
         self.reader = reader
+        self.read_at_most = read_at_most
         self.max_sentences = max_sentences
         self.words_per_chunk = max(1, words_per_chunk)
         # unit vectors by (model, text), least recently used first: a course's questions
@@ -1071,15 +1079,50 @@ class OfflineAnswerer:
         ``model``)."""
         units = source_units(sources)
         similarities = await self.similarities(question, [u.text for u in units])
-        without = options.get("without", frozenset())
+        readings = await self.unit_readings(
+            question, sources, units, similarities, without=options.get("without", frozenset())
+        )
         return extract_answer(
             question=question,
             sources=sources,
             similarities=similarities,
-            readings=await self.readings(question, reader_texts(units, without=without)),
+            readings=readings,
             max_sentences=self.max_sentences,
             **options,
         )
+
+    async def unit_readings(
+        self,
+        question: str,
+        sources: Sequence[SourceText],
+        units: Sequence[SourceUnit],
+        similarities: Sequence[float] | None,
+        *,
+        without: Container[str] = frozenset(),
+    ) -> list[float] | None:
+        """The reader's logit of each unit (None without a reader). Of more than
+        ``read_at_most`` units only those the model without the reader ranks highest are
+        read; the others get the lowest logit read: they rank below the read ones on every
+        other signal, and reading them is most of an answer's time on a CPU."""
+        texts = reader_texts(units, without=without)
+        if self.reader is None or not texts or not question.strip():
+            return None
+        at_most = self.read_at_most
+        if at_most is None or len(texts) <= at_most:
+            return await self.readings(question, texts)
+        bags = [Counter(terms(u.text)) for u in units]
+        cheap = answer_model(reads=False).score(
+            unit_signals(
+                question, question_form(question), units, bags, similarities, sources=sources
+            )
+        )
+        read = sorted(int(i) for i in np.argsort(-cheap, kind="stable")[:at_most])
+        logits = await self.readings(question, [texts[i] for i in read])
+        assert logits is not None
+        out = [min(logits)] * len(texts)
+        for index, logit in zip(read, logits, strict=True):
+            out[index] = logit
+        return out
 
     async def readings(self, question: str, texts: Sequence[str]) -> list[float] | None:
         """The reader's logit of each (question, text) pair (None without a reader)."""
