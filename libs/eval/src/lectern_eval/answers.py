@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,26 @@ log = logging.getLogger(__name__)
 Report = Callable[[str], None]
 FINAL_STATUSES = ("indexed", "failed", "duplicate")
 TOKEN_TTL_S = 6 * 3600
+
+
+async def chat_events(
+    client: httpx.AsyncClient, session_id: str, text: str
+) -> AsyncIterator[dict[str, Any]]:
+    """The events of one chat turn (``POST /v1/sessions/{id}/messages``), decoded; raises
+    ``RuntimeError`` when the gateway refuses the turn or the stream reports an error."""
+    async with aconnect_sse(
+        client, "POST", f"/v1/sessions/{session_id}/messages", json={"content": text}
+    ) as source:
+        if source.response.status_code != 200:
+            await source.response.aread()
+            raise RuntimeError(
+                f"chat: HTTP {source.response.status_code} {source.response.text[:300]}"
+            )
+        async for sse in source.aiter_sse():
+            event: dict[str, Any] = json.loads(sse.data)
+            if event.get("type") == "error":
+                raise RuntimeError(f"chat error {event.get('reason')}: {event.get('message')}")
+            yield event
 
 
 @dataclass
@@ -241,27 +261,16 @@ class AnswerEval:
     async def _ask(self, student: httpx.AsyncClient, session_id: str, text: str) -> Turn:
         turn = Turn()
         started = time.monotonic()
-        async with aconnect_sse(
-            student, "POST", f"/v1/sessions/{session_id}/messages", json={"content": text}
-        ) as source:
-            if source.response.status_code != 200:
-                await source.response.aread()
-                raise RuntimeError(
-                    f"chat: HTTP {source.response.status_code} {source.response.text[:300]}"
-                )
-            async for sse in source.aiter_sse():
-                event = json.loads(sse.data)
-                kind = event.get("type")
-                if kind == "sources":
-                    turn.sources = list(event["sources"])
-                elif kind == "token":
-                    if turn.first_token_ms is None:
-                        turn.first_token_ms = (time.monotonic() - started) * 1000
-                    turn.answer += event["text"]
-                elif kind == "done":
-                    turn.done = event
-                elif kind == "error":
-                    raise RuntimeError(f"chat error {event.get('reason')}: {event.get('message')}")
+        async for event in chat_events(student, session_id, text):
+            kind = event.get("type")
+            if kind == "sources":
+                turn.sources = list(event["sources"])
+            elif kind == "token":
+                if turn.first_token_ms is None:
+                    turn.first_token_ms = (time.monotonic() - started) * 1000
+                turn.answer += event["text"]
+            elif kind == "done":
+                turn.done = event
         turn.total_ms = (time.monotonic() - started) * 1000
         if turn.done is None:
             raise RuntimeError("the stream ended without a done event")

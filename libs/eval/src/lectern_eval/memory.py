@@ -25,7 +25,6 @@ memories (``GET /v1/me/memories``) are compared with what a careful teacher woul
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import time
@@ -36,11 +35,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-from httpx_sse import aconnect_sse
 from pydantic import BaseModel, Field
 
 from lectern_common.tokens import make_token
-from lectern_eval.answers import TOKEN_TTL_S, upload_and_wait
+from lectern_eval.answers import TOKEN_TTL_S, chat_events, upload_and_wait
 
 log = logging.getLogger(__name__)
 Report = Callable[[str], None]
@@ -329,27 +327,18 @@ class MemoryEval:
 
     async def _send(self, client: httpx.AsyncClient, session_id: str, text: str) -> _Turn:
         turn = _Turn()
-        async with aconnect_sse(
-            client, "POST", f"/v1/sessions/{session_id}/messages", json={"content": text}
-        ) as source:
-            if source.response.status_code != 200:
-                await source.response.aread()
-                raise RuntimeError(f"chat: HTTP {source.response.status_code}")
-            async for sse in source.aiter_sse():
-                event = json.loads(sse.data)
-                kind = event.get("type")
-                if kind == "sources":
-                    turn.sources = list(event["sources"])
-                elif kind == "token":
-                    turn.answer += event["text"]
-                elif kind == "check" and event.get("phase") == "asked":
-                    turn.check = event
-                elif kind == "check":
-                    turn.verdict = event.get("verdict")
-                elif kind == "done":
-                    turn.done = event
-                elif kind == "error":
-                    raise RuntimeError(f"chat error {event.get('reason')}: {event.get('message')}")
+        async for event in chat_events(client, session_id, text):
+            kind = event.get("type")
+            if kind == "sources":
+                turn.sources = list(event["sources"])
+            elif kind == "token":
+                turn.answer += event["text"]
+            elif kind == "check" and event.get("phase") == "asked":
+                turn.check = event
+            elif kind == "check":
+                turn.verdict = event.get("verdict")
+            elif kind == "done":
+                turn.done = event
         return turn
 
     async def _passages(self, teacher: httpx.AsyncClient, turn: _Turn) -> list[str]:
