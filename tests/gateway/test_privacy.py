@@ -368,10 +368,18 @@ async def test_sessions_past_the_tenants_retention_are_deleted(
 
     await until(old_gone, "the retention sweep deleted the old session", timeout=10)
     old_id = uuid.UUID(old["id"])
+
+    async def signals_gone() -> bool:
+        n: int = await db_pool.fetchval(
+            "SELECT count(*) FROM memory_turn_signals WHERE session_id = $1", old_id
+        )
+        return n == 0
+
+    # the memory service deletes its copies of the turns on chat.sessions.expired
+    await until(signals_gone, "the memory service deleted the old session's turns", timeout=10)
     for table, column in (
         ("chat_messages", "session_id"), ("chat_turns", "session_id"),
         ("feedback_flags", "session_id"), ("knowledge_gaps", "session_id"),
-        ("memory_turn_signals", "session_id"),
     ):  # fmt: skip
         left = await db_pool.fetchval(
             f"SELECT count(*) FROM {table} WHERE {column} = $1",  # noqa: S608

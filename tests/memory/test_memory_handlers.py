@@ -19,6 +19,7 @@ from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 from lectern_common.broker import create_broker, stream_for
 from lectern_common.embeddings import Embedder
 from lectern_common.events import (
+    ChatSessionsExpired,
     ChatTurnCompleted,
     MemoryExportReply,
     MemoryExportRequest,
@@ -96,6 +97,20 @@ async def test_turns_are_recorded_and_erased(
     assert await signals(db_pool, tenant_id, "stu") == 0
 
 
+async def test_expired_sessions_lose_their_turn_signals(
+    memory_broker: NatsBroker, db_pool: Any, tenant_id: str
+) -> None:
+    old, recent = turn(tenant_id, "stu"), turn(tenant_id, "stu")
+    for event in (old, recent):
+        await publish(memory_broker, event.model_dump(mode="json"), Subjects.CHAT_TURN_COMPLETED)
+    assert await signals(db_pool, tenant_id, "stu") == 2
+    expired = ChatSessionsExpired(
+        tenant_id=tenant_id, session_ids=[old.session_id], retention_days=30
+    )
+    await publish(memory_broker, expired.model_dump(mode="json"), Subjects.CHAT_SESSIONS_EXPIRED)
+    assert await signals(db_pool, tenant_id, "stu") == 1
+
+
 async def test_recall_answers_a_typed_request(memory_broker: NatsBroker, tenant_id: str) -> None:
     request = MemoryRecallRequest(tenant_id=tenant_id, user_id="stu", query="ionic bonds")
     raw = await memory_broker.request(request.model_dump(mode="json"), Subjects.MEMORY_RECALL)
@@ -107,7 +122,7 @@ async def test_recall_answers_a_typed_request(memory_broker: NatsBroker, tenant_
 
 @pytest.mark.parametrize(
     "subject", [Subjects.CHAT_TURN_COMPLETED, Subjects.CHAT_SESSION_ENDED, Subjects.USERS_ERASED,
-                Subjects.QUIZ_ATTEMPTED],
+                Subjects.QUIZ_ATTEMPTED, Subjects.CHAT_SESSIONS_EXPIRED],
 )  # fmt: skip
 async def test_an_invalid_event_is_parked(
     memory_broker: NatsBroker, tenant_id: str, subject: str

@@ -100,8 +100,8 @@ STREAMS: list[StreamSpec] = [
     ),
     StreamSpec(
         "LECTERN_CHAT",
-        [Subjects.CHAT_TURN_COMPLETED, Subjects.CHAT_SESSION_ENDED],
-        description="chat turns and ended sessions",
+        [Subjects.CHAT_TURN_COMPLETED, Subjects.CHAT_SESSION_ENDED, Subjects.CHAT_SESSIONS_EXPIRED],
+        description="chat turns, ended sessions and sessions deleted past their retention",
     ),
     StreamSpec("LECTERN_MEMORY", [Subjects.MEMORY_DISTILLED], description="distilled memories"),
     StreamSpec(

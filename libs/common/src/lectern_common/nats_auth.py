@@ -92,6 +92,7 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.DOCUMENTS_RESTORED,
             Subjects.CHAT_TURN_COMPLETED,
             Subjects.CHAT_SESSION_ENDED,
+            Subjects.CHAT_SESSIONS_EXPIRED,
             Subjects.FEEDBACK_FLAGGED,
             Subjects.KNOWLEDGE_GAP_DETECTED,
             Subjects.QUIZ_ATTEMPTED,

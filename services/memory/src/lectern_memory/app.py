@@ -15,6 +15,7 @@ from lectern_common.db import ReadPools
 from lectern_common.embeddings import LOCAL_MODEL_NAME, LocalEmbedder, build_embedder
 from lectern_common.events import (
     ChatSessionEnded,
+    ChatSessionsExpired,
     ChatTurnCompleted,
     MemoryExportReply,
     MemoryExportRequest,
@@ -38,6 +39,7 @@ from lectern_memory.gemini_distiller import build_model_distiller
 from lectern_memory.handlers import (
     handle_quiz_attempted,
     handle_session_ended,
+    handle_sessions_expired,
     handle_turn,
     handle_user_erased,
 )
@@ -47,6 +49,7 @@ TURNS_DURABLE = "lectern-memory-turns"
 SESSIONS_DURABLE = "lectern-memory-sessions"
 QUIZZES_DURABLE = "lectern-memory-quizzes"
 USERS_DURABLE = "lectern-memory-users"
+EXPIRIES_DURABLE = "lectern-memory-expiries"
 
 #: the started service, once start-up built it
 ServiceOf = Callable[[], MemoryService]
@@ -71,6 +74,7 @@ def create_app(settings: Settings) -> FastAPI:
             (stream_for(Subjects.CHAT_SESSION_ENDED).name, SESSIONS_DURABLE),
             (stream_for(Subjects.QUIZ_ATTEMPTED).name, QUIZZES_DURABLE),
             (stream_for(Subjects.USERS_ERASED).name, USERS_DURABLE),
+            (stream_for(Subjects.CHAT_SESSIONS_EXPIRED).name, EXPIRIES_DURABLE),
         ],
     )
     state: ServiceState = app.state.lectern
@@ -128,7 +132,8 @@ def _consumer(
 def subscribe_events(
     broker: NatsBroker, *, settings: Settings, state: ServiceState, service: ServiceOf
 ) -> None:
-    """The JetStream consumers: turns, ended sessions, quiz attempts, erasures."""
+    """The JetStream consumers: turns, ended sessions, quiz attempts, erasures, sessions
+    deleted past their retention."""
 
     @_consumer(broker, settings, Subjects.CHAT_TURN_COMPLETED, TURNS_DURABLE, 10)
     async def on_turn(event: ChatTurnCompleted, message: NatsMessage) -> None:
@@ -160,6 +165,11 @@ def subscribe_events(
     async def on_user_erased(event: UserErased, message: NatsMessage) -> None:
         """Erase every row kept about a user (``erasure``)."""
         await handle_user_erased(state.pool, event, message)
+
+    @_consumer(broker, settings, Subjects.CHAT_SESSIONS_EXPIRED, EXPIRIES_DURABLE, 10)
+    async def on_sessions_expired(event: ChatSessionsExpired, message: NatsMessage) -> None:
+        """Delete the turn signals of sessions deleted past their retention."""
+        await handle_sessions_expired(state.pool, event, message)
 
 
 def subscribe_requests(broker: NatsBroker, *, state: ServiceState, service: ServiceOf) -> None:

@@ -15,8 +15,15 @@ from faststream.nats import NatsBroker, NatsMessage
 from lectern_common.backoff import backoff_delay
 from lectern_common.broker import deliveries, park
 from lectern_common.errors import PermanentError, RetryableError
-from lectern_common.events import ChatSessionEnded, ChatTurnCompleted, QuizAttempted, UserErased
+from lectern_common.events import (
+    ChatSessionEnded,
+    ChatSessionsExpired,
+    ChatTurnCompleted,
+    QuizAttempted,
+    UserErased,
+)
 from lectern_memory import erasure
+from lectern_memory import repository as repo
 from lectern_memory.service import MemoryService
 
 log = logging.getLogger(__name__)
@@ -93,3 +100,20 @@ async def handle_user_erased(pool: Any, event: UserErased, message: NatsMessage 
         raise NackMessage(delay=backoff(attempt)) from exc
     # the erasure's id, never the user's
     log.info("erasure %s: %d rows deleted", event.event_id, sum(erased.values()))
+
+
+async def handle_sessions_expired(
+    pool: Any, event: ChatSessionsExpired, message: NatsMessage | None
+) -> None:
+    """chat.sessions.expired -> delete the copies of those sessions' turns (the gateway
+    deleted the sessions past their tenant's retention); a re-delivery deletes nothing more."""
+    try:
+        async with pool.acquire() as conn:
+            deleted = await repo.forget_sessions(
+                conn, tenant_id=event.tenant_id, session_ids=list(event.session_ids)
+            )
+    except Exception as exc:
+        attempt = deliveries(message) if message is not None else 1
+        log.warning("expiry %s not done (%s); retrying", event.event_id, type(exc).__name__)
+        raise NackMessage(delay=backoff(attempt)) from exc
+    log.info("expiry %s: %d turn signals deleted", event.event_id, deleted)

@@ -223,6 +223,16 @@ async def tally_quiz_topic(
     return streak
 
 
+async def forget_sessions(conn: Any, *, tenant_id: str, session_ids: list[uuid.UUID]) -> int:
+    """Delete the turn signals of sessions the gateway deleted; how many rows."""
+    status: str = await conn.execute(
+        "DELETE FROM memory_turn_signals WHERE tenant_id = $1 AND session_id = ANY($2::uuid[])",
+        tenant_id,
+        session_ids,
+    )
+    return int(status.split()[-1])
+
+
 # --- what the gateway asks about the rows this service owns (``records``) ------------------
 
 _MEMORY_COLUMNS = (

@@ -12,7 +12,12 @@ from lectern_common.events.base import (
     Request,
     Subjects,
 )
-from lectern_common.events.chat import ChatSessionEnded, ChatTurnCompleted, CitationRef
+from lectern_common.events.chat import (
+    ChatSessionEnded,
+    ChatSessionsExpired,
+    ChatTurnCompleted,
+    CitationRef,
+)
 from lectern_common.events.deadletter import MAX_PARKED_PAYLOAD, MessageParked, parked_event_id
 from lectern_common.events.documents import (
     ChunkCurriculumReply,
@@ -69,6 +74,7 @@ __all__ = [
     "MAX_PARKED_PAYLOAD",
     "Candidate",
     "ChatSessionEnded",
+    "ChatSessionsExpired",
     "ChatTurnCompleted",
     "ChunkCurriculumReply",
     "ChunkCurriculumRequest",

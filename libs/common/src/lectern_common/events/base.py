@@ -26,6 +26,7 @@ class Subjects:
     DOCUMENTS_RESTORED = "lectern.documents.restored.v1"
     CHAT_TURN_COMPLETED = "lectern.chat.turn.completed.v1"
     CHAT_SESSION_ENDED = "lectern.chat.session.ended.v1"
+    CHAT_SESSIONS_EXPIRED = "lectern.chat.sessions.expired.v1"
     MEMORY_DISTILLED = "lectern.memory.distilled.v1"
     FEEDBACK_FLAGGED = "lectern.feedback.flagged.v1"
     KNOWLEDGE_GAP_DETECTED = "lectern.knowledge_gap.detected.v1"

@@ -69,3 +69,15 @@ class ChatSessionEnded(Event):
     user_id: str
     reason: Literal["explicit", "idle"] = "explicit"
     message_count: int = 0
+
+
+@register_event
+class ChatSessionsExpired(Event):
+    """Sessions of the tenant passed its retention (``session_retention_days``) and were
+    deleted by the gateway's sweep, in the transaction that wrote this event; every service
+    deletes what it keeps of them (the memory service: its copies of their turns)."""
+
+    subject: ClassVar[str] = Subjects.CHAT_SESSIONS_EXPIRED
+
+    session_ids: list[uuid.UUID] = Field(max_length=1000)
+    retention_days: int = Field(ge=1)

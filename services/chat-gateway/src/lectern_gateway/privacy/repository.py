@@ -198,11 +198,10 @@ async def retention_settings(pool: Any) -> list[tuple[str, int]]:
     return [(str(r["tenant_id"]), int(r["session_retention_days"])) for r in rows]
 
 
-async def expire_sessions(conn: Any, *, tenant_id: str, days: int, limit: int) -> int:
+async def expire_sessions(conn: Any, *, tenant_id: str, days: int, limit: int) -> list[uuid.UUID]:
     """Delete up to ``limit`` sessions of the tenant idle for more than ``days`` days, with
-    their messages, turns and flags (foreign keys), knowledge gaps, notices and the memory
-    service's turn signals; returns how many sessions. Rows another replica is deleting are
-    skipped (``SKIP LOCKED``)."""
+    their messages, turns and flags (foreign keys), knowledge gaps and notices; returns
+    their ids. Rows another replica is deleting are skipped (``SKIP LOCKED``)."""
     rows = await conn.fetch(
         "SELECT id FROM chat_sessions WHERE tenant_id = $1 "
         "AND last_activity_at < now() - make_interval(days => $2) "
@@ -211,17 +210,14 @@ async def expire_sessions(conn: Any, *, tenant_id: str, days: int, limit: int) -
     )  # fmt: skip
     ids: list[uuid.UUID] = [r["id"] for r in rows]
     if not ids:
-        return 0
+        return []
     for sql in (
         "DELETE FROM knowledge_gaps WHERE tenant_id = $1 AND session_id = ANY($2::uuid[])",
         "DELETE FROM student_notices WHERE tenant_id = $1 AND session_id = ANY($2::uuid[])",
-        # copies of the sessions' turns the memory service keeps for distilling them (it
-        # distilled them long ago); deleted with the sessions so no copy outlives them
-        "DELETE FROM memory_turn_signals WHERE tenant_id = $1 AND session_id = ANY($2::uuid[])",
         "DELETE FROM chat_sessions WHERE tenant_id = $1 AND id = ANY($2::uuid[])",
     ):
         await conn.execute(sql, tenant_id, ids)
-    return len(ids)
+    return ids
 
 
 async def expire_gap_topics(conn: Any, *, tenant_id: str, days: int) -> int:

@@ -1,8 +1,9 @@
 """Session retention: a tenant that sets ``session_retention_days`` (``PUT
 /v1/tenant/settings``; unset by default: kept) has every session idle longer than that deleted
 by a periodic sweep, with its messages, tutor checks, kept turn events, the flags on its
-answers, its knowledge gaps and notices, and the memory service's turn signals of it; the
-quality dashboard's gap topics of days past the retention go too. Long-term memories stay
+answers, its knowledge gaps and notices; ``chat.sessions.expired``, written to the outbox in
+the same transaction, has the memory service delete its copies of their turns (it owns
+them). The quality dashboard's gap topics of days past the retention go too. Long-term memories stay
 (a student forgets them with ``DELETE /v1/me/memories``), and so do quiz attempts, which
 belong to no session.
 
@@ -15,6 +16,8 @@ import asyncio
 import logging
 from typing import Any
 
+from lectern_common.events import ChatSessionsExpired
+from lectern_common.outbox import enqueue
 from lectern_gateway.privacy import repository as repo
 
 log = logging.getLogger(__name__)
@@ -28,11 +31,14 @@ async def sweep_expired_sessions(*, pool: Any, batch: int = BATCH) -> int:
     for tenant_id, days in await repo.retention_settings(pool):
         while True:
             async with pool.acquire() as conn, conn.transaction():
-                deleted = await repo.expire_sessions(
+                expired = await repo.expire_sessions(
                     conn, tenant_id=tenant_id, days=days, limit=batch
                 )
-            total += deleted
-            if deleted < batch:
+                if expired:
+                    await enqueue(conn, ChatSessionsExpired(
+                        tenant_id=tenant_id, session_ids=expired, retention_days=days))  # fmt: skip
+            total += len(expired)
+            if len(expired) < batch:
                 break
         async with pool.acquire() as conn:
             await repo.expire_gap_topics(conn, tenant_id=tenant_id, days=days)

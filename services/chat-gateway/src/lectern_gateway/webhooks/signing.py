@@ -22,8 +22,14 @@ SECRET_BYTES = 24
 USER_AGENT = "Lectern-Webhooks/1.0"
 
 #: not offered: uploads wait on a work-queue stream that only ingest may consume, progress is
-#: a stream of per-stage ticks, and parked messages are the operator's business, not a tenant's
-_NOT_OFFERED = {Subjects.DOCUMENTS_UPLOADED, Subjects.DOCUMENTS_PROGRESS, Subjects.DEAD_LETTER}
+#: a stream of per-stage ticks, and parked messages are the operator's business, not a tenant's;
+#: expired sessions tell the services to delete their copies (housekeeping between services)
+_NOT_OFFERED = {
+    Subjects.DOCUMENTS_UPLOADED,
+    Subjects.DOCUMENTS_PROGRESS,
+    Subjects.DEAD_LETTER,
+    Subjects.CHAT_SESSIONS_EXPIRED,
+}
 
 #: the event types a webhook may ask for (subjects, e.g. ``lectern.documents.indexed.v1``)
 WEBHOOK_EVENTS: tuple[str, ...] = tuple(sorted({cls.subject for cls in ALL_EVENTS} - _NOT_OFFERED))
