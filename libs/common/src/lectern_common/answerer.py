@@ -409,6 +409,118 @@ def _stems(text: str) -> set[str]:
     return {t[:5] for t in terms(text)}
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """What a question asks, in the forms the unit signals compare units with."""
+
+    form: QuestionForm
+    query: list[str]
+    terms: set[str]
+    prefixes: set[str]  # the first five letters of its terms of five letters or more
+    stems: set[str]  # the first five letters of every term
+    subject_order: list[str]  # a definition question's subject, in order
+    subject: set[str]
+    head: set[str]  # what a sentence defining the subject must name
+    why_how: bool
+
+    @classmethod
+    def of(cls, question: str, form: QuestionForm) -> _Asked:
+        query = list(dict.fromkeys(terms(question)))
+        subject_order = terms(definiendum(question) or "") if form == "definition" else []
+        subject = set(subject_order)
+        # "the first law of motion": what a sentence defining it must name is its head
+        # ("Newton's first law says that ..."); what follows "of" may be left to the context
+        of = re.split(r"\s+(?:of|in|for|des|der|von)\s+", definiendum(question) or "")[0]
+        head = set(terms(of))
+        return cls(
+            form=form,
+            query=query,
+            terms=set(query),
+            prefixes={t[:5] for t in query if len(t) >= 5},
+            stems={t[:5] for t in query},
+            subject_order=subject_order,
+            subject=subject,
+            head=head & subject or subject,
+            why_how=bool(_WHY_HOW.search(question)) and form not in ("number", "list"),
+        )
+
+
+def _lexical_scores(
+    query: Sequence[str], bags: Sequence[Counter[str]], k1: float, b: float
+) -> list[float]:
+    """Each bag's BM25 score of ``query`` over the bags, as a share of the best possible."""
+    lengths = [sum(bag.values()) for bag in bags]
+    average = (sum(lengths) / len(lengths)) or 1.0
+    idf = idf_weights(query, bags)
+    ceiling = sum(idf.values()) or 1.0
+    out = []
+    for bag, length in zip(bags, lengths, strict=True):
+        norm = k1 * (1 - b + b * max(length, 3) / average)
+        bm25 = sum(idf[t] * bag[t] * (k1 + 1) / (bag[t] + norm) for t in query if bag.get(t))
+        out.append(min(1.0, bm25 / ceiling))
+    return out
+
+
+def _form_signals(
+    row: NDArray[np.float64], asked: _Asked, unit: SourceUnit, bag: Counter[str]
+) -> None:
+    """The signals of the question's form: a number stated, a definition's subject, a list."""
+    text = unit.text.rstrip()
+    words = text.split()
+    if asked.form == "number":
+        stated = states_number(text)
+        row[_AT["number_stated"]] = float(stated)
+        row[_AT["number_missing"]] = float(not stated)
+    elif asked.form == "definition" and asked.subject:
+        row[_AT["defines"]] = float(defines(text, asked.subject_order))
+        row[_AT["names"]] = float(names(text, asked.subject_order))
+        head = asked.head
+        if head <= set(bag):
+            # a possessive name may come first: "Newton's first law says that ..."
+            start = 1 if words and _POSSESSIVE.search(words[0]) else 0
+            opening = " ".join(words[start : start + len(head) + 4])
+            first = terms(opening)[:1]
+            row[_AT["opens_with_subject"]] = float(
+                bool(first)
+                and first[0] in head
+                and head <= set(terms(opening))
+                and bool(_COPULA.search(opening))
+            )
+        row[_AT["copula_near"]] = float(bool(_COPULA.search(" ".join(words[:12]))))
+    elif asked.form == "list":
+        row[_AT["list_unit"]] = float(unit.item or unit.introduces_list)
+        row[_AT["counts_asked"]] = float(_counts_asked(text, asked.terms))
+
+
+def _shape_signals(
+    row: NDArray[np.float64], asked: _Asked, unit: SourceUnit, bag: Counter[str], lexical: float
+) -> None:
+    """The signals of the unit's own shape: a caption, a question, a table row, its length."""
+    text = unit.text.rstrip()
+    words = text.split()
+    new_terms = {t for t in bag if t not in asked.terms and t[:5] not in asked.prefixes}
+    row[_AT["repeats_question"]] = float(
+        len(new_terms) < 2 and not unit.item and not unit.introduces_list
+    )
+    row[_AT["caption_or_short"]] = float(
+        bool(_CAPTION.match(text)) or (len(words) < 6 and not unit.item)
+    )
+    row[_AT["asks"]] = float(text.endswith("?"))
+    row[_AT["introduction"]] = float(asked.form != "list" and text.endswith(":"))
+    is_row = _is_table_row(text)
+    row[_AT["table_row"]] = float(is_row)
+    row[_AT["row_match"]] = lexical if is_row else 0.0
+    stems = asked.stems
+    if is_row and stems:
+        label = text.split("; ", 1)[0].rsplit(": ", 1)[-1]
+        row[_AT["row_label"]] = len(stems & _stems(label)) / len(stems)
+    if unit.context and stems:
+        row[_AT["table_context"]] = len(stems & _stems(unit.context)) / len(stems)
+    row[_AT["explains"]] = float(asked.why_how and bool(_EXPLAINS.search(text)))
+    row[_AT["first_of_source"]] = float(unit.position == 0)
+    row[_AT["length"]] = min(1.0, len(words) / 40)
+
+
 def unit_signals(
     question: str,
     form: QuestionForm,
@@ -424,45 +536,24 @@ def unit_signals(
 ) -> NDArray[np.float64]:
     """The ``SIGNALS`` of every unit, one row per unit (in ``units`` order); ``sources``
     (their re-ranker scores) and ``readings`` (the reader's logits) when known."""
-    query = list(dict.fromkeys(terms(question)))
+    asked = _Asked.of(question, form)
     out = np.zeros((len(units), len(SIGNALS)), dtype=np.float64)
     if not units:
         return out
-    lengths = [sum(bag.values()) for bag in bags]
-    average = (sum(lengths) / len(lengths)) or 1.0
-    idf = idf_weights(query, bags)
-    ceiling = sum(idf.values()) or 1.0
-    asked = set(query)
-    asked_prefixes = {t[:5] for t in query if len(t) >= 5}
-    subject_order = terms(definiendum(question) or "") if form == "definition" else []
-    subject = set(subject_order)
-    # "the first law of motion": what a sentence defining it must name is its head ("Newton's
-    # first law says that ..."); what follows "of" may be left to the context
-    head = set(terms(re.split(r"\s+(?:of|in|for|des|der|von)\s+", definiendum(question) or "")[0]))
-    head = head & subject or subject
-    why_how = bool(_WHY_HOW.search(question)) and form not in ("number", "list")
     rerank = [s.score for s in sources]
     top_score = max((r for r in rerank if r is not None), default=None)
-    lexicals = []
-    for index, bag in enumerate(bags):
-        norm = k1 * (1 - b + b * max(lengths[index], 3) / average)
-        bm25 = sum(idf[t] * bag[t] * (k1 + 1) / (bag[t] + norm) for t in query if bag.get(t))
-        lexicals.append(min(1.0, bm25 / ceiling))
+    lexicals = _lexical_scores(asked.query, bags, k1, b)
     semantics = [
         lexicals[i] if similarities is None else max(0.0, float(similarities[i]))
         for i in range(len(units))
     ]
-    asked_stems = {t[:5] for t in query}
     sections = [
-        len(asked_stems & {t[:5] for t in terms(s.section or "")}) / (len(asked_stems) or 1)
+        len(asked.stems & {t[:5] for t in terms(s.section or "")}) / (len(asked.stems) or 1)
         for s in sources
     ] + [0.0] * max(0, 1 + max(u.source_index for u in units) - len(sources))
     for index, (unit, bag) in enumerate(zip(units, bags, strict=True)):
         row = out[index]
-        lexical = lexicals[index]
-        semantic = semantics[index]
-        text = unit.text.rstrip()
-        words = text.split()
+        lexical, semantic = lexicals[index], semantics[index]
         rank = math.log1p(unit.source_index)
         heading = units[index - 1] if index else None
         row[_AT["lexical"]] = lexical
@@ -485,48 +576,8 @@ def unit_signals(
         for name, other in (("previous_semantic", index - 1), ("next_semantic", index + 1)):
             if 0 <= other < len(units) and units[other].source_index == unit.source_index:
                 row[_AT[name]] = semantics[other]
-        new_terms = {t for t in bag if t not in asked and t[:5] not in asked_prefixes}
-        row[_AT["repeats_question"]] = float(
-            len(new_terms) < 2 and not unit.item and not unit.introduces_list
-        )
-        row[_AT["caption_or_short"]] = float(
-            bool(_CAPTION.match(text)) or (len(words) < 6 and not unit.item)
-        )
-        if form == "number":
-            stated = states_number(text)
-            row[_AT["number_stated"]] = float(stated)
-            row[_AT["number_missing"]] = float(not stated)
-        elif form == "definition" and subject:
-            row[_AT["defines"]] = float(defines(text, subject_order))
-            row[_AT["names"]] = float(names(text, subject_order))
-            if head <= set(bag):
-                # a possessive name may come first: "Newton's first law says that ..."
-                start = 1 if words and _POSSESSIVE.search(words[0]) else 0
-                opening = " ".join(words[start : start + len(head) + 4])
-                first = terms(opening)[:1]
-                row[_AT["opens_with_subject"]] = float(
-                    bool(first)
-                    and first[0] in head
-                    and head <= set(terms(opening))
-                    and bool(_COPULA.search(opening))
-                )
-            row[_AT["copula_near"]] = float(bool(_COPULA.search(" ".join(words[:12]))))
-        elif form == "list":
-            row[_AT["list_unit"]] = float(unit.item or unit.introduces_list)
-            row[_AT["counts_asked"]] = float(_counts_asked(text, asked))
-        row[_AT["asks"]] = float(text.endswith("?"))
-        row[_AT["introduction"]] = float(form != "list" and text.endswith(":"))
-        is_row = _is_table_row(text)
-        row[_AT["table_row"]] = float(is_row)
-        row[_AT["row_match"]] = lexical if is_row else 0.0
-        if is_row and asked_stems:
-            label = text.split("; ", 1)[0].rsplit(": ", 1)[-1]
-            row[_AT["row_label"]] = len(asked_stems & _stems(label)) / len(asked_stems)
-        if unit.context and asked_stems:
-            row[_AT["table_context"]] = len(asked_stems & _stems(unit.context)) / len(asked_stems)
-        row[_AT["explains"]] = float(why_how and bool(_EXPLAINS.search(text)))
-        row[_AT["first_of_source"]] = float(unit.position == 0)
-        row[_AT["length"]] = min(1.0, len(words) / 40)
+        _form_signals(row, asked, unit, bag)
+        _shape_signals(row, asked, unit, bag, lexical)
         if readings is not None:
             row[_AT["reader"]] = min(max(float(readings[index]), -READER_CLIP), READER_CLIP)
     return out
@@ -707,6 +758,71 @@ def answer_model(reads: bool = True) -> AnswerModel:
     return AnswerModel.load(MODEL_PATH if reads else NO_READER_MODEL_PATH)
 
 
+def _answers_at_all(
+    question: str,
+    query: Sequence[str],
+    bags: Sequence[Counter[str]],
+    signals: NDArray[np.float64],
+    probabilities: NDArray[np.float64],
+    sources: Sequence[SourceText],
+    model: AnswerModel,
+    similarities: Sequence[float] | None,
+    without: Container[str],
+) -> bool:
+    """Whether the sources answer the question at all. They must hold two of the question's
+    terms in one sentence (of three or more): "What is the offside rule in football?" against
+    a book that only shouts "Offside!" in a hockey match speaks of something else that bears
+    the word, however close in meaning the embedder puts it. Beyond that the fitted refusal
+    decides, when there is an embedder (without one its semantic signals are missing)."""
+    if "speaks" not in without and not speaks_of_question(query, bags):
+        return False
+    return similarities is None or model.answers(
+        question_signals(question, query, bags, signals, probabilities, sources)
+    )
+
+
+def _scored_units(
+    form: QuestionForm,
+    units: Sequence[SourceUnit],
+    sources: Sequence[SourceText],
+    signals: NDArray[np.float64],
+    probabilities: NDArray[np.float64],
+    similarities: Sequence[float] | None,
+) -> list[ScoredSentence]:
+    """Every unit with its fitted probability of answering and its match to the question."""
+    out = []
+    for index, unit in enumerate(units):
+        # what follows a heading or a caption is about it ("A uniform table" / its header)
+        lexical = float(signals[index, _AT["lexical"]])
+        lexical = max(lexical, 0.5 * (lexical + float(signals[index, _AT["under_heading"]])))
+        out.append(
+            ScoredSentence(
+                label=sources[unit.source_index].label,
+                source_index=unit.source_index,
+                position=unit.position,
+                text=unit.text,
+                lexical=lexical,
+                semantic=None if similarities is None else max(0.0, float(similarities[index])),
+                score=float(probabilities[index]),
+                item=unit.item,
+                defines=form == "definition"
+                and bool(
+                    signals[index, [_AT["defines"], _AT["names"], _AT["opens_with_subject"]]].any()
+                ),
+            )
+        )
+    return out
+
+
+def _in_answer_order(chosen: list[ScoredSentence]) -> list[ScoredSentence]:
+    """The chosen units grouped by source (a definition's source first, then the order the
+    sources were chosen in), in document order within each."""
+    group_rank: dict[int, int] = {}
+    for picked in sorted(chosen, key=lambda c: not c.defines):
+        group_rank.setdefault(picked.source_index, len(group_rank))
+    return sorted(chosen, key=lambda s: (group_rank[s.source_index], s.position))
+
+
 def extract_answer(
     *,
     question: str,
@@ -748,55 +864,29 @@ def extract_answer(
         question, form, units, bags, similarities, sources=sources, readings=readings, k1=k1, b=b
     )
     probabilities = model.score(signals)
-    # the sources must hold two of the question's terms in one sentence (of three or more):
-    # "What is the offside rule in football?" against a book that only shouts "Offside!" in
-    # a hockey match speaks of something else that bears the word, however close in meaning
-    # the embedder puts it. Beyond that the fitted refusal decides, when there is an
-    # embedder (without one its semantic signals are missing)
-    if "off_topic" not in without and not (
-        ("speaks" in without or speaks_of_question(query, bags))
-        and (
-            similarities is None
-            or model.answers(
-                question_signals(question, query, bags, signals, probabilities, sources)
-            )
-        )
+    if "off_topic" not in without and not _answers_at_all(
+        question, query, bags, signals, probabilities, sources, model, similarities, without
     ):
         return ExtractiveAnswer([], form)
-    scored: list[ScoredSentence] = []
-    for index, unit in enumerate(units):
-        # what follows a heading or a caption is about it ("A uniform table" / its header)
-        lexical = float(signals[index, _AT["lexical"]])
-        lexical = max(lexical, 0.5 * (lexical + float(signals[index, _AT["under_heading"]])))
-        semantic = None if similarities is None else max(0.0, float(similarities[index]))
-        entry = ScoredSentence(
-            label=sources[unit.source_index].label,
-            source_index=unit.source_index,
-            position=unit.position,
-            text=unit.text,
-            lexical=lexical,
-            semantic=semantic,
-            score=float(probabilities[index]),
-            item=unit.item,
-            defines=form == "definition"
-            and bool(
-                signals[index, [_AT["defines"], _AT["names"], _AT["opens_with_subject"]]].any()
-            ),
-        )
-        if lexical >= min_lexical or (semantic is not None and semantic >= min_semantic):
-            scored.append(entry)
+    scored = [
+        entry
+        for entry in _scored_units(form, units, sources, signals, probabilities, similarities)
+        if entry.lexical >= min_lexical
+        or (entry.semantic is not None and entry.semantic >= min_semantic)
+    ]
     if not scored:
         return ExtractiveAnswer([], form)
     ranked = sorted(scored, key=lambda s: (-s.score, s.source_index, s.position))
     best = ranked[0].score
-    chosen = _best(
-        ranked, floor=floor * best, limit=max_sentences, other_floor=other_floor * best, asked=asked
+    chosen = _in_answer_order(
+        _best(
+            ranked,
+            floor=floor * best,
+            limit=max_sentences,
+            other_floor=other_floor * best,
+            asked=asked,
+        )
     )
-    group_rank: dict[int, int] = {}
-    # a definition question's answer opens with the definition's source
-    for picked in sorted(chosen, key=lambda c: not c.defines):
-        group_rank.setdefault(picked.source_index, len(group_rank))
-    chosen.sort(key=lambda s: (group_rank[s.source_index], s.position))
     if "followed_on" not in without:
         chosen = _followed_on(
             chosen, units, sources, limit=max_sentences + 2, passage="passage" not in without
