@@ -14,6 +14,7 @@ statements, lazy imports inside functions included:
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -250,3 +251,41 @@ def test_the_long_functions_allowed_are_still_long() -> None:
     assert not done, (
         f"no longer over {MAX_FUNCTION_LINES} lines: remove from LONG_FUNCTIONS: {done}"
     )
+
+
+# -- each service owns its data (docs/architecture.md, "Who owns which data") ------------
+
+#: tables only the memory service reads or writes; the gateway asks it (lectern.memory.*)
+MEMORY_TABLES = ("user_memories", "memory_turn_signals", "memory_distillations",
+                 "memory_quiz_topics")  # fmt: skip
+#: modules of the gateway that still write ``chunks`` (its document lifecycle: metadata copies
+#: and a deleted document's chunks), open work; curriculum tags go through ingest
+CHUNK_WRITERS = frozenset(
+    {"lectern_gateway.documents.lifecycle", "lectern_gateway.documents.repository"}
+)
+_CHUNK_WRITE = re.compile(r"\b(UPDATE|DELETE FROM|INSERT INTO)\s+chunks\b", re.IGNORECASE)
+
+
+def _strings(path: Path) -> Iterator[str]:
+    """The string literals of a module (its SQL), docstrings and comments aside."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value
+
+
+def test_the_gateway_reaches_other_services_data_through_them() -> None:
+    """No SQL of the gateway names a memory table, and no new module of it writes ``chunks``."""
+    wrong = []
+    for name, path in modules("lectern_gateway"):
+        docstrings = {
+            ast.get_docstring(n, clean=False)
+            for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        }
+        for text in _strings(path):
+            if text in docstrings:
+                continue
+            wrong += [f"{name} reads {t}" for t in MEMORY_TABLES if re.search(rf"\b{t}\b", text)]
+            if _CHUNK_WRITE.search(text) and name not in CHUNK_WRITERS:
+                wrong.append(f"{name} writes chunks")
+    assert not wrong, "\n".join(wrong)
