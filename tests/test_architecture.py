@@ -208,16 +208,9 @@ def test_dependencies_are_typed_not_looked_up_by_name() -> None:
         assert not untyped, f"{cls} fields typed Any: {untyped}"
 
 
-#: the longest a function of the product code (services/ and libs/) may be, in lines
+#: the longest a function of the product code (services/ and libs/) may be, in lines: a
+#: longer one is split into named steps (issue 48)
 MAX_FUNCTION_LINES = 80
-#: functions still longer, being split (issue 48): a name leaves the list when its function
-#: is split, and the list only shrinks
-LONG_FUNCTIONS: frozenset[str] = frozenset(
-    {
-        "libs/common/src/lectern_common/answerer.py:extract_answer",
-        "libs/common/src/lectern_common/answerer.py:unit_signals",
-    }
-)
 
 
 def function_lengths() -> Iterator[tuple[str, int]]:
@@ -237,20 +230,9 @@ def test_no_function_is_longer_than_eighty_lines() -> None:
     long = [
         f"{name} ({lines} lines)"
         for name, lines in function_lengths()
-        if lines > MAX_FUNCTION_LINES and name not in LONG_FUNCTIONS
+        if lines > MAX_FUNCTION_LINES
     ]
     assert not long, "split into named steps:\n" + "\n".join(sorted(long))
-
-
-def test_the_long_functions_allowed_are_still_long() -> None:
-    """A function split below the limit leaves ``LONG_FUNCTIONS``."""
-    lengths: dict[str, int] = {}
-    for name, lines in function_lengths():
-        lengths[name] = max(lines, lengths.get(name, 0))
-    done = sorted(n for n in LONG_FUNCTIONS if lengths.get(n, 0) <= MAX_FUNCTION_LINES)
-    assert not done, (
-        f"no longer over {MAX_FUNCTION_LINES} lines: remove from LONG_FUNCTIONS: {done}"
-    )
 
 
 # -- each service owns its data (docs/architecture.md, "Who owns which data") ------------
