@@ -39,8 +39,7 @@ def _sources(stored: list[dict[str, Any]]) -> list[SourceText]:
     ]
 
 
-async def run(path: Path, limit: int | None) -> dict[str, Any]:
-    data = json.loads(path.read_text())
+async def run(data: dict[str, Any], limit: int | None) -> dict[str, Any]:
     asked = [
         (r["question"], _sources(r["sources"]))
         for r in [*data["results"], *data.get("offtopic", [])]
@@ -92,7 +91,7 @@ def main() -> int:
     if not reading.available():
         print("the packaged reader is missing", file=sys.stderr)
         return 2
-    out = asyncio.run(run(args.json, args.limit))
+    out = asyncio.run(run(json.loads(args.json.read_text()), args.limit))
     print(
         f"{out['questions']} questions, units per question p50 {out['units_p50']:.0f} / p95 "
         f"{out['units_p95']:.0f}\n"
