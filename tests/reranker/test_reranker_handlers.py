@@ -1,10 +1,13 @@
-"""The re-ranker's responder in memory (FastStream's ``TestNatsBroker``): a typed request in,
-a typed reply out; a body that is no request is answered ``bad_input``, never dropped."""
+"""The re-ranker's responder with FastStream's ``TestNatsBroker``, in memory and (as
+FastStream's own examples do) against the session's real NATS server (``with_real=True``): a
+typed request in, a typed reply out; a body that is no request is answered ``bad_input``,
+never dropped."""
 
 import uuid
 from collections.abc import Sequence
 from typing import Literal
 
+import pytest
 from faststream.nats import TestNatsBroker
 
 from lectern_common.broker import create_broker
@@ -31,10 +34,19 @@ def candidate(text: str) -> Candidate:
     return Candidate(chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="Biology", text=text)
 
 
+@pytest.mark.integration
+async def test_on_rerank_answers_a_typed_request_over_real_nats(nats_url: str) -> None:
+    await answers_a_typed_request(nats_url, real=True)
+
+
 async def test_on_rerank_answers_a_typed_request() -> None:
-    broker = create_broker("nats://127.0.0.1:4222", service_name="lectern-reranker")
+    await answers_a_typed_request("nats://127.0.0.1:4222", real=False)
+
+
+async def answers_a_typed_request(url: str, *, real: bool) -> None:
+    broker = create_broker(url, service_name="lectern-reranker")
     subscribe(broker, Reranker(settings=Settings(), scorer=WordOverlap()))
-    request = RerankRequest(
+    rerank = RerankRequest(
         tenant_id="t1",
         query="what does the mitochondria make",
         candidates=[
@@ -42,14 +54,14 @@ async def test_on_rerank_answers_a_typed_request() -> None:
             candidate("The mitochondria make ATP for the cell."),
         ],
     )
-    async with TestNatsBroker(broker) as br:
-        raw = await br.request(request.model_dump(mode="json"), Subjects.RERANK)
+    async with TestNatsBroker(broker, with_real=real) as br:
+        raw = await br.request(rerank.model_dump(mode="json"), Subjects.RERANK, timeout=10)
         reply = RerankReply.model_validate_json(raw.body)
         on_rerank = broker.subscribers[0].calls[0].handler
-        on_rerank.mock.assert_called_once_with(request.model_dump(mode="json"))
+        on_rerank.mock.assert_called_once_with(rerank.model_dump(mode="json"))
     assert reply.error is None
-    assert reply.request_id == request.request_id
-    assert {c.candidate.chunk_id for c in reply.chunks} == {c.chunk_id for c in request.candidates}
+    assert reply.request_id == rerank.request_id
+    assert {c.candidate.chunk_id for c in reply.chunks} == {c.chunk_id for c in rerank.candidates}
     assert reply.confidence is not None
 
 
