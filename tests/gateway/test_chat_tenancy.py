@@ -40,6 +40,8 @@ from lectern_gateway.auth import (
     list_api_keys,
 )
 from lectern_gateway.chat.lifecycle import sweep_idle_sessions
+from lectern_memory.app import create_app as create_memory
+from lectern_memory.config import Settings as MemorySettings
 
 pytestmark = pytest.mark.integration
 
@@ -82,9 +84,13 @@ async def responders(nats_url: str, db_pool: Any) -> AsyncIterator[Responders]:
 async def gateway(
     nats_url: str, database_url: str, responders: Responders, jwks_url: str
 ) -> AsyncIterator[Gateway]:
-    """The gateway, trusting the local JWKS too."""
+    """The gateway, trusting the local JWKS too, and the memory service it asks for memories
+    (``lectern.memory.*``)."""
     settings = gateway_settings(nats_url, database_url, jwks_url=jwks_url, jwt_audience="lectern")
-    async with serve_gateway(settings) as running:
+    memory = create_memory(
+        MemorySettings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
+    )
+    async with memory.router.lifespan_context(memory), serve_gateway(settings) as running:
         yield running
 
 
