@@ -17,6 +17,11 @@ figures go to ``lectern_gateway/study/grading_model.json``.
     .venv/bin/python bench/fit_grading.py            # fit, report, write the model
     .venv/bin/python bench/fit_grading.py --dry-run  # fit and report only
     .venv/bin/python bench/fit_grading.py --misses   # also list the check part's misses
+    .venv/bin/python bench/fit_grading.py --dry-run --reader  # and the reader's signals
+
+``--reader`` measures the packaged reader (``lectern_common.reading``) as one more signal of
+the context fit, fitted the same way beside the fit without it, and prints both (the model
+written is never the reader's: ``docs/study.md`` has the figures and why it was not kept).
 """
 
 from __future__ import annotations
@@ -222,11 +227,77 @@ def judged(rows: list[Row], model: grading.GradingModel, prefer: str) -> list[bo
     return [r.rule if r.rule is not None else model.is_right(r.values, prefer=prefer) for r in rows]
 
 
+#: the reader's signals ``--reader`` measures, each the logistic of a reader logit: whether
+#: the answer answers the question; the answer against the question with the reference
+#: given; the question with the answer in its blank; and the last against the question
+#: filled with the reference (``tanh`` of the logits' difference over 4)
+READER_SIGNALS = ("reader_answer", "reader_with_reference", "reader_filled", "reader_filled_gain")
+
+
+def add_reader_signals(rows: list[Row]) -> None:
+    """Each row's ``READER_SIGNALS`` (a question without a blank asks for the answer as is)."""
+    from lectern_common import reading
+
+    reader = reading.packaged()
+    for row in rows:
+        data = row.data
+        question = data.get("question", "")
+        asked = question.strip().removeprefix(grading.FILL_IN).strip()
+        filled = [grading.filled_in(question, t) for t in (data["answer"], data["reference"])]
+        logits = reader.logits(asked, [data["answer"], *filled], kind="sentence")
+        given = reader.logits(f"{asked} {data['reference']}", [data["answer"]], kind="sentence")
+        p = reading.probability([logits[0], given[0], logits[1]])
+        row.values.update(zip(READER_SIGNALS[:3], (float(v) for v in p), strict=True))
+        row.values["reader_filled_gain"] = float(np.tanh((logits[1] - logits[2]) / 4))
+
+
+def compare_reader(rows: dict[str, list[Row]], cuts: Cuts) -> None:
+    """Print the context fit's agreement without and with each reader signal: on the fit
+    part (and cross-validated by subject), the held-out check part and the old set."""
+    for part in rows.values():
+        add_reader_signals(part)
+    fit_rows = rows["fit"]
+    open_rows = [r for r in fit_rows if r.rule is None]
+    shipped = grading.grading_model()
+    context = grading.MODEL_SIGNALS["context"]
+    for extra in ((), *((name,) for name in READER_SIGNALS)):
+        names = context + extra
+        penalty, threshold, cv = choose(open_rows, names, cuts)
+        verdicts = iter(cv >= threshold)
+        cross = agreement(
+            fit_rows, [r.rule if r.rule is not None else bool(next(verdicts)) for r in fit_rows]
+        )
+        w, b = fit_logistic(matrix(open_rows, names, cuts), labels(open_rows), penalty)
+        fit = grading.Logistic(names, tuple(float(v) for v in w), b, threshold)
+        model = grading.GradingModel({"context": fit}, *cuts)
+
+        def verdict(
+            row: Row, fit: grading.Logistic = fit, model: grading.GradingModel = model
+        ) -> bool:
+            values = model.completed(row.values)
+            if row.rule is not None:
+                return row.rule
+            if all(n in values for n in fit.signals):
+                return fit.probability(values) >= fit.threshold
+            return shipped.is_right(row.values)  # no question: the shipped reply fit
+
+        figures = {name: agreement(part, [verdict(r) for r in part]) for name, part in rows.items()}
+        weight = f", weight {w[-1]:+.2f}" if extra else ""
+        print(
+            f"context{' + ' + extra[0] if extra else '':28} fit {figures['fit']:.3f} (cross-"
+            f"validated by subject {cross:.3f}), check {figures['check']:.3f}, old "
+            f"{figures['old']:.3f}{weight}"
+        )
+
+
 def main() -> int:
     """Fit, report and (unless --dry-run) write ``grading_model.json``."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="do not write the model")
     parser.add_argument("--misses", action="store_true", help="list the check part's misses")
+    parser.add_argument(
+        "--reader", action="store_true", help="also fit the reader's signals and compare"
+    )
     args = parser.parse_args()
     embedder = LocalEmbedder(Settings(), query_precision="float32")
     rows = {name: described(load(path), embedder) for name, path in SETS.items()}
@@ -280,6 +351,8 @@ def main() -> int:
                 label = "right" if row.correct else "wrong"
                 print(f"  miss ({by}): {row.data['answer']!r} for {row.data['reference']!r}, "
                       f"labelled {label} ({row.data['case']})")  # fmt: skip
+    if args.reader:
+        compare_reader(rows, cuts)
     if not args.dry_run:
         document = {
             "written_by": "bench/fit_grading.py",
