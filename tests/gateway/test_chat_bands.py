@@ -28,6 +28,7 @@ from lectern_gateway.chat.context import (
     student_context,
 )
 from lectern_gateway.chat.decision import final_confidence
+from lectern_gateway.chat.turn import ChatSession, HistoryRow
 from lectern_gateway.config import Settings as GatewaySettings
 
 BAND_ENV = ("LECTERN_BAND_HIGH", "LECTERN_BAND_MEDIUM", "LECTERN_BAND_LOW")
@@ -122,8 +123,10 @@ def test_the_copy_follows_the_band() -> None:
 STUDENT = Principal(tenant_id="t", user_id="stu-1", role="student")
 
 
-def _session(**values: Any) -> dict[str, Any]:
+def _session(**values: Any) -> ChatSession:
     base: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "mode": "chat",
         "subject": "biology",
         "grade_level": 7,
         "module_tag": "cells",
@@ -132,7 +135,7 @@ def _session(**values: Any) -> dict[str, Any]:
         "curriculum_standards": ["NGSS-LS1-1"],
     }
     base.update(values)
-    return base
+    return ChatSession.of_row(base)
 
 
 def test_student_context_carries_class_teachers_standards_and_content_types() -> None:
@@ -164,17 +167,20 @@ def test_a_sessions_curriculum_standards_filter_chat_untagged_material_included(
 def test_cited_documents_of_the_last_answers_most_recent_first() -> None:
     d1, d2, d3, d4 = (uuid.uuid4() for _ in range(4))
 
-    def answer(*documents: uuid.UUID | None) -> dict[str, Any]:
+    def answer(*documents: uuid.UUID | None) -> HistoryRow:
         citations = [{"label": "T1", "document_id": str(d) if d else None} for d in documents]
         citations.append({"label": "W1", "url": "https://example.org"})
-        return {"role": "assistant", "citations": citations}
+        return HistoryRow.of_row(
+            {"id": uuid.uuid4(), "role": "assistant", "content": "", "citations": citations}
+        )
 
+    question = HistoryRow(id=uuid.uuid4(), role="user", content="?")
     rows = [
         answer(d4),  # older than the last three answers: not boosted
-        {"role": "user", "citations": []},
+        question,
         answer(d1),
         answer(d2, None),
-        {"role": "user", "citations": []},
+        question,
         answer(d3, d1),
     ]
     assert cited_documents(rows) == [d3, d1, d2]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from lectern_common.broker import request
 from lectern_common.education import preferred_content_types
@@ -21,7 +20,7 @@ from lectern_common.events import (
 from lectern_common.text import words as text_words
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat.citations import content_terms
-from lectern_gateway.chat.turn import ChatDeps
+from lectern_gateway.chat.turn import ChatDeps, ChatSession, HistoryRow
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +34,7 @@ def collections_for(principal: Principal) -> list[str]:
     return ["educational"]
 
 
-def filters_for(session: dict[str, Any], classes: Sequence[str] | None = None) -> RetrievalFilters:
+def filters_for(session: ChatSession, classes: Sequence[str] | None = None) -> RetrievalFilters:
     """Retrieval filters from the session's subject, module, class and grade.
 
     A class session draws on its class's material and on material assigned to no class (the
@@ -43,61 +42,53 @@ def filters_for(session: dict[str, Any], classes: Sequence[str] | None = None) -
     without a class draws on the student's own ``classes`` and unassigned material (``None``:
     staff, no class limit).
     """
-    class_id = session.get("class_id")
+    class_id = session.class_id
     return RetrievalFilters(
         class_ids=None if classes is None or class_id else list(classes),
         collections=["educational"],
-        subject=session.get("subject"),
-        grade_level=session.get("grade_level"),
-        grade_within_one=session.get("grade_level") is not None,
-        module_tag=session.get("module_tag"),
+        subject=session.subject,
+        grade_level=session.grade_level,
+        grade_within_one=session.grade_level is not None,
+        module_tag=session.module_tag,
         class_id=class_id,
         include_unassigned=class_id is not None or classes is not None,
         include_untagged=True,
-        curriculum_standards=list(session.get("curriculum_standards") or []) or None,
+        curriculum_standards=list(session.curriculum_standards) or None,
     )
 
 
-def boost_tags_for(session: dict[str, Any]) -> list[str]:
+def boost_tags_for(session: ChatSession) -> list[str]:
     """Topic tags the retriever boosts: the session's module."""
-    module = session.get("module_tag")
-    return [module] if module else []
+    return [session.module_tag] if session.module_tag else []
 
 
-def cited_documents(rows: Sequence[dict[str, Any]], *, turns: int = CITED_TURNS) -> list[uuid.UUID]:
+def cited_documents(rows: Sequence[HistoryRow], *, turns: int = CITED_TURNS) -> list[uuid.UUID]:
     """Documents cited by the session's last ``turns`` answers, most recent first."""
-    answers = [r for r in rows if r["role"] == "assistant"][-turns:]
+    answers = [r for r in rows if r.role == "assistant"][-turns:]
     found: list[uuid.UUID] = []
     for row in reversed(answers):
-        for citation in row.get("citations") or []:
-            raw = citation.get("document_id") if isinstance(citation, dict) else None
-            try:
-                document_id = uuid.UUID(str(raw)) if raw else None
-            except ValueError:
-                continue
-            if document_id is not None and document_id not in found:
-                found.append(document_id)
+        found += [d for d in row.cited_document_ids if d not in found]
     return found
 
 
 def student_context(
-    principal: Principal, session: dict[str, Any], *, teacher_ids: Sequence[str]
+    principal: Principal, session: ChatSession, *, teacher_ids: Sequence[str]
 ) -> StudentContext:
     """What the re-ranker's educational signals need to know of the asker."""
-    style = session.get("learning_style")
+    style = session.learning_style
     return StudentContext(
         user_id=principal.user_id,
-        grade_level=session.get("grade_level"),
-        subject=session.get("subject"),
-        class_id=session.get("class_id"),
+        grade_level=session.grade_level,
+        subject=session.subject,
+        class_id=session.class_id,
         teacher_ids=list(teacher_ids),
-        curriculum_standards=list(session.get("curriculum_standards") or []),
+        curriculum_standards=list(session.curriculum_standards),
         learning_style=style,
         preferred_content_types=preferred_content_types(style),
     )
 
 
-def guess_topic(question: str, session: dict[str, Any], tags: Sequence[str]) -> str | None:
+def guess_topic(question: str, session: ChatSession, tags: Sequence[str]) -> str | None:
     """A topic to group a gap under: the material's tag, else the question's key words."""
     if tags:
         return tags[0]
@@ -105,7 +96,7 @@ def guess_topic(question: str, session: dict[str, Any], tags: Sequence[str]) -> 
     key = sorted(dict.fromkeys(words), key=len, reverse=True)[:3]
     if key:
         return " ".join(w for w in words if w in key)[:120]
-    return session.get("module_tag") or session.get("subject")
+    return session.module_tag or session.subject
 
 
 async def recall_memories(
@@ -130,11 +121,11 @@ async def recall_memories(
     return list(reply.memories[: deps.settings.memory_k])
 
 
-def previous_question(rows: Sequence[dict[str, Any]]) -> str:
+def previous_question(rows: Sequence[HistoryRow]) -> str:
     """The last question the student asked in the history (``""``: none)."""
     for row in reversed(rows):
-        if row["role"] == "user":
-            return str(row["content"])
+        if row.role == "user":
+            return row.content
     return ""
 
 

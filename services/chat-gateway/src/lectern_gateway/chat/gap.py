@@ -17,8 +17,8 @@ from lectern_common.errors import LecternError
 from lectern_common.events import KnowledgeGapDetected
 from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.generation import Finished, Grounding, TextDelta
-from lectern_gateway.chat.prompt import build_prompt, knowledge_gap_message, system_prompt
+from lectern_gateway.chat.generation import Finished, Grounding, ModelUsage, TextDelta
+from lectern_gateway.chat.prompt import build_prompt, knowledge_gap_message
 from lectern_gateway.chat.sse import (
     Citation,
     CitationEvent,
@@ -26,7 +26,6 @@ from lectern_gateway.chat.sse import (
 )
 from lectern_gateway.chat.turn import ChatDeps, TurnInput
 from lectern_gateway.personas import repository as persona_repo
-from lectern_gateway.personas.service import persona_prompt
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +37,16 @@ async def gap_text(deps: ChatDeps, turn: TurnInput, question: str, related: list
     persona = turn.persona
     if persona is None:
         return text
-    scope = persona.get("scope") or {}
     if not await persona_repo.indexed_chunks(
-        deps.pool, tenant_id=turn.principal.tenant_id, scope=scope
+        deps.pool, tenant_id=turn.principal.tenant_id, scope=persona.scope
     ):
         # never silently empty: the tutor says its material is missing
         return (
-            f"{persona['display_name']} has no course material in its scope yet, so I "
+            f"{persona.display_name} has no course material in its scope yet, so I "
             "can't answer from your sources. I've flagged this for your teacher."
         )
-    if persona.get("gap_message"):
-        text = str(persona["gap_message"])
+    if persona.gap_message:
+        text = persona.gap_message
         if related:
             text += "\n- Related topics I do have material on: " + ", ".join(related) + "."
     return text
@@ -70,17 +68,17 @@ async def record_gap(
     ``knowledge_gap.detected`` (inside the transaction that stores the answer)."""
     principal, session = turn.principal, turn.session
     await repo.insert_gap(
-        pool=conn, gap_id=gap_id, tenant_id=principal.tenant_id, session_id=session["id"],
+        pool=conn, gap_id=gap_id, tenant_id=principal.tenant_id, session_id=session.id,
         user_id=principal.user_id, question=question, topic=topic,
-        subject=session.get("subject"), confidence=confidence, message_id=message_id,
+        subject=session.subject, confidence=confidence, message_id=message_id,
         related=[t for t in related if t != topic],
     )  # fmt: skip
     await enqueue(
         conn,
         KnowledgeGapDetected(
-            tenant_id=principal.tenant_id, gap_id=gap_id, session_id=session["id"],
+            tenant_id=principal.tenant_id, gap_id=gap_id, session_id=session.id,
             user_id=principal.user_id, question=question, topic=topic,
-            subject_area=session.get("subject"), confidence=confidence,
+            subject_area=session.subject, confidence=confidence,
         ),
     )  # fmt: skip
 
@@ -94,7 +92,7 @@ class WebPart:
 
     text: str = ""
     citations: list[Citation] = field(default_factory=list)
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: ModelUsage | None = None
 
 
 async def web_answer(
@@ -106,16 +104,7 @@ async def web_answer(
     begins ``offset`` characters earlier). Nothing is added when the model fails or finds
     no web source: the honest gap message stands alone.
     """
-    session = turn.session
-    system = system_prompt(
-        mode=session["mode"],
-        learning_style=session.get("learning_style"),
-        explanation_depth=session.get("explanation_depth"),
-        grade_level=session.get("grade_level"),
-        memories=[],
-        with_sources=False,
-        persona=persona_prompt(turn.persona),
-    )
+    system = turn.system_prompt(memories=[], with_sources=False)
     prompt = build_prompt(
         system=system,
         question=question,
@@ -142,7 +131,7 @@ async def web_answer(
                 sources.extend(web_citations(piece))
                 supports.extend(spans_of(piece))
             elif isinstance(piece, Finished):
-                into.usage = dict(piece.usage)
+                into.usage = piece.usage
     except LecternError as exc:
         log.warning("web answer to a gap failed: %s", exc.message)
         if heading_sent:  # what was shown is stored, without web sources

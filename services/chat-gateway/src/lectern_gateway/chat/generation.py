@@ -11,7 +11,7 @@ the usage the stream reported along the way.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -23,16 +23,50 @@ from lectern_gateway.chat.prompt import Prompt
 
 
 @dataclass(frozen=True)
+class ModelUsage:
+    """What the model's stream reported: its token counts (those the provider gave) and the
+    provider, model, fallbacks and outcome of its ``Final``."""
+
+    provider: str
+    model: str | None
+    fallback_from: tuple[str, ...]
+    outcome: str
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """As stored with the message and shown in ``done``: the counts given, then the rest."""
+        counts = {
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+        }  # fmt: skip
+        return {
+            **{k: v for k, v in counts.items() if v is not None},
+            "provider": self.provider, "model": self.model,
+            "fallback_from": list(self.fallback_from), "outcome": self.outcome,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Finished:
     """The stream ended: who answered (gemini, fallback, offline) and the reported usage."""
 
     answered_by: str
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: ModelUsage | None = None
 
 
 _tracer = trace.get_tracer("lectern.llm")
 
-__all__ = ["AnswerStreamer", "Finished", "Grounding", "Piece", "TextDelta", "Verdict"]
+__all__ = [
+    "AnswerStreamer",
+    "Finished",
+    "Grounding",
+    "ModelUsage",
+    "Piece",
+    "TextDelta",
+    "Verdict",
+]
 
 Piece = TextDelta | Verdict | Grounding | Finished
 AnswerStreamer = Callable[[Prompt], AsyncGenerator[Piece, None]]
@@ -59,7 +93,7 @@ def streamer_for(generator: llm.Generator) -> AnswerStreamer:
             )
             for s in prompt.sources
         ]
-        usage: dict[str, Any] = {}
+        counts: dict[str, int] = {}
         # the model call's span (not made current: this generator yields to its caller)
         span = _tracer.start_span(
             "llm.generate",
@@ -82,13 +116,16 @@ def streamer_for(generator: llm.Generator) -> AnswerStreamer:
                 if isinstance(chunk, TextDelta | Verdict | Grounding):
                     yield chunk
                 elif isinstance(chunk, llm.Usage):
-                    usage.update(chunk.model_dump(exclude={"type"}, exclude_none=True))
+                    counts.update(chunk.model_dump(exclude={"type"}, exclude_none=True))
                 elif isinstance(chunk, llm.Final):
-                    usage.update(
+                    usage = ModelUsage(
                         provider=chunk.provider,
                         model=chunk.model,
-                        fallback_from=list(chunk.fallback_from),
+                        fallback_from=tuple(chunk.fallback_from),
                         outcome=chunk.outcome,
+                        input_tokens=counts.get("input_tokens"),
+                        output_tokens=counts.get("output_tokens"),
+                        total_tokens=counts.get("total_tokens"),
                     )
                     span.set_attributes(
                         {

@@ -60,11 +60,11 @@ def turn_completed(
     ]
     return ChatTurnCompleted(
         tenant_id=turn.principal.tenant_id,
-        session_id=turn.session["id"],
+        session_id=turn.session.id,
         user_id=turn.principal.user_id,
         user_message_id=user_message_id,
         assistant_message_id=message_id,
-        mode=turn.session["mode"],
+        mode=turn.session.mode,
         question=turn.text,
         answer=answer,
         confidence=confidence.score,
@@ -72,6 +72,6 @@ def turn_completed(
         knowledge_gap=confidence.band == "gap" or knowledge_gap,
         citations=refs,
         answered_by=answered_by,
-        topic=topic or turn.session.get("module_tag"),
+        topic=topic or turn.session.module_tag,
         topics=list(topics),
     )

@@ -32,9 +32,9 @@ from lectern_gateway.chat.context import (
 )
 from lectern_gateway.chat.decision import no_material
 from lectern_gateway.chat.sse import Source
-from lectern_gateway.chat.turn import ChatDeps, Retrieved, elapsed_ms
+from lectern_gateway.chat.turn import ChatDeps, ChatSession, Retrieved, elapsed_ms
 from lectern_gateway.classes.membership import student_classes
-from lectern_gateway.personas.service import scope_filter
+from lectern_gateway.personas.service import TutorPersona
 
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6
@@ -50,47 +50,37 @@ class Candidates:
     teacher_ids: list[str] = field(default_factory=list)
 
 
-async def retrieve_sources(
-    deps: ChatDeps,
-    *,
-    principal: Principal,
-    session: dict[str, Any],
-    query: str,
-    history: Sequence[Turn],
-    timings: dict[str, float],
-    cited_document_ids: Sequence[uuid.UUID] = (),
-    persona: dict[str, Any] | None = None,
-) -> Retrieved:
+@dataclass(frozen=True)
+class Lookup:
+    """What a turn looks up, and for whom: the asker, the session and its persona, the query,
+    the conversation before it and the documents its recent answers cited."""
+
+    principal: Principal
+    session: ChatSession
+    query: str
+    history: Sequence[Turn] = ()
+    persona: TutorPersona | None = None
+    cited_document_ids: Sequence[uuid.UUID] = ()
+
+
+async def retrieve_sources(deps: ChatDeps, lookup: Lookup, timings: dict[str, float]) -> Retrieved:
     """Retrieve, re-rank and keep only chunks the caller may see, labelled T1..Tn."""
-    found = await retrieve_candidates(
-        deps, principal=principal, session=session, query=query, history=history,
-        timings=timings, cited_document_ids=cited_document_ids, persona=persona,
-    )  # fmt: skip
-    return await rerank(
-        deps, principal=principal, session=session, query=query, history=history,
-        found=found, timings=timings,
-    )  # fmt: skip
+    found = await retrieve_candidates(deps, lookup, timings)
+    return await rerank(deps, lookup, found, timings)
 
 
 async def retrieve_candidates(
-    deps: ChatDeps,
-    *,
-    principal: Principal,
-    session: dict[str, Any],
-    query: str,
-    history: Sequence[Turn],
-    timings: dict[str, float],
-    cited_document_ids: Sequence[uuid.UUID] = (),
-    persona: dict[str, Any] | None = None,
+    deps: ChatDeps, lookup: Lookup, timings: dict[str, float]
 ) -> Candidates:
     """Candidates from the retriever (the session's filters, the persona's scope), less any
     chunk the caller may not see."""
+    principal, session, persona = lookup.principal, lookup.session, lookup.persona
     settings = deps.settings
     started = time.perf_counter()
 
     async def teachers() -> list[str]:
         # looked up while the retriever works: only the re-ranker needs it
-        class_id = session.get("class_id")
+        class_id = session.class_id
         if not class_id:
             return []
         begun = time.perf_counter()
@@ -106,23 +96,23 @@ async def retrieve_candidates(
     scope: ScopeFilter | None = None
     collections = collections_for(principal)
     if persona is not None:  # the tutor's material only, and its tag boosts
-        scope = scope_filter(persona)
-        wanted = (persona.get("scope") or {}).get("collections") or ["educational"]
+        scope = persona.scope_filter()
+        wanted = persona.collections
         collections = [c for c in wanted if principal.is_staff or c in collections]
         filters = filters.model_copy(update={"scope": scope, "collections": collections})
-        boosts = list(dict.fromkeys([*boosts, *persona.get("tag_boosts", [])]))
+        boosts = list(dict.fromkeys([*boosts, *persona.tag_boosts]))
     retrieved, teacher_ids = await asyncio.gather(
         request(
             deps.broker,
             RetrieveRequest(
                 tenant_id=principal.tenant_id,
-                query=query,
+                query=lookup.query,
                 filters=filters,
                 k=settings.retrieve_k,
                 max_per_document=settings.retrieve_max_per_document,
-                history=list(history[-4:]),
+                history=list(lookup.history[-4:]),
                 boost_tags=boosts,
-                cited_document_ids=list(cited_document_ids),
+                cited_document_ids=list(lookup.cited_document_ids),
             ),
             RetrieveReply,
             timeout=settings.retrieve_timeout_s,
@@ -147,18 +137,11 @@ async def retrieve_candidates(
 
 
 async def rerank(
-    deps: ChatDeps,
-    *,
-    principal: Principal,
-    session: dict[str, Any],
-    query: str,
-    history: Sequence[Turn],
-    found: Candidates,
-    timings: dict[str, float],
+    deps: ChatDeps, lookup: Lookup, found: Candidates, timings: dict[str, float]
 ) -> Retrieved:
     """The re-ranker's choice of the candidates and its verdict, labelled T1..Tn (nothing to
     re-rank: no sources, no material)."""
-    settings = deps.settings
+    settings, principal, history = deps.settings, lookup.principal, lookup.history
     if not found.candidates:
         return Retrieved()
     started = time.perf_counter()
@@ -168,11 +151,13 @@ async def rerank(
             tenant_id=principal.tenant_id,
             # a follow-up ("where does it happen?") is scored with the topic it refers to,
             # the same resolution the retriever applied to find the candidates
-            query=resolve_follow_up(query, [t.text for t in history[-4:] if t.role == "user"]),
+            query=resolve_follow_up(
+                lookup.query, [t.text for t in history[-4:] if t.role == "user"]
+            ),
             candidates=found.candidates,
             top_k=settings.rerank_top_k,
             token_budget=max(100, int(settings.context_token_budget * SOURCE_BUDGET_SHARE)),
-            student=student_context(principal, session, teacher_ids=found.teacher_ids),
+            student=student_context(principal, lookup.session, teacher_ids=found.teacher_ids),
         ),
         RerankReply,
         timeout=settings.rerank_timeout_s,
@@ -181,12 +166,12 @@ async def rerank(
     return _labelled(found.rows, reranked.chunks, reranked.confidence)
 
 
-def allowed_classes(session: dict[str, Any], classes: Sequence[str] | None) -> list[str] | None:
+def allowed_classes(session: ChatSession, classes: Sequence[str] | None) -> list[str] | None:
     """Classes whose material a turn may use: the session's class if the student is (still)
     in it, else the student's classes; ``None``: staff, any class."""
     if classes is None:
         return None
-    class_id = session.get("class_id")
+    class_id = session.class_id
     if class_id:
         return [class_id] if class_id in classes else []
     return list(classes)

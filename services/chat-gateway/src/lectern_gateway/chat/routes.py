@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 import uuid
@@ -17,7 +16,7 @@ from lectern_common import metrics
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat.lifecycle import session_for
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
-from lectern_gateway.chat.turn import TurnInput
+from lectern_gateway.chat.turn import ChatSession, TurnInput
 from lectern_gateway.chat.turns import (
     STALE_AFTER_S,
     TurnRegistry,
@@ -27,8 +26,7 @@ from lectern_gateway.chat.turns import (
 )
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep, SettingsDep
-from lectern_gateway.personas import repository as persona_repo
-from lectern_gateway.personas.service import thresholds
+from lectern_gateway.personas.service import session_persona
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.tenant.service import web_search_for
 
@@ -149,24 +147,21 @@ async def post_message(
             retry_after_s=verdict.retry_after_s,
         )
     deps = gateway.chat()
+    asked_in = ChatSession.of_row(session)
+    persona = await session_persona(
+        pool, tenant_id=principal.tenant_id, slug=asked_in.persona_slug,
+        version=asked_in.persona_version,
+    )  # fmt: skip
     turn = TurnInput(
         principal=principal,
-        session=session,
+        session=asked_in,
         text=body.content,
         delay_s=verdict.delay_s,
         message_id=turn_id,
         web_search=await web_search_for(pool, principal.tenant_id, default=settings.web_search),
+        persona=persona,
+        thresholds=None if persona is None else persona.bands(settings.band_thresholds()),
     )
-    if session.get("persona_slug"):
-        turn.persona = await persona_repo.get(
-            pool, tenant_id=principal.tenant_id, slug=session["persona_slug"],
-            version=session["persona_version"],
-        )  # fmt: skip
-        cuts = thresholds(turn.persona) if turn.persona else None
-        if cuts is not None:
-            turn.thresholds = dataclasses.replace(
-                settings.band_thresholds(), high=cuts[0], medium=cuts[1], low=cuts[2]
-            )
     await turns.start(deps, turn, counted_on=verdict.day, started=started)
     return _stream(turns, session_id, turn_id, 0, used=verdict.count)
 

@@ -63,7 +63,14 @@ from lectern_gateway.chat.gap import (
     web_answer,
     web_citations,
 )
-from lectern_gateway.chat.generation import Finished, Grounding, Piece, TextDelta, Verdict
+from lectern_gateway.chat.generation import (
+    Finished,
+    Grounding,
+    ModelUsage,
+    Piece,
+    TextDelta,
+    Verdict,
+)
 from lectern_gateway.chat.prompt import (
     Prompt,
     PromptSource,
@@ -71,10 +78,9 @@ from lectern_gateway.chat.prompt import (
     asks_for_general_explanation,
     build_prompt,
     pages_label,
-    system_prompt,
 )
 from lectern_gateway.chat.record import claim_answer, turn_completed
-from lectern_gateway.chat.retrieve import rerank, retrieve_candidates
+from lectern_gateway.chat.retrieve import Lookup, rerank, retrieve_candidates
 from lectern_gateway.chat.social import REPLIES, social_kind
 from lectern_gateway.chat.sse import (
     CheckEvent,
@@ -87,8 +93,7 @@ from lectern_gateway.chat.sse import (
     SourcesEvent,
     TokenEvent,
 )
-from lectern_gateway.chat.turn import ChatDeps, Retrieved, TurnInput, elapsed_ms
-from lectern_gateway.personas.service import persona_label, persona_prompt
+from lectern_gateway.chat.turn import ChatDeps, HistoryRow, Retrieved, TurnInput, elapsed_ms
 from lectern_gateway.quality import aggregates as quality
 
 #: sentences of an answer on a topic the student has mastered
@@ -118,7 +123,7 @@ class Loaded:
     """The session as the turn found it: the question's id and the history before it."""
 
     user_message_id: uuid.UUID
-    rows: list[dict[str, Any]]
+    rows: list[HistoryRow]
     history: list[PromptTurn]
 
 
@@ -156,6 +161,35 @@ class SettledCheck:
     outcome: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What a turn's reply used, stored with its message (``chat_messages.usage``): the
+    model's report; the prompt's estimate and what it dropped to fit its budget (an answer);
+    a judged check's verdict and judge."""
+
+    model: ModelUsage | None = None
+    prompt_tokens_estimate: int | None = None
+    dropped_history: int | None = None
+    dropped_sources: list[str] | None = None
+    verdict: str | None = None
+    judged_by: str | None = None
+
+    @property
+    def fallback(self) -> bool:
+        """The model that answered is a fallback of the one that failed."""
+        return self.model is not None and bool(self.model.fallback_from)
+
+    def as_json(self) -> dict[str, Any]:
+        """As stored and shown in ``done``: the model's report, then what else was given."""
+        own = {
+            "prompt_tokens_estimate": self.prompt_tokens_estimate,
+            "dropped_history": self.dropped_history, "dropped_sources": self.dropped_sources,
+            "verdict": self.verdict, "judged_by": self.judged_by,
+        }  # fmt: skip
+        model = {} if self.model is None else self.model.as_json()
+        return {**model, **{k: v for k, v in own.items() if v is not None}}
+
+
 @dataclass
 class Ending:
     """How a turn ends, whichever way: what :func:`finish` stores, announces and sends."""
@@ -166,9 +200,9 @@ class Ending:
     citations: list[Citation] = field(default_factory=list)
     unsupported: list[str] = field(default_factory=list)
     message_id: uuid.UUID = field(default_factory=uuid.uuid4)
-    #: stored with the message; ``shown_usage`` is ``done``'s
-    usage: dict[str, Any] = field(default_factory=dict)
-    shown_usage: dict[str, Any] = field(default_factory=dict)
+    #: stored with the message, and shown in ``done`` unless ``usage_hidden``
+    usage: Usage = field(default_factory=Usage)
+    usage_hidden: bool = False
     tutor_check: dict[str, Any] | None = None
     topic: str | None = None
     topics: list[str] = field(default_factory=list)
@@ -216,7 +250,7 @@ def resolve(deps: ChatDeps, turn: TurnInput) -> tuple[ChatMode, Policy]:
         persona_cuts=turn.thresholds is not None,
         grounding_weight=deps.settings.grounding_weight,
     )
-    return mode_for(turn.session["mode"]), policy
+    return mode_for(turn.session.mode), policy
 
 
 async def load_session(deps: ChatDeps, turn: TurnInput, clock: Clock) -> Loaded:
@@ -228,19 +262,20 @@ async def load_session(deps: ChatDeps, turn: TurnInput, clock: Clock) -> Loaded:
     # before it, as when the turn was first answered)
     _, rows = await asyncio.gather(
         repo.insert_message(
-            pool=deps.pool, message_id=user_message_id, session_id=session["id"],
+            pool=deps.pool, message_id=user_message_id, session_id=session.id,
             tenant_id=principal.tenant_id, user_id=principal.user_id, role="user",
             content=turn.text, if_absent=turn.resumed,
         ),
         repo.recent_messages(
-            pool=deps.pool, tenant_id=principal.tenant_id, session_id=session["id"],
+            pool=deps.pool, tenant_id=principal.tenant_id, session_id=session.id,
             limit=deps.settings.history_messages, before=user_message_id,
             only_earlier=turn.resumed,
         ),
     )  # fmt: skip
     clock.timings["store_question_ms"] = elapsed_ms(clock.started)
-    history = [PromptTurn(role=r["role"], text=r["content"]) for r in rows]
-    return Loaded(user_message_id, list(rows), history)
+    history_rows = [HistoryRow.of_row(r) for r in rows]
+    history = [PromptTurn(role=r.role, text=r.content) for r in history_rows]
+    return Loaded(user_message_id, history_rows, history)
 
 
 def small_talk(turn: TurnInput, clock: Clock) -> Step | None:
@@ -298,7 +333,7 @@ async def answer_question(
 def resolve_question(turn: TurnInput, loaded: Loaded) -> Question:
     """The student's question; after a gap, "explain it in general" means the one before."""
     rows = loaded.rows
-    general = bool(rows) and rows[-1]["confidence_band"] == "gap"
+    general = bool(rows) and rows[-1].confidence_band == "gap"
     if general and asks_for_general_explanation(turn.text):
         return Question(previous_question(rows), general=True)
     return Question(turn.text)
@@ -320,16 +355,13 @@ async def look_up(
     try:
         retrieved = Retrieved()
         if not question.general:
-            history = [Turn(role=h.role, text=h.text) for h in loaded.history]
-            found = await retrieve_candidates(
-                deps, principal=turn.principal, session=turn.session, query=question.text,
-                history=history, timings=timings, persona=turn.persona,
-                cited_document_ids=cited_documents(loaded.rows),
+            lookup = Lookup(
+                principal=turn.principal, session=turn.session, query=question.text,
+                history=[Turn(role=h.role, text=h.text) for h in loaded.history],
+                persona=turn.persona, cited_document_ids=cited_documents(loaded.rows),
             )  # fmt: skip
-            retrieved = await rerank(
-                deps, principal=turn.principal, session=turn.session, query=question.text,
-                history=history, found=found, timings=timings,
-            )  # fmt: skip
+            found = await retrieve_candidates(deps, lookup, timings)
+            retrieved = await rerank(deps, lookup, found, timings)
         return Material(retrieved, await memory_task)
     finally:
         if not memory_task.done():
@@ -345,14 +377,9 @@ def compose(
 ) -> Prompt:
     """The prompt: the session's system prompt (persona, memories), the sources, the history,
     within the context budget."""
-    session, retrieved = turn.session, material.retrieved
+    retrieved = material.retrieved
     memories = [m.text for m in material.remembered]
-    system = system_prompt(
-        mode=session["mode"], learning_style=session.get("learning_style"),
-        explanation_depth=session.get("explanation_depth"),
-        grade_level=session.get("grade_level"), memories=memories,
-        with_sources=not question.general, persona=persona_prompt(turn.persona),
-    )  # fmt: skip
+    system = turn.system_prompt(memories=memories, with_sources=not question.general)
     sources = [
         PromptSource(
             label=s.label,
@@ -390,7 +417,7 @@ async def refuse(
     the model search it); the knowledge gap is recorded."""
     principal, session = turn.principal, turn.session
     related = await repo.related_topics(
-        pool=deps.pool, tenant_id=principal.tenant_id, subject=session.get("subject"), limit=5
+        pool=deps.pool, tenant_id=principal.tenant_id, subject=session.subject, limit=5
     )
     topic = guess_topic(question.text, session, [])
     related = [t for t in related if t != topic][:5]
@@ -406,9 +433,9 @@ async def refuse(
         text += web.text
     yield ConfidenceEvent(**decision.confidence.model_dump())
     yield Ending(
-        text, decision.confidence, "gap", citations=web.citations, usage=web.usage,
-        topic=topic, gap=GapRecord(question.text, topic, related), quality=True,
-        persona=persona_label(turn.persona),
+        text, decision.confidence, "gap", citations=web.citations, usage=Usage(model=web.usage),
+        usage_hidden=True, topic=topic, gap=GapRecord(question.text, topic, related),
+        quality=True, persona=turn.persona_label,
     )  # fmt: skip
 
 
@@ -466,7 +493,8 @@ async def answer(
         yield event
     sentences, _ = split_sentences(draft.model_text, final=True)
     grounding = 0.0 if draft.general else grounding_of(draft.checked, sentences=sentences)
-    no_support = draft.no_support or draft.finished.usage.get("outcome") == "no_support"
+    reported = draft.finished.usage
+    no_support = draft.no_support or (reported is not None and reported.outcome == "no_support")
     final = settle(decision, Support(grounding, no_support=no_support), policy)
     # a caveat qualifies an answer; a "the material does not answer this" needs none
     closing = caveat(decision.band, final.band) if final.action == "answer" else ""
@@ -609,8 +637,9 @@ async def check_question(
     """Tutor and drill: a question on what the sources say, judged when the student replies."""
     cited = [(c.label, c.sentence.text) for c in draft.checked if c.valid and c.supported]
     already = await repo.asked_checks(
-        pool=deps.pool, tenant_id=turn.principal.tenant_id, session_id=turn.session["id"]
+        pool=deps.pool, tenant_id=turn.principal.tenant_id, session_id=turn.session.id
     )
+    cited = await tutoring.best_answering_first(deps.reader, cited, asked=turn.text)
     return tutoring.check_for_answer(
         retrieved.sources, retrieved.texts, cited, asked=turn.text, topics=draft.asked_about,
         already=already,
@@ -630,24 +659,23 @@ async def answered(
     knowledge gap as much as one the retrieval found (the teacher's report, the memory)."""
     session = turn.session
     web = [w for w in draft.web if not any(c.label == w.label for c in draft.citations)]
-    usage = dict(draft.finished.usage)
-    usage["prompt_tokens_estimate"] = prompt.tokens
-    usage["dropped_history"] = prompt.dropped_history
-    usage["dropped_sources"] = prompt.dropped_sources
+    usage = Usage(
+        model=draft.finished.usage, prompt_tokens_estimate=prompt.tokens,
+        dropped_history=prompt.dropped_history, dropped_sources=prompt.dropped_sources,
+    )  # fmt: skip
     topic = guess_topic(turn.text, session, material.retrieved.topic_tags)
     gap = None
     if final.knowledge_gap:
         related = await repo.related_topics(
-            pool=deps.pool, tenant_id=turn.principal.tenant_id, subject=session.get("subject"),
-            limit=5,
+            pool=deps.pool, tenant_id=turn.principal.tenant_id, subject=session.subject, limit=5,
         )  # fmt: skip
         gap = GapRecord(turn.text, topic, related)
     return Ending(
         draft.text, final.confidence, draft.finished.answered_by,
         citations=draft.citations + web,
         unsupported=list(dict.fromkeys(c.label for c in draft.checked if not c.supported)),
-        usage=usage, shown_usage=usage, tutor_check=check, topic=topic,
-        topics=draft.asked_about, gap=gap, quality=True, persona=persona_label(turn.persona),
+        usage=usage, tutor_check=check, topic=topic, topics=draft.asked_about, gap=gap,
+        quality=True, persona=turn.persona_label,
         memories_used=prompt.memories,
     )  # fmt: skip
 
@@ -701,7 +729,7 @@ class TutorMode(ChatMode):
         self, deps: ChatDeps, turn: TurnInput, loaded: Loaded, clock: Clock
     ) -> Step | None:
         """Judge the reply to a pending check; a new question instead skips it."""
-        pending = tutoring.pending_check(loaded.rows)
+        pending = tutoring.pending_check([r.as_row() for r in loaded.rows[-1:]])
         if pending is None:
             return None
         if not tutoring.is_new_question(turn.text):
@@ -773,14 +801,14 @@ async def check_reply(
         )
     yield ConfidenceEvent(**CERTAIN.model_dump())
     clock.total()
-    message_id, usage = uuid.uuid4(), {"verdict": judged.verdict, "judged_by": judged.by}
+    message_id, usage = uuid.uuid4(), Usage(verdict=judged.verdict, judged_by=judged.by)
     outcome = {
         "status": "skipped" if judged.verdict == "skipped" else "judged",
         "verdict": judged.verdict, "reply": turn.text[:2000], "judged_by": judged.by,
     }  # fmt: skip
     yield Ending(
         text, CERTAIN, "tutor-check", citations=[citation], message_id=message_id, usage=usage,
-        shown_usage=usage, tutor_check=following, topic=str(pending["topic"]),
+        tutor_check=following, topic=str(pending["topic"]),
         topics=[str(pending["topic"])],
         settles=SettledCheck(pending["message_id"], outcome),
         events=[tutoring.judged_attempt(turn, pending, source, judged, attempt_id=message_id)],
@@ -827,20 +855,22 @@ async def finish(
         stored = await claim_answer(conn, turn, ending.message_id)
         if stored == ending.message_id:  # else an earlier run of this turn stored it
             await repo.insert_message(
-                pool=conn, message_id=stored, session_id=session["id"],
+                pool=conn, message_id=stored, session_id=session.id,
                 tenant_id=principal.tenant_id, user_id=principal.user_id, role="assistant",
                 content=ending.text, citations=repo.citations_json(ending.citations),
                 confidence=confidence.score, band=confidence.band,
-                answered_by=ending.answered_by, usage=ending.usage, timings=clock.timings,
+                answered_by=ending.answered_by, usage=ending.usage.as_json(),
+                timings=clock.timings,
                 tutor_check=ending.tutor_check,
             )  # fmt: skip
             await write_events(conn, turn, loaded, clock, ending)
     return DoneEvent(
-        message_id=stored, user_message_id=loaded.user_message_id, session_id=session["id"],
+        message_id=stored, user_message_id=loaded.user_message_id, session_id=session.id,
         citations=ending.citations, unsupported=ending.unsupported, band=confidence.band,
         confidence=confidence.score, knowledge_gap=ending.gap is not None,
         answered_by=ending.answered_by, persona=ending.persona,
-        memories_used=ending.memories_used, usage=ending.shown_usage,
+        memories_used=ending.memories_used,
+        usage={} if ending.usage_hidden else ending.usage.as_json(),
         timings_ms=clock.timings,
     )  # fmt: skip
 
@@ -875,12 +905,16 @@ async def write_events(
     )  # fmt: skip
     if ending.quality:
         await quality.record_turn(
-            conn, quality.Dimensions.of_session(principal.tenant_id, session),
+            conn,
+            quality.Dimensions.of(
+                principal.tenant_id, persona=session.persona_slug, subject=session.subject,
+                class_id=session.class_id,
+            ),
             band=confidence.band,
             cited_documents=list(
                 {c.document_id for c in ending.citations if c.document_id and c.valid}
             ),
-            fallback=bool(ending.usage.get("fallback_from")),
+            fallback=ending.usage.fallback,
             ttft_ms=clock.timings.get("first_token_ms"),
             retrieval_ms=clock.timings.get("retrieve_ms"),
             gap_topic=gap.topic if gap is not None else None,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 from faststream.nats import NatsBroker
 
+from lectern_common.answerer import SentenceReader
 from lectern_common.broker import publish_event
 from lectern_common.education import BandThresholds
 from lectern_common.embeddings import LocalEmbedder
@@ -19,8 +21,10 @@ from lectern_common.events.base import Event
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat.decision import no_material
 from lectern_gateway.chat.generation import AnswerStreamer
+from lectern_gateway.chat.prompt import Mode, system_prompt
 from lectern_gateway.chat.sse import Source
 from lectern_gateway.config import Settings
+from lectern_gateway.personas.service import TutorPersona
 from lectern_gateway.study.model_writer import GeminiQuizWriter
 
 
@@ -38,6 +42,93 @@ class ChatDeps:
     quiz_writer: GeminiQuizWriter | None = None
     #: the local embedding model (cosine of a reply and its answer), when loaded
     embedder: LocalEmbedder | None = None
+    #: the packaged reader (which cited sentence a check question asks about), when loaded
+    reader: SentenceReader | None = None
+
+
+@dataclass(frozen=True)
+class ChatSession:
+    """The session a turn is asked in, as the turn reads it (from its ``chat_sessions`` row,
+    once per turn)."""
+
+    id: uuid.UUID
+    mode: Mode
+    subject: str | None = None
+    module_tag: str | None = None
+    class_id: str | None = None
+    grade_level: int | None = None
+    learning_style: str | None = None
+    explanation_depth: str | None = None
+    curriculum_standards: tuple[str, ...] = ()
+    persona_slug: str | None = None
+    persona_version: int | None = None
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> ChatSession:
+        """The session of a ``chat_sessions`` row."""
+        return cls(
+            id=row["id"], mode=row["mode"], subject=row.get("subject"),
+            module_tag=row.get("module_tag"), class_id=row.get("class_id"),
+            grade_level=row.get("grade_level"), learning_style=row.get("learning_style"),
+            explanation_depth=row.get("explanation_depth"),
+            curriculum_standards=tuple(row.get("curriculum_standards") or ()),
+            persona_slug=row.get("persona_slug"), persona_version=row.get("persona_version"),
+        )  # fmt: skip
+
+    # ``chat.tutoring`` (being reworked elsewhere) still reads the session as its row:
+    # ``session["id"]``, ``session.get("subject")``. These two serve it, nothing else.
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field by its column name (``default`` when it is None)."""
+        value = getattr(self, key, None)
+        return default if value is None else value
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """A message of the session before the turn's question, as the turn reads it."""
+
+    id: uuid.UUID
+    role: Literal["user", "assistant"]
+    content: str
+    confidence_band: str | None = None
+    #: the documents its valid textbook citations name, in citation order
+    cited_document_ids: tuple[uuid.UUID, ...] = ()
+    #: its check question as stored (``chat_messages.tutor_check``: ``chat.tutoring``'s shape)
+    tutor_check: dict[str, Any] | None = None
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> HistoryRow:
+        """The message of a ``chat_messages`` row."""
+        return cls(
+            id=row["id"], role=row["role"], content=str(row["content"]),
+            confidence_band=row.get("confidence_band"),
+            cited_document_ids=tuple(_document_ids(row.get("citations") or [])),
+            tutor_check=row.get("tutor_check"),
+        )  # fmt: skip
+
+    def as_row(self) -> dict[str, Any]:
+        """Its stored fields, for ``chat.tutoring``, which reads messages as rows."""
+        return {
+            "id": self.id, "role": self.role, "content": self.content,
+            "confidence_band": self.confidence_band, "tutor_check": self.tutor_check,
+        }  # fmt: skip
+
+
+def _document_ids(citations: list[Any]) -> list[uuid.UUID]:
+    """The distinct documents stored citations name (web citations and bad ids aside)."""
+    found: list[uuid.UUID] = []
+    for citation in citations:
+        raw = citation.get("document_id") if isinstance(citation, dict) else None
+        try:
+            document_id = uuid.UUID(str(raw)) if raw else None
+        except ValueError:
+            continue
+        if document_id is not None and document_id not in found:
+            found.append(document_id)
+    return found
 
 
 @dataclass
@@ -45,7 +136,7 @@ class TurnInput:
     """One question in one session."""
 
     principal: Principal
-    session: dict[str, Any]
+    session: ChatSession
     text: str
     delay_s: float = 0.0
     #: the question's message id (also the turn's id); a new one when not given
@@ -53,7 +144,7 @@ class TurnInput:
     #: the tenant lets the model search the web (tenant setting, else the gateway default)
     web_search: bool = False
     #: the session's tutor persona (the version it started with), if any
-    persona: dict[str, Any] | None = None
+    persona: TutorPersona | None = None
     #: the persona's confidence band cut-offs (None: the deployment's)
     thresholds: BandThresholds | None = None
     #: the run answering the turn (its ``chat_turns.owner``): the answer is stored only
@@ -65,6 +156,21 @@ class TurnInput:
     def bands(self, settings: Settings) -> BandThresholds:
         """The band cut-offs of this turn: the persona's, else the deployment's."""
         return self.thresholds or settings.band_thresholds()
+
+    @property
+    def persona_label(self) -> str | None:
+        """``slug@version`` of the persona that answers, or None."""
+        return None if self.persona is None else self.persona.label
+
+    def system_prompt(self, *, memories: list[str], with_sources: bool) -> str:
+        """The turn's system prompt: its session's mode and student profile, its persona."""
+        session = self.session
+        return system_prompt(
+            mode=session.mode, learning_style=session.learning_style,
+            explanation_depth=session.explanation_depth, grade_level=session.grade_level,
+            memories=memories, with_sources=with_sources,
+            persona=None if self.persona is None else self.persona.prompt,
+        )  # fmt: skip
 
 
 class TurnTakenOver(Exception):

@@ -29,7 +29,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
@@ -44,8 +44,8 @@ from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import ErrorEvent, RestartEvent
-from lectern_gateway.chat.turn import ChatDeps, TurnInput, TurnTakenOver
-from lectern_gateway.personas import repository as persona_repo
+from lectern_gateway.chat.turn import ChatDeps, ChatSession, TurnInput, TurnTakenOver
+from lectern_gateway.personas.service import session_persona
 from lectern_gateway.problems import unavailable
 
 log = logging.getLogger(__name__)
@@ -164,24 +164,13 @@ class TurnRegistry:
         log_ = TurnLog(turn_id=turn.message_id)
         turn.owner = log_.owner
         await self.pool.execute(_OWN, log_.turn_id, counted_on, log_.owner, turn_inputs(turn))
-        self._run(log_, deps, turn, counted_on=counted_on, started=started)
+        self._run(log_, self._drive(log_, deps, turn, counted_on=counted_on, started=started))
         return log_
 
-    def _run(
-        self,
-        log_: TurnLog,
-        deps: ChatDeps,
-        turn: TurnInput,
-        *,
-        counted_on: date | None,
-        started: float,
-        stored: list[dict[str, Any]] | None = None,
-    ) -> None:
+    def _run(self, log_: TurnLog, drive: Coroutine[Any, Any, None]) -> None:
+        """Keep the turn's log and run ``drive`` (its ``_drive``) as the turn's task."""
         self.turns[log_.turn_id] = log_
-        log_.task = asyncio.create_task(
-            self._drive(log_, deps, turn, counted_on=counted_on, started=started, stored=stored),
-            name=f"chat-turn-{log_.turn_id}",
-        )
+        log_.task = asyncio.create_task(drive, name=f"chat-turn-{log_.turn_id}")
 
     def cancel(self, turn_id: uuid.UUID) -> bool:
         """Stop a turn this replica runs (the student pressed Stop); False if not running."""
@@ -323,10 +312,11 @@ class TurnRegistry:
         if turn is None:  # the session is gone: nothing to answer
             local.finished = True
             return local
-        self._run(
+        drive = self._drive(
             local, deps, turn, counted_on=row["counted_on"], started=time.perf_counter(),
             stored=stored,
         )  # fmt: skip
+        self._run(local, drive)
         return local
 
     async def _drive(
@@ -509,16 +499,15 @@ async def resumed_turn(
     )
     if session is None:
         return None
-    persona = None
-    if session.get("persona_slug"):
-        persona = await persona_repo.get(
-            pool, tenant_id=principal.tenant_id, slug=session["persona_slug"],
-            version=session["persona_version"],
-        )  # fmt: skip
+    asked_in = ChatSession.of_row(session)
+    persona = await session_persona(
+        pool, tenant_id=principal.tenant_id, slug=asked_in.persona_slug,
+        version=asked_in.persona_version,
+    )  # fmt: skip
     cuts = inputs.get("thresholds")
     return TurnInput(
         principal=principal,
-        session=session,
+        session=asked_in,
         text=inputs["text"],
         message_id=turn_id,
         web_search=bool(inputs.get("web_search")),

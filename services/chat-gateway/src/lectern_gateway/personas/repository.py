@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 _COLUMNS = (
@@ -54,7 +55,7 @@ async def latest(pool: Any, *, tenant_id: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-async def indexed_chunks(pool: Any, *, tenant_id: str, scope: dict[str, Any]) -> int:
+async def indexed_chunks(pool: Any, *, tenant_id: str, scope: Mapping[str, Any]) -> int:
     """How many live content chunks a scope matches (a persona must not be silently empty)."""
     return int(
         await pool.fetchval(

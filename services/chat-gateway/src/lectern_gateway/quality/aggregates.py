@@ -53,14 +53,25 @@ class Dimensions:
     class_id: str = ""
 
     @classmethod
-    def of_session(cls, tenant_id: str, session: dict[str, Any]) -> Dimensions:
+    def of(
+        cls, tenant_id: str, *, persona: str | None, subject: str | None, class_id: str | None
+    ) -> Dimensions:
+        """Today's dimensions of a session's persona, subject and class."""
         return cls(
             tenant_id=tenant_id,
             day=datetime.now(UTC).date(),
-            persona=session.get("persona_slug") or "",
-            subject=(session.get("subject") or "").lower(),
-            class_id=session.get("class_id") or "",
+            persona=persona or "",
+            subject=(subject or "").lower(),
+            class_id=class_id or "",
         )
+
+    @classmethod
+    def of_session(cls, tenant_id: str, session: dict[str, Any]) -> Dimensions:
+        """Today's dimensions of a ``chat_sessions`` row."""
+        return cls.of(
+            tenant_id, persona=session.get("persona_slug"), subject=session.get("subject"),
+            class_id=session.get("class_id"),
+        )  # fmt: skip
 
     def key(self) -> list[Any]:
         return [self.tenant_id, self.day, self.persona, self.subject, self.class_id]

@@ -21,10 +21,10 @@ from typing import Any
 from lectern_common.errors import LecternError
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as chat_repo
-from lectern_gateway.chat.retrieve import retrieve_sources
+from lectern_gateway.chat.retrieve import Lookup, retrieve_sources
 from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import DoneEvent, ErrorEvent
-from lectern_gateway.chat.turn import ChatDeps, TurnInput
+from lectern_gateway.chat.turn import ChatDeps, ChatSession, TurnInput
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +75,11 @@ def _student(tenant_id: str, user_id: str) -> Principal:
     return Principal(tenant_id=tenant_id, user_id=user_id, role="student")
 
 
-def _session_like(gap: Any) -> dict[str, Any]:
-    return {
-        "id": gap["session_id"] or uuid.uuid4(),
-        "mode": "chat",
-        "subject": gap["session_subject"],
-        "module_tag": gap["module_tag"],
-        "class_id": gap["class_id"],
-        "grade_level": gap["session_grade"],
-        "user_id": gap["user_id"],
-        "curriculum_standards": [],
-    }
+def _session_like(gap: Any) -> ChatSession:
+    return ChatSession(
+        id=gap["session_id"] or uuid.uuid4(), mode="chat", subject=gap["session_subject"],
+        module_tag=gap["module_tag"], class_id=gap["class_id"], grade_level=gap["session_grade"],
+    )  # fmt: skip
 
 
 async def retry_gap(deps: ChatDeps, gap: Any) -> Retried:
@@ -94,10 +88,8 @@ async def retry_gap(deps: ChatDeps, gap: Any) -> Retried:
     student = _student(tenant_id, user_id)
     found = Retried(gap_id=gap["id"], question=gap["question"], user_id=user_id, outcome="failed")
     try:
-        retrieved = await retrieve_sources(
-            deps, principal=student, session=_session_like(gap), query=gap["question"],
-            history=[], timings={},
-        )  # fmt: skip
+        lookup = Lookup(principal=student, session=_session_like(gap), query=gap["question"])
+        retrieved = await retrieve_sources(deps, lookup, timings={})
     except LecternError as exc:
         found.message = exc.message
         return found
@@ -120,8 +112,8 @@ async def retry_gap(deps: ChatDeps, gap: Any) -> Retried:
         },
     )  # fmt: skip
     done: DoneEvent | None = None
-    async for event in run_turn(deps, TurnInput(principal=student, session=session,
-                                                text=gap["question"])):  # fmt: skip
+    asked = TurnInput(principal=student, session=ChatSession.of_row(session), text=gap["question"])
+    async for event in run_turn(deps, asked):
         if isinstance(event, DoneEvent):
             done = event
         elif isinstance(event, ErrorEvent):
