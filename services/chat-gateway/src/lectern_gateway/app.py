@@ -5,7 +5,6 @@ from __future__ import annotations
 from fastapi import FastAPI
 from opentelemetry import trace
 
-from lectern_common.broker import create_broker
 from lectern_common.service import ServiceState, create_service_app
 from lectern_gateway import runtime
 from lectern_gateway.auth import TokenVerifier
@@ -45,12 +44,7 @@ def create_app(
     HTTP requests and the NATS requests made while serving them share one trace, recorded by
     ``tracer_provider`` (tests pass their own) or else the global provider.
     """
-    broker = create_broker(
-        settings.nats_url,
-        service_name=settings.service_name,
-        tracer_provider=tracer_provider,
-        credentials=settings.nats_credentials,
-    )
+    broker = runtime.broker_for(settings, tracer_provider=tracer_provider)
 
     async def startup(state: ServiceState) -> None:
         await runtime.start(state, settings)

@@ -8,7 +8,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from faststream.nats import NatsBroker
+from opentelemetry import trace
+
 from lectern_common.answerer import SentenceReader
+from lectern_common.broker import create_broker
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.llm import OfflineAnswerer, build_generator, build_web_generator
 from lectern_common.service import ServiceState
@@ -22,6 +26,18 @@ from lectern_gateway.study.model_writer import build_quiz_writer
 from lectern_gateway.webhooks.dispatcher import DeliveryWorker
 
 log = logging.getLogger(__name__)
+
+
+def broker_for(
+    settings: Settings, *, tracer_provider: trace.TracerProvider | None = None
+) -> NatsBroker:
+    """The process's NATS broker (HTTP replica or worker): traced, with its NATS user."""
+    return create_broker(
+        settings.nats_url,
+        service_name=settings.service_name,
+        tracer_provider=tracer_provider,
+        credentials=settings.nats_credentials,
+    )
 
 
 async def start(state: ServiceState, settings: Settings) -> GatewayDeps:

@@ -17,7 +17,6 @@ from __future__ import annotations
 from fastapi import FastAPI
 from opentelemetry import trace
 
-from lectern_common.broker import create_broker
 from lectern_common.service import ReadinessCheck, ServiceState, create_service_app
 from lectern_gateway import runtime
 from lectern_gateway.config import Settings
@@ -39,12 +38,7 @@ def create_worker_app(
 ) -> FastAPI:
     """The worker: the gateway's broker, dependencies and background loops, health only."""
     settings = worker_settings(settings)
-    broker = create_broker(
-        settings.nats_url,
-        service_name=settings.service_name,
-        tracer_provider=tracer_provider,
-        credentials=settings.nats_credentials,
-    )
+    broker = runtime.broker_for(settings, tracer_provider=tracer_provider)
 
     async def startup(state: ServiceState) -> None:
         gateway = await runtime.start(state, settings)
