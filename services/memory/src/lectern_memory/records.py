@@ -6,29 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from lectern_common.events import (
-    MemoryExportReply,
-    MemoryExportRequest,
-    MemoryForgetReply,
-    MemoryForgetRequest,
-    MemoryListReply,
-    MemoryListRequest,
-    MemoryTopicsReply,
-    MemoryTopicsRequest,
-)
+from lectern_common.events import memory as mem
 from lectern_memory import repository as repo
 
 
-async def list_memories(pool: Any, request: MemoryListRequest) -> MemoryListReply:
+async def list_memories(pool: Any, request: mem.MemoryListRequest) -> mem.MemoryListReply:
     """The user's memories, newest first."""
     async with pool.acquire() as conn:
         rows = await repo.user_memories(
             conn, tenant_id=request.tenant_id, user_id=request.user_id, kinds=list(request.kinds)
         )
-    return MemoryListReply.model_validate({"request_id": request.request_id, "memories": rows})
+    return mem.MemoryListReply.model_validate({"request_id": request.request_id, "memories": rows})
 
 
-async def forget(pool: Any, request: MemoryForgetRequest) -> MemoryForgetReply:
+async def forget(pool: Any, request: mem.MemoryForgetRequest) -> mem.MemoryForgetReply:
     """Delete one memory of the user, or all; under the lock distillation merges take, so a
     distillation under way cannot write a forgotten memory back."""
     async with pool.acquire() as conn, conn.transaction():
@@ -37,21 +28,21 @@ async def forget(pool: Any, request: MemoryForgetRequest) -> MemoryForgetReply:
             conn, tenant_id=request.tenant_id, user_id=request.user_id,
             memory_id=request.memory_id,
         )  # fmt: skip
-    return MemoryForgetReply(request_id=request.request_id, deleted=deleted)
+    return mem.MemoryForgetReply(request_id=request.request_id, deleted=deleted)
 
 
-async def topics(pool: Any, request: MemoryTopicsRequest) -> MemoryTopicsReply:
+async def topics(pool: Any, request: mem.MemoryTopicsRequest) -> mem.MemoryTopicsReply:
     """Topics of the request's kind over its users (never which users)."""
     async with pool.acquire() as conn:
         rows = await repo.topics(
             conn, tenant_id=request.tenant_id, user_ids=list(request.user_ids),
             kind=request.kind, min_users=request.min_users, limit=request.limit,
         )  # fmt: skip
-    return MemoryTopicsReply.model_validate({"request_id": request.request_id, "topics": rows})
+    return mem.MemoryTopicsReply.model_validate({"request_id": request.request_id, "topics": rows})
 
 
-async def export(pool: Any, request: MemoryExportRequest) -> MemoryExportReply:
+async def export(pool: Any, request: mem.MemoryExportRequest) -> mem.MemoryExportReply:
     """Every row kept about the user, read in one read-only snapshot."""
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         parts = await repo.export_user(conn, tenant_id=request.tenant_id, user_id=request.user_id)
-    return MemoryExportReply.model_validate({"request_id": request.request_id, **parts})
+    return mem.MemoryExportReply.model_validate({"request_id": request.request_id, **parts})

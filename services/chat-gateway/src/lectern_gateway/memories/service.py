@@ -20,18 +20,8 @@ from pydantic import BaseModel, Field
 
 from lectern_common.broker import request
 from lectern_common.errors import RetryableError
-from lectern_common.events import (
-    MemoryEvidence,
-    MemoryExportReply,
-    MemoryExportRequest,
-    MemoryForgetReply,
-    MemoryForgetRequest,
-    MemoryListReply,
-    MemoryListRequest,
-    MemoryTopic,
-    MemoryTopicsReply,
-    MemoryTopicsRequest,
-)
+from lectern_common.events import MemoryEvidence, MemoryTopic
+from lectern_common.events import memory as mem
 from lectern_common.events.memory import MemoryKind
 from lectern_gateway.problems import ProblemError
 
@@ -111,8 +101,8 @@ async def list_memories(
     a few words."""
     reply = await request(
         broker,
-        MemoryListRequest(tenant_id=tenant_id, user_id=user_id, kinds=list(kinds)),
-        MemoryListReply,
+        mem.MemoryListRequest(tenant_id=tenant_id, user_id=user_id, kinds=list(kinds)),
+        mem.MemoryListReply,
         timeout=timeout,
     )
     out = []
@@ -129,8 +119,8 @@ async def delete_one(
     """Forget one memory of the user (404 problem when the user has none of that id)."""
     reply = await request(
         broker,
-        MemoryForgetRequest(tenant_id=tenant_id, user_id=user_id, memory_id=memory_id),
-        MemoryForgetReply,
+        mem.MemoryForgetRequest(tenant_id=tenant_id, user_id=user_id, memory_id=memory_id),
+        mem.MemoryForgetReply,
         timeout=timeout,
     )
     if reply.deleted == 0:
@@ -143,8 +133,8 @@ async def delete_all(
     """Forget every memory of the user."""
     reply = await request(
         broker,
-        MemoryForgetRequest(tenant_id=tenant_id, user_id=user_id),
-        MemoryForgetReply,
+        mem.MemoryForgetRequest(tenant_id=tenant_id, user_id=user_id),
+        mem.MemoryForgetReply,
         timeout=timeout,
     )
     return Forgotten(deleted=reply.deleted)
@@ -166,11 +156,11 @@ async def topics(
         return []
     reply = await request(
         broker,
-        MemoryTopicsRequest(
+        mem.MemoryTopicsRequest(
             tenant_id=tenant_id, user_ids=list(user_ids), kind=kind, min_users=min_users,
             limit=limit,
         ),
-        MemoryTopicsReply,
+        mem.MemoryTopicsReply,
         timeout=timeout,
     )  # fmt: skip
     return reply.topics
@@ -196,12 +186,12 @@ async def struggle_topics(
 
 async def export(
     broker: NatsBroker, *, tenant_id: str, user_id: str, timeout: float
-) -> MemoryExportReply:
+) -> mem.MemoryExportReply:
     """Every row the memory service keeps about the user, for their export (and to know
     whether it still keeps any, for an erasure)."""
     return await request(
         broker,
-        MemoryExportRequest(tenant_id=tenant_id, user_id=user_id),
-        MemoryExportReply,
+        mem.MemoryExportRequest(tenant_id=tenant_id, user_id=user_id),
+        mem.MemoryExportReply,
         timeout=timeout,
     )
