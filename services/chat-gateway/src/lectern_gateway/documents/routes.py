@@ -290,13 +290,10 @@ async def refetch_document(
     empty = ReceivedUpload(path=Path(tempfile.mkstemp(prefix="lectern-url-")[1]), filename="",
                            size=0, sha256="", head=b"")  # fmt: skip
     upload, fetched_from = await _fetched_upload(empty, str(source["url"]), settings)
-    try:
-        return await _accept(
-            upload=upload, principal=principal, pool=pool, broker=broker, replaces=document_id,
-            source=fetched_from,
-        )  # fmt: skip
-    finally:
-        upload.discard()
+    return await _new_version(
+        upload, principal=principal, pool=pool, broker=broker, replaces=document_id,
+        source=fetched_from,
+    )  # fmt: skip
 
 
 class ReprocessRequest(BaseModel):
@@ -343,11 +340,28 @@ async def reprocess_document(
     path, size = await stored_copy(broker, row)
     upload = ReceivedUpload(path=path, filename=row["filename"], size=size,
                             sha256=row["file_sha256"], head=b"", fields=fields)  # fmt: skip
+    return await _new_version(
+        upload, principal=principal, pool=pool, broker=broker, replaces=document_id,
+        source=(row["metadata"] or {}).get("source"), reprocess=True,
+    )  # fmt: skip
+
+
+async def _new_version(
+    upload: ReceivedUpload,
+    *,
+    principal: Principal,
+    pool: Any,
+    broker: Any,
+    replaces: uuid.UUID,
+    source: dict[str, str] | None,
+    reprocess: bool = False,
+) -> JSONResponse:
+    """A document's next version from ``upload`` (refetched or reprocessed); the upload's
+    temporary file is removed whatever the outcome."""
     try:
-        source = (row["metadata"] or {}).get("source")
         return await _accept(
-            upload=upload, principal=principal, pool=pool, broker=broker, replaces=document_id,
-            source=source, reprocess=True,
+            upload=upload, principal=principal, pool=pool, broker=broker, replaces=replaces,
+            source=source, reprocess=reprocess,
         )  # fmt: skip
     finally:
         upload.discard()
