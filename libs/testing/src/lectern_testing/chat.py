@@ -258,21 +258,18 @@ async def run_responders(nats_url: str, responders: Responders) -> AsyncIterator
     broker = NatsBroker(nats_url)
 
     @broker.subscriber(Subjects.RETRIEVE, queue=QUEUE_GROUPS[Subjects.RETRIEVE])
-    async def on_retrieve(body: dict[str, Any]) -> dict[str, Any]:
-        reply = await responders.retrieve(RetrieveRequest.model_validate(body))
-        return reply.model_dump(mode="json")
+    async def on_retrieve(request: RetrieveRequest) -> RetrieveReply:
+        return await responders.retrieve(request)
 
     @broker.subscriber(Subjects.RERANK, queue=QUEUE_GROUPS[Subjects.RERANK])
-    async def on_rerank(body: dict[str, Any]) -> dict[str, Any]:
-        reply = await responders.rerank(RerankRequest.model_validate(body))
-        return reply.model_dump(mode="json")
+    async def on_rerank(request: RerankRequest) -> RerankReply:
+        return await responders.rerank(request)
 
     if responders.memories is not None:
 
         @broker.subscriber(Subjects.MEMORY_RECALL, queue=QUEUE_GROUPS[Subjects.MEMORY_RECALL])
-        async def on_recall(body: dict[str, Any]) -> dict[str, Any]:
-            reply = await responders.recall(MemoryRecallRequest.model_validate(body))
-            return reply.model_dump(mode="json")
+        async def on_recall(request: MemoryRecallRequest) -> MemoryRecallReply:
+            return await responders.recall(request)
 
     await broker.start()
     try:
