@@ -23,8 +23,15 @@ from lectern_testing.chat import (
 )
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
+from lectern_common import reading
 from lectern_common.events import Subjects
-from lectern_gateway.chat.tutoring import Judged, feedback, is_new_question, judge
+from lectern_gateway.chat.tutoring import (
+    Judged,
+    best_answering_first,
+    feedback,
+    is_new_question,
+    judge,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -204,3 +211,39 @@ async def test_the_rules_judge_right_partly_and_wrong() -> None:
     assert (await judge(check, "I don't know")).verdict == "wrong"
     assert (await judge(check, "ok thanks!")).verdict == "skipped"
     assert not is_new_question("ok thanks")
+
+
+class _Reader:
+    """A reader whose logits are given, that counts its calls."""
+
+    def __init__(self, logits: list[float]) -> None:
+        self.logits = logits
+        self.calls = 0
+
+    async def score_logits(self, question: str, texts: Any, *, kind: str = "sentence") -> Any:
+        self.calls += 1
+        assert kind == "sentence" and len(texts) == len(self.logits)
+        return np.asarray(self.logits, dtype=np.float32)
+
+
+async def test_the_check_asks_about_the_cited_sentence_the_reader_reads_as_answering() -> None:
+    cited = [("T1", "a [T1]."), ("T2", "b [T2]."), ("T1", "c [T1].")]
+    fake = _Reader([0.5, 2.0, 0.5])
+    assert await best_answering_first(fake, cited, asked="q?") == [cited[1], cited[0], cited[2]]
+    # no reader, or nothing to choose between: the answer's order, and no reading
+    assert await best_answering_first(None, cited, asked="q?") == cited
+    one = _Reader([1.0])
+    assert await best_answering_first(one, cited[:1], asked="q?") == cited[:1]
+    assert one.calls == 0
+
+
+@pytest.mark.skipif(not reading.available(), reason="no packaged reader in this checkout")
+async def test_the_packaged_reader_puts_the_sentence_that_answers_first() -> None:
+    cited = [
+        ("T1", "Photosynthesis takes place in the chloroplasts of leaf cells [T1]."),
+        ("T1", "Leaves look green because chlorophyll reflects green light [T1]."),
+    ]
+    ordered = await best_answering_first(
+        reading.packaged(), cited, asked="Why do leaves look green?"
+    )
+    assert ordered == [cited[1], cited[0]]

@@ -72,6 +72,7 @@ class GatewayDeps:
             web_streamer=self.web_streamer,
             quiz_writer=self.quiz_writer,
             embedder=self.embedder,
+            reader=self.reader,
         )
 
     def wake_webhooks(self) -> None:

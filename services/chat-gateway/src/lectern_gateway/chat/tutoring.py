@@ -19,7 +19,7 @@ import re
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lectern_common.events import QuizAnswerResult, QuizAttempted
 from lectern_common.outbox import enqueue
@@ -40,6 +40,9 @@ from lectern_gateway.study.grading import (
     normalise,
     short_answer_is_right,
 )
+
+if TYPE_CHECKING:
+    from lectern_common.answerer import SentenceReader
 
 Verdict = Literal["right", "partly", "wrong", "skipped"]
 
@@ -139,6 +142,21 @@ def key_statement(answer_sentence: str, source_text: str) -> str | None:
         if overlap > best_overlap:
             best, best_overlap = sentence, overlap
     return best if best_overlap >= KEY_STATEMENT_OVERLAP else None
+
+
+async def best_answering_first(
+    reader: SentenceReader | None, cited: Sequence[tuple[str, str]], *, asked: str
+) -> list[tuple[str, str]]:
+    """The answer's cited (label, sentence) pairs, the one the reader reads as answering
+    ``asked`` best first (ties keep the answer's order), for ``check_for_answer`` to ask
+    about the sentence that taught what was asked rather than the answer's first one (on the
+    memory benchmark's tutor turns, the check then carries more of the question's terms:
+    docs/study.md); as they are without a reader."""
+    if reader is None or len(cited) < 2:
+        return list(cited)
+    logits = await reader.score_logits(asked, [sentence for _, sentence in cited], kind="sentence")
+    order = sorted(range(len(cited)), key=lambda i: -float(logits[i]))
+    return [cited[i] for i in order]
 
 
 def check_for_answer(
