@@ -158,7 +158,17 @@ class SettledCheck:
     """A check question this turn judged (or skipped), settled with the turn's answer."""
 
     message_id: uuid.UUID
-    outcome: dict[str, Any]
+    verdict: str
+    judged_by: str
+    #: the student's reply
+    reply: str
+
+    def outcome(self) -> dict[str, Any]:
+        """What settling merges into the check's stored JSON (``chat_messages.tutor_check``)."""
+        return {
+            "status": "skipped" if self.verdict == "skipped" else "judged",
+            "verdict": self.verdict, "reply": self.reply[:2000], "judged_by": self.judged_by,
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -802,15 +812,11 @@ async def check_reply(
     yield ConfidenceEvent(**CERTAIN.model_dump())
     clock.total()
     message_id, usage = uuid.uuid4(), Usage(verdict=judged.verdict, judged_by=judged.by)
-    outcome = {
-        "status": "skipped" if judged.verdict == "skipped" else "judged",
-        "verdict": judged.verdict, "reply": turn.text[:2000], "judged_by": judged.by,
-    }  # fmt: skip
     yield Ending(
         text, CERTAIN, "tutor-check", citations=[citation], message_id=message_id, usage=usage,
         tutor_check=following, topic=str(pending["topic"]),
         topics=[str(pending["topic"])],
-        settles=SettledCheck(pending["message_id"], outcome),
+        settles=SettledCheck(pending["message_id"], judged.verdict, judged.by, turn.text),
         events=[tutoring.judged_attempt(turn, pending, source, judged, attempt_id=message_id)],
     )  # fmt: skip
 
@@ -891,7 +897,7 @@ async def write_events(
     if ending.settles is not None:
         await repo.settle_check(
             pool=conn, tenant_id=principal.tenant_id, message_id=ending.settles.message_id,
-            outcome=ending.settles.outcome,
+            outcome=ending.settles.outcome(),
         )  # fmt: skip
     for event in ending.events:
         await enqueue(conn, event)
