@@ -24,7 +24,7 @@ from lectern_cli.main import build_parser
 from lectern_common.broker import ensure_streams
 from lectern_common.runtime.nats import free_port
 from lectern_common.runtime.supervisor import (
-    SERVICES,
+    PROCESSES,
     Supervisor,
     process_alive,
     read_state,
@@ -74,8 +74,8 @@ def test_the_cluster_supervisor_runs_two_of_each_on_three_nats_servers(base_dir:
     )  # fmt: skip
     try:
         supervisor.start()
-        replicas = {f"{s}-2" for s in SERVICES}
-        assert set(supervisor.children) == set(SERVICES) | replicas
+        replicas = {f"{s}-2" for s in PROCESSES}
+        assert set(supervisor.children) == set(PROCESSES) | replicas  # a worker per gateway
         ports = [child.port for child in supervisor.children.values()]
         assert len(set(ports)) == len(ports), "every replica on its own port"
         state = read_state(supervisor.data_dir)
@@ -88,10 +88,10 @@ def test_the_cluster_supervisor_runs_two_of_each_on_three_nats_servers(base_dir:
         envs = _written_envs(supervisor.data_dir, expected=len(ports))
         for child in supervisor.children.values():
             env = envs[(child.service, str(child.port))]
+            assert env["LECTERN_SERVICE_NAME"] == child.service_name
             assert env["LECTERN_NATS_URL"] == state["nats"]["url"]
             assert env["LECTERN_STREAM_REPLICAS"] == "3"
             assert env["LECTERN_NATS_USER"] == f"lectern-{child.service}"
-            assert env["LECTERN_SERVICE_NAME"] == f"lectern-{child.service}"
 
         # each service's user is known to every server, and the streams take 3 replicas
         asyncio.run(_streams_at_three_replicas(envs[("gateway", str(ports[0]))], nodes))

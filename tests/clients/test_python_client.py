@@ -15,7 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
-from lectern_testing.chat import STUDY_MATERIAL, Gateway, offline_gateway, seed_document
+from lectern_testing.chat import (
+    STUDY_MATERIAL,
+    Gateway,
+    memory_service,
+    offline_gateway,
+    seed_document,
+)
 
 from lectern_client import (
     AsyncLecternClient,
@@ -54,7 +60,7 @@ QUESTION = "What does mitosis produce?"
 
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
-    """The real gateway on a port, and one real ingest worker."""
+    """The real gateway on a port, one real ingest worker and the real memory service."""
     settings = IngestSettings(
         nats_url=nats_url, database_url=database_url, http_port=0, log_json=False,
         progress_interval_s=0.0, progress_after_s=0.0,
@@ -62,6 +68,7 @@ async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterat
     ingest = create_ingest(settings, embedder=LocalEmbedder(settings))
     async with (
         ingest.router.lifespan_context(ingest),
+        memory_service(nats_url, database_url),
         offline_gateway(nats_url, database_url, db_pool) as running,
     ):
         yield running

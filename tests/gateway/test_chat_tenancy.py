@@ -24,6 +24,7 @@ from lectern_testing.chat import (
     Responders,
     ask,
     gateway_settings,
+    memory_service,
     new_session,
     published,
     run_responders,
@@ -40,8 +41,6 @@ from lectern_gateway.auth import (
     list_api_keys,
 )
 from lectern_gateway.chat.lifecycle import sweep_idle_sessions
-from lectern_memory.app import create_app as create_memory
-from lectern_memory.config import Settings as MemorySettings
 
 pytestmark = pytest.mark.integration
 
@@ -87,10 +86,7 @@ async def gateway(
     """The gateway, trusting the local JWKS too, and the memory service it asks for memories
     (``lectern.memory.*``)."""
     settings = gateway_settings(nats_url, database_url, jwks_url=jwks_url, jwt_audience="lectern")
-    memory = create_memory(
-        MemorySettings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
-    )
-    async with memory.router.lifespan_context(memory), serve_gateway(settings) as running:
+    async with memory_service(nats_url, database_url), serve_gateway(settings) as running:
         yield running
 
 

@@ -11,22 +11,16 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from lectern_testing.chat import Gateway, offline_gateway
+from lectern_testing.chat import Gateway, memory_service, offline_gateway
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
-
-from lectern_memory.app import create_app as create_memory
-from lectern_memory.config import Settings as MemorySettings
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
-    memory = create_memory(
-        MemorySettings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
-    )
     async with (
-        memory.router.lifespan_context(memory),
+        memory_service(nats_url, database_url),
         offline_gateway(nats_url, database_url, db_pool) as running,
     ):
         yield running

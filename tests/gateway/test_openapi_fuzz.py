@@ -20,6 +20,7 @@ from lectern_testing.chat import (
     Gateway,
     Responders,
     gateway_settings,
+    memory_service,
     run_responders,
     serve_gateway,
 )
@@ -65,6 +66,7 @@ class ThreadedGateway:
         try:
             async with (
                 run_responders(self.nats_url, Responders(pool=pool)),
+                memory_service(self.nats_url, self.database_url),
                 serve_gateway(gateway_settings(self.nats_url, self.database_url)) as gateway,
             ):
                 self.gateway = gateway

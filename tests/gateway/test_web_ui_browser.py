@@ -24,6 +24,7 @@ from lectern_testing.chat import (
     Responders,
     gateway_settings,
     hosted_model_settings,
+    memory_service,
     run_responders,
     seed_document,
     serve_gateway,
@@ -107,6 +108,7 @@ async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterat
     settings = gateway_settings(nats_url, database_url, environment="development")
     async with (
         run_responders(nats_url, Responders(pool=db_pool)),
+        memory_service(nats_url, database_url),
         serve_gateway(settings) as running,
     ):
         yield running
@@ -378,6 +380,7 @@ async def gemini_gateway(
         )
         async with (
             run_responders(nats_url, Responders(pool=db_pool)),
+            memory_service(nats_url, database_url),
             serve_gateway(settings) as running,
         ):
             yield running, gemini

@@ -457,6 +457,20 @@ async def offline_gateway(
         yield running
 
 
+@asynccontextmanager
+async def memory_service(nats_url: str, database_url: str) -> AsyncIterator[None]:
+    """The real memory service, in this process: it answers the gateway's memory requests
+    (``lectern.memory.list/forget/topics/export.v1``) and keeps what its events say."""
+    from lectern_memory.app import create_app as create_memory
+    from lectern_memory.config import Settings as MemorySettings
+
+    memory = create_memory(
+        MemorySettings(nats_url=nats_url, database_url=database_url, http_port=0, log_json=False)
+    )
+    async with memory.router.lifespan_context(memory):
+        yield
+
+
 async def ask(
     client: httpx.AsyncClient, gateway: Gateway, session_id: Any, content: str, headers: Any
 ) -> Received:
