@@ -60,8 +60,15 @@ system-deps: ## Tesseract (OCR) and Chromium (browser tests) from Debian's packa
 	    tesseract-ocr tesseract-ocr-eng chromium >/dev/null; \
 	else echo "system-deps: missing$$missing (not root: OCR and browser tests will skip)"; fi
 
-test: install system-deps lint ## Install, lint, and run the whole test suite against real NATS + Postgres
-	$(VENV)/bin/pytest
+# the lint (a minute of mypy on a fresh clone, one core) runs beside the suite, which leaves
+# a core mostly idle; its output follows the suite's, and either failing fails the target
+test: install system-deps ## Install, lint, and run the whole test suite against real NATS + Postgres
+	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
+	$(VENV)/bin/pytest; tests=$$?; \
+	wait $$lint; linted=$$?; \
+	echo "--- make lint (ran beside the tests)"; cat $(VENV)/lint.log; \
+	if [ $$linted -ne 0 ]; then echo "make lint failed"; fi; \
+	exit $$(( tests != 0 || linted != 0 ))
 
 fuzz: install ## The deep schemathesis run over every route (300 examples each; docs/reliability.md)
 	LECTERN_FUZZ_EXAMPLES=300 $(VENV)/bin/pytest -q -s tests/gateway/test_openapi_fuzz.py
