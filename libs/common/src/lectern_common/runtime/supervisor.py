@@ -157,6 +157,7 @@ class Supervisor:
         on_ready: ReadyHook | None = None,
         cluster: bool = False,
         nats_restart_after_s: float = 2.0,
+        worker: bool = True,
     ) -> None:
         unknown = set(services) - set(SERVICES)
         if unknown:
@@ -164,6 +165,8 @@ class Supervisor:
         self.data_dir = data_dir.resolve()
         self.host = "127.0.0.1"
         self.services = services
+        #: a gateway worker beside each gateway (its background work: sweeps, webhooks)
+        self.worker = worker
         #: a 3-node NATS cluster and two processes per service instead of one of each
         self.cluster = cluster
         self.replicas = CLUSTER_SERVICE_REPLICAS if cluster else 1
@@ -261,7 +264,7 @@ class Supervisor:
                     port=self._service_port(service, replica),
                     log_path=self.logs_dir / f"{name}.log",
                 )
-        if "gateway" not in self.services:
+        if "gateway" not in self.services or not self.worker:
             return
         for replica in range(self.replicas):
             name = GATEWAY_WORKER if replica == 0 else f"{GATEWAY_WORKER}-{replica + 1}"
