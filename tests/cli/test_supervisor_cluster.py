@@ -61,6 +61,8 @@ def test_up_takes_cluster_and_keeps_its_default() -> None:
     assert parser.parse_args(["up"]).cluster is False
     assert parser.parse_args(["up", "--cluster"]).cluster is True
     assert parser.parse_args(["up"]).nats_restart_after == 2.0
+    assert parser.parse_args(["up"]).worker is True
+    assert parser.parse_args(["up", "--no-worker"]).worker is False
     assert parser.parse_args(["up", "--nats-restart-after", "8"]).nats_restart_after == 8.0
 
 

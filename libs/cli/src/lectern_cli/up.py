@@ -68,6 +68,11 @@ def register(subparsers: Any) -> None:
         ),
     )  # fmt: skip
     parser.add_argument(
+        "--no-worker", dest="worker", action="store_false",
+        help="start no gateway worker beside the gateway: no idle sweep, gap closures, "
+        "retention or webhook deliveries (they run elsewhere, or are not wanted)",
+    )  # fmt: skip
+    parser.add_argument(
         "--nats-restart-after", type=float, default=2.0, metavar="SECONDS",
         help="a NATS server that dies is started again this long after, on its ports and "
         "store (default 2)",
@@ -124,5 +129,6 @@ def run(args: argparse.Namespace) -> int:
         on_ready=on_ready,
         cluster=args.cluster,
         nats_restart_after_s=args.nats_restart_after,
+        worker=args.worker,
     )
     return supervisor.run()
