@@ -6,7 +6,7 @@ from collections.abc import Callable
 from itertools import pairwise
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lectern_common.text import embedding_text, sentences
@@ -241,6 +241,7 @@ def test_chunk_properties(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(paragraphs=[["！0"]])  # a Chinese or Japanese stop, then a digit: no space put between
 @given(
     paragraphs=st.lists(
         st.lists(

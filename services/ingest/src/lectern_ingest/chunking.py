@@ -104,6 +104,10 @@ SENTENCES = SentenceRules(
 )
 
 
+#: a sentence ended by a stop of Chinese or Japanese: the next one follows it with no space
+_HARD_END = re.compile(r"[。！？]+[」』”’)]*$")
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkingConfig:
     """Token sizes of chunks (counted with the embedder's tokenizer, special tokens included)."""
@@ -513,8 +517,8 @@ class Chunker:
             for i, piece in enumerate(parts.pieces):
                 if i and piece.paragraph != parts.pieces[i - 1].paragraph:
                     chunks.append("\n\n")
-                elif i:
-                    chunks.append(" ")
+                elif i and not _HARD_END.search(parts.pieces[i - 1].text):
+                    chunks.append(" ")  # after "。" or "！" a sentence follows with no space
                 chunks.append(piece.text)
             text = "".join(chunks)
         else:
