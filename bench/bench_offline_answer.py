@@ -20,23 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from replay_answers import _sources  # the stored sources as the answerer gets them
 
 from lectern_common import answerer, reading
 from lectern_common.embeddings import LocalEmbedder
-from lectern_common.generation import SourceText
 from lectern_common.settings import BaseServiceSettings
-
-
-def _sources(stored: list[dict[str, Any]]) -> list[SourceText]:
-    return [
-        SourceText(
-            label=str(s["label"]),
-            text=str(s["text"]),
-            score=None if s.get("score") is None else float(s["score"]),
-            section=s.get("section"),
-        )
-        for s in stored
-    ]
 
 
 async def run(data: dict[str, Any], limit: int | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ thread so the event loop keeps answering health checks and other requests.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import math
@@ -42,7 +43,7 @@ def word_pieces(tokenizer: Any, text: str) -> int:
     return len(ids["input_ids"])
 
 
-class _PairScorer:
+class _PairScorer(abc.ABC):
     """What both CrossEncoder scorers share: their name, and ``_predict`` (blocking) run in a
     worker thread."""
 
@@ -51,8 +52,9 @@ class _PairScorer:
         """Reported in replies."""
         return "cross-encoder"
 
+    @abc.abstractmethod
     def _predict(self, query: str, texts: Sequence[str]) -> list[float]:
-        raise NotImplementedError
+        """The sigmoid score of each (query, text) pair (blocking)."""
 
     async def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """Sigmoid of the cross-encoder logit of each (query, text) pair, in batches."""
