@@ -67,7 +67,15 @@ async def test_events_written_while_nats_refuses_arrive_once_it_is_back(
 ) -> None:
     proxy, proxied_url = nats_proxy
     await seed_document(db_pool, tenant_id=tenant_id)
-    settings = gateway_settings(proxied_url, database_url)
+    # the relay's patience shortened (not its logic): a refused publish fails after 1 s, not
+    # 5, and its row is tried again after 0.25 s, doubling (the test waits for a second try)
+    settings = gateway_settings(
+        proxied_url,
+        database_url,
+        outbox_poll_s=0.25,
+        outbox_publish_timeout_s=1.0,
+        outbox_first_backoff_s=0.25,
+    )
     async with (
         run_responders(nats_url, Responders(pool=db_pool)),
         serve_gateway(settings) as gateway,

@@ -111,6 +111,7 @@ class OutboxRelay:
         subjects: Sequence[str],
         batch: int = 100,
         poll_s: float = 2.0,
+        first_backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         retention_s: float = 3600.0,
         publish_timeout_s: float = 5.0,
@@ -121,6 +122,7 @@ class OutboxRelay:
         self.subjects = list(subjects)
         self.batch = batch
         self.poll_s = poll_s
+        self.first_backoff_s = first_backoff_s
         self.max_backoff_s = max_backoff_s
         self.retention_s = retention_s
         self.publish_timeout_s = publish_timeout_s
@@ -145,8 +147,12 @@ class OutboxRelay:
                 except Exception as exc:
                     failures += 1
                     log.warning("outbox relay: %s (retrying)", exc)
+                # the whole loop failing (Postgres or NATS down) waits twice a row's first
+                # back-off (2 s by default), doubling
                 delay = (
-                    backoff_delay(failures, first_s=2.0, max_s=self.max_backoff_s)
+                    backoff_delay(
+                        failures, first_s=2 * self.first_backoff_s, max_s=self.max_backoff_s
+                    )
                     if failures
                     else self.poll_s
                 )
@@ -187,8 +193,10 @@ class OutboxRelay:
                     raise outcome
                 failed = True
                 error = str(outcome)[:500] or type(outcome).__name__
-                # 1 s after a row's first failure, doubling
-                delay = backoff_delay(row["attempts"] + 1, first_s=1.0, max_s=self.max_backoff_s)
+                # first_backoff_s (1 s) after a row's first failure, doubling
+                delay = backoff_delay(
+                    row["attempts"] + 1, first_s=self.first_backoff_s, max_s=self.max_backoff_s
+                )
                 await conn.execute(_FAILED, row["id"], error, delay)
                 log.warning("outbox: %s %s not published: %s", row["subject"], row["id"], outcome)
             return len(sent), failed

@@ -222,6 +222,10 @@ def _start_loops(
             broker=broker,
             database_url=state.settings.database_url,
             subjects=publishable_subjects(outbox),
+            poll_s=state.settings.outbox_poll_s,
+            first_backoff_s=state.settings.outbox_first_backoff_s,
+            max_backoff_s=state.settings.outbox_max_backoff_s,
+            publish_timeout_s=state.settings.outbox_publish_timeout_s,
         )
         loops.append(asyncio.create_task(state.outbox.run(), name=f"outbox-{outbox}"))
     if consumers:

@@ -86,6 +86,22 @@ class BaseServiceSettings(BaseSettings):
         "stream_replicas", 1, "JetStream stream replicas (3 in a cluster)"
     )
     request_timeout_s: float = shared("request_timeout_s", 10.0, "NATS request/reply timeout")
+    outbox_poll_s: float = shared(
+        "outbox_poll_s", 2.0, "the outbox relay looks for due rows this often between commits"
+    )
+    outbox_publish_timeout_s: float = shared(
+        "outbox_publish_timeout_s",
+        5.0,
+        "the outbox relay gives up on a publish JetStream has not acknowledged after this",
+    )
+    outbox_first_backoff_s: float = shared(
+        "outbox_first_backoff_s",
+        1.0,
+        "an outbox row is tried again this long after its first failed publish, doubling",
+    )
+    outbox_max_backoff_s: float = shared(
+        "outbox_max_backoff_s", 30.0, "the outbox relay's longest wait between retries"
+    )
     otlp_endpoint: str | None = shared(
         "otlp_endpoint", None, "OTLP/HTTP endpoint; unset: no export"
     )
