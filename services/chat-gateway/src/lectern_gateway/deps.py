@@ -14,7 +14,7 @@ from fastapi import Depends, Request
 from faststream.nats import NatsBroker
 
 from lectern_common.answerer import SentenceReader
-from lectern_common.embeddings import LocalEmbedder
+from lectern_common.embeddings import Embedder
 from lectern_common.index import FollowingEmbedder
 from lectern_common.service import ServiceState
 from lectern_gateway.chat.generation import AnswerStreamer
@@ -37,7 +37,7 @@ class GatewayDeps:
     #: the models that can search the web (Gemini), when configured
     web_streamer: AnswerStreamer | None = None
     #: the local embedding model (offline answerer, typed quiz answers), when loaded
-    embedder: LocalEmbedder | None = None
+    embedder: Embedder | None = None
     #: the packaged reader the offline answerer reads sentences with, when loaded
     reader: SentenceReader | None = None
     #: writes and judges quiz questions (Gemini), when configured

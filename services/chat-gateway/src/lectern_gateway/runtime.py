@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, Literal, TypeVar
 
+import numpy as np
 from faststream.nats import NatsBroker
+from numpy.typing import NDArray
 from opentelemetry import trace
 
 from lectern_common.answerer import SentenceReader
 from lectern_common.broker import create_broker
-from lectern_common.embeddings import LocalEmbedder
+from lectern_common.embeddings import LOCAL_MODEL_NAME, Embedder, LocalEmbedder, Vectors
 from lectern_common.llm import OfflineAnswerer, build_generator, build_web_generator
 from lectern_common.service import ServiceState
 from lectern_gateway.chat.generation import streamer_for
@@ -40,15 +45,21 @@ def broker_for(
     )
 
 
-async def start(state: ServiceState, settings: Settings) -> GatewayDeps:
+async def start(state: ServiceState, settings: Settings, *, lazy: bool = False) -> GatewayDeps:
     """Build the gateway's dependencies onto ``state`` (the HTTP app's and the worker's).
 
     The offline answerer, which ends every chain of models, scores the sentences of the
     sources with the packaged reader and the local embedding model as well as by term
     overlap: both are loaded here (off the event loop), the embedder in float precision so
-    that a question and the sentences it is compared with are encoded alike."""
-    embedder = await _embedder(settings)
-    reader = await _reader(settings)
+    that a question and the sentences it is compared with are encoded alike. ``lazy`` (the
+    worker): each is loaded on its first use instead, as only a gap closure's answer needs
+    them, and most worker starts never answer one (~2 s of CPU a start saved)."""
+    embedder: Embedder | None
+    if lazy and settings.offline_answerer_embeddings:
+        embedder = LazyEmbedder(settings)
+    else:
+        embedder = await _embedder(settings)
+    reader = await _reader(settings, lazy=lazy)
     generator = build_generator(settings, embedder=embedder, reader=reader)
     web = build_web_generator(settings)
     gateway = GatewayDeps(
@@ -115,7 +126,7 @@ async def _embedder(settings: Settings) -> LocalEmbedder | None:
     return await asyncio.to_thread(LocalEmbedder, settings, query_precision="float32")
 
 
-async def _reader(settings: Settings) -> SentenceReader | None:
+async def _reader(settings: Settings, *, lazy: bool = False) -> SentenceReader | None:
     if not settings.offline_answerer_reader:
         return None
     from lectern_common import reading
@@ -123,4 +134,77 @@ async def _reader(settings: Settings) -> SentenceReader | None:
     if not reading.available():  # a checkout without the model: the answerer fitted without it
         log.warning("no reader in %s: the offline answerer reads without it", reading.PACKAGED)
         return None
+    if lazy:
+        return LazyReader()
     return await asyncio.to_thread(reading.packaged)
+
+
+M = TypeVar("M")
+
+
+class _Lazy(Generic[M]):
+    """A model loaded on its first use, once: in a worker thread when awaited."""
+
+    def __init__(self, load: Callable[[], M]) -> None:
+        self._load = load
+        self._model: M | None = None
+        self._lock = threading.Lock()
+
+    def now(self) -> M:
+        """The model, loaded here (blocking) if it is not yet."""
+        with self._lock:
+            if self._model is None:
+                self._model = self._load()
+            return self._model
+
+    async def model(self) -> M:
+        """The model, loaded off the event loop if it is not yet."""
+        return self._model if self._model is not None else await asyncio.to_thread(self.now)
+
+
+class LazyEmbedder:
+    """The local embedding model as ``_embedder`` loads it, on its first use."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.name: str = settings.local_embedding_model or LOCAL_MODEL_NAME
+        self._lazy = _Lazy(lambda: LocalEmbedder(settings, query_precision="float32"))
+
+    # the loaded model's (``__getattr__``)
+    dimension: int
+    max_input_tokens: int
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("_"):
+            raise AttributeError(attribute)
+        return getattr(self._lazy.now(), attribute)
+
+    def count_tokens(self, text: str) -> int:
+        return self._lazy.now().count_tokens(text)
+
+    async def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        return await (await self._lazy.model()).embed_documents(texts)
+
+    async def embed_queries(self, texts: Sequence[str]) -> Vectors:
+        return await (await self._lazy.model()).embed_queries(texts)
+
+    async def embed_query(self, text: str) -> Vectors:
+        return await (await self._lazy.model()).embed_query(text)
+
+
+class LazyReader:
+    """The packaged reader as ``_reader`` loads it, on its first use."""
+
+    def __init__(self) -> None:
+        from lectern_common import reading
+
+        self._lazy = _Lazy(reading.packaged)
+
+    async def score_logits(
+        self,
+        question: str,
+        texts: Sequence[str],
+        *,
+        kind: Literal["sentence", "passage"] = "sentence",
+    ) -> NDArray[np.float32]:
+        reader = await self._lazy.model()
+        return await reader.score_logits(question, texts, kind=kind)

@@ -41,7 +41,8 @@ def create_worker_app(
     broker = runtime.broker_for(settings, tracer_provider=tracer_provider)
 
     async def startup(state: ServiceState) -> None:
-        gateway = await runtime.start(state, settings)
+        # the models load on the first gap closure that answers, not at every start
+        gateway = await runtime.start(state, settings, lazy=True)
         runtime.start_loops(state, gateway)
         state.checks["loops"] = loops_alive(state, gateway)
 

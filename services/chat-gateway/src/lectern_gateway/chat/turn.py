@@ -15,7 +15,7 @@ from faststream.nats import NatsBroker
 from lectern_common.answerer import SentenceReader
 from lectern_common.broker import publish_event
 from lectern_common.education import BandThresholds
-from lectern_common.embeddings import LocalEmbedder
+from lectern_common.embeddings import Embedder
 from lectern_common.events import Confidence
 from lectern_common.events.base import Event
 from lectern_gateway.auth import Principal
@@ -41,7 +41,7 @@ class ChatDeps:
     #: judges typed replies to check questions (Gemini), when configured
     quiz_writer: GeminiQuizWriter | None = None
     #: the local embedding model (cosine of a reply and its answer), when loaded
-    embedder: LocalEmbedder | None = None
+    embedder: Embedder | None = None
     #: the packaged reader (which cited sentence a check question asks about), when loaded
     reader: SentenceReader | None = None
 
