@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from google.genai import types
 
@@ -28,23 +28,7 @@ MAX_SECTION_CHARS = 12_000
 PREFIX_MAX_CHARS = 400
 
 
-class Enricher(Protocol):
-    """Adds context prefixes and Q/A chunks to a document's chunks."""
-
-    async def enrich(
-        self,
-        *,
-        document_id: uuid.UUID,
-        title: str,
-        chunks: list[ChunkRecord],
-        count_tokens: Callable[[str], int],
-        max_tokens: int,
-    ) -> tuple[list[ChunkRecord], bool, str | None]:
-        """The enriched chunks, whether enrichment happened, and a note for the document."""
-        ...
-
-
-def build_enricher(settings: Settings) -> Enricher | None:
+def build_enricher(settings: Settings) -> GeminiEnricher | None:
     """The Gemini enricher when a key is configured, else None (enrichment skipped)."""
     if not settings.gemini_enabled or settings.gemini_api_key is None:
         return None
@@ -96,7 +80,9 @@ def fit_prefix(
 
 
 class GeminiEnricher:
-    """Enrichment through ``google-genai`` (JSON mode, thinking off)."""
+    """Adds context prefixes and Q/A chunks to a document's chunks (``enrich`` returns them,
+    whether enrichment happened, and a note for the document), through ``google-genai``
+    (JSON mode, thinking off)."""
 
     def __init__(self, settings: Settings, *, concurrency: int = 4) -> None:
         assert settings.gemini_api_key is not None

@@ -56,7 +56,7 @@ from lectern_ingest.chunking import (
     ChunkDraft,
 )
 from lectern_ingest.config import Settings
-from lectern_ingest.enrich import Enricher, build_enricher
+from lectern_ingest.enrich import GeminiEnricher, build_enricher
 from lectern_ingest.outcomes import (
     VALID_REASONS,
     IngestFailure,
@@ -174,7 +174,7 @@ class IngestWorker:
         pool: Any,
         jetstream: Any,
         publish: Publish,
-        enricher: Enricher | None = None,
+        enricher: GeminiEnricher | None = None,
     ) -> None:
         self.settings = settings
         #: follows the live index's model (``lectern reindex``)
@@ -627,7 +627,7 @@ class IngestWorker:
         event: DocumentUploaded,
         records: list[repo.ChunkRecord],
         progress: Progress,
-        enricher: Enricher,
+        enricher: GeminiEnricher,
     ) -> tuple[list[repo.ChunkRecord], bool, str | None]:
         """The enricher's chunks, whether it enriched them, and its note."""
         progress.stage = IngestStage.ENRICH
