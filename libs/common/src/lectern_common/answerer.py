@@ -26,7 +26,7 @@ import json
 import math
 import re
 from collections import Counter, OrderedDict
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -759,26 +759,22 @@ def answer_model(reads: bool = True) -> AnswerModel:
 
 
 def _answers_at_all(
-    question: str,
     query: Sequence[str],
     bags: Sequence[Counter[str]],
-    signals: NDArray[np.float64],
-    probabilities: NDArray[np.float64],
-    sources: Sequence[SourceText],
     model: AnswerModel,
     similarities: Sequence[float] | None,
     without: Container[str],
+    signals_of_question: Callable[[], NDArray[np.float64]],
 ) -> bool:
     """Whether the sources answer the question at all. They must hold two of the question's
     terms in one sentence (of three or more): "What is the offside rule in football?" against
     a book that only shouts "Offside!" in a hockey match speaks of something else that bears
     the word, however close in meaning the embedder puts it. Beyond that the fitted refusal
-    decides, when there is an embedder (without one its semantic signals are missing)."""
+    decides, when there is an embedder (without one its semantic signals are missing), over
+    the question's ``question_signals``, computed (``signals_of_question``) only then."""
     if "speaks" not in without and not speaks_of_question(query, bags):
         return False
-    return similarities is None or model.answers(
-        question_signals(question, query, bags, signals, probabilities, sources)
-    )
+    return similarities is None or model.answers(signals_of_question())
 
 
 def _scored_units(
@@ -864,8 +860,11 @@ def extract_answer(
         question, form, units, bags, similarities, sources=sources, readings=readings, k1=k1, b=b
     )
     probabilities = model.score(signals)
+    signals_of_question = functools.partial(
+        question_signals, question, query, bags, signals, probabilities, sources
+    )
     if "off_topic" not in without and not _answers_at_all(
-        question, query, bags, signals, probabilities, sources, model, similarities, without
+        query, bags, model, similarities, without, signals_of_question
     ):
         return ExtractiveAnswer([], form)
     scored = [
