@@ -16,7 +16,13 @@ from lectern_common.embeddings import (
     build_embedder,
     l2_normalise,
 )
-from lectern_common.llm import ChatMessage, OfflineAnswerer, SourceText, TextDelta
+from lectern_common.llm import (
+    ChatMessage,
+    GenerationRequest,
+    OfflineAnswerer,
+    SourceText,
+    TextDelta,
+)
 from lectern_common.settings import BaseServiceSettings
 
 pytestmark = pytest.mark.slow  # loading torch + MiniLM takes several seconds
@@ -161,7 +167,9 @@ async def test_offline_answerer_uses_similarity_for_paraphrases(embedder: LocalE
     chunks = [
         chunk
         async for chunk in answerer.stream(
-            system="", messages=[ChatMessage(role="user", content=question)], sources=sources
+            GenerationRequest(
+                system="", messages=[ChatMessage(role="user", content=question)], sources=sources
+            )
         )
     ]
     assert "[T1]" in "".join(c.text for c in chunks if isinstance(c, TextDelta))

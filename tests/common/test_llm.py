@@ -20,6 +20,7 @@ from lectern_common.llm import (
     Final,
     GeminiGenerator,
     GenerationChunk,
+    GenerationRequest,
     GenerationStream,
     Generator,
     Grounding,
@@ -53,6 +54,8 @@ SOURCES = [
         text="The French Revolution began in 1789. It ended the absolute monarchy in France.",
     ),
 ]
+#: the question asked of the sources, with no system prompt
+ASKED = GenerationRequest(system="", messages=QUESTION, sources=SOURCES)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +104,9 @@ async def collect(
     return [
         chunk
         async for chunk in generator.stream(
-            system=system, messages=messages, sources=sources, web_search=web_search
+            GenerationRequest(
+                system=system, messages=messages, sources=sources, web_search=web_search
+            )
         )
     ]
 
@@ -154,7 +159,7 @@ async def test_gemini_streams_deltas_in_order_with_thinking_off(gemini: FakeGemi
 async def test_gemini_chunks_arrive_before_the_answer_is_complete(gemini: FakeGemini) -> None:
     gate = threading.Event()
     gemini.enqueue(Behaviour(chunks=["First ", "second ", "third."], gate=gate))
-    stream = gemini_generator(gemini).stream(system="", messages=QUESTION, sources=SOURCES)
+    stream = gemini_generator(gemini).stream(ASKED)
     first = await anext(stream)
     assert first == TextDelta(text="First ")
     gate.set()
@@ -166,7 +171,7 @@ async def test_a_stream_closed_early_releases_the_connection(gemini: FakeGemini)
     gate = threading.Event()
     gemini.enqueue(Behaviour(chunks=["Only ", "part."], gate=gate))
     generator = gemini_generator(gemini)
-    stream = generator.stream(system="", messages=QUESTION, sources=SOURCES)
+    stream = generator.stream(ASKED)
     assert await anext(stream) == TextDelta(text="Only ")
     await stream.aclose()
     gate.set()
@@ -390,21 +395,14 @@ class _FailsMidStream:
 
     name = "flaky"
 
-    async def stream(
-        self,
-        *,
-        system: str,
-        messages: Sequence[ChatMessage],
-        sources: Sequence[SourceText],
-        web_search: bool = False,
-    ) -> GenerationStream:
+    async def stream(self, request: GenerationRequest) -> GenerationStream:
         yield TextDelta(text="Partial ")
         raise UpstreamError("connection lost", reason="upstream_unreachable")
 
 
 async def test_no_fallback_once_text_was_streamed() -> None:
     generator = FallbackGenerator(_FailsMidStream(), [OfflineAnswerer()], retry_delay_s=0)
-    stream = generator.stream(system="", messages=QUESTION, sources=SOURCES)
+    stream = generator.stream(ASKED)
     assert await anext(stream) == TextDelta(text="Partial ")
     with pytest.raises(UpstreamError):
         await anext(stream)

@@ -24,7 +24,7 @@ from lectern_common.answerer import (
     states_number,
     unit_signals,
 )
-from lectern_common.llm import ChatMessage, SourceText, TextDelta
+from lectern_common.llm import ChatMessage, GenerationRequest, SourceText, TextDelta
 from lectern_common.text import is_follow_up, resolve_follow_up, split_sentences, terms
 
 MITOSIS = SourceText(
@@ -127,7 +127,7 @@ async def test_the_offline_answerer_resolves_a_follow_up_from_the_conversation()
     pieces = [
         chunk.text
         async for chunk in OfflineAnswerer().stream(
-            system="", messages=messages, sources=[PHOTO, MITOSIS]
+            GenerationRequest(system="", messages=messages, sources=[PHOTO, MITOSIS])
         )
         if isinstance(chunk, TextDelta)
     ]

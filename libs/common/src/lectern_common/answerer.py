@@ -47,7 +47,11 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from lectern_common.embeddings import Embedder
-    from lectern_common.generation import ChatMessage, GenerationStream, SourceText
+    from lectern_common.generation import (
+        GenerationRequest,
+        GenerationStream,
+        SourceText,
+    )
 
 QuestionForm = Literal["list", "number", "comparison", "definition", "general"]
 
@@ -1246,21 +1250,14 @@ class OfflineAnswerer:
             cache.popitem(last=False)
         return out
 
-    async def stream(
-        self,
-        *,
-        system: str,
-        messages: Sequence[ChatMessage],
-        sources: Sequence[SourceText],
-        web_search: bool = False,
-    ) -> GenerationStream:
+    async def stream(self, request: GenerationRequest) -> GenerationStream:
         """Stream the answer to the last user message (a follow-up takes the topic of the
         questions before it), a few words at a time."""
         from lectern_common.generation import Final, TextDelta, Verdict
 
-        asked = [m.content for m in messages if m.role == "user"]
+        asked = [m.content for m in request.messages if m.role == "user"]
         question = resolve_follow_up(asked[-1], asked[:-1]) if asked else ""
-        result = await self.answer(question=question, sources=sources)
+        result = await self.answer(question=question, sources=request.sources)
         yield Verdict(outcome="answered" if result.supported else "no_support")
         pieces = _PIECE.findall(result.render())
         for start in range(0, len(pieces), self.words_per_chunk):

@@ -6,7 +6,8 @@ providers both build on it without importing each other.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
@@ -27,6 +28,20 @@ class SourceText(BaseModel):
     title: str | None = None
     score: float | None = None  # the re-ranker's, when the source came through it
     section: str | None = None  # its section path ("Diagnosis > Karyotype")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What every generator is asked, as one object (a field added here reaches every
+    provider, and a fallback chain passes it on unchanged): the system prompt and the
+    conversation, sent as given; ``sources``, the same material as the prompt's [T#] labels,
+    as data for providers that work on it directly; and whether the answer may come from a
+    web search (providers without one ignore it)."""
+
+    system: str
+    messages: Sequence[ChatMessage]
+    sources: Sequence[SourceText]
+    web_search: bool = False
 
 
 class TextDelta(BaseModel):

@@ -11,9 +11,10 @@
   fallbacks in order: a secondary Gemini model, the OpenAI-compatible provider, offline.
 
 Every stream is text deltas, then at most one grounding chunk and one usage chunk, then
-exactly one final chunk naming the provider that answered. Generators send ``system`` and
-``messages`` as given: the caller's prompt already holds the sources labelled [T1]..[Tn];
-``sources`` is the same material as data, for providers that work on it directly.
+exactly one final chunk naming the provider that answered. Each is asked one
+``GenerationRequest``: generators send its ``system`` and ``messages`` as given (the
+caller's prompt already holds the sources labelled [T1]..[Tn]); ``sources`` is the same
+material as data, for providers that work on it directly.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from lectern_common.generation import (
     ChatMessage,
     Final,
     GenerationChunk,
+    GenerationRequest,
     GenerationStream,
     Grounding,
     GroundingSupport,
@@ -70,12 +72,12 @@ if TYPE_CHECKING:
     from lectern_common.embeddings import Embedder
 
 #: re-exported: the offline answerer (lectern_common.answerer), its sentences and terms
-#: (lectern_common.text) and the stream's types (lectern_common.generation)
+#: (lectern_common.text), and the request and the stream's types (lectern_common.generation)
 __all__ = [
     "NO_SUPPORT_TEXT", "ChatMessage", "ExtractiveAnswer", "Final", "GenerationChunk",
-    "GenerationStream", "Grounding", "GroundingSupport", "OfflineAnswerer", "ScoredSentence",
-    "SourceText", "TextDelta", "Usage", "Verdict", "WebSource", "candidate_sentences",
-    "extract_answer", "split_sentences", "terms",
+    "GenerationRequest", "GenerationStream", "Grounding", "GroundingSupport", "OfflineAnswerer",
+    "ScoredSentence", "SourceText", "TextDelta", "Usage", "Verdict", "WebSource",
+    "candidate_sentences", "extract_answer", "split_sentences", "terms",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -86,14 +88,7 @@ class Generator(Protocol):
 
     name: str
 
-    def stream(
-        self,
-        *,
-        system: str,
-        messages: Sequence[ChatMessage],
-        sources: Sequence[SourceText],
-        web_search: bool = False,
-    ) -> GenerationStream:
+    def stream(self, request: GenerationRequest) -> GenerationStream:
         """Text deltas, optional grounding and usage, then one ``Final`` chunk."""
         ...
 
@@ -191,21 +186,14 @@ class GeminiGenerator:
             tools=tools,
         )
 
-    async def stream(
-        self,
-        *,
-        system: str,
-        messages: Sequence[ChatMessage],
-        sources: Sequence[SourceText],
-        web_search: bool = False,
-    ) -> GenerationStream:
+    async def stream(self, request: GenerationRequest) -> GenerationStream:
         """Stream Gemini's answer; errors become ``UpstreamError`` (429: ``rate_limited``)."""
         contents = [
             types.Content(
                 role="model" if m.role == "assistant" else "user",
                 parts=[types.Part(text=m.content)],
             )
-            for m in messages
+            for m in request.messages
         ]
         answer: list[str] = []
         metadata: types.GroundingMetadata | None = None
@@ -213,7 +201,9 @@ class GeminiGenerator:
         finish_reason: str | None = None
         try:
             response_stream = await self.client.aio.models.generate_content_stream(
-                model=self.model, contents=contents, config=self._config(system, web_search)
+                model=self.model,
+                contents=contents,
+                config=self._config(request.system, request.web_search),
             )
             try:
                 async for response in response_stream:
@@ -323,20 +313,13 @@ class OpenAICompatibleGenerator:
         self.name = name
         self.transport = transport
 
-    async def stream(
-        self,
-        *,
-        system: str,
-        messages: Sequence[ChatMessage],
-        sources: Sequence[SourceText],
-        web_search: bool = False,
-    ) -> GenerationStream:
+    async def stream(self, request: GenerationRequest) -> GenerationStream:
         """Stream the completion; ``web_search`` is ignored (no such tool here)."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [
-                *([{"role": "system", "content": system}] if system else []),
-                *({"role": m.role, "content": m.content} for m in messages),
+                *([{"role": "system", "content": request.system}] if request.system else []),
+                *({"role": m.role, "content": m.content} for m in request.messages),
             ],
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -424,14 +407,7 @@ class FallbackGenerator:
         wait = max(self.retry_delay_s, hinted or 0.0)
         return wait if wait <= self.max_retry_wait_s else None
 
-    async def stream(
-        self,
-        *,
-        system: str,
-        messages: Sequence[ChatMessage],
-        sources: Sequence[SourceText],
-        web_search: bool = False,
-    ) -> GenerationStream:
+    async def stream(self, request: GenerationRequest) -> GenerationStream:
         """Stream from the first provider that starts answering."""
         queue: list[Generator] = [self.primary, *self.fallbacks]
         failed: list[str] = []
@@ -440,9 +416,7 @@ class FallbackGenerator:
         while queue:
             generator = queue.pop(0)
             emitted = False
-            inner = generator.stream(
-                system=system, messages=messages, sources=sources, web_search=web_search
-            )
+            inner = generator.stream(request)
             try:
                 async with aclosing(inner):
                     async for chunk in inner:

@@ -106,10 +106,12 @@ def streamer_for(generator: llm.Generator) -> AnswerStreamer:
             },
         )
         chunks = generator.stream(
-            system=prompt.system,
-            messages=messages,
-            sources=sources,
-            web_search=prompt.web_search,
+            llm.GenerationRequest(
+                system=prompt.system,
+                messages=messages,
+                sources=sources,
+                web_search=prompt.web_search,
+            )
         )
         try:
             async for chunk in chunks:
