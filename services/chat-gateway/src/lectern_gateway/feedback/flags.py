@@ -14,6 +14,7 @@ from lectern_common.outbox import enqueue
 from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.deps import PoolDep
+from lectern_gateway.feedback.views import FlagView
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.quality import aggregates as quality
 
@@ -29,16 +30,9 @@ class FlagIn(BaseModel):
     details: str | None = Field(default=None, max_length=4000)
 
 
-class Flag(BaseModel):
+class Flag(FlagView):
     """A flag on a message."""
 
-    id: uuid.UUID
-    message_id: uuid.UUID
-    session_id: uuid.UUID
-    user_id: str
-    reason: str
-    details: str | None
-    status: Literal["open", "resolved"]
     resolution: str | None
     resolved_by: str | None
     created_at: datetime

@@ -24,6 +24,7 @@ from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.deps import GatewayDep, PoolDep, SettingsDep
 from lectern_gateway.documents import lifecycle
 from lectern_gateway.documents.views import DocumentView
+from lectern_gateway.feedback.views import FlagView
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.quality.service import teacher_classes
 from lectern_gateway.review import gaps as gap_retry
@@ -74,16 +75,9 @@ class FlagSource(BaseModel):
     text: str | None
 
 
-class FlaggedAnswer(BaseModel):
+class FlaggedAnswer(FlagView):
     """A flagged answer with what a teacher needs to judge it."""
 
-    id: uuid.UUID
-    message_id: uuid.UUID
-    session_id: uuid.UUID
-    user_id: str
-    reason: str
-    details: str | None
-    status: Literal["open", "resolved"]
     question: str | None
     answer: str
     sources: list[FlagSource]
