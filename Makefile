@@ -61,9 +61,11 @@ system-deps: ## Tesseract (OCR) and Chromium (browser tests) from Debian's packa
 	else echo "system-deps: missing$$missing (not root: OCR and browser tests will skip)"; fi
 
 # the lint (a minute of mypy on a fresh clone, one core) runs beside the suite, which leaves
-# a core mostly idle; its output follows the suite's, and either failing fails the target
+# a core mostly idle; at the lowest CPU priority, so that it takes only what the suite leaves
+# (the stacks' start-ups use both cores); its output follows the suite's, and either failing
+# fails the target
 test: install system-deps ## Install, lint, and run the whole test suite against real NATS + Postgres
-	@$(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
+	@nice -n 19 $(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
 	$(VENV)/bin/pytest; tests=$$?; \
 	wait $$lint; linted=$$?; \
 	echo "--- make lint (ran beside the tests)"; cat $(VENV)/lint.log; \
