@@ -121,14 +121,19 @@ async def test_each_service_reaches_only_its_own_subjects(
         "reranker": set(),
         "memory": set(),
     }
+
+    async def reached_by(service: str) -> set[str]:
+        # the requests at once: each refused one waits out its own 1 s time-out
+        nc = await connect(server, passwords, service)
+        try:
+            answered = await asyncio.gather(*(_request_allowed(nc, s) for s in subjects))
+        finally:
+            await nc.close()
+        return {s for s, ok in zip(subjects, answered, strict=True) if ok}
+
     try:
-        for service, allowed in expected.items():
-            nc = await connect(server, passwords, service)
-            try:
-                reached = {s for s in subjects if await _request_allowed(nc, s)}
-            finally:
-                await nc.close()
-            assert reached == allowed, service
+        reached = await asyncio.gather(*(reached_by(service) for service in expected))
+        assert dict(zip(expected, reached, strict=True)) == expected
     finally:
         await admin.close()
 
@@ -137,17 +142,24 @@ async def test_only_gateway_and_ingest_read_stored_files(
     secured: tuple[EmbeddedNats, dict[str, str]], streams: None
 ) -> None:
     server, passwords = secured
-    for service in SERVICE_PERMISSIONS:
+
+    async def read_by(service: str) -> bytes | None:
         nc = await connect(server, passwords, service)
         try:
-            try:
-                async with asyncio.timeout(2):
-                    store = await nc.jetstream().object_store(DOCUMENTS_BUCKET)
-                    data = (await store.get("t-a/secret.txt")).data
-            except (NatsError, TimeoutError):
-                data = None
+            async with asyncio.timeout(2):
+                store = await nc.jetstream().object_store(DOCUMENTS_BUCKET)
+                data: bytes | None = (await store.get("t-a/secret.txt")).data
+        except (NatsError, TimeoutError):
+            data = None
         finally:
             await nc.close()
+        return data
+
+    # every service at once: each refused one waits out its own 2 s
+    services = list(SERVICE_PERMISSIONS)
+    for service, data in zip(
+        services, await asyncio.gather(*(read_by(s) for s in services)), strict=True
+    ):
         if service in {"gateway", "ingest"}:
             assert data == b"assessment answers", service
         else:
