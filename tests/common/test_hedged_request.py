@@ -249,9 +249,11 @@ async def test_nats_itself_unreachable_is_nats_unavailable(tmp_path: Path) -> No
             await request(broker, Ask(tenant_id="t"), Answered, timeout=1.0)
         assert failed.value.reason == "nats_unavailable"
         assert time.monotonic() - began < 2.0
-        # the bucket's stream does not answer: its client's time-out (5 s) is NATS's
+        # the bucket's stream does not answer: its client's time-out is NATS's (5 s by
+        # default; 1 s here, the same path)
+        impatient = broker.config.connection_state.connection.jetstream(timeout=1.0)
         with pytest.raises(NatsUnavailableError):
-            await put_bytes(js, name="probe", data=b"bytes")
+            await put_bytes(impatient, name="probe", data=b"bytes")
     finally:
         # a client reconnecting cannot drain: closed first (its pending bytes have nowhere
         # to go: the close says so), it stops trying
