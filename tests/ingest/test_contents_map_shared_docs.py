@@ -9,9 +9,8 @@ metadata title is a file's name.
 
 from __future__ import annotations
 
-import functools
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,32 +89,30 @@ def _read(path: Path) -> tuple[Any, list[Unit], EntryReport]:
     return ex, units, report
 
 
-#: a document read once for the contents and the outline tests (five are in both); the test
-#: that hides the outline reads its own
-_read_once = functools.cache(_read)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _forget_documents_read() -> Iterator[None]:
-    yield
-    _read_once.cache_clear()
-
-
 def _share(total: int, unmatched: int) -> float:
     return 1 - unmatched / total
 
 
 @pytest.mark.parametrize("name", sorted(CONTENTS))
-def test_contents_entries_are_lines_of_the_text(name: str, shared_data: Path) -> None:
-    ex, _, report = _read_once(shared_data / name)
+def test_contents_entries_are_lines_of_the_text(
+    name: str, shared_data: Path, read_shared: Callable[[Path], Any]
+) -> None:
+    # a document read once for the contents, outline and structure tests (the conftest's
+    # read_shared); the test that hides the outline reads its own
+    read = read_shared(shared_data / name)
+    ex, report = read.extraction, read.report
+    assert report is not None
     assert len(ex.contents_entries) == CONTENTS[name]
     missing = [e.title for e in report.contents_unmatched]
     assert _share(CONTENTS[name], len(missing)) >= MIN_SHARE, missing
 
 
 @pytest.mark.parametrize("name", sorted(OUTLINES))
-def test_outline_entries_are_lines_of_the_text(name: str, shared_data: Path) -> None:
-    _, _, report = _read_once(shared_data / name)
+def test_outline_entries_are_lines_of_the_text(
+    name: str, shared_data: Path, read_shared: Callable[[Path], Any]
+) -> None:
+    report = read_shared(shared_data / name).report
+    assert report is not None
     assert len(report.outline) == OUTLINES[name]
     missing = [e.title for e in report.outline_unmatched]
     assert _share(OUTLINES[name], len(missing)) >= MIN_SHARE, missing

@@ -10,15 +10,14 @@ path may start with the contents page's own title.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from lectern_common.filetype import detect_mime_path
-from lectern_ingest.chunking import ChunkDraft, ChunkingConfig, chunk_units
-from lectern_ingest.extract import Unit, extract
+from lectern_ingest.chunking import ChunkingConfig, chunk_units
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.timeout(180)]
 
@@ -119,20 +118,15 @@ DOCUMENTS: dict[str, Expected] = {
 }  # fmt: skip
 
 
-def _read(path: Path, count_tokens: Any) -> tuple[list[int], list[Unit], list[ChunkDraft]]:
-    with extract(path, mime=detect_mime_path(path), password=None) as ex:
-        units = list(ex.units())
-        contents_pages = list(getattr(ex, "contents_pages", []))
-    chunks = list(chunk_units(units, config=ChunkingConfig(), count_tokens=count_tokens))
-    return contents_pages, units, chunks
-
-
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
 def test_the_tree_matches_the_documents_own_contents(
-    name: str, shared_data: Path, count_tokens: Any
+    name: str, shared_data: Path, count_tokens: Any, read_shared: Callable[[Path], Any]
 ) -> None:
     expected = DOCUMENTS[name]
-    contents_pages, units, chunks = _read(shared_data / name, count_tokens)
+    # extracted once for these and the contents-map tests (the conftest's read_shared)
+    read = read_shared(shared_data / name)
+    contents_pages, units = read.contents_pages, read.units
+    chunks = list(chunk_units(units, config=ChunkingConfig(), count_tokens=count_tokens))
     first_seen: dict[str, int | None] = {}
     for unit in units:
         for block in unit.blocks:
