@@ -25,6 +25,7 @@ from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
 from lectern_common import reading
 from lectern_common.events import Subjects
+from lectern_gateway.chat.turn import TutorCheck
 from lectern_gateway.chat.tutoring import (
     Judged,
     best_answering_first,
@@ -186,22 +187,21 @@ async def test_drill_practises_the_materials_own_questions_first(
 
 
 async def test_the_rules_judge_right_partly_and_wrong() -> None:
-    check = {
-        "kind": "short_answer",
-        "prompt": "What does the Calvin cycle produce?",
-        "answer": "sugars from carbon dioxide",
-        "accepted": ["sugars from carbon dioxide"],
-        "evidence": "The Calvin cycle fixes carbon dioxide into sugars.",
-    }
+    check = TutorCheck(
+        question_id="q1", kind="short_answer", prompt="What does the Calvin cycle produce?",
+        answer="sugars from carbon dioxide", accepted=["sugars from carbon dioxide"],
+        evidence="The Calvin cycle fixes carbon dioxide into sugars.",
+        chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="Biology",
+    )  # fmt: skip
     assert (await judge(check, "it makes sugars from carbon dioxide")).verdict == "right"
     assert (await judge(check, "sugars")).verdict == "right"
     assert (await judge(check, "oxygen from water and carbon")).verdict == "partly"
     assert (await judge(check, "oxygen")).verdict == "wrong"
     # the answer beside another candidate is a hedge: partly right, no evidence of mastery
-    blank = {**check, "answer": "sugars", "accepted": ["sugars"]}
+    blank = check.model_copy(update={"answer": "sugars", "accepted": ["sugars"]})
     assert (await judge(blank, "sugars")).verdict == "right"
     assert (await judge(blank, "sugars or oxygen")).verdict == "partly"
-    true_false = {**check, "kind": "true_false", "answer": "false", "accepted": []}
+    true_false = check.model_copy(update={"kind": "true_false", "answer": "false", "accepted": []})
     assert (await judge(true_false, "False")).verdict == "right"
     assert (await judge(true_false, "yes")).verdict == "wrong"
     assert feedback(check, Judged("partly", "rules")).startswith("Partly right. The full answer")

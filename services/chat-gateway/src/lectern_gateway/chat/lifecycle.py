@@ -12,6 +12,7 @@ from lectern_common.events import ChatSessionEnded
 from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
+from lectern_gateway.chat.turn import PendingCheck
 from lectern_gateway.problems import ProblemError
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,10 @@ async def _skip_open_check(conn: Any, row: dict[str, Any]) -> None:
         "session_id = $2 ORDER BY created_at DESC, id DESC LIMIT 1",
         row["tenant_id"], row["id"],
     )  # fmt: skip
-    pending = tutoring.pending_check([dict(last)] if last is not None else [])
+    pending = (
+        None if last is None
+        else PendingCheck.of_message(last["id"], last["role"], last["tutor_check"])
+    )  # fmt: skip
     if pending is not None:
         await tutoring.settle_skipped(
             conn, tenant_id=row["tenant_id"], user_id=row["user_id"], pending=pending

@@ -93,7 +93,15 @@ from lectern_gateway.chat.sse import (
     SourcesEvent,
     TokenEvent,
 )
-from lectern_gateway.chat.turn import ChatDeps, HistoryRow, Retrieved, TurnInput, elapsed_ms
+from lectern_gateway.chat.turn import (
+    ChatDeps,
+    HistoryRow,
+    PendingCheck,
+    Retrieved,
+    TurnInput,
+    TutorCheck,
+    elapsed_ms,
+)
 from lectern_gateway.quality import aggregates as quality
 
 #: sentences of an answer on a topic the student has mastered
@@ -213,7 +221,7 @@ class Ending:
     #: stored with the message, and shown in ``done`` unless ``usage_hidden``
     usage: Usage = field(default_factory=Usage)
     usage_hidden: bool = False
-    tutor_check: dict[str, Any] | None = None
+    tutor_check: TutorCheck | None = None
     topic: str | None = None
     topics: list[str] = field(default_factory=list)
     gap: GapRecord | None = None
@@ -519,7 +527,7 @@ async def answer(
         asking = tutoring.asking_text(check, lead="\n\nCheck your understanding: ")
         draft.text += asking
         yield TokenEvent(text=asking, origin="gateway")
-        yield CheckEvent(phase="asked", question=str(check["prompt"]), kind=check["kind"])
+        yield CheckEvent(phase="asked", question=check.prompt, kind=check.kind)
     yield ConfidenceEvent(**final.confidence.model_dump())
     clock.total()
     yield await answered(deps, turn, material, prompt, draft, final, check)
@@ -643,7 +651,7 @@ def cite(draft: Draft) -> list[BaseModel]:
 
 async def check_question(
     deps: ChatDeps, turn: TurnInput, retrieved: Retrieved, draft: Draft
-) -> dict[str, Any] | None:
+) -> TutorCheck | None:
     """Tutor and drill: a question on what the sources say, judged when the student replies."""
     cited = [(c.label, c.sentence.text) for c in draft.checked if c.valid and c.supported]
     already = await repo.asked_checks(
@@ -663,7 +671,7 @@ async def answered(
     prompt: Prompt,
     draft: Draft,
     final: Decision,
-    check: dict[str, Any] | None,
+    check: TutorCheck | None,
 ) -> Ending:
     """The ending of an answered turn; an answer that said the material does not answer is a
     knowledge gap as much as one the retrieval found (the teacher's report, the memory)."""
@@ -722,9 +730,7 @@ class ChatMode:
         """The mode's own reply to this message, before it is taken as a question (None)."""
         return None
 
-    async def after_check(
-        self, deps: ChatDeps, turn: TurnInput
-    ) -> tuple[dict[str, Any] | None, str]:
+    async def after_check(self, deps: ChatDeps, turn: TurnInput) -> tuple[TutorCheck | None, str]:
         """What follows a judged check: the next check question (or None) and the words."""
         return None, "\n\nAsk me your next question when you're ready."
 
@@ -739,7 +745,7 @@ class TutorMode(ChatMode):
         self, deps: ChatDeps, turn: TurnInput, loaded: Loaded, clock: Clock
     ) -> Step | None:
         """Judge the reply to a pending check; a new question instead skips it."""
-        pending = tutoring.pending_check([r.as_row() for r in loaded.rows[-1:]])
+        pending = loaded.rows[-1].pending_check() if loaded.rows else None
         if pending is None:
             return None
         if not tutoring.is_new_question(turn.text):
@@ -766,9 +772,7 @@ class DrillMode(TutorMode):
             return practice_reply(deps, turn, clock)
         return reply
 
-    async def after_check(
-        self, deps: ChatDeps, turn: TurnInput
-    ) -> tuple[dict[str, Any] | None, str]:
+    async def after_check(self, deps: ChatDeps, turn: TurnInput) -> tuple[TutorCheck | None, str]:
         """The next practice question."""
         following = await tutoring.next_practice_question(deps, turn)
         if following is None:
@@ -785,20 +789,18 @@ def mode_for(name: str) -> ChatMode:
 
 
 async def check_reply(
-    deps: ChatDeps, turn: TurnInput, mode: ChatMode, pending: dict[str, Any], clock: Clock
+    deps: ChatDeps, turn: TurnInput, mode: ChatMode, pending: PendingCheck, clock: Clock
 ) -> Step:
     """Judge the reply to a check question, show the passage, then move on."""
-    source = tutoring.check_source(pending)
+    check = pending.check
+    source = tutoring.check_source(check)
     yield SourcesEvent(sources=[source])
-    judged = await tutoring.judge(
-        pending, turn.text, writer=deps.quiz_writer, embedder=deps.embedder
-    )
+    judged = await tutoring.judge(check, turn.text, writer=deps.quiz_writer, embedder=deps.embedder)
     yield CheckEvent(
-        phase="judged", question=str(pending["prompt"]), kind=str(pending["kind"]),
-        verdict=judged.verdict, expected=str(pending["answer"]),
-        evidence=str(pending["evidence"]), chunk_id=source.chunk_id,
+        phase="judged", question=check.prompt, kind=check.kind, verdict=judged.verdict,
+        expected=check.answer, evidence=check.evidence, chunk_id=source.chunk_id,
     )  # fmt: skip
-    text = tutoring.feedback(pending, judged)
+    text = tutoring.feedback(check, judged)
     yield TokenEvent(text=text, origin="gateway")
     citation = tutoring.feedback_citation(source, text)
     yield CitationEvent(citation=citation)
@@ -806,17 +808,14 @@ async def check_reply(
     text += closing
     yield TokenEvent(text=closing, origin="gateway")
     if following is not None:
-        yield CheckEvent(
-            phase="asked", question=str(following["prompt"]), kind=str(following["kind"])
-        )
+        yield CheckEvent(phase="asked", question=following.prompt, kind=following.kind)
     yield ConfidenceEvent(**CERTAIN.model_dump())
     clock.total()
     message_id, usage = uuid.uuid4(), Usage(verdict=judged.verdict, judged_by=judged.by)
     yield Ending(
         text, CERTAIN, "tutor-check", citations=[citation], message_id=message_id, usage=usage,
-        tutor_check=following, topic=str(pending["topic"]),
-        topics=[str(pending["topic"])],
-        settles=SettledCheck(pending["message_id"], judged.verdict, judged.by, turn.text),
+        tutor_check=following, topic=check.topic, topics=[check.topic],
+        settles=SettledCheck(pending.message_id, judged.verdict, judged.by, turn.text),
         events=[tutoring.judged_attempt(turn, pending, source, judged, attempt_id=message_id)],
     )  # fmt: skip
 
@@ -837,12 +836,10 @@ async def practice_reply(deps: ChatDeps, turn: TurnInput, clock: Clock) -> Step:
         text, confidence = tutoring.asking_text(following, lead="Practice question: "), CERTAIN
     yield TokenEvent(text=text, origin="gateway")
     if following is not None:
-        yield CheckEvent(
-            phase="asked", question=str(following["prompt"]), kind=str(following["kind"])
-        )
+        yield CheckEvent(phase="asked", question=following.prompt, kind=following.kind)
     yield ConfidenceEvent(**confidence.model_dump())
     clock.total()
-    topic = None if following is None else str(following["topic"])
+    topic = None if following is None else following.topic
     yield Ending(text, confidence, "drill", tutor_check=following, topic=topic)
 
 
@@ -867,7 +864,7 @@ async def finish(
                 confidence=confidence.score, band=confidence.band,
                 answered_by=ending.answered_by, usage=ending.usage.as_json(),
                 timings=clock.timings,
-                tutor_check=ending.tutor_check,
+                tutor_check=None if ending.tutor_check is None else ending.tutor_check.stored(),
             )  # fmt: skip
             await write_events(conn, turn, loaded, clock, ending)
     return DoneEvent(

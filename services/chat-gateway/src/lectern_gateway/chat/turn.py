@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import asyncpg
 from faststream.nats import NatsBroker
+from pydantic import BaseModel, ConfigDict, Field
 
 from lectern_common.answerer import SentenceReader
 from lectern_common.broker import publish_event
@@ -75,15 +76,53 @@ class ChatSession:
             persona_slug=row.get("persona_slug"), persona_version=row.get("persona_version"),
         )  # fmt: skip
 
-    # ``chat.tutoring`` (being reworked elsewhere) still reads the session as its row:
-    # ``session["id"]``, ``session.get("subject")``. These two serve it, nothing else.
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """A field by its column name (``default`` when it is None)."""
-        value = getattr(self, key, None)
-        return default if value is None else value
+class TutorCheck(BaseModel):
+    """A check question (tutor) or practice question (drill), as stored with the assistant
+    message that asked it (``chat_messages.tutor_check``, JSON): ``pending`` until judged or
+    skipped, when settling merges ``verdict``, ``reply`` and ``judged_by`` into it (read back
+    here as extra fields, ignored)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    question_id: str
+    kind: str
+    prompt: str
+    answer: str
+    accepted: list[str] = Field(default_factory=list)
+    options: list[str] = Field(default_factory=list)
+    evidence: str = ""
+    #: what it tests: the student's question's topic, else the section it comes from
+    topic: str = ""
+    chunk_id: uuid.UUID
+    document_id: uuid.UUID
+    title: str
+    section: str | None = None
+    page_start: int | None = None
+    page_end: int | None = None
+    status: str = "pending"
+
+    def stored(self) -> dict[str, Any]:
+        """The JSON stored in ``chat_messages.tutor_check``."""
+        return self.model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class PendingCheck:
+    """A check question waiting for the student's answer, and the message that asked it."""
+
+    check: TutorCheck
+    message_id: uuid.UUID
+
+    @classmethod
+    def of_message(cls, message_id: uuid.UUID, role: str, stored: Any) -> PendingCheck | None:
+        """The check a stored message asked (``chat_messages.tutor_check``), when it is an
+        assistant's and still pending; else None."""
+        if role != "assistant" or not isinstance(stored, dict):
+            return None
+        if stored.get("status") != "pending":
+            return None
+        return cls(TutorCheck.model_validate(stored), message_id)
 
 
 @dataclass(frozen=True)
@@ -96,8 +135,12 @@ class HistoryRow:
     confidence_band: str | None = None
     #: the documents its valid textbook citations name, in citation order
     cited_document_ids: tuple[uuid.UUID, ...] = ()
-    #: its check question as stored (``chat_messages.tutor_check``: ``chat.tutoring``'s shape)
+    #: its check question as stored (``chat_messages.tutor_check``)
     tutor_check: dict[str, Any] | None = None
+
+    def pending_check(self) -> PendingCheck | None:
+        """The check question this message asked, when it is still waiting for an answer."""
+        return PendingCheck.of_message(self.id, self.role, self.tutor_check)
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> HistoryRow:
@@ -108,13 +151,6 @@ class HistoryRow:
             cited_document_ids=tuple(_document_ids(row.get("citations") or [])),
             tutor_check=row.get("tutor_check"),
         )  # fmt: skip
-
-    def as_row(self) -> dict[str, Any]:
-        """Its stored fields, for ``chat.tutoring``, which reads messages as rows."""
-        return {
-            "id": self.id, "role": self.role, "content": self.content,
-            "confidence_band": self.confidence_band, "tutor_check": self.tutor_check,
-        }  # fmt: skip
 
 
 def _document_ids(citations: list[Any]) -> list[uuid.UUID]:

@@ -29,7 +29,7 @@ from lectern_gateway.chat.sse import (
     Citation,
     Source,
 )
-from lectern_gateway.chat.turn import ChatDeps, TurnInput
+from lectern_gateway.chat.turn import ChatDeps, PendingCheck, TurnInput, TutorCheck
 from lectern_gateway.classes.membership import student_classes
 from lectern_gateway.study import generator
 from lectern_gateway.study import repository as study_repo
@@ -87,32 +87,23 @@ class Judged:
     by: str  # rules | model
 
 
-def check_of(question: generator.Question, *, topic: str | None = None) -> dict[str, Any]:
-    """The stored form of a check question (``chat_messages.tutor_check``); ``topic`` is what
-    it tests (the student's question's topic), else the section it comes from."""
+def check_of(question: generator.Question, *, topic: str | None = None) -> TutorCheck:
+    """A generated question as a check question; ``topic`` is what it tests (the student's
+    question's topic), else the section it comes from."""
     chunk = question.chunk
-    return {
-        "question_id": question.id,
-        "kind": question.kind,
-        "prompt": question.prompt,
-        "answer": question.answer,
-        "accepted": list(question.accepted),
-        "options": list(question.options),
-        "evidence": question.evidence,
-        "topic": topic or question.topic,
-        "chunk_id": str(chunk.id),
-        "document_id": str(chunk.document_id),
-        "title": chunk.document_title,
-        "section": " > ".join(chunk.section_path) or None,
-        "page_start": chunk.page_start,
-        "page_end": chunk.page_end,
-        "status": "pending",
-    }
+    return TutorCheck(
+        question_id=question.id, kind=question.kind, prompt=question.prompt,
+        answer=question.answer, accepted=list(question.accepted),
+        options=list(question.options), evidence=question.evidence,
+        topic=topic or question.topic, chunk_id=chunk.id, document_id=chunk.document_id,
+        title=chunk.document_title, section=" > ".join(chunk.section_path) or None,
+        page_start=chunk.page_start, page_end=chunk.page_end,
+    )  # fmt: skip
 
 
 def check_for_sources(
     sources: Sequence[Source], texts: dict[str, str], *, asked: Collection[str] = ()
-) -> dict[str, Any] | None:
+) -> TutorCheck | None:
     """A check question on what the answer's best sources say (not one of the ``asked``
     question ids), or None if they state no definition or quantity to ask about."""
     chunks = [_source_chunk(s, texts[s.label]) for s in sources[:3] if s.label in texts]
@@ -167,7 +158,7 @@ def check_for_answer(
     asked: str,
     topics: Sequence[str] = (),
     already: Collection[str] = (),
-) -> dict[str, Any] | None:
+) -> TutorCheck | None:
     """A check question about what was just taught: drawn from the statement the answer
     rests on (its first supported citation's sentence, ``cited`` = (label, answer sentence)
     pairs in order), else from the cited passage, else from the best sources, never one the
@@ -188,13 +179,13 @@ def check_for_answer(
     cited_first = [by_label[label] for label, _ in cited if label in by_label]
     ordered = list({s.label: s for s in [*cited_first, *sources[:3]]}.values())
     check = check_for_sources(ordered, texts, asked=already)
-    return None if check is None else {**check, "topic": topic or check["topic"]}
+    return None if check is None else check.model_copy(update={"topic": topic or check.topic})
 
 
-def asking_text(check: dict[str, Any], *, lead: str) -> str:
+def asking_text(check: TutorCheck, *, lead: str) -> str:
     """How a check question is put to the student."""
-    prompt = str(check["prompt"])
-    if check["kind"] == "true_false":
+    prompt = check.prompt
+    if check.kind == "true_false":
         return f"{lead}{prompt} (Reply true or false.)"
     return f"{lead}{prompt}"
 
@@ -219,7 +210,7 @@ def wants_to_skip(text: str) -> bool:
 
 
 async def judge(
-    check: dict[str, Any],
+    check: TutorCheck,
     reply: str,
     *,
     writer: Any = None,
@@ -231,76 +222,59 @@ async def judge(
         return Judged("skipped", "rules")
     if normalise(reply).rstrip("!.") in _NORMALISED["don't know"]:
         return Judged("wrong", "rules")
-    answer = str(check["answer"])
-    if check["kind"] == "true_false":
+    answer = check.answer
+    if check.kind == "true_false":
         said = normalise(reply)
         given = "true" if said in _TRUE else "false" if said in _FALSE else said
         return Judged("right" if choice_is_right(answer, given) else "wrong", "rules")
-    accepted = list(check.get("accepted") or [answer])
+    accepted = check.accepted or [answer]
     similarities = None
     if embedder is not None:
-        (similarities,) = await embed_similarities(
-            embedder, [(accepted[0], reply, str(check["prompt"]))]
-        )
+        (similarities,) = await embed_similarities(embedder, [(accepted[0], reply, check.prompt)])
     right = short_answer_is_right(
-        accepted, reply, question=str(check["prompt"]),
-        evidence=str(check.get("evidence") or ""), similarities=similarities,
+        accepted, reply, question=check.prompt, evidence=check.evidence,
+        similarities=similarities,
     )  # fmt: skip
     by = "rules"
     if not right and writer is not None:
-        verdicts = await writer.judge([(check["prompt"], answer, check["evidence"], reply)])
+        verdicts = await writer.judge([(check.prompt, answer, check.evidence, reply)])
         if verdicts is not None:
             right, by = verdicts[0], "model"
     if right:
         return Judged("right", by)
-    expected = content_words(answer) - content_words(str(check["prompt"]))
+    expected = content_words(answer) - content_words(check.prompt)
     overlap = expected & content_words(reply)
     return Judged("partly" if overlap else "wrong", by)
 
 
-def feedback(check: dict[str, Any], judged: Judged) -> str:
+def feedback(check: TutorCheck, judged: Judged) -> str:
     """The tutor's reply to a judged answer, citing the passage as [T1]."""
-    evidence = str(check["evidence"]).strip()
+    evidence = check.evidence.strip()
     if judged.verdict == "right":
         return f"Right! {evidence} [T1]"
     if judged.verdict == "skipped":
-        return f"No problem. The answer was {check['answer']}: {evidence} [T1]"
+        return f"No problem. The answer was {check.answer}: {evidence} [T1]"
     if judged.verdict == "partly":
-        return f"Partly right. The full answer is: {check['answer']}. {evidence} [T1]"
-    return f"Not quite: the answer is {check['answer']}. {evidence} [T1]"
+        return f"Partly right. The full answer is: {check.answer}. {evidence} [T1]"
+    return f"Not quite: the answer is {check.answer}. {evidence} [T1]"
 
 
-def check_source(check: dict[str, Any]) -> Source:
+def check_source(check: TutorCheck) -> Source:
     """The passage a check question came from, as the turn's only source [T1]."""
     return Source(
-        label="T1",
-        chunk_id=uuid.UUID(str(check["chunk_id"])),
-        document_id=uuid.UUID(str(check["document_id"])),
-        title=str(check["title"]),
-        page_start=check.get("page_start"),
-        page_end=check.get("page_end"),
-        section=check.get("section"),
+        label="T1", chunk_id=check.chunk_id, document_id=check.document_id, title=check.title,
+        page_start=check.page_start, page_end=check.page_end, section=check.section,
         score=1.0,
-    )
+    )  # fmt: skip
 
 
-def pending_check(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The last message's check question when it is still waiting for an answer."""
-    if not rows or rows[-1]["role"] != "assistant":
-        return None
-    check = rows[-1].get("tutor_check")
-    if isinstance(check, dict) and check.get("status") == "pending":
-        return {**check, "message_id": rows[-1]["id"]}
-    return None
-
-
-async def next_practice_question(deps: ChatDeps, turn: TurnInput) -> dict[str, Any] | None:
+async def next_practice_question(deps: ChatDeps, turn: TurnInput) -> TutorCheck | None:
     """Drill: the next question this session has not asked, Q&A pairs of the material first."""
     session, principal = turn.session, turn.principal
     where, args = study_repo.material_conditions(
         tenant_id=principal.tenant_id, collections=["educational"],
-        subject=session.get("subject"), module=session.get("module_tag"),
-        class_id=session.get("class_id"), document_ids=[],
+        subject=session.subject, module=session.module_tag,
+        class_id=session.class_id, document_ids=[],
         visible_classes=await student_classes(deps.pool, principal),
     )  # fmt: skip
     rows = await study_repo.quiz_material(deps.pool, where, args)
@@ -309,7 +283,7 @@ async def next_practice_question(deps: ChatDeps, turn: TurnInput) -> dict[str, A
         for r in rows
     ]  # fmt: skip
     asked = await repo.asked_checks(
-        pool=deps.pool, tenant_id=principal.tenant_id, session_id=session["id"]
+        pool=deps.pool, tenant_id=principal.tenant_id, session_id=session.id
     )
     by_id = {c.id: c for c in chunks}
     paired = [
@@ -338,52 +312,50 @@ def feedback_citation(source: Source, text: str) -> Citation:
 
 def judged_attempt(
     turn: TurnInput,
-    pending: dict[str, Any],
+    pending: PendingCheck,
     source: Source,
     judged: Judged,
     *,
     attempt_id: uuid.UUID,
 ) -> QuizAttempted:
     """A judged check as a quiz attempt of one question, for the memory service."""
-    principal = turn.principal
+    principal, check = turn.principal, pending.check
     return QuizAttempted(
-        tenant_id=principal.tenant_id, attempt_id=attempt_id, quiz_id=pending["message_id"],
+        tenant_id=principal.tenant_id, attempt_id=attempt_id, quiz_id=pending.message_id,
         user_id=principal.user_id, correct=int(judged.verdict == "right"), total=1,
         results=[
             QuizAnswerResult(
-                question_id=str(pending["question_id"]), kind=str(pending["kind"]),
+                question_id=check.question_id, kind=check.kind,
                 correct=judged.verdict == "right", outcome=judged.verdict,
-                topic=str(pending["topic"]), document_id=source.document_id,
+                topic=check.topic, document_id=source.document_id,
                 chunk_ids=[source.chunk_id],
             )
         ],
     )  # fmt: skip
 
 
-def skipped_attempt(tenant_id: str, user_id: str, pending: dict[str, Any]) -> QuizAttempted:
+def skipped_attempt(tenant_id: str, user_id: str, pending: PendingCheck) -> QuizAttempted:
     """A check the student moved on from without answering: for memory, evidence against
     mastery of its topic (the streak of right answers starts again), not of a struggle."""
+    check = pending.check
     return QuizAttempted(
         tenant_id=tenant_id,
-        attempt_id=uuid.uuid5(uuid.UUID(str(pending["message_id"])), "lectern.check.skipped"),
-        quiz_id=pending["message_id"], user_id=user_id, correct=0, total=1,
+        attempt_id=uuid.uuid5(pending.message_id, "lectern.check.skipped"),
+        quiz_id=pending.message_id, user_id=user_id, correct=0, total=1,
         results=[
             QuizAnswerResult(
-                question_id=str(pending["question_id"]), kind=str(pending["kind"]),
-                correct=False, outcome="skipped", topic=str(pending["topic"]),
-                document_id=uuid.UUID(str(pending["document_id"])),
-                chunk_ids=[uuid.UUID(str(pending["chunk_id"]))],
+                question_id=check.question_id, kind=check.kind, correct=False,
+                outcome="skipped", topic=check.topic, document_id=check.document_id,
+                chunk_ids=[check.chunk_id],
             )
         ],
     )  # fmt: skip
 
 
-async def settle_skipped(
-    conn: Any, *, tenant_id: str, user_id: str, pending: dict[str, Any]
-) -> None:
+async def settle_skipped(conn: Any, *, tenant_id: str, user_id: str, pending: PendingCheck) -> None:
     """Mark a pending check skipped, with its ``quiz.attempted`` in the same transaction."""
     if await repo.settle_check(
-        pool=conn, tenant_id=tenant_id, message_id=pending["message_id"],
+        pool=conn, tenant_id=tenant_id, message_id=pending.message_id,
         outcome={"status": "skipped"},
     ):  # fmt: skip
         await enqueue(conn, skipped_attempt(tenant_id, user_id, pending))
