@@ -694,7 +694,8 @@ def _processes(say: Callable[[str], None]) -> Iterator[RunningSystem]:
         saved = os.environ.get("LECTERN_INGEST_CONCURRENCY")
         os.environ.setdefault("LECTERN_INGEST_CONCURRENCY", "4")
         try:
-            with embedded_stack(data_dir=data_dir, report=say) as (url, secret):
+            # no gateway worker: its sweeps and gap closures follow chats, and none is asked
+            with embedded_stack(data_dir=data_dir, report=say, worker=False) as (url, secret):
                 state = read_state(data_dir) or {}
                 yield RunningSystem(url, secret, stack_nats_url(state), state["postgres"]["dsn"])
         finally:
