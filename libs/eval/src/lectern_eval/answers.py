@@ -411,7 +411,7 @@ def embedded_stack(
 
     With the gateway's worker by default, as users run it: its gap closures answer a
     student's knowledge gap once material for it is indexed, and what memory learns of the
-    student follows (``make bench-memory`` without it: dev struggle recall 0.955 -> 0.909).
+    student follows (docs/benchmarks.md, nineteenth session).
     ``worker=False`` for what no chat goes through (``lectern eval``'s retrieval)."""
     from lectern_common.runtime.supervisor import Supervisor
 
