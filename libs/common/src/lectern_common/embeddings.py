@@ -133,8 +133,6 @@ class OnnxSentenceEncoder:
     ) -> None:
         import json
 
-        from transformers import AutoTokenizer
-
         modules = json.loads((model_dir / "modules.json").read_text())
         kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
         if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
@@ -146,7 +144,7 @@ class OnnxSentenceEncoder:
         st_config = json.loads((model_dir / "sentence_bert_config.json").read_text())
         self.max_seq_length = int(st_config.get("max_seq_length") or LOCAL_MAX_TOKENS)
         self.dimension = int(pooling["word_embedding_dimension"])
-        self.tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        self.tokenizer = WordPieces(model_dir / "tokenizer.json")
         self._source = (model_dir, cache_dir, threads)
         #: whether the weights are int8 (``quantized``) or float
         self.quantize = quantize
@@ -193,11 +191,68 @@ class OnnxSentenceEncoder:
         return l2_normalise(out)
 
 
+class WordPieces:
+    """The model's own fast tokenizer (``tokenizer.json``) through ``tokenizers`` alone, called
+    as a transformers tokenizer is (the subset the encoder and ``count_tokens`` use): the same
+    ids and masks as ``AutoTokenizer``, without importing transformers and torch (~2 s of CPU
+    at every service start)."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self._plain = Tokenizer.from_file(str(path))
+        self._plain.no_truncation()
+        self._plain.no_padding()
+        self._batch = Tokenizer.from_str(self._plain.to_str())
+        self._configured: int | None = None
+        self._lock = threading.Lock()
+        pad = self._plain.token_to_id("[PAD]")
+        self._pad = (0 if pad is None else pad), "[PAD]"
+
+    def __call__(
+        self,
+        text: str | Sequence[str],
+        *,
+        add_special_tokens: bool = True,
+        padding: bool = False,
+        truncation: bool = False,
+        max_length: int | None = None,
+        return_tensors: str | None = None,
+        verbose: bool = True,
+    ) -> dict[str, Any]:
+        """``input_ids``, ``attention_mask`` and ``token_type_ids`` of one text (lists) or of
+        a batch, padded to its longest and cut at ``max_length`` (numpy arrays)."""
+        del verbose  # transformers' warning about over-long input; nothing to warn here
+        if isinstance(text, str):
+            found = self._plain.encode(text, add_special_tokens=add_special_tokens)
+            return {
+                "input_ids": found.ids, "attention_mask": found.attention_mask,
+                "token_type_ids": found.type_ids,
+            }  # fmt: skip
+        if not (padding and truncation and max_length and return_tensors == "np"):
+            raise ValueError("a batch is encoded padded, cut at max_length, as numpy arrays")
+        with self._lock:
+            if self._configured != max_length:
+                self._batch.enable_truncation(max_length)
+                self._batch.enable_padding(pad_id=self._pad[0], pad_token=self._pad[1])
+                self._configured = max_length
+            found_all = self._batch.encode_batch(list(text), add_special_tokens=add_special_tokens)
+        return {
+            "input_ids": np.asarray([e.ids for e in found_all], dtype=np.int64),
+            "attention_mask": np.asarray([e.attention_mask for e in found_all], dtype=np.int64),
+            "token_type_ids": np.asarray([e.type_ids for e in found_all], dtype=np.int64),
+        }
+
+
 def _transformers_offline() -> None:
-    """Keep transformers and the Hugging Face hub offline and quiet (no progress bars)."""
+    """Keep transformers and the Hugging Face hub offline (set before either is imported)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _transformers_quiet() -> None:
+    """No progress bars from transformers (the torch path, which imports it anyway)."""
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
@@ -303,6 +358,7 @@ class LocalEmbedder:
         import torch
         from sentence_transformers import SentenceTransformer
 
+        _transformers_quiet()
         if threads is not None:
             torch.set_num_threads(threads)
         elif torch.get_num_threads() > (os.cpu_count() or 1):
