@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import httpx
 import numpy as np
@@ -36,9 +36,6 @@ from lectern_common.errors import (
     UpstreamError,
 )
 from lectern_common.settings import BaseServiceSettings
-
-if TYPE_CHECKING:
-    from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +205,10 @@ class WordPieces:
         self._lock = threading.Lock()
         pad = self._plain.token_to_id("[PAD]")
         self._pad = (0 if pad is None else pad), "[PAD]"
+
+    def count(self, text: str) -> int:
+        """Word pieces of ``text`` with [CLS] and [SEP], uncut."""
+        return len(self._plain.encode(text, add_special_tokens=True).ids)
 
     def __call__(
         self,
@@ -444,21 +445,11 @@ class LocalEmbedder:
 
 def _wordpiece_counter() -> Callable[[str], int]:
     """MiniLM's WordPiece count: a conservative proxy for Gemini's larger-vocabulary tokens."""
-    tokenizer_file = local_model_path() / "tokenizer.json"
     try:
-        from tokenizers import Tokenizer
-
-        tokenizer: Tokenizer = Tokenizer.from_file(str(tokenizer_file))
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
+        return WordPieces(local_model_path() / "tokenizer.json").count
     except Exception as exc:  # a missing or unreadable tokenizer must not stop embedding
         log.warning("no local tokenizer (%s); counting ~4 characters per token", exc)
         return lambda text: len(text) // 4 + 1
-
-    def count(text: str) -> int:
-        return len(tokenizer.encode(text, add_special_tokens=True).ids)
-
-    return count
 
 
 def is_retryable_api_error(exc: BaseException) -> bool:
