@@ -591,6 +591,11 @@ async def run_faults(stack: Stack, load: Load) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def overlap(span: tuple[float, float], other: tuple[float, float]) -> float:
+    """Seconds two spans share."""
+    return max(0.0, min(span[1], other[1]) - max(span[0], other[0]))
+
+
 async def upload_to_indexed(dsn: str, load: Load) -> dict[str, float]:
     """Once every accepted upload is indexed, the seconds each took from its acceptance."""
 
@@ -700,6 +705,7 @@ def report(ready_s: float, restarts: dict[str, int], run: dict[str, Any], load: 
 async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: Path) -> None:
     up, output = start_stack(base_dir)
     started = time.monotonic()
+    epoch_offset = time.time() - started  # the uploads' times are epoch, the outages' monotonic
     kept: Path | None = None
     try:
         ready_s, restarts, stack = await stack_ready(base_dir, up, output)
@@ -724,11 +730,18 @@ async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: 
             f"SIGKILLed (at most {WORKER_KILL_GAP_S} s)"
         )
         # an accepted upload waits at most for a new leader (its outbox event is published
-        # then) and, if the ingest replica holding it was killed, one ack wait for its
-        # redelivery, plus its own ingest: bounded by the ack wait, not by luck
+        # as soon as the stream takes a publish again) and, if the ingest replica holding it
+        # was killed, one ack wait for its redelivery, plus its own ingest, plus whatever of
+        # the quorum loss it was still waiting through (no stream takes anything then):
+        # bounded by the ack wait and the outages, not by luck
         elections = [o["new_leader_s"] for o in run["outages"]] or [0.0]
         bound = ACK_WAIT_S + max(elections) + INGEST_SLACK_S
-        slow = {doc: t for doc, t in waited.items() if t > bound}
+        no_quorum = tuple(t + epoch_offset for t in run["quorum_lost"])
+        slow = {
+            doc: t
+            for doc, t in waited.items()
+            if t > bound + overlap((load.accepted_at[doc], load.accepted_at[doc] + t), no_quorum)
+        }
         kept = await keep_evidence(dsn, base_dir, slow, load) if slow else None
         assert not slow, (
             f"{len(slow)} uploads took longer to be indexed (at most {max(slow.values()):.1f} s) "

@@ -4,13 +4,10 @@ before a filtered search (exact or HNSW) reads the matching chunks, not the whol
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from lectern_testing.plugin import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
-from lectern_common.db import create_pool, migrate
 from lectern_common.events import RetrievalFilters
 from lectern_retriever import repository
 
@@ -30,25 +27,12 @@ async def _plan(conn: Any, where: repository.SqlFilter) -> str:
         )
 
 
-@pytest.fixture
-async def own_pool(fresh_database: str) -> AsyncIterator[Any]:
-    """A migrated database of the test's own: which index the planner takes depends on the
-    statistics of all of ``chunks``, and ANALYZE samples a table as large as the suite's at
-    random (a subject filter was once counted on the tenant's generic index there)."""
-    await migrate(
-        fresh_database, embedding_model=LOCAL_EMBEDDING_MODEL, embedding_dim=LOCAL_EMBEDDING_DIM
-    )
-    pool = await create_pool(fresh_database, min_size=1, max_size=2)
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
 async def test_a_subject_filter_is_counted_on_its_index_with_or_without_untagged_material(
-    own_pool: Any, add_doc: Any, unit_vectors: Any
+    fresh_pool: Any, add_doc: Any, unit_vectors: Any
 ) -> None:
-    db_pool = own_pool
+    # ANALYZE samples a table as large as the suite's `chunks` at random (a subject filter
+    # was once counted on the tenant's generic index there): a database of the test's own
+    db_pool = fresh_pool
     tenant = f"subject-{uuid.uuid4().hex[:8]}"
     vectors = unit_vectors(30, seed=5)
     texts = [f"chunk {i}" for i in range(10)]

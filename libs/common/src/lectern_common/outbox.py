@@ -7,11 +7,15 @@ Publishing after a commit loses the event when NATS refuses or the process dies 
 its transaction, and ``pg_notify``-s the relays (delivered at commit). Each service runs one
 :class:`OutboxRelay`, which publishes the pending rows of the subjects that service may
 publish (its NATS permissions), oldest first, with the event id as ``Nats-Msg-Id``, and marks
-each one sent. A publish that fails is retried with backoff until NATS takes it; rows are
-claimed with ``FOR UPDATE SKIP LOCKED`` so replicas never publish the same row at once, and
-a crash between the publish and the mark re-publishes a row that JetStream's duplicate
-window (and every consumer's idempotency on the event id) drops. Sent rows are deleted
-after ``retention``.
+each one sent. A publish that fails is retried with backoff until NATS takes it, and no longer
+than that: once a stream takes a publish again (its new leader is elected, its quorum is
+back), the rows of that stream still waiting out their backoff are due at once, and while
+rows wait the relay tries the one due soonest every poll, so a stream that came back with no
+new event to publish is noticed within a poll, not after a backoff of up to
+``max_backoff_s``. Rows are claimed with ``FOR UPDATE SKIP LOCKED`` so replicas never
+publish the same row at once, and a crash between the publish and the mark re-publishes a
+row that JetStream's duplicate window (and every consumer's idempotency on the event id)
+drops. Sent rows are deleted after ``retention``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from opentelemetry import propagate
 
 from lectern_common import metrics
 from lectern_common.backoff import backoff_delay
-from lectern_common.broker import publish_stored
+from lectern_common.broker import publish_stored, stream_for
 from lectern_common.events import ALL_EVENTS, Event
 from lectern_common.nats_auth import SERVICE_PERMISSIONS
 
@@ -56,6 +60,23 @@ _FAILED = """
 UPDATE outbox SET attempts = attempts + 1, last_error = $2,
     next_attempt_at = now() + make_interval(secs => $3::float8)
 WHERE id = $1
+"""
+#: the row waiting out its backoff that is due soonest: tried every poll while rows wait
+_PROBE = """
+SELECT id, subject, payload, headers, attempts FROM outbox
+WHERE published_at IS NULL AND subject = ANY($1::text[]) AND next_attempt_at > now()
+ORDER BY next_attempt_at, created_at, id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
+#: a stream took a publish: its rows waiting out a backoff are due now (rows another relay
+#: holds are skipped, not waited for)
+_RELEASE = """
+UPDATE outbox SET next_attempt_at = now() WHERE id IN (
+    SELECT id FROM outbox
+    WHERE published_at IS NULL AND subject = ANY($1::text[]) AND next_attempt_at > now()
+    FOR UPDATE SKIP LOCKED
+)
 """
 _BACKLOG = "SELECT count(*) FROM outbox WHERE published_at IS NULL AND subject = ANY($1::text[])"
 _PRUNE = "DELETE FROM outbox WHERE published_at < now() - make_interval(secs => $1)"
@@ -128,6 +149,11 @@ class OutboxRelay:
         self.publish_timeout_s = publish_timeout_s
         self._wake = asyncio.Event()
         self._pruned_at = 0.0
+        #: each subject's stream-mates among this relay's subjects (itself included)
+        self._same_stream = {
+            subject: [s for s in self.subjects if _stream(s) == _stream(subject)]
+            for subject in self.subjects
+        }
 
     def wake(self) -> None:
         """Look for new rows now (a notification arrived, or a caller just committed)."""
@@ -164,27 +190,47 @@ class OutboxRelay:
             await asyncio.gather(listener, return_exceptions=True)
 
     async def relay_once(self) -> int:
-        """Publish what is pending now; returns how many rows were sent."""
+        """Publish what is pending now; returns how many rows were sent.
+
+        When nothing is due but rows wait out a backoff, the one due soonest is tried now: a
+        stream back from an outage releases the rest (see ``_relay_batch``)."""
         sent = 0
+        probe = False
         while True:
-            published, failed = await self._relay_batch()
+            published, failed, released = await self._relay_batch(probe=probe)
             sent += published
-            if failed or published < self.batch:
-                break
+            if failed or (published < self.batch and not released):
+                if published or probe or failed:
+                    break
+                probe = True  # nothing was due: try a waiting row, once
+                continue
+            probe = False
         await self._observe()
         return sent
 
-    async def _relay_batch(self) -> tuple[int, bool]:
+    async def _relay_batch(self, *, probe: bool = False) -> tuple[int, bool, int]:
+        """Publish one batch of due rows (or, with ``probe``, the waiting row due soonest);
+        how many were sent, whether one failed, and how many waiting rows a success made due
+        (the rows of each stream that took a publish)."""
         async with self.pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(_CLAIM, self.subjects, self.batch)
+            if probe:
+                rows = await conn.fetch(_PROBE, self.subjects)
+            else:
+                rows = await conn.fetch(_CLAIM, self.subjects, self.batch)
             # written in claim order, their acknowledgements awaited together: one round trip
             # for the batch instead of one per event
             outcomes = await asyncio.gather(
                 *(self._publish(row) for row in rows), return_exceptions=True
             )
             sent = [r["id"] for r, o in zip(rows, outcomes, strict=True) if o is None]
+            released = 0
             if sent:
                 await conn.execute(_SENT, sent)
+                took = {r["subject"] for r, o in zip(rows, outcomes, strict=True) if o is None}
+                mates = sorted({m for subject in took for m in self._same_stream[subject]})
+                released = _count(await conn.execute(_RELEASE, mates))
+                if released:
+                    log.info("outbox: a stream took a publish; %d waiting rows due now", released)
             failed = False
             for row, outcome in zip(rows, outcomes, strict=True):
                 if outcome is None:
@@ -199,7 +245,7 @@ class OutboxRelay:
                 )
                 await conn.execute(_FAILED, row["id"], error, delay)
                 log.warning("outbox: %s %s not published: %s", row["subject"], row["id"], outcome)
-            return len(sent), failed
+            return len(sent), failed, released
 
     async def _publish(self, row: Any) -> None:
         payload = row["payload"]
@@ -240,6 +286,20 @@ class OutboxRelay:
                 if conn is not None and not conn.is_closed():
                     await conn.close(timeout=2)
             await asyncio.sleep(2.0)
+
+
+def _stream(subject: str) -> str:
+    """The stream holding ``subject``; a subject no stream holds (a request subject among a
+    service's permissions) is a stream of its own."""
+    try:
+        return stream_for(subject).name
+    except KeyError:
+        return subject
+
+
+def _count(status: str) -> int:
+    """The row count of a command's status (``UPDATE 3`` -> 3)."""
+    return int(status.rsplit(" ", 1)[-1])
 
 
 def _setter(event: asyncio.Event) -> Callable[[object], None]:

@@ -164,6 +164,23 @@ async def fresh_database(database_url: str) -> AsyncIterator[str]:
         await admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.fixture
+async def fresh_pool(fresh_database: str) -> AsyncIterator[Any]:
+    """A pool on a migrated database of the test's own (``fresh_database``): for a test whose
+    outcome depends on all of a table (the planner's statistics, the outbox's pending rows),
+    which the suite's shared database fills with every other test's rows."""
+    from lectern_common.db import create_pool, migrate
+
+    await migrate(
+        fresh_database, embedding_model=LOCAL_EMBEDDING_MODEL, embedding_dim=LOCAL_EMBEDDING_DIM
+    )
+    pool = await create_pool(fresh_database, min_size=1, max_size=4)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
 @pytest.fixture(scope="session")
 async def db_pool(database_url: str) -> AsyncIterator[Any]:
     """A session-wide asyncpg pool with the pgvector codecs."""
