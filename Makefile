@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-offline bench-scale bench-reader train-reader fit-rerank tune-rerank soak clean client-models client-ts
+.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-offline bench-scale bench-reader train-reader fit-answerer fit-rerank tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -149,6 +149,11 @@ train-reader: install ## Train the reader (cross-encoder from the packaged MiniL
 bench-reader: install ## The reader alone: SelQA test, COVID-QA, held-out bioasq, dev units; beside the bi-encoder and BM25
 	@test -f /tmp/lectern-bench-answers.json || $(PY) bench/bench_answers.py
 	$(PY) bench/bench_reader.py --run /tmp/lectern-bench-answers.json
+
+fit-answerer: install ## Refit the offline answerer on a bench-answers run's dev split (RUN=/tmp/lectern-bench-answers.json); cross-fitted dev figures
+	$(PY) bench/replay_answers.py --json $(or $(RUN),/tmp/lectern-bench-answers.json) --signals /tmp/lectern-answer-signals.npz
+	cd bench && ../$(PY) fit_answerer.py --signals /tmp/lectern-answer-signals.npz --cross-fit /tmp/lectern-answer-cross-fitted
+	$(PY) bench/replay_answers.py --json $(or $(RUN),/tmp/lectern-bench-answers.json) --cross-fitted /tmp/lectern-answer-cross-fitted
 
 fit-rerank: install ## Fit the re-ranker's reader/retrieval weights on bioasq-dev's training questions; held-out nDCG@10
 	@test -f /tmp/lectern-rerank-records.json || $(PY) bench/fit_rerank.py records

@@ -616,3 +616,41 @@ def test_a_table_whose_row_labels_are_set_as_items_is_read_by_row() -> None:
     assert "- Same Row; ALL: 32.1; SEQ: 2.8" in units
     assert "- Same Column; ALL: 62.1; SEQ: 37.7" in units
     assert not any(u.startswith("Same Row") for u in units)
+
+
+def test_a_defining_phrase_says_what_the_term_means() -> None:
+    from lectern_common.answerer import defining_frame
+
+    duck = terms("duck")
+    assert defining_frame("Duck is the common name for numerous species of waterfowl", duck)
+    assert defining_frame("We call such a sequence of instructions a trace.", terms("trace"))
+    assert defining_frame("The trace of A is defined to be the sum of its diagonal", ["trace"])
+    assert defining_frame("Osmosis refers to the movement of water across a membrane", ["osmosis"])
+    assert defining_frame("Ein solcher Raum wird als kompakt bezeichnet", ["raum"])
+    assert not defining_frame("A duckling is a young duck in downy plumage", duck)
+    assert not defining_frame("Ducks are generally smaller than swans and geese", duck)
+    # the phrase must be about the subject: another term's definition is not its
+    assert not defining_frame("A drake refers to a male; ducks swim", duck)
+
+
+def test_the_unit_that_says_what_a_term_means_ranks_first_for_a_definition() -> None:
+    # the opening of a Wikipedia article, as the answer benchmark's duck question met it:
+    # every sentence names a duck after a copula; the one that defines the word is the answer
+    page = SourceText(
+        label="T1",
+        text=(
+            "A duckling is a young duck in downy plumage or baby duck. "
+            "Duck is the common name for numerous species of waterfowl in the family Anatidae. "
+            "Ducks are generally smaller and shorter-necked than swans and geese. "
+            "Ducks are mostly aquatic birds, and may be found in both fresh and sea water."
+        ),
+    )
+    question = "What is a duck?"
+    units = source_units([page])
+    bags = [Counter(terms(u.text)) for u in units]
+    signals = unit_signals(
+        question, question_form(question), units, bags, [0.6] * len(units), sources=[page],
+        readings=[2.0] * len(units),  # the reader told apart from nothing: read alike
+    )  # fmt: skip
+    best = int(np.argmax(answer_model(reads=True).score(signals)))
+    assert units[best].text.startswith("Duck is the common name")

@@ -100,6 +100,40 @@ def names(text: str, subject: Sequence[str]) -> bool:
     return any(terms(text[m.end() :])[:2] == head for m in _NAMES.finditer(text))
 
 
+#: a phrase that says what a term means, after the term: "Duck is the common name for",
+#: "tr(A) is defined to be", "refers to", "denotes", "stands for", "bezeichnet"
+_DEFINING = re.compile(
+    r"\b(?:is|are)\s+(?:the|an?)\s+(?:[^\W\d_]+\s+){0,2}?(?:name|term|word)\s+(?:for|given to|"
+    r"used for)\b|\brefers?\s+to\b|\b(?:is|are)\s+defined\s+(?:as|to\s+be|by)\b|\bdenotes?\b|"
+    r"\bstands?\s+for\b|\b(?:is|are)\s+short\s+for\b|\bbezeichnet\b|\bversteht\s+man\b",
+    re.IGNORECASE,
+)
+#: a phrase that gives something its name, before the name: "We call such a sequence of
+#: instructions a trace", "is called a", "known as", "nennt man"
+_NAMING = re.compile(
+    r"\b(?:we|one)\s+calls?\b|\b(?:is|are|be)\s+(?:called|termed|known\s+as|referred\s+to\s+as)\b|"
+    r"\bnennt\s+man\b|\bhei(?:ß|ss)(?:t|en)\b",
+    re.IGNORECASE,
+)
+
+
+def defining_frame(text: str, subject: Sequence[str]) -> bool:
+    """Whether ``text`` says what its subject (a definition question's terms) means in a
+    defining phrase: the subject before "is the name for", "refers to", "is defined to be"
+    ..., or its last term within eight words after "we call", "is called", "known as" ...
+    ("We call such a sequence of instructions a trace")."""
+    if not subject:
+        return False
+    head, last = set(subject[:2]), subject[-1]
+    for match in _DEFINING.finditer(text):
+        if head <= set(terms(text[: match.start()])):
+            return True
+    for match in _NAMING.finditer(text):
+        if last in terms(" ".join(text[match.end() :].split()[:8])):
+            return True
+    return False
+
+
 def defines(text: str, subject: Sequence[str]) -> bool:
     """Whether ``text`` defines by condition the last word of ``subject`` (its terms)."""
     if not subject:
@@ -377,6 +411,8 @@ SIGNALS: tuple[str, ...] = (
     "names",  # ... and the unit names it after "is the", "is a"
     "opens_with_subject",  # ... and the unit opens with the subject and a copula
     "copula_near",  # ... and a copula in the unit's first twelve words
+    "defining_frame",  # ... and the unit names its subject in a defining frame: "Duck is the
+    # common name for ...", "X refers to", "is defined to be", "we call such a sequence a trace"
     "list_unit",  # a list question, and the unit is an item or introduces a list
     "counts_asked",  # a list question, and the unit counts what is asked ("two advantages")
     "asks",  # the unit is a question itself
@@ -491,6 +527,7 @@ def _form_signals(
                 and bool(_COPULA.search(opening))
             )
         row[_AT["copula_near"]] = float(bool(_COPULA.search(" ".join(words[:12]))))
+        row[_AT["defining_frame"]] = float(defining_frame(text, asked.subject_order))
     elif asked.form == "list":
         row[_AT["list_unit"]] = float(unit.item or unit.introduces_list)
         row[_AT["counts_asked"]] = float(_counts_asked(text, asked.terms))
