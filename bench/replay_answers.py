@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -102,6 +102,10 @@ class CachedReader:
     """The packaged reader with its logits kept on disk between replays, keyed by the
     model's file, the question and the text."""
 
+    #: logits that take the place of the model's for some pairs (``--reader-logits``: another
+    #: reader's, e.g. ``bench/dev_reader.py``'s cross-fitted ones); never saved
+    overrides: ClassVar[dict[str, float]] = {}
+
     def __init__(self, inner: Any) -> None:
         import hashlib
 
@@ -117,6 +121,8 @@ class CachedReader:
         self, question: str, texts: Sequence[str], *, kind: str = "sentence"
     ) -> np.ndarray:
         keys = [f"{kind}\x1f{question}\x1f{t}" for t in texts]
+        if all(k in self.overrides for k in keys):
+            return np.asarray([self.overrides[k] for k in keys], dtype=np.float32)
         missing = [t for t, k in zip(texts, keys, strict=True) if k not in self.logits]
         if missing:
             fresh = await self.inner.score_logits(question, missing, kind=kind)
@@ -353,7 +359,15 @@ def main() -> int:
         help="the units the answerer reads at most (0: all; default the answerer's)",
     )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write every replayed question as JSON")
+    parser.add_argument(
+        "--reader-logits", metavar="FILE:KEY",
+        help="the reader's logits of the pairs FILE's KEY holds taken from there, not the "
+        "packaged reader (bench/dev_reader.py writes them)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.reader_logits:
+        path, key = args.reader_logits.rsplit(":", 1)
+        CachedReader.overrides = json.loads(Path(path).read_text())[key]
     run = json.loads(args.json.read_text())
     model = answerer.AnswerModel.load(args.model) if args.model else None
     cross_fitted = None
