@@ -161,3 +161,32 @@ async def test_with_nothing_new_to_publish_a_waiting_row_is_tried_every_poll(
     assert await _stored(own_nats, "LECTERN_FEEDBACK") == 2
     assert await _stored(own_nats, "LECTERN_MEMORY") == 1
     assert await relay.relay_once() == 0
+
+
+async def test_a_row_that_fails_for_another_reason_keeps_its_backoff(
+    relay: OutboxRelay, own_nats: str
+) -> None:
+    nc = await nats.connect(own_nats)
+    try:
+        await ensure_streams(nc.jetstream())
+    finally:
+        await nc.close()
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    # a row no event validates from (a field missing): NATS is there, the row is wrong
+    poison = uuid.uuid4()
+    await relay.pool.execute(
+        "INSERT INTO outbox (id, subject, payload, headers) VALUES ($1, $2, $3, $4)",
+        poison, Subjects.FEEDBACK_FLAGGED, {"tenant_id": tenant}, {},
+    )  # fmt: skip
+    assert await relay.relay_once() == 0
+    first = (await _rows(relay.pool))[str(poison)]
+    assert first[:2] == (False, 1) and first[2] and "validation" in first[2].lower(), first
+    # neither the probe (nothing else waits) nor a publish the stream takes tries it again
+    assert await relay.relay_once() == 0
+    await _enqueue(relay.pool, [_flag(tenant)])
+    assert await relay.relay_once() == 1
+    assert (await _rows(relay.pool))[str(poison)][:2] == (False, 1)
+    waiting = await relay.pool.fetchval(
+        "SELECT next_attempt_at > now() FROM outbox WHERE id = $1", poison
+    )
+    assert waiting is True

@@ -12,10 +12,12 @@ than that: once a stream takes a publish again (its new leader is elected, its q
 back), the rows of that stream still waiting out their backoff are due at once, and while
 rows wait the relay tries the one due soonest every poll, so a stream that came back with no
 new event to publish is noticed within a poll, not after a backoff of up to
-``max_backoff_s``. Rows are claimed with ``FOR UPDATE SKIP LOCKED`` so replicas never
-publish the same row at once, and a crash between the publish and the mark re-publishes a
-row that JetStream's duplicate window (and every consumer's idempotency on the event id)
-drops. Sent rows are deleted after ``retention``.
+``max_backoff_s``. A row whose publish failed for another reason than NATS being unavailable
+(an event that no longer validates) is neither probed nor released: it keeps its backoff.
+Rows are claimed with ``FOR UPDATE SKIP LOCKED`` so replicas never publish the same row at
+once, and a crash between the publish and the mark re-publishes a row that JetStream's
+duplicate window (and every consumer's idempotency on the event id) drops. Sent rows are
+deleted after ``retention``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,7 +37,7 @@ from opentelemetry import propagate
 
 from lectern_common import metrics
 from lectern_common.backoff import backoff_delay
-from lectern_common.broker import publish_stored, stream_for
+from lectern_common.broker import nats_unavailable, publish_stored, stream_for
 from lectern_common.events import ALL_EVENTS, Event
 from lectern_common.nats_auth import SERVICE_PERMISSIONS
 
@@ -61,20 +64,24 @@ UPDATE outbox SET attempts = attempts + 1, last_error = $2,
     next_attempt_at = now() + make_interval(secs => $3::float8)
 WHERE id = $1
 """
-#: the row waiting out its backoff that is due soonest: tried every poll while rows wait
+#: the row waiting out its backoff that is due soonest: tried every poll while rows wait (not
+#: one whose publish failed for another reason than NATS being unavailable: a poison row keeps
+#: its backoff)
 _PROBE = """
 SELECT id, subject, payload, headers, attempts FROM outbox
 WHERE published_at IS NULL AND subject = ANY($1::text[]) AND next_attempt_at > now()
+    AND NOT (id = ANY($2::uuid[]))
 ORDER BY next_attempt_at, created_at, id
 LIMIT 1
 FOR UPDATE SKIP LOCKED
 """
 #: a stream took a publish: its rows waiting out a backoff are due now (rows another relay
-#: holds are skipped, not waited for)
+#: holds are skipped, not waited for; poison rows, as in the probe, keep their backoff)
 _RELEASE = """
 UPDATE outbox SET next_attempt_at = now() WHERE id IN (
     SELECT id FROM outbox
     WHERE published_at IS NULL AND subject = ANY($1::text[]) AND next_attempt_at > now()
+        AND NOT (id = ANY($2::uuid[]))
     FOR UPDATE SKIP LOCKED
 )
 """
@@ -149,6 +156,10 @@ class OutboxRelay:
         self.publish_timeout_s = publish_timeout_s
         self._wake = asyncio.Event()
         self._pruned_at = 0.0
+        #: rows whose last publish failed for another reason than NATS being unavailable (an
+        #: event that no longer validates, a refused subject): never probed, only retried on
+        #: their backoff (bounded: ids are forgotten past 10,000)
+        self._not_probed: OrderedDict[Any, None] = OrderedDict()
         #: each subject's stream-mates among this relay's subjects (itself included)
         self._same_stream = {
             subject: [s for s in self.subjects if _stream(s) == _stream(subject)]
@@ -214,7 +225,7 @@ class OutboxRelay:
         (the rows of each stream that took a publish)."""
         async with self.pool.acquire() as conn, conn.transaction():
             if probe:
-                rows = await conn.fetch(_PROBE, self.subjects)
+                rows = await conn.fetch(_PROBE, self.subjects, list(self._not_probed))
             else:
                 rows = await conn.fetch(_CLAIM, self.subjects, self.batch)
             # written in claim order, their acknowledgements awaited together: one round trip
@@ -228,7 +239,9 @@ class OutboxRelay:
                 await conn.execute(_SENT, sent)
                 took = {r["subject"] for r, o in zip(rows, outcomes, strict=True) if o is None}
                 mates = sorted({m for subject in took for m in self._same_stream[subject]})
-                released = _count(await conn.execute(_RELEASE, mates))
+                for row_id in sent:
+                    self._not_probed.pop(row_id, None)
+                released = _count(await conn.execute(_RELEASE, mates, list(self._not_probed)))
                 if released:
                     log.info("outbox: a stream took a publish; %d waiting rows due now", released)
             failed = False
@@ -238,6 +251,10 @@ class OutboxRelay:
                 if not isinstance(outcome, Exception):
                     raise outcome
                 failed = True
+                if not nats_unavailable(outcome):
+                    self._not_probed[row["id"]] = None
+                    while len(self._not_probed) > 10_000:
+                        self._not_probed.popitem(last=False)
                 error = str(outcome)[:500] or type(outcome).__name__
                 # first_backoff_s (1 s) after a row's first failure, doubling
                 delay = backoff_delay(
