@@ -401,7 +401,17 @@ async def serve_app(app: FastAPI, settings: Settings) -> AsyncIterator[str]:
         timeout_keep_alive=int(settings.keep_alive_s),
     )
     server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
+
+    async def serve() -> None:
+        # uvicorn ends a failed startup with sys.exit(3), and a SystemExit out of a task stops
+        # the event loop and pytest with it, without tearing the session's servers down (they
+        # were left running): an error of the test that served the app instead
+        try:
+            await server.serve()
+        except SystemExit as exc:
+            raise RuntimeError(f"{app.title} did not start (its log says why)") from exc
+
+    task = asyncio.create_task(serve())
     for _ in range(3000):
         if server.started or task.done():
             break
