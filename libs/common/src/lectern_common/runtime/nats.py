@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,23 @@ def nats_server_binary() -> Path:
     )
 
 
+#: the ports ``free_port`` handed out last in this process
+_HANDED_OUT: deque[int] = deque(maxlen=4096)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port free on ``host`` right now, and none this process handed out lately: the
+    kernel may give two binds in a row the same ephemeral port, and the caller of the first has
+    usually not bound it yet (a test's `lectern up` once got, for NATS, the port it had just
+    chosen for a service, and the supervisor's readiness probe read NATS's INFO line)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port: int = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            break
+    _HANDED_OUT.append(port)
+    return port
 
 
 @dataclass(frozen=True)
