@@ -37,7 +37,7 @@ from typing import Any, cast
 
 from reading_data import Group
 from replay_answers import CachedEmbedder, CachedReader, _questions_asked, _sources
-from train_reader import DEFAULT_WORK, _encode, loss_of
+from train_reader import DEFAULT_WORK, optimiser, train_step
 
 HERE = Path(__file__).resolve().parent
 SET = HERE / "answers"
@@ -177,11 +177,7 @@ def train_folds(
         train = [g for i in items if fold_of[i["group"]] != fold for g in _groups_of(i, rng)]
         model = load()
         model.train()
-        head = [p for n, p in model.named_parameters() if n.startswith("classifier")]
-        body = [p for n, p in model.named_parameters() if not n.startswith("classifier")]
-        optimizer = torch.optim.AdamW(
-            [{"params": body, "lr": lr}, {"params": head, "lr": 5 * lr}], weight_decay=0.01
-        )
+        optimizer = optimiser(model, lr=lr, head_lr=5 * lr)
         steps = 0
         for _ in range(epochs):
             order = list(range(len(train)))
@@ -193,14 +189,7 @@ def train_folds(
                     batches.append([])
                 batches[-1].append(train[index])
             for batch in batches:
-                encoded = _encode(tokenizer, batch, "sentence")
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    logits = model(**encoded).logits.squeeze(-1).float()
-                loss = loss_of(logits, batch)
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
+                train_step(model, tokenizer, optimizer, batch, bfloat16=True)
                 steps += 1
         held = [(i["question"], t) for i in items if fold_of[i["group"]] == fold for t in i["read"]]
         tuned.update(score(model, held))

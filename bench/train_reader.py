@@ -134,6 +134,35 @@ def loss_of(logits: Any, groups: Sequence[Group]) -> Any:
     return pointwise
 
 
+def optimiser(model: Any, *, lr: float, head_lr: float) -> Any:
+    """AdamW over every layer at ``lr``, the new classification head at ``head_lr``."""
+    import torch
+
+    head = [p for n, p in model.named_parameters() if n.startswith("classifier")]
+    body = [p for n, p in model.named_parameters() if not n.startswith("classifier")]
+    return torch.optim.AdamW(
+        [{"params": body, "lr": lr}, {"params": head, "lr": head_lr}], weight_decay=0.01
+    )
+
+
+def train_step(
+    model: Any, tokenizer: Any, optimizer: Any, groups: Sequence[Group], *, bfloat16: bool
+) -> Any:
+    """One optimiser step on ``groups`` (all of one kind): their pairs read, ``loss_of``
+    back-propagated, gradients clipped at norm 1; the loss."""
+    import torch
+
+    inputs = _encode(tokenizer, groups, groups[0].kind)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+        logits = model(**inputs).logits.squeeze(-1).float()
+    loss = loss_of(logits, groups)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
+
+
 def _schedule(step: int, total: int, warmup: int) -> float:
     if step < warmup:
         return (step + 1) / warmup
@@ -172,12 +201,7 @@ def train(args: argparse.Namespace) -> None:
     model = AutoModelForSequenceClassification.from_pretrained(
         base, num_labels=1, local_files_only=True
     )
-    head = [p for n, p in model.named_parameters() if n.startswith("classifier")]
-    body = [p for n, p in model.named_parameters() if not n.startswith("classifier")]
-    optimizer = torch.optim.AdamW(
-        [{"params": body, "lr": args.lr}, {"params": head, "lr": args.head_lr}],
-        weight_decay=0.01,
-    )
+    optimizer = optimiser(model, lr=args.lr, head_lr=args.head_lr)
     warmup = max(1, int(0.05 * len(plan)))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: _schedule(s, len(plan), warmup)
@@ -204,14 +228,7 @@ def train(args: argparse.Namespace) -> None:
         task = progress.add_task("training", total=len(plan), completed=done)
         for step in range(done, len(plan)):
             chosen = [groups[i] for i in plan[step]]
-            inputs = _encode(tokenizer, chosen, chosen[0].kind)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=not args.float32):
-                logits = model(**inputs).logits.squeeze(-1).float()
-            loss = loss_of(logits, chosen)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            loss = train_step(model, tokenizer, optimizer, chosen, bfloat16=not args.float32)
             scheduler.step()
             recent = [*recent[-199:], loss.item()]
             progress.update(task, advance=1, description=f"loss {sum(recent) / len(recent):.3f}")
