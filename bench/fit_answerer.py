@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,13 @@ DROPPED = (
 #: the question signals the shipped refusal goes without: the reader's best logit lowered the
 #: cross-fitted off-topic refusal (0.464 -> 0.188 at the same answerable refusals)
 DROPPED_QUESTION = ("best_reader",)
+#: the question signals the refusal also keeps a floor on: the least value an answerable
+#: development question had. A question whose best unit is further in meaning from it than
+#: any answerable question's ("What is the capital of Australia?" against a sentence on duck
+#: species that names Australia), or whose best source the re-ranker scores lower, is
+#: refused whatever the logistic refusal says: it weighs a high lexical share against a low
+#: similarity, where no answerable question had that low a similarity
+FLOORED = ("best_semantic", "rerank_top")
 
 
 def answerable_questions(data: Any) -> set[str]:
@@ -106,6 +114,28 @@ def _top1(scores: NDArray[np.float64], y: NDArray[np.int_], questions: NDArray[n
     return hits / total if total else 0.0
 
 
+def _floors(
+    qfull: NDArray[np.float64], qy: NDArray[np.int_], names: Sequence[str]
+) -> dict[str, float]:
+    """The least value of each question signal ``names`` over the answerable questions of
+    ``qfull`` (all ``QUESTION_SIGNALS``) that have it (the re-ranker's best score needs
+    scored sources)."""
+    out = {}
+    for name in names:
+        at = answerer.QUESTION_SIGNALS.index(name)
+        has = np.asarray([answerer.below_floor(row, at, np.inf) for row in qfull])
+        values = qfull[(qy == 1) & has, at]
+        if len(values):
+            out[name] = float(values.min())
+    return out
+
+
+def _below(qfull: NDArray[np.float64], floors: dict[str, float]) -> NDArray[np.bool_]:
+    """Whether each question (a row of all ``QUESTION_SIGNALS``) is below a floor."""
+    at = [(answerer.QUESTION_SIGNALS.index(n), value) for n, value in floors.items()]
+    return np.asarray([any(answerer.below_floor(row, i, v) for i, v in at) for row in qfull])
+
+
 def _question_matrix(
     data: Any, x_all: NDArray[np.float64], w: NDArray[np.float64], b: float,
     columns: list[int],
@@ -130,30 +160,35 @@ def _question_matrix(
 
 def _fit_refusal(
     data: Any, x_all: NDArray[np.float64], w: NDArray[np.float64], b: float, *,
-    most_refused: float, columns: list[int], names: list[str],
+    most_refused: float, columns: list[int], names: list[str], floor: Sequence[str],
 ) -> dict[str, Any]:  # fmt: skip
     """The refusal model over the question signals ``names``: answerable against off-topic
     development questions, its threshold the highest that refuses at most ``most_refused``
     of the answerable ones when each document's questions are scored by a model fitted
     without them."""
-    qx, qy, qgroups = _question_matrix(data, x_all, w, b, columns)
-    qx = qx[:, [answerer.QUESTION_SIGNALS.index(n) for n in names]]
-    held = np.zeros(len(qy))
+    qfull, qy, qgroups = _question_matrix(data, x_all, w, b, columns)
+    qx = qfull[:, [answerer.QUESTION_SIGNALS.index(n) for n in names]]
+    held, floored = np.zeros(len(qy)), np.zeros(len(qy), dtype=bool)
     for group in np.unique(qgroups):
         fit_on = qgroups != group
         rw, rb = _fit(qx[fit_on], qy[fit_on], 1.0)
         held[~fit_on] = 1.0 / (1.0 + np.exp(-(qx[~fit_on] @ rw + rb)))
+        floored[~fit_on] = _below(qfull[~fit_on], _floors(qfull[fit_on], qy[fit_on], floor))
     answerable = np.sort(held[qy == 1])
     allowed = int(np.floor(most_refused * len(answerable)))
     threshold = float(answerable[allowed]) if len(answerable) else 0.5
-    offtopic_refused = float((held[qy == 0] < threshold).mean()) if (qy == 0).any() else 0.0
-    answerable_refused = float((held[qy == 1] < threshold).mean())
+    refused = (held < threshold) | floored
+    offtopic_refused = float(refused[qy == 0].mean()) if (qy == 0).any() else 0.0
+    answerable_refused = float(refused[qy == 1].mean())
     print(
         f"refusal: {int((qy == 1).sum())} answerable, {int((qy == 0).sum())} off-topic questions "
-        f"with sources; leave-one-document-out at threshold {threshold:.3f}: answerable refused "
-        f"{answerable_refused:.3f}, off-topic refused {offtopic_refused:.3f}"
+        f"with sources; leave-one-document-out at threshold {threshold:.3f} and floors on "
+        f"{', '.join(floor) or 'nothing'}: answerable refused {answerable_refused:.3f}, "
+        f"off-topic refused {offtopic_refused:.3f} (the floors alone: "
+        f"{float(floored[qy == 1].mean()):.3f}, {float(floored[qy == 0].mean()):.3f})"
     )
     rw, rb = _fit(qx, qy, 1.0)
+    floors = _floors(qfull, qy, floor)
     for name, value in zip(names, rw, strict=True):
         print(f"  {name:22} {value:+.3f}")
     return {
@@ -161,6 +196,7 @@ def _fit_refusal(
         "weights": [round(float(v), 4) for v in rw],
         "bias": round(rb, 4),
         "threshold": round(threshold, 4),
+        "floors": {name: round(value, 4) for name, value in floors.items()},
         "leave_one_document_out": {
             "answerable_refused": round(answerable_refused, 3),
             "offtopic_refused": round(offtopic_refused, 3),
@@ -197,6 +233,10 @@ def main() -> int:
         "--drop-question", action="append", choices=answerer.QUESTION_SIGNALS,
         help="fit the refusal without this question signal (repeatable; default: the shipped "
         "recipe's DROPPED_QUESTION)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-floors", dest="floors", action="store_const", const=(), default=FLOORED,
+        help=f"fit the refusal without its floors (on {', '.join(FLOORED)})",
     )  # fmt: skip
     parser.add_argument(
         "--cross-fit", type=Path, metavar="DIR",
@@ -256,7 +296,14 @@ def main() -> int:
     else:
         w, b = _fit_listwise(x, y, questions, c)
     refusal = _fit_refusal(
-        data, x_all, w, b, most_refused=args.most_refused, columns=columns, names=asked
+        data,
+        x_all,
+        w,
+        b,
+        most_refused=args.most_refused,
+        columns=columns,
+        names=asked,
+        floor=args.floors,
     )
     args.out.write_text(
         json.dumps(
@@ -280,13 +327,15 @@ def main() -> int:
         print(f"  {name:22} {value:+.3f}")
     print(f"wrote {args.out} (C={c})")
     if args.cross_fit is not None:
-        _cross_fit(args.cross_fit, data, x_all, columns, kept, asked, c, args.most_refused)
+        _cross_fit(
+            args.cross_fit, data, x_all, columns, kept, asked, c, args.most_refused, args.floors
+        )
     return 0
 
 
 def _cross_fit(
     folder: Path, data: Any, x_all: NDArray[np.float64], columns: list[int], kept: list[str],
-    asked: list[str], c: float, most_refused: float,
+    asked: list[str], c: float, most_refused: float, floor: Sequence[str],
 ) -> None:  # fmt: skip
     """One model per group of development questions (a document, or the off-topic questions
     of none), each fitted without that group: its unit model without the group's units, its
@@ -298,31 +347,34 @@ def _cross_fit(
     groups, questions = data["groups"][answerable], data["questions"][answerable]
     qgroups = data["question_groups"]
     fits: dict[str, tuple[Any, ...]] = {}
-    held = np.zeros(len(qgroups))
+    held, floored = np.zeros(len(qgroups)), np.zeros(len(qgroups), dtype=bool)
     for group in np.unique(np.concatenate([np.unique(groups), np.unique(qgroups)])):
         fit_on = groups != group
         w, b = _fit_listwise(x[fit_on], y[fit_on], questions[fit_on], c)
-        qx, qy, _ = _question_matrix(data, x_all, w, b, columns)
-        qx = qx[:, [answerer.QUESTION_SIGNALS.index(n) for n in asked]]
+        qfull, qy, _ = _question_matrix(data, x_all, w, b, columns)
+        qx = qfull[:, [answerer.QUESTION_SIGNALS.index(n) for n in asked]]
         rw, rb = _fit(qx[qgroups != group], qy[qgroups != group], 1.0)
+        floors = _floors(qfull[qgroups != group], qy[qgroups != group], floor)
         at = qgroups == group
         held[at] = 1.0 / (1.0 + np.exp(-(qx[at] @ rw + rb)))
-        fits[str(group)] = (w, b, rw, rb)
+        floored[at] = _below(qfull[at], floors)
+        fits[str(group)] = (w, b, rw, rb, floors)
     qy = np.asarray([int(row[0]) for row in data["question_table"]])
     ranked = np.sort(held[qy == 1])
     threshold = float(ranked[int(np.floor(most_refused * len(ranked)))])
+    refused = (held < threshold) | floored
     folder.mkdir(parents=True, exist_ok=True)
-    for index, (group, (w, b, rw, rb)) in enumerate(sorted(fits.items())):
+    for index, (group, (w, b, rw, rb, floors)) in enumerate(sorted(fits.items())):
         model = {
             "group": group, "signals": kept, "weights": [float(v) for v in w], "bias": b,
             "fitted_on": f"bench/answers/dev without {group}",
             "refusal": {"signals": asked, "weights": [float(v) for v in rw], "bias": rb,
-                        "threshold": threshold},
+                        "threshold": threshold, "floors": floors},
         }  # fmt: skip
         (folder / f"{index:02d}.json").write_text(json.dumps(model))
     print(f"wrote {len(fits)} cross-fitted models into {folder} (threshold {threshold:.3f}): "
-          f"answerable refused {float((held[qy == 1] < threshold).mean()):.3f}, off-topic "
-          f"refused {float((held[qy == 0] < threshold).mean()):.3f} (held out)")  # fmt: skip
+          f"answerable refused {float(refused[qy == 1].mean()):.3f}, off-topic "
+          f"refused {float(refused[qy == 0].mean()):.3f} (held out)")  # fmt: skip
 
 
 if __name__ == "__main__":

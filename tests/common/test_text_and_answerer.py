@@ -16,6 +16,7 @@ from lectern_common.answerer import (
     QUESTION_SIGNALS,
     SIGNALS,
     AnswerModel,
+    Logistic,
     OfflineAnswerer,
     answer_model,
     extract_answer,
@@ -654,3 +655,74 @@ def test_the_unit_that_says_what_a_term_means_ranks_first_for_a_definition() -> 
     )  # fmt: skip
     best = int(np.argmax(answer_model(reads=True).score(signals)))
     assert units[best].text.startswith("Duck is the common name")
+
+
+def _question_row(**values: float) -> np.ndarray:
+    row = np.zeros(len(QUESTION_SIGNALS))
+    for name, value in values.items():
+        row[QUESTION_SIGNALS.index(name)] = value
+    return row
+
+
+def test_a_question_below_a_floor_is_refused_whatever_the_refusal_says() -> None:
+    """The refusal's floors: no answerable development question had its best unit that far
+    in meaning from it, or its best source scored that low, so the question is refused even
+    where the logistic refusal, weighing a high lexical share, would answer. The re-ranker's
+    floor holds only for scored sources."""
+    always = Logistic((0.0,), 10.0, (0,))  # a refusal that always answers
+    floors = (
+        (QUESTION_SIGNALS.index("best_semantic"), 0.44),
+        (QUESTION_SIGNALS.index("rerank_top"), 0.41),
+    )
+    model = AnswerModel(Logistic((1.0,), 0.0), always, 0.5, floors=floors)
+    assert model.answers(_question_row(best_semantic=0.6, rerank_top=0.5, best_lexical=0.6))
+    assert not model.answers(_question_row(best_semantic=0.33, rerank_top=0.5, best_lexical=0.6))
+    assert not model.answers(_question_row(best_semantic=0.6, rerank_top=0.3))
+    # sources with no re-ranker score: no floor on it
+    assert model.answers(_question_row(best_semantic=0.6, rerank_top=0.0, rerank_missing=1.0))
+    # the shipped model keeps its floors
+    shipped = json.loads(MODEL_PATH.read_text())["refusal"]["floors"]
+    assert set(shipped) == {"best_semantic", "rerank_top"}
+    assert len(answer_model(True).floors) == 2
+
+
+WADERS = [
+    SourceText(
+        label="T1",
+        text=(
+            "Many shorebirds fly south for the winter. Flocks of waders from Siberia spend the "
+            "southern summer on the mudflats of Australia, where they feed on worms and small "
+            "crabs before the long flight back."
+        ),
+        score=0.45,
+    ),
+    SourceText(
+        label="T2",
+        text=(
+            "The capital letters of the bird's Latin name are printed in bold. Banding stations "
+            "in Australia report the birds they catch each season."
+        ),
+        score=0.47,
+    ),
+]
+
+
+async def test_a_general_question_the_sources_only_name_is_refused() -> None:
+    """The product's offline answerer (its embedder and reader) asked what the capital of
+    Australia is, over passages on shorebirds that hold "capital" and "Australia": refused by
+    the floor on meaning (no sentence comes as close to the question as one did for every
+    answerable development question), where the logistic refusal, weighing the full lexical
+    match, answers. Asked what the passages say, it answers."""
+    from lectern_common import reading
+    from lectern_common.embeddings import LocalEmbedder
+    from lectern_common.settings import BaseServiceSettings
+
+    answerer = OfflineAnswerer(
+        embedder=LocalEmbedder(BaseServiceSettings()), reader=reading.packaged(threads=1)
+    )
+    capital = await answerer.answer(question="What is the capital of Australia?", sources=WADERS)
+    assert not capital.supported
+    summer = await answerer.answer(
+        question="Where do waders from Siberia spend the southern summer?", sources=WADERS
+    )
+    assert summer.supported and "mudflats of Australia" in summer.render()

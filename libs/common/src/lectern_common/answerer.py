@@ -644,6 +644,7 @@ QUESTION_SIGNALS = (
     # about something the material does not cover
     "best_reader",  # the reader's best logit over the units: does any of them answer
 )
+_QUESTION_AT = {name: i for i, name in enumerate(QUESTION_SIGNALS)}
 _NAME = re.compile(r"(?<=\w\s)[A-Z][\w.-]*|\b[A-Za-z]*[A-Z][a-z]*[A-Z0-9][\w-]*")
 
 
@@ -759,6 +760,9 @@ class AnswerModel:
     refusal: Logistic | None = None
     answer_threshold: float = 0.5
     reads: bool = False
+    #: (column of ``QUESTION_SIGNALS``, least value) pairs an answer needs besides the
+    #: refusal's probability: no answerable development question came lower on that signal
+    floors: tuple[tuple[int, float], ...] = ()
 
     def score(self, signals: NDArray[np.float64]) -> NDArray[np.float64]:
         """The probability of every unit (row of ``signals``)."""
@@ -766,6 +770,8 @@ class AnswerModel:
 
     def answers(self, signals: NDArray[np.float64]) -> bool:
         """Whether the question's signals say the sources answer it."""
+        if any(below_floor(signals, at, floor) for at, floor in self.floors):
+            return False
         if self.refusal is None:
             return True
         return float(self.refusal(signals[None, :])[0]) >= self.answer_threshold
@@ -782,10 +788,22 @@ class AnswerModel:
             judge = Logistic.over(
                 refusal["signals"], refusal["weights"], refusal["bias"], QUESTION_SIGNALS
             )
+            floors = tuple(
+                (QUESTION_SIGNALS.index(name), float(value))
+                for name, value in refusal.get("floors", {}).items()
+            )
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
         reads = "reader" in data["signals"] or "best_reader" in refusal["signals"]
-        return cls(unit, judge, float(refusal["threshold"]), reads)
+        return cls(unit, judge, float(refusal["threshold"]), reads, floors)
+
+
+def below_floor(signals: NDArray[np.float64], at: int, floor: float) -> bool:
+    """Whether a question's signals (``QUESTION_SIGNALS``) fall below the ``floor`` of
+    column ``at``; the re-ranker's best score has none when the sources bear no score."""
+    if at == _QUESTION_AT["rerank_top"] and signals[_QUESTION_AT["rerank_missing"]]:
+        return False
+    return bool(signals[at] < floor)
 
 
 #: the model fitted with the reader's signals, and the one for an answerer without a reader
