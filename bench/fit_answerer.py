@@ -45,10 +45,12 @@ DROPPED_QUESTION = ("best_reader",)
 #: the question signals the refusal also keeps a floor on: the least value an answerable
 #: development question had. A question whose best unit is further in meaning from it than
 #: any answerable question's ("What is the capital of Australia?" against a sentence on duck
-#: species that names Australia), or whose best source the re-ranker scores lower, is
-#: refused whatever the logistic refusal says: it weighs a high lexical share against a low
-#: similarity, where no answerable question had that low a similarity
-FLOORED = ("best_semantic", "rerank_top")
+#: species that names Australia) is refused whatever the logistic refusal says: it weighs a
+#: high lexical share against a low similarity, where no answerable question had that low a
+#: similarity. A floor on the re-ranker's best score (``--floor rerank_top``) refused more
+#: off-topic questions on dev but one answerable one more, and the re-ranker scores table-only
+#: documents low (its reader read no table): not kept
+FLOORED = ("best_semantic",)
 
 
 def answerable_questions(data: Any) -> set[str]:
@@ -235,8 +237,12 @@ def main() -> int:
         "recipe's DROPPED_QUESTION)",
     )  # fmt: skip
     parser.add_argument(
-        "--no-floors", dest="floors", action="store_const", const=(), default=FLOORED,
-        help=f"fit the refusal without its floors (on {', '.join(FLOORED)})",
+        "--floor", dest="floors", action="append", choices=answerer.QUESTION_SIGNALS,
+        help=f"keep a floor on this question signal (repeatable; default: {', '.join(FLOORED)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-floors", dest="floors", action="store_const", const=[],
+        help="fit the refusal without floors",
     )  # fmt: skip
     parser.add_argument(
         "--cross-fit", type=Path, metavar="DIR",
@@ -247,6 +253,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.drop is None:
         args.drop = [] if args.all_signals else list(DROPPED)
+    if args.floors is None:
+        args.floors = list(FLOORED)
     if args.drop_question is None:
         args.drop_question = [] if args.all_signals else list(DROPPED_QUESTION)
     data = np.load(args.signals)
