@@ -14,8 +14,10 @@ order; the best sentence brings the next one of its paragraph (an answer is a pa
 sentence goes on with the next when that one refers back to it, and a sentence a line break
 cut is completed. A second fitted model decides whether the sources answer the question at
 all (``QUESTION_SIGNALS``: how well the best unit answers, how close anything comes, the
-question's terms and names no source holds, the re-ranker's best score): when they do not,
-the answer says so plainly. Deterministic, so everything runs and is testable offline.
+question's terms and names no source holds, the re-ranker's best score), under a floor: no
+best unit further in meaning from the question than any answerable development question's
+was. When they do not answer, the answer says so plainly. Deterministic, so everything runs
+and is testable offline.
 """
 
 from __future__ import annotations
