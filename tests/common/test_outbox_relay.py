@@ -11,6 +11,7 @@ of the test's own, with no stream declared, answers every publish "no response f
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -190,3 +191,17 @@ async def test_a_row_that_fails_for_another_reason_keeps_its_backoff(
         "SELECT next_attempt_at > now() FROM outbox WHERE id = $1", poison
     )
     assert waiting is True
+
+
+async def test_the_relay_ends_when_cancelled_as_a_notify_wakes_it(relay: OutboxRelay) -> None:
+    """A service stopping while a handler's NOTIFY wakes the relay: cancelled as its wake-up
+    event is set, the relay ends (it waited with ``asyncio.wait_for``, which swallowed that
+    cancellation before Python 3.12, and the service's shutdown then waited on it for ever)."""
+    await ensure_streams(relay.broker.config.connection_state.stream, replicas=1)
+    task = asyncio.create_task(relay.run())
+    await asyncio.sleep(0.5)  # past its first pass, waiting for a wake-up or the next poll
+    relay._wake.set()
+    task.cancel()
+    async with asyncio.timeout(3):
+        await asyncio.gather(task, return_exceptions=True)
+    assert task.cancelled()

@@ -194,8 +194,11 @@ class OutboxRelay:
                     else self.poll_s
                 )
                 self._wake.clear()
+                # not asyncio.wait_for: before Python 3.12 it swallows a cancellation that
+                # comes as the event is set (a NOTIFY at shutdown), and the relay ran on
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)

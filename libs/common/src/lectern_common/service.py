@@ -80,9 +80,20 @@ class ServiceState:
         """Cancel every loop ``spawn`` started and wait for each to end."""
         tasks = list(self.background.values())
         self.background.clear()
-        for task in tasks:
+        await cancel_and_wait(tasks)
+
+
+async def cancel_and_wait(tasks: Sequence[asyncio.Task[Any]], *, again_s: float = 1.0) -> None:
+    """Cancel ``tasks`` and wait for each to end. A task still running ``again_s`` later has
+    swallowed its cancellation (``asyncio.wait_for`` before Python 3.12 returns the result of
+    a future that completed as it was cancelled) and is cancelled again, rather than the
+    shutdown waiting for it for ever."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        _, pending = await asyncio.wait(pending, timeout=again_s)
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 Hook = Callable[[ServiceState], Awaitable[None]]
@@ -243,9 +254,7 @@ async def _shut_down(
     """The shutdown half: stop taking work, end the loops, drain the broker, close pools."""
     state.accepting = False
     await state.stop_background()
-    for task in loops:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    await cancel_and_wait(loops)
     try:
         await state.broker.stop()
     except Exception as exc:  # NATS unreachable: nothing left to drain

@@ -761,8 +761,9 @@ async def _event_stream(
             yield final
             return
         while True:
-            try:
-                subject, data = await asyncio.wait_for(queue.get(), timeout=STATUS_POLL_S)
+            try:  # asyncio.timeout, not wait_for: see ``OutboxRelay.run``
+                async with asyncio.timeout(STATUS_POLL_S):
+                    subject, data = await queue.get()
             except TimeoutError:
                 view = document_view(await _load(pool, principal, document_id))
                 final = _final_event(view)

@@ -178,10 +178,10 @@ class DeliveryWorker:
                 except Exception:
                     log.exception("webhook deliveries failed; retrying next interval")
                 if claimed < self.settings.webhook_concurrency and not self.stopping:
+                    # asyncio.timeout, not wait_for: see ``OutboxRelay.run``
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(
-                            self.wake.wait(), self.settings.webhook_poll_interval_s
-                        )
+                        async with asyncio.timeout(self.settings.webhook_poll_interval_s):
+                            await self.wake.wait()
                     self.wake.clear()
 
     async def send_due(self, client: httpx.AsyncClient) -> int:
