@@ -13,8 +13,9 @@ is written to ``lectern_common/answerer_model.json`` with its cross-validated fi
 (or ``make fit-answerer RUN=RUN.json``). By default it fits the shipped recipe: the unit
 model without the signals the seventeenth session's ablation dropped (``DROPPED``: with the
 reader in place they lowered the cross-fitted figures), the refusal without the reader's best
-logit (``DROPPED_QUESTION``: it lowered the cross-fitted off-topic refusal), C = 1.
-``--all-signals`` fits every signal instead, ``--c`` searches other penalties.
+logit (``DROPPED_QUESTION``: it lowered the cross-fitted off-topic refusal) and with a floor
+on the best unit's similarity (``FLOORED``), C = 1. ``--all-signals`` fits every signal
+instead, ``--c`` searches other penalties, ``--floor``/``--no-floors`` choose the floors.
 """
 
 from __future__ import annotations
