@@ -126,7 +126,7 @@ def _floors(
     out = {}
     for name in names:
         at = answerer.QUESTION_SIGNALS.index(name)
-        has = np.asarray([answerer.below_floor(row, at, np.inf) for row in qfull])
+        has = np.asarray([answerer.has_signal(row, at) for row in qfull])
         values = qfull[(qy == 1) & has, at]
         if len(values):
             out[name] = float(values.min())
@@ -136,7 +136,7 @@ def _floors(
 def _below(qfull: NDArray[np.float64], floors: dict[str, float]) -> NDArray[np.bool_]:
     """Whether each question (a row of all ``QUESTION_SIGNALS``) is below a floor."""
     at = [(answerer.QUESTION_SIGNALS.index(n), value) for n, value in floors.items()]
-    return np.asarray([any(answerer.below_floor(row, i, v) for i, v in at) for row in qfull])
+    return np.asarray([answerer.below_floors(row, at) for row in qfull])
 
 
 def _question_matrix(

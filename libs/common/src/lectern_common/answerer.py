@@ -772,7 +772,7 @@ class AnswerModel:
 
     def answers(self, signals: NDArray[np.float64]) -> bool:
         """Whether the question's signals say the sources answer it."""
-        if any(below_floor(signals, at, floor) for at, floor in self.floors):
+        if below_floors(signals, self.floors):
             return False
         if self.refusal is None:
             return True
@@ -800,12 +800,16 @@ class AnswerModel:
         return cls(unit, judge, float(refusal["threshold"]), reads, floors)
 
 
-def below_floor(signals: NDArray[np.float64], at: int, floor: float) -> bool:
-    """Whether a question's signals (``QUESTION_SIGNALS``) fall below the ``floor`` of
-    column ``at``; the re-ranker's best score has none when the sources bear no score."""
-    if at == _QUESTION_AT["rerank_top"] and signals[_QUESTION_AT["rerank_missing"]]:
-        return False
-    return bool(signals[at] < floor)
+def has_signal(signals: NDArray[np.float64], at: int) -> bool:
+    """Whether a question's signals (``QUESTION_SIGNALS``) hold a value in column ``at``: the
+    re-ranker's best score has none when the sources bear no score."""
+    return not (at == _QUESTION_AT["rerank_top"] and signals[_QUESTION_AT["rerank_missing"]])
+
+
+def below_floors(signals: NDArray[np.float64], floors: Iterable[tuple[int, float]]) -> bool:
+    """Whether a question's signals fall below one of ``floors`` ((column, least value)
+    pairs) in a column they hold a value in."""
+    return any(has_signal(signals, at) and signals[at] < floor for at, floor in floors)
 
 
 #: the model fitted with the reader's signals, and the one for an answerer without a reader
