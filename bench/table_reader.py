@@ -17,6 +17,8 @@ without any development question in the training:
    of question is printed beside.
 
     python bench/table_reader.py --json RUN.json [--tables 1200 --replay 2000 --lr 1e-5]
+    python bench/table_reader.py --json RUN.json --reader WORK/final   # a reader trained
+    # with the tables from the start: train_reader.py train --tables 3000 --work WORK
 
 About 13 minutes on 2 cores. Development figures only: the test split is never read here.
 """
@@ -66,12 +68,6 @@ def tune(args: argparse.Namespace, items: list[dict[str, Any]]) -> dict[str, dic
         sys.exit(f"no float reader in {final}: run `make train-reader` first")
     started = time.monotonic()
     rng = random.Random(args.seed)
-    tables = table_data.table_groups(
-        args.seed, args.tables, absent_column=args.absent_column, absent_label=args.absent_label
-    )
-    replay = [g for g in reading_data.training_groups(args.seed) if g.kind == "sentence"]
-    rng.shuffle(replay)
-    replay = replay[: args.replay]
     torch.set_num_threads(2)
     torch.manual_seed(args.seed)
     tokenizer = AutoTokenizer.from_pretrained(final, local_files_only=True)
@@ -99,6 +95,21 @@ def tune(args: argparse.Namespace, items: list[dict[str, Any]]) -> dict[str, dic
     units = [(i["question"], t) for i in items for t in i["read"]]
     untuned = load()
     base = score(untuned, units)
+
+    def keyed(logits: dict[tuple[str, str], float]) -> dict[str, float]:
+        return {f"sentence\x1f{q}\x1f{t}": v for (q, t), v in logits.items()}
+
+    if args.reader is not None:  # a reader trained elsewhere, in place of the fine-tune
+        other = AutoModelForSequenceClassification.from_pretrained(
+            args.reader, num_labels=1, local_files_only=True
+        )
+        return {"base": keyed(base), "tuned": keyed(score(other, units))}
+    tables = table_data.table_groups(
+        args.seed, args.tables, absent_column=args.absent_column, absent_label=args.absent_label
+    )
+    replay = [g for g in reading_data.training_groups(args.seed) if g.kind == "sentence"]
+    rng.shuffle(replay)
+    replay = replay[: args.replay]
     teacher = score(untuned, [(g.question, t) for g in replay for t in g.texts])
     del untuned
     model = load()
@@ -125,10 +136,6 @@ def tune(args: argparse.Namespace, items: list[dict[str, Any]]) -> dict[str, dic
         if step % 100 == 0:
             print(f"step {step}/{len(plan)} ({time.monotonic() - started:.0f} s)", flush=True)
     tuned = score(model, units)
-
-    def keyed(logits: dict[tuple[str, str], float]) -> dict[str, float]:
-        return {f"sentence\x1f{q}\x1f{t}": v for (q, t), v in logits.items()}
-
     return {"base": keyed(base), "tuned": keyed(tuned)}
 
 
@@ -163,6 +170,11 @@ def main() -> int:
     parser.add_argument("--absent-label", type=float, default=0.05)
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument(
+        "--reader", type=Path,
+        help="score with this float reader (e.g. `train_reader.py train --tables N --work DIR`"
+        "'s DIR/final) as the tuned one, instead of fine-tuning",
+    )  # fmt: skip
     parser.add_argument("--work", type=Path, default=DEFAULT_WORK)
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/lectern-table-reader"))
     args = parser.parse_args()

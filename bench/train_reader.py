@@ -188,6 +188,10 @@ def train(args: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     groups = reading_data.training_groups(args.seed)
+    if args.tables:  # generated table groups beside the reading sets (not the shipped run)
+        import table_data
+
+        groups += table_data.table_groups(args.seed, args.tables)
     plan = batches(groups, args.seed, args.epochs)
     if args.limit:
         plan = plan[: args.limit]
@@ -251,7 +255,8 @@ def train(args: argparse.Namespace) -> None:
 
 
 def _plan_key(args: argparse.Namespace, steps: int) -> str:
-    return f"seed={args.seed} epochs={args.epochs} steps={steps} lr={args.lr}"
+    tables = f" tables={args.tables}" if args.tables else ""
+    return f"seed={args.seed} epochs={args.epochs} steps={steps} lr={args.lr}{tables}"
 
 
 def _checkpoint(
@@ -344,6 +349,10 @@ def main() -> int:
     run.add_argument("--every", type=int, default=200, help="steps between checkpoints")
     run.add_argument("--limit", type=int, default=0, help="only the first N steps (a trial)")
     run.add_argument("--fresh", action="store_true", help="forget earlier checkpoints")
+    run.add_argument(
+        "--tables", type=int, default=0,
+        help="also N generated table groups (bench/table_data.py; the shipped run has none)",
+    )  # fmt: skip
     run.add_argument("--float32", action="store_true", help="no bfloat16 autocast")
     run.add_argument("--no-progress", dest="progress", action="store_false")
     out = commands.add_parser("export", help="ONNX export of the trained folder")
