@@ -130,6 +130,24 @@ def _groups_of(item: dict[str, Any], rng: random.Random) -> list[Group]:
     return [Group(item["question"], answers + negatives, labels, "sentence", "dev")]
 
 
+def read_pairs(model: Any, tokenizer: Any, pairs: list[tuple[str, str]]) -> list[float]:
+    """A float reader's logit of each (question, sentence) pair, 64 at a time in bfloat16."""
+    import torch
+
+    model.eval()
+    out: list[float] = []
+    with torch.no_grad():
+        for start in range(0, len(pairs), 64):
+            chunk = pairs[start : start + 64]
+            encoded = tokenizer(
+                [q for q, _ in chunk], [t for _, t in chunk], truncation="longest_first",
+                max_length=128, padding=True, return_tensors="pt",
+            )  # fmt: skip
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out += [float(v) for v in model(**encoded).logits.squeeze(-1).float().tolist()]
+    return out
+
+
 def train_folds(
     items: list[dict[str, Any]], *, folds: int, epochs: int, lr: float, work: Path
 ) -> dict[str, dict[str, float]]:
@@ -150,21 +168,9 @@ def train_folds(
             final, num_labels=1, local_files_only=True
         )
 
-    @torch.no_grad()
     def score(model: Any, pairs: list[tuple[str, str]]) -> dict[str, float]:
-        model.eval()
-        out: dict[str, float] = {}
-        for start in range(0, len(pairs), 64):
-            chunk = pairs[start : start + 64]
-            encoded = tokenizer(
-                [q for q, _ in chunk], [t for _, t in chunk], truncation="longest_first",
-                max_length=128, padding=True, return_tensors="pt",
-            )  # fmt: skip
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                logits = model(**encoded).logits.squeeze(-1).float().tolist()
-            for (q, t), value in zip(chunk, logits, strict=True):
-                out[f"sentence\x1f{q}\x1f{t}"] = float(value)
-        return out
+        logits = read_pairs(model, tokenizer, pairs)
+        return {f"sentence\x1f{q}\x1f{t}": v for (q, t), v in zip(pairs, logits, strict=True)}
 
     started = time.monotonic()
     pairs = [(i["question"], t) for i in items for t in i["read"]]

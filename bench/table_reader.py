@@ -37,9 +37,9 @@ from typing import Any
 
 import reading_data
 import table_data
-from dev_reader import collect, measure
+from dev_reader import collect, measure, read_pairs
 from reading_data import Group
-from train_reader import DEFAULT_WORK, MAX_LENGTH, _encode, loss_of, optimiser
+from train_reader import DEFAULT_WORK, _encode, loss_of, optimiser
 
 from lectern_eval.answer_set import load_set
 
@@ -77,20 +77,8 @@ def tune(args: argparse.Namespace, items: list[dict[str, Any]]) -> dict[str, dic
             final, num_labels=1, local_files_only=True
         )
 
-    @torch.no_grad()
     def score(model: Any, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], float]:
-        model.eval()
-        out: dict[tuple[str, str], float] = {}
-        for start in range(0, len(pairs), 64):
-            chunk = pairs[start : start + 64]
-            encoded = tokenizer(
-                [q for q, _ in chunk], [t for _, t in chunk], truncation="longest_first",
-                max_length=MAX_LENGTH["sentence"], padding=True, return_tensors="pt",
-            )  # fmt: skip
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                logits = model(**encoded).logits.squeeze(-1).float().tolist()
-            out.update(zip(chunk, (float(v) for v in logits), strict=True))
-        return out
+        return dict(zip(pairs, read_pairs(model, tokenizer, pairs), strict=True))
 
     units = [(i["question"], t) for i in items for t in i["read"]]
     untuned = load()
