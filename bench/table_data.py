@@ -15,8 +15,9 @@ student asks of a table:
 - a cell by two keys, the row's label and another cell ("... X in Y?"), against rows that
   share one of them;
 - a row by a value it holds ("Which company has 412 employees?");
-- and questions the table does not answer: a column it lacks, a label no row holds (every
-  row a negative).
+- and questions the table does not answer (every row a negative): a label no row holds, and,
+  off by default, a column it lacks (real headers are terse, "No. Of" for employees, and a
+  reader taught that the question's noun must be a header scored such rows lower still).
 
 Every other row of the table is a candidate against the answering one: rows share their
 headers, so only reading the label and the column tells them apart. Nothing here is taken
