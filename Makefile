@@ -60,17 +60,24 @@ system-deps: ## Tesseract (OCR) and Chromium (browser tests) from Debian's packa
 	    tesseract-ocr tesseract-ocr-eng chromium >/dev/null; \
 	else echo "system-deps: missing$$missing (not root: OCR and browser tests will skip)"; fi
 
-# the lint (a minute of mypy on a fresh clone, one core) runs beside the suite, which leaves
-# a core mostly idle; at the lowest CPU priority, so that it takes only what the suite leaves
-# (the stacks' start-ups use both cores); its output follows the suite's, and either failing
-# fails the target
+# The suite runs in PYTEST_WORKERS processes (pytest-xdist), a test file to a worker, each
+# worker with embedded NATS and Postgres of its own: most tests wait on servers and processes,
+# so one process left a core mostly idle (14 minutes against 8). schemathesis gives its
+# generated tests one node id, which xdist's file scheduling folds into one test, so the
+# OpenAPI fuzz file runs after, in one process. The lint (a minute of mypy on a fresh clone)
+# runs beside, at the lowest CPU priority, so that it takes only what the suite leaves; its
+# output follows the suite's, and any of them failing fails the target
+PYTEST_WORKERS ?= 2
+FUZZ_TESTS := tests/gateway/test_openapi_fuzz.py
 test: install system-deps ## Install, lint, and run the whole test suite against real NATS + Postgres
 	@nice -n 19 $(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
-	$(VENV)/bin/pytest; tests=$$?; \
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile --ignore=$(FUZZ_TESTS); tests=$$?; \
+	echo "--- the OpenAPI fuzz tests, in one process"; \
+	$(VENV)/bin/pytest --durations=5 $(FUZZ_TESTS); fuzzed=$$?; \
 	wait $$lint; linted=$$?; \
 	echo "--- make lint (ran beside the tests)"; cat $(VENV)/lint.log; \
 	if [ $$linted -ne 0 ]; then echo "make lint failed"; fi; \
-	exit $$(( tests != 0 || linted != 0 ))
+	exit $$(( tests != 0 || fuzzed != 0 || linted != 0 ))
 
 fuzz: install ## The deep schemathesis run over every route (300 examples each; docs/reliability.md)
 	LECTERN_FUZZ_EXAMPLES=300 $(VENV)/bin/pytest -q -s tests/gateway/test_openapi_fuzz.py
@@ -79,7 +86,8 @@ chaos: install ## The long fault run: the cluster stack's NATS leader killed 8 t
 	LECTERN_CHAOS_ROUNDS=8 $(VENV)/bin/pytest -q -s tests/e2e/test_cluster_stack.py tests/gateway/test_chat_takeover.py tests/common/test_read_replica.py
 
 test-fast: install ## The suite without slow and e2e tests
-	$(VENV)/bin/pytest -m "not slow and not e2e"
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow and not e2e" --ignore=$(FUZZ_TESTS)
+	$(VENV)/bin/pytest --durations=5 -m "not slow and not e2e" $(FUZZ_TESTS)
 
 asyncapi: install ## Regenerate docs/asyncapi.yaml and docs/openapi.json from the code
 	$(PY) -m lectern_common.asyncapi > docs/asyncapi.yaml
