@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from pydantic import SecretStr
 
 from lectern_common.errors import ConfigurationError
+from lectern_common.runtime.children import probe_ready
 from lectern_common.runtime.nats import free_port
 from lectern_common.runtime.supervisor import (
     GATEWAY_WORKER,
@@ -262,3 +265,23 @@ def test_a_gateway_worker_runs_beside_each_gateway(
                            report=lambda m: None)  # fmt: skip
     measuring._add_children()
     assert list(measuring.children) == list(SERVICES)
+
+
+def test_another_protocol_on_a_childs_port_is_not_ready() -> None:
+    """A NATS server that took the port a service was given answers the readiness probe with
+    its INFO line: the supervisor reads "not ready" rather than crashing."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def speak_nats() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.sendall(b'INFO {"server_id":"N","jetstream":true}\r\n')
+                connection.recv(1024)
+
+        thread = threading.Thread(target=speak_nats, daemon=True)
+        thread.start()
+        port = listener.getsockname()[1]
+        assert probe_ready(f"http://127.0.0.1:{port}", timeout=2.0) == (False, {})
+        thread.join(5)

@@ -5,6 +5,8 @@ import json
 import os
 import pwd
 import socket
+import subprocess
+import sys
 import urllib.request
 import uuid
 from pathlib import Path
@@ -97,3 +99,28 @@ def test_free_ports_handed_out_in_a_row_are_all_different() -> None:
 
     ports = [free_port() for _ in range(1000)]  # without the memory: ~18 repeats
     assert len(set(ports)) == len(ports)
+
+
+def test_free_ports_are_drawn_below_the_kernels_ephemeral_range() -> None:
+    # another process binding port 0 (or the kernel, for an outgoing connection) never gets a
+    # port handed out here before its server binds it
+    from lectern_common.runtime.nats import _ephemeral_low, free_port
+
+    low = _ephemeral_low()
+    ports = [free_port() for _ in range(50)]
+    assert all(15000 <= port < low for port in ports), ports
+
+
+def test_free_ports_of_two_processes_seeded_alike_differ() -> None:
+    # Hypothesis seeds `random` per example: two test processes must still not draw alike
+    draw = (
+        "import random; random.seed(0); from lectern_common.runtime.nats import free_port; "
+        "print(' '.join(str(free_port()) for _ in range(20)))"
+    )
+    first, second = (
+        set(subprocess.run([sys.executable, "-c", draw], capture_output=True, text=True,
+                           check=True).stdout.split())
+        for _ in range(2)
+    )  # fmt: skip
+    assert len(first) == len(second) == 20
+    assert len(first & second) <= 1, first & second

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 import time
 import uuid
@@ -30,6 +29,7 @@ from lectern_testing.chat import (
 )
 
 from lectern_common.events import Subjects
+from lectern_common.runtime.nats import free_port
 from lectern_gateway.chat.generation import Piece, TextDelta
 from lectern_gateway.chat.prompt import Prompt
 from lectern_gateway.chat.sse import parse_event
@@ -290,13 +290,6 @@ async def test_a_turn_whose_replica_is_alive_is_followed_not_taken_over(
     ) == 1  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 async def test_a_gateway_process_sigkilled_mid_answer_is_taken_over(
     replicas: tuple[Gateway, Gateway],
     client: httpx.AsyncClient,
@@ -309,7 +302,7 @@ async def test_a_gateway_process_sigkilled_mid_answer_is_taken_over(
     it holds the answer back (the free plan's delay past its soft limit)."""
     _, b = replicas
     await seed_document(db_pool, tenant_id=tenant_id)
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "LECTERN_NATS_URL": nats_url,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import http.client
 import json
 import os
 import signal
@@ -97,13 +98,14 @@ class Child:
 
 
 def probe_ready(url: str, *, timeout: float) -> tuple[bool, dict[str, str]]:
-    """GET ``url/readyz``: whether it answered 200, and its checks."""
+    """GET ``url/readyz``: whether it answered 200, and its checks. Whatever else answers on
+    the port (nothing, or another server's protocol) is not ready."""
     try:
         with urllib.request.urlopen(f"{url}/readyz", timeout=timeout) as response:  # noqa: S310
             return response.status == 200, readiness_checks(response)
     except urllib.error.HTTPError as exc:
         return False, readiness_checks(exc)
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return False, {}
 
 

@@ -4,6 +4,7 @@ a cluster of three of them on one machine (``EmbeddedNatsCluster``)."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import socket
 import subprocess
@@ -34,17 +35,46 @@ def nats_server_binary() -> Path:
 
 #: the ports ``free_port`` handed out last in this process
 _HANDED_OUT: deque[int] = deque(maxlen=4096)
+#: drawn from the operating system, so that no seeding of ``random`` (Hypothesis seeds it per
+#: example) makes two processes draw the same ports
+_RANDOM = random.SystemRandom()
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now, and none this process handed out lately: the
-    kernel may give two binds in a row the same ephemeral port, and the caller of the first has
-    usually not bound it yet (a test's `lectern up` once got, for NATS, the port it had just
-    chosen for a service, and the supervisor's readiness probe read NATS's INFO line)."""
-    for _ in range(100):
+def _ephemeral_low(default: int = 32768) -> int:
+    """The bottom of the kernel's ephemeral port range (Linux; ``default`` elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1", *, lowest: int = 15000) -> int:
+    """A TCP port free on ``host`` right now, drawn at random between ``lowest`` and the bottom
+    of the kernel's ephemeral range, and none this process handed out lately. A port is handed
+    out before its server binds it, so two choosers must not tend to the same one: the kernel's
+    own choice (binding port 0) gives two binds in a row the same port, across processes too (a
+    test's `lectern up` once put NATS on the port the test had just chosen for the gateway, and
+    the supervisor's readiness probe read NATS's INFO line). Below the ephemeral range the
+    kernel gives no port to outgoing connections or to other programs binding port 0."""
+    highest = _ephemeral_low() - 1
+    for _ in range(200 if highest > lowest else 0):
+        port = _RANDOM.randint(lowest, highest)
+        if port not in _HANDED_OUT and _bindable(host, port):
+            _HANDED_OUT.append(port)
+            return port
+    for _ in range(100):  # the range is full or empty: the kernel's choice
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind((host, 0))
-            port: int = sock.getsockname()[1]
+            port = sock.getsockname()[1]
         if port not in _HANDED_OUT:
             break
     _HANDED_OUT.append(port)
