@@ -9,7 +9,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -18,18 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from lectern_common.runtime.nats import free_port
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether ``host:port`` can be bound right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
+from lectern_common.runtime.nats import free_port, port_is_free
 
 
 def preferred_or_free_port(preferred: int, host: str = "127.0.0.1") -> int:

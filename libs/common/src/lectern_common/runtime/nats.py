@@ -48,8 +48,10 @@ def _ephemeral_low(default: int = 32768) -> int:
         return default
 
 
-def _bindable(host: str, port: int) -> bool:
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``host:port`` can be bound right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -68,7 +70,7 @@ def free_port(host: str = "127.0.0.1", *, lowest: int = 15000) -> int:
     highest = _ephemeral_low() - 1
     for _ in range(200 if highest > lowest else 0):
         port = _RANDOM.randint(lowest, highest)
-        if port not in _HANDED_OUT and _bindable(host, port):
+        if port not in _HANDED_OUT and port_is_free(port, host):
             _HANDED_OUT.append(port)
             return port
     for _ in range(100):  # the range is full or empty: the kernel's choice

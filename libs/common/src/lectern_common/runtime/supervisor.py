@@ -45,11 +45,10 @@ from lectern_common.runtime.children import (
     Child,
     die_with_parent,
     log_tail,
-    port_is_free,
     preferred_or_free_port,
     probe_ready,
 )
-from lectern_common.runtime.nats import EmbeddedNats, EmbeddedNatsCluster, free_port
+from lectern_common.runtime.nats import EmbeddedNats, EmbeddedNatsCluster, free_port, port_is_free
 from lectern_common.runtime.postgres import DEFAULT_ROOT_ACCOUNT, EmbeddedPostgres, EmbeddedReplica
 from lectern_common.runtime.state import (
     STATE_FILE,
