@@ -123,6 +123,19 @@ def test_fallback_to_the_bi_encoder(configured: str | None, minilm: LocalEmbedde
     assert scorer.name == "bi-encoder"
 
 
+@pytest.mark.parametrize("value", ["none", "None", " NONE "])
+def test_none_switches_the_reader_off(
+    value: str, minilm: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``none`` means the bi-encoder, from a variable too; an empty variable is unset (the
+    settings ignore empty variables), so it cannot say it."""
+    monkeypatch.setenv("LECTERN_RERANKER_CROSS_ENCODER_MODEL", value)
+    assert Settings().cross_encoder_model is None
+    assert isinstance(load_scorer(Settings(), embedder=minilm), BiEncoderScorer)
+    monkeypatch.setenv("LECTERN_RERANKER_CROSS_ENCODER_MODEL", "")
+    assert Settings().cross_encoder_model == "lectern-reader"
+
+
 async def test_bi_encoder_scores_relevance(minilm: LocalEmbedder) -> None:
     scorer = BiEncoderScorer(minilm)
     scores = await scorer.score("How does insulin control blood sugar?", PASSAGES)

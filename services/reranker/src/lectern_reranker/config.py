@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from lectern_common.onnx_models import default_cache_dir
@@ -27,6 +27,11 @@ _B = BandThresholds()
 _C = ConfidenceWeights()
 
 
+#: the value of ``cross_encoder_model`` that means no cross-encoder (the bi-encoder scores):
+#: an empty variable cannot say it, since settings read an empty variable as unset
+NO_CROSS_ENCODER = "none"
+
+
 class Settings(ServiceHttpSettings):
     """Re-ranker settings."""
 
@@ -38,7 +43,7 @@ class Settings(ServiceHttpSettings):
     cross_encoder_model: str | None = Field(
         default=PACKAGED_NAME,
         description=f"{PACKAGED_NAME!r}: the reader shipped with Lectern; else a CrossEncoder "
-        "model name (in the local HF cache) or path; empty: the bi-encoder",
+        f"model name (in the local HF cache) or path; {NO_CROSS_ENCODER!r}: the bi-encoder",
     )
     cross_encoder_max_length: int | None = Field(
         default=192, ge=16,
@@ -50,6 +55,12 @@ class Settings(ServiceHttpSettings):
         description="candidates (first of the fused order) the cross-encoder reads; the others "
         "follow them in the fused order (unset: all)",
     )  # fmt: skip
+    cross_encoder_window: bool = Field(
+        default=False,
+        description="the cross-encoder reads each candidate's reading window (its first line "
+        "and the sentences around the question's terms, sized to the max length) rather than "
+        "its opening",
+    )
     cross_encoder_batch_size: int = Field(default=32, ge=1)
     cross_encoder_backend: Literal["onnx", "torch"] = Field(
         default="onnx",
@@ -115,6 +126,14 @@ class Settings(ServiceHttpSettings):
     )
     lexical_scale: float = Field(default=LEXICAL_CALIBRATION.scale, gt=0.0)
 
+    @field_validator("cross_encoder_model")
+    @classmethod
+    def _no_cross_encoder(cls, value: str | None) -> str | None:
+        """``none`` (any case) and an explicit empty value mean the bi-encoder."""
+        if value is None or value.strip().lower() in {"", NO_CROSS_ENCODER}:
+            return None
+        return value
+
     def rerank_config(self) -> RerankConfig:
         """The pipeline's tuning from these settings."""
         return RerankConfig(
@@ -144,4 +163,5 @@ class Settings(ServiceHttpSettings):
                 "bi-encoder": self.bi_encoder_sentence_match, "cross-encoder": 0.0
             },
             cross_encoder_candidates=self.cross_encoder_candidates,
+            reading_window=self.cross_encoder_window,
         )  # fmt: skip
