@@ -13,11 +13,19 @@ reports, from that one run:
 - each service's RSS after warm-up and at the end, its growth, and restarts;
 - ERROR lines in the services' logs.
 
+- CPU seconds a turn of each service (and of NATS and Postgres), over the load after the
+  warm-up: what a turn costs, which throughput alone hides on a machine with idle cores.
+
 It exits non-zero when an invariant breaks: an error turn, a lost or stuck upload, a
-missing message, a restart, or a service whose RSS grew more than ``--max-growth`` after
-warm-up. The figures go to docs/reliability.md.
+missing message, a restart, a service whose RSS grew more than ``--max-growth`` after
+warm-up, or an ERROR line in a service's log (each is printed). It also judges speed: the
+last accepted run's figures are kept in docs/benchmarks.md (``--accept`` keeps a run whose
+verdict is OK); every run prints its ratios to them, and fails when its turns a second fall
+below 0.8 of the accepted run's (same number of chats) or, at the default 20 chats, its
+first token p95 exceeds 1.5 s.
 
     make soak                       # 20 chats, 5 minutes
+    .venv/bin/python bench/soak.py --accept   # and keep it as the accepted run
     .venv/bin/python bench/soak.py --duration 60 --chats 5
 """
 
@@ -28,7 +36,9 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +74,16 @@ WORDS = (
     "volume density molecule atom electron reaction acid base salt solution crystal rock soil"
 ).split()
 FINAL = {"indexed", "failed", "duplicate"}
+ROOT = Path(__file__).resolve().parents[1]
+#: where the last accepted run's figures are kept (``--accept`` writes them)
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- soak-accepted-begin -->", "<!-- soak-accepted-end -->"
+ACCEPTED = re.compile(r"<!-- soak-accepted (\{.*?\}) -->")
+#: a run below this share of the accepted run's turns a second has lost throughput
+MIN_THROUGHPUT_RATIO = 0.8
+#: first token p95 a run of the default 20 chats must keep (the throughput issue's target)
+MAX_FIRST_TOKEN_P95_S = 1.5
+DEFAULT_CHATS = 20
 
 
 @dataclass
@@ -86,6 +106,8 @@ class Soak:
     uploads: dict[str, str] = field(default_factory=dict)  # id -> "valid" | "broken"
     upload_errors: list[str] = field(default_factory=list)
     rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds under load
+    cpu_turns: int = 0  # turns that ended inside the CPU window
 
 
 def _token(secret: str, tenant: str, user: str, role: str) -> str:
@@ -184,6 +206,43 @@ async def _sampler(pids: dict[str, int], until: float, soak: Soak, started: floa
         await asyncio.sleep(5.0)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """A process's CPU seconds (user + system), with its live and reaped children's: Postgres
+    serves each connection from a child of the postmaster."""
+    try:
+        process = psutil.Process(pid)
+        times = process.cpu_times()
+        total = times.user + times.system + times.children_user + times.children_system
+        for child in process.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child_times = child.cpu_times()
+                total += child_times.user + child_times.system
+        return total
+    except psutil.Error:
+        return 0.0
+
+
+def _stack_pids(state: dict[str, Any]) -> dict[str, int]:
+    """Every process of the stack whose CPU a turn costs: the services, NATS and Postgres."""
+    pids = {name: int(info["pid"]) for name, info in state.get("services", {}).items()
+            if info.get("pid")}  # fmt: skip
+    for server in ("nats", "postgres"):
+        if state.get(server, {}).get("pid"):
+            pids[server] = int(state[server]["pid"])
+    return pids
+
+
+async def _cpu_window(pids: dict[str, int], start_s: float, until: float, soak: Soak) -> None:
+    """CPU seconds of each process from ``start_s`` after the load began until it ends: the
+    window skips the warm-up, and its turns are counted by when they ended."""
+    await asyncio.sleep(start_s)
+    before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
+    turns_before = len(soak.turns)
+    await asyncio.sleep(max(0.0, until - time.monotonic()))
+    soak.cpu_s = {name: _cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    soak.cpu_turns = len(soak.turns) - turns_before
+
+
 def _form(fields: list[tuple[str, str]]) -> dict[str, list[str]]:
     form: dict[str, list[str]] = {}
     for name, value in fields:
@@ -226,6 +285,7 @@ async def _run(url: str, secret: str, data_dir: Path, args: argparse.Namespace) 
 
         state = read_state(data_dir) or {}
         pids = {name: int(info["pid"]) for name, info in state.get("services", {}).items()}
+        cpu_pids = _stack_pids(state)
         started = time.monotonic()
         until = started + args.duration
         print(f"soak: {args.chats} chats + an upload every {args.upload_every} s for "
@@ -234,6 +294,7 @@ async def _run(url: str, secret: str, data_dir: Path, args: argparse.Namespace) 
             *(_chatter(url, secret, tenant, w, until, soak) for w in range(args.chats)),
             _uploader(teacher, args.upload_every, until, soak, seed=args.seed),
             _sampler(pids, until + 1, soak, started),
+            _cpu_window(cpu_pids, min(args.warmup, args.duration / 6), until, soak),
         )
         elapsed = time.monotonic() - started
         # every upload must reach an outcome: give ingest time to drain its queue
@@ -257,6 +318,23 @@ async def _run(url: str, secret: str, data_dir: Path, args: argparse.Namespace) 
 
     state = read_state(data_dir) or {}
     return _report(soak, statuses, stored, state, data_dir, elapsed, drained_s, args)
+
+
+def _is_error(line: str) -> bool:
+    """A JSON log line at ERROR or above (the services log JSON under ``lectern up``)."""
+    return any(f'"level": "{level}"' in line or f'"level":"{level}"' in line
+               for level in ("ERROR", "CRITICAL"))  # fmt: skip
+
+
+def _message(line: str) -> str:
+    """A log line's logger, message and exception's last line, to print."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line[:300]
+    text = f"{record.get('name', '?')}: {record.get('message', '')}"
+    exc = str(record.get("exc_info") or record.get("exception") or "").strip().splitlines()
+    return (text + (f" [{exc[-1]}]" if exc else ""))[:400]
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -304,10 +382,12 @@ def _report(
         }
     restarts = {n: i.get("restarts", 0) for n, i in state.get("services", {}).items()}
     error_lines: dict[str, int] = {}
+    errors: list[str] = []
     for log in sorted((data_dir / "logs").glob("*.log")):
         lines = log.read_text(errors="replace").splitlines()
-        error_lines[log.stem] = sum(1 for line in lines if '"level": "ERROR"' in line
-                                    or '"level":"ERROR"' in line)  # fmt: skip
+        found = [line for line in lines if _is_error(line)]
+        error_lines[log.stem] = len(found)
+        errors += [f"{log.stem}: {_message(line)}" for line in found]
     pending = [i for i, s in statuses.items() if s not in FINAL]
     problems = []
     if failed:
@@ -323,6 +403,10 @@ def _report(
     grew = {n: m["growth"] for n, m in memory.items() if m["growth"] > args.max_growth}
     if grew:
         problems.append(f"RSS grew after warm-up: {grew}")
+    if errors:
+        # the soak injects no fault a service should log as an error: a broken upload is the
+        # uploader's mistake (a documents.failed event), not the service's
+        problems.append(f"{len(errors)} ERROR log lines")
     return {
         "duration_s": round(elapsed, 1),
         "chats": args.chats,
@@ -346,14 +430,138 @@ def _report(
         "warmup_s": round(warm_at, 1),
         "restarts": restarts,
         "error_log_lines": error_lines,
+        "errors": errors[:20],
+        "cpu": _cpu_report(soak),
         "problems": problems,
     }
 
 
-def _print(result: dict[str, Any]) -> None:
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value * 1000:.0f} ms"
+def _cpu_report(soak: Soak) -> dict[str, Any]:
+    """CPU seconds a turn, by process and in all, over the window after warm-up."""
+    turns = max(1, soak.cpu_turns)
+    services = {n: c for n, c in soak.cpu_s.items() if n not in {"nats", "postgres"}}
+    return {
+        "window_turns": soak.cpu_turns,
+        "cpu_s": {n: round(c, 2) for n, c in soak.cpu_s.items()},
+        "per_turn_s": {n: round(c / turns, 4) for n, c in soak.cpu_s.items()},
+        # the services' cost a turn (ingest's share is the uploads'); with NATS and Postgres
+        "services_per_turn_s": round(sum(services.values()) / turns, 4),
+        "all_per_turn_s": round(sum(soak.cpu_s.values()) / turns, 4),
+    }
 
+
+def accepted_run(path: Path = BENCHMARKS) -> dict[str, Any] | None:
+    """The figures of the last accepted run, kept in ``docs/benchmarks.md`` (None: none)."""
+    if not path.is_file():
+        return None
+    found = ACCEPTED.search(path.read_text())
+    return json.loads(found.group(1)) if found else None
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of an accepted run, and compared with later ones."""
+    cpu = result["cpu"]
+    return {
+        "chats": result["chats"],
+        "duration_s": result["duration_s"],
+        "turns": result["turns"],
+        "turns_per_s": result["turns_per_s"],
+        "first_token_p50_s": result["first_token_s"]["p50"],
+        "first_token_p95_s": result["first_token_s"]["p95"],
+        "cpu_per_turn_s": cpu["per_turn_s"],
+        "services_cpu_per_turn_s": cpu["services_per_turn_s"],
+    }
+
+
+def judge(result: dict[str, Any], accepted: dict[str, Any] | None) -> list[str]:
+    """The speed checks of a run: turns a second against the accepted run's (same number of
+    chats), and first token p95 at the default 20 chats."""
+    problems: list[str] = []
+    if accepted is not None and accepted.get("chats") == result["chats"]:
+        ratio = result["turns_per_s"] / max(float(accepted["turns_per_s"]), 1e-9)
+        if ratio < MIN_THROUGHPUT_RATIO:
+            problems.append(
+                f"turns a second {result['turns_per_s']} are {ratio:.2f} of the accepted "
+                f"run's {accepted['turns_per_s']} (below {MIN_THROUGHPUT_RATIO})"
+            )
+    p95 = result["first_token_s"]["p95"]
+    if result["chats"] == DEFAULT_CHATS and p95 is not None and p95 > MAX_FIRST_TOKEN_P95_S:
+        problems.append(
+            f"first token p95 {p95 * 1000:.0f} ms over {MAX_FIRST_TOKEN_P95_S * 1000:.0f} ms "
+            f"at {DEFAULT_CHATS} chats"
+        )
+    return problems
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return out.stdout.strip()
+
+
+def accept(result: dict[str, Any], path: Path = BENCHMARKS) -> None:
+    """Keep this run's figures in ``docs/benchmarks.md`` as the accepted run."""
+    kept = {**summary(result), "commit": _commit(), "date": time.strftime("%Y-%m-%d")}
+    rows = [
+        "| figure | accepted run |",
+        "|---|---|",
+        f"| commit, date | {kept['commit']}, {kept['date']} |",
+        f"| chats, seconds | {kept['chats']}, {kept['duration_s']} |",
+        f"| turns (a second) | {kept['turns']} ({kept['turns_per_s']}) |",
+        f"| first token p50 / p95 | {_ms(kept['first_token_p50_s'])} / "
+        f"{_ms(kept['first_token_p95_s'])} |",
+        f"| CPU seconds a turn, the services | {kept['services_cpu_per_turn_s']} |",
+    ]
+    rows += [
+        f"| CPU seconds a turn, {name} | {value} |"
+        for name, value in sorted(kept["cpu_per_turn_s"].items(), key=lambda kv: -kv[1])
+    ]
+    block = "\n".join([BEGIN, f"<!-- soak-accepted {json.dumps(kept)} -->", "", *rows, END])
+    text = path.read_text()
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n## Under load — `make soak`\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.0f} ms"
+
+
+def _compare(result: dict[str, Any], accepted: dict[str, Any] | None) -> None:
+    """This run's figures as ratios to the accepted run's."""
+    if accepted is None:
+        print("  against accepted  none kept in docs/benchmarks.md (--accept keeps this run)")
+        return
+    run = f"{accepted['chats']} chats, {accepted['duration_s']} s"
+    print(f"  against accepted  run of {accepted.get('commit', '?')} on "
+          f"{accepted.get('date', '?')} ({run}):")  # fmt: skip
+    now = summary(result)
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return "-" if a is None or not b else f"{a / b:.2f}x"
+
+    print(f"    turns a second   {now['turns_per_s']} / {accepted['turns_per_s']} = "
+          f"{ratio(now['turns_per_s'], accepted['turns_per_s'])}")  # fmt: skip
+    print(f"    first token p95  {_ms(now['first_token_p95_s'])} / "
+          f"{_ms(accepted['first_token_p95_s'])} = "
+          f"{ratio(now['first_token_p95_s'], accepted['first_token_p95_s'])}")  # fmt: skip
+    cpu_now, cpu_then = now["services_cpu_per_turn_s"], accepted["services_cpu_per_turn_s"]
+    print(f"    CPU a turn       {cpu_now} / {cpu_then} = {ratio(cpu_now, cpu_then)}")
+    for name, value in sorted(now["cpu_per_turn_s"].items(), key=lambda kv: -kv[1]):
+        before = accepted["cpu_per_turn_s"].get(name)
+        print(f"      {name:<14} {value} / {before} = {ratio(value, before)}")
+
+
+def _print(result: dict[str, Any]) -> None:
+    ms = _ms
     r = result
     print(f"\nsoak: {r['chats']} concurrent chats + continuous ingestion for {r['duration_s']} s")
     print(
@@ -379,8 +587,17 @@ def _print(result: dict[str, Any]) -> None:
             f"{m['rss_end_mb']:>7} ({m['rss_peak_mb']}), {m['growth']:+.1%} "
             f"({m['second_half_growth']:+.1%})"
         )
+    cpu = r["cpu"]
+    print(f"  CPU seconds a turn, over {cpu['window_turns']} turns after warm-up "
+          f"(services {cpu['services_per_turn_s']}, with NATS and Postgres "
+          f"{cpu['all_per_turn_s']}):")  # fmt: skip
+    for name, per_turn in sorted(cpu["per_turn_s"].items(), key=lambda kv: -kv[1]):
+        print(f"    {name:<10} {per_turn:.4f} ({cpu['cpu_s'][name]} s)")
     print(f"  restarts          {r['restarts']}")
     print(f"  ERROR log lines   {r['error_log_lines']}")
+    for line in r["errors"]:
+        print(f"    {line}")
+    _compare(r, r.get("accepted"))
     print("  verdict           " + ("OK" if not r["problems"] else "; ".join(r["problems"])))
 
 
@@ -400,6 +617,11 @@ def main() -> int:
     parser.add_argument("--drain-timeout", type=float, default=300.0)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, default=Path("/tmp/lectern-soak.json"))
+    parser.add_argument(
+        "--accept", action="store_true",
+        help="keep this run's figures in docs/benchmarks.md as the accepted run (only a run "
+        "whose verdict is OK)",
+    )  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lectern-soak-") as tmp:
         data_dir = Path(tmp)
@@ -409,9 +631,16 @@ def main() -> int:
             secret,
         ):
             result = asyncio.run(_run(url, secret, data_dir, args))
+    result["accepted"] = accepted = accepted_run()
+    result["problems"] += judge(result, accepted)
     args.json.write_text(json.dumps(result, indent=2))
     _print(result)
     print(f"\n(JSON in {args.json})")
+    if args.accept and not result["problems"]:
+        accept(result)
+        print(f"kept as the accepted run in {BENCHMARKS.relative_to(ROOT)}")
+    elif args.accept:
+        print("not kept as the accepted run: its verdict is not OK")
     return 1 if result["problems"] else 0
 
 
