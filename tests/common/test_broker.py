@@ -273,3 +273,42 @@ async def test_broker_logs_go_through_the_service_logging_not_stdout(
     failures = [r for r in caplog.records if r.name == BROKER_LOGGER and r.exc_info]
     assert failures and "a handler that fails" in str(failures[0].exc_info[1])  # type: ignore[index]
     assert capfd.readouterr().out == ""
+
+
+def _raised_in(filename: str, function: str, error: BaseException) -> BaseException:
+    """``error`` raised from a function compiled as if it were in ``filename``: a traceback
+    through that file, as nats-py's own fetch gives."""
+    namespace: dict[str, Any] = {}
+    code = f"def {function}(error):\n    raise error\n"
+    exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - a test's own code
+    try:
+        namespace[function](error)
+    except BaseException as raised:
+        return raised
+    raise AssertionError("not raised")
+
+
+def test_an_idle_pull_fetch_timeout_is_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    """nats-py's fetch raises a bare ``asyncio.TimeoutError`` when its deadline runs out
+    between its two pull requests; FastStream's consume loop suppresses only nats' own
+    ``TimeoutError``, so its supervisor logged "raised an exception, retrying" at ERROR on an
+    idle queue. That record is DEBUG; any other exception stays ERROR."""
+    import logging
+
+    from lectern_common.broker import BROKER_LOGGER
+
+    logger = logging.getLogger(BROKER_LOGGER)
+    create_broker("nats://127.0.0.1:4222", service_name="test")  # installs the filter once
+    create_broker("nats://127.0.0.1:4222", service_name="test")
+    assert sum(type(f).__name__ == "IdleFetchTimeouts" for f in logger.filters) == 1
+    idle = _raised_in("/site-packages/nats/js/client.py", "_fetch_n", TimeoutError())
+    other = _raised_in("/app/handler.py", "handle", TimeoutError())
+    nats_own = _raised_in("/site-packages/nats/js/client.py", "fetch", ValueError("bad"))
+    with caplog.at_level(logging.INFO, logger=BROKER_LOGGER):
+        for error in (idle, other, nats_own):
+            logger.log(logging.ERROR, "Task-18 raised an exception, retrying...", exc_info=error)
+    levels = [(r.levelname, type(r.exc_info[1]).__name__) for r in caplog.records if r.exc_info]
+    assert levels == [("ERROR", "TimeoutError"), ("ERROR", "ValueError")]
+    with caplog.at_level(logging.DEBUG, logger=BROKER_LOGGER):
+        logger.log(logging.ERROR, "Task-19 raised an exception, retrying...", exc_info=idle)
+    assert caplog.records[-1].levelname == "DEBUG" and caplog.records[-1].exc_info is None

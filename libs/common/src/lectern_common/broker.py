@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -142,6 +143,38 @@ def stream_for(subject: str) -> JStream:
 BROKER_LOGGER = "lectern.broker"
 
 
+class IdleFetchTimeouts(logging.Filter):
+    """Lowers to DEBUG FastStream's "raised an exception, retrying" when the exception is a
+    pull fetch's timeout that found nothing: nats-py's ``fetch`` raises a bare
+    ``asyncio.TimeoutError`` when its deadline runs out between its two pull requests, not the
+    ``nats.errors.TimeoutError`` FastStream's consume loop suppresses, so the loop's task
+    ends and its supervisor restarts it (nothing is lost: the next fetch asks again). Logged
+    at ERROR it paged on a queue that was simply idle (issue 61)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep every record; an idle fetch's timeout only at DEBUG."""
+        if record.levelno >= logging.ERROR and _idle_fetch_timeout(record.exc_info):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info, record.exc_text = None, None
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
+
+
+def _idle_fetch_timeout(exc_info: Any) -> bool:
+    """Whether a record's exception is a timeout raised inside nats-py's JetStream fetch."""
+    if not exc_info or not isinstance(exc_info, tuple) or exc_info[1] is None:
+        return False
+    error = exc_info[1]
+    if not isinstance(error, TimeoutError) or isinstance(error, nats_errors.TimeoutError):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    return any(
+        f.filename.replace("\\", "/").endswith("nats/js/client.py")
+        and f.name in {"fetch", "_fetch_n", "_fetch_one"}
+        for f in frames
+    )
+
+
 def create_broker(
     nats_url: str,
     *,
@@ -170,6 +203,9 @@ def create_broker(
         reconnect_time_wait=1,
     )
     broker.add_middleware(invalid_messages(broker, service=service_name))
+    logger = logging.getLogger(BROKER_LOGGER)
+    if not any(isinstance(f, IdleFetchTimeouts) for f in logger.filters):
+        logger.addFilter(IdleFetchTimeouts())
     return broker
 
 
