@@ -104,7 +104,7 @@ bench: bench-answers bench-offline bench-reader bench-ingest bench-retrieval ben
 bench-answers: install ## Answer quality on real documents through upload, ingest and chat SSE (bench/answers)
 	$(PY) bench/bench_answers.py
 
-bench-offline: install ## The offline answerer's own time: reading every unit vs at most 16 (after bench-answers)
+bench-offline: install ## The offline answerer's own time: reading every unit vs at most READ_AT_MOST (8) (after bench-answers)
 	$(PY) bench/bench_offline_answer.py
 
 bench-ingest: install ## Ingest throughput vs the raw embedder (../shared/data/docs)
@@ -127,7 +127,7 @@ bench-rerank: install ## Re-rank latency and confidence bands
 bench-chat: install ## Gateway overhead to first token
 	$(PY) bench/bench_chat.py
 
-soak: install ## 20 concurrent chats + continuous ingestion for 5 minutes on the embedded stack
+soak: install ## 20 concurrent chats + continuous ingestion for 5 minutes: turns a second, first token, CPU a turn per service, against the accepted run in docs/benchmarks.md
 	$(PY) bench/soak.py
 
 clean: ## Remove the virtualenv, caches and local data

@@ -138,6 +138,17 @@ def _ndcg(
     return query_metrics(ranking, qrels)["ndcg@10"]
 
 
+def _read(entry: dict[str, Any], length: int, depth: int, window: bool) -> list[str]:
+    """What the re-ranker reads of a question's first ``depth`` candidates at ``length``:
+    each scoring text (cut at the length by the tokenizer), or its reading window."""
+    from lectern_reranker.service import reading_window
+
+    texts: list[str] = entry["texts"][:depth]
+    if not window:
+        return texts
+    return [reading_window(entry["question"], t, pieces=length) for t in texts]
+
+
 def fit(args: argparse.Namespace) -> None:
     """Read every candidate, fit on the training questions, measure on the held-out ones."""
     from lectern_common.reading import Reader, probability
@@ -148,13 +159,15 @@ def fit(args: argparse.Namespace) -> None:
     questions = data["questions"][: args.limit or None]
     logits: dict[int, list[NDArray[np.float32]]] = {}
     # the model is fitted at --max-length: read there too, whatever --lengths compares
+    deepest = max(args.depths)
     for length in sorted({*args.lengths, args.max_length}):
         started = time.monotonic()
         logits[length] = [
-            reader.logits(e["question"], e["texts"], kind="passage", max_length=length)
+            reader.logits(e["question"], _read(e, length, deepest, args.window),
+                          kind="passage", max_length=length)
             for e in questions + data["offtopic"]
-        ]
-        pairs = sum(len(e["texts"]) for e in questions + data["offtopic"])
+        ]  # fmt: skip
+        pairs = sum(min(deepest, len(e["texts"])) for e in questions + data["offtopic"])
         print(f"read {pairs:,} pairs at {length} word pieces in "
               f"{time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
     train = [i for i, e in enumerate(questions) if e["split"] == "train"]
@@ -165,7 +178,7 @@ def fit(args: argparse.Namespace) -> None:
     table: dict[str, dict[str, float]] = {}
     models: dict[tuple[int, int], tuple[NDArray[np.float64], float]] = {}
     for length in args.lengths:
-        for depth in DEPTHS:
+        for depth in args.depths:
             x, y, group = [], [], []
             for i in train:
                 e = questions[i]
@@ -241,6 +254,15 @@ def main() -> int:
     tune.add_argument(
         "--lengths", type=lambda v: [int(x) for x in v.split(",")], default=list(LENGTHS),
         help="max lengths to read at (128,192,256)",
+    )  # fmt: skip
+    tune.add_argument(
+        "--depths", type=lambda v: [int(x) for x in v.split(",")], default=list(DEPTHS),
+        help="candidates read, first of the fused order (8,10,12,16,20,30)",
+    )  # fmt: skip
+    tune.add_argument(
+        "--window", action="store_true",
+        help="read each candidate's reading window (the sentences around the question's "
+        "terms) instead of its opening, as the re-ranker does",
     )  # fmt: skip
     tune.add_argument("--limit", type=int, default=0, help="the first N questions (a trial)")
     args = parser.parse_args()

@@ -435,6 +435,19 @@ def test_without_keys_the_generator_is_offline() -> None:
     assert isinstance(build_generator(BaseServiceSettings()), OfflineAnswerer)
 
 
+def test_the_offline_answerer_reads_at_most_what_it_is_given() -> None:
+    from lectern_common.answerer import READ_AT_MOST
+    from lectern_gateway.config import Settings as GatewaySettings
+
+    default = build_generator(BaseServiceSettings())
+    assert isinstance(default, OfflineAnswerer) and default.read_at_most == READ_AT_MOST == 8
+    assert GatewaySettings().offline_answerer_read_at_most == READ_AT_MOST
+    few = build_generator(BaseServiceSettings(), read_at_most=3)
+    every = build_generator(BaseServiceSettings(), read_at_most=None)
+    assert isinstance(few, OfflineAnswerer) and few.read_at_most == 3
+    assert isinstance(every, OfflineAnswerer) and every.read_at_most is None
+
+
 # --- offline answerer -------------------------------------------------------------------
 
 

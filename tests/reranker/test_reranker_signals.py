@@ -33,6 +33,7 @@ from lectern_reranker.service import (
     overlap,
     packaged_relevance,
     rank_prior,
+    reading_window,
     rerank,
     sentence_match,
     shingles,
@@ -582,3 +583,54 @@ async def test_the_cross_encoder_relevance_is_fitted_and_reads_only_its_candidat
     # a bi-encoder reply is not touched by the cross-encoder's model
     bi = await rerank(request=request, scorer=LexicalScorer("bi-encoder"), config=config)
     assert len(bi.chunks) == 4 and "relevance" in bi.chunks[0].signals
+
+
+LONG_CHUNK = (
+    "Lesson 4 > The cell cycle\n"
+    "Cells grow between divisions. They copy their DNA in the S phase. "
+    "Interphase is the longest part of the cycle. Prophase condenses the chromosomes. "
+    "In anaphase the sister chromatids separate and move to opposite poles of the cell. "
+    "Telophase rebuilds the two nuclei. Cytokinesis splits the cytoplasm in two. "
+    "Plant cells build a cell plate instead of a furrow. The cycle is checked at three points."
+)
+
+
+def test_a_reading_window_reads_where_the_questions_words_are() -> None:
+    question = "What happens to the sister chromatids in anaphase?"
+    window = reading_window(question, LONG_CHUNK, pieces=48)
+    prefix, body = window.split("\n")
+    assert prefix == "Lesson 4 > The cell cycle", "the contextual prefix is kept"
+    assert "In anaphase the sister chromatids separate" in body
+    assert "Cells grow between divisions" not in body, "the opening did not fit"
+    # the window is whole sentences of the chunk, in its order, within the budget in words
+    assert body in LONG_CHUNK
+    words = len(window.split()) + len(question.split())
+    assert words * 1.4 <= 48
+    # a text that fits is read as it is, and a window never grows past the chunk
+    assert reading_window(question, LONG_CHUNK, pieces=512) == LONG_CHUNK
+    assert reading_window(question, "Short text.", pieces=16) == "Short text."
+
+
+async def test_the_reranker_reads_windows_when_configured() -> None:
+    seen: list[str] = []
+
+    class Reading(LexicalScorer):
+        max_length = 48
+
+        async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+            seen.extend(texts)
+            return await super().score(query, texts)
+
+    request = RerankRequest(
+        tenant_id="t", query="What happens to the sister chromatids in anaphase?",
+        candidates=[candidate(LONG_CHUNK.split("\n")[1])], top_k=1,
+    )  # fmt: skip
+    off = RerankConfig(reading_window=False)
+    await rerank(request=request, scorer=Reading(), config=off, today=TODAY)
+    assert seen[-1].startswith("Cells grow"), "switched off: the candidate as it is"
+    config = RerankConfig()
+    await rerank(request=request, scorer=Reading(), config=config, today=TODAY)
+    assert "In anaphase the sister chromatids" in seen[-1]
+    assert not seen[-1].startswith("Cells grow"), "the opening is not where the answer is"
+    await rerank(request=request, scorer=Reading("bi-encoder"), config=config, today=TODAY)
+    assert seen[-1].startswith("Cells grow"), "a bi-encoder reads the whole chunk"

@@ -1194,9 +1194,10 @@ class SentenceReader(Protocol):
 
 
 #: the units the offline answerer reads at most, those the model without the reader ranks
-#: highest (docs/benchmarks.md: its top 16 hold the full model's best unit for every
-#: development question, and 16 of a median 75 units cut the reading's ~2.4 ms a unit)
-READ_AT_MOST = 16
+#: highest (docs/benchmarks.md: on the development split its top 8 hold the full model's best
+#: unit for 0.996 of the questions, its top 16 for all, its top 4 for 0.955). Each read is
+#: ~5 ms of a core: 16 were two thirds of the gateway's CPU a turn under load (issue 58)
+READ_AT_MOST = 8
 
 
 class OfflineAnswerer:

@@ -36,6 +36,7 @@ from google.genai import types
 from lectern_common import metrics as telemetry_metrics
 from lectern_common.answerer import (
     NO_SUPPORT_TEXT,
+    READ_AT_MOST,
     ExtractiveAnswer,
     OfflineAnswerer,
     ScoredSentence,
@@ -486,8 +487,10 @@ def build_generator(
     *,
     embedder: Embedder | None = None,
     reader: SentenceReader | None = None,
+    read_at_most: int | None = READ_AT_MOST,
 ) -> Generator:
-    """Gemini (when a key is set) and the fallback provider (when set), ending offline."""
+    """Gemini (when a key is set) and the fallback provider (when set), ending offline (whose
+    reader reads at most ``read_at_most`` units of a turn's sources)."""
     chain = _gemini_chain(settings)
     if settings.fallback_llm_base_url and settings.fallback_llm_model:
         key = settings.fallback_llm_api_key
@@ -500,7 +503,7 @@ def build_generator(
                 timeout_s=settings.llm_timeout_s,
             )
         )
-    offline = OfflineAnswerer(embedder=embedder, reader=reader)
+    offline = OfflineAnswerer(embedder=embedder, reader=reader, read_at_most=read_at_most)
     if not chain:
         return offline
     return FallbackGenerator(chain[0], [*chain[1:], offline])

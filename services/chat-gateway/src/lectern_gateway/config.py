@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from lectern_common.answerer import READ_AT_MOST
 from lectern_common.settings import ServiceHttpSettings, shared
 
 
@@ -70,6 +71,12 @@ class Settings(ServiceHttpSettings):
         "with the packaged reader (int8 ONNX, ~23 MB, loaded at start): its scoring and "
         "refusal models were fitted with it; false: the models fitted without it",
     )
+    offline_answerer_read_at_most: int = Field(
+        default=READ_AT_MOST, ge=0,
+        description="the units of a turn's sources the offline answerer's reader reads at most "
+        "(those its model without the reader ranks highest; 0: all): what a turn's reading "
+        "costs (docs/benchmarks.md, 'Under load')",
+    )  # fmt: skip
     grounding_weight: float = Field(
         default=0.3, description="weight of grounding in the final confidence score"
     )

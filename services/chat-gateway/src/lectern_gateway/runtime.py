@@ -61,7 +61,10 @@ async def start(state: ServiceState, settings: Settings, *, lazy: bool = False) 
     else:
         embedder = await _embedder(settings)
     reader = await _reader(settings, lazy=lazy)
-    generator = build_generator(settings, embedder=embedder, reader=reader)
+    generator = build_generator(
+        settings, embedder=embedder, reader=reader,
+        read_at_most=settings.offline_answerer_read_at_most or None,
+    )  # fmt: skip
     web = build_web_generator(settings)
     gateway = GatewayDeps(
         settings=settings,

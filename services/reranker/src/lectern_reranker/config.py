@@ -47,16 +47,17 @@ class Settings(ServiceHttpSettings):
     )
     cross_encoder_max_length: int | None = Field(
         default=192, ge=16,
-        description="word pieces per (query, chunk) pair (bioasq-dev held-out nDCG@10 with the "
-        "reader: 0.887 at 192, 0.887 at 256, 0.882 at 128; 192 costs ~30% less than 256)",
+        description="word pieces per (query, chunk) pair: a reading window of this length "
+        "(a course chunk of ~150 words read at 96 pieces lost the answer: the answer set's "
+        "answerable questions refused 0.011 -> 0.028 on dev; docs/benchmarks.md 'Under load')",
     )  # fmt: skip
     cross_encoder_candidates: int | None = Field(
-        default=16, ge=1,
+        default=6, ge=1,
         description="candidates (first of the fused order) the cross-encoder reads; the others "
         "follow them in the fused order (unset: all)",
     )  # fmt: skip
     cross_encoder_window: bool = Field(
-        default=False,
+        default=True,
         description="the cross-encoder reads each candidate's reading window (its first line "
         "and the sentences around the question's terms, sized to the max length) rather than "
         "its opening",

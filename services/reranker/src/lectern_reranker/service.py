@@ -217,10 +217,21 @@ class RerankConfig:
     #: (None: its probability alone, as for a cross-encoder the model was not fitted with)
     relevance: RelevanceModel | None = field(default_factory=packaged_relevance)
     #: how many candidates, first of the fused order, a cross-encoder reads (None: all);
-    #: the others follow them in the fused order. bioasq-dev's held-out questions
-    #: (bench/fit_rerank.py, nDCG@10): 12 read 0.881, 16 read 0.887, 20 read 0.884, all 30
-    #: 0.891, at ~7 ms of 2 cores a candidate: 16 keep the stage under 150 ms
-    cross_encoder_candidates: int | None = 16
+    #: the others follow them in the fused order. What a turn costs is what is read: about
+    #: 0.1 ms of a core a word piece, so 16 candidates at 192 pieces were 0.25 s of CPU a
+    #: turn, more than the rest of the turn together (issue 58). bioasq-dev's held-out
+    #: questions (bench/fit_rerank.py, nDCG@10; the fused order 0.850): 6 read at 192 pieces
+    #: 0.872, 8 0.876, 16 0.887; shorter reads cost less but lose the answer of a course
+    #: chunk (~150 words): 8 at 96 pieces gave 0.872 on bioasq's abstracts, yet refused
+    #: answerable questions of the answer set whose gold chunk it read first (dev 0.011 ->
+    #: 0.028): the reader scores a cut chunk as not answering
+    cross_encoder_candidates: int | None = 6
+    #: a cross-encoder reads each candidate's ``reading_window`` at its length (the sentences
+    #: around the question's terms) rather than the candidate's opening: a chunk longer than
+    #: the length is read where the question's words are, not cut at its opening.
+    #: bioasq-dev held-out nDCG@10, 6 read at 192: 0.872 against 0.871 for openings (its
+    #: abstracts state their subject first); at 64 pieces, 4 read: 0.865 against 0.859
+    reading_window: bool = True
 
 
 # --- educational signals -------------------------------------------------------------------
@@ -442,6 +453,49 @@ def sentence_match(query: str, texts: Sequence[str]) -> list[float]:
     ]  # fmt: skip
 
 
+#: word pieces per word of English course text with the reader's tokenizer (measured over
+#: the demo lessons and bioasq-dev: 1.3-1.5); a window is sized in words with it, and the
+#: tokenizer's cut still holds the pair to its length
+PIECES_PER_WORD = 1.4
+
+
+def reading_window(query: str, text: str, *, pieces: int) -> str:
+    """What a cross-encoder reads of a scoring text in ``pieces`` word pieces (the question's
+    included): the text as it is when it fits, else its first line (the contextual prefix)
+    and the run of sentences around the one that holds most of the question's terms, in
+    their order. A cut at the length reads the chunk's opening only, and misses an answer
+    further in; the window reads where the question's words are."""
+    budget = int((pieces - 3) / PIECES_PER_WORD) - len(query.split())
+    if len(text.split()) <= budget or budget <= 0:
+        return text
+    prefix, _, body = text.partition("\n") if "\n" in text else ("", "", text)
+    budget -= len(prefix.split())
+    sentences = split_sentences(body) or [body]
+    if budget <= 0 or len(sentences) == 1:
+        return text
+    query_terms = list(dict.fromkeys(terms(query)))
+    bags = [set(terms(s)) for s in sentences]
+    idf = idf_weights(query_terms, bags)
+    held = [sum(idf[t] for t in query_terms if t in bag) for bag in bags]
+    best = max(range(len(sentences)), key=lambda i: (held[i], -i))
+    sizes = [len(s.split()) for s in sentences]
+    first = last = best
+    used = sizes[best]
+    # grow the window a sentence at a time, the following one first (an answer tends to
+    # follow the sentence that names its subject), while it fits
+    while True:
+        grown = False
+        for index in (last + 1, first - 1):
+            if 0 <= index < len(sentences) and used + sizes[index] <= budget:
+                used += sizes[index]
+                first, last = min(first, index), max(last, index)
+                grown = True
+        if not grown:
+            break
+    window = " ".join(sentences[first : last + 1])
+    return f"{prefix}\n{window}" if prefix else window
+
+
 def rank_prior(position: int, count: int) -> float:
     """The retriever's order as a 0..1 score: 1 for the first candidate, falling linearly."""
     if count <= 1:
@@ -618,6 +672,18 @@ def rank_candidates(
     return [ranked[i] for i in order]
 
 
+def read_texts(
+    query: str, candidates: Sequence[Candidate], scorer: SemanticScorer, config: RerankConfig
+) -> list[str]:
+    """What the scorer reads of each candidate: its scoring text, or for a cross-encoder of
+    a known length reading windows, its reading window at that length."""
+    texts = [scoring_text(c) for c in candidates]
+    pieces = getattr(scorer, "max_length", None)
+    if scorer.name != "cross-encoder" or not config.reading_window or not pieces:
+        return texts
+    return [reading_window(query, text, pieces=int(pieces)) for text in texts]
+
+
 async def rerank(
     *,
     request: RerankRequest,
@@ -640,7 +706,7 @@ async def rerank(
         )
     limit = config.cross_encoder_candidates if scorer.name == "cross-encoder" else None
     head = list(candidates[:limit]) if limit is not None else list(candidates)
-    semantic = await scorer.score(request.query, [scoring_text(c) for c in head])
+    semantic = await scorer.score(request.query, read_texts(request.query, head, scorer, config))
     scored_at = time.perf_counter()
     ranked = rank_candidates(
         query=request.query, candidates=head, semantic=semantic, student=request.student,

@@ -1,0 +1,83 @@
+"""The soak's speed verdict and its accepted run (``bench/soak.py``): a benchmark, but its
+verdict is what would have caught a turn costing four times the CPU (issue 58)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
+
+
+@pytest.fixture(scope="module")
+def soak() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("lectern_bench_soak", SOAK)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def result(turns_per_s: float, p95_s: float, chats: int = 20) -> dict[str, Any]:
+    return {
+        "chats": chats,
+        "duration_s": 300.0,
+        "turns": int(turns_per_s * 300),
+        "turns_per_s": turns_per_s,
+        "first_token_s": {"p50": p95_s * 0.7, "p95": p95_s},
+        "cpu": {
+            "per_turn_s": {"reranker": 0.08, "gateway": 0.07, "postgres": 0.01},
+            "services_per_turn_s": 0.15,
+        },
+    }
+
+
+def test_a_run_slower_than_the_accepted_one_fails(soak: ModuleType) -> None:
+    accepted = soak.summary(result(10.0, 1.0))
+    assert soak.judge(result(8.1, 1.2), accepted) == []
+    slow = soak.judge(result(7.9, 1.2), accepted)
+    assert len(slow) == 1 and "0.79 of the accepted run's 10.0" in slow[0]
+    # another number of chats is another load: its throughput is not compared
+    assert soak.judge(result(3.0, 1.2, chats=5), accepted) == []
+
+
+def test_first_token_p95_is_held_at_twenty_chats(soak: ModuleType) -> None:
+    assert soak.judge(result(10.0, 1.5), None) == []
+    late = soak.judge(result(10.0, 1.6), None)
+    assert late == ["first token p95 1600 ms over 1500 ms at 20 chats"]
+    assert soak.judge(result(10.0, 4.0, chats=40), None) == []
+
+
+def test_the_accepted_run_is_kept_in_the_benchmarks_page(soak: ModuleType, tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\nText before.\n")
+    assert soak.accepted_run(page) is None
+    soak.accept(result(12.5, 1.1), page)
+    kept = soak.accepted_run(page)
+    assert kept is not None and kept["turns_per_s"] == 12.5 and kept["chats"] == 20
+    assert kept["cpu_per_turn_s"]["reranker"] == 0.08
+    text = page.read_text()
+    assert text.startswith("# Benchmarks\n\nText before.\n")
+    assert "| turns (a second) | 3750 (12.5) |" in text
+    # accepting again replaces the block in place, and what follows it stays
+    page.write_text(text + "\n## Later section\n")
+    soak.accept(result(14.0, 0.9), page)
+    again = page.read_text()
+    assert again.count(soak.BEGIN) == 1 and again.rstrip().endswith("## Later section")
+    assert soak.accepted_run(page)["turns_per_s"] == 14.0
+
+
+def test_error_lines_are_read_from_json_logs(soak: ModuleType) -> None:
+    line = (
+        '{"time": "t", "level": "ERROR", "name": "lectern.broker", "message": "boom", '
+        '"exc_info": "Traceback...\\nValueError: bad"}'
+    )
+    assert soak._is_error(line)
+    assert not soak._is_error(line.replace('"ERROR"', '"WARNING"'))
+    assert soak._message(line) == "lectern.broker: boom [ValueError: bad]"
