@@ -1,4 +1,4 @@
-"""SQL of the LTI domain: registrations and deployments, the tool's keys, login states, user
+"""SQL of the LTI domain (jsonb parameters are Python values: the pool's codec encodes them): registrations and deployments, the tool's keys, login states, user
 and course links, placed links, deep-linking requests and the score outbox."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ async def insert_registration(conn: Any, values: dict[str, Any]) -> uuid.UUID:
         values["jwks_url"],
         values.get("token_audience"),
         values.get("source", "manual"),
-        json.dumps(values.get("platform_config")),
+        values.get("platform_config"),
         values.get("created_by"),
     )
     return registration_id
@@ -203,7 +203,7 @@ async def insert_key(conn: Any, *, kid: str, private_pem: str, public_jwk: dict[
         "INSERT INTO lti_tool_keys (kid, private_pem, public_jwk) VALUES ($1, $2, $3::jsonb)",
         kid,
         private_pem,
-        json.dumps(public_jwk),
+        public_jwk,
     )
 
 
@@ -296,7 +296,7 @@ async def upsert_users(
         """,
         registration_id,
         tenant_id,
-        json.dumps(list(people)),
+        list(people),
     )
     return {r["sub"]: r["user_id"] for r in rows}
 
@@ -464,7 +464,7 @@ async def queue_scores(
         user_id,
         quiz_id,
         attempt_id,
-        json.dumps(score),
+        score,
     )
     return int(str(status).rsplit(" ", 1)[-1])
 
