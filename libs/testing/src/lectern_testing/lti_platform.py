@@ -232,7 +232,13 @@ class Platform:
 def build_app(platform: Platform) -> FastAPI:
     """The platform's HTTP endpoints."""
     app = FastAPI()
+    _registration(app, platform)
+    _launches(app, platform)
+    _services(app, platform)
+    return app
 
+
+def _registration(app: FastAPI, platform: Platform) -> None:
     @app.get("/.well-known/openid-configuration")
     async def openid_configuration() -> dict[str, Any]:
         return {
@@ -274,6 +280,8 @@ def build_app(platform: Platform) -> FastAPI:
             }
         )
 
+
+def _launches(app: FastAPI, platform: Platform) -> None:
     @app.get("/jwks")
     async def jwks() -> dict[str, Any]:
         platform.jwks_fetches += 1
@@ -300,6 +308,20 @@ def build_app(platform: Platform) -> FastAPI:
             f'<input type="hidden" name="state" value="{q["state"]}"></form>'
         )
 
+    @app.post("/deep-link-return")
+    async def deep_link_return(jwt_: str = Form(alias="JWT")) -> JSONResponse:
+        claims = await platform.verify_tool_jwt(jwt_, audience=platform.issuer)
+        platform.deep_links.append(claims)
+        made = []
+        for item in claims.get(DL + "content_items", []):
+            if "lineItem" in item:
+                line = item["lineItem"]
+                url = platform.lineitem("course-1", line["label"], line["scoreMaximum"])
+                made.append({"custom": item.get("custom", {}), "lineitem": url})
+        return JSONResponse({"placed": len(claims.get(DL + "content_items", [])), "made": made})
+
+
+def _services(app: FastAPI, platform: Platform) -> None:
     @app.post("/token")
     async def token(request: Request) -> JSONResponse:
         platform.token_requests += 1
@@ -367,22 +389,6 @@ def build_app(platform: Platform) -> FastAPI:
             return JSONResponse({"error": "no such line item"}, status_code=404)
         platform.scores.setdefault(url, []).append(await request.json())
         return Response(status_code=204)
-
-    @app.post("/deep-link-return")
-    async def deep_link_return(jwt_: str = Form(alias="JWT")) -> JSONResponse:
-        claims = await platform.verify_tool_jwt(jwt_, audience=platform.issuer)
-        platform.deep_links.append(claims)
-        made = []
-        for item in claims.get(DL + "content_items", []):
-            if "lineItem" in item:
-                course = "course-1"
-                url = platform.lineitem(
-                    course, item["lineItem"]["label"], item["lineItem"]["scoreMaximum"]
-                )
-                made.append({"custom": item.get("custom", {}), "lineitem": url})
-        return JSONResponse({"placed": len(claims.get(DL + "content_items", [])), "made": made})
-
-    return app
 
 
 @asynccontextmanager

@@ -21,6 +21,7 @@ from lectern_gateway.chat.generation import AnswerStreamer
 from lectern_gateway.chat.turn import ChatDeps
 from lectern_gateway.chat.turns import TurnRegistry
 from lectern_gateway.config import Settings
+from lectern_gateway.documents.fetch import check_host
 from lectern_gateway.lti.platform import PlatformClient
 from lectern_gateway.lti.scores import ScoreWorker
 from lectern_gateway.study.model_writer import GeminiQuizWriter
@@ -67,7 +68,10 @@ class GatewayDeps:
             deps=self.chat,
             exact_rerun=self.exact_rerun,
         )
-        self.lti = PlatformClient(settings=self.settings)
+        networks = self.settings.url_fetch_allowed_networks
+        self.lti = PlatformClient(
+            settings=self.settings, check_url=lambda url: check_host(url, networks)
+        )
 
     def chat(self) -> ChatDeps:
         """What a turn needs (read when the turn starts: a test may swap the streamer)."""

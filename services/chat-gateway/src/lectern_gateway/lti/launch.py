@@ -16,8 +16,8 @@ from urllib.parse import urlencode, urlsplit
 import jwt
 
 from lectern_gateway.lti import claims
-from lectern_gateway.lti.claims import Role
 from lectern_gateway.lti import repository as repo
+from lectern_gateway.lti.claims import Role
 from lectern_gateway.lti.platform import PlatformClient, PlatformError
 from lectern_gateway.problems import ProblemError
 

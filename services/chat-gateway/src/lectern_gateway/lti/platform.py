@@ -2,22 +2,23 @@
 once for an unknown ``kid``), access tokens by the client-credentials grant with our signed
 assertion (cached until they expire), and the requests of the LTI Advantage services.
 
-Every URL is checked the way document URLs are (``check_host``): no loopback, private or
-link-local address unless an operator allowed its network."""
+Every URL is checked first by ``check_url`` (the gateway passes the document fetcher's host
+check: no loopback, private or link-local address unless an operator allowed its network)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import jwt
 
+from lectern_common.errors import BadInputError
 from lectern_gateway.config import Settings
-from lectern_gateway.documents.fetch import check_host
 from lectern_gateway.lti import claims, keys
 
 #: an unknown kid fetches the JWKS again at most this often per URL (a flood of forged kids
@@ -48,9 +49,14 @@ class PlatformClient:
     """One per process: the HTTP client, the platforms' keys and our access tokens."""
 
     def __init__(
-        self, *, settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        *,
+        settings: Settings,
+        check_url: Callable[[str], Awaitable[None]],
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings
+        self.check_url = check_url
         self.transport = transport
         self._client: httpx.AsyncClient | None = None
         self._jwks: dict[str, _KeySet] = {}
@@ -77,7 +83,10 @@ class PlatformClient:
     async def send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """A request to a platform URL (host checked first); network errors as retryable
         ``PlatformError``."""
-        await check_host(url, self.settings.url_fetch_allowed_networks)
+        try:
+            await self.check_url(url)
+        except BadInputError as exc:  # a URL into the private network: refused for good
+            raise PlatformError(f"{url}: {exc.message}", retryable=False) from exc
         try:
             return await self.client.request(method, url, **kwargs)
         except httpx.HTTPError as exc:

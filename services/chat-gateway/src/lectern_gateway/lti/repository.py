@@ -1,5 +1,6 @@
-"""SQL of the LTI domain (jsonb parameters are Python values: the pool's codec encodes them): registrations and deployments, the tool's keys, login states, user
-and course links, placed links, deep-linking requests and the score outbox."""
+"""SQL of the LTI domain: registrations and deployments, the tool's keys, login states, user
+and course links, placed links, deep-linking requests and the score outbox (jsonb parameters
+are Python values: the pool's codec encodes them)."""
 
 from __future__ import annotations
 
