@@ -17,7 +17,14 @@ from urllib.parse import urlencode
 import httpx
 import jwt
 import pytest
-from lectern_testing.chat import STUDY_MATERIAL, Gateway, offline_gateway, seed_document
+from lectern_testing.chat import (
+    STUDY_MATERIAL,
+    Gateway,
+    gateway_settings,
+    offline_gateway,
+    seed_document,
+    serve_gateway,
+)
 from lectern_testing.lti_platform import (
     DL,
     INSTRUCTOR,
@@ -814,3 +821,42 @@ async def test_dynamic_registration_registers_with_the_platform_and_stores_the_r
         hint = lms.prepare(sub="dyn-stu", course_id="c-dyn")
         data = landed(await launch(client, lms, gateway.url, hint))
         assert jwt.decode(data["token"], options={"verify_signature": False})["tenant"] == tenant_id
+
+
+# --- replicas -------------------------------------------------------------------------------
+
+
+async def test_a_launch_started_on_one_replica_ends_on_another(
+    client: httpx.AsyncClient,
+    platform: Platform,
+    school: School,
+    nats_url: str,
+    database_url: str,
+) -> None:
+    """State and nonce live in Postgres: the login on replica A, the launch on replica B
+    (behind one public URL, as a load balancer serves them)."""
+    public = "http://lectern.invalid"
+    settings = gateway_settings(
+        nats_url,
+        database_url,
+        lti_public_url=public,
+        url_fetch_allowed_networks=["127.0.0.0/8"],
+        offline_answerer_embeddings=False,
+        offline_answerer_reader=False,
+    )
+    platform.tool_launch_url = f"{public}/lti/launch"
+    platform.course(school.course_id, [])
+    async with serve_gateway(settings) as first, serve_gateway(settings) as second:
+        hint = platform.prepare(sub="stu-x", course_id=school.course_id)
+        action, fields, cookies = await login(client, platform, first.url, hint)
+        assert action == f"{public}/lti/launch"
+        cookie = "; ".join(f"{k}={v}" for k, v in cookies.items())
+        started = time.perf_counter()
+        response = await client.post(
+            f"{second.url}/lti/launch", data=fields, headers={"Cookie": cookie}
+        )
+        elapsed = time.perf_counter() - started
+        data = landed(response)
+        assert elapsed < LAUNCH_BUDGET_S
+        mine = await client.get(f"{first.url}/v1/classes/mine", headers=bearer(data["token"]))
+        assert mine.json()["classes"] == [data["class-id"]]

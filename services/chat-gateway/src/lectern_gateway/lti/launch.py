@@ -203,6 +203,13 @@ async def _platform_key(platforms: PlatformClient, jwks_url: str, kid: Any) -> A
     try:
         key = await platforms.signing_key(jwks_url, kid if isinstance(kid, str) else None)
     except PlatformError as exc:
+        if not exc.retryable:  # the registration's JWKS URL is refused or wrong
+            raise ProblemError(
+                502,
+                "Platform error",
+                f"the platform's keys could not be fetched: {exc}",
+                reason="platform_error",
+            ) from exc
         raise ProblemError(
             503,
             "Service unavailable",
