@@ -14,6 +14,7 @@ from lectern_gateway.lti.registration import check_platform_configuration, tool_
 from lectern_gateway.lti.scores import retry_delay, scores_url
 from lectern_gateway.lti.service import Target, class_for, parse_target, target_of
 from lectern_gateway.problems import ProblemError
+from lectern_gateway.web.routes import STATIC_DIR, security_headers
 
 M = "http://purl.imsglobal.org/vocab/lis/v2/membership#"
 INSTITUTION = "http://purl.imsglobal.org/vocab/lis/v2/institution/person#"
@@ -158,3 +159,18 @@ def test_the_lti_claims_of_a_launch_are_checked() -> None:
     ):
         with pytest.raises(ProblemError):
             check_lti_claims(_launch(**broken))
+
+
+def test_lmss_allowed_to_frame_the_web_ui_widen_only_frame_ancestors() -> None:
+    assert "frame-ancestors 'none'" in security_headers([])["Content-Security-Policy"]
+    csp = security_headers(["https://moodle.school.edu", "https://*.instructure.com"])[
+        "Content-Security-Policy"
+    ]
+    assert "frame-ancestors 'self' https://moodle.school.edu https://*.instructure.com" in csp
+    assert "'none'" not in csp.split("frame-ancestors")[1] and "script-src 'self'" in csp
+
+
+def test_the_lti_script_never_parses_server_text_as_html() -> None:
+    text = (STATIC_DIR / "lti.js").read_text()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+        assert sink not in text, sink

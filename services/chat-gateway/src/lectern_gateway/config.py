@@ -168,6 +168,12 @@ class Settings(ServiceHttpSettings):
         description="the gateway's public base URL as LMSs reach it (https://...): the launch, "
         "login and JWKS URLs given to platforms; unset: taken from each request",
     )
+    lti_frame_ancestors: list[str] = Field(
+        default_factory=list,
+        description="origins of the LMSs that may show the web UI in a frame (CSP "
+        "frame-ancestors, e.g. https://moodle.school.edu); none: a framed launch opens the UI in "
+        "a new window",
+    )
     lti_state_ttl_s: float = Field(
         default=600.0, gt=0, description="an OIDC login must end in a launch within this long"
     )

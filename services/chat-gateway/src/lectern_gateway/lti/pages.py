@@ -5,7 +5,7 @@ except where a teacher's choice is made (the picker: only the LMS that asked).""
 from __future__ import annotations
 
 from html import escape
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from fastapi.responses import HTMLResponse
 
@@ -104,9 +104,17 @@ def recover_page(
     )
 
 
-def landing_page(*, token: str, class_id: str | None, target: str, next_url: str) -> HTMLResponse:
-    """Store the sign-in and open the web UI."""
-    body = f'<p>Signed in. <a href="{escape(next_url, quote=True)}">Open Lectern</a></p>'
+def landing_page(
+    *, token: str, class_id: str | None, target: str, view: str, framable: bool
+) -> HTMLResponse:
+    """Store the sign-in and open the web UI (framed by an LMS that may not frame the UI:
+    a link opens it in a new window, the sign-in in the URL's fragment)."""
+    handover = f"/#{urlencode({'lti-token': token, 'view': view})}"
+    body = (
+        "<p>Signed in to Lectern. "
+        f'<a href="{escape(handover, quote=True)}" target="_blank" rel="noopener">'
+        "Open Lectern in a new window</a></p>"
+    )
     return page(
         "Lectern",
         body,
@@ -115,7 +123,8 @@ def landing_page(*, token: str, class_id: str | None, target: str, next_url: str
             "token": token,
             "class_id": class_id,
             "target": target,
-            "next": next_url,
+            "next": f"/#{view}",
+            "framable": "true" if framable else "false",
         },
     )
 

@@ -531,6 +531,7 @@ async def insert_deep_link(pool: Any, values: dict[str, Any], *, ttl_s: float) -
         values["accept_multiple"],
         ttl_s,
     )
+    await pool.execute("DELETE FROM lti_deep_links WHERE expires_at < now() - interval '1 day'")
 
 
 async def get_deep_link(pool: Any, deep_link_id: str) -> dict[str, Any] | None:

@@ -124,8 +124,12 @@ async def sync_roster(
         )
         students = sorted({users[m["user_id"][:255]] for m in members if _is_active_student(m)})
         await repo.join_class(conn, tenant_id=tenant_id, class_id=class_id, user_ids=students)
-        removed = await repo.remove_left(
-            conn, tenant_id=tenant_id, class_id=class_id, keep=students
+        # a course nobody is in (not even its teacher) is a platform answering wrong: the
+        # roster stays as it is rather than losing every student at once
+        removed = (
+            await repo.remove_left(conn, tenant_id=tenant_id, class_id=class_id, keep=students)
+            if members
+            else []
         )
         await repo.mark_roster_synced(conn, tenant_id=tenant_id, class_id=class_id)
     return RosterSync(

@@ -33,7 +33,7 @@ router = APIRouter(tags=["lti"])
 COOKIE_PATH = "/lti/"
 INVITE_TTL_S = 7 * 86400
 #: where the web UI opens for what a link targets
-_VIEW = {"quiz": "#quizzes", "document": "#syllabus", "module": "#syllabus", "home": "#chat"}
+_VIEW = {"quiz": "quizzes", "document": "syllabus", "module": "syllabus", "home": "chat"}
 Text = Annotated[str, Field(min_length=1, max_length=255)]
 Url = Annotated[str, Field(min_length=8, max_length=2000)]
 
@@ -180,7 +180,8 @@ async def launch(
             token=landing.token,
             class_id=landing.class_id,
             target=str(landing.target),
-            next_url=f"/{_VIEW[landing.target.kind]}",
+            view=_VIEW[landing.target.kind],
+            framable=bool(settings.lti_frame_ancestors),
         )
     response.delete_cookie(cookie_name(state), path=COOKIE_PATH, secure=True, samesite="none")
     return response

@@ -58,6 +58,9 @@ async function recover() {
 }
 
 function land() {
+  // framed by an LMS that the web UI may not be framed by: the page's link opens it in a new
+  // window instead (the sign-in handed over in the URL's fragment)
+  if (window.top !== window.self && data.framable !== "true") return;
   sessionStorage.setItem("lectern.token", data.token);
   if (data.classId) sessionStorage.setItem("lectern.class", data.classId);
   if (data.target) sessionStorage.setItem("lectern.target", data.target);
