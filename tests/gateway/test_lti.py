@@ -666,6 +666,12 @@ async def test_a_500_member_roster_syncs_in_pages_and_students_who_left_are_remo
         "SELECT email FROM lti_users WHERE tenant_id = $1 AND sub = 's000'", school.tenant_id
     )
     assert email == "s000@school.example"
+    # a student the teacher put on the class by hand is the teacher's, never the sync's
+    manual = await client.put(
+        f"{gateway.url}/v1/classes/{class_id}/students/kid-by-hand",
+        headers=bearer(teacher["token"]),
+    )
+    assert manual.status_code == 200, manual.text
     # ten students leave the course: off the class, nothing of theirs deleted
     left = {m["user_id"] for m in members[:10]}
     platform.course(school.course_id, members[10:])
@@ -682,7 +688,8 @@ async def test_a_500_member_roster_syncs_in_pages_and_students_who_left_are_remo
     roster = await client.get(
         f"{gateway.url}/v1/classes/{class_id}/students", headers=bearer(teacher["token"])
     )
-    assert len(roster.json()) == 470
+    assert len(roster.json()) == 471
+    assert "kid-by-hand" in {m["user_id"] for m in roster.json()}
     # a student may not sync, nor a teacher of another class
     student = gateway.token(school.tenant_id, "someone", classes=[class_id])
     sync = await client.post(
@@ -863,3 +870,39 @@ async def test_a_launch_started_on_one_replica_ends_on_another(
         assert elapsed < LAUNCH_BUDGET_S
         mine = await client.get(f"{first.url}/v1/classes/mine", headers=bearer(data["token"]))
         assert mine.json()["classes"] == [data["class-id"]]
+
+
+# --- privacy ---------------------------------------------------------------------------------
+
+
+async def test_what_lti_keeps_of_a_student_is_exported_and_erased(
+    client: httpx.AsyncClient, gateway: Gateway, platform: Platform, school: School, db_pool: Any
+) -> None:
+    from lectern_gateway.privacy import repository as privacy
+
+    platform.course(school.course_id, [learner("stu-e", "Eve Example")])
+    hint = platform.prepare(
+        sub="stu-e", course_id=school.course_id, name="Eve Example", email="eve@school.example"
+    )
+    data = landed(await launch(client, platform, gateway.url, hint))
+    user_id = jwt.decode(data["token"], options={"verify_signature": False})["sub"]
+    async with db_pool.acquire() as conn:
+        kept = await privacy.read_user(conn, tenant_id=school.tenant_id, user_id=user_id)
+    (account,) = kept["lms_accounts"]
+    assert (account["sub"], account["email"], account["issuer"]) == (
+        "stu-e",
+        "eve@school.example",
+        platform.issuer,
+    )
+    erased = await client.delete(
+        f"{gateway.url}/v1/users/{user_id}", headers=admin(gateway, school.tenant_id)
+    )
+    assert erased.status_code == 202, erased.text
+    assert erased.json()["erased"]["lti_users"] == 1
+    left = await db_pool.fetchval(
+        "SELECT count(*) FROM lti_users WHERE tenant_id = $1 AND (user_id = $2 OR "
+        "email = 'eve@school.example')",
+        school.tenant_id,
+        user_id,
+    )
+    assert left == 0

@@ -2746,6 +2746,62 @@ export interface components {
             [key: string]: unknown;
         };
         /**
+         * ExportedLmsAccount
+         * @description An LMS account (LTI) linked to the user: its platform, its ``sub``, and the name and
+         *     e-mail as the platform sent them.
+         */
+        ExportedLmsAccount: {
+            /** Client Id */
+            client_id: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Email */
+            email?: string | null;
+            /** Family Name */
+            family_name?: string | null;
+            /** Given Name */
+            given_name?: string | null;
+            /** Issuer */
+            issuer: string;
+            /** Name */
+            name?: string | null;
+            /** Sub */
+            sub: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ExportedLmsScore
+         * @description A quiz score for an LMS gradebook, sent or waiting.
+         */
+        ExportedLmsScore: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Lineitem Url */
+            lineitem_url: string;
+            /** Score */
+            score: {
+                [key: string]: unknown;
+            };
+            /** Sent At */
+            sent_at?: string | null;
+            /** Status */
+            status: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * ExportedMemory
          * @description A long-term memory (without its embedding).
          */
@@ -4671,6 +4727,10 @@ export interface components {
             format: "lectern.user-export.v1";
             /** Knowledge Gaps */
             knowledge_gaps: components["schemas"]["ExportedGap"][];
+            /** Lms Accounts */
+            lms_accounts?: components["schemas"]["ExportedLmsAccount"][];
+            /** Lms Scores */
+            lms_scores?: components["schemas"]["ExportedLmsScore"][];
             /** Memories */
             memories: components["schemas"]["ExportedMemory"][];
             /** Notices */

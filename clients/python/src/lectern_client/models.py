@@ -624,6 +624,41 @@ class ExportedGap(BaseModel):
     topic: Annotated[str | None, Field(title="Topic")] = None
 
 
+class ExportedLmsAccount(BaseModel):
+    """
+    An LMS account (LTI) linked to the user: its platform, its ``sub``, and the name and
+    e-mail as the platform sent them.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    client_id: Annotated[str, Field(title="Client Id")]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    email: Annotated[str | None, Field(title="Email")] = None
+    family_name: Annotated[str | None, Field(title="Family Name")] = None
+    given_name: Annotated[str | None, Field(title="Given Name")] = None
+    issuer: Annotated[str, Field(title="Issuer")]
+    name: Annotated[str | None, Field(title="Name")] = None
+    sub: Annotated[str, Field(title="Sub")]
+    updated_at: Annotated[AwareDatetime, Field(title="Updated At")]
+
+
+class ExportedLmsScore(BaseModel):
+    """
+    A quiz score for an LMS gradebook, sent or waiting.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    lineitem_url: Annotated[str, Field(title="Lineitem Url")]
+    score: Annotated[dict[str, Any], Field(title="Score")]
+    sent_at: Annotated[AwareDatetime | None, Field(title="Sent At")] = None
+    status: Annotated[str, Field(title="Status")]
+
+
 class ExportedMemory(BaseModel):
     """
     A long-term memory (without its embedding).
@@ -1777,6 +1812,8 @@ class UserExport(BaseModel):
         "lectern.user-export.v1"
     )
     knowledge_gaps: Annotated[list[ExportedGap], Field(title="Knowledge Gaps")]
+    lms_accounts: Annotated[list[ExportedLmsAccount] | None, Field(title="Lms Accounts")] = None
+    lms_scores: Annotated[list[ExportedLmsScore] | None, Field(title="Lms Scores")] = None
     memories: Annotated[list[ExportedMemory], Field(title="Memories")]
     notices: Annotated[list[ExportedNotice], Field(title="Notices")]
     quiz_attempts: Annotated[list[ExportedQuizAttempt], Field(title="Quiz Attempts")]

@@ -360,9 +360,12 @@ async def join_class(conn: Any, *, tenant_id: str, class_id: str, user_ids: Sequ
         class_id,
         list(user_ids),
     )
+    # only the memberships LTI made: a student a teacher put on the class stays theirs
     await conn.execute(
         "INSERT INTO lti_roster_members (tenant_id, class_id, user_id) "
-        "SELECT $1, $2, u FROM unnest($3::text[]) AS u "
+        "SELECT m.tenant_id, m.class_id, m.user_id FROM class_members m "
+        "WHERE m.tenant_id = $1 AND m.class_id = $2 AND m.user_id = ANY($3::text[]) "
+        "AND m.added_by = 'lti' "
         "ON CONFLICT (tenant_id, class_id, user_id) DO UPDATE SET synced_at = now()",
         tenant_id,
         class_id,
