@@ -30,6 +30,7 @@ from lectern_testing.lti_platform import (
     INSTRUCTOR,
     LEARNER,
     LTI,
+    SCORE_SCOPE,
     Key,
     Platform,
     data_of,
@@ -575,7 +576,7 @@ async def test_a_quiz_taken_from_the_lms_posts_its_score_to_the_line_item(
     client: httpx.AsyncClient, gateway: Gateway, platform: Platform, school: School, db_pool: Any
 ) -> None:
     quiz_id, _, lineitem = await _teacher_places_quiz(client, gateway, platform, school, db_pool)
-    tokens_before = platform.token_requests
+    score_tokens = platform.token_scopes.count(SCORE_SCOPE)
     result = await _student_takes_quiz(
         client, gateway, platform, school, quiz_id, lineitem, "stu-q"
     )
@@ -591,7 +592,7 @@ async def test_a_quiz_taken_from_the_lms_posts_its_score_to_the_line_item(
     # a second attempt reuses the cached access token
     await _student_takes_quiz(client, gateway, platform, school, quiz_id, lineitem, "stu-q")
     await until(lambda: _count(platform, lineitem, 2), "the second score")
-    assert platform.token_requests - tokens_before == 1
+    assert platform.token_scopes.count(SCORE_SCOPE) - score_tokens == 1  # cached after one
     listed = await client.get(
         f"{gateway.url}/v1/lti/scores?status=sent", headers=admin(gateway, school.tenant_id)
     )
@@ -906,3 +907,33 @@ async def test_what_lti_keeps_of_a_student_is_exported_and_erased(
         user_id,
     )
     assert left == 0
+
+
+async def test_an_expired_login_is_refused(
+    client: httpx.AsyncClient, gateway: Gateway, platform: Platform, school: School, db_pool: Any
+) -> None:
+    hint = platform.prepare(sub="stu-late", course_id=school.course_id)
+    action, fields, cookies = await login(client, platform, gateway.url, hint)
+    await db_pool.execute(
+        "UPDATE lti_oidc_states SET expires_at = now() - interval '1 second' WHERE state = $1",
+        fields["state"],
+    )
+    cookie = {"Cookie": "; ".join(f"{k}={v}" for k, v in cookies.items())}
+    before = await counts(db_pool, school.tenant_id)
+    refused_with(await client.post(action, data=fields, headers=cookie), 400, "state_expired")
+    assert await counts(db_pool, school.tenant_id) == before
+
+
+async def test_a_retired_key_leaves_the_jwks_once_its_tokens_have_expired(
+    client: httpx.AsyncClient, gateway: Gateway, tenant_id: str, db_pool: Any
+) -> None:
+    headers = admin(gateway, tenant_id)
+    old = (await client.get(f"{gateway.url}/lti/jwks")).json()["keys"][0]["kid"]
+    new = (await client.post(f"{gateway.url}/v1/lti/keys/rotate", headers=headers)).json()["kid"]
+    kids = {k["kid"] for k in (await client.get(f"{gateway.url}/lti/jwks")).json()["keys"]}
+    assert {old, new} <= kids
+    await db_pool.execute(
+        "UPDATE lti_tool_keys SET publish_until = now() - interval '1 second' WHERE kid = $1", old
+    )
+    kids = {k["kid"] for k in (await client.get(f"{gateway.url}/lti/jwks")).json()["keys"]}
+    assert new in kids and old not in kids

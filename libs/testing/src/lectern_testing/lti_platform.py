@@ -99,6 +99,8 @@ class Platform:
     registrations: list[dict[str, Any]] = field(default_factory=list)
     tokens: dict[str, set[str]] = field(default_factory=dict)
     token_requests: int = 0
+    #: the scopes each token request asked for
+    token_scopes: list[str] = field(default_factory=list)
     score_posts: int = 0
     jwks_fetches: int = 0
     #: while true, the score and token endpoints answer 503 (the platform is down)
@@ -328,6 +330,7 @@ def _services(app: FastAPI, platform: Platform) -> None:
         if platform.down:
             return JSONResponse({"error": "down"}, status_code=503)
         form = await request.form()
+        platform.token_scopes.append(str(form.get("scope", "")))
         if (
             form.get("grant_type") != "client_credentials"
             or form.get("client_assertion_type")
