@@ -60,6 +60,8 @@ async def test_register_list_invite_rotate_and_delete_through_the_cli(
     assert await _lectern("lti", "list") == 0
     listed = capsys.readouterr().out
     assert created["id"] in listed and "deployments d1, d2" in listed
+    assert await _lectern("lti", "update", created["id"], "--deployment-id", "d3") == 0
+    assert "deployments d3" in capsys.readouterr().out
     assert await _lectern("lti", "invite") == 0
     assert capsys.readouterr().out.strip().startswith(f"{gateway.url}/lti/register?invite=")
     assert await _lectern("lti", "rotate-key", "--json") == 0

@@ -442,6 +442,7 @@ async def test_without_third_party_cookies_the_platform_storage_carries_the_stat
     # the browser sent no cookie: the tool asks the page to read the platform's storage
     recover = await client.post(action, data={**fields, "lti_storage_target": "_parent"})
     assert recover.status_code == 200 and data_of(recover.text)["lti"] == "recover"
+    assert data_of(recover.text)["platform-origin"] == platform.url
     _, posted = form_of(recover.text)
     wrong = {**posted, "lti_storage_secret": "not-the-secret"}
     refused_with(await client.post(action, data=wrong), 401, "wrong_state")

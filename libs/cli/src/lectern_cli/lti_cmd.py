@@ -1,10 +1,10 @@
 """``lectern lti ...``: LTI 1.3 platforms (LMSs) of your tenant, through the gateway.
 
-``register`` / ``list`` / ``show`` / ``delete`` manage registrations (``/v1/lti/registrations``),
-``invite`` prints a Dynamic Registration URL for the LMS's "add by URL" screen, ``rotate-key``
-rotates the tool's signing key, ``roster-sync`` syncs a class from its course now, ``scores``
-lists the scores waiting for (or sent to) the gradebooks. An admin's bearer token is needed
-(a teacher's for ``roster-sync``).
+``register``, ``update``, ``list``, ``show`` and ``delete`` manage registrations
+(``/v1/lti/registrations``), ``invite`` prints a Dynamic Registration URL for the LMS's "add by
+URL" screen, ``rotate-key`` rotates the tool's signing key, ``roster-sync`` syncs a class from
+its course now, ``scores`` lists the scores waiting for (or sent to) the gradebooks. An admin's
+bearer token is needed (a teacher's for ``roster-sync``).
 """
 
 from __future__ import annotations
@@ -46,6 +46,18 @@ def register(subparsers: Any) -> None:
     create.add_argument("--name", help="a name for it")
     create.set_defaults(func=run_register)
 
+    update = actions.add_parser(
+        "update", help="change a platform (its deployments: every --deployment-id, replacing)"
+    )
+    update.add_argument("registration_id")
+    update.add_argument("--deployment-id", action="append", dest="deployment_ids")
+    update.add_argument("--auth-url")
+    update.add_argument("--token-url")
+    update.add_argument("--jwks-url")
+    update.add_argument("--token-audience")
+    update.add_argument("--name")
+    update.set_defaults(func=run_update)
+
     listing = actions.add_parser("list", help="list the tenant's platforms")
     listing.set_defaults(func=run_list)
     show = actions.add_parser("show", help="show one platform")
@@ -65,7 +77,7 @@ def register(subparsers: Any) -> None:
     scores = actions.add_parser("scores", help="scores for the LMS gradebooks")
     scores.add_argument("--status", choices=("pending", "sent", "failed"))
     scores.set_defaults(func=run_scores)
-    for sub in (create, listing, show, delete, invite, rotate, sync, scores):
+    for sub in (create, update, listing, show, delete, invite, rotate, sync, scores):
         _common(sub)
 
 
@@ -138,6 +150,19 @@ def run_register(args: argparse.Namespace) -> int:
     if created is FAILED:
         return 1
     return _print(args, created, f"registered {created['id']}\n{format_registrations([created])}")
+
+
+def run_update(args: argparse.Namespace) -> int:
+    """Change a platform: only the options given."""
+    fields = ("deployment_ids", "auth_url", "token_url", "jwks_url", "token_audience", "name")
+    body = {f: getattr(args, f) for f in fields if getattr(args, f) is not None}
+    if not body:
+        print("lectern lti update: nothing to change", file=sys.stderr)
+        return 2
+    changed = _call(args, "PATCH", f"/v1/lti/registrations/{args.registration_id}", json=body)
+    if changed is FAILED:
+        return 1
+    return _print(args, changed, format_registrations([changed]))
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -95,6 +95,7 @@ async def begin_login(
             "client_id": client_id,
             "deployment_id": deployment_id,
             "browser_sha256": sha256(browser_secret),
+            "auth_url": auth_url,
         },
         ttl_s=ttl_s,
     )

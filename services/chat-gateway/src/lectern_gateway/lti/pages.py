@@ -84,7 +84,7 @@ def login_page(
 
 
 def recover_page(
-    *, launch_url: str, state: str, id_token: str, storage_target: str
+    *, launch_url: str, state: str, id_token: str, storage_target: str, auth_url: str
 ) -> HTMLResponse:
     """Read the login's secret back from the platform's storage and post the launch again."""
     body = (
@@ -100,7 +100,12 @@ def recover_page(
     return page(
         "Signing in to Lectern",
         body,
-        data={"lti": "recover", "state": state, "storage_target": storage_target},
+        data={
+            "lti": "recover",
+            "state": state,
+            "storage_target": storage_target,
+            "platform_origin": _origin(auth_url),
+        },
     )
 
 

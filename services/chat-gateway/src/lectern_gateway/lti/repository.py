@@ -240,8 +240,8 @@ async def insert_state(pool: Any, values: dict[str, Any], *, ttl_s: float) -> No
     """A login's state and nonce, expiring in ``ttl_s``; expired rows of others go."""
     await pool.execute(
         "INSERT INTO lti_oidc_states (state, nonce, issuer, client_id, deployment_id, "
-        "browser_sha256, expires_at) VALUES ($1, $2, $3, $4, $5, $6, "
-        "now() + make_interval(secs => $7))",
+        "browser_sha256, expires_at, auth_url) VALUES ($1, $2, $3, $4, $5, $6, "
+        "now() + make_interval(secs => $7), $8)",
         values["state"],
         values["nonce"],
         values["issuer"],
@@ -249,6 +249,7 @@ async def insert_state(pool: Any, values: dict[str, Any], *, ttl_s: float) -> No
         values.get("deployment_id"),
         values["browser_sha256"],
         ttl_s,
+        values["auth_url"],
     )
     await pool.execute("DELETE FROM lti_oidc_states WHERE expires_at < now() - interval '1 day'")
 

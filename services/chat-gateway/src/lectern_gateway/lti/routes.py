@@ -145,6 +145,7 @@ async def launch(
                 state=state,
                 id_token=id_token,
                 storage_target=lti_storage_target,
+                auth_url=row["auth_url"],
             )
         raise refused(
             401,

@@ -49,7 +49,7 @@ async function login() {
 
 async function recover() {
   const reply = await platformStorage({ subject: "lti.get_data", message_id: messageId(),
-    key: `state_${data.state}` }, "*", 2000);
+    key: `state_${data.state}` }, data.platformOrigin, 2000);
   const form = document.getElementById("lti-form");
   if (reply && typeof reply.value === "string") {
     form.elements.lti_storage_secret.value = reply.value;

@@ -59,6 +59,8 @@ CREATE TABLE lti_oidc_states (
     issuer         text NOT NULL,
     client_id      text NOT NULL,
     deployment_id  text,
+    -- the platform's authorization endpoint (its origin receives the postMessage storage)
+    auth_url       text NOT NULL,
     browser_sha256 text NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT now(),
     expires_at     timestamptz NOT NULL,
