@@ -22,7 +22,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from html import unescape
+from html import escape, unescape
 from typing import Any
 from urllib.parse import urlencode
 
@@ -105,6 +105,9 @@ class Platform:
     jwks_fetches: int = 0
     #: while true, the score and token endpoints answer 503 (the platform is down)
     down: bool = False
+    #: while true, the auth page waits to be posted (a test clears the browser's cookies
+    #: first) and sends the launch with ``lti_storage_target=_parent``
+    hold_launch: bool = False
 
     @property
     def issuer(self) -> str:
@@ -284,6 +287,21 @@ def _registration(app: FastAPI, platform: Platform) -> None:
 
 
 def _launches(app: FastAPI, platform: Platform) -> None:
+    @app.get("/course-page")
+    async def course_page(src: str) -> HTMLResponse:
+        """A course page framing the tool, with the LTI client-side postMessage storage."""
+        return HTMLResponse(
+            f'<!doctype html><iframe name="tool" src="{escape(src, quote=True)}"></iframe>'
+            "<script>const store = {};"
+            "window.addEventListener('message', (event) => {"
+            "  const m = event.data; if (!m || !m.subject) return;"
+            "  if (m.subject === 'lti.put_data') store[m.key] = m.value;"
+            "  if (m.subject !== 'lti.put_data' && m.subject !== 'lti.get_data') return;"
+            "  event.source.postMessage({subject: m.subject + '.response',"
+            "    message_id: m.message_id, key: m.key, value: store[m.key]}, event.origin);"
+            "});</script>"
+        )
+
     @app.get("/jwks")
     async def jwks() -> dict[str, Any]:
         platform.jwks_fetches += 1
@@ -307,7 +325,13 @@ def _launches(app: FastAPI, platform: Platform) -> None:
         return HTMLResponse(
             f'<form method="post" action="{q["redirect_uri"]}">'
             f'<input type="hidden" name="id_token" value="{token}">'
-            f'<input type="hidden" name="state" value="{q["state"]}"></form>'
+            f'<input type="hidden" name="state" value="{q["state"]}">'
+            + (
+                '<input type="hidden" name="lti_storage_target" value="_parent"></form>'
+                if platform.hold_launch
+                # a browser posts it at once, as an LMS's page does
+                else "</form><script>document.forms[0].submit()</script>"
+            )
         )
 
     @app.post("/deep-link-return")
