@@ -115,6 +115,7 @@ async def test_without_the_cookie_the_platform_storage_carries_the_login_in_a_fr
     page (the web UI may not be framed here) offers the UI in a new window."""
     async with serve_platform(Platform(deployment_id=f"dep-{tenant_id}")) as lms:
         lms.tool_launch_url = f"{gateway.url}/lti/launch"
+        lms.tool_jwks_url = f"{gateway.url}/lti/jwks"
         lms.hold_launch = True
         async with httpx.AsyncClient(timeout=30) as client:
             created = await client.post(
@@ -160,4 +161,11 @@ async def test_without_the_cookie_the_platform_storage_carries_the_login_in_a_fr
             assert "/#lti-token=" in href and href.endswith("&view=chat")
             # framed where the UI may not be: nothing stored, the page stays for the link
             assert await in_frame(page, "String(sessionStorage.length)") == "0"
+            # the link: the web UI in a window of its own, signed in, the token off the URL
+            window = page
+            await window.goto(href)
+            await window.until("!document.getElementById('whoami').hidden")
+            assert "student" in await window.text("#whoami-text")
+            assert await window.js("location.hash") == "#chat"
+            assert await window.js("sessionStorage.getItem('lectern.token')")
             assert page.exceptions == []
