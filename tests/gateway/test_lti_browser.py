@@ -161,11 +161,11 @@ async def test_without_the_cookie_the_platform_storage_carries_the_login_in_a_fr
             assert "/#lti-token=" in href and href.endswith("&view=chat")
             # framed where the UI may not be: nothing stored, the page stays for the link
             assert await in_frame(page, "String(sessionStorage.length)") == "0"
-            # the link: the web UI in a window of its own, signed in, the token off the URL
-            window = page
-            await window.goto(href)
-            await window.until("!document.getElementById('whoami').hidden")
-            assert "student" in await window.text("#whoami-text")
-            assert await window.js("location.hash") == "#chat"
-            assert await window.js("sessionStorage.getItem('lectern.token')")
+            # the link followed (top level, as the new window is): the web UI signed in, the
+            # token taken off the URL at once
+            await page.goto(href)
+            await page.until("!document.getElementById('whoami').hidden")
+            assert "student" in await page.text("#whoami-text")
+            assert await page.js("location.hash") == "#chat"
+            assert await page.js("sessionStorage.getItem('lectern.token')")
             assert page.exceptions == []
