@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,8 @@ class PlatformClient:
         self._jwks: dict[str, _KeySet] = {}
         self._tokens: dict[tuple[uuid.UUID, str], tuple[float, str]] = {}
         self._token_locks: dict[tuple[uuid.UUID, str], asyncio.Lock] = {}
+        #: work started for a request that outlives it (a roster sync after a launch)
+        self._background: set[asyncio.Task[None]] = set()
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -74,8 +76,17 @@ class PlatformClient:
             )
         return self._client
 
+    def spawn(self, work: Coroutine[Any, Any, None], *, name: str) -> None:
+        """Run ``work`` in the background (cancelled by :meth:`close`)."""
+        task = asyncio.create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def close(self) -> None:
-        """Close the HTTP client."""
+        """Cancel the background work and close the HTTP client."""
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self._client is not None:
             await self._client.aclose()
             self._client = None

@@ -5,7 +5,6 @@ score) is here too: ``queue_attempt_score``."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import secrets
@@ -27,8 +26,6 @@ log = logging.getLogger(__name__)
 
 TargetKind = Literal["home", "quiz", "document", "module"]
 MAX_TEXT = 500
-#: the background roster syncs of this process (kept so that they are not collected)
-_background: set[asyncio.Task[Any]] = set()
 
 
 @dataclass(frozen=True)
@@ -259,9 +256,7 @@ def _sync_in_background(
         except Exception as exc:  # logged: the next launch or an on-demand sync tries again
             log.warning("roster sync of %s (tenant %s) failed: %s", class_id, tenant_id, exc)
 
-    task = asyncio.create_task(run(), name=f"lti-roster-{class_id}")
-    _background.add(task)
-    task.add_done_callback(_background.discard)
+    platforms.spawn(run(), name=f"lti-roster-{class_id}")
 
 
 async def queue_attempt_score(
