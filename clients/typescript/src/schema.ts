@@ -116,10 +116,16 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** OIDC third-party login initiation (the LMS starts a launch) */
+        /**
+         * OIDC third-party login initiation (the LMS starts a launch)
+         * @description The platform's third-party login initiation: 302 to its authorization endpoint with a state and nonce stored in Postgres, and the state cookie (`lti1p3_<state>`, `SameSite=None; Secure; HttpOnly`). With `lti_storage_target` a page keeps the login's secret in the platform's postMessage storage first (200, HTML).
+         */
         get: operations["login_get_lti_login_get"];
         put?: never;
-        /** OIDC third-party login initiation, form-posted */
+        /**
+         * OIDC third-party login initiation, form-posted
+         * @description The platform's third-party login initiation: 302 to its authorization endpoint with a state and nonce stored in Postgres, and the state cookie (`lti1p3_<state>`, `SameSite=None; Secure; HttpOnly`). With `lti_storage_target` a page keeps the login's secret in the platform's postMessage storage first (200, HTML).
+         */
         post: operations["login_post_lti_login_post"];
         delete?: never;
         options?: never;
@@ -5079,6 +5085,24 @@ export interface operations {
                     "text/html": string;
                 };
             };
+            /** @description the platform takes no LTI links here, nothing or too much picked, or a pick not on offer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description no such deep-linking request waits (answered, expired, never made) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
             /** @description Validation Error */
             422: {
                 headers: {
@@ -5123,13 +5147,40 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Successful Response */
+            /** @description the landing page or the content picker */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
                     "text/html": string;
+                };
+            };
+            /** @description a bad launch: an unknown, used or expired state, a malformed id_token, a missing or malformed LTI claim, a target_link_uri not this tool's (`reason` says which) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description not authenticated: no or another state cookie, an unknown kid, a bad signature, the wrong iss, aud or azp, expired, the wrong nonce */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description an unknown deployment, or a deep-linking request from a student */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
                 };
             };
             /** @description Validation Error */
@@ -5141,23 +5192,76 @@ export interface operations {
                     "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
+            /** @description the platform's JWKS URL is refused */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the platform's keys could not be fetched now (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
         };
     };
     login_get_lti_login_get: {
         parameters: {
-            query?: never;
+            query?: {
+                iss?: string;
+                login_hint?: string;
+                target_link_uri?: string;
+                lti_message_hint?: string | null;
+                client_id?: string | null;
+                lti_deployment_id?: string | null;
+                lti_storage_target?: string | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;
         };
         requestBody?: never;
         responses: {
+            /** @description with lti_storage_target: the page that uses the platform's storage */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
             /** @description Successful Response */
             302: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description a missing parameter, an unknown or ambiguous platform, a foreign target_link_uri (`reason` says which) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
             };
         };
     };
@@ -5174,12 +5278,30 @@ export interface operations {
             };
         };
         responses: {
+            /** @description with lti_storage_target: the page that uses the platform's storage */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
             /** @description Successful Response */
             302: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+            /** @description a missing parameter, an unknown or ambiguous platform, a foreign target_link_uri (`reason` says which) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
             };
             /** @description Validation Error */
             422: {
@@ -5214,6 +5336,33 @@ export interface operations {
                     "text/html": string;
                 };
             };
+            /** @description the platform's configuration fails a check (issuer, endpoints, RS256) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the registration URL (invite) is not valid or expired */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the registration or its deployment exists already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
             /** @description Validation Error */
             422: {
                 headers: {
@@ -5221,6 +5370,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description the platform could not be reached, or refused the registration */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
                 };
             };
         };
@@ -6416,6 +6574,33 @@ export interface operations {
                     "application/json": components["schemas"]["RosterSyncResult"];
                 };
             };
+            /** @description not a teacher of the class (or an admin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the class is no LMS course's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the course's platform offers no membership service */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
             /** @description Validation Error */
             422: {
                 headers: {
@@ -6423,6 +6608,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description the platform's roster could not be read */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
                 };
             };
         };
@@ -6529,6 +6723,33 @@ export interface operations {
                     "application/json": components["schemas"]["Registration"];
                 };
             };
+            /** @description a platform URL that is not https */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description admins only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description this tenant has the issuer and client id, or a deployment is registered already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
             /** @description Validation Error */
             422: {
                 headers: {
@@ -6622,6 +6843,33 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Registration"];
+                };
+            };
+            /** @description a platform URL that is not https */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description no such registration */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description a deployment is registered already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
                 };
             };
             /** @description Validation Error */

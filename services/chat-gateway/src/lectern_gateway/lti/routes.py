@@ -38,6 +38,28 @@ Text = Annotated[str, Field(min_length=1, max_length=255)]
 Url = Annotated[str, Field(min_length=8, max_length=2000)]
 
 
+def problems(**codes: str) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI responses: each status (``r400=...``) with what it means, as problem+json."""
+    return {
+        int(code.removeprefix("r")): {
+            "description": meaning,
+            "content": {"application/problem+json": {"schema": {"type": "object"}}},
+        }
+        for code, meaning in codes.items()
+    }
+
+
+LAUNCH_PROBLEMS = problems(
+    r400="a bad launch: an unknown, used or expired state, a malformed id_token, a missing or "
+    "malformed LTI claim, a target_link_uri not this tool's (`reason` says which)",
+    r401="not authenticated: no or another state cookie, an unknown kid, a bad signature, the "
+    "wrong iss, aud or azp, expired, the wrong nonce",
+    r403="an unknown deployment, or a deep-linking request from a student",
+    r502="the platform's JWKS URL is refused",
+    r503="the platform's keys could not be fetched now (Retry-After)",
+)
+
+
 def base_url(request: Request, public_url: str | None) -> str:
     """The gateway's public base URL (setting, else the request's)."""
     return (public_url or str(request.base_url)).rstrip("/")
@@ -78,14 +100,53 @@ async def _login(request: Request, gateway: GatewayDep, params: dict[str, str]) 
     return response
 
 
+LOGIN_DESCRIPTION = (
+    "The platform's third-party login initiation: 302 to its authorization endpoint with a "
+    "state and nonce stored in Postgres, and the state cookie (`lti1p3_<state>`, "
+    "`SameSite=None; Secure; HttpOnly`). With `lti_storage_target` a page keeps the login's "
+    "secret in the platform's postMessage storage first (200, HTML)."
+)
+LOGIN_RESPONSES = {
+    200: {
+        "description": "with lti_storage_target: the page that uses the platform's storage",
+        "content": {"text/html": {}},
+    },
+    **problems(
+        r400="a missing parameter, an unknown or ambiguous platform, a foreign "
+        "target_link_uri (`reason` says which)"
+    ),
+}
+
+
 @router.get(
     "/lti/login",
     summary="OIDC third-party login initiation (the LMS starts a launch)",
     response_class=RedirectResponse,
     status_code=302,
+    description=LOGIN_DESCRIPTION,
+    responses=LOGIN_RESPONSES,
 )
-async def login_get(request: Request, gateway: GatewayDep) -> Response:
-    return await _login(request, gateway, dict(request.query_params))
+async def login_get(
+    request: Request,
+    gateway: GatewayDep,
+    iss: Annotated[str, Query(max_length=500)] = "",
+    login_hint: Annotated[str, Query(max_length=2000)] = "",
+    target_link_uri: Annotated[str, Query(max_length=2000)] = "",
+    lti_message_hint: Annotated[str | None, Query(max_length=4000)] = None,
+    client_id: Annotated[str | None, Query(max_length=255)] = None,
+    lti_deployment_id: Annotated[str | None, Query(max_length=255)] = None,
+    lti_storage_target: Annotated[str | None, Query(max_length=200)] = None,
+) -> Response:
+    params = {
+        "iss": iss,
+        "login_hint": login_hint,
+        "target_link_uri": target_link_uri,
+        "lti_message_hint": lti_message_hint or "",
+        "client_id": client_id or "",
+        "lti_deployment_id": lti_deployment_id or "",
+        "lti_storage_target": lti_storage_target or "",
+    }
+    return await _login(request, gateway, params)
 
 
 @router.post(
@@ -93,6 +154,8 @@ async def login_get(request: Request, gateway: GatewayDep) -> Response:
     summary="OIDC third-party login initiation, form-posted",
     response_class=RedirectResponse,
     status_code=302,
+    description=LOGIN_DESCRIPTION,
+    responses=LOGIN_RESPONSES,
 )
 async def login_post(
     request: Request,
@@ -125,6 +188,13 @@ async def login_post(
     "cookie or the platform's postMessage storage), then the id_token in full. A resource "
     "link lands in the web UI signed in (the page stores the bearer token in sessionStorage); "
     "a deep-linking request shows the content picker. Any failure: problem+json, nothing made.",
+    responses={
+        200: {
+            "description": "the landing page or the content picker",
+            "content": {"text/html": {}},
+        },
+        **LAUNCH_PROBLEMS,
+    },
 )
 async def launch(
     request: Request,
@@ -197,6 +267,11 @@ async def jwks(pool: PoolDep) -> JSONResponse:
     "/lti/deep-links/{deep_link_id}",
     response_class=HTMLResponse,
     summary="A teacher's pick: the signed LtiDeepLinkingResponse, posted back to the LMS",
+    responses=problems(
+        r400="the platform takes no LTI links here, nothing or too much picked, or a pick not "
+        "on offer",
+        r404="no such deep-linking request waits (answered, expired, never made)",
+    ),
 )
 async def deep_link_response(
     deep_link_id: str,
@@ -219,6 +294,12 @@ async def deep_link_response(
     "/lti/register",
     response_class=HTMLResponse,
     summary="LTI Dynamic Registration: the LMS opens this registration URL",
+    responses=problems(
+        r400="the platform's configuration fails a check (issuer, endpoints, RS256)",
+        r403="the registration URL (invite) is not valid or expired",
+        r409="the registration or its deployment exists already",
+        r502="the platform could not be reached, or refused the registration",
+    ),
 )
 async def register(
     request: Request,
@@ -337,7 +418,16 @@ class Registration(BaseModel):
     updated_at: datetime
 
 
-@router.post("/v1/lti/registrations", status_code=201, summary="Register a platform (admins)")
+@router.post(
+    "/v1/lti/registrations",
+    status_code=201,
+    summary="Register a platform (admins)",
+    responses=problems(
+        r400="a platform URL that is not https",
+        r403="admins only",
+        r409="this tenant has the issuer and client id, or a deployment is registered already",
+    ),
+)
 async def create_registration(body: RegistrationIn, admin: AdminDep, pool: PoolDep) -> Registration:
     values = body.model_dump(exclude={"deployment_ids"}) | {"created_by": admin.user_id}
     found = await registration.create(
@@ -366,7 +456,15 @@ async def get_registration(
     return Registration.model_validate(found)
 
 
-@router.patch("/v1/lti/registrations/{registration_id}", summary="Change a platform (admins)")
+@router.patch(
+    "/v1/lti/registrations/{registration_id}",
+    summary="Change a platform (admins)",
+    responses=problems(
+        r400="a platform URL that is not https",
+        r404="no such registration",
+        r409="a deployment is registered already",
+    ),
+)
 async def patch_registration(
     registration_id: uuid.UUID, body: RegistrationPatch, admin: AdminDep, pool: PoolDep
 ) -> Registration:
@@ -465,6 +563,12 @@ class RosterSyncResult(BaseModel):
 @router.post(
     "/v1/lti/classes/{class_id}/roster-sync",
     summary="Sync a class's roster from its LMS course now (staff)",
+    responses=problems(
+        r403="not a teacher of the class (or an admin)",
+        r404="the class is no LMS course's",
+        r409="the course's platform offers no membership service",
+        r502="the platform's roster could not be read",
+    ),
 )
 async def roster_sync(class_id: str, staff: StaffDep, gateway: GatewayDep) -> RosterSyncResult:
     if staff.role != "admin" and class_id not in staff.classes:
