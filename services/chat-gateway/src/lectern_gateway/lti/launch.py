@@ -139,6 +139,32 @@ def browser_holds(row: dict[str, Any], secret: str | None) -> bool:
     return bool(secret) and hmac.compare_digest(sha256(secret or ""), row["browser_sha256"])
 
 
+async def claim_state(
+    pool: Any,
+    *,
+    state: str,
+    cookie: str | None,
+    storage_target: str | None,
+    storage_secret: str | None,
+) -> tuple[dict[str, Any], bool]:
+    """The login of a launch and whether it is now used up: live, and started by this
+    browser (its cookie, or the secret read back from the platform's storage). Not used (the
+    second value False) when no cookie came (third-party cookies blocked) and the platform
+    has a storage to read the secret back from."""
+    row = await live_state(pool, state)
+    if not browser_holds(row, cookie or storage_secret):
+        if storage_target and not storage_secret:
+            return row, False
+        raise refused(
+            401,
+            "wrong_state",
+            "this launch's state is not the one this browser started (no or another state cookie)",
+        )
+    if not await repo.use_state(pool, state):
+        raise refused(400, "state_used", "this login was used already (a launch is used once)")
+    return row, True
+
+
 @dataclass(frozen=True)
 class Launch:
     """A launch whose ``id_token`` passed every check."""

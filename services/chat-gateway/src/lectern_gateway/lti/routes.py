@@ -17,14 +17,7 @@ from lectern_gateway.auth import AdminDep, StaffDep
 from lectern_gateway.deps import GatewayDep, PoolDep, SettingsDep
 from lectern_gateway.lti import claims, deeplink, keys, pages, registration
 from lectern_gateway.lti import repository as repo
-from lectern_gateway.lti.launch import (
-    begin_login,
-    browser_holds,
-    cookie_name,
-    live_state,
-    refused,
-    verify_id_token,
-)
+from lectern_gateway.lti.launch import begin_login, claim_state, cookie_name, verify_id_token
 from lectern_gateway.lti.roster import sync_roster
 from lectern_gateway.lti.service import complete_launch
 from lectern_gateway.problems import ProblemError
@@ -206,24 +199,21 @@ async def launch(
 ) -> Response:
     settings, pool = gateway.settings, gateway.pool
     base = base_url(request, settings.lti_public_url)
-    row = await live_state(pool, state)
-    secret = request.cookies.get(cookie_name(state)) or lti_storage_secret
-    if not browser_holds(row, secret):
-        if lti_storage_target and not lti_storage_secret:  # third-party cookies blocked
-            return pages.recover_page(
-                launch_url=f"{base}/lti/launch",
-                state=state,
-                id_token=id_token,
-                storage_target=lti_storage_target,
-                auth_url=row["auth_url"],
-            )
-        raise refused(
-            401,
-            "wrong_state",
-            "this launch's state is not the one this browser started (no or another state cookie)",
+    row, used = await claim_state(
+        pool,
+        state=state,
+        cookie=request.cookies.get(cookie_name(state)),
+        storage_target=lti_storage_target,
+        storage_secret=lti_storage_secret,
+    )
+    if not used and lti_storage_target:  # the secret is in the platform's storage
+        return pages.recover_page(
+            launch_url=f"{base}/lti/launch",
+            state=state,
+            id_token=id_token,
+            storage_target=lti_storage_target,
+            auth_url=row["auth_url"],
         )
-    if not await repo.use_state(pool, state):
-        raise refused(400, "state_used", "this login was used already (a launch is used once)")
     verified = await verify_id_token(
         pool=pool,
         platforms=gateway.lti,
