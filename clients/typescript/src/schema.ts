@@ -21,6 +21,135 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/lti/canvas.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The JSON to paste into a Canvas LTI 1.3 developer key */
+        get: operations["canvas_config_lti_canvas_json_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/lti/config.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tool configuration (Dynamic Registration's body) */
+        get: operations["tool_config_lti_config_json_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/lti/deep-links/{deep_link_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A teacher's pick: the signed LtiDeepLinkingResponse, posted back to the LMS */
+        post: operations["deep_link_response_lti_deep_links__deep_link_id__post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/lti/jwks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tool's public keys (JWKS) */
+        get: operations["jwks_lti_jwks_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/lti/launch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * The launch: the platform posts the id_token (form_post)
+         * @description Checks the login state (ours, live, used once, bound to this browser by its cookie or the platform's postMessage storage), then the id_token in full. A resource link lands in the web UI signed in (the page stores the bearer token in sessionStorage); a deep-linking request shows the content picker. Any failure: problem+json, nothing made.
+         */
+        post: operations["launch_lti_launch_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/lti/login": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * OIDC third-party login initiation (the LMS starts a launch)
+         * @description The platform's third-party login initiation: 302 to its authorization endpoint with a state and nonce stored in Postgres, and the state cookie (`lti1p3_<state>`, `SameSite=None; Secure; HttpOnly`). With `lti_storage_target` a page keeps the login's secret in the platform's postMessage storage first (200, HTML).
+         */
+        get: operations["login_get_lti_login_get"];
+        put?: never;
+        /**
+         * OIDC third-party login initiation, form-posted
+         * @description The platform's third-party login initiation: 302 to its authorization endpoint with a state and nonce stored in Postgres, and the state cookie (`lti1p3_<state>`, `SameSite=None; Secure; HttpOnly`). With `lti_storage_target` a page keeps the login's secret in the platform's postMessage storage first (200, HTML).
+         */
+        post: operations["login_post_lti_login_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/lti/register": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** LTI Dynamic Registration: the LMS opens this registration URL */
+        get: operations["register_lti_register_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/metrics": {
         parameters: {
             query?: never;
@@ -549,6 +678,128 @@ export interface paths {
         };
         /** Knowledge gaps grouped by topic (staff) */
         get: operations["knowledge_gaps_v1_knowledge_gaps_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lti/classes/{class_id}/roster-sync": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Sync a class's roster from its LMS course now (staff) */
+        post: operations["roster_sync_v1_lti_classes__class_id__roster_sync_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lti/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tool's published keys (admins) */
+        get: operations["list_keys_v1_lti_keys_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lti/keys/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Rotate the tool's signing key (admins) */
+        post: operations["rotate_key_v1_lti_keys_rotate_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lti/registration-invites": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A Dynamic Registration URL for the LMS's 'add by URL' screen (admins) */
+        post: operations["create_invite_v1_lti_registration_invites_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lti/registrations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The tenant's platforms (admins) */
+        get: operations["list_registrations_v1_lti_registrations_get"];
+        put?: never;
+        /** Register a platform (admins) */
+        post: operations["create_registration_v1_lti_registrations_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/lti/registrations/{registration_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A platform (admins) */
+        get: operations["get_registration_v1_lti_registrations__registration_id__get"];
+        put?: never;
+        post?: never;
+        /** Remove a platform (admins; Lectern's users and classes stay) */
+        delete: operations["delete_registration_v1_lti_registrations__registration_id__delete"];
+        options?: never;
+        head?: never;
+        /** Change a platform (admins) */
+        patch: operations["patch_registration_v1_lti_registrations__registration_id__patch"];
+        trace?: never;
+    };
+    "/v1/lti/scores": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Scores for the LMS gradebooks, newest first (admins) */
+        get: operations["list_scores_v1_lti_scores_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1565,6 +1816,54 @@ export interface components {
              */
             id: string;
         };
+        /** Body_deep_link_response_lti_deep_links__deep_link_id__post */
+        Body_deep_link_response_lti_deep_links__deep_link_id__post: {
+            /** Item */
+            item: string[];
+        };
+        /** Body_launch_lti_launch_post */
+        Body_launch_lti_launch_post: {
+            /**
+             * Id Token
+             * @default
+             */
+            id_token: string;
+            /** Lti Storage Secret */
+            lti_storage_secret?: string | null;
+            /** Lti Storage Target */
+            lti_storage_target?: string | null;
+            /**
+             * State
+             * @default
+             */
+            state: string;
+        };
+        /** Body_login_post_lti_login_post */
+        Body_login_post_lti_login_post: {
+            /** Client Id */
+            client_id?: string | null;
+            /**
+             * Iss
+             * @default
+             */
+            iss: string;
+            /**
+             * Login Hint
+             * @default
+             */
+            login_hint: string;
+            /** Lti Deployment Id */
+            lti_deployment_id?: string | null;
+            /** Lti Message Hint */
+            lti_message_hint?: string | null;
+            /** Lti Storage Target */
+            lti_storage_target?: string | null;
+            /**
+             * Target Link Uri
+             * @default
+             */
+            target_link_uri: string;
+        };
         /**
          * Candidate
          * @description One retrieved chunk with its provenance and scores.
@@ -2453,6 +2752,62 @@ export interface components {
             [key: string]: unknown;
         };
         /**
+         * ExportedLmsAccount
+         * @description An LMS account (LTI) linked to the user: its platform, its ``sub``, and the name and
+         *     e-mail as the platform sent them.
+         */
+        ExportedLmsAccount: {
+            /** Client Id */
+            client_id: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Email */
+            email?: string | null;
+            /** Family Name */
+            family_name?: string | null;
+            /** Given Name */
+            given_name?: string | null;
+            /** Issuer */
+            issuer: string;
+            /** Name */
+            name?: string | null;
+            /** Sub */
+            sub: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * ExportedLmsScore
+         * @description A quiz score for an LMS gradebook, sent or waiting.
+         */
+        ExportedLmsScore: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Lineitem Url */
+            lineitem_url: string;
+            /** Score */
+            score: {
+                [key: string]: unknown;
+            };
+            /** Sent At */
+            sent_at?: string | null;
+            /** Status */
+            status: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * ExportedMemory
          * @description A long-term memory (without its embedding).
          */
@@ -3099,6 +3454,19 @@ export interface components {
             imported: number;
         };
         /**
+         * Invite
+         * @description A Dynamic Registration URL to paste into the LMS.
+         */
+        Invite: {
+            /**
+             * Expires At
+             * @description Unix time
+             */
+            expires_at: number;
+            /** Url */
+            url: string;
+        };
+        /**
          * Latency
          * @description Percentiles in milliseconds (bucket upper bounds; None without data).
          */
@@ -3564,6 +3932,105 @@ export interface components {
             title: string;
         };
         /**
+         * Registration
+         * @description A stored registration.
+         */
+        Registration: {
+            /** Auth Url */
+            auth_url: string;
+            /** Client Id */
+            client_id: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Created By */
+            created_by: string | null;
+            /** Deployment Ids */
+            deployment_ids: string[];
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Issuer */
+            issuer: string;
+            /** Jwks Url */
+            jwks_url: string;
+            /** Name */
+            name: string | null;
+            /**
+             * Source
+             * @enum {string}
+             */
+            source: "manual" | "dynamic";
+            /** Token Audience */
+            token_audience: string | null;
+            /** Token Url */
+            token_url: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
+        /**
+         * RegistrationIn
+         * @description A platform as its admin screen shows it.
+         */
+        RegistrationIn: {
+            /**
+             * Auth Url
+             * @description its OIDC authorization endpoint
+             */
+            auth_url: string;
+            /** Client Id */
+            client_id: string;
+            /** Deployment Ids */
+            deployment_ids: string[];
+            /**
+             * Issuer
+             * @description the platform's `iss` (Canvas Cloud: https://canvas.instructure.com)
+             */
+            issuer: string;
+            /**
+             * Jwks Url
+             * @description its public keys
+             */
+            jwks_url: string;
+            /** Name */
+            name?: string | null;
+            /**
+             * Token Audience
+             * @description `aud` of our client assertions when it is not token_url
+             */
+            token_audience?: string | null;
+            /**
+             * Token Url
+             * @description its OAuth 2 token endpoint
+             */
+            token_url: string;
+        };
+        /**
+         * RegistrationPatch
+         * @description Fields to change (left out: unchanged); ``deployment_ids`` replaces the list.
+         */
+        RegistrationPatch: {
+            /** Auth Url */
+            auth_url?: string | null;
+            /** Deployment Ids */
+            deployment_ids?: string[] | null;
+            /** Jwks Url */
+            jwks_url?: string | null;
+            /** Name */
+            name?: string | null;
+            /** Token Audience */
+            token_audience?: string | null;
+            /** Token Url */
+            token_url?: string | null;
+        };
+        /**
          * ReprocessRequest
          * @description Optional body of ``POST /v1/documents/{id}/reprocess``.
          */
@@ -3680,6 +4147,37 @@ export interface components {
             subject?: string | null;
         };
         /**
+         * RosterSyncResult
+         * @description What a roster sync found and changed.
+         */
+        RosterSyncResult: {
+            /** Class Id */
+            class_id: string;
+            /** Members */
+            members: number;
+            /** Pages */
+            pages: number;
+            /**
+             * Removed
+             * @description students taken off the class (nothing of theirs deleted)
+             */
+            removed: string[];
+            /** Seconds */
+            seconds: number;
+            /** Students */
+            students: number;
+        };
+        /**
+         * Rotated
+         * @description A rotation: the new signing key and the keys it retired (still published a while).
+         */
+        Rotated: {
+            /** Kid */
+            kid: string;
+            /** Retired */
+            retired: string[];
+        };
+        /**
          * ScopeFilter
          * @description The material in a tutor persona's scope: each list set matches any of its values.
          */
@@ -3692,6 +4190,54 @@ export interface components {
             subjects?: string[];
             /** Topic Tags */
             topic_tags?: string[];
+        };
+        /**
+         * Score
+         * @description A score posted, or waiting to be, to a platform's line item.
+         */
+        Score: {
+            /**
+             * Attempt Id
+             * Format: uuid
+             */
+            attempt_id: string;
+            /** Attempts */
+            attempts: number;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Last Error */
+            last_error: string | null;
+            /** Lineitem Url */
+            lineitem_url: string;
+            /**
+             * Next Attempt At
+             * Format: date-time
+             */
+            next_attempt_at: string;
+            /**
+             * Registration Id
+             * Format: uuid
+             */
+            registration_id: string;
+            /** Score */
+            score: {
+                [key: string]: unknown;
+            };
+            /** Sent At */
+            sent_at: string | null;
+            /**
+             * Status
+             * @enum {string}
+             */
+            status: "pending" | "sent" | "failed";
         };
         /**
          * SearchRequest
@@ -4114,6 +4660,27 @@ export interface components {
             web_search?: boolean | null;
         };
         /**
+         * ToolKey
+         * @description A published key of the tool.
+         */
+        ToolKey: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Kid */
+            kid: string;
+            /** Public Jwk */
+            public_jwk: {
+                [key: string]: unknown;
+            };
+            /** Publish Until */
+            publish_until: string | null;
+            /** Retired At */
+            retired_at: string | null;
+        };
+        /**
          * UploadAccepted
          * @description Answer to an accepted upload (202) or a duplicate of an existing one (200).
          */
@@ -4166,6 +4733,10 @@ export interface components {
             format: "lectern.user-export.v1";
             /** Knowledge Gaps */
             knowledge_gaps: components["schemas"]["ExportedGap"][];
+            /** Lms Accounts */
+            lms_accounts?: components["schemas"]["ExportedLmsAccount"][];
+            /** Lms Scores */
+            lms_scores?: components["schemas"]["ExportedLmsScore"][];
             /** Memories */
             memories: components["schemas"]["ExportedMemory"][];
             /** Notices */
@@ -4442,6 +5013,372 @@ export interface operations {
                     "application/json": {
                         [key: string]: string;
                     };
+                };
+            };
+        };
+    };
+    canvas_config_lti_canvas_json_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    tool_config_lti_config_json_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": {
+                        [key: string]: unknown;
+                    };
+                };
+            };
+        };
+    };
+    deep_link_response_lti_deep_links__deep_link_id__post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                deep_link_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-www-form-urlencoded": components["schemas"]["Body_deep_link_response_lti_deep_links__deep_link_id__post"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description the platform takes no LTI links here, nothing or too much picked, or a pick not on offer */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description no such deep-linking request waits (answered, expired, never made) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    jwks_lti_jwks_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": unknown;
+                };
+            };
+        };
+    };
+    launch_lti_launch_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/x-www-form-urlencoded": components["schemas"]["Body_launch_lti_launch_post"];
+            };
+        };
+        responses: {
+            /** @description the landing page or the content picker */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description a bad launch: an unknown, used or expired state, a malformed id_token, a missing or malformed LTI claim, a target_link_uri not this tool's (`reason` says which) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description not authenticated: no or another state cookie, an unknown kid, a bad signature, the wrong iss, aud or azp, expired, the wrong nonce */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description an unknown deployment, or a deep-linking request from a student */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description the platform's JWKS URL is refused */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the platform's keys could not be fetched now (Retry-After) */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+        };
+    };
+    login_get_lti_login_get: {
+        parameters: {
+            query?: {
+                iss?: string;
+                login_hint?: string;
+                target_link_uri?: string;
+                lti_message_hint?: string | null;
+                client_id?: string | null;
+                lti_deployment_id?: string | null;
+                lti_storage_target?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description with lti_storage_target: the page that uses the platform's storage */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Successful Response */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description a missing parameter, an unknown or ambiguous platform, a foreign target_link_uri (`reason` says which) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    login_post_lti_login_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/x-www-form-urlencoded": components["schemas"]["Body_login_post_lti_login_post"];
+            };
+        };
+        responses: {
+            /** @description with lti_storage_target: the page that uses the platform's storage */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": unknown;
+                };
+            };
+            /** @description Successful Response */
+            302: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description a missing parameter, an unknown or ambiguous platform, a foreign target_link_uri (`reason` says which) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    register_lti_register_get: {
+        parameters: {
+            query: {
+                invite: string;
+                openid_configuration: string;
+                registration_token?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description the platform's configuration fails a check (issuer, endpoints, RS256) */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the registration URL (invite) is not valid or expired */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the registration or its deployment exists already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description the platform could not be reached, or refused the registration */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
                 };
             };
         };
@@ -5604,6 +6541,367 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["lectern_gateway__feedback__gaps__GapTopic"][];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    roster_sync_v1_lti_classes__class_id__roster_sync_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                class_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RosterSyncResult"];
+                };
+            };
+            /** @description not a teacher of the class (or an admin) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the class is no LMS course's */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description the course's platform offers no membership service */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+            /** @description the platform's roster could not be read */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+        };
+    };
+    list_keys_v1_lti_keys_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ToolKey"][];
+                };
+            };
+        };
+    };
+    rotate_key_v1_lti_keys_rotate_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Rotated"];
+                };
+            };
+        };
+    };
+    create_invite_v1_lti_registration_invites_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Invite"];
+                };
+            };
+        };
+    };
+    list_registrations_v1_lti_registrations_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Registration"][];
+                };
+            };
+        };
+    };
+    create_registration_v1_lti_registrations_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegistrationIn"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Registration"];
+                };
+            };
+            /** @description a platform URL that is not https */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description admins only */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description this tenant has the issuer and client id, or a deployment is registered already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    get_registration_v1_lti_registrations__registration_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                registration_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Registration"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_registration_v1_lti_registrations__registration_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                registration_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    patch_registration_v1_lti_registrations__registration_id__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                registration_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegistrationPatch"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Registration"];
+                };
+            };
+            /** @description a platform URL that is not https */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description no such registration */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description a deployment is registered already */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": Record<string, never>;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_scores_v1_lti_scores_get: {
+        parameters: {
+            query?: {
+                status?: ("pending" | "sent" | "failed") | null;
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Score"][];
                 };
             };
             /** @description Validation Error */

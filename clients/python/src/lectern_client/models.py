@@ -96,6 +96,50 @@ class AuditEntry(BaseModel):
     id: Annotated[UUID, Field(title="Id")]
 
 
+class BodyDeepLinkResponseLtiDeepLinksDeepLinkIdPost(BaseModel):
+    item: Annotated[list[str], Field(max_length=50, title="Item")]
+
+
+LtiStorageSecret = TypeAliasType(
+    "LtiStorageSecret", Annotated[str, Field(max_length=200, title="Lti Storage Secret")]
+)
+
+
+LtiStorageTarget = TypeAliasType(
+    "LtiStorageTarget", Annotated[str, Field(max_length=200, title="Lti Storage Target")]
+)
+
+
+class BodyLaunchLtiLaunchPost(BaseModel):
+    id_token: Annotated[str | None, Field(max_length=65536, title="Id Token")] = ""
+    lti_storage_secret: Annotated[LtiStorageSecret | None, Field(title="Lti Storage Secret")] = None
+    lti_storage_target: Annotated[LtiStorageTarget | None, Field(title="Lti Storage Target")] = None
+    state: Annotated[str | None, Field(max_length=200, title="State")] = ""
+
+
+ClientId = TypeAliasType("ClientId", Annotated[str, Field(max_length=255, title="Client Id")])
+
+
+LtiDeploymentId = TypeAliasType(
+    "LtiDeploymentId", Annotated[str, Field(max_length=255, title="Lti Deployment Id")]
+)
+
+
+LtiMessageHint = TypeAliasType(
+    "LtiMessageHint", Annotated[str, Field(max_length=4000, title="Lti Message Hint")]
+)
+
+
+class BodyLoginPostLtiLoginPost(BaseModel):
+    client_id: Annotated[ClientId | None, Field(title="Client Id")] = None
+    iss: Annotated[str | None, Field(max_length=500, title="Iss")] = ""
+    login_hint: Annotated[str | None, Field(max_length=2000, title="Login Hint")] = ""
+    lti_deployment_id: Annotated[LtiDeploymentId | None, Field(title="Lti Deployment Id")] = None
+    lti_message_hint: Annotated[LtiMessageHint | None, Field(title="Lti Message Hint")] = None
+    lti_storage_target: Annotated[LtiStorageTarget | None, Field(title="Lti Storage Target")] = None
+    target_link_uri: Annotated[str | None, Field(max_length=2000, title="Target Link Uri")] = ""
+
+
 class Candidate(BaseModel):
     """
     One retrieved chunk with its provenance and scores.
@@ -580,6 +624,41 @@ class ExportedGap(BaseModel):
     topic: Annotated[str | None, Field(title="Topic")] = None
 
 
+class ExportedLmsAccount(BaseModel):
+    """
+    An LMS account (LTI) linked to the user: its platform, its ``sub``, and the name and
+    e-mail as the platform sent them.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    client_id: Annotated[str, Field(title="Client Id")]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    email: Annotated[str | None, Field(title="Email")] = None
+    family_name: Annotated[str | None, Field(title="Family Name")] = None
+    given_name: Annotated[str | None, Field(title="Given Name")] = None
+    issuer: Annotated[str, Field(title="Issuer")]
+    name: Annotated[str | None, Field(title="Name")] = None
+    sub: Annotated[str, Field(title="Sub")]
+    updated_at: Annotated[AwareDatetime, Field(title="Updated At")]
+
+
+class ExportedLmsScore(BaseModel):
+    """
+    A quiz score for an LMS gradebook, sent or waiting.
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    lineitem_url: Annotated[str, Field(title="Lineitem Url")]
+    score: Annotated[dict[str, Any], Field(title="Score")]
+    sent_at: Annotated[AwareDatetime | None, Field(title="Sent At")] = None
+    status: Annotated[str, Field(title="Status")]
+
+
 class ExportedMemory(BaseModel):
     """
     A long-term memory (without its embedding).
@@ -934,6 +1013,18 @@ class Imported(BaseModel):
     imported: Annotated[int, Field(title="Imported")]
 
 
+class Invite(BaseModel):
+    """
+    A Dynamic Registration URL to paste into the LMS.
+    """
+
+    expires_at: Annotated[int, Field(title="Expires At")]
+    """
+    Unix time
+    """
+    url: Annotated[str, Field(title="Url")]
+
+
 class Latency(BaseModel):
     """
     Percentiles in milliseconds (bucket upper bounds; None without data).
@@ -1165,6 +1256,111 @@ class QuizView(BaseModel):
     title: Annotated[str, Field(title="Title")]
 
 
+class Registration(BaseModel):
+    """
+    A stored registration.
+    """
+
+    auth_url: Annotated[str, Field(title="Auth Url")]
+    client_id: Annotated[str, Field(title="Client Id")]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    created_by: Annotated[str | None, Field(title="Created By")]
+    deployment_ids: Annotated[list[str], Field(title="Deployment Ids")]
+    id: Annotated[UUID, Field(title="Id")]
+    issuer: Annotated[str, Field(title="Issuer")]
+    jwks_url: Annotated[str, Field(title="Jwks Url")]
+    name: Annotated[str | None, Field(title="Name")]
+    source: Annotated[Literal["manual", "dynamic"], Field(title="Source")]
+    token_audience: Annotated[str | None, Field(title="Token Audience")]
+    token_url: Annotated[str, Field(title="Token Url")]
+    updated_at: Annotated[AwareDatetime, Field(title="Updated At")]
+
+
+DeploymentId = TypeAliasType("DeploymentId", Annotated[str, Field(max_length=255, min_length=1)])
+
+
+Name = TypeAliasType("Name", Annotated[str, Field(max_length=200, title="Name")])
+
+
+TokenAudience = TypeAliasType(
+    "TokenAudience", Annotated[str, Field(max_length=2000, min_length=8, title="Token Audience")]
+)
+"""
+`aud` of our client assertions when it is not token_url
+"""
+
+
+class RegistrationIn(BaseModel):
+    """
+    A platform as its admin screen shows it.
+    """
+
+    auth_url: Annotated[str, Field(max_length=2000, min_length=8, title="Auth Url")]
+    """
+    its OIDC authorization endpoint
+    """
+    client_id: Annotated[str, Field(max_length=255, min_length=1, title="Client Id")]
+    deployment_ids: Annotated[
+        list[DeploymentId], Field(max_length=100, min_length=1, title="Deployment Ids")
+    ]
+    issuer: Annotated[str, Field(max_length=2000, min_length=8, title="Issuer")]
+    """
+    the platform's `iss` (Canvas Cloud: https://canvas.instructure.com)
+    """
+    jwks_url: Annotated[str, Field(max_length=2000, min_length=8, title="Jwks Url")]
+    """
+    its public keys
+    """
+    name: Annotated[Name | None, Field(title="Name")] = None
+    token_audience: Annotated[TokenAudience | None, Field(title="Token Audience")] = None
+    """
+    `aud` of our client assertions when it is not token_url
+    """
+    token_url: Annotated[str, Field(max_length=2000, min_length=8, title="Token Url")]
+    """
+    its OAuth 2 token endpoint
+    """
+
+
+AuthUrl = TypeAliasType(
+    "AuthUrl", Annotated[str, Field(max_length=2000, min_length=8, title="Auth Url")]
+)
+
+
+DeploymentIds = TypeAliasType(
+    "DeploymentIds",
+    Annotated[list[DeploymentId], Field(max_length=100, min_length=1, title="Deployment Ids")],
+)
+
+
+JwksUrl = TypeAliasType(
+    "JwksUrl", Annotated[str, Field(max_length=2000, min_length=8, title="Jwks Url")]
+)
+
+
+TokenAudience1 = TypeAliasType(
+    "TokenAudience1", Annotated[str, Field(max_length=2000, min_length=8, title="Token Audience")]
+)
+
+
+TokenUrl = TypeAliasType(
+    "TokenUrl", Annotated[str, Field(max_length=2000, min_length=8, title="Token Url")]
+)
+
+
+class RegistrationPatch(BaseModel):
+    """
+    Fields to change (left out: unchanged); ``deployment_ids`` replaces the list.
+    """
+
+    auth_url: Annotated[AuthUrl | None, Field(title="Auth Url")] = None
+    deployment_ids: Annotated[DeploymentIds | None, Field(title="Deployment Ids")] = None
+    jwks_url: Annotated[JwksUrl | None, Field(title="Jwks Url")] = None
+    name: Annotated[Name | None, Field(title="Name")] = None
+    token_audience: Annotated[TokenAudience1 | None, Field(title="Token Audience")] = None
+    token_url: Annotated[TokenUrl | None, Field(title="Token Url")] = None
+
+
 class ReprocessRequest(BaseModel):
     """
     Optional body of ``POST /v1/documents/{id}/reprocess``.
@@ -1219,6 +1415,31 @@ only material of these classes (a student's own); with include_unassigned, mater
 GradeLevel1 = TypeAliasType("GradeLevel1", Annotated[int, Field(ge=0, le=20, title="Grade Level")])
 
 
+class RosterSyncResult(BaseModel):
+    """
+    What a roster sync found and changed.
+    """
+
+    class_id: Annotated[str, Field(title="Class Id")]
+    members: Annotated[int, Field(title="Members")]
+    pages: Annotated[int, Field(title="Pages")]
+    removed: Annotated[list[str], Field(title="Removed")]
+    """
+    students taken off the class (nothing of theirs deleted)
+    """
+    seconds: Annotated[float, Field(title="Seconds")]
+    students: Annotated[int, Field(title="Students")]
+
+
+class Rotated(BaseModel):
+    """
+    A rotation: the new signing key and the keys it retired (still published a while).
+    """
+
+    kid: Annotated[str, Field(title="Kid")]
+    retired: Annotated[list[str], Field(title="Retired")]
+
+
 class ScopeFilter(BaseModel):
     """
     The material in a tutor persona's scope: each list set matches any of its values.
@@ -1228,6 +1449,24 @@ class ScopeFilter(BaseModel):
     modules: Annotated[list[str] | None, Field(max_length=50, title="Modules")] = None
     subjects: Annotated[list[str] | None, Field(max_length=50, title="Subjects")] = None
     topic_tags: Annotated[list[str] | None, Field(max_length=50, title="Topic Tags")] = None
+
+
+class Score(BaseModel):
+    """
+    A score posted, or waiting to be, to a platform's line item.
+    """
+
+    attempt_id: Annotated[UUID, Field(title="Attempt Id")]
+    attempts: Annotated[int, Field(title="Attempts")]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    id: Annotated[UUID, Field(title="Id")]
+    last_error: Annotated[str | None, Field(title="Last Error")]
+    lineitem_url: Annotated[str, Field(title="Lineitem Url")]
+    next_attempt_at: Annotated[AwareDatetime, Field(title="Next Attempt At")]
+    registration_id: Annotated[UUID, Field(title="Registration Id")]
+    score: Annotated[dict[str, Any], Field(title="Score")]
+    sent_at: Annotated[AwareDatetime | None, Field(title="Sent At")]
+    status: Annotated[Literal["pending", "sent", "failed"], Field(title="Status")]
 
 
 DenseWeight = TypeAliasType("DenseWeight", Annotated[float, Field(ge=0.0, title="Dense Weight")])
@@ -1532,6 +1771,18 @@ class TenantSettingsIn(BaseModel):
     """
 
 
+class ToolKey(BaseModel):
+    """
+    A published key of the tool.
+    """
+
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    kid: Annotated[str, Field(title="Kid")]
+    public_jwk: Annotated[dict[str, Any], Field(title="Public Jwk")]
+    publish_until: Annotated[AwareDatetime | None, Field(title="Publish Until")]
+    retired_at: Annotated[AwareDatetime | None, Field(title="Retired At")]
+
+
 class UploadAccepted(BaseModel):
     """
     Answer to an accepted upload (202) or a duplicate of an existing one (200).
@@ -1561,6 +1812,8 @@ class UserExport(BaseModel):
         "lectern.user-export.v1"
     )
     knowledge_gaps: Annotated[list[ExportedGap], Field(title="Knowledge Gaps")]
+    lms_accounts: Annotated[list[ExportedLmsAccount] | None, Field(title="Lms Accounts")] = None
+    lms_scores: Annotated[list[ExportedLmsScore] | None, Field(title="Lms Scores")] = None
     memories: Annotated[list[ExportedMemory], Field(title="Memories")]
     notices: Annotated[list[ExportedNotice], Field(title="Notices")]
     quiz_attempts: Annotated[list[ExportedQuizAttempt], Field(title="Quiz Attempts")]

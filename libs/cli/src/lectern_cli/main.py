@@ -21,6 +21,7 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.status",
     "lectern_cli.token_cmd",
     "lectern_cli.apikey_cmd",
+    "lectern_cli.lti_cmd",
     "lectern_cli.ingest_cmd",
     "lectern_cli.inspect_cmd",
     "lectern_cli.ask_cmd",

@@ -15,6 +15,7 @@ from lectern_gateway.documents import chunks, lifecycle
 from lectern_gateway.documents import routes as documents
 from lectern_gateway.feedback import flags, gaps
 from lectern_gateway.keys import routes as api_keys
+from lectern_gateway.lti import routes as lti
 from lectern_gateway.memories import routes as memories
 from lectern_gateway.personas import routes as personas
 from lectern_gateway.privacy import routes as privacy
@@ -91,6 +92,7 @@ def create_app(
     app.include_router(study.router)
     app.include_router(curriculum.router)
     app.include_router(webhooks.router)
+    app.include_router(lti.router)
     app.include_router(dev.router)
     app.include_router(ui.router)
     return app

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -165,4 +167,57 @@ class Settings(ServiceHttpSettings):
     )
     webhook_retention_days: float = Field(
         default=30.0, gt=0, description="finished deliveries and their attempts are kept this long"
+    )
+
+    # LTI 1.3 (docs/lti.md)
+    lti_public_url: str | None = Field(
+        default=None,
+        description="the gateway's public base URL as LMSs reach it (https://...): the launch, "
+        "login and JWKS URLs given to platforms; unset: taken from each request",
+    )
+    lti_frame_ancestors: list[str] = Field(
+        default_factory=list,
+        description="origins of the LMSs that may show the web UI in a frame (CSP "
+        "frame-ancestors, e.g. https://moodle.school.edu); none: a framed launch opens the UI in "
+        "a new window",
+    )
+    lti_state_ttl_s: float = Field(
+        default=600.0, gt=0, description="an OIDC login must end in a launch within this long"
+    )
+    lti_leeway_s: float = Field(
+        default=30.0, ge=0, description="clock skew allowed on a platform's exp and iat"
+    )
+    lti_token_lifetime_s: int = Field(
+        default=300, gt=0,
+        description="lifetime of the JWTs Lectern signs for platforms (deep-linking responses, "
+        "client assertions); a rotated key stays published this long and a margin",
+    )  # fmt: skip
+    lti_session_ttl_s: int = Field(
+        default=8 * 3600, gt=0, description="the Lectern sign-in a launch gives lasts this long"
+    )
+    lti_plan: Literal["free", "pro"] = Field(
+        default="pro", description="the plan (message limits) of users who come by a launch"
+    )
+    lti_jwks_cache_s: float = Field(
+        default=300.0, gt=0, description="how long a platform's fetched keys are trusted"
+    )
+    lti_http_timeout_s: float = Field(
+        default=10.0, gt=0, description="one request to a platform (keys, tokens, roster, scores)"
+    )
+    lti_roster_refresh_s: float = Field(
+        default=3600.0, ge=0,
+        description="a launch re-syncs its course's roster when the last sync is older "
+        "(in the background; 0: every launch)",
+    )  # fmt: skip
+    lti_score_retry_schedule_s: list[float] = Field(
+        default_factory=lambda: [5.0, 30.0, 120.0, 600.0, 1800.0, 3600.0],
+        description="waits before each retry of a score the platform did not take; the last "
+        "repeats until lti_score_give_up_s",
+    )
+    lti_score_give_up_s: float = Field(
+        default=7 * 86400.0, gt=0,
+        description="a score still not taken this long after the attempt is marked failed",
+    )  # fmt: skip
+    lti_score_poll_interval_s: float = Field(
+        default=1.0, gt=0, description="how often the worker looks for scores to post"
     )

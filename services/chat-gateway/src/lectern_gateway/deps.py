@@ -21,6 +21,9 @@ from lectern_gateway.chat.generation import AnswerStreamer
 from lectern_gateway.chat.turn import ChatDeps
 from lectern_gateway.chat.turns import TurnRegistry
 from lectern_gateway.config import Settings
+from lectern_gateway.documents.fetch import check_host
+from lectern_gateway.lti.platform import PlatformClient
+from lectern_gateway.lti.scores import ScoreWorker
 from lectern_gateway.study.model_writer import GeminiQuizWriter
 from lectern_gateway.webhooks.dispatcher import DeliveryWorker
 
@@ -50,7 +53,11 @@ class GatewayDeps:
     #: the worker process's webhook delivery worker, when dispatch is on (None in an HTTP
     #: replica: ``lectern_gateway.worker`` runs the background work)
     webhook_worker: DeliveryWorker | None = None
+    #: the worker process's LTI score poster (None in an HTTP replica)
+    score_worker: ScoreWorker | None = None
     turns: TurnRegistry = field(init=False)
+    #: LTI platforms over HTTP: their keys and our access tokens, cached per process
+    lti: PlatformClient = field(init=False)
 
     def __post_init__(self) -> None:
         self.turns = TurnRegistry(
@@ -60,6 +67,10 @@ class GatewayDeps:
             takeover_s=self.settings.turn_takeover_s,
             deps=self.chat,
             exact_rerun=self.exact_rerun,
+        )
+        networks = self.settings.url_fetch_allowed_networks
+        self.lti = PlatformClient(
+            settings=self.settings, check_url=lambda url: check_host(url, networks)
         )
 
     def chat(self) -> ChatDeps:

@@ -25,6 +25,7 @@ from lectern_gateway.chat.generation import streamer_for
 from lectern_gateway.chat.lifecycle import idle_sweeper
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import GatewayDeps
+from lectern_gateway.lti.scores import ScoreWorker
 from lectern_gateway.privacy.retention import retention_sweeper
 from lectern_gateway.review.gaps import closure_sweeper
 from lectern_gateway.study.model_writer import build_quiz_writer
@@ -109,6 +110,8 @@ def start_loops(state: ServiceState, gateway: GatewayDeps) -> None:
     if settings.webhook_dispatch:
         gateway.webhook_worker = DeliveryWorker(pool=state.pool, settings=settings)
         gateway.webhook_worker.start()
+    gateway.score_worker = ScoreWorker(pool=state.pool, settings=settings, platforms=gateway.lti)
+    gateway.score_worker.start()
 
 
 async def stop(state: ServiceState) -> None:
@@ -121,6 +124,9 @@ async def stop(state: ServiceState) -> None:
         # an attempt ends within its timeout; a moment more to record it
         grace_s = gateway.settings.webhook_timeout_s + 5.0
         await gateway.webhook_worker.stop(grace_s=grace_s)
+    if gateway.score_worker is not None:
+        await gateway.score_worker.stop(grace_s=gateway.settings.lti_http_timeout_s + 5.0)
+    await gateway.lti.close()
     await gateway.turns.stop()
 
 

@@ -75,6 +75,8 @@ def loops_alive(state: ServiceState, gateway: GatewayDeps) -> ReadinessCheck:
         deliveries = gateway.webhook_worker
         if deliveries is not None and not deliveries.running:
             ended.append("lectern-webhook-deliveries")
+        if gateway.score_worker is not None and not gateway.score_worker.running:
+            ended.append("lectern-lti-scores")
         return f"ended: {', '.join(ended)}" if ended else None
 
     return check

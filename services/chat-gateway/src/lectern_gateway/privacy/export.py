@@ -174,6 +174,31 @@ class ExportedClass(Row):
     added_at: datetime
 
 
+class ExportedLmsAccount(Row):
+    """An LMS account (LTI) linked to the user: its platform, its ``sub``, and the name and
+    e-mail as the platform sent them."""
+
+    issuer: str
+    client_id: str
+    sub: str
+    name: str | None = None
+    given_name: str | None = None
+    family_name: str | None = None
+    email: str | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ExportedLmsScore(Row):
+    """A quiz score for an LMS gradebook, sent or waiting."""
+
+    lineitem_url: str
+    score: dict[str, Any]
+    status: str
+    created_at: datetime
+    sent_at: datetime | None = None
+
+
 class ExportedDocument(Row):
     """A document the user uploaded or co-owns (its metadata; the file is the course's)."""
 
@@ -256,6 +281,8 @@ class UserExport(BaseModel):
     notices: list[ExportedNotice]
     usage: list[ExportedUsage]
     classes: list[ExportedClass]
+    lms_accounts: list[ExportedLmsAccount] = Field(default_factory=list)
+    lms_scores: list[ExportedLmsScore] = Field(default_factory=list)
     documents: list[ExportedDocument]
     memories: list[ExportedMemory]
     quiz_tallies: list[ExportedQuizTally]

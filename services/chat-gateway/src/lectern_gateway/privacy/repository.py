@@ -45,6 +45,22 @@ EXPORT_QUERIES: dict[str, str] = {
     "classes": """
         SELECT to_jsonb(c) - 'tenant_id' - 'user_id' FROM class_members c
         WHERE tenant_id = $1 AND user_id = $2 ORDER BY class_id""",
+    # the LMS accounts a launch or roster linked to the user (LTI), as the platform sent them
+    "lms_accounts": """
+        SELECT jsonb_build_object('issuer', r.issuer, 'client_id', r.client_id, 'sub', u.sub,
+                                  'name', u.name, 'given_name', u.given_name,
+                                  'family_name', u.family_name, 'email', u.email,
+                                  'created_at', u.created_at, 'updated_at', u.updated_at)
+        FROM lti_users u JOIN lti_registrations r ON r.id = u.registration_id
+        WHERE u.tenant_id = $1 AND u.user_id = $2 ORDER BY u.created_at, u.sub""",
+    # quiz scores for an LMS gradebook, sent or waiting
+    "lms_scores": """
+        SELECT jsonb_build_object('lineitem_url', o.lineitem_url, 'score', o.score,
+                                  'status', o.status, 'created_at', o.created_at,
+                                  'sent_at', o.sent_at)
+        FROM lti_score_outbox o JOIN lti_users u ON u.registration_id = o.registration_id
+            AND o.score->>'userId' = u.sub
+        WHERE u.tenant_id = $1 AND u.user_id = $2 ORDER BY o.created_at, o.id""",
     # the metadata of documents the user uploaded or co-owns: the course's, not the user's
     "documents": """
         SELECT jsonb_build_object('id', id, 'title', title, 'filename', filename,
@@ -128,6 +144,20 @@ _ERASE: list[tuple[str, str]] = [
     ),
     ("usage_counters", "DELETE FROM usage_counters WHERE tenant_id = $1 AND user_id = $2"),
     ("class_members", "DELETE FROM class_members WHERE tenant_id = $1 AND user_id = $2"),
+    # LTI: the user's scores for LMS gradebooks (found by their platform sub), where their
+    # scores go, the rosters that put them on classes, then the link to their LMS account
+    (
+        "lti_score_outbox",
+        "DELETE FROM lti_score_outbox o USING lti_users u WHERE u.tenant_id = $1 "
+        "AND u.user_id = $2 AND o.registration_id = u.registration_id "
+        "AND o.score->>'userId' = u.sub",
+    ),
+    ("lti_grade_links", "DELETE FROM lti_grade_links WHERE tenant_id = $1 AND user_id = $2"),
+    (
+        "lti_roster_members",
+        "DELETE FROM lti_roster_members WHERE tenant_id = $1 AND user_id = $2",
+    ),
+    ("lti_users", "DELETE FROM lti_users WHERE tenant_id = $1 AND user_id = $2"),
     # events about the user not yet relayed, and relayed ones kept until pruned (except
     # an earlier erasure's own event, which must reach every service)
     (

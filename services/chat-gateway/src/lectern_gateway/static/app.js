@@ -1395,6 +1395,13 @@ function init() {
   $("quiz-form").addEventListener("submit", (event) => attempt(() => newQuiz(event)));
   $("memories-forget-all").addEventListener("click", () => attempt(forgetAll));
 
+  // an LMS launch opened in a new window hands its sign-in over in the fragment
+  // (#lti-token=<token>&view=<view>: never sent to a server), taken out of the URL at once
+  const handed = new URLSearchParams(location.hash.slice(1));
+  if (handed.get("lti-token")) {
+    sessionStorage.setItem(TOKEN_KEY, handed.get("lti-token"));
+    history.replaceState(null, "", `${location.pathname}#${handed.get("view") || "chat"}`);
+  }
   const saved = sessionStorage.getItem(TOKEN_KEY);
   if (saved) {
     attempt(() => signIn(saved)).then(() => {

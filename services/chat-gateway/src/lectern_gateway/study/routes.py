@@ -15,6 +15,7 @@ from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.classes.membership import require_member, student_classes
 from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep
+from lectern_gateway.lti.service import queue_attempt_score
 from lectern_gateway.memories.service import struggle_topics
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.study import generator
@@ -369,6 +370,12 @@ async def attempt_quiz(
         )  # fmt: skip
         # the outbox: the event is published once the attempt is committed
         await enqueue(conn, event)
+        # and the score goes to the LMS gradebook the quiz was launched from, if any
+        await queue_attempt_score(
+            conn, tenant_id=principal.tenant_id, user_id=principal.user_id, quiz_id=quiz_id,
+            attempt_id=attempt_id, correct=right, total=len(checks),
+            at=event.occurred_at.isoformat(),
+        )  # fmt: skip
     return AttemptResult(
         id=attempt_id, quiz_id=quiz_id, correct=right, total=len(checks), results=checks
     )

@@ -50,8 +50,20 @@ def index_html(*, development: bool) -> str:
 def index(settings: SettingsDep) -> HTMLResponse:
     """The web UI."""
     return HTMLResponse(
-        index_html(development=settings.environment == "development"), headers=SECURITY_HEADERS
+        index_html(development=settings.environment == "development"),
+        headers=security_headers(settings.lti_frame_ancestors),
     )
+
+
+def security_headers(frame_ancestors: list[str]) -> dict[str, str]:
+    """The page's headers; LMSs allowed to frame it (LTI launches) widen frame-ancestors."""
+    if not frame_ancestors:
+        return SECURITY_HEADERS
+    allowed = " ".join(["'self'", *frame_ancestors])
+    csp = SECURITY_HEADERS["Content-Security-Policy"].replace(
+        "frame-ancestors 'none'", f"frame-ancestors {allowed}"
+    )
+    return {**SECURITY_HEADERS, "Content-Security-Policy": csp}
 
 
 @router.get("/static/{name}")
