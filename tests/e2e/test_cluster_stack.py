@@ -11,7 +11,10 @@ What the clients saw is asserted too (issue 49): no 5xx but 503, each 503 with
 ``Retry-After`` and the reason of the dependency that failed (an upload's is
 ``nats_unavailable``: Postgres is up throughout, so never ``database_unavailable``), no chat
 ``error`` event and no failed search or session while a quorum exists, and a turn answered
-within ``WORKER_KILL_GAP_S`` of a worker replica's SIGKILL."""
+within ``WORKER_KILL_GAP_S`` of a worker replica's SIGKILL.
+
+Before the faults, a school's LMS (the tests' LTI platform) launches a student: the login
+starts on one gateway and the launch ends on the other, within a second (issue 60)."""
 
 from __future__ import annotations
 
@@ -75,6 +78,10 @@ INGEST_SLACK_S = 10.0
 #: a search asks the retriever over NATS, and may fail only while the quorum is lost;
 #: sessions live in Postgres alone, up throughout
 ALLOWED_503 = {"uploads": {"nats_unavailable"}, "search": {"nats_unavailable", "upstream"}}
+#: the gateways' public URL (``LECTERN_GATEWAY_LTI_PUBLIC_URL``): a launch starts on one
+#: replica and ends on the other, as a load balancer before both serves it (issue 60)
+LTI_PUBLIC_URL = "http://lectern.invalid"
+LAUNCH_BUDGET_S = 1.0
 
 
 @pytest.fixture
@@ -519,6 +526,43 @@ async def workers_killed(stack: Stack, load: Load) -> dict[str, Any]:
     }
 
 
+async def lti_launch_across_replicas(first: str, second: str) -> float:
+    """An LMS (the tests' platform) launches a student: the login on the first gateway, the
+    launch on the second (state and nonce live in Postgres). The launch's time."""
+    from lectern_testing.lti_platform import data_of, login, serve_platform
+
+    async with serve_platform() as platform, httpx.AsyncClient(timeout=30) as client:
+        platform.tool_jwks_url = f"{first}/lti/jwks"
+        platform.tool_launch_url = f"{LTI_PUBLIC_URL}/lti/launch"
+        platform.deployment_id = f"dep-{TENANT}"
+        created = await client.post(
+            f"{first}/v1/lti/registrations", headers=bearer("root", "admin"),
+            json={
+                "issuer": platform.issuer, "client_id": platform.client_id,
+                "deployment_ids": [platform.deployment_id], "auth_url": f"{platform.url}/auth",
+                "token_url": f"{platform.url}/token", "jwks_url": f"{platform.url}/jwks",
+                "name": "Cluster LMS",
+            },
+        )  # fmt: skip
+        assert created.status_code == 201, created.text
+        platform.course("cluster-course", [])
+        hint = platform.prepare(sub="cluster-student", course_id="cluster-course")
+        action, fields, cookies = await login(client, platform, first, hint)
+        assert action == f"{LTI_PUBLIC_URL}/lti/launch"
+        cookie = "; ".join(f"{k}={v}" for k, v in cookies.items())
+        started = time.perf_counter()
+        landed = await client.post(f"{second}/lti/launch", data=fields, headers={"Cookie": cookie})
+        elapsed = time.perf_counter() - started
+        assert landed.status_code == 200, landed.text
+        data = data_of(landed.text)
+        assert data.get("lti") == "land", landed.text[:300]
+        mine = await client.get(
+            f"{first}/v1/classes/mine", headers={"Authorization": f"Bearer {data['token']}"}
+        )
+        assert mine.status_code == 200 and mine.json()["classes"] == [data["class-id"]]
+        return elapsed
+
+
 def start_stack(base_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     """``lectern up --cluster`` in the background; its process and its output file."""
     env = dict(os.environ)
@@ -531,6 +575,10 @@ def start_stack(base_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     # the same path in less of the suite's time
     env["LECTERN_INGEST_ACK_WAIT_S"] = str(ACK_WAIT_S)
     env["LECTERN_INGEST_IN_PROGRESS_INTERVAL_S"] = "2"
+    # the LTI launch across the two gateways: one public URL before both, as behind a load
+    # balancer, and the test's platform on 127.0.0.1 may be fetched (its JWKS)
+    env["LECTERN_GATEWAY_LTI_PUBLIC_URL"] = LTI_PUBLIC_URL
+    env["LECTERN_GATEWAY_URL_FETCH_ALLOWED_NETWORKS"] = '["127.0.0.0/8"]'
     output = base_dir / "up.txt"
     command = [
         sys.executable, "-m", "lectern_cli", "up", "--cluster", "--no-demo", "--no-worker",
@@ -711,7 +759,11 @@ async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: 
         ready_s, restarts, stack = await stack_ready(base_dir, up, output)
         nats_url, dsn = stack_nats_url(stack.state), stack.state["postgres"]["dsn"]
         services = stack.state["services"]
-        load = Load([services["gateway"]["url"], services["gateway-2"]["url"]])
+        gateways = [services["gateway"]["url"], services["gateway-2"]["url"]]
+        launch_s = await lti_launch_across_replicas(*gateways)
+        print(f"\nLTI launch started on one gateway, ended on the other: {launch_s * 1000:.0f} ms")
+        assert launch_s < LAUNCH_BUDGET_S
+        load = Load(gateways)
         run = await run_faults(stack, load)
         waited = await upload_to_indexed(dsn, load)
         to_indexed = list(waited.values())
