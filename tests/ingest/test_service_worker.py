@@ -7,7 +7,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import nats
 import numpy as np
@@ -446,6 +446,44 @@ async def test_document_time_limit(
         "SELECT count(*) FROM chunks WHERE document_id = $1", event.document_id
     )
     assert count == 0
+
+
+async def test_a_timeout_inside_the_limit_is_tried_again_not_the_limit(
+    app: Any, settings: Settings, embedder: Embedder, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    """A ``TimeoutError`` of a call inside (asyncpg's connect while Postgres is lost) is not
+    the document's time limit: the upload is tried again, not failed ``timeout``."""
+    state = app.state.lectern
+
+    class TimesOutOnce:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(embedder, name)
+
+        async def embed_documents(self, texts: Any) -> Any:
+            self.calls += 1
+            if self.calls == 1:
+                raise TimeoutError  # as asyncio.wait_for raises it
+            return await embedder.embed_documents(texts)
+
+    async def publish(event: Any) -> None:
+        pass
+
+    flaky = TimesOutOnce()
+    worker = IngestWorker(
+        settings=settings, embedder=cast("Embedder", flaky), pool=state.pool,
+        jetstream=nc.jetstream(), publish=publish,
+    )  # fmt: skip
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=MARKDOWN.encode(), filename="t.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    first = await worker.process(event=event, deliveries=1)
+    assert first.status == "retry", first
+    assert await outboxed(db_pool, DocumentFailed.subject, event.document_id) == []
+    assert (await worker.process(event=event, deliveries=2)).status == "indexed"
 
 
 async def test_near_duplicate_is_flagged(

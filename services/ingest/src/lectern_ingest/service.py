@@ -301,15 +301,20 @@ class IngestWorker:
         started = time.monotonic()
         alive = asyncio.create_task(self._keep_alive(keepalive)) if keepalive else None
         model = self.embedder.name
+        limit = asyncio.timeout(settings.document_timeout_s)
         try:
-            async with asyncio.timeout(settings.document_timeout_s):
+            async with limit:
                 result = await self._run(event=event, progress=progress)
                 await progress.report(
                     IngestStage.STORE, 0, len(result.chunks), "chunks", force=True
                 )
                 store_started = time.monotonic()
                 stored = await self._store(row, result, started=started, model=model)
-        except TimeoutError:
+        except TimeoutError as exc:
+            if not limit.expired():
+                # a timeout of its own inside, not the document's limit (Postgres lost while
+                # storing: asyncpg's connect times out): transient, tried again
+                return await self._failed_attempt(event, exc, progress.stage, deliveries)
             await self._fail(
                 event, progress.stage, FailureReason.TIMEOUT,
                 f"indexing took longer than the limit of {settings.document_timeout_s:.0f} s; "
