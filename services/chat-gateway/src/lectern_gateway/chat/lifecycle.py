@@ -44,11 +44,7 @@ async def _skip_open_check(conn: Any, row: dict[str, Any]) -> None:
     """A check question left unanswered when the session ends counts as skipped."""
     from lectern_gateway.chat import tutoring  # the tutor's rules; imported late (cycle)
 
-    last = await conn.fetchrow(
-        "SELECT id, role, tutor_check FROM chat_messages WHERE tenant_id = $1 AND "
-        "session_id = $2 ORDER BY created_at DESC, id DESC LIMIT 1",
-        row["tenant_id"], row["id"],
-    )  # fmt: skip
+    last = await repo.last_message(pool=conn, tenant_id=row["tenant_id"], session_id=row["id"])
     pending = (
         None if last is None
         else PendingCheck.of_message(last["id"], last["role"], last["tutor_check"])
@@ -93,10 +89,7 @@ async def idle_sweeper(
             ended = await sweep_idle_sessions(pool=pool, idle_s=idle_s)
             if ended:
                 log.info("idle sweep ended %d sessions", ended)
-            await pool.execute(
-                "DELETE FROM chat_turns WHERE updated_at < now() - make_interval(secs => $1)",
-                float(turn_retention_s),
-            )
+            await repo.delete_old_turns(pool=pool, older_than_s=float(turn_retention_s))
         except asyncio.CancelledError:
             raise
         except Exception:

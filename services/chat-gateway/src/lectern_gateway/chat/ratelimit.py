@@ -7,12 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-_COUNT_SQL = """
-INSERT INTO usage_counters (tenant_id, user_id, day, messages) VALUES ($1, $2, $3, 1)
-ON CONFLICT (tenant_id, user_id, day) DO UPDATE SET messages = usage_counters.messages + 1
-WHERE $4::integer IS NULL OR usage_counters.messages < $4::integer
-RETURNING messages
-"""
+from lectern_gateway.chat import repository as repo
 
 
 @dataclass(frozen=True)
@@ -61,7 +56,9 @@ async def count_message(
     """
     now = now or datetime.now(UTC)
     day: date = now.astimezone(UTC).date()
-    count = await pool.fetchval(_COUNT_SQL, tenant_id, user_id, day, limits.hard)
+    count = await repo.increment_message_count(
+        pool=pool, tenant_id=tenant_id, user_id=user_id, day=day, hard_limit=limits.hard
+    )
     if count is not None and limits.hard is not None and count > limits.hard:
         count = None  # a first insert is never limited by the upsert's WHERE; hard == 0
     return dataclasses.replace(decide(count, limits, now=now), day=day)

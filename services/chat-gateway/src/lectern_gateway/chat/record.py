@@ -12,13 +12,9 @@ from lectern_common.events import (
     Confidence,
 )
 from lectern_common.events.chat import CitationRef
+from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.sse import Citation
 from lectern_gateway.chat.turn import TurnInput, TurnTakenOver
-
-_CLAIM_ANSWER = """
-UPDATE chat_turns SET answer_id = coalesce(answer_id, $3)
-WHERE id = $1 AND owner = $2 RETURNING answer_id
-"""
 
 
 async def claim_answer(conn: Any, turn: TurnInput, message_id: uuid.UUID) -> uuid.UUID:
@@ -27,7 +23,9 @@ async def claim_answer(conn: Any, turn: TurnInput, message_id: uuid.UUID) -> uui
     then writes nothing). Raises :class:`TurnTakenOver` when another run owns the turn."""
     if turn.owner is None or turn.message_id is None:
         return message_id
-    claimed = await conn.fetchval(_CLAIM_ANSWER, turn.message_id, turn.owner, message_id)
+    claimed = await repo.claim_turn_answer(
+        pool=conn, turn_id=turn.message_id, owner=turn.owner, answer_id=message_id
+    )
     if claimed is None:
         raise TurnTakenOver(str(turn.message_id))
     return uuid.UUID(str(claimed))

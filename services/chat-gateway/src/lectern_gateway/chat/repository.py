@@ -1,10 +1,13 @@
-"""SQL of the chat features. Every statement is scoped by tenant."""
+"""SQL of the chat features: sessions, messages, turns (``chat_turns``: all of its SQL is
+here) and the daily message counts. A statement on a row named by its id is scoped by tenant
+where a caller could name another tenant's."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import date
 from typing import Any
 
 from lectern_common import bm25
@@ -432,3 +435,178 @@ async def word_idf(*, pool: Any, tenant_id: str, words: list[str]) -> dict[str, 
         words,
     )
     return {r["word"]: bm25.idf(chunk_count=int(r["n"]), df=int(r["df"])) for r in rows if r["df"]}
+
+
+async def last_message(*, pool: Any, tenant_id: str, session_id: uuid.UUID) -> Any:
+    """The session's newest message (``id``, ``role``, ``tutor_check``), or None."""
+    return await pool.fetchrow(
+        "SELECT id, role, tutor_check FROM chat_messages WHERE tenant_id = $1 AND "
+        "session_id = $2 ORDER BY created_at DESC, id DESC LIMIT 1",
+        tenant_id, session_id,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- chat turns
+# A turn's row (``chat_turns``): its streamed events, the run that owns it (``owner``: only
+# its writes count), its Idempotency-Key and what a take-over needs to answer it again.
+
+
+async def insert_turn(
+    *,
+    pool: Any,
+    turn_id: uuid.UUID,
+    session_id: uuid.UUID,
+    tenant_id: str,
+    user_id: str,
+    idempotency_key: str | None,
+) -> bool:
+    """A new turn's row; False when the id or the session's key is taken."""
+    inserted = await pool.fetchval(
+        "INSERT INTO chat_turns (id, session_id, tenant_id, user_id, idempotency_key) "
+        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING id",
+        turn_id, session_id, tenant_id, user_id, idempotency_key,
+    )  # fmt: skip
+    return inserted is not None
+
+
+async def turn_exists(
+    *, pool: Any, tenant_id: str, session_id: uuid.UUID, turn_id: uuid.UUID
+) -> bool:
+    """Whether the session has this turn."""
+    found = await pool.fetchval(
+        "SELECT id FROM chat_turns WHERE id = $1 AND session_id = $2 AND tenant_id = $3",
+        turn_id, session_id, tenant_id,
+    )  # fmt: skip
+    return found is not None
+
+
+async def turn_by_key(*, pool: Any, session_id: uuid.UUID, idempotency_key: str) -> Any:
+    """The session's turn holding this key (``id``, ``status``, ``age`` in seconds), or None."""
+    return await pool.fetchrow(
+        "SELECT id, status, extract(epoch FROM now() - updated_at) AS age "
+        "FROM chat_turns WHERE session_id = $1 AND idempotency_key = $2",
+        session_id, idempotency_key,
+    )  # fmt: skip
+
+
+async def release_turn_key(*, pool: Any, turn_id: uuid.UUID) -> None:
+    """Free a turn's Idempotency-Key for a new turn."""
+    await pool.execute("UPDATE chat_turns SET idempotency_key = NULL WHERE id = $1", turn_id)
+
+
+async def delete_turn(*, pool: Any, turn_id: uuid.UUID) -> None:
+    """Forget a turn's row."""
+    await pool.execute("DELETE FROM chat_turns WHERE id = $1", turn_id)
+
+
+async def delete_old_turns(*, pool: Any, older_than_s: float) -> None:
+    """Forget the rows of turns not written for ``older_than_s`` (answers stay in messages)."""
+    await pool.execute(
+        "DELETE FROM chat_turns WHERE updated_at < now() - make_interval(secs => $1)",
+        older_than_s,
+    )
+
+
+async def own_turn(
+    *,
+    pool: Any,
+    turn_id: uuid.UUID,
+    counted_on: date | None,
+    owner: uuid.UUID,
+    inputs: dict[str, Any],
+) -> None:
+    """Make this run the turn's owner, with what another replica needs to take it over."""
+    await pool.execute(
+        "UPDATE chat_turns SET counted_on = $2, owner = $3, inputs = $4 WHERE id = $1",
+        turn_id, counted_on, owner, inputs,
+    )  # fmt: skip
+
+
+async def stored_turn(*, pool: Any, turn_id: uuid.UUID) -> Any:
+    """A turn's ``status``, stored ``events`` and ``age`` (seconds since written), or None."""
+    return await pool.fetchrow(
+        "SELECT status, events, extract(epoch FROM now() - updated_at) AS age "
+        "FROM chat_turns WHERE id = $1",
+        turn_id,
+    )
+
+
+async def claim_stale_turn(
+    *, pool: Any, turn_id: uuid.UUID, owner: uuid.UUID, stale_s: float
+) -> Any:
+    """Take over a streaming turn not written for ``stale_s``; one replica wins (the claim
+    makes the row fresh again). Its ``session_id``, ``tenant_id``, ``events``, ``inputs``
+    and ``counted_on``, or None when it is not stale or another claimed it."""
+    return await pool.fetchrow(
+        "UPDATE chat_turns SET owner = $2, updated_at = now(), takeovers = takeovers + 1 "
+        "WHERE id = $1 AND status = 'streaming' AND inputs IS NOT NULL "
+        "AND updated_at < now() - make_interval(secs => $3) "
+        "RETURNING session_id, tenant_id, events, inputs, counted_on",
+        turn_id, owner, stale_s,
+    )  # fmt: skip
+
+
+async def touch_turn(*, pool: Any, turn_id: uuid.UUID, owner: uuid.UUID) -> bool:
+    """Mark the owner's turn alive; False when another run owns it now."""
+    touched = await pool.execute(
+        "UPDATE chat_turns SET updated_at = now() WHERE id = $1 AND owner = $2", turn_id, owner
+    )
+    return bool(touched != "UPDATE 0")
+
+
+async def append_turn_events(
+    *,
+    pool: Any,
+    turn_id: uuid.UUID,
+    events: list[dict[str, Any]],
+    status: str,
+    owner: uuid.UUID,
+) -> bool:
+    """Store more of the owner's events and the turn's status; False when another run owns
+    it now."""
+    written = await pool.execute(
+        "UPDATE chat_turns SET events = events || $2::jsonb, status = $3, updated_at = now() "
+        "WHERE id = $1 AND owner = $4",
+        turn_id, events, status, owner,
+    )  # fmt: skip
+    return bool(written != "UPDATE 0")
+
+
+async def claim_turn_answer(
+    *, pool: Any, turn_id: uuid.UUID, owner: uuid.UUID, answer_id: uuid.UUID
+) -> Any:
+    """The turn's answer id (``answer_id`` unless an earlier run stored one); None when
+    another run owns the turn."""
+    return await pool.fetchval(
+        "UPDATE chat_turns SET answer_id = coalesce(answer_id, $3) "
+        "WHERE id = $1 AND owner = $2 RETURNING answer_id",
+        turn_id, owner, answer_id,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- daily message counts
+
+
+async def increment_message_count(
+    *, pool: Any, tenant_id: str, user_id: str, day: date, hard_limit: int | None
+) -> int | None:
+    """Count one message of the day, unless the count has reached ``hard_limit``: the new
+    count, or None when refused. One statement, so concurrent requests never pass the limit."""
+    count = await pool.fetchval(
+        "INSERT INTO usage_counters (tenant_id, user_id, day, messages) VALUES ($1, $2, $3, 1) "
+        "ON CONFLICT (tenant_id, user_id, day) DO UPDATE "
+        "SET messages = usage_counters.messages + 1 "
+        "WHERE $4::integer IS NULL OR usage_counters.messages < $4::integer "
+        "RETURNING messages",
+        tenant_id, user_id, day, hard_limit,
+    )  # fmt: skip
+    return None if count is None else int(count)
+
+
+async def refund_message(*, pool: Any, tenant_id: str, user_id: str, day: date) -> None:
+    """Take back one counted message of the day (the server failed the student)."""
+    await pool.execute(
+        "UPDATE usage_counters SET messages = messages - 1 "
+        "WHERE tenant_id = $1 AND user_id = $2 AND day = $3 AND messages > 0",
+        tenant_id, user_id, day,
+    )  # fmt: skip
