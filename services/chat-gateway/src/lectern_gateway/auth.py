@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 import jwt
 from fastapi import Depends, Request
 
+from lectern_common.db.types import Pool
 from lectern_gateway.problems import ProblemError
 
 MAX_TOKEN_BYTES = 8192
@@ -206,7 +207,7 @@ _API_KEY_COLUMNS = "id, tenant_id, name, role, plan, created_by, created_at, rev
 
 async def issue_api_key(
     *,
-    pool: Any,
+    pool: Pool,
     tenant_id: str,
     name: str,
     role: Role = "teacher",
@@ -230,14 +231,14 @@ async def issue_api_key(
 
 
 async def create_api_key(
-    *, pool: Any, tenant_id: str, name: str, role: Role = "teacher", plan: Plan = "pro"
+    *, pool: Pool, tenant_id: str, name: str, role: Role = "teacher", plan: Plan = "pro"
 ) -> str:
     """Create an API key for a machine client and return it (only its hash is stored)."""
     key, _ = await issue_api_key(pool=pool, tenant_id=tenant_id, name=name, role=role, plan=plan)
     return key
 
 
-async def list_api_keys(*, pool: Any, tenant_id: str) -> list[dict[str, Any]]:
+async def list_api_keys(*, pool: Pool, tenant_id: str) -> list[dict[str, Any]]:
     """A tenant's API keys (never the keys themselves), newest first."""
     rows = await pool.fetch(
         f"SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE tenant_id = $1 "  # noqa: S608
@@ -247,7 +248,7 @@ async def list_api_keys(*, pool: Any, tenant_id: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-async def revoke_api_key(*, pool: Any, tenant_id: str, key_id: uuid.UUID) -> dict[str, Any] | None:
+async def revoke_api_key(*, pool: Pool, tenant_id: str, key_id: uuid.UUID) -> dict[str, Any] | None:
     """Revoke a key of the tenant (it stops working at once); None when there is none."""
     row = await pool.fetchrow(
         f"UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) "  # noqa: S608
@@ -258,7 +259,7 @@ async def revoke_api_key(*, pool: Any, tenant_id: str, key_id: uuid.UUID) -> dic
     return dict(row) if row else None
 
 
-async def authenticate_api_key(*, pool: Any, key: str) -> Principal:
+async def authenticate_api_key(*, pool: Pool, key: str) -> Principal:
     """The principal of a live API key; raises ``ProblemError`` (401).
 
     Looked up on every request, so a revoked key stops working at once.

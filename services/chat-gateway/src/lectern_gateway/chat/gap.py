@@ -7,12 +7,12 @@ import logging
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 from pydantic import BaseModel
 
 from lectern_common import llm
+from lectern_common.db.types import Connection
 from lectern_common.errors import LecternError
 from lectern_common.events import KnowledgeGapDetected
 from lectern_common.outbox import enqueue
@@ -53,7 +53,7 @@ async def gap_text(deps: ChatDeps, turn: TurnInput, question: str, related: list
 
 
 async def record_gap(
-    conn: Any,
+    conn: Connection,
     turn: TurnInput,
     *,
     gap_id: uuid.UUID,

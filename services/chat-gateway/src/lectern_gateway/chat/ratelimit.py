@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 
+from lectern_common.db.types import Pool
 from lectern_gateway.chat import repository as repo
 
 
@@ -47,7 +47,7 @@ def decide(count: int | None, limits: PlanLimits, *, now: datetime) -> Verdict:
 
 
 async def count_message(
-    *, pool: Any, tenant_id: str, user_id: str, limits: PlanLimits, now: datetime | None = None
+    *, pool: Pool, tenant_id: str, user_id: str, limits: PlanLimits, now: datetime | None = None
 ) -> Verdict:
     """Count one message of today against the plan's limits, atomically.
 

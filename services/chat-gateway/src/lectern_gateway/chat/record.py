@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
+from lectern_common.db.types import Connection
 from lectern_common.events import (
     ChatTurnCompleted,
     Confidence,
@@ -17,7 +17,7 @@ from lectern_gateway.chat.sse import Citation
 from lectern_gateway.chat.turn import TurnInput, TurnTakenOver
 
 
-async def claim_answer(conn: Any, turn: TurnInput, message_id: uuid.UUID) -> uuid.UUID:
+async def claim_answer(conn: Connection, turn: TurnInput, message_id: uuid.UUID) -> uuid.UUID:
     """The id of the turn's answer, claimed in the transaction that stores it: ``message_id``
     when this run stores it now, another when an earlier run of the turn stored it (the caller
     then writes nothing). Raises :class:`TurnTakenOver` when another run owns the turn."""

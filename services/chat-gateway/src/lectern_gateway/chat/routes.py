@@ -6,13 +6,14 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from lectern_common import metrics
+from lectern_common.db.types import Pool
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.lifecycle import session_for
@@ -254,7 +255,7 @@ async def _frames(
 
 
 async def _insert_turn(
-    pool: Any, session_id: uuid.UUID, key: str | None, turn_id: uuid.UUID, principal: Principal
+    pool: Pool, session_id: uuid.UUID, key: str | None, turn_id: uuid.UUID, principal: Principal
 ) -> bool:
     return await repo.insert_turn(
         pool=pool, turn_id=turn_id, session_id=session_id, tenant_id=principal.tenant_id,
@@ -263,7 +264,7 @@ async def _insert_turn(
 
 
 async def _claim_key(
-    pool: Any, session_id: uuid.UUID, key: str, turn_id: uuid.UUID, principal: Principal
+    pool: Pool, session_id: uuid.UUID, key: str, turn_id: uuid.UUID, principal: Principal
 ) -> uuid.UUID | None:
     """Claim ``key`` for a new turn; the turn to replay when another already holds it."""
     for _ in range(3):
@@ -280,5 +281,5 @@ async def _claim_key(
     raise ProblemError(409, "Conflict", "this Idempotency-Key is being used concurrently")
 
 
-async def _drop_turn(pool: Any, turn_id: uuid.UUID) -> None:
+async def _drop_turn(pool: Pool, turn_id: uuid.UUID) -> None:
     await repo.delete_turn(pool=pool, turn_id=turn_id)

@@ -31,6 +31,7 @@ import anyio
 from pydantic import BaseModel
 
 from lectern_common import llm
+from lectern_common.db.types import Connection
 from lectern_common.errors import LecternError
 from lectern_common.events import Confidence, RecalledMemory
 from lectern_common.events.base import Event
@@ -879,7 +880,7 @@ async def finish(
 
 
 async def write_events(
-    conn: Any, turn: TurnInput, loaded: Loaded, clock: Clock, ending: Ending
+    conn: Connection, turn: TurnInput, loaded: Loaded, clock: Clock, ending: Ending
 ) -> None:
     """What a stored answer writes beside it: the knowledge gap, the settled check and its
     events, ``chat.turn.completed`` (every turn is announced, so memory's distillation finds

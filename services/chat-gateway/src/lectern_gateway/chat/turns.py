@@ -38,6 +38,7 @@ import anyio
 from pydantic import BaseModel
 
 from lectern_common import metrics
+from lectern_common.db.types import Pool
 from lectern_common.education import BandThresholds
 from lectern_common.errors import LecternError, RetryableError
 from lectern_gateway.auth import Principal
@@ -117,7 +118,7 @@ class TurnRegistry:
     def __init__(
         self,
         *,
-        pool: Any,
+        pool: Pool,
         flush_s: float = 0.5,
         resume_grace_s: float = 30.0,
         keep_s: float = 60.0,
@@ -470,7 +471,7 @@ def turn_inputs(turn: TurnInput) -> dict[str, Any]:
 
 
 async def resumed_turn(
-    pool: Any, row: dict[str, Any], *, turn_id: uuid.UUID, owner: uuid.UUID
+    pool: Pool, row: dict[str, Any], *, turn_id: uuid.UUID, owner: uuid.UUID
 ) -> TurnInput | None:
     """The turn of a claimed row, to answer again (None: its session is gone)."""
     inputs = row["inputs"]

@@ -34,6 +34,7 @@ from typing import Any, Literal
 from faststream.nats import NatsBroker
 from pydantic import BaseModel, ConfigDict, Field
 
+from lectern_common.db.types import Pool
 from lectern_gateway.memories import service as memories
 from lectern_gateway.privacy import repository as repo
 
@@ -301,7 +302,7 @@ PARTS = tuple(name for name in UserExport.model_fields if name not in (
 
 
 async def export_user(
-    *, pool: Any, broker: NatsBroker, tenant_id: str, user_id: str, timeout: float
+    *, pool: Pool, broker: NatsBroker, tenant_id: str, user_id: str, timeout: float
 ) -> UserExport:
     """Everything kept about ``user_id`` in ``tenant_id`` (empty parts for an unknown user);
     the memory service's parts asked of it within ``timeout``."""

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+from lectern_common.db.types import Connection
+
 #: upper bounds of the latency buckets, in milliseconds (the last one is open)
 BUCKETS_MS: tuple[float, ...] = (
     50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 7500, 10000, 15000, 30000,
@@ -97,7 +99,7 @@ ON CONFLICT (tenant_id, day, persona, subject, class_id) DO UPDATE SET
 
 
 async def record_turn(
-    conn: Any,
+    conn: Connection,
     where: Dimensions,
     *,
     band: str,
@@ -131,7 +133,7 @@ async def record_turn(
         )  # fmt: skip
 
 
-async def record_flag(conn: Any, where: Dimensions) -> None:
+async def record_flag(conn: Connection, where: Dimensions) -> None:
     """Count one flagged answer."""
     await conn.execute(
         "INSERT INTO quality_daily (tenant_id, day, persona, subject, class_id, flagged) "

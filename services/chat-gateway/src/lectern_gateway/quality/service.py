@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from lectern_common.db.types import Pool
 from lectern_gateway.auth import Principal
 
 
-async def teacher_classes(pool: Any, principal: Principal) -> list[str] | None:
+async def teacher_classes(pool: Pool, principal: Principal) -> list[str] | None:
     """None for admins (the tenant); a teacher's classes otherwise."""
     if principal.role == "admin":
         return None

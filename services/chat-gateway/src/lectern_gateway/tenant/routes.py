@@ -13,11 +13,11 @@ A ``PUT`` changes the fields it names and leaves the others as they are.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from lectern_common.db.types import Pool
 from lectern_gateway.auth import AdminDep, StaffDep
 from lectern_gateway.deps import PoolDep, SettingsDep
 
@@ -59,7 +59,7 @@ class TenantSettings(BaseModel):
     updated_at: datetime | None = None
 
 
-async def _view(pool: Any, tenant_id: str, default: bool) -> TenantSettings:
+async def _view(pool: Pool, tenant_id: str, default: bool) -> TenantSettings:
     row = await pool.fetchrow(
         "SELECT web_search, session_retention_days, teachers_see_students, updated_by, "
         "updated_at "
