@@ -186,8 +186,8 @@ def test_no_import_cycle_between_the_gateways_domains() -> None:
 
 def test_dependencies_are_typed_not_looked_up_by_name() -> None:
     """No ``resources: dict[str, Any]`` looked up by string key, and the gateway's
-    dependencies (``GatewayDeps``, and ``ChatDeps`` for a turn) have no ``Any`` field but
-    the untyped asyncpg pool's."""
+    dependencies (``GatewayDeps``, and ``ChatDeps`` for a turn) have no ``Any`` field (the
+    pool is ``lectern_common.db.types.Pool``)."""
     looked_up = [
         f"{name}: {path.read_text().count('.resources')} uses of .resources"
         for package in SERVICES
@@ -195,7 +195,7 @@ def test_dependencies_are_typed_not_looked_up_by_name() -> None:
         if ".resources[" in path.read_text() or ".resources.get(" in path.read_text()
     ]
     assert not looked_up, looked_up
-    for module, cls in (("deps", "GatewayDeps"), ("chat/turn", "ChatDeps")):
+    for module, cls in (("deps", "GatewayDeps"), ("chat/turn_input", "ChatDeps")):
         tree = ast.parse((GATEWAY / f"{module}.py").read_text())
         found = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
         untyped = [

@@ -31,10 +31,10 @@ from lectern_testing.chat import (
 from lectern_common.db.types import Pool
 from lectern_common.events import Subjects
 from lectern_common.runtime.nats import free_port
-from lectern_gateway.chat.generation import Piece, TextDelta
 from lectern_gateway.chat.prompt import Prompt
+from lectern_gateway.chat.running_turns import TurnRegistry
 from lectern_gateway.chat.sse import parse_event
-from lectern_gateway.chat.turns import TurnRegistry
+from lectern_gateway.chat.streamer import Piece, TextDelta
 
 pytestmark = pytest.mark.integration
 

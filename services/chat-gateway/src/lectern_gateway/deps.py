@@ -17,9 +17,9 @@ from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder
 from lectern_common.index import FollowingEmbedder
 from lectern_common.service import ServiceState
-from lectern_gateway.chat.generation import AnswerStreamer
-from lectern_gateway.chat.turn import ChatDeps
-from lectern_gateway.chat.turns import TurnRegistry
+from lectern_gateway.chat.running_turns import TurnRegistry
+from lectern_gateway.chat.streamer import AnswerStreamer
+from lectern_gateway.chat.turn_input import ChatDeps
 from lectern_gateway.config import Settings
 from lectern_gateway.documents.fetch import check_host
 from lectern_gateway.lti.platform import PlatformClient

@@ -21,8 +21,8 @@ from lectern_common.broker import create_broker
 from lectern_common.embeddings import LOCAL_MODEL_NAME, Embedder, LocalEmbedder, Vectors
 from lectern_common.llm import OfflineAnswerer, build_generator, build_web_generator
 from lectern_common.service import ServiceState
-from lectern_gateway.chat.generation import streamer_for
 from lectern_gateway.chat.lifecycle import idle_sweeper
+from lectern_gateway.chat.streamer import streamer_for
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import GatewayDeps
 from lectern_gateway.lti.scores import ScoreWorker

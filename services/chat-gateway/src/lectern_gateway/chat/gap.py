@@ -17,14 +17,14 @@ from lectern_common.errors import LecternError
 from lectern_common.events import KnowledgeGapDetected
 from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.generation import Finished, Grounding, ModelUsage, TextDelta
 from lectern_gateway.chat.prompt import build_prompt, knowledge_gap_message
 from lectern_gateway.chat.sse import (
     Citation,
     CitationEvent,
     TokenEvent,
 )
-from lectern_gateway.chat.turn import ChatDeps, TurnInput
+from lectern_gateway.chat.streamer import Finished, Grounding, ModelUsage, TextDelta
+from lectern_gateway.chat.turn_input import ChatDeps, TurnInput
 from lectern_gateway.personas import repository as persona_repo
 
 log = logging.getLogger(__name__)

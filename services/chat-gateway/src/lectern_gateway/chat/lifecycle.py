@@ -13,7 +13,7 @@ from lectern_common.events import ChatSessionEnded
 from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.turn import PendingCheck
+from lectern_gateway.chat.turn_input import PendingCheck
 from lectern_gateway.problems import ProblemError
 
 log = logging.getLogger(__name__)

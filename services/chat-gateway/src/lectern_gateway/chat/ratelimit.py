@@ -38,7 +38,7 @@ def seconds_to_utc_midnight(now: datetime) -> int:
     return max(1, int((midnight - now).total_seconds() + 0.999))
 
 
-def decide(count: int | None, limits: PlanLimits, *, now: datetime) -> Verdict:
+def verdict_for(count: int | None, limits: PlanLimits, *, now: datetime) -> Verdict:
     """The verdict for the counter's new value (None: the hard limit refused the increment)."""
     if count is None:
         return Verdict(False, limits.hard or 0, 0.0, seconds_to_utc_midnight(now))
@@ -61,4 +61,4 @@ async def count_message(
     )
     if count is not None and limits.hard is not None and count > limits.hard:
         count = None  # a first insert is never limited by the upsert's WHERE; hard == 0
-    return dataclasses.replace(decide(count, limits, now=now), day=day)
+    return dataclasses.replace(verdict_for(count, limits, now=now), day=day)

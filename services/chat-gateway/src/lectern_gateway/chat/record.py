@@ -14,7 +14,7 @@ from lectern_common.events import (
 from lectern_common.events.chat import CitationRef
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.sse import Citation
-from lectern_gateway.chat.turn import TurnInput, TurnTakenOver
+from lectern_gateway.chat.turn_input import TurnInput, TurnTakenOver
 
 
 async def claim_answer(conn: Connection, turn: TurnInput, message_id: uuid.UUID) -> uuid.UUID:

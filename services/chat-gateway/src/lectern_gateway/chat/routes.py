@@ -18,14 +18,14 @@ from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.lifecycle import session_for
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
-from lectern_gateway.chat.turn import ChatSession, TurnInput
-from lectern_gateway.chat.turns import (
+from lectern_gateway.chat.running_turns import (
     STALE_AFTER_S,
     TurnRegistry,
     event_id,
     parse_last_event_id,
     sse_data,
 )
+from lectern_gateway.chat.turn_input import ChatSession, TurnInput
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep, SettingsDep
 from lectern_gateway.personas.service import session_persona

@@ -30,7 +30,7 @@ from lectern_gateway.chat.sse import (
     Citation,
     Source,
 )
-from lectern_gateway.chat.turn import ChatDeps, PendingCheck, TurnInput, TutorCheck
+from lectern_gateway.chat.turn_input import ChatDeps, PendingCheck, TurnInput, TutorCheck
 from lectern_gateway.classes.membership import student_classes
 from lectern_gateway.study import generator
 from lectern_gateway.study import repository as study_repo

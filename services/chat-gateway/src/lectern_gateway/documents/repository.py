@@ -143,11 +143,6 @@ async def insert_document(conn: Queryable, doc: NewDocument) -> Any:
     )  # fmt: skip
 
 
-async def remove_document(conn: Queryable, *, document_id: uuid.UUID) -> None:
-    """Drop a row whose upload could not be announced (nothing else refers to it yet)."""
-    await conn.execute("DELETE FROM documents WHERE id = $1 AND status = 'pending'", document_id)
-
-
 async def list_documents(
     conn: Queryable,
     *,

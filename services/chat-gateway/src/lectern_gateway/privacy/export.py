@@ -291,15 +291,6 @@ class UserExport(BaseModel):
     distillations: list[ExportedDistillation]
     events: list[ExportedEvent]
 
-    def is_empty(self) -> bool:
-        """True when nothing at all is kept about the user."""
-        return not any(getattr(self, part) for part in PARTS)
-
-
-#: the parts of an export, each a list of what one kind of row holds
-PARTS = tuple(name for name in UserExport.model_fields if name not in (
-    "format", "tenant_id", "user_id", "exported_at"))  # fmt: skip
-
 
 async def export_user(
     *, pool: Pool, broker: NatsBroker, tenant_id: str, user_id: str, timeout: float

@@ -24,7 +24,7 @@ from lectern_gateway.chat import repository as chat_repo
 from lectern_gateway.chat.retrieve import Lookup, retrieve_sources
 from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import DoneEvent, ErrorEvent
-from lectern_gateway.chat.turn import ChatDeps, ChatSession, TurnInput
+from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, TurnInput
 from lectern_gateway.review import repository as repo
 
 log = logging.getLogger(__name__)

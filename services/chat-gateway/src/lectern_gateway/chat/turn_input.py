@@ -21,9 +21,9 @@ from lectern_common.events import Confidence
 from lectern_common.events.base import Event
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat.decision import no_material
-from lectern_gateway.chat.generation import AnswerStreamer
 from lectern_gateway.chat.prompt import Mode, system_prompt
 from lectern_gateway.chat.sse import Source
+from lectern_gateway.chat.streamer import AnswerStreamer
 from lectern_gateway.config import Settings
 from lectern_gateway.personas.service import TutorPersona
 from lectern_gateway.study.model_writer import GeminiQuizWriter

@@ -45,7 +45,7 @@ from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import ErrorEvent, RestartEvent
-from lectern_gateway.chat.turn import ChatDeps, ChatSession, TurnInput, TurnTakenOver
+from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, TurnInput, TurnTakenOver
 from lectern_gateway.personas.service import session_persona
 from lectern_gateway.problems import unavailable
 
