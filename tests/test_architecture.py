@@ -282,15 +282,8 @@ _SQL = re.compile(
 SQL_OUTSIDE_REPOSITORIES = frozenset(
     {
         "lectern_gateway.auth",
-        "lectern_gateway.classes.membership",
-        "lectern_gateway.classes.routes",
         "lectern_gateway.documents.lifecycle",
-        "lectern_gateway.quality.aggregates",
-        "lectern_gateway.quality.routes",
-        "lectern_gateway.quality.service",
         "lectern_gateway.study.curriculum",
-        "lectern_gateway.tenant.routes",
-        "lectern_gateway.tenant.service",
     }
 )
 
