@@ -281,7 +281,6 @@ _SQL = re.compile(
 #: part 4: each moves its statements there; shrink this set, never grow it)
 SQL_OUTSIDE_REPOSITORIES = frozenset(
     {
-        "lectern_gateway.auth",
         "lectern_gateway.documents.lifecycle",
         "lectern_gateway.study.curriculum",
     }
