@@ -27,7 +27,7 @@ from lectern_gateway.config import Settings
 from lectern_gateway.deps import GatewayDeps
 from lectern_gateway.lti.scores import ScoreWorker
 from lectern_gateway.privacy.retention import retention_sweeper
-from lectern_gateway.review.gaps import closure_sweeper
+from lectern_gateway.review.gap_retry import closure_sweeper
 from lectern_gateway.study.model_writer import build_quiz_writer
 from lectern_gateway.webhooks.dispatcher import DeliveryWorker
 

@@ -64,14 +64,6 @@ from lectern_gateway.chat.decision import (
     no_material,
     settle,
 )
-from lectern_gateway.chat.gap import (
-    WebPart,
-    gap_text,
-    record_gap,
-    spans_of,
-    web_answer,
-    web_citations,
-)
 from lectern_gateway.chat.prompt import (
     Prompt,
     PromptSource,
@@ -81,6 +73,14 @@ from lectern_gateway.chat.prompt import (
     pages_label,
 )
 from lectern_gateway.chat.record import claim_answer, turn_completed
+from lectern_gateway.chat.refusal import (
+    WebPart,
+    gap_text,
+    record_gap,
+    spans_of,
+    web_answer,
+    web_citations,
+)
 from lectern_gateway.chat.retrieve import Lookup, rerank, retrieve_candidates
 from lectern_gateway.chat.social import REPLIES, social_kind
 from lectern_gateway.chat.sse import (

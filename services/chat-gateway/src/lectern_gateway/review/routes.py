@@ -27,7 +27,7 @@ from lectern_gateway.documents.views import DocumentView
 from lectern_gateway.feedback.views import FlagView
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.quality.service import teacher_classes
-from lectern_gateway.review import gaps as gap_retry
+from lectern_gateway.review import gap_retry
 from lectern_gateway.review import repository as repo
 
 router = APIRouter(tags=["review"])
