@@ -47,7 +47,7 @@ import uuid
 from collections.abc import AsyncIterator, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import psutil
@@ -64,6 +64,7 @@ from bench_retrieval import (
 )
 from inprocess import embedded_stack
 
+from lectern_common.db.types import Connection
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.events import RetrievalFilters, RetrieveReply, RetrieveRequest
 from lectern_eval.retrieval import percentile
@@ -500,7 +501,8 @@ async def recall(
             )
             exact_ms = (time.perf_counter() - started) * 1000
             plan = await repository.dense_search(
-                _Explain(conn), where=where, embedding=vector, k=k, exact=False, ef_search=None,
+                cast(Connection, _Explain(conn)), where=where, embedding=vector, k=k,
+                exact=False, ef_search=None,
                 own_indexes=graph,
             )  # fmt: skip
         if not exact:

@@ -186,8 +186,8 @@ def test_no_import_cycle_between_the_gateways_domains() -> None:
 
 def test_dependencies_are_typed_not_looked_up_by_name() -> None:
     """No ``resources: dict[str, Any]`` looked up by string key, and the gateway's
-    dependencies (``GatewayDeps``, and ``ChatDeps`` for a turn) have no ``Any`` field but
-    the untyped asyncpg pool's."""
+    dependencies (``GatewayDeps``, and ``ChatDeps`` for a turn) have no ``Any`` field (the
+    pool is ``lectern_common.db.types.Pool``)."""
     looked_up = [
         f"{name}: {path.read_text().count('.resources')} uses of .resources"
         for package in SERVICES
@@ -195,7 +195,7 @@ def test_dependencies_are_typed_not_looked_up_by_name() -> None:
         if ".resources[" in path.read_text() or ".resources.get(" in path.read_text()
     ]
     assert not looked_up, looked_up
-    for module, cls in (("deps", "GatewayDeps"), ("chat/turn", "ChatDeps")):
+    for module, cls in (("deps", "GatewayDeps"), ("chat/turn_input", "ChatDeps")):
         tree = ast.parse((GATEWAY / f"{module}.py").read_text())
         found = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
         untyped = [
@@ -271,3 +271,41 @@ def test_the_gateway_reaches_other_services_data_through_them() -> None:
             if _CHUNK_WRITE.search(text) and name not in CHUNK_WRITERS:
                 wrong.append(f"{name} writes chunks")
     assert not wrong, "\n".join(wrong)
+
+
+#: a statement's opening words, as the gateway writes them (upper case)
+_SQL = re.compile(
+    r"^\s*(SELECT\s|INSERT\s+INTO\s|UPDATE\s+\w+(\s+\w+)?\s+SET\s|DELETE\s+FROM\s|WITH\s+\w+\s+AS\b)"
+)
+#: gateway modules that still hold SQL outside their domain's ``repository.py`` (issue 61,
+#: part 4: each moves its statements there; shrink this set, never grow it)
+SQL_OUTSIDE_REPOSITORIES = frozenset(
+    {
+        "lectern_gateway.documents.lifecycle",
+        "lectern_gateway.study.curriculum",
+    }
+)
+
+
+def _sql_outside_repositories() -> set[str]:
+    """Gateway modules other than a ``repository`` with a string literal opening a SQL
+    statement (an f-string's literal parts included)."""
+    found = set()
+    for name, path in modules("lectern_gateway"):
+        if name.rsplit(".", 1)[-1] == "repository":
+            continue
+        if any(_SQL.match(text) for text in _strings(path)):
+            found.add(name)
+    return found
+
+
+def test_the_gateways_sql_lives_in_its_repositories() -> None:
+    """Routes and services call a domain's ``repository`` functions; they write no SQL."""
+    extra = _sql_outside_repositories() - SQL_OUTSIDE_REPOSITORIES
+    assert not extra, f"SQL outside a repository.py: {sorted(extra)}"
+
+
+def test_sql_outside_repositories_is_still_needed() -> None:
+    """A module cleared of SQL leaves the allow-list."""
+    cleared = SQL_OUTSIDE_REPOSITORIES - _sql_outside_repositories()
+    assert not cleared, f"no longer hold SQL (remove them from the list): {sorted(cleared)}"

@@ -135,7 +135,7 @@ async def test_closing_a_pool_with_a_connection_held_ends_within_its_timeout(
 
     from lectern_common.db.pool import close_pool, create_pool
 
-    pool = await create_pool(database_url, min_size=1, max_size=2)
+    pool: Any = await create_pool(database_url, min_size=1, max_size=2)  # asyncpg's own API
     held = await pool.acquire()
     began = time.monotonic()
     await close_pool(pool, timeout=0.5)

@@ -28,7 +28,7 @@ from lectern_gateway.chat.context import (
     student_context,
 )
 from lectern_gateway.chat.decision import final_confidence
-from lectern_gateway.chat.turn import ChatSession, HistoryRow
+from lectern_gateway.chat.turn_input import ChatSession, HistoryRow
 from lectern_gateway.config import Settings as GatewaySettings
 
 BAND_ENV = ("LECTERN_BAND_HIGH", "LECTERN_BAND_MEDIUM", "LECTERN_BAND_LOW")

@@ -26,10 +26,10 @@ from lectern_testing.chat import (
 from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
 
 from lectern_gateway.chat.confidence import MEDIUM_CAVEAT
-from lectern_gateway.chat.generation import Piece
 from lectern_gateway.chat.prompt import Prompt
+from lectern_gateway.chat.running_turns import TurnRegistry
 from lectern_gateway.chat.sse import parse_event
-from lectern_gateway.chat.turns import TurnRegistry
+from lectern_gateway.chat.streamer import Piece
 
 pytestmark = pytest.mark.integration
 

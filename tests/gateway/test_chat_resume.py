@@ -21,10 +21,10 @@ from lectern_testing.chat import (
 )
 
 from lectern_common.errors import UpstreamError
-from lectern_gateway.chat.generation import Piece, TextDelta
 from lectern_gateway.chat.prompt import Prompt
+from lectern_gateway.chat.running_turns import TurnRegistry
 from lectern_gateway.chat.sse import parse_event
-from lectern_gateway.chat.turns import TurnRegistry
+from lectern_gateway.chat.streamer import Piece, TextDelta
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -28,12 +28,13 @@ from lectern_testing.chat import (
     serve_gateway,
 )
 
+from lectern_common.db.types import Pool
 from lectern_common.events import Subjects
 from lectern_common.runtime.nats import free_port
-from lectern_gateway.chat.generation import Piece, TextDelta
 from lectern_gateway.chat.prompt import Prompt
+from lectern_gateway.chat.running_turns import TurnRegistry
 from lectern_gateway.chat.sse import parse_event
-from lectern_gateway.chat.turns import TurnRegistry
+from lectern_gateway.chat.streamer import Piece, TextDelta
 
 pytestmark = pytest.mark.integration
 
@@ -163,7 +164,7 @@ async def test_a_survivor_takes_over_a_turn_whose_replica_stopped_and_every_even
     # replica A stops: no write of it reaches Postgres any more (its run hangs at the gate,
     # as a process frozen or cut off would)
     live_pool = a_turns.pool
-    a_turns.pool = _DeadPool()
+    a_turns.pool = cast(Pool, _DeadPool())
     killed = time.perf_counter()
     stored_before = len(await db_pool.fetchval("SELECT events FROM chat_turns WHERE id = $1",
                                                turn_id))  # fmt: skip

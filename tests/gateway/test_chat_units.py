@@ -13,7 +13,7 @@ from lectern_gateway.chat.citations import (
     check_sentence,
     grounding_of,
     labels_in,
-    split_sentences,
+    split_cited_sentences,
     support,
 )
 from lectern_gateway.chat.confidence import preamble
@@ -28,7 +28,7 @@ from lectern_gateway.chat.prompt import (
     render_source,
     system_prompt,
 )
-from lectern_gateway.chat.ratelimit import PlanLimits, decide, seconds_to_utc_midnight
+from lectern_gateway.chat.ratelimit import PlanLimits, seconds_to_utc_midnight, verdict_for
 
 SOURCE = "The Calvin cycle fixes carbon dioxide into sugars using ATP and NADPH."
 
@@ -39,7 +39,7 @@ def test_labels_are_found_in_order_once() -> None:
 
 def test_sentences_keep_trailing_labels_and_offsets() -> None:
     text = "Plants make sugar. [T1] They need light [T2]! Values like 3.5 stay.\nNext line"
-    sentences, rest = split_sentences(text)
+    sentences, rest = split_cited_sentences(text)
     assert [s.text for s in sentences] == [
         "Plants make sugar. [T1]",
         "They need light [T2]!",
@@ -55,7 +55,7 @@ def test_sentences_keep_trailing_labels_and_offsets() -> None:
 def test_streamed_sentences_equal_whole_text_sentences(pieces: list[str]) -> None:
     tracker = SentenceTracker()
     streamed = [s for piece in pieces for s in tracker.feed(piece)] + tracker.finish()
-    whole, _ = split_sentences("".join(pieces))
+    whole, _ = split_cited_sentences("".join(pieces))
     assert [(s.start, s.end, s.labels) for s in streamed] == [
         (s.start, s.end, s.labels) for s in whole
     ]
@@ -68,13 +68,13 @@ def test_support_is_lexical_overlap_of_content_words() -> None:
 
 
 def test_check_sentence_flags_unknown_and_unsupported_labels() -> None:
-    (sentence,), _ = split_sentences("Calvin cycle fixes carbon dioxide [T1][T3].")
+    (sentence,), _ = split_cited_sentences("Calvin cycle fixes carbon dioxide [T1][T3].")
     checked = check_sentence(sentence, {"T1": SOURCE, "T2": "other"}, threshold=0.35)
     assert [(c.label, c.valid, c.supported) for c in checked] == [
         ("T1", True, True),
         ("T3", False, False),
     ]
-    sentences, _ = split_sentences(
+    sentences, _ = split_cited_sentences(
         "Calvin cycle fixes carbon dioxide [T1]. Leaves also release oxygen gas."
     )
     grounding = grounding_of(checked, sentences=sentences)
@@ -151,9 +151,9 @@ def test_gap_message_and_general_explanation_offer() -> None:
 def test_rate_limit_verdicts() -> None:
     free = PlanLimits(hard=4, soft=2, delay_s=5.0)
     now = datetime(2026, 1, 1, 23, 59, 30, tzinfo=UTC)
-    assert decide(1, free, now=now).delay_s == 0.0
-    assert decide(3, free, now=now).delay_s == 5.0
-    refused = decide(None, free, now=now)
+    assert verdict_for(1, free, now=now).delay_s == 0.0
+    assert verdict_for(3, free, now=now).delay_s == 5.0
+    refused = verdict_for(None, free, now=now)
     assert not refused.allowed and refused.retry_after_s == 30
     assert seconds_to_utc_midnight(datetime(2026, 1, 1, tzinfo=UTC)) == 86400
-    assert decide(10_000, PlanLimits(hard=None), now=now).allowed
+    assert verdict_for(10_000, PlanLimits(hard=None), now=now).allowed

@@ -25,7 +25,7 @@ from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
 from lectern_common import reading
 from lectern_common.events import Subjects
-from lectern_gateway.chat.turn import TutorCheck
+from lectern_gateway.chat.turn_input import TutorCheck
 from lectern_gateway.chat.tutoring import (
     Judged,
     best_answering_first,

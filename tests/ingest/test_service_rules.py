@@ -8,8 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from lectern_common.errors import BadInputError, UpstreamError
 from lectern_common.events import DocumentUploaded, FailureReason, IngestStage
@@ -21,7 +19,6 @@ from lectern_ingest.outcomes import (
     failure_reason,
     retry_delay,
     similarity_from_distance,
-    to_signed64,
 )
 from lectern_ingest.pipeline import chunk_id
 from lectern_ingest.repository import ChunkRecord
@@ -46,13 +43,6 @@ def test_failure_reason_keeps_known_reasons_only() -> None:
     odd = BadInputError("odd", reason="bad_input")
     assert failure_reason(odd, FailureReason.CORRUPT) is FailureReason.CORRUPT
     assert failure_reason(UpstreamError("x"), FailureReason.INTERNAL) is FailureReason.INTERNAL
-
-
-@given(st.integers(min_value=0, max_value=(1 << 64) - 1))
-def test_simhash_fits_a_bigint(value: int) -> None:
-    signed = to_signed64(value)
-    assert -(1 << 63) <= signed < (1 << 63)
-    assert signed & ((1 << 64) - 1) == value
 
 
 def test_similarity_from_distance() -> None:

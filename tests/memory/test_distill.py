@@ -1,8 +1,6 @@
 """The deterministic distiller (pure)."""
 
 import numpy as np
-from hypothesis import given
-from hypothesis import strategies as st
 
 from lectern_memory.distill import (
     MemoryDraft,
@@ -10,7 +8,6 @@ from lectern_memory.distill import (
     distill_turns,
     first_sentence,
     preferences_in,
-    rephrased_indices,
     validated,
 )
 from lectern_memory.struggle import Reading, StruggleModel
@@ -136,14 +133,6 @@ def test_takeaways_are_capped() -> None:
 def test_first_sentence_skips_hedges() -> None:
     text = "Based on the available materials, yes. The heart pumps blood through the body [T2]."
     assert first_sentence(text) == "The heart pumps blood through the body."
-
-
-@given(st.lists(st.text(min_size=1, max_size=60), max_size=8))
-def test_rephrased_indices_are_within_range_and_symmetric(questions: list[str]) -> None:
-    found = rephrased_indices(questions)
-    assert all(0 <= i < len(questions) for i in found)
-    # appending a question can only add repeats, never remove earlier ones
-    assert found <= rephrased_indices([*questions, "photosynthesis chlorophyll light"])
 
 
 def test_a_reply_to_small_talk_teaches_nothing() -> None:

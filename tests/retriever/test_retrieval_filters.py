@@ -195,14 +195,14 @@ async def test_request_settings_do_not_outlive_the_request(
     await retriever.start()
     try:
         await retriever.retrieve(ask(tenant_id, methods=["dense"], ef_search=300))
-        async with retriever.pool.acquire() as conn:
+        async with retriever.db().acquire() as conn:
             assert await conn.fetchval("SHOW hnsw.ef_search") == "64"
             assert await conn.fetchval("SHOW hnsw.iterative_scan") == "relaxed_order"
-            left_open = conn.transaction()
+            left_open: Any = conn.transaction()  # asyncpg's Transaction: start() by hand
             await left_open.start()
             await conn.execute("SET LOCAL hnsw.ef_search = 500")
         # the pool holds two connections: take both, the one left in a transaction among them
-        async with retriever.pool.acquire() as one, retriever.pool.acquire() as two:
+        async with retriever.db().acquire() as one, retriever.db().acquire() as two:
             for conn in (one, two):
                 assert not conn.is_in_transaction()
                 assert await conn.fetchval("SHOW hnsw.ef_search") == "64"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import cast
 
 import pytest
 
+from lectern_common.db.types import Connection
 from lectern_common.events import RetrievalFilters, RetrieveRequest
 from lectern_common.events.retrieval import Turn
 from lectern_retriever.fusion import Hit, RankedList, cap_per_document, rrf_fuse
@@ -265,9 +267,10 @@ async def test_an_approximate_dense_search_asks_for_more_than_k_and_keeps_the_ne
             return []
 
     where = build_filter(tenant_id="t", filters=RetrievalFilters())
-    conn = Statements()
+    statements = Statements()
+    conn = cast(Connection, statements)  # records the statements it is given
     vector = np.zeros(4, dtype=np.float32)
     await dense_search(conn, where=where, embedding=vector, k=20, exact=False, ef_search=None)
     await dense_search(conn, where=where, embedding=vector, k=20, exact=True, ef_search=None)
-    limits = [re.findall(r"LIMIT (\d+)", sql) for sql in conn.sql]
+    limits = [re.findall(r"LIMIT (\d+)", sql) for sql in statements.sql]
     assert limits == [["40", "20"], ["20", "20"]]

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pgvector import SparseVector
 
+from lectern_common.db.types import Connection
 from lectern_common.embeddings import Embedder
 from lectern_common.events import RetrievalFilters, RetrieveRequest
 from lectern_retriever import repository, tenant_indexes
@@ -154,7 +155,8 @@ async def test_a_large_tenant_gets_its_own_indexes_and_loses_them_when_it_shrink
         own, shared = _Capture(), _Capture()
         for capture, graph in ((own, big), (shared, None)):
             await repository.dense_search(
-                capture, where=where, embedding=query, k=10, exact=False, ef_search=None,
+                cast(Connection, capture), where=where, embedding=query, k=10, exact=False,
+                ef_search=None,
                 own_indexes=graph,
             )  # fmt: skip
         async with db_pool.acquire() as conn:
@@ -167,7 +169,7 @@ async def test_a_large_tenant_gets_its_own_indexes_and_loses_them_when_it_shrink
         # so are its BM25 searches: its own GIN index lists its chunks alone
         for capture, graph in ((own, big), (shared, None)):
             await repository.sparse_search(
-                capture, where=where, tsqueries=["417"], k=10, own_indexes=graph,
+                cast(Connection, capture), where=where, tsqueries=["417"], k=10, own_indexes=graph,
                 query_vector=repository.sparse_query_vector({1: 1.0}),
             )  # fmt: skip
         async with db_pool.acquire() as conn:

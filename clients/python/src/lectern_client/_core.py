@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from typing import IO, Any, Generic, TypeVar
@@ -572,20 +572,6 @@ class DocumentWatch:
             headers={"Accept": "text/event-stream"},
             timeout=httpx.Timeout(self.options.timeout, read=read),
         )  # fmt: skip
-
-
-def uuid_text(value: str | uuid.UUID) -> str:
-    """A UUID (or its text) as text."""
-    return str(value)
-
-
-def as_list(values: Sequence[str] | str | None) -> list[str] | None:
-    """A comma-separated string or a sequence as a list."""
-    if values is None:
-        return None
-    if isinstance(values, str):
-        return [v.strip() for v in values.split(",") if v.strip()]
-    return list(values)
 
 
 def merge(body: Body, fields: Mapping[str, Any]) -> dict[str, Any]:

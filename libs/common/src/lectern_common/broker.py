@@ -22,7 +22,7 @@ from nats.js import errors as js_errors
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry import trace
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from lectern_common.errors import (
     LecternError,
@@ -501,11 +501,6 @@ async def park(
         )  # fmt: skip
     except Exception:
         log.exception("could not park a %s message on %s", subject, Subjects.DEAD_LETTER)
-
-
-def to_payload(model: BaseModel) -> dict[str, Any]:
-    """JSON-ready dict of a model (secrets revealed only where the model says so)."""
-    return model.model_dump(mode="json")
 
 
 Q = TypeVar("Q", bound=Request)

@@ -24,6 +24,7 @@ from typing import Any
 
 from lectern_common import objects
 from lectern_common.broker import DOCUMENTS_BUCKET
+from lectern_common.db.types import Connection, Pool
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ async def stored_objects(js: Any) -> list[Any]:
         return []
 
 
-async def _needed(conn: Any, names: list[str]) -> set[str]:
+async def _needed(conn: Connection, names: list[str]) -> set[str]:
     """The object names among ``names`` a document still needs."""
     parsed = [(n, _NAME.match(n)) for n in names]
     ids = sorted({uuid.UUID(m["doc"]) for _, m in parsed if m})
@@ -104,7 +105,7 @@ async def _needed(conn: Any, names: list[str]) -> set[str]:
     return needed
 
 
-async def _dead_chunks(conn: Any) -> int:
+async def _dead_chunks(conn: Connection) -> int:
     return int(
         await conn.fetchval(
             "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
@@ -115,7 +116,7 @@ async def _dead_chunks(conn: Any) -> int:
 
 
 async def collect(
-    pool: Any, js: Any, *, grace_s: float = 3600.0, dry_run: bool = False
+    pool: Pool, js: Any, *, grace_s: float = 3600.0, dry_run: bool = False
 ) -> GcReport:
     """Find and remove orphaned objects and chunks; returns verified counts."""
     report = GcReport(dry_run=dry_run)
@@ -130,7 +131,7 @@ async def collect(
     return report
 
 
-async def collect_every(pool: Any, js: Any, *, every_s: float, grace_s: float) -> None:
+async def collect_every(pool: Pool, js: Any, *, every_s: float, grace_s: float) -> None:
     """Collect every ``every_s`` seconds (the first after one interval), for ever."""
     import asyncio
 
@@ -142,7 +143,7 @@ async def collect_every(pool: Any, js: Any, *, every_s: float, grace_s: float) -
             log.exception("garbage collection failed; retrying next interval")
 
 
-async def _collect(pool: Any, js: Any, report: GcReport, *, grace_s: float) -> None:
+async def _collect(pool: Pool, js: Any, report: GcReport, *, grace_s: float) -> None:
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
     stored = await stored_objects(js)
     old = [i for i in stored if (_mtime(i) or datetime.now(UTC)) < cutoff]

@@ -21,8 +21,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from lectern_common.db.types import Connection, Pool
 from lectern_common.embeddings import (
     LOCAL_MODEL_NAME,
     Embedder,
@@ -56,7 +57,7 @@ class ModelSwitched(RetryableError):
         self.live = live
 
 
-async def live_model(conn: Any) -> IndexModel | None:
+async def live_model(conn: Connection) -> IndexModel | None:
     """The model of the live index (None before the first migration)."""
     row = await conn.fetchrow("SELECT name, dimension FROM embedding_models WHERE id = 1")
     return None if row is None else IndexModel(str(row["name"]), int(row["dimension"]))
@@ -67,7 +68,7 @@ async def live_model(conn: Any) -> IndexModel | None:
 SWITCH_LOCK_ID = 1955634718
 
 
-async def guard(conn: Any, used: str) -> None:
+async def guard(conn: Connection, used: str) -> None:
     """Inside a transaction, before touching any table: hold the live model until commit (a
     shared advisory lock); raise ``ModelSwitched`` unless it is ``used`` (the model that
     embedded what the transaction is about to use)."""
@@ -169,7 +170,7 @@ class FollowingEmbedder:
             log.info("embedding with %s (%d dimensions), the live index's model", *key)
             return loaded
 
-    async def sync(self, pool: Any) -> None:
+    async def sync(self, pool: Pool) -> None:
         """At start-up: follow the live index's model when the configured one is another.
 
         The configured model is what a fresh database is built with; once the database holds

@@ -137,11 +137,6 @@ def map_grounding(metadata: types.GroundingMetadata, answer: str) -> Grounding |
     )
 
 
-def annotate_web_citations(text: str, grounding: Grounding) -> str:
-    """``text`` with ``[W#]`` markers inserted after each supported segment."""
-    return insert_labels(text, [(s.end, s.sources) for s in grounding.supports])
-
-
 def insert_labels(text: str, marks: Sequence[tuple[int, Sequence[str]]]) -> str:
     """``text`` with ``[label]`` markers inserted at character offsets (each label once per
     offset, offsets clamped to the text)."""

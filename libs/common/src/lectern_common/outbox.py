@@ -38,6 +38,7 @@ from opentelemetry import propagate
 from lectern_common import metrics
 from lectern_common.backoff import backoff_delay
 from lectern_common.broker import nats_unavailable, publish_stored, stream_for
+from lectern_common.db.types import Connection, Pool
 from lectern_common.events import ALL_EVENTS, Event
 from lectern_common.nats_auth import SERVICE_PERMISSIONS
 
@@ -89,7 +90,7 @@ _BACKLOG = "SELECT count(*) FROM outbox WHERE published_at IS NULL AND subject =
 _PRUNE = "DELETE FROM outbox WHERE published_at < now() - make_interval(secs => $1)"
 
 
-async def enqueue(conn: Any, event: Event, *, headers: dict[str, str] | None = None) -> None:
+async def enqueue(conn: Connection, event: Event, *, headers: dict[str, str] | None = None) -> None:
     """Write ``event`` to the outbox on ``conn`` (inside the caller's transaction).
 
     The current trace context goes with it, so the published event continues the trace of
@@ -99,7 +100,7 @@ async def enqueue(conn: Any, event: Event, *, headers: dict[str, str] | None = N
 
 
 async def enqueue_many(
-    conn: Any, events: Sequence[Event], *, headers: dict[str, str] | None = None
+    conn: Connection, events: Sequence[Event], *, headers: dict[str, str] | None = None
 ) -> None:
     """``enqueue`` of many events in one pipelined statement and one notification a subject."""
     if not events:
@@ -133,7 +134,7 @@ class OutboxRelay:
     def __init__(
         self,
         *,
-        pool: Any,
+        pool: Pool,
         broker: NatsBroker,
         database_url: str,
         subjects: Sequence[str],

@@ -26,6 +26,7 @@ from typing import Any
 
 import asyncpg
 
+from lectern_common.db.types import Connection
 from lectern_common.embeddings import Embedder
 from lectern_common.errors import LecternError
 from lectern_common.index import SWITCH_LOCK_ID, IndexModel, live_model
@@ -153,7 +154,7 @@ async def reindex(
         await conn.close()
 
 
-async def _start_build(conn: Any, embedder: Embedder) -> ReindexReport:
+async def _start_build(conn: Connection, embedder: Embedder) -> ReindexReport:
     """Record a build of ``embedder``'s index (an interrupted one marked failed); its report.
 
     Raises ``ReindexError`` without a schema, or when the index holds this model already."""
@@ -181,7 +182,7 @@ async def _start_build(conn: Any, embedder: Embedder) -> ReindexReport:
 
 
 async def _build_and_switch(
-    conn: Any,
+    conn: Connection,
     embedder: Embedder,
     report: ReindexReport,
     *,
@@ -211,7 +212,7 @@ async def _build_and_switch(
     )  # fmt: skip
 
 
-async def _add_next(conn: Any, dimension: int) -> None:
+async def _add_next(conn: Connection, dimension: int) -> None:
     await conn.execute(
         f"""CREATE OR REPLACE FUNCTION {_TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN NEW.{NEXT} := NULL; RETURN NEW; END $$"""
@@ -227,14 +228,14 @@ async def _add_next(conn: Any, dimension: int) -> None:
         )
 
 
-async def _drop_next(conn: Any) -> None:
+async def _drop_next(conn: Connection) -> None:
     for table in TABLES:
         await conn.execute(f"DROP TRIGGER IF EXISTS {_TRIGGER} ON {table.table}")
         await conn.execute(f"ALTER TABLE {table.table} DROP COLUMN IF EXISTS {NEXT}")
     await conn.execute(f"DROP FUNCTION IF EXISTS {_TRIGGER}()")
 
 
-async def _abandon(conn: Any, build_id: uuid.UUID, exc: BaseException) -> None:
+async def _abandon(conn: Connection, build_id: uuid.UUID, exc: BaseException) -> None:
     log.error("re-index %s failed (%r); dropping the new index", build_id, exc)
     try:
         if conn.is_in_transaction():
@@ -250,7 +251,7 @@ async def _abandon(conn: Any, build_id: uuid.UUID, exc: BaseException) -> None:
 
 
 async def _backfill(
-    conn: Any,
+    conn: Connection,
     table: VectorTable,
     embedder: Embedder,
     *,
@@ -279,7 +280,7 @@ async def _backfill(
     return done
 
 
-async def _write(conn: Any, table: VectorTable, rows: Sequence[Any], vectors: Any) -> None:
+async def _write(conn: Connection, table: VectorTable, rows: Sequence[Any], vectors: Any) -> None:
     keys = " AND ".join(f"{c} = ${i + 2}" for i, c in enumerate(table.key_columns))
     cast = "::vector::halfvec" if table.kind == "halfvec" else ""
     await conn.executemany(
@@ -288,7 +289,7 @@ async def _write(conn: Any, table: VectorTable, rows: Sequence[Any], vectors: An
     )
 
 
-async def _live_indexes(conn: Any, table: str, column: str) -> list[tuple[str, str]]:
+async def _live_indexes(conn: Connection, table: str, column: str) -> list[tuple[str, str]]:
     """(name, definition) of the indexes on ``table``'s ``column`` alone."""
     rows = await conn.fetch(
         "SELECT i.relname AS name, pg_get_indexdef(x.indexrelid) AS def "
@@ -304,7 +305,7 @@ def _next_name(name: str) -> str:
     return f"{name[:50]}_next"
 
 
-async def _build_indexes(conn: Any) -> None:
+async def _build_indexes(conn: Connection) -> None:
     """Copies of the live column's indexes on the new one, built without blocking writes."""
     for table in TABLES:
         for name, definition in await _live_indexes(conn, table.table, "embedding"):
@@ -316,7 +317,7 @@ async def _build_indexes(conn: Any) -> None:
 
 
 async def _switch(
-    conn: Any,
+    conn: Connection,
     embedder: Embedder,
     target: IndexModel,
     report: ReindexReport,
@@ -342,7 +343,11 @@ async def _switch(
 
 
 async def _switch_locked(
-    conn: Any, embedder: Embedder, target: IndexModel, report: ReindexReport, lock_timeout_s: float
+    conn: Connection,
+    embedder: Embedder,
+    target: IndexModel,
+    report: ReindexReport,
+    lock_timeout_s: float,
 ) -> None:
     await conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
     # the switch lock first: guarded transactions take it (shared) before any table, so they
@@ -371,7 +376,7 @@ async def _switch_locked(
     await conn.execute(f"DROP FUNCTION IF EXISTS {_TRIGGER}()")
 
 
-async def builds(conn: Any, *, limit: int = 20) -> list[Any]:
+async def builds(conn: Connection, *, limit: int = 20) -> list[Any]:
     """The latest re-index runs, newest first."""
     return list(
         await conn.fetch(

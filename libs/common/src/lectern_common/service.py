@@ -32,6 +32,7 @@ from lectern_common.broker import ensure_streams
 from lectern_common.db import ReadPools, create_pool
 from lectern_common.db.migrate import applied_migrations, load_migrations
 from lectern_common.db.pool import close_pool
+from lectern_common.db.types import Pool
 from lectern_common.errors import ConfigurationError
 from lectern_common.outbox import OutboxRelay, publishable_subjects
 from lectern_common.settings import ServiceHttpSettings
@@ -54,7 +55,8 @@ class ServiceState:
 
     settings: ServiceHttpSettings
     broker: NatsBroker
-    pool: Any = None
+    #: the primary's pool, once started (``db()`` in code that runs after start-up)
+    pool: Pool | None = None
     #: the pool reads that a read replica may serve use (``LECTERN_DATABASE_READ_URL``)
     reads: ReadPools | None = None
     telemetry: Telemetry | None = None
@@ -71,6 +73,12 @@ class ServiceState:
     #: the app is its process's only service (``run_service``): start-up may tune the
     #: process-wide garbage collector (not when tests host several apps in one process)
     own_process: bool = False
+
+    def db(self) -> Pool:
+        """The primary's pool (the service has started)."""
+        if self.pool is None:
+            raise RuntimeError("the service has not connected to its database")
+        return self.pool
 
     def spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` in the background until the service stops."""
@@ -229,7 +237,7 @@ def _start_loops(
     broker = state.broker
     if outbox is not None:
         state.outbox = OutboxRelay(
-            pool=state.pool,
+            pool=state.db(),
             broker=broker,
             database_url=state.settings.database_url,
             subjects=publishable_subjects(outbox),
@@ -263,7 +271,8 @@ async def _shut_down(
         await on_shutdown(state)
     if state.reads is not None:
         await state.reads.close()
-    await close_pool(state.pool)
+    if state.pool is not None:
+        await close_pool(state.pool)
     if state.telemetry is not None:
         state.telemetry.shutdown()
 

@@ -253,8 +253,3 @@ class ServiceHttpSettings(BaseServiceSettings):
     metrics_port: int | None = shared(
         "metrics_port", None, "also serve the Prometheus scrape on this port (all interfaces)"
     )
-
-
-def default_data_dir() -> Path:
-    """Where the embedded runtime keeps its state unless told otherwise."""
-    return Path.cwd() / ".lectern"

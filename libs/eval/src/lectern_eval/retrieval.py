@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lectern_common.db.types import Pool
 from lectern_common.events import RerankReply, RerankRequest, RetrieveReply, RetrieveRequest
 from lectern_common.events.chat import band_shares
 
@@ -230,7 +231,7 @@ class LoadedCorpus:
 async def ingest_corpus(
     *,
     client: Any,
-    pool: Any,
+    pool: Pool,
     tenant_id: str,
     corpus: Mapping[str, tuple[str, str]],
     concurrency: int = 8,
@@ -299,7 +300,7 @@ async def _upload_corpus(
 
 
 async def _wait_for_ingest(
-    pool: Any,
+    pool: Pool,
     tenant_id: str,
     *,
     documents: int,
@@ -332,7 +333,7 @@ async def _wait_for_ingest(
         await asyncio.sleep(2.0)
 
 
-async def _settle_unindexed(pool: Any, tenant_id: str, loaded: LoadedCorpus) -> None:
+async def _settle_unindexed(pool: Pool, tenant_id: str, loaded: LoadedCorpus) -> None:
     """Move a duplicate's external ids to its original; the rest that did not index fail."""
     # a duplicate holds no chunks: its external ids count as its original's
     for row in await pool.fetch(
@@ -653,7 +654,7 @@ def _chosen_questions(dataset: BeirDataset, *, split: QuerySplit, limit: int | N
 
 async def _load_corpus(
     client: Any,
-    pool: Any,
+    pool: Pool,
     tenant_id: str,
     corpus: Mapping[str, tuple[str, str]],
     *,

@@ -24,6 +24,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 
 from lectern_common.broker import QUEUE_GROUPS, stream_for
+from lectern_common.db.types import Pool
 from lectern_common.events import (
     Candidate,
     Confidence,
@@ -105,7 +106,7 @@ class Seeded:
 
 
 async def seed_document(
-    pool: Any,
+    pool: Pool,
     *,
     tenant_id: str,
     title: str = "Biology notes",
@@ -173,7 +174,7 @@ class Responders:
     order and answers the scripted confidence band.
     """
 
-    pool: Any
+    pool: Pool
     band: ConfidenceBand = "high"
     leak: bool = False
     requests: list[RetrieveRequest] = field(default_factory=list)
@@ -455,7 +456,7 @@ class Received:
 
 @asynccontextmanager
 async def offline_gateway(
-    nats_url: str, database_url: str, pool: Any, *, worker: bool = False, **overrides: Any
+    nats_url: str, database_url: str, pool: Pool, *, worker: bool = False, **overrides: Any
 ) -> AsyncIterator[Gateway]:
     """The gateway with the offline answerer and the retriever, re-ranker and memory
     stand-ins (``Responders``) answering on the real NATS (``worker``: and its worker)."""

@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 import jwt
 from fastapi import Depends, Request
 
+from lectern_common.db.types import Pool
+from lectern_gateway.keys import repository as keys_repo
 from lectern_gateway.problems import ProblemError
 
 MAX_TOKEN_BYTES = 8192
@@ -201,12 +203,9 @@ def hash_api_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-_API_KEY_COLUMNS = "id, tenant_id, name, role, plan, created_by, created_at, revoked_at"
-
-
 async def issue_api_key(
     *,
-    pool: Any,
+    pool: Pool,
     tenant_id: str,
     name: str,
     role: Role = "teacher",
@@ -215,59 +214,39 @@ async def issue_api_key(
 ) -> tuple[str, dict[str, Any]]:
     """Create an API key; returns the key (shown once: only its hash is stored) and its row."""
     key = "lk_" + secrets.token_urlsafe(32)
-    row = await pool.fetchrow(
-        f"INSERT INTO api_keys (id, tenant_id, name, key_sha256, role, plan, created_by) "  # noqa: S608
-        f"VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {_API_KEY_COLUMNS}",
-        uuid.uuid4(),
-        tenant_id,
-        name,
-        hash_api_key(key),
-        role,
-        plan,
-        created_by,
-    )
+    row = await keys_repo.insert_api_key(
+        pool=pool, tenant_id=tenant_id, name=name, key_sha256=hash_api_key(key), role=role,
+        plan=plan, created_by=created_by,
+    )  # fmt: skip
     return key, dict(row)
 
 
 async def create_api_key(
-    *, pool: Any, tenant_id: str, name: str, role: Role = "teacher", plan: Plan = "pro"
+    *, pool: Pool, tenant_id: str, name: str, role: Role = "teacher", plan: Plan = "pro"
 ) -> str:
     """Create an API key for a machine client and return it (only its hash is stored)."""
     key, _ = await issue_api_key(pool=pool, tenant_id=tenant_id, name=name, role=role, plan=plan)
     return key
 
 
-async def list_api_keys(*, pool: Any, tenant_id: str) -> list[dict[str, Any]]:
+async def list_api_keys(*, pool: Pool, tenant_id: str) -> list[dict[str, Any]]:
     """A tenant's API keys (never the keys themselves), newest first."""
-    rows = await pool.fetch(
-        f"SELECT {_API_KEY_COLUMNS} FROM api_keys WHERE tenant_id = $1 "  # noqa: S608
-        "ORDER BY created_at DESC, id",
-        tenant_id,
-    )
+    rows = await keys_repo.api_keys(pool=pool, tenant_id=tenant_id)
     return [dict(r) for r in rows]
 
 
-async def revoke_api_key(*, pool: Any, tenant_id: str, key_id: uuid.UUID) -> dict[str, Any] | None:
+async def revoke_api_key(*, pool: Pool, tenant_id: str, key_id: uuid.UUID) -> dict[str, Any] | None:
     """Revoke a key of the tenant (it stops working at once); None when there is none."""
-    row = await pool.fetchrow(
-        f"UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) "  # noqa: S608
-        f"WHERE id = $1 AND tenant_id = $2 RETURNING {_API_KEY_COLUMNS}",
-        key_id,
-        tenant_id,
-    )
+    row = await keys_repo.revoke_api_key(pool=pool, tenant_id=tenant_id, key_id=key_id)
     return dict(row) if row else None
 
 
-async def authenticate_api_key(*, pool: Any, key: str) -> Principal:
+async def authenticate_api_key(*, pool: Pool, key: str) -> Principal:
     """The principal of a live API key; raises ``ProblemError`` (401).
 
     Looked up on every request, so a revoked key stops working at once.
     """
-    row = await pool.fetchrow(
-        "SELECT id, tenant_id, role, plan FROM api_keys "
-        "WHERE key_sha256 = $1 AND revoked_at IS NULL",
-        hash_api_key(key),
-    )
+    row = await keys_repo.live_api_key(pool=pool, key_sha256=hash_api_key(key))
     if row is None or row["role"] not in ROLES or row["plan"] not in ("free", "pro"):
         raise _unauthorized("unknown or revoked API key")
     return Principal(

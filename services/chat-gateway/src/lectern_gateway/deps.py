@@ -7,19 +7,19 @@ service state; a route asks for it, or for one of its parts, with an ``Annotated
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
-import asyncpg
 from fastapi import Depends, Request
 from faststream.nats import NatsBroker
 
 from lectern_common.answerer import SentenceReader
+from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder
 from lectern_common.index import FollowingEmbedder
 from lectern_common.service import ServiceState
-from lectern_gateway.chat.generation import AnswerStreamer
-from lectern_gateway.chat.turn import ChatDeps
-from lectern_gateway.chat.turns import TurnRegistry
+from lectern_gateway.chat.running_turns import TurnRegistry
+from lectern_gateway.chat.streamer import AnswerStreamer
+from lectern_gateway.chat.turn_input import ChatDeps
 from lectern_gateway.config import Settings
 from lectern_gateway.documents.fetch import check_host
 from lectern_gateway.lti.platform import PlatformClient
@@ -34,7 +34,7 @@ class GatewayDeps:
     the answer streamers and the models behind them, the running turns and the workers."""
 
     settings: Settings
-    pool: asyncpg.Pool
+    pool: Pool
     broker: NatsBroker
     streamer: AnswerStreamer
     #: the models that can search the web (Gemini), when configured
@@ -112,9 +112,9 @@ def get_gateway(request: Request) -> GatewayDeps:
     return gateway_of(get_state(request))
 
 
-def get_pool(request: Request) -> Any:
-    """The asyncpg pool."""
-    return get_state(request).pool
+def get_pool(request: Request) -> Pool:
+    """The primary's asyncpg pool."""
+    return get_state(request).db()
 
 
 def get_broker(request: Request) -> NatsBroker:
@@ -131,6 +131,6 @@ def get_settings(request: Request) -> Settings:
 
 StateDep = Annotated[ServiceState, Depends(get_state)]
 GatewayDep = Annotated[GatewayDeps, Depends(get_gateway)]
-PoolDep = Annotated[Any, Depends(get_pool)]
+PoolDep = Annotated[Pool, Depends(get_pool)]
 BrokerDep = Annotated[NatsBroker, Depends(get_broker)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]

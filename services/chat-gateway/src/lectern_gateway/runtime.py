@@ -21,13 +21,13 @@ from lectern_common.broker import create_broker
 from lectern_common.embeddings import LOCAL_MODEL_NAME, Embedder, LocalEmbedder, Vectors
 from lectern_common.llm import OfflineAnswerer, build_generator, build_web_generator
 from lectern_common.service import ServiceState
-from lectern_gateway.chat.generation import streamer_for
 from lectern_gateway.chat.lifecycle import idle_sweeper
+from lectern_gateway.chat.streamer import streamer_for
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import GatewayDeps
 from lectern_gateway.lti.scores import ScoreWorker
 from lectern_gateway.privacy.retention import retention_sweeper
-from lectern_gateway.review.gaps import closure_sweeper
+from lectern_gateway.review.gap_retry import closure_sweeper
 from lectern_gateway.study.model_writer import build_quiz_writer
 from lectern_gateway.webhooks.dispatcher import DeliveryWorker
 
@@ -69,7 +69,7 @@ async def start(state: ServiceState, settings: Settings, *, lazy: bool = False) 
     web = build_web_generator(settings)
     gateway = GatewayDeps(
         settings=settings,
-        pool=state.pool,
+        pool=state.db(),
         broker=state.broker,
         streamer=streamer_for(generator),
         web_streamer=None if web is None else streamer_for(web),
@@ -91,7 +91,7 @@ def start_loops(state: ServiceState, gateway: GatewayDeps) -> None:
         state.spawn(
             "lectern-idle-sweep",
             idle_sweeper(
-                pool=state.pool,
+                pool=state.db(),
                 idle_s=settings.idle_timeout_s,
                 every_s=settings.idle_sweep_interval_s,
                 turn_retention_s=settings.turn_retention_s,
@@ -105,12 +105,12 @@ def start_loops(state: ServiceState, gateway: GatewayDeps) -> None:
     if settings.retention_sweep_interval_s > 0:
         state.spawn(
             "lectern-retention-sweep",
-            retention_sweeper(pool=state.pool, every_s=settings.retention_sweep_interval_s),
+            retention_sweeper(pool=state.db(), every_s=settings.retention_sweep_interval_s),
         )
     if settings.webhook_dispatch:
-        gateway.webhook_worker = DeliveryWorker(pool=state.pool, settings=settings)
+        gateway.webhook_worker = DeliveryWorker(pool=state.db(), settings=settings)
         gateway.webhook_worker.start()
-    gateway.score_worker = ScoreWorker(pool=state.pool, settings=settings, platforms=gateway.lti)
+    gateway.score_worker = ScoreWorker(pool=state.db(), settings=settings, platforms=gateway.lti)
     gateway.score_worker.start()
 
 

@@ -56,12 +56,12 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         holder["worker"] = IngestWorker(
             settings=settings,
             embedder=model,
-            pool=state.pool,
+            pool=state.db(),
             jetstream=broker.config.connection_state.stream,
             publish=publish,
         )
         state.deps = holder["worker"]
-        await holder["worker"].embedder.sync(state.pool)
+        await holder["worker"].embedder.sync(state.db())
         # a consumer created by an earlier release keeps its settings when bound by name:
         # bring its ack wait and delivery limit to this configuration's
         stream = stream_for(Subjects.DOCUMENTS_UPLOADED).name
@@ -70,7 +70,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             state.spawn(
                 "lectern-gc",
                 collect_every(
-                    state.pool, broker.config.connection_state.stream,
+                    state.db(), broker.config.connection_state.stream,
                     every_s=settings.gc_interval_s, grace_s=settings.gc_grace_s,
                 ),
             )  # fmt: skip

@@ -4,12 +4,11 @@ search and chat filter on them and the re-ranker scores a student's standards.""
 
 from __future__ import annotations
 
-from typing import Any
-
+from lectern_common.db.types import Pool
 from lectern_common.events import ChunkCurriculumReply, ChunkCurriculumRequest
 
 
-async def tag_chunks(pool: Any, request: ChunkCurriculumRequest) -> ChunkCurriculumReply:
+async def tag_chunks(pool: Pool, request: ChunkCurriculumRequest) -> ChunkCurriculumReply:
     """Every chunk of the document gets the document's standards, then each section's chunks
     also get that section's, in one transaction; chunks updated (0: no such document in the
     tenant, or none of its chunks)."""

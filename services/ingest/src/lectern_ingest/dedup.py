@@ -128,8 +128,3 @@ def hamming(a: int, b: int) -> int:
 def similarity(a: int, b: int) -> float:
     """1 - hamming/64: 1.0 identical, ~0.5 unrelated."""
     return 1.0 - hamming(a, b) / 64.0
-
-
-def is_near_duplicate(a: int, b: int, *, threshold: float = 0.85) -> bool:
-    """Whether two SimHashes are similar enough to flag a near-duplicate."""
-    return similarity(a, b) >= threshold

@@ -64,12 +64,6 @@ def similarity_from_distance(distance: int) -> float:
     return 1.0 - distance / 64.0
 
 
-def to_signed64(value: int) -> int:
-    """An unsigned 64-bit SimHash as the signed bigint Postgres stores."""
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
 @dataclass
 class Progress:
     """Throttled ``documents.progress`` events of one document, none before ``after_s``."""

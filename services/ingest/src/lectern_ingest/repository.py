@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from lectern_common.db.types import Connection, Queryable
+
 CHUNK_COLUMNS = (
     "id", "document_id", "tenant_id", "chunk_index", "kind", "parent_chunk_id", "text",
     "context_prefix", "section_path", "chapter", "page_start", "page_end", "slide",
@@ -66,7 +68,7 @@ class IndexedDocument:
     title: str | None = None
 
 
-async def _copy_chunks(conn: Any, records: list[tuple[Any, ...]]) -> None:
+async def _copy_chunks(conn: Connection, records: list[tuple[Any, ...]]) -> None:
     """Bulk-insert chunks with COPY through a staging table.
 
     asyncpg has no binary encoder for ``regconfig``, so the staging table holds ts_config as
@@ -88,23 +90,23 @@ async def _copy_chunks(conn: Any, records: list[tuple[Any, ...]]) -> None:
     await conn.execute("DROP TABLE _ingest_chunks")
 
 
-async def get_document(conn: Any, document_id: uuid.UUID) -> Any:
+async def get_document(conn: Queryable, document_id: uuid.UUID) -> Any:
     """The document row, or None."""
     return await conn.fetchrow("SELECT * FROM documents WHERE id = $1", document_id)
 
 
-async def lock_document(conn: Any, document_id: uuid.UUID) -> Any:
+async def lock_document(conn: Queryable, document_id: uuid.UUID) -> Any:
     """The document row locked for update (inside a transaction)."""
     return await conn.fetchrow("SELECT * FROM documents WHERE id = $1 FOR UPDATE", document_id)
 
 
-async def mark_processing(conn: Any, document_id: uuid.UUID, *, attempts: int) -> None:
+async def mark_processing(conn: Queryable, document_id: uuid.UUID, *, attempts: int) -> None:
     """The document is being worked on (delivery ``attempts``)."""
     await mark_processing_many(conn, [(document_id, attempts)])
 
 
 async def record_retry(
-    conn: Any, document_id: uuid.UUID, *, attempts: int, stage: str, message: str
+    conn: Queryable, document_id: uuid.UUID, *, attempts: int, stage: str, message: str
 ) -> None:
     """Remember why the last attempt failed while the upload waits for redelivery."""
     await conn.execute(
@@ -116,7 +118,7 @@ async def record_retry(
 
 
 async def mark_failed(
-    conn: Any,
+    conn: Connection,
     document_id: uuid.UUID,
     *,
     stage: str,
@@ -140,7 +142,7 @@ async def mark_failed(
     return True
 
 
-async def bm25_available(conn: Any) -> bool:
+async def bm25_available(conn: Queryable) -> bool:
     """Whether the retrieval migration's BM25 maintenance functions exist."""
     return bool(
         await conn.fetchval(
@@ -151,7 +153,7 @@ async def bm25_available(conn: Any) -> bool:
 
 
 async def nearest_simhash(
-    conn: Any,
+    conn: Queryable,
     *,
     tenant_id: str,
     simhash: int,
@@ -161,13 +163,13 @@ async def nearest_simhash(
     return (await nearest_simhashes(conn, documents=[(tenant_id, simhash)], exclude=exclude))[0]
 
 
-async def lock_content_hash(conn: Any, *, tenant_id: str, content_sha256: str) -> None:
+async def lock_content_hash(conn: Queryable, *, tenant_id: str, content_sha256: str) -> None:
     """Serialise the stores of documents with the same cleaned text (transaction-scoped)."""
     await lock_content_hashes(conn, [(tenant_id, content_sha256)])
 
 
 async def find_content_duplicate(
-    conn: Any,
+    conn: Queryable,
     *,
     tenant_id: str,
     collection: str,
@@ -189,7 +191,7 @@ async def find_content_duplicate(
     return found
 
 
-async def superseded_object(conn: Any, document_id: uuid.UUID) -> str | None:
+async def superseded_object(conn: Queryable, document_id: uuid.UUID) -> str | None:
     """The object name of the version this document superseded, if it did."""
     name: str | None = await conn.fetchval(
         """SELECT p.object_name FROM documents d JOIN documents p ON p.id = d.previous_version_id
@@ -199,7 +201,7 @@ async def superseded_object(conn: Any, document_id: uuid.UUID) -> str | None:
     return name
 
 
-async def _supersede_previous(conn: Any, row: Any) -> None:
+async def _supersede_previous(conn: Queryable, row: Any) -> None:
     """Retire the version ``row`` replaces: its chunks go (BM25 statistics follow by trigger).
 
     Runs in the transaction that makes the new version searchable, so retrieval sees the old
@@ -218,7 +220,7 @@ async def _supersede_previous(conn: Any, row: Any) -> None:
     )
 
 
-async def _add_co_owners(conn: Any, *, document_id: uuid.UUID, users: Sequence[str]) -> None:
+async def _add_co_owners(conn: Queryable, *, document_id: uuid.UUID, users: Sequence[str]) -> None:
     """Record more uploaders of the same content on a document (its uploader excluded)."""
     await conn.execute(
         """UPDATE documents d
@@ -234,7 +236,7 @@ async def _add_co_owners(conn: Any, *, document_id: uuid.UUID, users: Sequence[s
 
 
 async def _mark_duplicate(
-    conn: Any, *, row: Any, original_id: uuid.UUID, result: IndexedDocument
+    conn: Queryable, *, row: Any, original_id: uuid.UUID, result: IndexedDocument
 ) -> None:
     """``row`` duplicates ``original_id``: no chunks, its uploaders become co-owners there."""
     document_id = row["id"]
@@ -257,7 +259,7 @@ async def _mark_duplicate(
     )  # fmt: skip
 
 
-async def _lock_pending(conn: Any, document_id: uuid.UUID, *, content_sha256: str) -> Any:
+async def _lock_pending(conn: Queryable, document_id: uuid.UUID, *, content_sha256: str) -> Any:
     """Lock the document's row and, while it is still pending work, its tenant's content
     hash (two copies of a text are stored one after the other); the row, or None when the
     document was deleted or finished."""
@@ -269,7 +271,7 @@ async def _lock_pending(conn: Any, document_id: uuid.UUID, *, content_sha256: st
 
 
 async def store_duplicate(
-    conn: Any, *, document: Any, original_id: uuid.UUID, result: IndexedDocument
+    conn: Connection, *, document: Any, original_id: uuid.UUID, result: IndexedDocument
 ) -> str | None:
     """Record the document as a duplicate of ``original_id`` (found before embedding).
 
@@ -289,7 +291,7 @@ async def store_duplicate(
 
 
 async def store_document(
-    conn: Any,
+    conn: Connection,
     *,
     document: Any,
     chunks: Sequence[ChunkRecord],
@@ -381,7 +383,7 @@ class Stored:
     result: IndexedDocument
 
 
-async def get_documents(conn: Any, document_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
+async def get_documents(conn: Queryable, document_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
     """The rows of these documents that exist, by id."""
     rows = await conn.fetch(
         "SELECT * FROM documents WHERE id = ANY($1::uuid[])", list(document_ids)
@@ -389,7 +391,7 @@ async def get_documents(conn: Any, document_ids: Sequence[uuid.UUID]) -> dict[uu
     return {row["id"]: row for row in rows}
 
 
-async def mark_processing_many(conn: Any, attempts: Sequence[tuple[uuid.UUID, int]]) -> None:
+async def mark_processing_many(conn: Queryable, attempts: Sequence[tuple[uuid.UUID, int]]) -> None:
     """``mark_processing`` of many documents in one statement: (id, delivery attempts)."""
     await conn.execute(
         """UPDATE documents d SET status = 'processing', attempts = v.attempts, updated_at = now()
@@ -399,7 +401,9 @@ async def mark_processing_many(conn: Any, attempts: Sequence[tuple[uuid.UUID, in
     )  # fmt: skip
 
 
-async def lock_documents(conn: Any, document_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
+async def lock_documents(
+    conn: Queryable, document_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, Any]:
     """These documents' rows locked for update in id order (inside a transaction)."""
     rows = await conn.fetch(
         "SELECT * FROM documents WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE",
@@ -408,7 +412,7 @@ async def lock_documents(conn: Any, document_ids: Sequence[uuid.UUID]) -> dict[u
     return {row["id"]: row for row in rows}
 
 
-async def lock_content_hashes(conn: Any, keys: Sequence[tuple[str, str]]) -> None:
+async def lock_content_hashes(conn: Queryable, keys: Sequence[tuple[str, str]]) -> None:
     """``lock_content_hash`` of many (tenant, content hash) pairs, taken in one order so that
     concurrent batches cannot wait on each other in a circle."""
     await conn.execute(
@@ -420,7 +424,7 @@ async def lock_content_hashes(conn: Any, keys: Sequence[tuple[str, str]]) -> Non
 
 
 async def find_content_duplicates(
-    conn: Any, *, documents: Sequence[tuple[str, str, str]], exclude: Sequence[uuid.UUID]
+    conn: Queryable, *, documents: Sequence[tuple[str, str, str]], exclude: Sequence[uuid.UUID]
 ) -> list[uuid.UUID | None]:
     """``find_content_duplicate`` of many (tenant, collection, content hash) at once, without
     locking the originals: one indexed document per entry, or None."""
@@ -441,7 +445,7 @@ async def find_content_duplicates(
 
 
 async def nearest_simhashes(
-    conn: Any, *, documents: Sequence[tuple[str, int]], exclude: Sequence[uuid.UUID]
+    conn: Queryable, *, documents: Sequence[tuple[str, int]], exclude: Sequence[uuid.UUID]
 ) -> list[tuple[uuid.UUID, int] | None]:
     """``nearest_simhash`` of many (tenant, SimHash) in one round trip."""
     rows = await conn.fetch(
@@ -460,7 +464,7 @@ async def nearest_simhashes(
     return found
 
 
-async def store_documents(conn: Any, documents: Sequence[Stored]) -> None:
+async def store_documents(conn: Connection, documents: Sequence[Stored]) -> None:
     """Write many new documents' chunks and outcomes at once: one COPY, one BM25 update and
     the ``indexed`` rows. The caller holds their row locks and their content-hash locks,
     and has checked that each is still pending work, replaces nothing and repeats no indexed
@@ -480,7 +484,7 @@ CONFLICT_EXACT_BELOW = 500
 
 
 async def record_conflicts(
-    conn: Any,
+    conn: Queryable,
     *,
     document_ids: Sequence[uuid.UUID],
     neighbours: int,

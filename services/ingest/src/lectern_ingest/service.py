@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from lectern_common import metrics, objects
+from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder
 from lectern_common.errors import NotFoundError, PermanentError, RetryableError
 from lectern_common.events import (
@@ -171,7 +172,7 @@ class IngestWorker:
         *,
         settings: Settings,
         embedder: Embedder,
-        pool: Any,
+        pool: Pool,
         jetstream: Any,
         publish: Publish,
         enricher: GeminiEnricher | None = None,

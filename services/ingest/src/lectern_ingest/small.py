@@ -41,6 +41,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from lectern_common import metrics, objects
+from lectern_common.db.types import Pool
 from lectern_common.events import DocumentUploaded
 from lectern_common.index import FollowingEmbedder, ModelSwitched, guard
 from lectern_common.outbox import enqueue_many
@@ -70,7 +71,7 @@ class Worker(Protocol):
 
     settings: Settings
     embedder: FollowingEmbedder
-    pool: Any
+    pool: Pool
     jetstream: Any
     chunking: ChunkingConfig
     count_tokens: Callable[[str], int]

@@ -4,7 +4,6 @@ requests."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from fastapi import FastAPI
 from faststream.nats import NatsBroker, NatsMessage, PullSub
@@ -12,6 +11,7 @@ from nats.js.api import ConsumerConfig
 
 from lectern_common.broker import QUEUE_GROUPS, answer, create_broker, stream_for
 from lectern_common.db import ReadPools
+from lectern_common.db.types import Pool
 from lectern_common.embeddings import LOCAL_MODEL_NAME, LocalEmbedder, build_embedder
 from lectern_common.events import (
     ChatSessionEnded,
@@ -101,7 +101,7 @@ def _startup(settings: Settings, holder: dict[str, MemoryService]) -> Hook:
         )  # fmt: skip
         state.deps = holder["service"]
         await embedder.embed_query("warm-up")
-        await holder["service"].embedder.sync(state.pool)
+        await holder["service"].embedder.sync(state.db())
 
     return startup
 
@@ -139,17 +139,17 @@ def subscribe_events(
     async def on_turn(event: ChatTurnCompleted, message: NatsMessage) -> None:
         """Record a completed turn's signals."""
         await unless_erased(
-            state.pool, event, lambda: handle_turn(service(), state.pool, event, message)
+            state.db(), event, lambda: handle_turn(service(), state.db(), event, message)
         )
 
     @_consumer(broker, settings, Subjects.CHAT_SESSION_ENDED, SESSIONS_DURABLE, 1)
     async def on_session_ended(event: ChatSessionEnded, message: NatsMessage) -> None:
         """Distil an ended session into long-term memories."""
         await unless_erased(
-            state.pool,
+            state.db(),
             event,
             lambda: handle_session_ended(
-                service(), state.pool, broker, event, message,
+                service(), state.db(), broker, event, message,
                 max_deliveries=settings.max_deliveries,
             ),
         )  # fmt: skip
@@ -158,18 +158,18 @@ def subscribe_events(
     async def on_quiz_attempted(event: QuizAttempted, message: NatsMessage) -> None:
         """Turn a checked quiz attempt into struggles and mastered topics."""
         await unless_erased(
-            state.pool, event, lambda: handle_quiz_attempted(service(), state.pool, event, message)
+            state.db(), event, lambda: handle_quiz_attempted(service(), state.db(), event, message)
         )
 
     @_consumer(broker, settings, Subjects.USERS_ERASED, USERS_DURABLE, 10)
     async def on_user_erased(event: UserErased, message: NatsMessage) -> None:
         """Erase every row kept about a user (``erasure``)."""
-        await handle_user_erased(state.pool, event, message)
+        await handle_user_erased(state.db(), event, message)
 
     @_consumer(broker, settings, Subjects.CHAT_SESSIONS_EXPIRED, EXPIRIES_DURABLE, 10)
     async def on_sessions_expired(event: ChatSessionsExpired, message: NatsMessage) -> None:
         """Delete the turn signals of sessions deleted past their retention."""
-        await handle_sessions_expired(state.pool, event, message)
+        await handle_sessions_expired(state.db(), event, message)
 
 
 def subscribe_requests(broker: NatsBroker, *, state: ServiceState, service: ServiceOf) -> None:
@@ -178,10 +178,10 @@ def subscribe_requests(broker: NatsBroker, *, state: ServiceState, service: Serv
 
     def reads() -> ReadPools:
         # reads only: the read replica serves them when one is configured and healthy
-        return state.reads if state.reads is not None else ReadPools(primary=state.pool)
+        return state.reads if state.reads is not None else ReadPools(primary=state.db())
 
     async def recall(request: MemoryRecallRequest) -> MemoryRecallReply:
-        async def from_pool(pool: Any) -> MemoryRecallReply:
+        async def from_pool(pool: Pool) -> MemoryRecallReply:
             return await service().recall(pool=pool, request=request)
 
         return await reads().run(from_pool)
@@ -195,13 +195,13 @@ def subscribe_requests(broker: NatsBroker, *, state: ServiceState, service: Serv
     async def on_list(request: MemoryListRequest) -> MemoryListReply:
         """A user's memories, newest first (from the primary: a forgotten one is gone)."""
         return await answer(
-            request, MemoryListReply, lambda r: records.list_memories(state.pool, r)
+            request, MemoryListReply, lambda r: records.list_memories(state.db(), r)
         )
 
     @broker.subscriber(Subjects.MEMORY_FORGET, queue=QUEUE_GROUPS[Subjects.MEMORY_FORGET])
     async def on_forget(request: MemoryForgetRequest) -> MemoryForgetReply:
         """Forget one memory of a user, or all."""
-        return await answer(request, MemoryForgetReply, lambda r: records.forget(state.pool, r))
+        return await answer(request, MemoryForgetReply, lambda r: records.forget(state.db(), r))
 
     @broker.subscriber(Subjects.MEMORY_TOPICS, queue=QUEUE_GROUPS[Subjects.MEMORY_TOPICS])
     async def on_topics(request: MemoryTopicsRequest) -> MemoryTopicsReply:
@@ -214,4 +214,4 @@ def subscribe_requests(broker: NatsBroker, *, state: ServiceState, service: Serv
     async def on_export(request: MemoryExportRequest) -> MemoryExportReply:
         """Every row kept about a user, for their data export (from the primary: an export
         made right after a change holds it)."""
-        return await answer(request, MemoryExportReply, lambda r: records.export(state.pool, r))
+        return await answer(request, MemoryExportReply, lambda r: records.export(state.db(), r))

@@ -102,12 +102,6 @@ def jaccard(a: Sequence[str], b: Sequence[str]) -> float:
     return len(sa & sb) / len(sa | sb)
 
 
-def rephrased_indices(questions: Sequence[str], *, threshold: float = 0.5) -> set[int]:
-    """Indices of questions that repeat or rephrase an earlier one in the session."""
-    repeats = first_asked(questions, threshold=threshold)
-    return set(repeats) | set(repeats.values())
-
-
 def first_asked(questions: Sequence[str], *, threshold: float = 0.5) -> dict[int, int]:
     """For each question that repeats or rephrases an earlier one, the index of the first
     time it was asked."""

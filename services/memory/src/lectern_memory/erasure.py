@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
 
+from lectern_common.db.types import Connection, Pool
 from lectern_common.events import (
     ChatSessionEnded,
     ChatTurnCompleted,
@@ -41,7 +41,7 @@ TABLES = ("user_memories", "memory_turn_signals", "memory_distillations", "memor
 AboutUser = ChatTurnCompleted | ChatSessionEnded | QuizAttempted
 
 
-async def erase_user(pool: Any, event: UserErased) -> dict[str, int]:
+async def erase_user(pool: Pool, event: UserErased) -> dict[str, int]:
     """Delete every row the memory service keeps about the event's user and record the
     erasure; rows deleted per table (all zero on a re-delivery)."""
     async with pool.acquire() as conn, conn.transaction():
@@ -57,7 +57,7 @@ async def erase_user(pool: Any, event: UserErased) -> dict[str, int]:
     return erased
 
 
-async def _erase_rows(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, int]:
+async def _erase_rows(conn: Connection, *, tenant_id: str, user_id: str) -> dict[str, int]:
     await repo.lock_user(conn, tenant_id=tenant_id, user_id=user_id)
     erased: dict[str, int] = {}
     for table in TABLES:
@@ -78,7 +78,7 @@ async def _erase_rows(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, i
     return erased
 
 
-async def erased_since(pool: Any, event: AboutUser) -> bool:
+async def erased_since(pool: Pool, event: AboutUser) -> bool:
     """Whether the user the event is about was erased after it occurred."""
     erased_at: datetime | None = await pool.fetchval(
         "SELECT erased_at FROM erased_users WHERE tenant_id = $1 AND user_key = $2",
@@ -88,7 +88,9 @@ async def erased_since(pool: Any, event: AboutUser) -> bool:
     return erased_at is not None and event.occurred_at <= erased_at
 
 
-async def unless_erased(pool: Any, event: AboutUser, handle: Callable[[], Awaitable[None]]) -> None:
+async def unless_erased(
+    pool: Pool, event: AboutUser, handle: Callable[[], Awaitable[None]]
+) -> None:
     """Handle an event about a user unless the user was erased after it occurred; when the
     erasure committed while it was being handled, erase what the handling wrote."""
     if await erased_since(pool, event):

@@ -6,7 +6,6 @@ and rejected by the broker's ``InvalidMessages`` and never reaches them."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import asyncpg
 from faststream.exceptions import NackMessage, RejectMessage
@@ -14,6 +13,7 @@ from faststream.nats import NatsBroker, NatsMessage
 
 from lectern_common.backoff import backoff_delay
 from lectern_common.broker import deliveries, park
+from lectern_common.db.types import Pool
 from lectern_common.errors import PermanentError, RetryableError
 from lectern_common.events import (
     ChatSessionEnded,
@@ -36,7 +36,7 @@ def backoff(attempt: int) -> float:
 
 
 async def handle_turn(
-    service: MemoryService, pool: Any, event: ChatTurnCompleted, message: NatsMessage | None = None
+    service: MemoryService, pool: Pool, event: ChatTurnCompleted, message: NatsMessage | None = None
 ) -> None:
     """chat.turn.completed -> record its signals."""
     try:
@@ -51,7 +51,7 @@ async def handle_turn(
 
 async def handle_session_ended(
     service: MemoryService,
-    pool: Any,
+    pool: Pool,
     broker: NatsBroker,
     event: ChatSessionEnded,
     message: NatsMessage,
@@ -77,7 +77,7 @@ async def handle_session_ended(
 
 
 async def handle_quiz_attempted(
-    service: MemoryService, pool: Any, event: QuizAttempted, message: NatsMessage
+    service: MemoryService, pool: Pool, event: QuizAttempted, message: NatsMessage
 ) -> None:
     """quiz.attempted -> struggles and mastered topics."""
     try:
@@ -89,7 +89,7 @@ async def handle_quiz_attempted(
         raise NackMessage(delay=backoff(attempt)) from exc
 
 
-async def handle_user_erased(pool: Any, event: UserErased, message: NatsMessage | None) -> None:
+async def handle_user_erased(pool: Pool, event: UserErased, message: NatsMessage | None) -> None:
     """users.erased -> delete every row kept about the user; a re-delivery finds nothing left
     and changes nothing."""
     try:
@@ -103,7 +103,7 @@ async def handle_user_erased(pool: Any, event: UserErased, message: NatsMessage 
 
 
 async def handle_sessions_expired(
-    pool: Any, event: ChatSessionsExpired, message: NatsMessage | None
+    pool: Pool, event: ChatSessionsExpired, message: NatsMessage | None
 ) -> None:
     """chat.sessions.expired -> delete the copies of those sessions' turns (the gateway
     deleted the sessions past their tenant's retention); a re-delivery deletes nothing more."""

@@ -4,13 +4,12 @@ user's export. Each takes its request and returns its reply (``app.subscribe_req
 
 from __future__ import annotations
 
-from typing import Any
-
+from lectern_common.db.types import Pool
 from lectern_common.events import memory as mem
 from lectern_memory import repository as repo
 
 
-async def list_memories(pool: Any, request: mem.MemoryListRequest) -> mem.MemoryListReply:
+async def list_memories(pool: Pool, request: mem.MemoryListRequest) -> mem.MemoryListReply:
     """The user's memories, newest first."""
     async with pool.acquire() as conn:
         rows = await repo.user_memories(
@@ -19,7 +18,7 @@ async def list_memories(pool: Any, request: mem.MemoryListRequest) -> mem.Memory
     return mem.MemoryListReply.model_validate({"request_id": request.request_id, "memories": rows})
 
 
-async def forget(pool: Any, request: mem.MemoryForgetRequest) -> mem.MemoryForgetReply:
+async def forget(pool: Pool, request: mem.MemoryForgetRequest) -> mem.MemoryForgetReply:
     """Delete one memory of the user, or all; under the lock distillation merges take, so a
     distillation under way cannot write a forgotten memory back."""
     async with pool.acquire() as conn, conn.transaction():
@@ -31,7 +30,7 @@ async def forget(pool: Any, request: mem.MemoryForgetRequest) -> mem.MemoryForge
     return mem.MemoryForgetReply(request_id=request.request_id, deleted=deleted)
 
 
-async def topics(pool: Any, request: mem.MemoryTopicsRequest) -> mem.MemoryTopicsReply:
+async def topics(pool: Pool, request: mem.MemoryTopicsRequest) -> mem.MemoryTopicsReply:
     """Topics of the request's kind over its users (never which users)."""
     async with pool.acquire() as conn:
         rows = await repo.topics(
@@ -41,7 +40,7 @@ async def topics(pool: Any, request: mem.MemoryTopicsRequest) -> mem.MemoryTopic
     return mem.MemoryTopicsReply.model_validate({"request_id": request.request_id, "topics": rows})
 
 
-async def export(pool: Any, request: mem.MemoryExportRequest) -> mem.MemoryExportReply:
+async def export(pool: Pool, request: mem.MemoryExportRequest) -> mem.MemoryExportReply:
     """Every row kept about the user, read in one read-only snapshot."""
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         parts = await repo.export_user(conn, tenant_id=request.tenant_id, user_id=request.user_id)

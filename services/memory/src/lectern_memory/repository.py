@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from lectern_common.db.types import Queryable
 from lectern_common.events import ChatTurnCompleted
 
 #: evidence items kept per memory (the newest)
 MAX_EVIDENCE = 20
 
 
-async def record_turn(conn: Any, event: ChatTurnCompleted) -> None:
+async def record_turn(conn: Queryable, event: ChatTurnCompleted) -> None:
     """Keep one turn's signals; a re-delivered turn changes nothing."""
     await conn.execute(
         """INSERT INTO memory_turn_signals (assistant_message_id, session_id, tenant_id, user_id,
@@ -28,7 +29,7 @@ async def record_turn(conn: Any, event: ChatTurnCompleted) -> None:
     )  # fmt: skip
 
 
-async def session_turns(conn: Any, *, tenant_id: str, session_id: uuid.UUID) -> list[Any]:
+async def session_turns(conn: Queryable, *, tenant_id: str, session_id: uuid.UUID) -> list[Any]:
     """The session's turns, oldest first, with whether the student flagged each answer."""
     return list(
         await conn.fetch(
@@ -46,14 +47,14 @@ async def session_turns(conn: Any, *, tenant_id: str, session_id: uuid.UUID) -> 
     )
 
 
-async def lock_user(conn: Any, *, tenant_id: str, user_id: str) -> None:
+async def lock_user(conn: Queryable, *, tenant_id: str, user_id: str) -> None:
     """Serialise memory merges of one student (transaction-scoped advisory lock)."""
     await conn.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"memory:{tenant_id}:{user_id}"
     )
 
 
-async def distillation(conn: Any, *, session_id: uuid.UUID) -> Any:
+async def distillation(conn: Queryable, *, session_id: uuid.UUID) -> Any:
     """The recorded distillation of a session, if any."""
     return await conn.fetchrow(
         "SELECT created, updated, distiller FROM memory_distillations WHERE session_id = $1",
@@ -62,7 +63,7 @@ async def distillation(conn: Any, *, session_id: uuid.UUID) -> Any:
 
 
 async def record_distillation(
-    conn: Any,
+    conn: Queryable,
     *,
     session_id: uuid.UUID,
     tenant_id: str,
@@ -81,7 +82,7 @@ async def record_distillation(
 
 
 async def nearest(
-    conn: Any,
+    conn: Queryable,
     *,
     tenant_id: str,
     user_id: str,
@@ -102,7 +103,7 @@ async def nearest(
     )
 
 
-async def on_topic(conn: Any, *, tenant_id: str, user_id: str, kind: str, topic: str) -> Any:
+async def on_topic(conn: Queryable, *, tenant_id: str, user_id: str, kind: str, topic: str) -> Any:
     """The student's memory of ``kind`` on ``topic`` (whatever its case), if there is one."""
     row = await conn.fetchrow(
         """SELECT id, evidence FROM user_memories
@@ -114,7 +115,7 @@ async def on_topic(conn: Any, *, tenant_id: str, user_id: str, kind: str, topic:
 
 
 async def insert_memory(
-    conn: Any,
+    conn: Queryable,
     *,
     tenant_id: str,
     user_id: str,
@@ -139,7 +140,7 @@ async def insert_memory(
 
 
 async def update_memory(
-    conn: Any,
+    conn: Queryable,
     *,
     memory_id: uuid.UUID,
     kind: str,
@@ -168,7 +169,7 @@ async def update_memory(
 
 
 async def recall_candidates(
-    conn: Any, *, tenant_id: str, user_id: str, embedding: np.ndarray, limit: int
+    conn: Queryable, *, tenant_id: str, user_id: str, embedding: np.ndarray, limit: int
 ) -> list[Any]:
     """The student's memories nearest the query (exact: filtered first, then ranked)."""
     # "+ 0" keeps the planner on the (tenant, user) btree: an exact ranking of this student's
@@ -194,7 +195,7 @@ def age_days(updated_at: datetime, now: datetime) -> float:
     return max(0.0, (now - updated_at).total_seconds() / 86400.0)
 
 
-async def claim_quiz_attempt(conn: Any, attempt_id: uuid.UUID, tenant_id: str) -> bool:
+async def claim_quiz_attempt(conn: Queryable, attempt_id: uuid.UUID, tenant_id: str) -> bool:
     """Mark a quiz attempt recorded; False when it already was (a redelivery)."""
     claimed = await conn.fetchval(
         "INSERT INTO memory_quiz_attempts (attempt_id, tenant_id) VALUES ($1, $2) "
@@ -206,7 +207,7 @@ async def claim_quiz_attempt(conn: Any, attempt_id: uuid.UUID, tenant_id: str) -
 
 
 async def tally_quiz_topic(
-    conn: Any, *, tenant_id: str, user_id: str, topic: str, right: bool, counts_wrong: bool
+    conn: Queryable, *, tenant_id: str, user_id: str, topic: str, right: bool, counts_wrong: bool
 ) -> int:
     """Count an attempt's outcome on a topic (anything but right ends the run of right
     answers; ``counts_wrong`` adds to the wrong ones); returns the run of right attempts."""
@@ -223,7 +224,7 @@ async def tally_quiz_topic(
     return streak
 
 
-async def forget_sessions(conn: Any, *, tenant_id: str, session_ids: list[uuid.UUID]) -> int:
+async def forget_sessions(conn: Queryable, *, tenant_id: str, session_ids: list[uuid.UUID]) -> int:
     """Delete the turn signals of sessions the gateway deleted; how many rows."""
     status: str = await conn.execute(
         "DELETE FROM memory_turn_signals WHERE tenant_id = $1 AND session_id = ANY($2::uuid[])",
@@ -241,7 +242,7 @@ _MEMORY_COLUMNS = (
 
 
 async def user_memories(
-    conn: Any, *, tenant_id: str, user_id: str, kinds: list[str]
+    conn: Queryable, *, tenant_id: str, user_id: str, kinds: list[str]
 ) -> list[dict[str, Any]]:
     """A user's memories (of ``kinds``; empty: all), newest first."""
     rows = await conn.fetch(
@@ -253,7 +254,9 @@ async def user_memories(
     return [dict(r) for r in rows]
 
 
-async def forget(conn: Any, *, tenant_id: str, user_id: str, memory_id: uuid.UUID | None) -> int:
+async def forget(
+    conn: Queryable, *, tenant_id: str, user_id: str, memory_id: uuid.UUID | None
+) -> int:
     """Delete one memory of the user (``memory_id``) or all of them; how many were deleted."""
     status: str = await conn.execute(
         "DELETE FROM user_memories WHERE tenant_id = $1 AND user_id = $2 "
@@ -264,7 +267,7 @@ async def forget(conn: Any, *, tenant_id: str, user_id: str, memory_id: uuid.UUI
 
 
 async def topics(
-    conn: Any, *, tenant_id: str, user_ids: list[str], kind: str, min_users: int, limit: int
+    conn: Queryable, *, tenant_id: str, user_ids: list[str], kind: str, min_users: int, limit: int
 ) -> list[dict[str, Any]]:
     """Topics of ``kind`` memories over ``user_ids``: users, evidence and strength of each,
     for topics at least ``min_users`` of them have."""
@@ -297,7 +300,7 @@ EXPORT_QUERIES: dict[str, str] = {
 }
 
 
-async def export_user(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, list[Any]]:
+async def export_user(conn: Queryable, *, tenant_id: str, user_id: str) -> dict[str, list[Any]]:
     """Every row kept about the user, by part (call in one read-only snapshot)."""
     return {
         part: [r[0] for r in await conn.fetch(sql, tenant_id, user_id)]

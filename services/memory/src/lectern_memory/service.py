@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from lectern_common.db.types import Connection, Pool
 from lectern_common.embeddings import Embedder
 from lectern_common.errors import RetryableError
 from lectern_common.events import (
@@ -91,13 +92,13 @@ class MemoryService:
         )
         self.model_distiller = model_distiller
 
-    async def record_turn(self, *, pool: Any, event: ChatTurnCompleted) -> None:
+    async def record_turn(self, *, pool: Pool, event: ChatTurnCompleted) -> None:
         """Store a completed turn's signals for the session's distillation."""
         async with pool.acquire() as conn:
             await repo.record_turn(conn, event)
 
     async def distil_session(
-        self, *, pool: Any, event: ChatSessionEnded, final_attempt: bool = False
+        self, *, pool: Pool, event: ChatSessionEnded, final_attempt: bool = False
     ) -> MemoryDistilled:
         """Distil an ended session into memories, with ``memory.distilled`` in the outbox in
         the same transaction; idempotent per session."""
@@ -133,7 +134,7 @@ class MemoryService:
 
     async def _store_distilled(
         self,
-        pool: Any,
+        pool: Pool,
         event: ChatSessionEnded,
         drafts: Sequence[MemoryDraft],
         vectors: Sequence[Any],
@@ -177,7 +178,7 @@ class MemoryService:
                 return validated(drafts, rules), "gemini"
         return rules, "deterministic"
 
-    async def record_quiz(self, *, pool: Any, event: QuizAttempted) -> list[uuid.UUID]:
+    async def record_quiz(self, *, pool: Pool, event: QuizAttempted) -> list[uuid.UUID]:
         """A quiz attempt or a judged tutor check becomes memory: a topic answered wrongly
         or partly is a struggle; a topic answered right in two attempts running is mastered
         (replacing its struggle); a skipped check starts the run again and is no memory.
@@ -195,7 +196,7 @@ class MemoryService:
         return await with_live_model(self.embedder, attempt)
 
     async def _store_quiz(
-        self, pool: Any, event: QuizAttempted, outcome: dict[str, str], embedder: Embedder
+        self, pool: Pool, event: QuizAttempted, outcome: dict[str, str], embedder: Embedder
     ) -> list[uuid.UUID]:
         drafts: list[MemoryDraft] = []
         check = any(r.outcome is not None for r in event.results)
@@ -231,7 +232,7 @@ class MemoryService:
 
     async def _merge(
         self,
-        conn: Any,
+        conn: Connection,
         tenant_id: str,
         user_id: str,
         session_id: uuid.UUID | None,
@@ -299,7 +300,7 @@ class MemoryService:
             created=list(created), updated=list(updated), distiller=distiller,
         )  # fmt: skip
 
-    async def recall(self, *, pool: Any, request: MemoryRecallRequest) -> MemoryRecallReply:
+    async def recall(self, *, pool: Pool, request: MemoryRecallRequest) -> MemoryRecallReply:
         """The student's top memories for a query: similarity, recency and strength."""
         started = time.perf_counter()
 

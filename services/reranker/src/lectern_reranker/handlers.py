@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from lectern_common.db import ReadPools
+from lectern_common.db.types import Pool
 from lectern_common.errors import ConfigurationError
 from lectern_common.events import RerankReply, RerankRequest
 from lectern_common.service import ServiceState
@@ -43,7 +44,7 @@ class Reranker:
         """Load the models (once per process)."""
         if self._scorer is None:
             self._scorer = load_scorer(self._settings)
-        self._reads = state.reads if state.reads is not None else ReadPools(primary=state.pool)
+        self._reads = state.reads if state.reads is not None else ReadPools(primary=state.db())
         state.deps = self
         log.info("reranker scorer: %s", self._scorer.name)
 
@@ -71,7 +72,7 @@ class Reranker:
         ):
             return scorer
 
-        async def stored_vectors(pool: Any) -> dict[Any, Any]:
+        async def stored_vectors(pool: Pool) -> dict[Any, Any]:
             return await repository.chunk_vectors(
                 pool,
                 tenant_id=request.tenant_id,

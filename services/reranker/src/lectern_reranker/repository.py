@@ -9,15 +9,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from lectern_common.db.types import Queryable
 
-async def index_model(pool: Any) -> tuple[str, int] | None:
+
+async def index_model(pool: Queryable) -> tuple[str, int] | None:
     """Name and dimension of the model the chunk index was built with (None before migration)."""
     row = await pool.fetchrow("SELECT name, dimension FROM embedding_models WHERE id = 1")
     return None if row is None else (str(row["name"]), int(row["dimension"]))
 
 
 async def chunk_vectors(
-    pool: Any, *, tenant_id: str, chunk_ids: Sequence[uuid.UUID], model: str
+    pool: Queryable, *, tenant_id: str, chunk_ids: Sequence[uuid.UUID], model: str
 ) -> dict[uuid.UUID, NDArray[np.float32]]:
     """Stored embeddings of the tenant's chunks among ``chunk_ids`` (missing ids are absent),
     none unless the index holds ``model``'s vectors when they are read (one statement, so a

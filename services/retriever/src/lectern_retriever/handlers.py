@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from lectern_common.db import ReadPools, create_pool
+from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder, build_embedder, create_gemini_client
 from lectern_common.events import RetrieveReply, RetrieveRequest
 from lectern_common.index import FollowingEmbedder, with_live_model
@@ -34,7 +35,7 @@ class Retriever:
             None if embedder is None else FollowingEmbedder(settings, embedder)
         )
         self.batcher: QueryBatcher | None = None
-        self.pool: Any = None
+        self.pool: Pool | None = None
         #: searches go to the read replica when one is configured and healthy
         self.reads: ReadPools | None = None
         self.llm_client: Any = None
@@ -96,10 +97,16 @@ class Retriever:
         if state is not None:
             state.deps = self
 
+    def db(self) -> Pool:
+        """The pool (the retriever has started)."""
+        if self.pool is None:
+            raise RuntimeError("the retriever has not started")
+        return self.pool
+
     async def reweight_stale(self) -> dict[str, int]:
         """Re-weight every tenant whose statistics drifted; returns chunks re-weighted each."""
         done: dict[str, int] = {}
-        async with self.pool.acquire() as conn:
+        async with self.db().acquire() as conn:
             for tenant_id in await repository.stale_tenants(
                 conn, drift=self.settings.reweight_drift
             ):
@@ -148,7 +155,7 @@ class Retriever:
         now = time.monotonic()
         if expiry > now:
             return tenants
-        async with self.pool.acquire() as conn:
+        async with self.db().acquire() as conn:
             tenants = frozenset(await tenant_indexes.ready(conn))
         self._own_indexes = (now + TS_CONFIG_TTL_S, tenants)
         return tenants
@@ -209,7 +216,7 @@ class Retriever:
         reads = self.reads
 
         async def attempt(embedder: Embedder) -> RetrieveReply:
-            async def search(pool: Any) -> RetrieveReply:
+            async def search(pool: Pool) -> RetrieveReply:
                 return await hybrid_search(
                     pool=pool,
                     embed=self._batcher(embedder).embed,
@@ -232,7 +239,7 @@ class Retriever:
         cached = self._ts_configs.get(tenant_id)
         if cached is not None and cached[0] > now:
             return cached[1]
-        async with self.pool.acquire() as conn:
+        async with self.db().acquire() as conn:
             configs = await repository.tenant_ts_configs(conn, tenant_id=tenant_id)
         if len(self._ts_configs) > 10_000:
             self._ts_configs.clear()

@@ -11,6 +11,7 @@ import numpy as np
 from pgvector import SparseVector
 
 from lectern_common.bm25 import SPARSE_DIM
+from lectern_common.db.types import Connection, Queryable
 from lectern_common.events import RetrievalFilters
 from lectern_common.events.retrieval import CONTENT_KINDS
 from lectern_retriever import tenant_indexes
@@ -137,7 +138,7 @@ class TermStats:
 MIN_LANGUAGE_SHARE = 0.1
 
 
-async def tenant_ts_configs(conn: Any, *, tenant_id: str) -> list[str]:
+async def tenant_ts_configs(conn: Queryable, *, tenant_id: str) -> list[str]:
     """The text search configurations most of the tenant's searchable documents were indexed
     with: every one holding at least ``MIN_LANGUAGE_SHARE`` of them (the commonest always)."""
     rows = await conn.fetch(
@@ -155,7 +156,7 @@ async def tenant_ts_configs(conn: Any, *, tenant_id: str) -> list[str]:
 
 
 async def query_terms(
-    conn: Any, *, tenant_id: str, ts_configs: Sequence[str], text: str
+    conn: Queryable, *, tenant_id: str, ts_configs: Sequence[str], text: str
 ) -> TermStats:
     """Lexemes of ``text`` under each of ``ts_configs`` (the languages the tenant's chunks
     were stemmed in), with their document frequencies in the tenant."""
@@ -193,7 +194,7 @@ def sparse_query_vector(weights: dict[int, float]) -> SparseVector:
     return SparseVector({term_id - 1: w for term_id, w in weights.items()}, SPARSE_DIM)
 
 
-async def tenant_chunk_count(conn: Any, *, tenant_id: str) -> int:
+async def tenant_chunk_count(conn: Queryable, *, tenant_id: str) -> int:
     """The tenant's indexed chunks (from the BM25 statistics; 0 when it has none)."""
     value = await conn.fetchval(
         "SELECT chunk_count FROM bm25_collection_stats WHERE tenant_id = $1", tenant_id
@@ -201,7 +202,7 @@ async def tenant_chunk_count(conn: Any, *, tenant_id: str) -> int:
     return int(value or 0)
 
 
-async def count_up_to(conn: Any, *, where: SqlFilter, limit: int) -> int:
+async def count_up_to(conn: Queryable, *, where: SqlFilter, limit: int) -> int:
     """How many chunks pass the filter, counting at most ``limit`` + 1."""
     value = await conn.fetchval(
         f"SELECT count(*) FROM (SELECT 1 FROM chunks c WHERE {where.clause} "  # noqa: S608
@@ -211,7 +212,7 @@ async def count_up_to(conn: Any, *, where: SqlFilter, limit: int) -> int:
     return int(value)
 
 
-async def estimated_rows(conn: Any, *, where: SqlFilter) -> float:
+async def estimated_rows(conn: Connection, *, where: SqlFilter) -> float:
     """How many chunks the planner expects to pass the filter (its statistics, no scan)."""
     async with conn.transaction():
         # a prepared statement's generic plan would estimate without the parameters' values
@@ -224,7 +225,7 @@ async def estimated_rows(conn: Any, *, where: SqlFilter) -> float:
 
 
 async def dense_search(
-    conn: Any,
+    conn: Connection,
     *,
     where: SqlFilter,
     embedding: np.ndarray[Any, Any],
@@ -276,7 +277,7 @@ def _naming_tenant(where: SqlFilter, tenant_id: str | None) -> str:
 
 
 async def sparse_search(
-    conn: Any,
+    conn: Queryable,
     *,
     where: SqlFilter,
     tsqueries: Sequence[str],
@@ -305,7 +306,9 @@ async def sparse_search(
     return list(await conn.fetch(sql, *params))
 
 
-async def candidate_rows(conn: Any, *, tenant_id: str, chunk_ids: Sequence[Any]) -> dict[Any, Any]:
+async def candidate_rows(
+    conn: Queryable, *, tenant_id: str, chunk_ids: Sequence[Any]
+) -> dict[Any, Any]:
     """The candidate columns of these chunks of the tenant, by chunk id (a chunk whose
     document stopped being searchable since it was found is left out)."""
     rows = await conn.fetch(
@@ -318,7 +321,7 @@ async def candidate_rows(conn: Any, *, tenant_id: str, chunk_ids: Sequence[Any])
     return {row["chunk_id"]: row for row in rows}
 
 
-async def reweight(conn: Any, *, tenant_id: str) -> int | None:
+async def reweight(conn: Connection, *, tenant_id: str) -> int | None:
     """Recompute the tenant's BM25 weights (None: another replica is doing it right now)."""
     async with conn.transaction():
         if not await conn.fetchval(
@@ -329,7 +332,7 @@ async def reweight(conn: Any, *, tenant_id: str) -> int | None:
         return int(await conn.fetchval("SELECT lectern_bm25_reweight($1)", tenant_id))
 
 
-async def stale_tenants(conn: Any, *, drift: float) -> list[str]:
+async def stale_tenants(conn: Queryable, *, drift: float) -> list[str]:
     """Tenants whose chunk count drifted by more than ``drift`` since their last re-weighting."""
     rows = await conn.fetch("SELECT lectern_bm25_stale_tenants($1) AS tenant_id", drift)
     return [r["tenant_id"] for r in rows]

@@ -21,6 +21,7 @@ from lectern_common.bm25 import (
     tsquery_all_then_any,
     tsquery_or,
 )
+from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder
 from lectern_common.events import Candidate, RetrievalFilters, RetrieveReply, RetrieveRequest
 from lectern_common.index import guard
@@ -412,7 +413,7 @@ class _Search:
     def __init__(
         self,
         *,
-        pool: Any,
+        pool: Pool,
         request: RetrieveRequest,
         defaults: SearchDefaults,
         clock: _Clock,
@@ -547,7 +548,7 @@ def _ranked_lists(
 
 
 async def _candidates(
-    pool: Any, fused: Sequence[Fused], *, tenant_id: str, clock: _Clock
+    pool: Pool, fused: Sequence[Fused], *, tenant_id: str, clock: _Clock
 ) -> list[Candidate]:
     """The fused hits' candidates, read from their chunks and capped to the reply's budget."""
     rows: dict[Any, Any] = {}
@@ -593,7 +594,7 @@ async def _search_sides(
 
 async def hybrid_search(
     *,
-    pool: Any,
+    pool: Pool,
     embed: Callable[[Sequence[str]], Awaitable[list[Vector]]],
     request: RetrieveRequest,
     defaults: SearchDefaults,

@@ -28,9 +28,10 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
+
+from lectern_common.db.types import Connection
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def definition(shared: str, *, name: str, tenant_id: str) -> str:
     return f"{statement} WHERE (tenant_id = {literal(tenant_id)})"
 
 
-async def ready(conn: Any) -> set[str]:
+async def ready(conn: Connection) -> set[str]:
     """Tenants whose own indexes all exist and are valid (a replica sees the primary's)."""
     rows = await conn.fetch(
         """SELECT t.tenant_id FROM tenant_indexes t
@@ -87,7 +88,7 @@ class Plan:
 
 
 async def plan(
-    conn: Any, *, min_chunks: int, max_share: float = 1.0, max_tenants: int | None = None
+    conn: Connection, *, min_chunks: int, max_share: float = 1.0, max_tenants: int | None = None
 ) -> Plan:
     """Tenants at or over ``min_chunks`` without their indexes, unless they hold more than
     ``max_share`` of all chunks (the shared indexes are then mostly theirs: a copy would
@@ -119,7 +120,9 @@ async def plan(
     return Plan(build=build, drop=drop)
 
 
-async def build(conn: Any, tenant_id: str, *, chunks: int, memory: str | None = None) -> float:
+async def build(
+    conn: Connection, tenant_id: str, *, chunks: int, memory: str | None = None
+) -> float:
     """Build ``tenant_id``'s indexes without blocking writes; returns the build's seconds.
 
     ``conn`` must not be in a transaction (``CREATE INDEX CONCURRENTLY``) and should have no
@@ -147,7 +150,7 @@ async def build(conn: Any, tenant_id: str, *, chunks: int, memory: str | None = 
     return seconds
 
 
-async def drop(conn: Any, tenant_id: str) -> None:
+async def drop(conn: Connection, tenant_id: str) -> None:
     """Drop ``tenant_id``'s indexes (its searches go back to the shared ones)."""
     await conn.execute("DELETE FROM tenant_indexes WHERE tenant_id = $1", tenant_id)
     for name in index_names(tenant_id).values():

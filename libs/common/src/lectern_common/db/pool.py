@@ -13,6 +13,8 @@ import asyncpg
 from opentelemetry import trace
 from pgvector.asyncpg import register_vector
 
+from lectern_common.db.types import Pool
+
 _tracer = trace.get_tracer("lectern.db")
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     """
 
 
-async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, **kwargs: Any) -> Any:
+async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, **kwargs: Any) -> Pool:
     """Open a pool whose connections understand ``vector``, ``sparsevec`` and ``jsonb``.
 
     The ``vector`` extension must exist (``migrate`` creates it) before the pool is opened.
@@ -71,13 +73,14 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, **kwar
     pool keeps its session state inside transactions (pass ``reset=None`` for asyncpg's).
     """
     kwargs.setdefault("reset", keep_session)
-    return await asyncpg.create_pool(
+    pool: Pool = await asyncpg.create_pool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         init=_init_connection,
         **kwargs,
     )
+    return pool
 
 
 #: how long closing a pool waits for its connections to be released (the handlers that held
@@ -85,7 +88,7 @@ async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10, **kwar
 CLOSE_TIMEOUT_S = 5.0
 
 
-async def close_pool(pool: Any, *, timeout: float = CLOSE_TIMEOUT_S) -> None:
+async def close_pool(pool: Pool, *, timeout: float = CLOSE_TIMEOUT_S) -> None:
     """Close an asyncpg pool within ``timeout``: ``Pool.close`` waits for every connection
     to be released, so one held by a handler that outlived the broker's graceful stop would
     hold the shutdown for ever (a pod that never ends until it is killed). Past the timeout

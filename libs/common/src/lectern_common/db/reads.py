@@ -27,6 +27,7 @@ import asyncpg
 
 from lectern_common import metrics
 from lectern_common.db.pool import close_pool, create_pool
+from lectern_common.db.types import Pool
 from lectern_common.settings import BaseServiceSettings
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,8 @@ class ReadPools:
     def __init__(
         self,
         *,
-        primary: Any,
-        replica: Any | None = None,
+        primary: Pool,
+        replica: Pool | None = None,
         max_lag_s: float = 5.0,
         check_every_s: float = 1.0,
         probe_timeout_s: float = 1.0,
@@ -83,7 +84,7 @@ class ReadPools:
 
     @classmethod
     async def open(
-        cls, *, primary: Any, settings: BaseServiceSettings, **pool_kwargs: Any
+        cls, *, primary: Pool, settings: BaseServiceSettings, **pool_kwargs: Any
     ) -> ReadPools:
         """Read pools for these settings; the replica's pool (``pool_kwargs`` as for the
         primary's) connects lazily, so a replica that is down delays no start-up."""
@@ -109,7 +110,7 @@ class ReadPools:
         """Whether the last check found the replica usable."""
         return bool(self._healthy)
 
-    async def choose(self) -> tuple[Target, Any]:
+    async def choose(self) -> tuple[Target, Pool]:
         """The target and pool for a read now (checking the replica when the last check is
         older than ``check_every_s``; a read arriving during a check uses the last verdict)."""
         if self.replica is None:
@@ -125,7 +126,7 @@ class ReadPools:
                     self._set_health(healthy, reason)
         return ("replica", self.replica) if self._healthy else ("primary", self.primary)
 
-    async def run(self, read: Callable[[Any], Awaitable[T]]) -> T:
+    async def run(self, read: Callable[[Pool], Awaitable[T]]) -> T:
         """``read(pool)`` on the chosen pool; again on the primary if the replica fails it."""
         target, pool = await self.choose()
         try:

@@ -63,7 +63,7 @@ def labels_in(text: str) -> list[str]:
     return list(seen)
 
 
-def split_sentences(text: str, *, final: bool = True) -> tuple[list[CitedSentence], int]:
+def split_cited_sentences(text: str, *, final: bool = True) -> tuple[list[CitedSentence], int]:
     """Sentences of ``text`` and where the unfinished rest starts.
 
     A sentence ends at ``.``/``!``/``?`` (plus labels written right after it) followed by
@@ -93,7 +93,7 @@ class SentenceTracker:
         return self._take(final=True)
 
     def _take(self, *, final: bool) -> list[CitedSentence]:
-        sentences, rest = split_sentences(self.text[self._done :], final=final)
+        sentences, rest = split_cited_sentences(self.text[self._done :], final=final)
         shifted = [
             CitedSentence(s.start + self._done, s.end + self._done, s.text, s.labels)
             for s in sentences

@@ -20,7 +20,7 @@ from lectern_common.events import (
 from lectern_common.text import words as text_words
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat.citations import content_terms
-from lectern_gateway.chat.turn import ChatDeps, ChatSession, HistoryRow
+from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, HistoryRow
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ A turn is decided twice, because its opening is said before the answer is checke
    source survived), banded with the persona's cut-offs when the session has a persona, says
    ``answer`` (in a band), ``refuse`` (a knowledge gap: no material good enough) or
    ``explain_generally`` (the student asked for a general explanation after a gap).
+   A drill with no practice material is decided here too (no material: a refusal).
 2. :func:`settle`, after generation: the answerer's support (the measured grounding of the
    cited sentences, and whether the answerer said its sources do not answer) replaces the
    prior grounding in the score; the band may fall, never rise; an answerer's ``no_support``

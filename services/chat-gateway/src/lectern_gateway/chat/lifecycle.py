@@ -8,17 +8,18 @@ import logging
 import uuid
 from typing import Any
 
+from lectern_common.db.types import Connection, Pool
 from lectern_common.events import ChatSessionEnded
 from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.turn import PendingCheck
+from lectern_gateway.chat.turn_input import PendingCheck
 from lectern_gateway.problems import ProblemError
 
 log = logging.getLogger(__name__)
 
 
-async def session_for(*, pool: Any, principal: Principal, session_id: uuid.UUID) -> dict[str, Any]:
+async def session_for(*, pool: Pool, principal: Principal, session_id: uuid.UUID) -> dict[str, Any]:
     """A session the caller may read (own for students; the tenant's for staff), else 404."""
     row = await repo.get_session(pool=pool, tenant_id=principal.tenant_id, session_id=session_id)
     if row is None or (not principal.is_staff and row["user_id"] != principal.user_id):
@@ -26,7 +27,7 @@ async def session_for(*, pool: Any, principal: Principal, session_id: uuid.UUID)
     return row
 
 
-async def end_session(*, pool: Any, tenant_id: str, session_id: uuid.UUID, reason: str) -> bool:
+async def end_session(*, pool: Pool, tenant_id: str, session_id: uuid.UUID, reason: str) -> bool:
     """End an active session, with ``chat.session.ended`` in the same transaction (the
     outbox); False if it was not active."""
     async with pool.acquire() as conn, conn.transaction():
@@ -40,15 +41,11 @@ async def end_session(*, pool: Any, tenant_id: str, session_id: uuid.UUID, reaso
     return True
 
 
-async def _skip_open_check(conn: Any, row: dict[str, Any]) -> None:
+async def _skip_open_check(conn: Connection, row: dict[str, Any]) -> None:
     """A check question left unanswered when the session ends counts as skipped."""
     from lectern_gateway.chat import tutoring  # the tutor's rules; imported late (cycle)
 
-    last = await conn.fetchrow(
-        "SELECT id, role, tutor_check FROM chat_messages WHERE tenant_id = $1 AND "
-        "session_id = $2 ORDER BY created_at DESC, id DESC LIMIT 1",
-        row["tenant_id"], row["id"],
-    )  # fmt: skip
+    last = await repo.last_message(pool=conn, tenant_id=row["tenant_id"], session_id=row["id"])
     pending = (
         None if last is None
         else PendingCheck.of_message(last["id"], last["role"], last["tutor_check"])
@@ -69,7 +66,7 @@ def _ended(row: dict[str, Any], reason: str) -> ChatSessionEnded:
     )
 
 
-async def sweep_idle_sessions(*, pool: Any, idle_s: float) -> int:
+async def sweep_idle_sessions(*, pool: Pool, idle_s: float) -> int:
     """End every session idle longer than ``idle_s``; returns how many this replica ended."""
     total = 0
     while True:
@@ -84,7 +81,7 @@ async def sweep_idle_sessions(*, pool: Any, idle_s: float) -> int:
 
 
 async def idle_sweeper(
-    *, pool: Any, idle_s: float, every_s: float, turn_retention_s: float = 86400.0
+    *, pool: Pool, idle_s: float, every_s: float, turn_retention_s: float = 86400.0
 ) -> None:
     """Run the idle sweep forever (cancel to stop); it also forgets the kept events of turns
     older than ``turn_retention_s`` (their answers stay in the messages)."""
@@ -93,10 +90,7 @@ async def idle_sweeper(
             ended = await sweep_idle_sessions(pool=pool, idle_s=idle_s)
             if ended:
                 log.info("idle sweep ended %d sessions", ended)
-            await pool.execute(
-                "DELETE FROM chat_turns WHERE updated_at < now() - make_interval(secs => $1)",
-                float(turn_retention_s),
-            )
+            await repo.delete_old_turns(pool=pool, older_than_s=float(turn_retention_s))
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -5,14 +5,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 
-_COUNT_SQL = """
-INSERT INTO usage_counters (tenant_id, user_id, day, messages) VALUES ($1, $2, $3, 1)
-ON CONFLICT (tenant_id, user_id, day) DO UPDATE SET messages = usage_counters.messages + 1
-WHERE $4::integer IS NULL OR usage_counters.messages < $4::integer
-RETURNING messages
-"""
+from lectern_common.db.types import Pool
+from lectern_gateway.chat import repository as repo
 
 
 @dataclass(frozen=True)
@@ -43,7 +38,7 @@ def seconds_to_utc_midnight(now: datetime) -> int:
     return max(1, int((midnight - now).total_seconds() + 0.999))
 
 
-def decide(count: int | None, limits: PlanLimits, *, now: datetime) -> Verdict:
+def verdict_for(count: int | None, limits: PlanLimits, *, now: datetime) -> Verdict:
     """The verdict for the counter's new value (None: the hard limit refused the increment)."""
     if count is None:
         return Verdict(False, limits.hard or 0, 0.0, seconds_to_utc_midnight(now))
@@ -52,7 +47,7 @@ def decide(count: int | None, limits: PlanLimits, *, now: datetime) -> Verdict:
 
 
 async def count_message(
-    *, pool: Any, tenant_id: str, user_id: str, limits: PlanLimits, now: datetime | None = None
+    *, pool: Pool, tenant_id: str, user_id: str, limits: PlanLimits, now: datetime | None = None
 ) -> Verdict:
     """Count one message of today against the plan's limits, atomically.
 
@@ -61,7 +56,9 @@ async def count_message(
     """
     now = now or datetime.now(UTC)
     day: date = now.astimezone(UTC).date()
-    count = await pool.fetchval(_COUNT_SQL, tenant_id, user_id, day, limits.hard)
+    count = await repo.increment_message_count(
+        pool=pool, tenant_id=tenant_id, user_id=user_id, day=day, hard_limit=limits.hard
+    )
     if count is not None and limits.hard is not None and count > limits.hard:
         count = None  # a first insert is never limited by the upsert's WHERE; hard == 0
-    return dataclasses.replace(decide(count, limits, now=now), day=day)
+    return dataclasses.replace(verdict_for(count, limits, now=now), day=day)

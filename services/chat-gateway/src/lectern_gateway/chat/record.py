@@ -5,29 +5,27 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
+from lectern_common.db.types import Connection
 from lectern_common.events import (
     ChatTurnCompleted,
     Confidence,
 )
 from lectern_common.events.chat import CitationRef
+from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.sse import Citation
-from lectern_gateway.chat.turn import TurnInput, TurnTakenOver
-
-_CLAIM_ANSWER = """
-UPDATE chat_turns SET answer_id = coalesce(answer_id, $3)
-WHERE id = $1 AND owner = $2 RETURNING answer_id
-"""
+from lectern_gateway.chat.turn_input import TurnInput, TurnTakenOver
 
 
-async def claim_answer(conn: Any, turn: TurnInput, message_id: uuid.UUID) -> uuid.UUID:
+async def claim_answer(conn: Connection, turn: TurnInput, message_id: uuid.UUID) -> uuid.UUID:
     """The id of the turn's answer, claimed in the transaction that stores it: ``message_id``
     when this run stores it now, another when an earlier run of the turn stored it (the caller
     then writes nothing). Raises :class:`TurnTakenOver` when another run owns the turn."""
     if turn.owner is None or turn.message_id is None:
         return message_id
-    claimed = await conn.fetchval(_CLAIM_ANSWER, turn.message_id, turn.owner, message_id)
+    claimed = await repo.claim_turn_answer(
+        pool=conn, turn_id=turn.message_id, owner=turn.owner, answer_id=message_id
+    )
     if claimed is None:
         raise TurnTakenOver(str(turn.message_id))
     return uuid.UUID(str(claimed))

@@ -1,13 +1,17 @@
-"""SQL of the chat features. Every statement is scoped by tenant."""
+"""SQL of the chat features: sessions, messages, turns (``chat_turns``: all of its SQL is
+here) and the daily message counts. A statement on a row named by its id is scoped by tenant
+where a caller could name another tenant's."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from collections.abc import Sequence
+from datetime import date
 from typing import Any
 
 from lectern_common import bm25
+from lectern_common.db.types import Queryable
 
 _SESSION_COLUMNS = (
     "id, tenant_id, user_id, mode, subject, module_tag, class_id, grade_level, learning_style, "
@@ -20,7 +24,7 @@ _MESSAGE_COLUMNS = (
 )
 
 
-async def insert_session(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]:
+async def insert_session(*, pool: Queryable, values: dict[str, Any]) -> dict[str, Any]:
     """Create a session and return its row."""
     row = await pool.fetchrow(
         f"INSERT INTO chat_sessions (id, tenant_id, user_id, mode, subject, module_tag, class_id, "  # noqa: S608
@@ -45,7 +49,9 @@ async def insert_session(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]
     return dict(row)
 
 
-async def get_session(*, pool: Any, tenant_id: str, session_id: uuid.UUID) -> dict[str, Any] | None:
+async def get_session(
+    *, pool: Queryable, tenant_id: str, session_id: uuid.UUID
+) -> dict[str, Any] | None:
     """A session of the tenant, or None."""
     row = await pool.fetchrow(
         f"SELECT {_SESSION_COLUMNS} FROM chat_sessions WHERE id = $1 AND tenant_id = $2",  # noqa: S608
@@ -56,7 +62,7 @@ async def get_session(*, pool: Any, tenant_id: str, session_id: uuid.UUID) -> di
 
 
 async def list_sessions(
-    *, pool: Any, tenant_id: str, user_id: str | None, limit: int, status: str | None
+    *, pool: Queryable, tenant_id: str, user_id: str | None, limit: int, status: str | None
 ) -> list[dict[str, Any]]:
     """Sessions of a tenant (one user's when ``user_id`` is given), newest first."""
     rows = await pool.fetch(
@@ -72,7 +78,7 @@ async def list_sessions(
 
 
 async def end_session(
-    *, pool: Any, tenant_id: str, session_id: uuid.UUID, reason: str
+    *, pool: Queryable, tenant_id: str, session_id: uuid.UUID, reason: str
 ) -> dict[str, Any] | None:
     """End an active session; None when it was not active (already ended or absent)."""
     row = await pool.fetchrow(
@@ -88,7 +94,7 @@ async def end_session(
 
 
 async def claim_idle_sessions(
-    *, pool: Any, idle_s: float, limit: int = 100
+    *, pool: Queryable, idle_s: float, limit: int = 100
 ) -> list[dict[str, Any]]:
     """End sessions idle longer than ``idle_s`` (all tenants) and return them.
 
@@ -111,7 +117,7 @@ async def claim_idle_sessions(
 
 async def insert_message(
     *,
-    pool: Any,
+    pool: Queryable,
     message_id: uuid.UUID,
     session_id: uuid.UUID,
     tenant_id: str,
@@ -155,7 +161,7 @@ async def insert_message(
 
 
 async def settle_check(
-    *, pool: Any, tenant_id: str, message_id: uuid.UUID, outcome: dict[str, Any]
+    *, pool: Queryable, tenant_id: str, message_id: uuid.UUID, outcome: dict[str, Any]
 ) -> bool:
     """Mark a pending check question judged or skipped; False if it was not pending."""
     status = await pool.execute(
@@ -168,7 +174,7 @@ async def settle_check(
     return bool(status != "UPDATE 0")
 
 
-async def asked_checks(*, pool: Any, tenant_id: str, session_id: uuid.UUID) -> set[str]:
+async def asked_checks(*, pool: Queryable, tenant_id: str, session_id: uuid.UUID) -> set[str]:
     """The question ids this session has already asked (drill: never the same twice)."""
     rows = await pool.fetch(
         "SELECT tutor_check->>'question_id' AS question_id FROM chat_messages "
@@ -181,7 +187,7 @@ async def asked_checks(*, pool: Any, tenant_id: str, session_id: uuid.UUID) -> s
 
 async def recent_messages(
     *,
-    pool: Any,
+    pool: Queryable,
     tenant_id: str,
     session_id: uuid.UUID,
     limit: int,
@@ -205,7 +211,7 @@ async def recent_messages(
 
 
 async def list_messages(
-    *, pool: Any, tenant_id: str, session_id: uuid.UUID, limit: int
+    *, pool: Queryable, tenant_id: str, session_id: uuid.UUID, limit: int
 ) -> list[dict[str, Any]]:
     """Messages of a session, oldest first."""
     rows = await pool.fetch(
@@ -218,7 +224,9 @@ async def list_messages(
     return [dict(r) for r in rows]
 
 
-async def get_message(*, pool: Any, tenant_id: str, message_id: uuid.UUID) -> dict[str, Any] | None:
+async def get_message(
+    *, pool: Queryable, tenant_id: str, message_id: uuid.UUID
+) -> dict[str, Any] | None:
     """A message of the tenant, or None."""
     row = await pool.fetchrow(
         f"SELECT {_MESSAGE_COLUMNS} FROM chat_messages WHERE id = $1 AND tenant_id = $2",  # noqa: S608
@@ -230,7 +238,7 @@ async def get_message(*, pool: Any, tenant_id: str, message_id: uuid.UUID) -> di
 
 async def visible_chunks(
     *,
-    pool: Any,
+    pool: Queryable,
     tenant_id: str,
     chunk_ids: Sequence[uuid.UUID],
     collections: Sequence[str],
@@ -266,7 +274,9 @@ async def visible_chunks(
     return {r["id"]: dict(r) for r in rows}
 
 
-async def class_teachers(*, pool: Any, tenant_id: str, class_id: str, limit: int = 50) -> list[str]:
+async def class_teachers(
+    *, pool: Queryable, tenant_id: str, class_id: str, limit: int = 50
+) -> list[str]:
     """The teachers of a class: users who uploaded material for it with the teacher role.
 
     Rosters list students (``class_members``), so a class's teachers are read from what
@@ -283,7 +293,7 @@ async def class_teachers(*, pool: Any, tenant_id: str, class_id: str, limit: int
 
 
 async def related_topics(
-    *, pool: Any, tenant_id: str, subject: str | None, limit: int
+    *, pool: Queryable, tenant_id: str, subject: str | None, limit: int
 ) -> list[str]:
     """The tenant's most common educational topic tags (subject first when given)."""
     rows = await pool.fetch(
@@ -301,7 +311,7 @@ async def related_topics(
 
 async def insert_gap(
     *,
-    pool: Any,
+    pool: Queryable,
     gap_id: uuid.UUID,
     tenant_id: str,
     session_id: uuid.UUID,
@@ -330,7 +340,7 @@ async def insert_gap(
     )
 
 
-async def gaps_by_topic(*, pool: Any, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+async def gaps_by_topic(*, pool: Queryable, tenant_id: str, limit: int) -> list[dict[str, Any]]:
     """A tenant's knowledge gaps grouped by topic, most frequent first."""
     rows = await pool.fetch(
         "SELECT coalesce(topic, 'unknown') AS topic, count(*) AS count, "
@@ -346,7 +356,7 @@ async def gaps_by_topic(*, pool: Any, tenant_id: str, limit: int) -> list[dict[s
     return [dict(r) for r in rows]
 
 
-async def insert_flag(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]:
+async def insert_flag(*, pool: Queryable, values: dict[str, Any]) -> dict[str, Any]:
     """Record a flag on a message."""
     row = await pool.fetchrow(
         "INSERT INTO feedback_flags (id, tenant_id, message_id, session_id, user_id, reason, "
@@ -363,7 +373,7 @@ async def insert_flag(*, pool: Any, values: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_flags(
-    *, pool: Any, tenant_id: str, status: str | None, limit: int
+    *, pool: Queryable, tenant_id: str, status: str | None, limit: int
 ) -> list[dict[str, Any]]:
     """A tenant's flags, newest first."""
     rows = await pool.fetch(
@@ -379,7 +389,7 @@ async def list_flags(
 
 
 async def resolve_flag(
-    *, pool: Any, tenant_id: str, flag_id: uuid.UUID, resolution: str | None, resolved_by: str
+    *, pool: Queryable, tenant_id: str, flag_id: uuid.UUID, resolution: str | None, resolved_by: str
 ) -> dict[str, Any] | None:
     """Resolve a flag of the tenant; None when absent."""
     row = await pool.fetchrow(
@@ -393,7 +403,9 @@ async def resolve_flag(
     return dict(row) if row else None
 
 
-async def get_chunk(*, pool: Any, tenant_id: str, chunk_id: uuid.UUID) -> dict[str, Any] | None:
+async def get_chunk(
+    *, pool: Queryable, tenant_id: str, chunk_id: uuid.UUID
+) -> dict[str, Any] | None:
     """A chunk of the tenant with its document's title and collection."""
     row = await pool.fetchrow(
         "SELECT c.id, c.document_id, c.chunk_index, c.kind, c.text, c.context_prefix, "
@@ -415,7 +427,7 @@ def citations_json(citations: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
-async def word_idf(*, pool: Any, tenant_id: str, words: list[str]) -> dict[str, float]:
+async def word_idf(*, pool: Queryable, tenant_id: str, words: list[str]) -> dict[str, float]:
     """Each word's BM25 idf in the tenant's library (its English lexeme's); none for a stop
     word or a word the library lacks."""
     if not words:
@@ -432,3 +444,178 @@ async def word_idf(*, pool: Any, tenant_id: str, words: list[str]) -> dict[str, 
         words,
     )
     return {r["word"]: bm25.idf(chunk_count=int(r["n"]), df=int(r["df"])) for r in rows if r["df"]}
+
+
+async def last_message(*, pool: Queryable, tenant_id: str, session_id: uuid.UUID) -> Any:
+    """The session's newest message (``id``, ``role``, ``tutor_check``), or None."""
+    return await pool.fetchrow(
+        "SELECT id, role, tutor_check FROM chat_messages WHERE tenant_id = $1 AND "
+        "session_id = $2 ORDER BY created_at DESC, id DESC LIMIT 1",
+        tenant_id, session_id,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- chat turns
+# A turn's row (``chat_turns``): its streamed events, the run that owns it (``owner``: only
+# its writes count), its Idempotency-Key and what a take-over needs to answer it again.
+
+
+async def insert_turn(
+    *,
+    pool: Queryable,
+    turn_id: uuid.UUID,
+    session_id: uuid.UUID,
+    tenant_id: str,
+    user_id: str,
+    idempotency_key: str | None,
+) -> bool:
+    """A new turn's row; False when the id or the session's key is taken."""
+    inserted = await pool.fetchval(
+        "INSERT INTO chat_turns (id, session_id, tenant_id, user_id, idempotency_key) "
+        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING id",
+        turn_id, session_id, tenant_id, user_id, idempotency_key,
+    )  # fmt: skip
+    return inserted is not None
+
+
+async def turn_exists(
+    *, pool: Queryable, tenant_id: str, session_id: uuid.UUID, turn_id: uuid.UUID
+) -> bool:
+    """Whether the session has this turn."""
+    found = await pool.fetchval(
+        "SELECT id FROM chat_turns WHERE id = $1 AND session_id = $2 AND tenant_id = $3",
+        turn_id, session_id, tenant_id,
+    )  # fmt: skip
+    return found is not None
+
+
+async def turn_by_key(*, pool: Queryable, session_id: uuid.UUID, idempotency_key: str) -> Any:
+    """The session's turn holding this key (``id``, ``status``, ``age`` in seconds), or None."""
+    return await pool.fetchrow(
+        "SELECT id, status, extract(epoch FROM now() - updated_at) AS age "
+        "FROM chat_turns WHERE session_id = $1 AND idempotency_key = $2",
+        session_id, idempotency_key,
+    )  # fmt: skip
+
+
+async def release_turn_key(*, pool: Queryable, turn_id: uuid.UUID) -> None:
+    """Free a turn's Idempotency-Key for a new turn."""
+    await pool.execute("UPDATE chat_turns SET idempotency_key = NULL WHERE id = $1", turn_id)
+
+
+async def delete_turn(*, pool: Queryable, turn_id: uuid.UUID) -> None:
+    """Forget a turn's row."""
+    await pool.execute("DELETE FROM chat_turns WHERE id = $1", turn_id)
+
+
+async def delete_old_turns(*, pool: Queryable, older_than_s: float) -> None:
+    """Forget the rows of turns not written for ``older_than_s`` (answers stay in messages)."""
+    await pool.execute(
+        "DELETE FROM chat_turns WHERE updated_at < now() - make_interval(secs => $1)",
+        older_than_s,
+    )
+
+
+async def own_turn(
+    *,
+    pool: Queryable,
+    turn_id: uuid.UUID,
+    counted_on: date | None,
+    owner: uuid.UUID,
+    inputs: dict[str, Any],
+) -> None:
+    """Make this run the turn's owner, with what another replica needs to take it over."""
+    await pool.execute(
+        "UPDATE chat_turns SET counted_on = $2, owner = $3, inputs = $4 WHERE id = $1",
+        turn_id, counted_on, owner, inputs,
+    )  # fmt: skip
+
+
+async def stored_turn(*, pool: Queryable, turn_id: uuid.UUID) -> Any:
+    """A turn's ``status``, stored ``events`` and ``age`` (seconds since written), or None."""
+    return await pool.fetchrow(
+        "SELECT status, events, extract(epoch FROM now() - updated_at) AS age "
+        "FROM chat_turns WHERE id = $1",
+        turn_id,
+    )
+
+
+async def claim_stale_turn(
+    *, pool: Queryable, turn_id: uuid.UUID, owner: uuid.UUID, stale_s: float
+) -> Any:
+    """Take over a streaming turn not written for ``stale_s``; one replica wins (the claim
+    makes the row fresh again). Its ``session_id``, ``tenant_id``, ``events``, ``inputs``
+    and ``counted_on``, or None when it is not stale or another claimed it."""
+    return await pool.fetchrow(
+        "UPDATE chat_turns SET owner = $2, updated_at = now(), takeovers = takeovers + 1 "
+        "WHERE id = $1 AND status = 'streaming' AND inputs IS NOT NULL "
+        "AND updated_at < now() - make_interval(secs => $3) "
+        "RETURNING session_id, tenant_id, events, inputs, counted_on",
+        turn_id, owner, stale_s,
+    )  # fmt: skip
+
+
+async def touch_turn(*, pool: Queryable, turn_id: uuid.UUID, owner: uuid.UUID) -> bool:
+    """Mark the owner's turn alive; False when another run owns it now."""
+    touched = await pool.execute(
+        "UPDATE chat_turns SET updated_at = now() WHERE id = $1 AND owner = $2", turn_id, owner
+    )
+    return bool(touched != "UPDATE 0")
+
+
+async def append_turn_events(
+    *,
+    pool: Queryable,
+    turn_id: uuid.UUID,
+    events: list[dict[str, Any]],
+    status: str,
+    owner: uuid.UUID,
+) -> bool:
+    """Store more of the owner's events and the turn's status; False when another run owns
+    it now."""
+    written = await pool.execute(
+        "UPDATE chat_turns SET events = events || $2::jsonb, status = $3, updated_at = now() "
+        "WHERE id = $1 AND owner = $4",
+        turn_id, events, status, owner,
+    )  # fmt: skip
+    return bool(written != "UPDATE 0")
+
+
+async def claim_turn_answer(
+    *, pool: Queryable, turn_id: uuid.UUID, owner: uuid.UUID, answer_id: uuid.UUID
+) -> Any:
+    """The turn's answer id (``answer_id`` unless an earlier run stored one); None when
+    another run owns the turn."""
+    return await pool.fetchval(
+        "UPDATE chat_turns SET answer_id = coalesce(answer_id, $3) "
+        "WHERE id = $1 AND owner = $2 RETURNING answer_id",
+        turn_id, owner, answer_id,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- daily message counts
+
+
+async def increment_message_count(
+    *, pool: Queryable, tenant_id: str, user_id: str, day: date, hard_limit: int | None
+) -> int | None:
+    """Count one message of the day, unless the count has reached ``hard_limit``: the new
+    count, or None when refused. One statement, so concurrent requests never pass the limit."""
+    count = await pool.fetchval(
+        "INSERT INTO usage_counters (tenant_id, user_id, day, messages) VALUES ($1, $2, $3, 1) "
+        "ON CONFLICT (tenant_id, user_id, day) DO UPDATE "
+        "SET messages = usage_counters.messages + 1 "
+        "WHERE $4::integer IS NULL OR usage_counters.messages < $4::integer "
+        "RETURNING messages",
+        tenant_id, user_id, day, hard_limit,
+    )  # fmt: skip
+    return None if count is None else int(count)
+
+
+async def refund_message(*, pool: Queryable, tenant_id: str, user_id: str, day: date) -> None:
+    """Take back one counted message of the day (the server failed the student)."""
+    await pool.execute(
+        "UPDATE usage_counters SET messages = messages - 1 "
+        "WHERE tenant_id = $1 AND user_id = $2 AND day = $3 AND messages > 0",
+        tenant_id, user_id, day,
+    )  # fmt: skip

@@ -32,7 +32,7 @@ from lectern_gateway.chat.context import (
 )
 from lectern_gateway.chat.decision import no_material
 from lectern_gateway.chat.sse import Source
-from lectern_gateway.chat.turn import ChatDeps, ChatSession, Retrieved, elapsed_ms
+from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, Retrieved, elapsed_ms
 from lectern_gateway.classes.membership import student_classes
 from lectern_gateway.personas.service import TutorPersona
 

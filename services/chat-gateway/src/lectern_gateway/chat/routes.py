@@ -6,24 +6,26 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from pydantic import BaseModel, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from lectern_common import metrics
+from lectern_common.db.types import Pool
 from lectern_gateway.auth import Principal, PrincipalDep
+from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.lifecycle import session_for
 from lectern_gateway.chat.ratelimit import PlanLimits, count_message
-from lectern_gateway.chat.turn import ChatSession, TurnInput
-from lectern_gateway.chat.turns import (
+from lectern_gateway.chat.running_turns import (
     STALE_AFTER_S,
     TurnRegistry,
     event_id,
     parse_last_event_id,
     sse_data,
 )
+from lectern_gateway.chat.turn_input import ChatSession, TurnInput
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep, SettingsDep
 from lectern_gateway.personas.service import session_persona
@@ -188,13 +190,9 @@ async def turn_events(
     after: Annotated[int | None, Query(ge=0)] = None,
 ) -> EventSourceResponse:
     await session_for(pool=pool, principal=principal, session_id=session_id)
-    found = await pool.fetchval(
-        "SELECT id FROM chat_turns WHERE id = $1 AND session_id = $2 AND tenant_id = $3",
-        message_id,
-        session_id,
-        principal.tenant_id,
-    )
-    if found is None:
+    if not await repo.turn_exists(
+        pool=pool, tenant_id=principal.tenant_id, session_id=session_id, turn_id=message_id
+    ):
         raise ProblemError(404, "Not found", f"no turn {message_id} in session {session_id}")
     seen = after if after is not None else parse_last_event_id(last_event_id, message_id)
     return _stream(gateway.turns, session_id, message_id, seen, replay=True)
@@ -257,42 +255,31 @@ async def _frames(
 
 
 async def _insert_turn(
-    pool: Any, session_id: uuid.UUID, key: str | None, turn_id: uuid.UUID, principal: Principal
+    pool: Pool, session_id: uuid.UUID, key: str | None, turn_id: uuid.UUID, principal: Principal
 ) -> bool:
-    inserted = await pool.fetchval(
-        "INSERT INTO chat_turns (id, session_id, tenant_id, user_id, idempotency_key) "
-        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING id",
-        turn_id,
-        session_id,
-        principal.tenant_id,
-        principal.user_id,
-        key,
-    )
-    return inserted is not None
+    return await repo.insert_turn(
+        pool=pool, turn_id=turn_id, session_id=session_id, tenant_id=principal.tenant_id,
+        user_id=principal.user_id, idempotency_key=key,
+    )  # fmt: skip
 
 
 async def _claim_key(
-    pool: Any, session_id: uuid.UUID, key: str, turn_id: uuid.UUID, principal: Principal
+    pool: Pool, session_id: uuid.UUID, key: str, turn_id: uuid.UUID, principal: Principal
 ) -> uuid.UUID | None:
     """Claim ``key`` for a new turn; the turn to replay when another already holds it."""
     for _ in range(3):
         if await _insert_turn(pool, session_id, key, turn_id, principal):
             return None
-        row = await pool.fetchrow(
-            "SELECT id, status, extract(epoch FROM now() - updated_at) AS age "
-            "FROM chat_turns WHERE session_id = $1 AND idempotency_key = $2",
-            session_id,
-            key,
-        )
+        row = await repo.turn_by_key(pool=pool, session_id=session_id, idempotency_key=key)
         if row is None:
             continue  # deleted meanwhile: claim again
         lost = row["status"] == "streaming" and float(row["age"]) > STALE_AFTER_S
         if row["status"] in ("streaming", "done") and not lost:
             return uuid.UUID(str(row["id"]))
         # failed, abandoned, or its replica died: the key asks again
-        await pool.execute("UPDATE chat_turns SET idempotency_key = NULL WHERE id = $1", row["id"])
+        await repo.release_turn_key(pool=pool, turn_id=row["id"])
     raise ProblemError(409, "Conflict", "this Idempotency-Key is being used concurrently")
 
 
-async def _drop_turn(pool: Any, turn_id: uuid.UUID) -> None:
-    await pool.execute("DELETE FROM chat_turns WHERE id = $1", turn_id)
+async def _drop_turn(pool: Pool, turn_id: uuid.UUID) -> None:
+    await repo.delete_turn(pool=pool, turn_id=turn_id)

@@ -31,6 +31,7 @@ import anyio
 from pydantic import BaseModel
 
 from lectern_common import llm
+from lectern_common.db.types import Connection
 from lectern_common.errors import LecternError
 from lectern_common.events import Confidence, RecalledMemory
 from lectern_common.events.base import Event
@@ -44,7 +45,7 @@ from lectern_gateway.chat.citations import (
     SentenceTracker,
     check_sentence,
     grounding_of,
-    split_sentences,
+    split_cited_sentences,
 )
 from lectern_gateway.chat.confidence import caveat, preamble
 from lectern_gateway.chat.context import (
@@ -54,22 +55,14 @@ from lectern_gateway.chat.context import (
     recall_memories,
     remembered_on,
 )
-from lectern_gateway.chat.decision import Decision, Evidence, Policy, Support, decide, settle
-from lectern_gateway.chat.gap import (
-    WebPart,
-    gap_text,
-    record_gap,
-    spans_of,
-    web_answer,
-    web_citations,
-)
-from lectern_gateway.chat.generation import (
-    Finished,
-    Grounding,
-    ModelUsage,
-    Piece,
-    TextDelta,
-    Verdict,
+from lectern_gateway.chat.decision import (
+    Decision,
+    Evidence,
+    Policy,
+    Support,
+    decide,
+    no_material,
+    settle,
 )
 from lectern_gateway.chat.prompt import (
     Prompt,
@@ -80,6 +73,14 @@ from lectern_gateway.chat.prompt import (
     pages_label,
 )
 from lectern_gateway.chat.record import claim_answer, turn_completed
+from lectern_gateway.chat.refusal import (
+    WebPart,
+    gap_text,
+    record_gap,
+    spans_of,
+    web_answer,
+    web_citations,
+)
 from lectern_gateway.chat.retrieve import Lookup, rerank, retrieve_candidates
 from lectern_gateway.chat.social import REPLIES, social_kind
 from lectern_gateway.chat.sse import (
@@ -93,7 +94,15 @@ from lectern_gateway.chat.sse import (
     SourcesEvent,
     TokenEvent,
 )
-from lectern_gateway.chat.turn import (
+from lectern_gateway.chat.streamer import (
+    Finished,
+    Grounding,
+    ModelUsage,
+    Piece,
+    TextDelta,
+    Verdict,
+)
+from lectern_gateway.chat.turn_input import (
     ChatDeps,
     HistoryRow,
     PendingCheck,
@@ -509,7 +518,7 @@ async def answer(
             yield event
     for event in cite(draft):
         yield event
-    sentences, _ = split_sentences(draft.model_text, final=True)
+    sentences, _ = split_cited_sentences(draft.model_text, final=True)
     grounding = 0.0 if draft.general else grounding_of(draft.checked, sentences=sentences)
     reported = draft.finished.usage
     no_support = draft.no_support or (reported is not None and reported.outcome == "no_support")
@@ -829,9 +838,9 @@ async def practice_reply(deps: ChatDeps, turn: TurnInput, clock: Clock) -> Step:
             "There is no practice material for this session yet: your teacher's documents "
             "have no questions or definitions to drill. Ask me anything about the course."
         )
-        confidence = Confidence(
-            score=0.0, band="gap", retrieval=0.0, source_quality=0.0, grounding=0.0
-        )
+        # nothing to drill is a refusal for want of material, decided as any turn's is
+        _, policy = resolve(deps, turn)
+        confidence = decide(Evidence(verdict=no_material(), has_sources=False), policy).confidence
     else:
         text, confidence = tutoring.asking_text(following, lead="Practice question: "), CERTAIN
     yield TokenEvent(text=text, origin="gateway")
@@ -879,7 +888,7 @@ async def finish(
 
 
 async def write_events(
-    conn: Any, turn: TurnInput, loaded: Loaded, clock: Clock, ending: Ending
+    conn: Connection, turn: TurnInput, loaded: Loaded, clock: Clock, ending: Ending
 ) -> None:
     """What a stored answer writes beside it: the knowledge gap, the settled check and its
     events, ``chat.turn.completed`` (every turn is announced, so memory's distillation finds

@@ -14,7 +14,6 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
-from sse_starlette import ServerSentEvent
 
 from lectern_common.events.chat import ConfidenceBand
 
@@ -162,12 +161,6 @@ ChatEvent = Annotated[
     Field(discriminator="type"),
 ]
 CHAT_EVENT_ADAPTER: TypeAdapter[ChatEvent] = TypeAdapter(ChatEvent)
-
-
-def to_sse(event: BaseModel) -> ServerSentEvent:
-    """The SSE frame of an event: ``event:`` is its type, ``data:`` its JSON."""
-    kind = str(getattr(event, "type", "message"))
-    return ServerSentEvent(data=event.model_dump_json(), event=kind)
 
 
 def parse_event(data: str) -> ChatEvent:

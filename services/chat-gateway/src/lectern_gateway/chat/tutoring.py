@@ -21,6 +21,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from lectern_common.db.types import Connection
 from lectern_common.events import QuizAnswerResult, QuizAttempted
 from lectern_common.outbox import enqueue
 from lectern_common.text import split_sentences
@@ -29,7 +30,7 @@ from lectern_gateway.chat.sse import (
     Citation,
     Source,
 )
-from lectern_gateway.chat.turn import ChatDeps, PendingCheck, TurnInput, TutorCheck
+from lectern_gateway.chat.turn_input import ChatDeps, PendingCheck, TurnInput, TutorCheck
 from lectern_gateway.classes.membership import student_classes
 from lectern_gateway.study import generator
 from lectern_gateway.study import repository as study_repo
@@ -352,7 +353,9 @@ def skipped_attempt(tenant_id: str, user_id: str, pending: PendingCheck) -> Quiz
     )  # fmt: skip
 
 
-async def settle_skipped(conn: Any, *, tenant_id: str, user_id: str, pending: PendingCheck) -> None:
+async def settle_skipped(
+    conn: Connection, *, tenant_id: str, user_id: str, pending: PendingCheck
+) -> None:
     """Mark a pending check skipped, with its ``quiz.attempted`` in the same transaction."""
     if await repo.settle_check(
         pool=conn, tenant_id=tenant_id, message_id=pending.message_id,

@@ -5,23 +5,22 @@ material assigned to no class, never another class's; staff are not limited."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from lectern_common.db.types import Pool
 from lectern_gateway.auth import Principal
+from lectern_gateway.classes import repository as repo
 from lectern_gateway.problems import ProblemError
 
 
-async def classes_of(pool: Any, principal: Principal) -> list[str]:
+async def classes_of(pool: Pool, principal: Principal) -> list[str]:
     """The caller's classes: the token's claim and every roster that lists them."""
-    rows = await pool.fetch(
-        "SELECT class_id FROM class_members WHERE tenant_id = $1 AND user_id = $2",
-        principal.tenant_id,
-        principal.user_id,
+    rostered = await repo.member_classes(
+        pool=pool, tenant_id=principal.tenant_id, user_id=principal.user_id
     )
-    return sorted({*principal.classes, *(r["class_id"] for r in rows)})
+    return sorted({*principal.classes, *rostered})
 
 
-async def student_classes(pool: Any, principal: Principal) -> list[str] | None:
+async def student_classes(pool: Pool, principal: Principal) -> list[str] | None:
     """A student's classes; ``None`` for staff (no class limit)."""
     if principal.is_staff:
         return None

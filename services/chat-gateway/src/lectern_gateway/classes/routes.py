@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel
 
 from lectern_gateway.auth import PrincipalDep, StaffDep
+from lectern_gateway.classes import repository as repo
 from lectern_gateway.classes.membership import classes_of
 from lectern_gateway.deps import GatewayDep, PoolDep
 from lectern_gateway.memories.service import Memory, list_memories, topics
@@ -47,12 +48,7 @@ async def my_classes(principal: PrincipalDep, pool: PoolDep) -> MyClasses:
 
 @router.get("/v1/classes/{class_id}/students", summary="A class's roster (staff)")
 async def roster(staff: StaffDep, pool: PoolDep, class_id: str = ClassId) -> list[Member]:
-    rows = await pool.fetch(
-        "SELECT class_id, user_id, added_by, added_at FROM class_members "
-        "WHERE tenant_id = $1 AND class_id = $2 ORDER BY user_id",
-        staff.tenant_id,
-        class_id,
-    )
+    rows = await repo.roster(pool=pool, tenant_id=staff.tenant_id, class_id=class_id)
     return [Member.model_validate(dict(r)) for r in rows]
 
 
@@ -80,14 +76,9 @@ async def class_struggles(
     ``MIN_STUDENTS``) and how much evidence is behind them. A student's memories stay
     theirs: this view never says who."""
     # the memory service counts them (it owns the memories); the roster is the gateway's
-    roster = [
-        str(r["user_id"])
-        for r in await gateway.pool.fetch(
-            "SELECT user_id FROM class_members WHERE tenant_id = $1 AND class_id = $2",
-            staff.tenant_id,
-            class_id,
-        )
-    ]
+    roster = await repo.roster_user_ids(
+        pool=gateway.pool, tenant_id=staff.tenant_id, class_id=class_id
+    )
     found = await topics(
         gateway.broker, tenant_id=staff.tenant_id, user_ids=roster, min_users=MIN_STUDENTS,
         timeout=gateway.settings.request_timeout_s,
@@ -113,11 +104,9 @@ async def student_memories(
             "only (GET /v1/classes/{class_id}/struggles); an admin can change it in the "
             "tenant settings (teachers_see_students)", reason="aggregates_only",
         )  # fmt: skip
-    rostered = await pool.fetchval(
-        "SELECT 1 FROM class_members WHERE tenant_id = $1 AND class_id = $2 AND user_id = $3",
-        staff.tenant_id, class_id, user_id,
-    )  # fmt: skip
-    if rostered is None:
+    if not await repo.on_roster(
+        pool=pool, tenant_id=staff.tenant_id, class_id=class_id, user_id=user_id
+    ):
         raise ProblemError(404, "Not found", f"{user_id} is not on the roster of {class_id}")
     shown = await list_memories(
         gateway.broker, tenant_id=staff.tenant_id, user_id=user_id,
@@ -136,16 +125,10 @@ async def student_memories(
 async def add_member(
     staff: StaffDep, pool: PoolDep, class_id: str = ClassId, user_id: str = UserId
 ) -> Member:
-    row = await pool.fetchrow(
-        "INSERT INTO class_members (tenant_id, class_id, user_id, added_by) "
-        "VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, class_id, user_id) "
-        "DO UPDATE SET tenant_id = EXCLUDED.tenant_id "
-        "RETURNING class_id, user_id, added_by, added_at",
-        staff.tenant_id,
-        class_id,
-        user_id,
-        staff.user_id,
-    )
+    row = await repo.add_member(
+        pool=pool, tenant_id=staff.tenant_id, class_id=class_id, user_id=user_id,
+        added_by=staff.user_id,
+    )  # fmt: skip
     return Member.model_validate(dict(row))
 
 
@@ -157,12 +140,8 @@ async def add_member(
 async def remove_member(
     staff: StaffDep, pool: PoolDep, class_id: str = ClassId, user_id: str = UserId
 ) -> Response:
-    removed = await pool.execute(
-        "DELETE FROM class_members WHERE tenant_id = $1 AND class_id = $2 AND user_id = $3",
-        staff.tenant_id,
-        class_id,
-        user_id,
-    )
-    if removed == "DELETE 0":
+    if not await repo.remove_member(
+        pool=pool, tenant_id=staff.tenant_id, class_id=class_id, user_id=user_id
+    ):
         raise ProblemError(404, "Not found", f"{user_id} is not on the roster of {class_id}")
     return Response(status_code=204)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from lectern_gateway.auth import PrincipalDep
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.citations import content_terms, split_sentences
+from lectern_gateway.chat.citations import content_terms, split_cited_sentences
 from lectern_gateway.classes.membership import may_see_class, student_classes
 from lectern_gateway.deps import PoolDep
 from lectern_gateway.problems import ProblemError
@@ -56,7 +56,7 @@ def best_span(chunk_text: str, sentence: str) -> tuple[int, int, float] | None:
     if not wanted:
         return None
     best: tuple[int, int, float] | None = None
-    for candidate in split_sentences(chunk_text)[0]:
+    for candidate in split_cited_sentences(chunk_text)[0]:
         overlap = len(wanted & content_terms(candidate.text)) / len(wanted)
         if overlap > 0 and (best is None or overlap > best[2]):
             best = (candidate.start, candidate.end, round(overlap, 3))

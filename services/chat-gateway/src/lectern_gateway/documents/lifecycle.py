@@ -18,6 +18,7 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from lectern_common.db.types import Connection, Pool
 from lectern_common.events import DocumentArchived, DocumentRestored, DocumentUpdated
 from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, StaffDep
@@ -69,7 +70,7 @@ class AuditEntry(BaseModel):
     at: dt.datetime
 
 
-async def _locked(conn: Any, staff: Principal, document_id: uuid.UUID) -> Any:
+async def _locked(conn: Connection, staff: Principal, document_id: uuid.UUID) -> Any:
     row = await repo.lock_for_delete(conn, tenant_id=staff.tenant_id, document_id=document_id)
     if row is None or row["status"] == "deleted":
         raise ProblemError(404, "Not found", f"document {document_id} does not exist")
@@ -77,7 +78,7 @@ async def _locked(conn: Any, staff: Principal, document_id: uuid.UUID) -> Any:
 
 
 async def record_change(
-    conn: Any,
+    conn: Connection,
     staff: Principal,
     document_id: uuid.UUID,
     action: str,
@@ -142,7 +143,7 @@ async def patch_document(
 
 
 async def set_status(
-    pool: Any, staff: Principal, document_id: uuid.UUID, *, to: str, allowed_from: tuple[str, ...]
+    pool: Pool, staff: Principal, document_id: uuid.UUID, *, to: str, allowed_from: tuple[str, ...]
 ) -> DocumentView:
     async with pool.acquire() as conn, conn.transaction():
         row = await _locked(conn, staff, document_id)
@@ -209,7 +210,7 @@ async def supersede_document(
 
 
 async def supersede(
-    pool: Any,
+    pool: Pool,
     staff: Principal,
     document_id: uuid.UUID,
     *,
@@ -244,7 +245,7 @@ async def supersede(
     return document_view(fresh)
 
 
-async def document_by_id(pool: Any, staff: Principal, document_id: uuid.UUID) -> DocumentView:
+async def document_by_id(pool: Pool, staff: Principal, document_id: uuid.UUID) -> DocumentView:
     """The document as the API shows it (404 when it is not the tenant's)."""
     row = await repo.get_document(pool, tenant_id=staff.tenant_id, document_id=document_id)
     if row is None:

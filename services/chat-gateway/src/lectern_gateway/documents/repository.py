@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
+from lectern_common.db.types import Queryable
+
 ACTIVE_STATUSES = ("pending", "processing", "indexed")
 FINAL_STATUSES = ("indexed", "duplicate", "failed", "superseded", "archived", "deleted")
 
@@ -69,7 +71,7 @@ class ListFilters:
     visible_classes: list[str] | None = None
 
 
-async def get_document(conn: Any, *, tenant_id: str, document_id: uuid.UUID) -> Any:
+async def get_document(conn: Queryable, *, tenant_id: str, document_id: uuid.UUID) -> Any:
     """One document of the tenant, or None."""
     return await conn.fetchrow(
         f"SELECT {_COLUMNS} FROM documents WHERE tenant_id = $1 AND id = $2",  # noqa: S608
@@ -78,14 +80,14 @@ async def get_document(conn: Any, *, tenant_id: str, document_id: uuid.UUID) -> 
     )
 
 
-async def lock_file_hash(conn: Any, *, tenant_id: str, file_sha256: str) -> None:
+async def lock_file_hash(conn: Queryable, *, tenant_id: str, file_sha256: str) -> None:
     """Serialise concurrent uploads of the same bytes in one tenant (transaction-scoped)."""
     await conn.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"{tenant_id}:{file_sha256}"
     )
 
 
-async def find_by_file_hash(conn: Any, *, tenant_id: str, file_sha256: str) -> Any:
+async def find_by_file_hash(conn: Queryable, *, tenant_id: str, file_sha256: str) -> Any:
     """The live document holding exactly these bytes in the tenant, if any."""
     return await conn.fetchrow(
         f"""SELECT {_COLUMNS} FROM documents
@@ -97,7 +99,7 @@ async def find_by_file_hash(conn: Any, *, tenant_id: str, file_sha256: str) -> A
     )
 
 
-async def pending_version(conn: Any, *, document_id: uuid.UUID) -> Any:
+async def pending_version(conn: Queryable, *, document_id: uuid.UUID) -> Any:
     """A newer version of the document that is still being indexed, if any."""
     return await conn.fetchrow(
         f"""SELECT {_COLUMNS} FROM documents
@@ -107,7 +109,7 @@ async def pending_version(conn: Any, *, document_id: uuid.UUID) -> Any:
     )
 
 
-async def add_co_owner(conn: Any, *, document_id: uuid.UUID, user_id: str) -> Any:
+async def add_co_owner(conn: Queryable, *, document_id: uuid.UUID, user_id: str) -> Any:
     """Record another uploader of the same bytes; returns the updated row."""
     return await conn.fetchrow(
         f"""UPDATE documents
@@ -121,7 +123,7 @@ async def add_co_owner(conn: Any, *, document_id: uuid.UUID, user_id: str) -> An
     )
 
 
-async def insert_document(conn: Any, doc: NewDocument) -> Any:
+async def insert_document(conn: Queryable, doc: NewDocument) -> Any:
     """Insert an accepted upload as ``pending``; returns the row."""
     return await conn.fetchrow(
         f"""INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes,
@@ -141,13 +143,8 @@ async def insert_document(conn: Any, doc: NewDocument) -> Any:
     )  # fmt: skip
 
 
-async def remove_document(conn: Any, *, document_id: uuid.UUID) -> None:
-    """Drop a row whose upload could not be announced (nothing else refers to it yet)."""
-    await conn.execute("DELETE FROM documents WHERE id = $1 AND status = 'pending'", document_id)
-
-
 async def list_documents(
-    conn: Any,
+    conn: Queryable,
     *,
     tenant_id: str,
     filters: ListFilters,
@@ -184,7 +181,7 @@ async def list_documents(
     return list(await conn.fetch(sql, *args))
 
 
-async def bm25_available(conn: Any) -> bool:
+async def bm25_available(conn: Queryable) -> bool:
     """Whether the retrieval migration's BM25 maintenance functions exist."""
     return bool(
         await conn.fetchval(
@@ -193,7 +190,7 @@ async def bm25_available(conn: Any) -> bool:
     )
 
 
-async def lock_for_delete(conn: Any, *, tenant_id: str, document_id: uuid.UUID) -> Any:
+async def lock_for_delete(conn: Queryable, *, tenant_id: str, document_id: uuid.UUID) -> Any:
     """Lock a document row for deletion (inside a transaction); the full row, or None."""
     return await conn.fetchrow(
         f"""SELECT {_COLUMNS} FROM documents
@@ -204,7 +201,7 @@ async def lock_for_delete(conn: Any, *, tenant_id: str, document_id: uuid.UUID) 
 
 
 async def delete_chunks_and_mark_deleted(
-    conn: Any, *, document_id: uuid.UUID, was_indexed: bool, deleted_by: str
+    conn: Queryable, *, document_id: uuid.UUID, was_indexed: bool, deleted_by: str
 ) -> Any:
     """Take the document's chunks out of retrieval and mark it deleted (inside a transaction).
 
@@ -224,7 +221,7 @@ async def delete_chunks_and_mark_deleted(
 
 
 async def audit(
-    conn: Any, *, staff: Any, document_id: uuid.UUID, action: str, changes: dict[str, Any]
+    conn: Queryable, *, staff: Any, document_id: uuid.UUID, action: str, changes: dict[str, Any]
 ) -> None:
     """One entry of the document's audit log: ``changes`` maps a field to ``[before, after]``."""
     await conn.execute(

@@ -22,6 +22,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
 from lectern_common.broker import publish_event
+from lectern_common.db.types import Connection, Pool
 from lectern_common.errors import BadInputError, NotFoundError, UpstreamError
 from lectern_common.events import (
     DocumentDeleted,
@@ -350,7 +351,7 @@ async def _new_version(
     upload: ReceivedUpload,
     *,
     principal: Principal,
-    pool: Any,
+    pool: Pool,
     broker: Any,
     replaces: uuid.UUID,
     source: dict[str, str] | None,
@@ -378,7 +379,7 @@ async def _accept(
     *,
     upload: Any,
     principal: Principal,
-    pool: Any,
+    pool: Pool,
     broker: Any,
     replaces: uuid.UUID | None,
     source: dict[str, str] | None = None,
@@ -478,7 +479,7 @@ def _upload_type(upload: Any) -> str:
 
 
 async def _previous_version(
-    pool: Any,
+    pool: Pool,
     principal: Principal,
     *,
     replaces: uuid.UUID | None,
@@ -574,7 +575,7 @@ def _inherit(metadata: DocumentMetadata, previous: Any, given: set[str]) -> Docu
     return metadata.model_copy(update=update)
 
 
-async def _duplicate(conn: Any, existing: Any, principal: Principal) -> JSONResponse:
+async def _duplicate(conn: Connection, existing: Any, principal: Principal) -> JSONResponse:
     row = await repo.add_co_owner(conn, document_id=existing["id"], user_id=principal.user_id)
     view = document_view(row)
     body = UploadAccepted(
@@ -586,7 +587,7 @@ async def _duplicate(conn: Any, existing: Any, principal: Principal) -> JSONResp
     )
 
 
-async def _load(pool: Any, principal: Principal, document_id: uuid.UUID) -> Any:
+async def _load(pool: Pool, principal: Principal, document_id: uuid.UUID) -> Any:
     async with pool.acquire() as conn:
         row = await repo.get_document(conn, tenant_id=principal.tenant_id, document_id=document_id)
     if row is None or not _visible(principal, row, await student_classes(pool, principal)):
@@ -735,7 +736,7 @@ async def document_events(
 
 
 async def _event_stream(
-    *, document_id: uuid.UUID, principal: Principal, pool: Any, broker: Any
+    *, document_id: uuid.UUID, principal: Principal, pool: Pool, broker: Any
 ) -> AsyncIterator[ServerSentEvent]:
     nc = broker.config.connection_state.connection
     queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()

@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from lectern_common.db.types import Pool
 from lectern_gateway.lti import claims, keys
 from lectern_gateway.lti import repository as repo
 from lectern_gateway.lti.service import Target, parse_target
@@ -27,7 +28,7 @@ class Choice:
     questions: int | None = None
 
 
-async def choices(pool: Any, *, tenant_id: str, class_id: str | None) -> list[Choice]:
+async def choices(pool: Pool, *, tenant_id: str, class_id: str | None) -> list[Choice]:
     """Modules, documents and quizzes of the class (or of no class), in that order."""
     documents = await repo.placeable_documents(pool, tenant_id=tenant_id, class_id=class_id)
     quizzes = await repo.placeable_quizzes(pool, tenant_id=tenant_id, class_id=class_id)
@@ -52,7 +53,7 @@ def _refused(status: int, reason: str, detail: str) -> ProblemError:
 
 
 async def respond(
-    *, pool: Any, deep_link_id: str, picked: list[str], launch_url: str, lifetime_s: int
+    *, pool: Pool, deep_link_id: str, picked: list[str], launch_url: str, lifetime_s: int
 ) -> tuple[str, str]:
     """Sign the response placing ``picked`` (targets as ``kind:id``); (return URL, JWT).
     The request is used once; nothing is placed when any pick is wrong."""

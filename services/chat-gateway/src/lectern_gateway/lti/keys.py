@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from lectern_common.db.types import Pool
 from lectern_gateway.lti import repository as repo
 
 KEY_BITS = 2048
@@ -37,7 +38,7 @@ def new_key() -> tuple[str, str, dict[str, Any]]:
     return kid, pem, public
 
 
-async def signing_key(pool: Any) -> tuple[str, Any]:
+async def signing_key(pool: Pool) -> tuple[str, Any]:
     """(kid, private key) of the key that signs now, made when there is none yet."""
     async with pool.acquire() as conn:
         row = await repo.signing_key(conn)
@@ -55,7 +56,7 @@ async def signing_key(pool: Any) -> tuple[str, Any]:
     return kid, _parsed[kid]
 
 
-async def rotate(pool: Any, *, token_lifetime_s: float) -> dict[str, Any]:
+async def rotate(pool: Pool, *, token_lifetime_s: float) -> dict[str, Any]:
     """Make a new signing key; the old ones stay published while their tokens may live."""
     kid, pem, public = new_key()
     async with pool.acquire() as conn, conn.transaction():
@@ -67,18 +68,18 @@ async def rotate(pool: Any, *, token_lifetime_s: float) -> dict[str, Any]:
     return {"kid": kid, "retired": retired}
 
 
-async def jwks(pool: Any) -> dict[str, Any]:
+async def jwks(pool: Pool) -> dict[str, Any]:
     """The JSON Web Key Set platforms verify our signatures with."""
     await signing_key(pool)  # a first request makes the first key
     return {"keys": [row["public_jwk"] for row in await repo.published_keys(pool)]}
 
 
-async def published(pool: Any) -> list[dict[str, Any]]:
+async def published(pool: Pool) -> list[dict[str, Any]]:
     """The published keys with their dates (admins' view)."""
     return await repo.published_keys(pool)
 
 
-async def sign(pool: Any, claims: dict[str, Any], *, lifetime_s: int) -> str:
+async def sign(pool: Pool, claims: dict[str, Any], *, lifetime_s: int) -> str:
     """Sign ``claims`` RS256 with the current key (``iat``, ``exp`` and ``jti`` added)."""
     kid, key = await signing_key(pool)
     now = int(time.time())

@@ -15,6 +15,7 @@ from urllib.parse import urlencode, urlsplit
 
 import jwt
 
+from lectern_common.db.types import Pool
 from lectern_gateway.lti import claims
 from lectern_gateway.lti import repository as repo
 from lectern_gateway.lti.claims import Role
@@ -58,7 +59,7 @@ def _origin(url: str) -> str:
 
 
 async def begin_login(
-    *, pool: Any, params: Mapping[str, str], launch_url: str, ttl_s: float
+    *, pool: Pool, params: Mapping[str, str], launch_url: str, ttl_s: float
 ) -> Login:
     """Check the platform's login initiation and store a state and nonce for it."""
     issuer, hint, target = (params.get(k) or "" for k in ("iss", "login_hint", "target_link_uri"))
@@ -122,7 +123,7 @@ async def begin_login(
     )
 
 
-async def live_state(pool: Any, state: str) -> dict[str, Any]:
+async def live_state(pool: Pool, state: str) -> dict[str, Any]:
     """The stored login of ``state`` while it may still end in a launch."""
     row = await repo.get_state(pool, state) if state else None
     if row is None:
@@ -140,7 +141,7 @@ def browser_holds(row: dict[str, Any], secret: str | None) -> bool:
 
 
 async def claim_state(
-    pool: Any,
+    pool: Pool,
     *,
     state: str,
     cookie: str | None,
@@ -179,7 +180,7 @@ class Launch:
 
 async def verify_id_token(
     *,
-    pool: Any,
+    pool: Pool,
     platforms: PlatformClient,
     id_token: str,
     state_row: dict[str, Any],

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import jwt
 
+from lectern_common.db.types import Pool
 from lectern_common.errors import BadInputError
 from lectern_gateway.config import Settings
 from lectern_gateway.lti import claims, keys
@@ -138,7 +139,7 @@ class PlatformClient:
 
     # --- access tokens --------------------------------------------------------------------
 
-    async def access_token(self, pool: Any, registration: dict[str, Any], scopes: str) -> str:
+    async def access_token(self, pool: Pool, registration: dict[str, Any], scopes: str) -> str:
         """A bearer token for ``scopes`` (space-separated) from the platform's token endpoint,
         by the client-credentials grant with our signed JWT; cached until it expires."""
         key = (registration["id"], scopes)

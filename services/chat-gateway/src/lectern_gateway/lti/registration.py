@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import jwt
 
+from lectern_common.db.types import Pool
 from lectern_gateway.lti import claims
 from lectern_gateway.lti import repository as repo
 from lectern_gateway.lti.platform import PlatformClient, PlatformError
@@ -55,7 +56,7 @@ def check_url(url: str, what: str) -> str:
 
 
 async def create(
-    pool: Any, *, tenant_id: str, values: dict[str, Any], deployment_ids: Sequence[str]
+    pool: Pool, *, tenant_id: str, values: dict[str, Any], deployment_ids: Sequence[str]
 ) -> dict[str, Any]:
     """Store a registration with its deployments (409 when another registration holds the
     (issuer, client id) or one of the deployments)."""
@@ -91,7 +92,7 @@ async def create(
 
 
 async def update(
-    pool: Any, *, tenant_id: str, registration_id: uuid.UUID, changes: dict[str, Any]
+    pool: Pool, *, tenant_id: str, registration_id: uuid.UUID, changes: dict[str, Any]
 ) -> dict[str, Any]:
     """Change a registration's endpoints, name and/or deployments (404 when it is not the
     tenant's; 409 when a deployment is another's)."""
@@ -214,7 +215,7 @@ def check_platform_configuration(config: Any, config_url: str) -> dict[str, Any]
 
 async def register_dynamically(
     *,
-    pool: Any,
+    pool: Pool,
     platforms: PlatformClient,
     tenant_id: str,
     admin: str,

@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from lectern_common.db.types import Queryable
+
 _REGISTRATION_COLUMNS = (
     "r.id, r.tenant_id, r.issuer, r.client_id, r.name, r.auth_url, r.token_url, r.jwks_url, "
     "r.token_audience, r.source, r.created_by, r.created_at, r.updated_at, "
@@ -20,7 +22,7 @@ _REGISTRATION_COLUMNS = (
 # --- registrations --------------------------------------------------------------------------
 
 
-async def insert_registration(conn: Any, values: dict[str, Any]) -> uuid.UUID:
+async def insert_registration(conn: Queryable, values: dict[str, Any]) -> uuid.UUID:
     """Store a registration (the caller adds its deployments); its id."""
     registration_id = uuid.uuid4()
     await conn.execute(
@@ -44,7 +46,7 @@ async def insert_registration(conn: Any, values: dict[str, Any]) -> uuid.UUID:
 
 
 async def update_registration(
-    conn: Any, *, tenant_id: str, registration_id: uuid.UUID, changes: dict[str, Any]
+    conn: Queryable, *, tenant_id: str, registration_id: uuid.UUID, changes: dict[str, Any]
 ) -> bool:
     """Change the named columns of a registration of the tenant; False when there is none."""
     sets = ["updated_at = now()"]
@@ -62,7 +64,7 @@ async def update_registration(
 
 
 async def set_deployments(
-    conn: Any, *, registration_id: uuid.UUID, deployment_ids: Sequence[str]
+    conn: Queryable, *, registration_id: uuid.UUID, deployment_ids: Sequence[str]
 ) -> None:
     """Make the registration's deployments exactly ``deployment_ids`` (raises
     ``asyncpg.UniqueViolationError`` when another registration holds one of them)."""
@@ -108,7 +110,7 @@ class DeploymentTaken(Exception):
         self.deployment_ids = deployment_ids
 
 
-async def list_registrations(pool: Any, *, tenant_id: str) -> list[dict[str, Any]]:
+async def list_registrations(pool: Queryable, *, tenant_id: str) -> list[dict[str, Any]]:
     """The tenant's registrations, newest first, each with its deployment ids."""
     rows = await pool.fetch(
         f"SELECT {_REGISTRATION_COLUMNS} FROM lti_registrations r "  # noqa: S608
@@ -119,7 +121,7 @@ async def list_registrations(pool: Any, *, tenant_id: str) -> list[dict[str, Any
 
 
 async def get_registration(
-    pool: Any, *, tenant_id: str, registration_id: uuid.UUID
+    pool: Queryable, *, tenant_id: str, registration_id: uuid.UUID
 ) -> dict[str, Any] | None:
     """One registration of the tenant, or None."""
     row = await pool.fetchrow(
@@ -131,7 +133,7 @@ async def get_registration(
     return dict(row) if row else None
 
 
-async def registration_by_id(pool: Any, registration_id: uuid.UUID) -> dict[str, Any] | None:
+async def registration_by_id(pool: Queryable, registration_id: uuid.UUID) -> dict[str, Any] | None:
     """A registration of any tenant (the worker posting a score), or None."""
     row = await pool.fetchrow(
         f"SELECT {_REGISTRATION_COLUMNS} FROM lti_registrations r WHERE r.id = $1",  # noqa: S608
@@ -140,7 +142,9 @@ async def registration_by_id(pool: Any, registration_id: uuid.UUID) -> dict[str,
     return dict(row) if row else None
 
 
-async def delete_registration(pool: Any, *, tenant_id: str, registration_id: uuid.UUID) -> bool:
+async def delete_registration(
+    pool: Queryable, *, tenant_id: str, registration_id: uuid.UUID
+) -> bool:
     """Delete a registration with its deployments and links (Lectern's users, classes and
     their work stay); False when the tenant has none of that id."""
     deleted = await pool.fetchval(
@@ -152,7 +156,7 @@ async def delete_registration(pool: Any, *, tenant_id: str, registration_id: uui
 
 
 async def deployment(
-    pool: Any, *, issuer: str, client_id: str, deployment_id: str
+    pool: Queryable, *, issuer: str, client_id: str, deployment_id: str
 ) -> dict[str, Any] | None:
     """The registration that holds (issuer, client id, deployment id), or None."""
     row = await pool.fetchrow(
@@ -167,7 +171,7 @@ async def deployment(
 
 
 async def login_candidates(
-    pool: Any, *, issuer: str, client_id: str | None
+    pool: Queryable, *, issuer: str, client_id: str | None
 ) -> list[dict[str, Any]]:
     """Registrations of ``issuer`` (and ``client_id`` when given) that have a deployment:
     their client id and authorization endpoint."""
@@ -184,12 +188,12 @@ async def login_candidates(
 # --- the tool's keys ------------------------------------------------------------------------
 
 
-async def lock_keys(conn: Any) -> None:
+async def lock_keys(conn: Queryable) -> None:
     """Serialise key creation and rotation across replicas (inside a transaction)."""
     await conn.execute("SELECT pg_advisory_xact_lock(hashtext('lectern.lti_tool_keys'))")
 
 
-async def signing_key(conn: Any) -> dict[str, Any] | None:
+async def signing_key(conn: Queryable) -> dict[str, Any] | None:
     """The key that signs now: the newest not retired."""
     row = await conn.fetchrow(
         "SELECT kid, private_pem FROM lti_tool_keys WHERE retired_at IS NULL "
@@ -198,7 +202,9 @@ async def signing_key(conn: Any) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-async def insert_key(conn: Any, *, kid: str, private_pem: str, public_jwk: dict[str, Any]) -> None:
+async def insert_key(
+    conn: Queryable, *, kid: str, private_pem: str, public_jwk: dict[str, Any]
+) -> None:
     """Store a new key."""
     await conn.execute(
         "INSERT INTO lti_tool_keys (kid, private_pem, public_jwk) VALUES ($1, $2, $3::jsonb)",
@@ -208,7 +214,7 @@ async def insert_key(conn: Any, *, kid: str, private_pem: str, public_jwk: dict[
     )
 
 
-async def retire_keys(conn: Any, *, except_kid: str, publish_for_s: float) -> list[str]:
+async def retire_keys(conn: Queryable, *, except_kid: str, publish_for_s: float) -> list[str]:
     """Retire every signing key but ``except_kid``; each stays published ``publish_for_s``."""
     rows = await conn.fetch(
         "UPDATE lti_tool_keys SET retired_at = now(), "
@@ -220,7 +226,7 @@ async def retire_keys(conn: Any, *, except_kid: str, publish_for_s: float) -> li
     return [r["kid"] for r in rows]
 
 
-async def published_keys(pool: Any) -> list[dict[str, Any]]:
+async def published_keys(pool: Queryable) -> list[dict[str, Any]]:
     """The public keys to publish: the signing key and retired keys still within their time."""
     rows = await pool.fetch(
         "SELECT kid, public_jwk, created_at, retired_at, publish_until FROM lti_tool_keys "
@@ -236,7 +242,7 @@ def _json(value: Any) -> Any:
 # --- OIDC login states ----------------------------------------------------------------------
 
 
-async def insert_state(pool: Any, values: dict[str, Any], *, ttl_s: float) -> None:
+async def insert_state(pool: Queryable, values: dict[str, Any], *, ttl_s: float) -> None:
     """A login's state and nonce, expiring in ``ttl_s``; expired rows of others go."""
     await pool.execute(
         "INSERT INTO lti_oidc_states (state, nonce, issuer, client_id, deployment_id, "
@@ -254,7 +260,7 @@ async def insert_state(pool: Any, values: dict[str, Any], *, ttl_s: float) -> No
     await pool.execute("DELETE FROM lti_oidc_states WHERE expires_at < now() - interval '1 day'")
 
 
-async def get_state(pool: Any, state: str) -> dict[str, Any] | None:
+async def get_state(pool: Queryable, state: str) -> dict[str, Any] | None:
     """A login state with whether it is expired, or None."""
     row = await pool.fetchrow(
         "SELECT *, expires_at < now() AS expired FROM lti_oidc_states WHERE state = $1", state
@@ -262,7 +268,7 @@ async def get_state(pool: Any, state: str) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-async def use_state(pool: Any, state: str) -> bool:
+async def use_state(pool: Queryable, state: str) -> bool:
     """Mark a live state used; False when it was used already or expired (used once)."""
     used = await pool.fetchval(
         "UPDATE lti_oidc_states SET used_at = now() WHERE state = $1 AND used_at IS NULL "
@@ -276,7 +282,11 @@ async def use_state(pool: Any, state: str) -> bool:
 
 
 async def upsert_users(
-    conn: Any, *, registration_id: uuid.UUID, tenant_id: str, people: Sequence[dict[str, Any]]
+    conn: Queryable,
+    *,
+    registration_id: uuid.UUID,
+    tenant_id: str,
+    people: Sequence[dict[str, Any]],
 ) -> dict[str, str]:
     """Create or update the Lectern users of platform users (``sub`` and the name and email
     fields as sent: a field not sent is left as it was); their user ids by ``sub``."""
@@ -303,7 +313,7 @@ async def upsert_users(
     return {r["sub"]: r["user_id"] for r in rows}
 
 
-async def upsert_context(conn: Any, values: dict[str, Any]) -> str:
+async def upsert_context(conn: Queryable, values: dict[str, Any]) -> str:
     """Create or update the course of a launch; the class it maps to."""
     class_id: str = await conn.fetchval(
         """
@@ -330,7 +340,9 @@ async def upsert_context(conn: Any, values: dict[str, Any]) -> str:
     return class_id
 
 
-async def context_of_class(pool: Any, *, tenant_id: str, class_id: str) -> dict[str, Any] | None:
+async def context_of_class(
+    pool: Queryable, *, tenant_id: str, class_id: str
+) -> dict[str, Any] | None:
     """The course a class came from, or None."""
     row = await pool.fetchrow(
         "SELECT * FROM lti_contexts WHERE tenant_id = $1 AND class_id = $2", tenant_id, class_id
@@ -338,7 +350,9 @@ async def context_of_class(pool: Any, *, tenant_id: str, class_id: str) -> dict[
     return dict(row) if row else None
 
 
-async def roster_due(conn: Any, *, tenant_id: str, class_id: str, older_than_s: float) -> bool:
+async def roster_due(
+    conn: Queryable, *, tenant_id: str, class_id: str, older_than_s: float
+) -> bool:
     """Whether the class's roster was never synced or last synced more than that long ago."""
     due = await conn.fetchval(
         "SELECT memberships_url IS NOT NULL AND (roster_synced_at IS NULL OR "
@@ -351,7 +365,9 @@ async def roster_due(conn: Any, *, tenant_id: str, class_id: str, older_than_s: 
     return bool(due)
 
 
-async def join_class(conn: Any, *, tenant_id: str, class_id: str, user_ids: Sequence[str]) -> None:
+async def join_class(
+    conn: Queryable, *, tenant_id: str, class_id: str, user_ids: Sequence[str]
+) -> None:
     """Put students on a class's roster (``class_members``), noting that LTI put them there."""
     await conn.execute(
         "INSERT INTO class_members (tenant_id, class_id, user_id, added_by) "
@@ -375,7 +391,7 @@ async def join_class(conn: Any, *, tenant_id: str, class_id: str, user_ids: Sequ
 
 
 async def remove_left(
-    conn: Any, *, tenant_id: str, class_id: str, keep: Sequence[str]
+    conn: Queryable, *, tenant_id: str, class_id: str, keep: Sequence[str]
 ) -> list[str]:
     """Take off the class's roster the students LTI put there who are not in ``keep`` (their
     sessions, memories and attempts stay); who was taken off."""
@@ -397,7 +413,7 @@ async def remove_left(
     return left
 
 
-async def mark_roster_synced(conn: Any, *, tenant_id: str, class_id: str) -> None:
+async def mark_roster_synced(conn: Queryable, *, tenant_id: str, class_id: str) -> None:
     """Note the time of the class's last roster sync."""
     await conn.execute(
         "UPDATE lti_contexts SET roster_synced_at = now() WHERE tenant_id = $1 AND class_id = $2",
@@ -406,7 +422,7 @@ async def mark_roster_synced(conn: Any, *, tenant_id: str, class_id: str) -> Non
     )
 
 
-async def upsert_resource_link(conn: Any, values: dict[str, Any]) -> None:
+async def upsert_resource_link(conn: Queryable, values: dict[str, Any]) -> None:
     """Record a placed link: what it opens and its line item."""
     await conn.execute(
         """
@@ -429,7 +445,7 @@ async def upsert_resource_link(conn: Any, values: dict[str, Any]) -> None:
     )
 
 
-async def upsert_grade_link(conn: Any, values: dict[str, Any]) -> None:
+async def upsert_grade_link(conn: Queryable, values: dict[str, Any]) -> None:
     """A student's scores on a quiz go to this line item."""
     await conn.execute(
         "INSERT INTO lti_grade_links (tenant_id, user_id, quiz_id, lineitem_url, "
@@ -446,7 +462,7 @@ async def upsert_grade_link(conn: Any, values: dict[str, Any]) -> None:
 
 
 async def queue_scores(
-    conn: Any,
+    conn: Queryable,
     *,
     tenant_id: str,
     user_id: str,
@@ -477,7 +493,7 @@ async def queue_scores(
 # --- content a teacher may place --------------------------------------------------------------
 
 
-async def placeable_quizzes(pool: Any, *, tenant_id: str, class_id: str | None) -> list[Any]:
+async def placeable_quizzes(pool: Queryable, *, tenant_id: str, class_id: str | None) -> list[Any]:
     """Quizzes of the class or of no class, newest first (at most 200)."""
     return list(
         await pool.fetch(
@@ -490,7 +506,9 @@ async def placeable_quizzes(pool: Any, *, tenant_id: str, class_id: str | None) 
     )
 
 
-async def placeable_documents(pool: Any, *, tenant_id: str, class_id: str | None) -> list[Any]:
+async def placeable_documents(
+    pool: Queryable, *, tenant_id: str, class_id: str | None
+) -> list[Any]:
     """Indexed educational documents of the class or of no class (at most 500), by title."""
     return list(
         await pool.fetch(
@@ -503,7 +521,9 @@ async def placeable_documents(pool: Any, *, tenant_id: str, class_id: str | None
     )
 
 
-async def assign_quiz(pool: Any, *, tenant_id: str, quiz_id: uuid.UUID, class_id: str) -> None:
+async def assign_quiz(
+    pool: Queryable, *, tenant_id: str, quiz_id: uuid.UUID, class_id: str
+) -> None:
     """A quiz of no class placed in a course is the course's class's from then on."""
     await pool.execute(
         "UPDATE quizzes SET assigned_class_id = $3 WHERE tenant_id = $1 AND id = $2 "
@@ -517,7 +537,7 @@ async def assign_quiz(pool: Any, *, tenant_id: str, quiz_id: uuid.UUID, class_id
 # --- deep-linking requests ------------------------------------------------------------------
 
 
-async def insert_deep_link(pool: Any, values: dict[str, Any], *, ttl_s: float) -> None:
+async def insert_deep_link(pool: Queryable, values: dict[str, Any], *, ttl_s: float) -> None:
     """A deep-linking request waiting for the teacher's choice."""
     await pool.execute(
         "INSERT INTO lti_deep_links (id, registration_id, tenant_id, deployment_id, user_id, "
@@ -538,7 +558,7 @@ async def insert_deep_link(pool: Any, values: dict[str, Any], *, ttl_s: float) -
     await pool.execute("DELETE FROM lti_deep_links WHERE expires_at < now() - interval '1 day'")
 
 
-async def get_deep_link(pool: Any, deep_link_id: str) -> dict[str, Any] | None:
+async def get_deep_link(pool: Queryable, deep_link_id: str) -> dict[str, Any] | None:
     """A live deep-linking request (not used, not expired), or None."""
     row = await pool.fetchrow(
         "SELECT * FROM lti_deep_links WHERE id = $1 AND used_at IS NULL AND expires_at >= now()",
@@ -547,7 +567,7 @@ async def get_deep_link(pool: Any, deep_link_id: str) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-async def use_deep_link(pool: Any, deep_link_id: str) -> bool:
+async def use_deep_link(pool: Queryable, deep_link_id: str) -> bool:
     """Mark a deep-linking request answered; False when it was already."""
     used = await pool.fetchval(
         "UPDATE lti_deep_links SET used_at = now() WHERE id = $1 AND used_at IS NULL RETURNING id",
@@ -559,7 +579,7 @@ async def use_deep_link(pool: Any, deep_link_id: str) -> bool:
 # --- the score outbox -----------------------------------------------------------------------
 
 
-async def claim_scores(conn: Any, *, limit: int, lease_s: float) -> list[dict[str, Any]]:
+async def claim_scores(conn: Queryable, *, limit: int, lease_s: float) -> list[dict[str, Any]]:
     """Claim due scores (``FOR UPDATE SKIP LOCKED``) and lease them for ``lease_s``."""
     rows = await conn.fetch(
         "SELECT id, tenant_id, registration_id, lineitem_url, score, attempts, created_at "
@@ -577,7 +597,7 @@ async def claim_scores(conn: Any, *, limit: int, lease_s: float) -> list[dict[st
     return [{**dict(r), "score": _json(r["score"])} for r in rows]
 
 
-async def score_sent(pool: Any, *, score_id: uuid.UUID) -> None:
+async def score_sent(pool: Queryable, *, score_id: uuid.UUID) -> None:
     """The platform took the score."""
     await pool.execute(
         "UPDATE lti_score_outbox SET status = 'sent', attempts = attempts + 1, sent_at = now(), "
@@ -586,7 +606,7 @@ async def score_sent(pool: Any, *, score_id: uuid.UUID) -> None:
     )
 
 
-async def score_retry(pool: Any, *, score_id: uuid.UUID, delay_s: float, error: str) -> None:
+async def score_retry(pool: Queryable, *, score_id: uuid.UUID, delay_s: float, error: str) -> None:
     """The platform did not take it: try again in ``delay_s``."""
     await pool.execute(
         "UPDATE lti_score_outbox SET attempts = attempts + 1, last_error = $3, "
@@ -597,7 +617,7 @@ async def score_retry(pool: Any, *, score_id: uuid.UUID, delay_s: float, error: 
     )
 
 
-async def score_failed(pool: Any, *, score_id: uuid.UUID, error: str) -> None:
+async def score_failed(pool: Queryable, *, score_id: uuid.UUID, error: str) -> None:
     """Given up (the platform refused it for good, or the give-up time passed)."""
     await pool.execute(
         "UPDATE lti_score_outbox SET status = 'failed', attempts = attempts + 1, "
@@ -608,7 +628,7 @@ async def score_failed(pool: Any, *, score_id: uuid.UUID, error: str) -> None:
 
 
 async def list_scores(
-    pool: Any, *, tenant_id: str, status: str | None, limit: int
+    pool: Queryable, *, tenant_id: str, status: str | None, limit: int
 ) -> list[dict[str, Any]]:
     """The tenant's scores to post, newest first."""
     rows = await pool.fetch(

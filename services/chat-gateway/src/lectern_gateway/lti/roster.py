@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from lectern_common.db.types import Pool
 from lectern_gateway.lti import claims
 from lectern_gateway.lti import repository as repo
 from lectern_gateway.lti.platform import PlatformClient, PlatformError
@@ -88,7 +89,7 @@ def _is_active_student(member: dict[str, Any]) -> bool:
 
 
 async def sync_roster(
-    *, pool: Any, platforms: PlatformClient, tenant_id: str, class_id: str
+    *, pool: Pool, platforms: PlatformClient, tenant_id: str, class_id: str
 ) -> RosterSync:
     """Sync a class's roster from its course now."""
     started = time.monotonic()

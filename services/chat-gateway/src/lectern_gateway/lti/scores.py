@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from lectern_common.db.types import Pool
 from lectern_gateway.config import Settings
 from lectern_gateway.lti import claims
 from lectern_gateway.lti import repository as repo
@@ -41,7 +42,7 @@ class ScoreWorker:
     """Posts due scores until stopped (one per gateway worker process; rows are claimed
     ``FOR UPDATE SKIP LOCKED`` with a lease, so workers never post one score at once)."""
 
-    def __init__(self, *, pool: Any, settings: Settings, platforms: PlatformClient) -> None:
+    def __init__(self, *, pool: Pool, settings: Settings, platforms: PlatformClient) -> None:
         self.pool = pool
         self.settings = settings
         self.platforms = platforms

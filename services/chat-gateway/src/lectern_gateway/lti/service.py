@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
+from lectern_common.db.types import Connection, Pool
 from lectern_gateway.auth import issue_token
 from lectern_gateway.config import Settings
 from lectern_gateway.lti import claims
@@ -99,7 +100,7 @@ def _check_target_uri(launch: Launch, tool_origin: str) -> None:
 
 
 async def complete_launch(
-    *, pool: Any, platforms: PlatformClient, settings: Settings, launch: Launch, tool_origin: str
+    *, pool: Pool, platforms: PlatformClient, settings: Settings, launch: Launch, tool_origin: str
 ) -> Landing:
     """Record what a verified launch says and sign the user in."""
     _check_target_uri(launch, tool_origin)
@@ -158,7 +159,7 @@ async def complete_launch(
     )
 
 
-async def _record_context(conn: Any, launch: Launch, context: dict[str, Any]) -> str:
+async def _record_context(conn: Connection, launch: Launch, context: dict[str, Any]) -> str:
     registration = launch.registration
     nrps = launch.claims.get(claims.NRPS)
     ags = launch.claims.get(claims.AGS)
@@ -179,7 +180,7 @@ async def _record_context(conn: Any, launch: Launch, context: dict[str, Any]) ->
     )
 
 
-async def _record_link(conn: Any, launch: Launch, *, user_id: str, target: Target) -> None:
+async def _record_link(conn: Connection, launch: Launch, *, user_id: str, target: Target) -> None:
     registration, token = launch.registration, launch.claims
     link = token[claims.RESOURCE_LINK]
     context = token.get(claims.CONTEXT)
@@ -221,7 +222,7 @@ async def _record_link(conn: Any, launch: Launch, *, user_id: str, target: Targe
 
 
 async def _record_deep_link(
-    conn: Any, launch: Launch, user_id: str, class_id: str | None, settings: Settings
+    conn: Connection, launch: Launch, user_id: str, class_id: str | None, settings: Settings
 ) -> str:
     dl_settings = launch.claims[claims.DEEP_LINKING_SETTINGS]
     accept = dl_settings.get("accept_types")
@@ -246,7 +247,7 @@ async def _record_deep_link(
 
 
 def _sync_in_background(
-    pool: Any, platforms: PlatformClient, tenant_id: str, class_id: str
+    pool: Pool, platforms: PlatformClient, tenant_id: str, class_id: str
 ) -> None:
     async def run() -> None:
         try:
@@ -260,7 +261,7 @@ def _sync_in_background(
 
 
 async def queue_attempt_score(
-    conn: Any,
+    conn: Connection,
     *,
     tenant_id: str,
     user_id: str,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lectern_common.db.types import Queryable
+
 _COLUMNS = (
     "tenant_id, slug, version, display_name, instructions, default_mode, learning_style, "
     "explanation_depth, scope, tag_boosts, band_high, band_medium, band_low, gap_message, "
@@ -12,7 +14,7 @@ _COLUMNS = (
 )
 
 
-async def insert_version(pool: Any, values: dict[str, Any]) -> dict[str, Any] | None:
+async def insert_version(pool: Queryable, values: dict[str, Any]) -> dict[str, Any] | None:
     """The persona's next version (1 for a new slug); None when ``expect_new`` and it exists."""
     row = await pool.fetchrow(
         f"""INSERT INTO personas (tenant_id, slug, version, display_name, instructions,
@@ -32,7 +34,7 @@ async def insert_version(pool: Any, values: dict[str, Any]) -> dict[str, Any] | 
 
 
 async def get(
-    pool: Any, *, tenant_id: str, slug: str, version: int | None = None
+    pool: Queryable, *, tenant_id: str, slug: str, version: int | None = None
 ) -> dict[str, Any] | None:
     """A version of a persona (the latest when ``version`` is None)."""
     row = await pool.fetchrow(
@@ -45,7 +47,7 @@ async def get(
     return dict(row) if row else None
 
 
-async def latest(pool: Any, *, tenant_id: str) -> list[dict[str, Any]]:
+async def latest(pool: Queryable, *, tenant_id: str) -> list[dict[str, Any]]:
     """The latest version of every persona of the tenant, by slug."""
     rows = await pool.fetch(
         f"SELECT DISTINCT ON (slug) {_COLUMNS} FROM personas WHERE tenant_id = $1 "  # noqa: S608
@@ -55,7 +57,7 @@ async def latest(pool: Any, *, tenant_id: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-async def indexed_chunks(pool: Any, *, tenant_id: str, scope: Mapping[str, Any]) -> int:
+async def indexed_chunks(pool: Queryable, *, tenant_id: str, scope: Mapping[str, Any]) -> int:
     """How many live content chunks a scope matches (a persona must not be silently empty)."""
     return int(
         await pool.fetchval(

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, model_validator
 
+from lectern_common.db.types import Pool
 from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
 from lectern_gateway.classes.membership import student_classes
 from lectern_gateway.deps import PoolDep
@@ -101,7 +102,7 @@ class Persona(PersonaIn):
         return persona
 
 
-async def _write(body: PersonaIn, staff: Principal, pool: Any, *, new: bool) -> Persona:
+async def _write(body: PersonaIn, staff: Principal, pool: Pool, *, new: bool) -> Persona:
     scope = body.scope.model_dump()
     row = await repo.insert_version(
         pool,

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lectern_common.db.types import Pool
 from lectern_common.education import BandThresholds
 from lectern_common.events.retrieval import ScopeFilter
 from lectern_gateway.auth import Principal
@@ -98,7 +99,7 @@ def thresholds(persona: Mapping[str, Any] | None) -> tuple[float, float, float] 
 
 
 async def session_persona(
-    pool: Any, *, tenant_id: str, slug: str | None, version: int | None
+    pool: Pool, *, tenant_id: str, slug: str | None, version: int | None
 ) -> TutorPersona | None:
     """The persona version a session started with (None: a session without a persona, or
     a persona since deleted)."""
@@ -108,7 +109,7 @@ async def session_persona(
     return None if row is None else TutorPersona.of_row(row)
 
 
-async def persona_for(pool: Any, principal: Principal, slug: str) -> dict[str, Any]:
+async def persona_for(pool: Pool, principal: Principal, slug: str) -> dict[str, Any]:
     """The latest version of a persona the caller may use, else 404."""
     row = await repo.get(pool, tenant_id=principal.tenant_id, slug=slug)
     if row is None or not visible_to(row, await student_classes(pool, principal)):

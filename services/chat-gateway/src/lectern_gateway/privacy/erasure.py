@@ -24,6 +24,7 @@ from typing import Any
 
 from faststream.nats import NatsBroker
 
+from lectern_common.db.types import Pool
 from lectern_common.errors import RetryableError
 from lectern_common.events import UserErased, erased_user_key
 from lectern_common.outbox import enqueue
@@ -48,7 +49,7 @@ class Erasure:
 
 async def erase_user(
     *,
-    pool: Any,
+    pool: Pool,
     broker: NatsBroker,
     tenant_id: str,
     user_id: str,

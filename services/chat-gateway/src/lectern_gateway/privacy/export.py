@@ -34,6 +34,7 @@ from typing import Any, Literal
 from faststream.nats import NatsBroker
 from pydantic import BaseModel, ConfigDict, Field
 
+from lectern_common.db.types import Pool
 from lectern_gateway.memories import service as memories
 from lectern_gateway.privacy import repository as repo
 
@@ -290,18 +291,9 @@ class UserExport(BaseModel):
     distillations: list[ExportedDistillation]
     events: list[ExportedEvent]
 
-    def is_empty(self) -> bool:
-        """True when nothing at all is kept about the user."""
-        return not any(getattr(self, part) for part in PARTS)
-
-
-#: the parts of an export, each a list of what one kind of row holds
-PARTS = tuple(name for name in UserExport.model_fields if name not in (
-    "format", "tenant_id", "user_id", "exported_at"))  # fmt: skip
-
 
 async def export_user(
-    *, pool: Any, broker: NatsBroker, tenant_id: str, user_id: str, timeout: float
+    *, pool: Pool, broker: NatsBroker, tenant_id: str, user_id: str, timeout: float
 ) -> UserExport:
     """Everything kept about ``user_id`` in ``tenant_id`` (empty parts for an unknown user);
     the memory service's parts asked of it within ``timeout``."""

@@ -9,6 +9,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from lectern_common.db.types import Queryable
 from lectern_common.events import Subjects
 
 # --- export ------------------------------------------------------------------------------
@@ -78,7 +79,9 @@ EXPORT_QUERIES: dict[str, str] = {
 }
 
 
-async def read_user(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, list[dict[str, Any]]]:
+async def read_user(
+    conn: Queryable, *, tenant_id: str, user_id: str
+) -> dict[str, list[dict[str, Any]]]:
     """Every row the gateway keeps about the user, by part of the export (call in one
     read-only snapshot; the memory service's parts come from it, ``export``)."""
     found: dict[str, list[dict[str, Any]]] = {}
@@ -90,7 +93,7 @@ async def read_user(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, lis
 # --- erasure -----------------------------------------------------------------------------
 
 
-async def lock_user(conn: Any, *, tenant_id: str, user_id: str) -> None:
+async def lock_user(conn: Queryable, *, tenant_id: str, user_id: str) -> None:
     """Serialise erasures of one user (transaction-scoped advisory lock)."""
     await conn.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"erase:{tenant_id}:{user_id}"
@@ -175,7 +178,7 @@ _ERASE: list[tuple[str, str]] = [
 ]
 
 
-async def erase_gateway_rows(conn: Any, *, tenant_id: str, user_id: str) -> dict[str, int]:
+async def erase_gateway_rows(conn: Queryable, *, tenant_id: str, user_id: str) -> dict[str, int]:
     """Delete the gateway's rows of the user; rows deleted (or uncounted) per table."""
     status: str = await conn.execute(_UNCOUNT_GAP_TOPICS, tenant_id, user_id)
     counts = {"quality_gap_topics": int(status.split()[-1])}
@@ -186,7 +189,7 @@ async def erase_gateway_rows(conn: Any, *, tenant_id: str, user_id: str) -> dict
     return counts
 
 
-async def tombstone(conn: Any, *, tenant_id: str, user_key: str) -> dict[str, Any] | None:
+async def tombstone(conn: Queryable, *, tenant_id: str, user_key: str) -> dict[str, Any] | None:
     """The user's erasure record, if they were erased."""
     row = await conn.fetchrow(
         "SELECT erased_at, event_id, erased_by FROM erased_users "
@@ -198,7 +201,7 @@ async def tombstone(conn: Any, *, tenant_id: str, user_key: str) -> dict[str, An
 
 
 async def record_erasure(
-    conn: Any,
+    conn: Queryable,
     *,
     tenant_id: str,
     user_key: str,
@@ -219,7 +222,7 @@ async def record_erasure(
 # --- retention ---------------------------------------------------------------------------
 
 
-async def retention_settings(pool: Any) -> list[tuple[str, int]]:
+async def retention_settings(pool: Queryable) -> list[tuple[str, int]]:
     """(tenant, days) of every tenant that has sessions deleted after a number of days."""
     rows = await pool.fetch(
         "SELECT tenant_id, session_retention_days FROM tenant_settings "
@@ -228,7 +231,9 @@ async def retention_settings(pool: Any) -> list[tuple[str, int]]:
     return [(str(r["tenant_id"]), int(r["session_retention_days"])) for r in rows]
 
 
-async def expire_sessions(conn: Any, *, tenant_id: str, days: int, limit: int) -> list[uuid.UUID]:
+async def expire_sessions(
+    conn: Queryable, *, tenant_id: str, days: int, limit: int
+) -> list[uuid.UUID]:
     """Delete up to ``limit`` sessions of the tenant idle for more than ``days`` days, with
     their messages, turns and flags (foreign keys), knowledge gaps and notices; returns
     their ids. Rows another replica is deleting are skipped (``SKIP LOCKED``)."""
@@ -250,7 +255,7 @@ async def expire_sessions(conn: Any, *, tenant_id: str, days: int, limit: int) -
     return ids
 
 
-async def expire_gap_topics(conn: Any, *, tenant_id: str, days: int) -> int:
+async def expire_gap_topics(conn: Queryable, *, tenant_id: str, days: int) -> int:
     """Delete the dashboard's gap topics (students' words) of days past the retention."""
     status: str = await conn.execute(
         "DELETE FROM quality_gap_topics WHERE tenant_id = $1 "

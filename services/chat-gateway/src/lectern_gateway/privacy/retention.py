@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
+from lectern_common.db.types import Pool
 from lectern_common.events import ChatSessionsExpired
 from lectern_common.outbox import enqueue
 from lectern_gateway.privacy import repository as repo
@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 BATCH = 200
 
 
-async def sweep_expired_sessions(*, pool: Any, batch: int = BATCH) -> int:
+async def sweep_expired_sessions(*, pool: Pool, batch: int = BATCH) -> int:
     """Delete the sessions past their tenant's retention; returns how many."""
     total = 0
     for tenant_id, days in await repo.retention_settings(pool):
@@ -45,7 +45,7 @@ async def sweep_expired_sessions(*, pool: Any, batch: int = BATCH) -> int:
     return total
 
 
-async def retention_sweeper(*, pool: Any, every_s: float) -> None:
+async def retention_sweeper(*, pool: Pool, every_s: float) -> None:
     """Sweep now and every ``every_s`` seconds, for ever (cancel to stop)."""
     while True:
         try:

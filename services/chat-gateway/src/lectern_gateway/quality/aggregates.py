@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+from lectern_common.db.types import Connection
+from lectern_gateway.quality import repository as repo
+
 #: upper bounds of the latency buckets, in milliseconds (the last one is open)
 BUCKETS_MS: tuple[float, ...] = (
     50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 7500, 10000, 15000, 30000,
@@ -77,27 +80,8 @@ class Dimensions:
         return [self.tenant_id, self.day, self.persona, self.subject, self.class_id]
 
 
-_TURN = """
-INSERT INTO quality_daily (tenant_id, day, persona, subject, class_id, questions, band_high,
-    band_medium, band_low, band_gap, with_citations, fallbacks, ttft_buckets,
-    retrieval_buckets)
-VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13)
-ON CONFLICT (tenant_id, day, persona, subject, class_id) DO UPDATE SET
-    questions = quality_daily.questions + 1,
-    band_high = quality_daily.band_high + EXCLUDED.band_high,
-    band_medium = quality_daily.band_medium + EXCLUDED.band_medium,
-    band_low = quality_daily.band_low + EXCLUDED.band_low,
-    band_gap = quality_daily.band_gap + EXCLUDED.band_gap,
-    with_citations = quality_daily.with_citations + EXCLUDED.with_citations,
-    fallbacks = quality_daily.fallbacks + EXCLUDED.fallbacks,
-    ttft_buckets = lectern_add_counts(quality_daily.ttft_buckets, EXCLUDED.ttft_buckets),
-    retrieval_buckets = lectern_add_counts(
-        quality_daily.retrieval_buckets, EXCLUDED.retrieval_buckets)
-"""
-
-
 async def record_turn(
-    conn: Any,
+    conn: Connection,
     where: Dimensions,
     *,
     band: str,
@@ -109,36 +93,22 @@ async def record_turn(
 ) -> None:
     """Count one answered question (call inside the transaction that stores it)."""
     bands = [int(band == b) for b in ("high", "medium", "low", "gap")]
-    await conn.execute(
-        _TURN, *where.key(), *bands, int(bool(cited_documents)), int(fallback),
-        bucket_counts(ttft_ms), bucket_counts(retrieval_ms),
+    await repo.count_turn(
+        pool=conn, key=where.key(), bands=bands, with_citations=int(bool(cited_documents)),
+        fallback=int(fallback), ttft_buckets=bucket_counts(ttft_ms),
+        retrieval_buckets=bucket_counts(retrieval_ms),
     )  # fmt: skip
     if band == "gap" and gap_topic:
-        await conn.execute(
-            "INSERT INTO quality_gap_topics (tenant_id, day, persona, subject, class_id, topic, "
-            "questions) VALUES ($1, $2, $3, $4, $5, $6, 1) ON CONFLICT (tenant_id, day, "
-            "persona, subject, class_id, topic) DO UPDATE SET "
-            "questions = quality_gap_topics.questions + 1",
-            *where.key(), gap_topic[:200],
-        )  # fmt: skip
+        await repo.count_gap_topic(pool=conn, key=where.key(), topic=gap_topic[:200])
     for document_id, count in _counted(cited_documents).items():
-        await conn.execute(
-            "INSERT INTO quality_citations (tenant_id, day, persona, subject, class_id, "
-            "document_id, citations) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT "
-            "(tenant_id, day, persona, subject, class_id, document_id) DO UPDATE SET "
-            "citations = quality_citations.citations + EXCLUDED.citations",
-            *where.key(), document_id, count,
-        )  # fmt: skip
+        await repo.count_citations(
+            pool=conn, key=where.key(), document_id=document_id, citations=count
+        )
 
 
-async def record_flag(conn: Any, where: Dimensions) -> None:
+async def record_flag(conn: Connection, where: Dimensions) -> None:
     """Count one flagged answer."""
-    await conn.execute(
-        "INSERT INTO quality_daily (tenant_id, day, persona, subject, class_id, flagged) "
-        "VALUES ($1, $2, $3, $4, $5, 1) ON CONFLICT (tenant_id, day, persona, subject, "
-        "class_id) DO UPDATE SET flagged = quality_daily.flagged + 1",
-        *where.key(),
-    )
+    await repo.count_flag(pool=conn, key=where.key())
 
 
 def _counted(documents: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:

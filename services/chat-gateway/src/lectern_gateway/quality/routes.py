@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from lectern_gateway.auth import StaffDep
 from lectern_gateway.deps import PoolDep
 from lectern_gateway.problems import ProblemError
+from lectern_gateway.quality import repository as repo
 from lectern_gateway.quality.aggregates import percentile
 from lectern_gateway.quality.service import teacher_classes
 
@@ -101,22 +102,6 @@ class QuestionRow(BaseModel):
     asked_at: datetime
 
 
-def _where(
-    args: list[Any], classes: list[str] | None, persona: str | None, subject: str | None
-) -> str:
-    clauses = ["tenant_id = $1", "day BETWEEN $2 AND $3"]
-    if classes is not None:
-        args.append(["", *classes])
-        clauses.append(f"class_id = ANY(${len(args)}::text[])")
-    if persona is not None:
-        args.append(persona)
-        clauses.append(f"persona = ${len(args)}")
-    if subject is not None:
-        args.append(subject.lower())
-        clauses.append(f"subject = ${len(args)}")
-    return " AND ".join(clauses)
-
-
 def _figures(rows: list[Any], url: str) -> dict[str, Any]:
     questions = sum(r["questions"] for r in rows)
     answers = {b: sum(r[f"band_{b}"] for r in rows) for b in BANDS}
@@ -188,12 +173,8 @@ async def quality(
     """
     start, end = _day_range(start, end, default_days=14)
     classes = await teacher_classes(pool, staff)
-    args: list[Any] = [staff.tenant_id, start, end]
-    where = _where(args, classes, persona, subject)
-    rows = await pool.fetch(
-        f"SELECT * FROM quality_daily WHERE {where} ORDER BY day",  # noqa: S608
-        *args,
-    )
+    scope = repo.Scope(staff.tenant_id, start, end, classes, persona, subject)
+    rows = await repo.daily_rows(pool=pool, scope=scope)
     groups: dict[tuple[date, str], list[Any]] = {}
     for row in rows:
         group = row[group_by] if group_by != "none" else "all"
@@ -211,31 +192,10 @@ async def quality(
         for (day, group), members in sorted(groups.items())
     ]
     totals = Figures(**_figures(list(rows), _questions_url(start=start, end=end, **filters)))
-    gaps = await pool.fetch(
-        f"SELECT topic, sum(questions)::int AS questions FROM quality_gap_topics "  # noqa: S608
-        f"WHERE {where} GROUP BY topic ORDER BY 2 DESC, topic LIMIT 10",
-        *args,
-    )
-    cited = await pool.fetch(
-        f"SELECT q.document_id, coalesce(d.title, '?') AS title, sum(q.citations)::int "  # noqa: S608
-        f"AS citations FROM (SELECT * FROM quality_citations WHERE {where}) q "
-        "LEFT JOIN documents d ON d.id = q.document_id "
-        "GROUP BY q.document_id, d.title ORDER BY 3 DESC, 2 LIMIT 10",
-        *args,
-    )
-    never = await pool.fetch(
-        f"WITH cited AS (SELECT document_id FROM quality_citations WHERE {where}) "  # noqa: S608
-        "SELECT d.id AS document_id, d.title FROM documents d WHERE d.tenant_id = $1 "
-        "AND d.status = 'indexed' AND d.deleted_at IS NULL "
-        "AND NOT EXISTS (SELECT 1 FROM cited WHERE cited.document_id = d.id) "
-        "ORDER BY d.created_at LIMIT 50",
-        *args,
-    )
-    backlog = await pool.fetch(
-        "SELECT status, count(*)::int AS n FROM documents WHERE tenant_id = $1 "
-        "AND status IN ('pending', 'processing') GROUP BY status",
-        staff.tenant_id,
-    )
+    gaps = await repo.top_gap_topics(pool=pool, scope=scope)
+    cited = await repo.most_cited(pool=pool, scope=scope)
+    never = await repo.never_cited(pool=pool, scope=scope)
+    backlog = await repo.ingest_backlog(pool=pool, tenant_id=staff.tenant_id)
     return Quality(
         start=start, end=end, group_by=group_by,
         scope="tenant" if classes is None else "classes", classes=classes or [],
@@ -248,7 +208,7 @@ async def quality(
         ],
         most_cited=[CitedDocument(**dict(c)) for c in cited],
         never_cited=[CitedDocument(**dict(n)) for n in never],
-        ingest_backlog={"pending": 0, "processing": 0} | {b["status"]: b["n"] for b in backlog},
+        ingest_backlog=backlog,
     )  # fmt: skip
 
 
@@ -271,28 +231,9 @@ async def quality_questions(
     """Questions of a day (or range) with their answers, filtered like the figure."""
     first, last = _day_range(day or start, day or end or start, default_days=1)
     classes = await teacher_classes(pool, staff)
-    rows = await pool.fetch(
-        """SELECT q.session_id, q.content AS question, a.id AS answer_message_id,
-                  a.confidence_band AS band, s.persona_slug AS persona, s.subject,
-                  q.created_at AS asked_at,
-                  EXISTS (SELECT 1 FROM feedback_flags f WHERE f.message_id = a.id) AS flagged
-           FROM chat_messages q
-           JOIN chat_sessions s ON s.id = q.session_id
-           LEFT JOIN LATERAL (
-               SELECT id, confidence_band FROM chat_messages m
-               WHERE m.session_id = q.session_id AND m.role = 'assistant'
-                 AND m.created_at >= q.created_at ORDER BY m.created_at LIMIT 1) a ON true
-           LEFT JOIN knowledge_gaps g ON g.message_id = a.id
-           WHERE q.tenant_id = $1 AND q.role = 'user'
-             AND (q.created_at AT TIME ZONE 'UTC')::date BETWEEN $2 AND $3
-             AND ($4::text[] IS NULL OR coalesce(s.class_id, '') = ANY($4::text[]))
-             AND ($5::text IS NULL OR coalesce(s.persona_slug, '') = $5)
-             AND ($6::text IS NULL OR lower(coalesce(s.subject, '')) = lower($6))
-             AND ($7::text IS NULL OR a.confidence_band = $7)
-             AND ($8::text IS NULL OR g.topic = $8)
-           ORDER BY q.created_at LIMIT $9""",
-        staff.tenant_id, first, last, None if classes is None else ["", *classes],
-        persona, subject, band, topic, limit,
+    rows = await repo.questions(
+        pool=pool, tenant_id=staff.tenant_id, first=first, last=last, classes=classes,
+        persona=persona, subject=subject, band=band, topic=topic, limit=limit,
     )  # fmt: skip
     found = [QuestionRow.model_validate(dict(r)) for r in rows]
     return found if flagged is None else [r for r in found if r.flagged == flagged]

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from lectern_common.db.types import Pool
 from lectern_gateway.auth import Principal
+from lectern_gateway.quality import repository as repo
 
 
-async def teacher_classes(pool: Any, principal: Principal) -> list[str] | None:
+async def teacher_classes(pool: Pool, principal: Principal) -> list[str] | None:
     """None for admins (the tenant); a teacher's classes otherwise."""
     if principal.role == "admin":
         return None
-    rows = await pool.fetch(
-        "SELECT DISTINCT class_id FROM documents WHERE tenant_id = $1 AND uploaded_by = $2 "
-        "AND class_id IS NOT NULL",
-        principal.tenant_id,
-        principal.user_id,
+    uploaded = await repo.uploaded_classes(
+        pool=pool, tenant_id=principal.tenant_id, user_id=principal.user_id
     )
-    return sorted({*principal.classes, *(r["class_id"] for r in rows)})
+    return sorted({*principal.classes, *uploaded})

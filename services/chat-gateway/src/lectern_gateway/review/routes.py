@@ -27,7 +27,8 @@ from lectern_gateway.documents.views import DocumentView
 from lectern_gateway.feedback.views import FlagView
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.quality.service import teacher_classes
-from lectern_gateway.review import gaps as gap_retry
+from lectern_gateway.review import gap_retry
+from lectern_gateway.review import repository as repo
 
 router = APIRouter(tags=["review"])
 
@@ -41,11 +42,6 @@ class Summary(BaseModel):
     duplicates: int
     stale: int
     conflicts: int
-
-
-def _scope(column: str, n: int) -> str:
-    """Class-less material, or the teacher's classes (``$n`` NULL: an admin sees all)."""
-    return f"(${n}::text[] IS NULL OR {column} IS NULL OR {column} = ANY(${n}::text[]))"
 
 
 @router.get("/v1/review", summary="How many items wait in each review queue (staff)")
@@ -99,16 +95,6 @@ class FlagResolution(BaseModel):
     note: str | None = Field(default=None, max_length=4000)
 
 
-_FLAG_SELECT = """
-    SELECT f.*, m.content AS answer, m.citations,
-           (SELECT q.content FROM chat_messages q WHERE q.session_id = m.session_id
-              AND q.role = 'user' AND q.created_at <= m.created_at
-            ORDER BY q.created_at DESC LIMIT 1) AS question
-    FROM feedback_flags f JOIN chat_messages m ON m.id = f.message_id
-    LEFT JOIN chat_sessions s ON s.id = f.session_id
-    WHERE f.tenant_id = $1"""
-
-
 def _flag(row: Any) -> FlaggedAnswer:
     citations = row["citations"] if isinstance(row["citations"], list) else []
     sources = [
@@ -130,10 +116,9 @@ async def flagged_answers(
     status: Literal["open", "resolved"] | None = "open",
     limit: int = Query(default=100, ge=1, le=1000),
 ) -> list[FlaggedAnswer]:
-    rows = await pool.fetch(
-        _FLAG_SELECT + " AND ($2::text IS NULL OR f.status = $2) AND " + _scope("s.class_id", 4)
-        + " ORDER BY f.created_at DESC LIMIT $3",
-        staff.tenant_id, status, limit, await teacher_classes(pool, staff),
+    rows = await repo.flags(
+        pool=pool, tenant_id=staff.tenant_id, status=status, limit=limit,
+        classes=await teacher_classes(pool, staff),
     )  # fmt: skip
     return [_flag(r) for r in rows]
 
@@ -147,33 +132,25 @@ async def resolve_flagged_answer(
     log records it); ``dismissed``: the answer was right."""
     classes = await teacher_classes(pool, staff)
     async with pool.acquire() as conn, conn.transaction():
-        visible = await conn.fetchval(
-            _FLAG_SELECT + " AND f.id = $2 AND " + _scope("s.class_id", 3),
-            staff.tenant_id, flag_id, classes,
-        )  # fmt: skip
-        if visible is None:
+        if not await repo.flag_visible(
+            pool=conn, tenant_id=staff.tenant_id, flag_id=flag_id, classes=classes
+        ):
             raise ProblemError(404, "Not found", f"no flag {flag_id}")
-        if body.document_id is not None:
-            owned = await conn.fetchval(
-                "SELECT 1 FROM documents WHERE id = $1 AND tenant_id = $2",
-                body.document_id, staff.tenant_id,
-            )  # fmt: skip
-            if owned is None:
-                raise ProblemError(422, "Unprocessable", f"no document {body.document_id}")
-        updated = await conn.fetchval(
-            "UPDATE feedback_flags SET status = 'resolved', action = $3, document_id = $4, "
-            "resolution = $5, resolved_by = $6, resolved_at = now() "
-            "WHERE id = $1 AND tenant_id = $2 RETURNING id",
-            flag_id, staff.tenant_id, body.action, body.document_id, body.note, staff.user_id,
-        )  # fmt: skip
-        if updated is None:
+        if body.document_id is not None and not await repo.document_exists(
+            pool=conn, tenant_id=staff.tenant_id, document_id=body.document_id
+        ):
+            raise ProblemError(422, "Unprocessable", f"no document {body.document_id}")
+        if not await repo.resolve_flag(
+            pool=conn, tenant_id=staff.tenant_id, flag_id=flag_id, action=body.action,
+            document_id=body.document_id, note=body.note, resolved_by=staff.user_id,
+        ):  # fmt: skip
             raise ProblemError(404, "Not found", f"no flag {flag_id}")
         if body.document_id is not None and body.action != "dismissed":
             await lifecycle.record_change(
                 conn, staff, body.document_id, f"flag_{body.action}",
                 {"flag_id": [None, str(flag_id)], "note": [None, body.note]},
             )  # fmt: skip
-        row = await conn.fetchrow(_FLAG_SELECT + " AND f.id = $2", staff.tenant_id, flag_id)
+        row = await repo.flag(pool=conn, tenant_id=staff.tenant_id, flag_id=flag_id)
     return _flag(row)
 
 
@@ -205,17 +182,12 @@ class GapTopicQueue(BaseModel):
 async def gap_queue(
     staff: StaffDep, pool: PoolDep, limit: int = Query(default=50, ge=1, le=500)
 ) -> list[GapTopicQueue]:
-    rows = await pool.fetch(
-        "SELECT coalesce(g.topic, 'unknown') AS topic, count(*) AS count, "
-        "count(DISTINCT g.user_id) AS students, max(g.created_at) AS last_seen, "
-        "(array_agg(jsonb_build_object('id', g.id, 'user_id', g.user_id, 'question', "
-        "g.question, 'confidence', g.confidence, 'created_at', g.created_at, 'retried_at', "
-        "g.retried_at) ORDER BY g.created_at DESC))[1:20] AS questions "
-        "FROM knowledge_gaps g LEFT JOIN chat_sessions s ON s.id = g.session_id "
-        "WHERE g.tenant_id = $1 AND g.status = 'open' AND " + _scope("s.class_id", 3)
-        + " GROUP BY 1 ORDER BY count(*) DESC, max(g.created_at) DESC LIMIT $2",
-        staff.tenant_id, limit, await teacher_classes(pool, staff),
-    )  # fmt: skip
+    rows = await repo.gap_topics(
+        pool=pool,
+        tenant_id=staff.tenant_id,
+        limit=limit,
+        classes=await teacher_classes(pool, staff),
+    )
     return [GapTopicQueue.model_validate(dict(r)) for r in rows]
 
 
@@ -223,7 +195,7 @@ class GapRetry(BaseModel):
     """Which open gaps to re-try: a topic's, these, or (neither) all of them."""
 
     topic: str | None = Field(default=None, max_length=200)
-    gap_ids: list[uuid.UUID] | None = Field(default=None, max_length=gap_retry.MAX_RETRIES)
+    gap_ids: list[uuid.UUID] | None = Field(default=None, max_length=repo.MAX_RETRIES)
 
 
 class RetriedQuestion(BaseModel):
@@ -248,8 +220,8 @@ async def retry_gaps(body: GapRetry, staff: StaffDep, gateway: GatewayDep) -> li
     again in a new session of the student's (the real chat turn), the student gets a notice,
     and the gap is answered. Up to 50 questions per call."""
     deps = gateway.chat()
-    found = await gap_retry.open_gaps(
-        deps.pool, tenant_id=staff.tenant_id, topic=body.topic, gap_ids=body.gap_ids,
+    found = await repo.open_gaps(
+        pool=deps.pool, tenant_id=staff.tenant_id, topic=body.topic, gap_ids=body.gap_ids,
         classes=await teacher_classes(deps.pool, staff),
     )  # fmt: skip
     results = [await gap_retry.retry_gap(deps, gap) for gap in found]
@@ -277,11 +249,6 @@ class GapClosure(BaseModel):
     finished_at: dt.datetime | None
 
 
-_CLOSURE_COLUMNS = (
-    "id, topic, document_id, status, answered, still_open, error, created_at, finished_at"
-)
-
-
 @router.post(
     "/v1/review/gaps/close",
     status_code=202,
@@ -292,27 +259,20 @@ async def close_gap(body: GapClosureIn, staff: StaffDep, pool: PoolDep) -> GapCl
     just uploaded) is indexed, as ``POST /v1/review/gaps/retry`` does: answerable questions
     are answered in new sessions and their students told. ``GET /v1/review/gaps/closures``
     shows the outcome."""
-    exists = await pool.fetchval(
-        "SELECT 1 FROM documents WHERE id = $1 AND tenant_id = $2",
-        body.document_id, staff.tenant_id,
-    )  # fmt: skip
-    if exists is None:
+    if not await repo.document_exists(
+        pool=pool, tenant_id=staff.tenant_id, document_id=body.document_id
+    ):
         raise ProblemError(422, "Unprocessable", f"no document {body.document_id}")
-    row = await pool.fetchrow(
-        f"INSERT INTO gap_closures (id, tenant_id, topic, document_id, requested_by) "  # noqa: S608 - constants
-        f"VALUES ($1, $2, $3, $4, $5) RETURNING {_CLOSURE_COLUMNS}",
-        uuid.uuid4(), staff.tenant_id, body.topic, body.document_id, staff.user_id,
+    row = await repo.insert_gap_closure(
+        pool=pool, tenant_id=staff.tenant_id, topic=body.topic, document_id=body.document_id,
+        requested_by=staff.user_id,
     )  # fmt: skip
     return GapClosure.model_validate(dict(row))
 
 
 @router.get("/v1/review/gaps/closures", summary="Gap topics closed by documents (staff)")
 async def gap_closures(staff: StaffDep, pool: PoolDep) -> list[GapClosure]:
-    rows = await pool.fetch(
-        f"SELECT {_CLOSURE_COLUMNS} FROM gap_closures WHERE tenant_id = $1 "  # noqa: S608 - constants
-        "ORDER BY created_at DESC LIMIT 100",
-        staff.tenant_id,
-    )
+    rows = await repo.gap_closures(pool=pool, tenant_id=staff.tenant_id)
     return [GapClosure.model_validate(dict(r)) for r in rows]
 
 
@@ -332,23 +292,17 @@ class Notice(BaseModel):
 
 @router.get("/v1/notices", summary="The caller's notices, newest first", tags=["notices"])
 async def notices(principal: PrincipalDep, pool: PoolDep, unread: bool = False) -> list[Notice]:
-    rows = await pool.fetch(
-        "SELECT id, kind, text, session_id, created_at, read_at FROM student_notices "
-        "WHERE tenant_id = $1 AND user_id = $2 AND (NOT $3 OR read_at IS NULL) "
-        "ORDER BY created_at DESC LIMIT 100",
-        principal.tenant_id, principal.user_id, unread,
-    )  # fmt: skip
+    rows = await repo.notices(
+        pool=pool, tenant_id=principal.tenant_id, user_id=principal.user_id, unread=unread
+    )
     return [Notice.model_validate(dict(r)) for r in rows]
 
 
 @router.post("/v1/notices/{notice_id}/read", summary="Mark a notice read", tags=["notices"])
 async def read_notice(notice_id: uuid.UUID, principal: PrincipalDep, pool: PoolDep) -> Notice:
-    row = await pool.fetchrow(
-        "UPDATE student_notices SET read_at = coalesce(read_at, now()) "
-        "WHERE id = $1 AND tenant_id = $2 AND user_id = $3 "
-        "RETURNING id, kind, text, session_id, created_at, read_at",
-        notice_id, principal.tenant_id, principal.user_id,
-    )  # fmt: skip
+    row = await repo.mark_notice_read(
+        pool=pool, tenant_id=principal.tenant_id, user_id=principal.user_id, notice_id=notice_id
+    )
     if row is None:
         raise ProblemError(404, "Not found", f"no notice {notice_id}")
     return Notice.model_validate(dict(row))
@@ -383,36 +337,16 @@ class DuplicateDecision(BaseModel):
     decision: Literal["keep", "merge", "distinct"]
 
 
-_BRIEF = "id, title, filename, status, subject, created_at"
-
-
-def _brief(alias: str) -> str:
-    """The brief's columns of a documents alias, as one JSON object."""
-    columns = ", ".join(f"{alias}.{c}" for c in _BRIEF.split(", "))
-    return f"row_to_json((SELECT b FROM (SELECT {columns}) b))"  # noqa: S608 - constants
-
-
-_DUPLICATES = (
-    f"SELECT d.id, d.near_duplicate_score AS score, {_brief('d')} AS doc, "  # noqa: S608 - constants
-    f"{_brief('o')} AS other FROM documents d JOIN documents o ON o.id = d.near_duplicate_of "
-    "WHERE d.tenant_id = $1 AND d.duplicate_review IS NULL AND d.status = 'indexed' "
-    f"AND o.status = 'indexed' AND {_scope('d.class_id', 3)} ORDER BY d.created_at DESC "
-    "LIMIT $2"
-)
-
-
-async def _duplicates(
-    pool: Any, tenant_id: str, classes: list[str] | None, *, limit: int
-) -> list[Any]:
-    rows = await pool.fetch(_DUPLICATES, tenant_id, limit, classes)
-    return list(rows)
-
-
 @router.get("/v1/review/duplicates", summary="Near-duplicate documents to decide on (staff)")
 async def duplicate_queue(
     staff: StaffDep, pool: PoolDep, limit: int = Query(default=100, ge=1, le=1000)
 ) -> list[DuplicatePair]:
-    rows = await _duplicates(pool, staff.tenant_id, await teacher_classes(pool, staff), limit=limit)
+    rows = await repo.duplicates(
+        pool=pool,
+        tenant_id=staff.tenant_id,
+        classes=await teacher_classes(pool, staff),
+        limit=limit,
+    )
     return [
         DuplicatePair(
             document=DocumentBrief.model_validate_json(r["doc"]),
@@ -427,10 +361,9 @@ async def duplicate_queue(
 async def decide_duplicate(
     document_id: uuid.UUID, body: DuplicateDecision, staff: StaffDep, pool: PoolDep
 ) -> DocumentView:
-    row = await pool.fetchrow(
-        "SELECT near_duplicate_of FROM documents d WHERE id = $1 AND tenant_id = $2 AND "  # noqa: S608 - constants
-        + _scope("d.class_id", 3),
-        document_id, staff.tenant_id, await teacher_classes(pool, staff),
+    row = await repo.near_duplicate_of(
+        pool=pool, tenant_id=staff.tenant_id, document_id=document_id,
+        classes=await teacher_classes(pool, staff),
     )  # fmt: skip
     if row is None or row["near_duplicate_of"] is None:
         raise ProblemError(404, "Not found", f"document {document_id} is no near-duplicate")
@@ -438,10 +371,9 @@ async def decide_duplicate(
     if body.decision == "merge":
         await lifecycle.supersede(pool, staff, document_id, by=other, action="merged")
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "UPDATE documents SET duplicate_review = $2, near_duplicate_of = CASE WHEN $2 = "
-            "'distinct' THEN NULL ELSE near_duplicate_of END, updated_at = now() WHERE id = $1",
-            document_id, {"keep": "kept", "merge": "merged", "distinct": "distinct"}[body.decision],
+        await repo.set_duplicate_review(
+            pool=conn, document_id=document_id,
+            review={"keep": "kept", "merge": "merged", "distinct": "distinct"}[body.decision],
         )  # fmt: skip
         if body.decision != "merge":
             await lifecycle.record_change(
@@ -470,27 +402,6 @@ class Horizon(BaseModel):
     days: int = Field(ge=1, le=36500)
 
 
-_STALE = (
-    f"SELECT {', '.join('d.' + c for c in _BRIEF.split(', '))}, "  # noqa: S608 - constants
-    "coalesce(d.freshness_date, d.created_at::date) AS dated, "
-    "coalesce(h.days, $2) AS horizon_days, "
-    "current_date - (coalesce(d.freshness_date, d.created_at::date) "
-    "+ coalesce(h.days, $2)) AS overdue_days "
-    "FROM documents d LEFT JOIN freshness_horizons h ON h.tenant_id = d.tenant_id "
-    "AND lower(h.subject) = lower(d.subject) "
-    f"WHERE d.tenant_id = $1 AND d.status = 'indexed' AND {_scope('d.class_id', 4)} "
-    "AND coalesce(d.freshness_date, d.created_at::date) + coalesce(h.days, $2) "
-    "< current_date ORDER BY overdue_days DESC LIMIT $3"
-)
-
-
-async def _stale(
-    pool: Any, tenant_id: str, default_days: int, classes: list[str] | None, *, limit: int
-) -> list[Any]:
-    rows = await pool.fetch(_STALE, tenant_id, default_days, limit, classes)
-    return list(rows)
-
-
 @router.get("/v1/review/stale", summary="Documents past their subject's freshness horizon (staff)")
 async def stale_queue(
     staff: StaffDep,
@@ -501,12 +412,13 @@ async def stale_queue(
     """A document is dated by its freshness date (else its upload); a subject's horizon is
     the tenant's (``PUT /v1/review/horizons/{subject}``), else the gateway's default."""
     classes = await teacher_classes(pool, staff)
-    rows = await _stale(
-        pool, staff.tenant_id, settings.freshness_horizon_days, classes, limit=limit
-    )
+    rows = await repo.stale_documents(
+        pool=pool, tenant_id=staff.tenant_id, default_days=settings.freshness_horizon_days,
+        classes=classes, limit=limit,
+    )  # fmt: skip
     return [
         StaleDocument(
-            document=DocumentBrief.model_validate({k: r[k] for k in _BRIEF.split(", ")}),
+            document=DocumentBrief.model_validate({k: r[k] for k in repo.BRIEF_COLUMNS}),
             dated=r["dated"], horizon_days=r["horizon_days"], overdue_days=r["overdue_days"],
         )
         for r in rows
@@ -515,20 +427,14 @@ async def stale_queue(
 
 @router.get("/v1/review/horizons", summary="The tenant's freshness horizons by subject (staff)")
 async def horizons(staff: StaffDep, pool: PoolDep) -> dict[str, int]:
-    rows = await pool.fetch(
-        "SELECT subject, days FROM freshness_horizons WHERE tenant_id = $1 ORDER BY subject",
-        staff.tenant_id,
-    )
-    return {r["subject"]: r["days"] for r in rows}
+    return await repo.horizons(pool=pool, tenant_id=staff.tenant_id)
 
 
 @router.put("/v1/review/horizons/{subject}", summary="Set a subject's freshness horizon (staff)")
 async def set_horizon(subject: str, body: Horizon, staff: StaffDep, pool: PoolDep) -> Horizon:
-    await pool.execute(
-        "INSERT INTO freshness_horizons (tenant_id, subject, days) VALUES ($1, $2, $3) "
-        "ON CONFLICT (tenant_id, subject) DO UPDATE SET days = excluded.days",
-        staff.tenant_id, subject[:200], body.days,
-    )  # fmt: skip
+    await repo.set_horizon(
+        pool=pool, tenant_id=staff.tenant_id, subject=subject[:200], days=body.days
+    )
     return body
 
 
@@ -571,16 +477,6 @@ class ConflictResolution(BaseModel):
     note: str | None = Field(default=None, max_length=4000)
 
 
-_CONFLICT_SELECT = """
-    SELECT x.*, da.title AS title_a, db.title AS title_b, ca.text AS passage_a,
-           cb.text AS passage_b, ca.page_start AS page_a, cb.page_start AS page_b,
-           ca.section_path AS section_a, cb.section_path AS section_b
-    FROM source_conflicts x
-    JOIN documents da ON da.id = x.document_a JOIN documents db ON db.id = x.document_b
-    JOIN chunks ca ON ca.id = x.chunk_a JOIN chunks cb ON cb.id = x.chunk_b
-    WHERE x.tenant_id = $1"""
-
-
 def _conflict(row: Any) -> SourceConflict:
     def side(s: str) -> ConflictSide:
         return ConflictSide(
@@ -606,13 +502,9 @@ async def conflict_queue(
 ) -> list[SourceConflict]:
     """Found when a document is indexed: each of its chunks is compared with its nearest
     chunks in the tenant's other documents. Only conflicts between searchable documents."""
-    rows = await pool.fetch(
-        _CONFLICT_SELECT + " AND ($2::text IS NULL OR x.status = $2) "
-        "AND ($3::uuid IS NULL OR $3 IN (x.document_a, x.document_b)) "
-        "AND da.status = 'indexed' AND db.status = 'indexed' "
-        f"AND ({_scope('da.class_id', 5)} OR {_scope('db.class_id', 5)}) "
-        "ORDER BY x.created_at DESC LIMIT $4",
-        staff.tenant_id, status, document_id, limit, await teacher_classes(pool, staff),
+    rows = await repo.conflicts(
+        pool=pool, tenant_id=staff.tenant_id, status=status, document_id=document_id, limit=limit,
+        classes=await teacher_classes(pool, staff),
     )  # fmt: skip
     return [_conflict(r) for r in rows]
 
@@ -621,20 +513,18 @@ async def conflict_queue(
 async def resolve_conflict(
     conflict_id: uuid.UUID, body: ConflictResolution, staff: StaffDep, pool: PoolDep
 ) -> SourceConflict:
-    row = await pool.fetchrow(
-        _CONFLICT_SELECT + f" AND x.id = $2 AND ({_scope('da.class_id', 3)} OR "
-        f"{_scope('db.class_id', 3)})",
-        staff.tenant_id, conflict_id, await teacher_classes(pool, staff),
+    row = await repo.conflict(
+        pool=pool, tenant_id=staff.tenant_id, conflict_id=conflict_id,
+        classes=await teacher_classes(pool, staff),
     )  # fmt: skip
     if row is None:
         raise ProblemError(404, "Not found", f"no conflict {conflict_id}")
     if body.resolution in ("archive_a", "archive_b"):
         loser = row["document_a"] if body.resolution == "archive_a" else row["document_b"]
         await lifecycle.set_status(pool, staff, loser, to="archived", allowed_from=("indexed",))
-    await pool.execute(
-        "UPDATE source_conflicts SET status = 'resolved', resolution = $2, note = $3, "
-        "resolved_by = $4, resolved_at = now() WHERE id = $1",
-        conflict_id, body.resolution, body.note, staff.user_id,
+    await repo.resolve_conflict(
+        pool=pool, conflict_id=conflict_id, resolution=body.resolution, note=body.note,
+        resolved_by=staff.user_id,
     )  # fmt: skip
-    fresh = await pool.fetchrow(_CONFLICT_SELECT + " AND x.id = $2", staff.tenant_id, conflict_id)
+    fresh = await repo.conflict(pool=pool, tenant_id=staff.tenant_id, conflict_id=conflict_id)
     return _conflict(fresh)

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field, ValidationError
 
 from lectern_common.broker import request
+from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder, build_embedder
 from lectern_common.events import ChunkCurriculumReply, ChunkCurriculumRequest, SectionStandards
 from lectern_common.index import FollowingEmbedder, guard, with_live_model
@@ -195,7 +196,7 @@ async def list_standards(
     return [Standard.model_validate(dict(r)) for r in rows]
 
 
-async def _document(pool: Any, tenant_id: str, document_id: uuid.UUID) -> Any:
+async def _document(pool: Pool, tenant_id: str, document_id: uuid.UUID) -> Any:
     row = await pool.fetchrow(
         "SELECT id, subject, grade_level, curriculum_standards FROM documents "
         "WHERE id = $1 AND tenant_id = $2 AND status = 'indexed' AND deleted_at IS NULL",
@@ -215,7 +216,7 @@ _NEAREST = (
 )
 
 
-async def _curriculum(pool: Any, tenant_id: str, document: Any) -> DocumentCurriculum:
+async def _curriculum(pool: Pool, tenant_id: str, document: Any) -> DocumentCurriculum:
     # one transaction: a re-index cannot switch the vectors between its statements
     async with pool.acquire() as conn, conn.transaction():
         centroid = await conn.fetchval(

@@ -6,6 +6,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from lectern_common.db.types import Queryable
+
 #: at most this many chunks are read to draw a quiz from (about a 500-page book)
 MAX_QUIZ_CHUNKS = 5000
 
@@ -47,7 +49,7 @@ def material_conditions(
     return " AND ".join(where), args
 
 
-async def quiz_material(pool: Any, where: str, args: list[Any]) -> list[Any]:
+async def quiz_material(pool: Queryable, where: str, args: list[Any]) -> list[Any]:
     """Content chunks and Q&A pairs in document order (oldest document first)."""
     return list(
         await pool.fetch(
@@ -62,7 +64,7 @@ async def quiz_material(pool: Any, where: str, args: list[Any]) -> list[Any]:
     )
 
 
-async def syllabus_material(pool: Any, where: str, args: list[Any]) -> list[Any]:
+async def syllabus_material(pool: Queryable, where: str, args: list[Any]) -> list[Any]:
     """Every content chunk's outline fields, with its document's, in document order."""
     return list(
         await pool.fetch(
@@ -77,7 +79,7 @@ async def syllabus_material(pool: Any, where: str, args: list[Any]) -> list[Any]
     )
 
 
-async def insert_quiz(pool: Any, values: dict[str, Any]) -> dict[str, Any]:
+async def insert_quiz(pool: Queryable, values: dict[str, Any]) -> dict[str, Any]:
     """Store a generated quiz; the stored row."""
     row = await pool.fetchrow(
         "INSERT INTO quizzes (id, tenant_id, created_by, creator_role, title, difficulty, "
@@ -90,7 +92,7 @@ async def insert_quiz(pool: Any, values: dict[str, Any]) -> dict[str, Any]:
     return dict(row)
 
 
-async def get_quiz(pool: Any, *, tenant_id: str, quiz_id: uuid.UUID) -> dict[str, Any] | None:
+async def get_quiz(pool: Queryable, *, tenant_id: str, quiz_id: uuid.UUID) -> dict[str, Any] | None:
     """A quiz of the tenant, questions decoded."""
     row = await pool.fetchrow(
         "SELECT * FROM quizzes WHERE id = $1 AND tenant_id = $2", quiz_id, tenant_id
@@ -99,7 +101,7 @@ async def get_quiz(pool: Any, *, tenant_id: str, quiz_id: uuid.UUID) -> dict[str
 
 
 async def list_quizzes(
-    pool: Any, *, tenant_id: str, user_id: str | None, classes: list[str], limit: int
+    pool: Queryable, *, tenant_id: str, user_id: str | None, classes: list[str], limit: int
 ) -> list[dict[str, Any]]:
     """Quizzes newest first: a student's own and those assigned to one of their classes;
     staff (``user_id`` None): all."""
@@ -121,7 +123,7 @@ async def list_quizzes(
     return [dict(r) for r in rows]
 
 
-async def insert_attempt(conn: Any, values: dict[str, Any]) -> None:
+async def insert_attempt(conn: Queryable, values: dict[str, Any]) -> None:
     """Store a checked attempt."""
     await conn.execute(
         "INSERT INTO quiz_attempts (id, quiz_id, tenant_id, user_id, answers, results, "

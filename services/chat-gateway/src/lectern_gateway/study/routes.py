@@ -9,6 +9,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder
 from lectern_common.events import QuizAnswerResult, QuizAttempted
 from lectern_common.outbox import enqueue
@@ -151,7 +152,7 @@ def _may_take(quiz: dict[str, Any], principal: Principal) -> bool:
     return quiz["assigned_class_id"] in principal.classes
 
 
-async def _quiz_for(pool: Any, principal: Principal, quiz_id: uuid.UUID) -> dict[str, Any]:
+async def _quiz_for(pool: Pool, principal: Principal, quiz_id: uuid.UUID) -> dict[str, Any]:
     quiz = await repo.get_quiz(pool, tenant_id=principal.tenant_id, quiz_id=quiz_id)
     if quiz is None or not _may_take(quiz, principal):
         raise ProblemError(404, "Not found", f"no quiz {quiz_id}")

@@ -13,13 +13,14 @@ A ``PUT`` changes the fields it names and leaves the others as they are.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from lectern_common.db.types import Pool
 from lectern_gateway.auth import AdminDep, StaffDep
 from lectern_gateway.deps import PoolDep, SettingsDep
+from lectern_gateway.tenant import repository as repo
 
 router = APIRouter(tags=["tenant"])
 
@@ -59,13 +60,8 @@ class TenantSettings(BaseModel):
     updated_at: datetime | None = None
 
 
-async def _view(pool: Any, tenant_id: str, default: bool) -> TenantSettings:
-    row = await pool.fetchrow(
-        "SELECT web_search, session_retention_days, teachers_see_students, updated_by, "
-        "updated_at "
-        "FROM tenant_settings WHERE tenant_id = $1",
-        tenant_id,
-    )
+async def _view(pool: Pool, tenant_id: str, default: bool) -> TenantSettings:
+    row = await repo.tenant_settings(pool=pool, tenant_id=tenant_id)
     chosen = None if row is None else row["web_search"]
     return TenantSettings(
         web_search=default if chosen is None else bool(chosen),
@@ -86,20 +82,9 @@ async def get_settings(staff: StaffDep, pool: PoolDep, settings: SettingsDep) ->
 async def put_settings(
     body: TenantSettingsIn, admin: AdminDep, pool: PoolDep, settings: SettingsDep
 ) -> TenantSettings:
-    given = body.model_fields_set
-    await pool.execute(
-        "INSERT INTO tenant_settings (tenant_id, web_search, session_retention_days, "
-        "teachers_see_students, updated_by) VALUES ($1, $2, $3, $7, $4) "
-        "ON CONFLICT (tenant_id) DO UPDATE SET "
-        "web_search = CASE WHEN $5 THEN EXCLUDED.web_search "
-        "ELSE tenant_settings.web_search END, "
-        "session_retention_days = CASE WHEN $6 THEN EXCLUDED.session_retention_days "
-        "ELSE tenant_settings.session_retention_days END, "
-        "teachers_see_students = CASE WHEN $8 THEN EXCLUDED.teachers_see_students "
-        "ELSE tenant_settings.teachers_see_students END, "
-        "updated_by = EXCLUDED.updated_by, updated_at = now()",
-        admin.tenant_id, body.web_search, body.session_retention_days, admin.user_id,
-        "web_search" in given, "session_retention_days" in given, body.teachers_see_students,
-        "teachers_see_students" in given,
+    await repo.save_tenant_settings(
+        pool=pool, tenant_id=admin.tenant_id, updated_by=admin.user_id,
+        web_search=body.web_search, session_retention_days=body.session_retention_days,
+        teachers_see_students=body.teachers_see_students, given=set(body.model_fields_set),
     )  # fmt: skip
     return await _view(pool, admin.tenant_id, settings.web_search)

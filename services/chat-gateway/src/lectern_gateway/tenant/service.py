@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from lectern_common.db.types import Pool
+from lectern_gateway.tenant import repository as repo
 
 
-async def web_search_for(pool: Any, tenant_id: str, *, default: bool) -> bool:
+async def web_search_for(pool: Pool, tenant_id: str, *, default: bool) -> bool:
     """Whether the tenant's answers may search the web."""
-    chosen = await pool.fetchval(
-        "SELECT web_search FROM tenant_settings WHERE tenant_id = $1", tenant_id
-    )
-    return default if chosen is None else bool(chosen)
+    chosen = await repo.web_search(pool=pool, tenant_id=tenant_id)
+    return default if chosen is None else chosen
 
 
-async def teachers_see_students(pool: Any, tenant_id: str) -> bool:
+async def teachers_see_students(pool: Pool, tenant_id: str) -> bool:
     """Whether the tenant lets teachers read each student of their classes."""
-    chosen = await pool.fetchval(
-        "SELECT teachers_see_students FROM tenant_settings WHERE tenant_id = $1", tenant_id
-    )
-    return bool(chosen)
+    return await repo.teachers_see_students(pool=pool, tenant_id=tenant_id)

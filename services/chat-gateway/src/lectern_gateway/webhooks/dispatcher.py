@@ -32,6 +32,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from lectern_common.backoff import backoff_delay
 from lectern_common.broker import deliveries
+from lectern_common.db.types import Pool
 from lectern_common.service import ServiceState
 from lectern_gateway.config import Settings
 from lectern_gateway.documents.fetch import UrlRefused, check_host
@@ -66,7 +67,7 @@ def _occurred_at(body: dict[str, Any]) -> datetime:
 
 
 async def record_event(
-    *, pool: Any, subject: str, body: Any, payload: bytes, headers: dict[str, str]
+    *, pool: Pool, subject: str, body: Any, payload: bytes, headers: dict[str, str]
 ) -> int:
     """Write a pending delivery of an event for every webhook that wants it; how many."""
     if subject not in WEBHOOK_EVENTS or not isinstance(body, dict):
@@ -111,7 +112,7 @@ def subscribe(broker: NatsBroker, state: ServiceState, wake: Callable[[], None])
             raw = message.raw_message
             try:
                 added = await record_event(
-                    pool=state.pool,
+                    pool=state.db(),
                     subject=raw.subject,
                     body=body,
                     payload=raw.data,
@@ -129,7 +130,7 @@ class DeliveryWorker:
     """Sends due deliveries of every tenant, a few at once, until cancelled."""
 
     def __init__(
-        self, *, pool: Any, settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+        self, *, pool: Pool, settings: Settings, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
         self.pool = pool
         self.settings = settings

@@ -6,6 +6,8 @@ import json
 import uuid
 from typing import Any
 
+from lectern_common.db.types import Queryable
+
 _WEBHOOK_COLUMNS = (
     "id, url, event_types, description, created_by, created_at, updated_at, "
     "consecutive_failures, disabled_at, disabled_reason"
@@ -17,7 +19,7 @@ _DELIVERY_COLUMNS = (
 
 
 async def insert_webhook(
-    pool: Any,
+    pool: Queryable,
     *,
     tenant_id: str,
     url: str,
@@ -35,7 +37,7 @@ async def insert_webhook(
     return dict(row)
 
 
-async def list_webhooks(pool: Any, *, tenant_id: str) -> list[dict[str, Any]]:
+async def list_webhooks(pool: Queryable, *, tenant_id: str) -> list[dict[str, Any]]:
     """The tenant's webhooks, newest first (no secrets)."""
     rows = await pool.fetch(
         f"SELECT {_WEBHOOK_COLUMNS} FROM webhooks WHERE tenant_id = $1 "  # noqa: S608
@@ -45,7 +47,9 @@ async def list_webhooks(pool: Any, *, tenant_id: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-async def get_webhook(pool: Any, *, tenant_id: str, webhook_id: uuid.UUID) -> dict[str, Any] | None:
+async def get_webhook(
+    pool: Queryable, *, tenant_id: str, webhook_id: uuid.UUID
+) -> dict[str, Any] | None:
     """One webhook of the tenant (no secret), or None."""
     row = await pool.fetchrow(
         f"SELECT {_WEBHOOK_COLUMNS} FROM webhooks WHERE id = $1 AND tenant_id = $2",  # noqa: S608
@@ -56,7 +60,7 @@ async def get_webhook(pool: Any, *, tenant_id: str, webhook_id: uuid.UUID) -> di
 
 
 async def update_webhook(
-    pool: Any, *, tenant_id: str, webhook_id: uuid.UUID, changes: dict[str, Any]
+    pool: Queryable, *, tenant_id: str, webhook_id: uuid.UUID, changes: dict[str, Any]
 ) -> dict[str, Any] | None:
     """Change ``url``, ``event_types``, ``description`` and/or switch it on (``enabled``:
     True clears the disabled state and the failure count, False disables it by hand)."""
@@ -81,7 +85,7 @@ async def update_webhook(
     return dict(row) if row else None
 
 
-async def delete_webhook(pool: Any, *, tenant_id: str, webhook_id: uuid.UUID) -> bool:
+async def delete_webhook(pool: Queryable, *, tenant_id: str, webhook_id: uuid.UUID) -> bool:
     """Delete a webhook with its deliveries; False when the tenant has none of that id."""
     deleted = await pool.fetchval(
         "DELETE FROM webhooks WHERE id = $1 AND tenant_id = $2 RETURNING id", webhook_id, tenant_id
@@ -90,7 +94,7 @@ async def delete_webhook(pool: Any, *, tenant_id: str, webhook_id: uuid.UUID) ->
 
 
 async def record_event(
-    pool: Any,
+    pool: Queryable,
     *,
     tenant_id: str,
     event_id: uuid.UUID,
@@ -115,7 +119,7 @@ async def record_event(
     return int(str(status).rsplit(" ", 1)[-1])
 
 
-async def claim_due(conn: Any, *, limit: int, lease_s: float) -> list[dict[str, Any]]:
+async def claim_due(conn: Queryable, *, limit: int, lease_s: float) -> list[dict[str, Any]]:
     """Claim due deliveries of enabled webhooks (``FOR UPDATE SKIP LOCKED``) and lease them
     for ``lease_s`` seconds; call inside a transaction. Each row has the URL and secret."""
     rows = await conn.fetch(
@@ -148,7 +152,7 @@ def _headers(stored: Any) -> dict[str, str]:
 
 
 async def record_attempt(
-    conn: Any,
+    conn: Queryable,
     *,
     delivery_id: uuid.UUID,
     status_code: int | None,
@@ -163,7 +167,7 @@ async def record_attempt(
     )  # fmt: skip
 
 
-async def mark_succeeded(conn: Any, *, delivery_id: uuid.UUID, webhook_id: uuid.UUID) -> None:
+async def mark_succeeded(conn: Queryable, *, delivery_id: uuid.UUID, webhook_id: uuid.UUID) -> None:
     """The delivery is done; the webhook's run of failures ends."""
     await conn.execute(
         "UPDATE webhook_deliveries SET status = 'succeeded', attempts = attempts + 1, "
@@ -176,7 +180,7 @@ async def mark_succeeded(conn: Any, *, delivery_id: uuid.UUID, webhook_id: uuid.
     )
 
 
-async def mark_retry(conn: Any, *, delivery_id: uuid.UUID, delay_s: float) -> None:
+async def mark_retry(conn: Queryable, *, delivery_id: uuid.UUID, delay_s: float) -> None:
     """The attempt failed; try again in ``delay_s`` seconds."""
     await conn.execute(
         "UPDATE webhook_deliveries SET attempts = attempts + 1, "
@@ -187,7 +191,12 @@ async def mark_retry(conn: Any, *, delivery_id: uuid.UUID, delay_s: float) -> No
 
 
 async def mark_failed(
-    conn: Any, *, delivery_id: uuid.UUID, webhook_id: uuid.UUID, disable_after: int, reason: str
+    conn: Queryable,
+    *,
+    delivery_id: uuid.UUID,
+    webhook_id: uuid.UUID,
+    disable_after: int,
+    reason: str,
 ) -> bool:
     """The delivery failed for good: count it against the webhook and disable the webhook at
     ``disable_after`` failed deliveries running. True when this disabled it."""
@@ -214,7 +223,7 @@ async def mark_failed(
 
 
 async def list_deliveries(
-    pool: Any, *, webhook_id: uuid.UUID, limit: int, status: str | None
+    pool: Queryable, *, webhook_id: uuid.UUID, limit: int, status: str | None
 ) -> list[dict[str, Any]]:
     """A webhook's deliveries, newest first, each with its attempts (oldest first)."""
     rows = await pool.fetch(
@@ -238,7 +247,7 @@ async def list_deliveries(
 
 
 async def redeliver(
-    pool: Any, *, webhook_id: uuid.UUID, delivery_id: uuid.UUID
+    pool: Queryable, *, webhook_id: uuid.UUID, delivery_id: uuid.UUID
 ) -> tuple[dict[str, Any] | None, bool]:
     """Queue a finished delivery again at once, with a fresh retry schedule. None when the
     webhook has no such delivery; the row unchanged when it is still pending (queued or being
@@ -261,7 +270,7 @@ async def redeliver(
     return (dict(row) if row else None), False
 
 
-async def prune_deliveries(pool: Any, *, older_than_s: float) -> int:
+async def prune_deliveries(pool: Queryable, *, older_than_s: float) -> int:
     """Delete deliveries (and their attempts) finished more than ``older_than_s`` ago."""
     status = await pool.execute(
         "DELETE FROM webhook_deliveries "

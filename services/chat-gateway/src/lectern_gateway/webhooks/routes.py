@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field, field_validator
 
+from lectern_common.db.types import Pool
 from lectern_gateway.auth import AdminDep
 from lectern_gateway.deps import GatewayDep, PoolDep, SettingsDep
 from lectern_gateway.documents.fetch import UrlRefused, check_host
@@ -152,7 +153,7 @@ async def _check_url(url: str, allowed_networks: list[str]) -> None:
         ) from exc  # fmt: skip
 
 
-async def _webhook(pool: Any, tenant_id: str, webhook_id: uuid.UUID) -> dict[str, Any]:
+async def _webhook(pool: Pool, tenant_id: str, webhook_id: uuid.UUID) -> dict[str, Any]:
     row = await repo.get_webhook(pool, tenant_id=tenant_id, webhook_id=webhook_id)
     if row is None:
         raise ProblemError(404, "Not found", f"no webhook {webhook_id}")

@@ -157,11 +157,6 @@ def _is_grid(drawings: _Drawings) -> bool:
     return (aligned >= 4 and verticals >= 2) or (aligned >= 3 and verticals >= 3)
 
 
-def has_grid(page: Any) -> bool:
-    """Cheap gate before the costly table finder: several aligned rules of equal extent."""
-    return _is_grid(_drawings(page))
-
-
 def page_tables(page: Any) -> list[PageTable]:
     """The page's tables: ruled grids by PyMuPDF's finder, then tables drawn without a grid
     (booktabs rules, white-space columns) from the words' positions, outside the grids."""

@@ -9,21 +9,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import asyncpg
 from faststream.nats import NatsBroker
 from pydantic import BaseModel, ConfigDict, Field
 
 from lectern_common.answerer import SentenceReader
 from lectern_common.broker import publish_event
+from lectern_common.db.types import Pool
 from lectern_common.education import BandThresholds
 from lectern_common.embeddings import Embedder
 from lectern_common.events import Confidence
 from lectern_common.events.base import Event
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat.decision import no_material
-from lectern_gateway.chat.generation import AnswerStreamer
 from lectern_gateway.chat.prompt import Mode, system_prompt
 from lectern_gateway.chat.sse import Source
+from lectern_gateway.chat.streamer import AnswerStreamer
 from lectern_gateway.config import Settings
 from lectern_gateway.personas.service import TutorPersona
 from lectern_gateway.study.model_writer import GeminiQuizWriter
@@ -33,7 +33,7 @@ from lectern_gateway.study.model_writer import GeminiQuizWriter
 class ChatDeps:
     """What a turn needs from the running gateway."""
 
-    pool: asyncpg.Pool
+    pool: Pool
     broker: NatsBroker
     settings: Settings
     streamer: AnswerStreamer

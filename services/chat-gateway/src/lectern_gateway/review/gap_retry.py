@@ -24,12 +24,10 @@ from lectern_gateway.chat import repository as chat_repo
 from lectern_gateway.chat.retrieve import Lookup, retrieve_sources
 from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import DoneEvent, ErrorEvent
-from lectern_gateway.chat.turn import ChatDeps, ChatSession, TurnInput
+from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, TurnInput
+from lectern_gateway.review import repository as repo
 
 log = logging.getLogger(__name__)
-
-#: at most this many questions re-tried per request
-MAX_RETRIES = 50
 
 
 @dataclass
@@ -44,30 +42,6 @@ class Retried:
     session_id: uuid.UUID | None = None
     document_id: uuid.UUID | None = None
     message: str | None = None
-
-
-async def open_gaps(
-    pool: Any,
-    *,
-    tenant_id: str,
-    topic: str | None,
-    gap_ids: list[uuid.UUID] | None,
-    classes: list[str] | None = None,
-) -> list[Any]:
-    """Open gaps of a topic (or these ids), oldest first, one per student and question;
-    with ``classes``, only those asked in class-less sessions or sessions of these classes."""
-    rows = await pool.fetch(
-        "SELECT DISTINCT ON (g.user_id, lower(g.question)) g.*, s.subject AS session_subject, "
-        "s.class_id, s.module_tag, s.grade_level AS session_grade "
-        "FROM knowledge_gaps g LEFT JOIN chat_sessions s ON s.id = g.session_id "
-        "WHERE g.tenant_id = $1 AND g.status = 'open' "
-        "AND ($2::text IS NULL OR coalesce(g.topic, 'unknown') = $2) "
-        "AND ($3::uuid[] IS NULL OR g.id = ANY($3)) "
-        "AND ($5::text[] IS NULL OR s.class_id IS NULL OR s.class_id = ANY($5::text[])) "
-        "ORDER BY g.user_id, lower(g.question), g.created_at LIMIT $4",
-        tenant_id, topic, gap_ids, MAX_RETRIES, classes,
-    )  # fmt: skip
-    return list(rows)
 
 
 def _student(tenant_id: str, user_id: str) -> Principal:
@@ -95,9 +69,7 @@ async def retry_gap(deps: ChatDeps, gap: Any) -> Retried:
         return found
     found.band = retrieved.confidence.band
     if not retrieved.sources or retrieved.confidence.band == "gap":
-        await deps.pool.execute(
-            "UPDATE knowledge_gaps SET retried_at = now() WHERE id = $1", gap["id"]
-        )
+        await repo.mark_gap_retried(pool=deps.pool, gap_id=gap["id"])
         found.outcome = "still_gap"
         return found
     session = await chat_repo.insert_session(
@@ -123,29 +95,21 @@ async def retry_gap(deps: ChatDeps, gap: Any) -> Retried:
         # the answer turn itself judged the material insufficient after all
         found.outcome = "still_gap" if done is not None else "failed"
         found.band = done.band if done is not None else found.band
-        await deps.pool.execute(
-            "UPDATE knowledge_gaps SET retried_at = now() WHERE id = $1", gap["id"]
-        )
+        await repo.mark_gap_retried(pool=deps.pool, gap_id=gap["id"])
         return found
     cited = [c.document_id for c in done.citations if c.document_id is not None]
     found.document_id = cited[0] if cited else retrieved.sources[0].document_id
     found.band, found.outcome = done.band, "answered"
     async with deps.pool.acquire() as conn, conn.transaction():
-        # every open gap of this student with the same question is answered by this session
-        await conn.execute(
-            "UPDATE knowledge_gaps SET status = 'answered', retried_at = now(), "
-            "answered_at = now(), answer_session_id = $4, answered_from = $5 "
-            "WHERE tenant_id = $1 AND user_id = $2 AND lower(question) = lower($3) "
-            "AND status = 'open'",
-            tenant_id, user_id, gap["question"], session["id"], found.document_id,
+        await repo.answer_gaps(
+            pool=conn, tenant_id=tenant_id, user_id=user_id, question=gap["question"],
+            session_id=session["id"], document_id=found.document_id,
         )  # fmt: skip
-        await conn.execute(
-            "INSERT INTO student_notices (id, tenant_id, user_id, kind, text, session_id, "
-            "gap_id) VALUES ($1, $2, $3, 'gap_answered', $4, $5, $6)",
-            uuid.uuid4(), tenant_id, user_id,
-            f'Your question "{gap["question"][:200]}" can now be answered from your course '
-            "material: the answer is in a new session.",
-            session["id"], gap["id"],
+        await repo.insert_gap_notice(
+            pool=conn, tenant_id=tenant_id, user_id=user_id,
+            text=f'Your question "{gap["question"][:200]}" can now be answered from your '
+            "course material: the answer is in a new session.",
+            session_id=session["id"], gap_id=gap["id"],
         )  # fmt: skip
     return found
 
@@ -161,42 +125,31 @@ async def run_closures(deps: ChatDeps, *, limit: int = 5) -> int:
     twice. A document that failed ends its closure ``failed``; one still being indexed waits.
     """
     async with deps.pool.acquire() as conn, conn.transaction():
-        claimed = await conn.fetch(
-            "UPDATE gap_closures c SET status = 'running', started_at = now() "
-            "FROM documents d WHERE c.id IN (SELECT x.id FROM gap_closures x "
-            "JOIN documents y ON y.id = x.document_id WHERE (x.status = 'waiting' OR "
-            "(x.status = 'running' AND x.started_at < now() - make_interval(secs => $2))) "
-            "AND y.status NOT IN ('pending', 'processing') ORDER BY x.created_at "
-            "FOR UPDATE OF x SKIP LOCKED LIMIT $1) AND d.id = c.document_id "
-            "RETURNING c.id, c.tenant_id, c.topic, d.status AS document_status",
-            limit, float(STALE_RUN_S),
-        )  # fmt: skip
+        claimed = await repo.claim_gap_closures(
+            pool=conn, limit=limit, stale_run_s=float(STALE_RUN_S)
+        )
     for closure in claimed:
         if closure["document_status"] not in ("indexed", "duplicate"):
-            await deps.pool.execute(
-                "UPDATE gap_closures SET status = 'failed', finished_at = now(), error = $2 "
-                "WHERE id = $1",
-                closure["id"], f"the document is {closure['document_status']}, not indexed",
+            await repo.fail_gap_closure(
+                pool=deps.pool, closure_id=closure["id"],
+                error=f"the document is {closure['document_status']}, not indexed",
             )  # fmt: skip
             continue
         try:
-            gaps = await open_gaps(
-                deps.pool, tenant_id=closure["tenant_id"], topic=closure["topic"], gap_ids=None
+            gaps = await repo.open_gaps(
+                pool=deps.pool, tenant_id=closure["tenant_id"], topic=closure["topic"], gap_ids=None
             )
             results = [await retry_gap(deps, gap) for gap in gaps]
         except Exception as exc:
             log.exception("re-trying gap topic %r failed", closure["topic"])
-            await deps.pool.execute(
-                "UPDATE gap_closures SET status = 'failed', finished_at = now(), error = $2 "
-                "WHERE id = $1",
-                closure["id"], repr(exc)[:2000],
-            )  # fmt: skip
+            await repo.fail_gap_closure(
+                pool=deps.pool, closure_id=closure["id"], error=repr(exc)[:2000]
+            )
             continue
         answered = sum(1 for r in results if r.outcome == "answered")
-        await deps.pool.execute(
-            "UPDATE gap_closures SET status = 'done', finished_at = now(), answered = $2, "
-            "still_open = $3 WHERE id = $1",
-            closure["id"], answered, len(results) - answered,
+        await repo.finish_gap_closure(
+            pool=deps.pool, closure_id=closure["id"], answered=answered,
+            still_open=len(results) - answered,
         )  # fmt: skip
         log.info(
             "gap topic %r re-tried after its material was indexed: %d of %d answered",

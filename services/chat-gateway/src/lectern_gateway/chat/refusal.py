@@ -7,24 +7,24 @@ import logging
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 from pydantic import BaseModel
 
 from lectern_common import llm
+from lectern_common.db.types import Connection
 from lectern_common.errors import LecternError
 from lectern_common.events import KnowledgeGapDetected
 from lectern_common.outbox import enqueue
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat.generation import Finished, Grounding, ModelUsage, TextDelta
 from lectern_gateway.chat.prompt import build_prompt, knowledge_gap_message
 from lectern_gateway.chat.sse import (
     Citation,
     CitationEvent,
     TokenEvent,
 )
-from lectern_gateway.chat.turn import ChatDeps, TurnInput
+from lectern_gateway.chat.streamer import Finished, Grounding, ModelUsage, TextDelta
+from lectern_gateway.chat.turn_input import ChatDeps, TurnInput
 from lectern_gateway.personas import repository as persona_repo
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ async def gap_text(deps: ChatDeps, turn: TurnInput, question: str, related: list
 
 
 async def record_gap(
-    conn: Any,
+    conn: Connection,
     turn: TurnInput,
     *,
     gap_id: uuid.UUID,

@@ -38,13 +38,14 @@ import anyio
 from pydantic import BaseModel
 
 from lectern_common import metrics
+from lectern_common.db.types import Pool
 from lectern_common.education import BandThresholds
 from lectern_common.errors import LecternError, RetryableError
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import ErrorEvent, RestartEvent
-from lectern_gateway.chat.turn import ChatDeps, ChatSession, TurnInput, TurnTakenOver
+from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, TurnInput, TurnTakenOver
 from lectern_gateway.personas.service import session_persona
 from lectern_gateway.problems import unavailable
 
@@ -53,28 +54,11 @@ log = logging.getLogger(__name__)
 #: a turn stored as streaming whose row was not touched for this long lost its replica
 STALE_AFTER_S = 30.0
 
-_APPEND = """
-UPDATE chat_turns SET events = events || $2::jsonb, status = $3, updated_at = now()
-WHERE id = $1 AND owner = $4
-"""
-_TOUCH = "UPDATE chat_turns SET updated_at = now() WHERE id = $1 AND owner = $2"
-_OWN = "UPDATE chat_turns SET counted_on = $2, owner = $3, inputs = $4 WHERE id = $1"
-#: one replica wins: the first claim makes the row fresh again
-_CLAIM = """
-UPDATE chat_turns SET owner = $2, updated_at = now(), takeovers = takeovers + 1
-WHERE id = $1 AND status = 'streaming' AND inputs IS NOT NULL
-  AND updated_at < now() - make_interval(secs => $3)
-RETURNING session_id, tenant_id, events, inputs, counted_on
-"""
 #: events that carry the answer: a re-run must repeat them exactly to continue the stream
 _COMPARED = frozenset({"sources", "token", "citation", "check"})
 #: kept in a restarted turn's place for the ids a client may have been sent by the replica that
 #: died and that it never stored: the ``restart`` follows them, so ids only grow (never sent)
 _HOLE = "hole"
-_REFUND = """
-UPDATE usage_counters SET messages = messages - 1
-WHERE tenant_id = $1 AND user_id = $2 AND day = $3 AND messages > 0
-"""
 
 
 @dataclass
@@ -134,7 +118,7 @@ class TurnRegistry:
     def __init__(
         self,
         *,
-        pool: Any,
+        pool: Pool,
         flush_s: float = 0.5,
         resume_grace_s: float = 30.0,
         keep_s: float = 60.0,
@@ -163,7 +147,10 @@ class TurnRegistry:
         assert turn.message_id is not None
         log_ = TurnLog(turn_id=turn.message_id)
         turn.owner = log_.owner
-        await self.pool.execute(_OWN, log_.turn_id, counted_on, log_.owner, turn_inputs(turn))
+        await repo.own_turn(
+            pool=self.pool, turn_id=log_.turn_id, counted_on=counted_on, owner=log_.owner,
+            inputs=turn_inputs(turn),
+        )  # fmt: skip
         self._run(log_, self._drive(log_, deps, turn, counted_on=counted_on, started=started))
         return log_
 
@@ -254,11 +241,7 @@ class TurnRegistry:
         metrics.STREAMS_IN_FLIGHT.add(1)
         try:
             while True:
-                row = await self.pool.fetchrow(
-                    "SELECT status, events, extract(epoch FROM now() - updated_at) AS age "
-                    "FROM chat_turns WHERE id = $1",
-                    turn_id,
-                )
+                row = await repo.stored_turn(pool=self.pool, turn_id=turn_id)
                 if row is None:
                     return
                 events = list(row["events"])
@@ -299,7 +282,9 @@ class TurnRegistry:
         if self.deps is None:
             return None
         local = TurnLog(turn_id=turn_id)
-        row = await self.pool.fetchrow(_CLAIM, turn_id, local.owner, self.takeover_s)
+        row = await repo.claim_stale_turn(
+            pool=self.pool, turn_id=turn_id, owner=local.owner, stale_s=self.takeover_s
+        )
         if row is None:
             return None
         deps = self.deps()
@@ -405,10 +390,10 @@ class TurnRegistry:
         upto = len(local.events)
         fresh = local.events[local.flushed : upto]
         if not fresh and status == "streaming":
-            touched = await self.pool.execute(_TOUCH, local.turn_id, local.owner)
-            return bool(touched != "UPDATE 0")
-        written = await self.pool.execute(_APPEND, local.turn_id, fresh, status, local.owner)
-        if written == "UPDATE 0":
+            return await repo.touch_turn(pool=self.pool, turn_id=local.turn_id, owner=local.owner)
+        if not await repo.append_turn_events(
+            pool=self.pool, turn_id=local.turn_id, events=fresh, status=status, owner=local.owner
+        ):
             return False
         local.flushed = upto
         return True
@@ -422,9 +407,10 @@ class TurnRegistry:
                 if status == "failed" and counted_on is not None:
                     # the server failed the student: the question does not count
                     principal = turn.principal
-                    await self.pool.execute(
-                        _REFUND, principal.tenant_id, principal.user_id, counted_on
-                    )
+                    await repo.refund_message(
+                        pool=self.pool, tenant_id=principal.tenant_id,
+                        user_id=principal.user_id, day=counted_on,
+                    )  # fmt: skip
                 return
             except Exception as exc:
                 log.warning("turn %s: storing its events failed (%s)", local.turn_id, exc)
@@ -485,7 +471,7 @@ def turn_inputs(turn: TurnInput) -> dict[str, Any]:
 
 
 async def resumed_turn(
-    pool: Any, row: dict[str, Any], *, turn_id: uuid.UUID, owner: uuid.UUID
+    pool: Pool, row: dict[str, Any], *, turn_id: uuid.UUID, owner: uuid.UUID
 ) -> TurnInput | None:
     """The turn of a claimed row, to answer again (None: its session is gone)."""
     inputs = row["inputs"]
