@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:8000"
+from lectern_cli.admin_api import FAILED, add_common, call, usage
+
 ROLES = ("student", "teacher", "admin")
 PLANS = ("free", "pro")
 
@@ -27,67 +27,23 @@ def register(subparsers: Any) -> None:
         ),
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    parser.set_defaults(func=lambda args: _usage(parser))
+    parser.set_defaults(func=lambda args: usage(parser))
 
     create = actions.add_parser("create", help="create a key and print it (shown once)")
     create.add_argument("--name", required=True, help="what will use the key")
     create.add_argument("--role", choices=ROLES, default="teacher", help="its role (teacher)")
     create.add_argument("--plan", choices=PLANS, default="pro", help="its plan (pro)")
-    _common(create)
+    add_common(create)
     create.set_defaults(func=run_create)
 
     listing = actions.add_parser("list", help="list the tenant's keys (no secrets)")
-    _common(listing)
+    add_common(listing)
     listing.set_defaults(func=run_list)
 
     revoke = actions.add_parser("revoke", help="revoke a key (it stops working at once)")
     revoke.add_argument("key_id", help="the key's id (from `lectern apikey list`)")
-    _common(revoke)
+    add_common(revoke)
     revoke.set_defaults(func=run_revoke)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_usage(sys.stderr)
-    return 2
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print the response JSON")
-    parser.add_argument("--token", help="an admin's bearer token (default: $LECTERN_TOKEN)")
-    parser.add_argument(
-        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
-    )
-    parser.add_argument("--timeout", type=float, default=30.0)
-
-
-#: what ``_call`` answers when the request failed (after saying why)
-FAILED = object()
-
-
-def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    """Send the request; returns its JSON (None when empty), or FAILED after printing why."""
-    from lectern_client import LecternClient, LecternError
-
-    url = (args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL).rstrip("/")
-    token = args.token or os.environ.get("LECTERN_TOKEN")
-    if not token:
-        print("lectern apikey: a token is needed (--token or $LECTERN_TOKEN)", file=sys.stderr)
-        return FAILED
-    try:
-        with LecternClient(url, token, timeout=args.timeout) as lectern:
-            return lectern.request(method, path, **kwargs)
-    except LecternError as exc:
-        print(f"lectern apikey {args.action}: {exc.status} {_detail(exc)}", file=sys.stderr)
-        return FAILED
-
-
-def _detail(error: Any) -> str:
-    if error.status == 0:
-        return str(error.detail)
-    body = error.body
-    if isinstance(body, dict) and body.get("detail"):
-        return str(body["detail"])
-    return str(error.text[:500])
 
 
 def format_keys(keys: list[dict[str, Any]]) -> str:
@@ -137,3 +93,7 @@ def run_revoke(args: argparse.Namespace) -> int:
         return 1
     print(f"revoked API key {args.key_id}")
     return 0
+
+
+def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    return call("apikey", args, method, path, **kwargs)

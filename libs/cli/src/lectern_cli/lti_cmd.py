@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:8000"
+from lectern_cli.admin_api import FAILED, add_common, call, usage
 
 
 def register(subparsers: Any) -> None:
@@ -27,7 +26,7 @@ def register(subparsers: Any) -> None:
         "/v1/lti API with an admin's bearer token (docs/lti.md).",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    parser.set_defaults(func=lambda args: _usage(parser))
+    parser.set_defaults(func=lambda args: usage(parser))
 
     create = actions.add_parser("register", help="register a platform by hand")
     create.add_argument("--issuer", required=True, help="the platform's iss")
@@ -78,44 +77,7 @@ def register(subparsers: Any) -> None:
     scores.add_argument("--status", choices=("pending", "sent", "failed"))
     scores.set_defaults(func=run_scores)
     for sub in (create, update, listing, show, delete, invite, rotate, sync, scores):
-        _common(sub)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_usage(sys.stderr)
-    return 2
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print the response JSON")
-    parser.add_argument("--token", help="an admin's bearer token (default: $LECTERN_TOKEN)")
-    parser.add_argument(
-        "--url", help=f"gateway URL (default: $LECTERN_GATEWAY_URL or {DEFAULT_URL})"
-    )
-    parser.add_argument("--timeout", type=float, default=30.0)
-
-
-#: what ``_call`` answers when the request failed (after saying why)
-FAILED = object()
-
-
-def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
-    """Send the request; its JSON (None when empty), or FAILED after printing why."""
-    from lectern_client import LecternClient, LecternError
-
-    url = (args.url or os.environ.get("LECTERN_GATEWAY_URL") or DEFAULT_URL).rstrip("/")
-    token = args.token or os.environ.get("LECTERN_TOKEN")
-    if not token:
-        print("lectern lti: a token is needed (--token or $LECTERN_TOKEN)", file=sys.stderr)
-        return FAILED
-    try:
-        with LecternClient(url, token, timeout=args.timeout) as lectern:
-            return lectern.request(method, path, **kwargs)
-    except LecternError as exc:
-        body = exc.body if isinstance(exc.body, dict) else {}
-        detail = body.get("detail") or (exc.detail if exc.status == 0 else exc.text[:500])
-        print(f"lectern lti {args.action}: {exc.status} {detail}", file=sys.stderr)
-        return FAILED
+        add_common(sub)
 
 
 def format_registrations(found: list[dict[str, Any]]) -> str:
@@ -225,3 +187,7 @@ def run_scores(args: argparse.Namespace) -> int:
         for s in found
     ]
     return _print(args, found, "\n".join(lines) or "no scores")
+
+
+def _call(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    return call("lti", args, method, path, **kwargs)

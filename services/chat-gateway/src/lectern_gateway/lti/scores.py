@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from lectern_common.db.types import Pool
+from lectern_gateway.background import BackgroundLoop
 from lectern_gateway.config import Settings
 from lectern_gateway.lti import claims
 from lectern_gateway.lti import repository as repo
@@ -38,39 +39,17 @@ def retry_delay(attempts: int, schedule: list[float]) -> float:
     return schedule[min(attempts, len(schedule)) - 1] if attempts > 0 else schedule[0]
 
 
-class ScoreWorker:
+class ScoreWorker(BackgroundLoop):
     """Posts due scores until stopped (one per gateway worker process; rows are claimed
     ``FOR UPDATE SKIP LOCKED`` with a lease, so workers never post one score at once)."""
 
+    task_name = "lectern-lti-scores"
+
     def __init__(self, *, pool: Pool, settings: Settings, platforms: PlatformClient) -> None:
+        super().__init__()
         self.pool = pool
         self.settings = settings
         self.platforms = platforms
-        self.wake = asyncio.Event()
-        self.stopping = False
-        self.task: asyncio.Task[None] | None = None
-
-    @property
-    def running(self) -> bool:
-        """Started and not ended."""
-        return self.task is not None and not self.task.done()
-
-    def start(self) -> None:
-        """Run in the background until :meth:`stop`."""
-        self.stopping = False
-        self.task = asyncio.create_task(self.run(), name="lectern-lti-scores")
-
-    async def stop(self, *, grace_s: float) -> None:
-        """Claim nothing more; the posts in flight finish (or their lease runs out)."""
-        self.stopping = True
-        self.wake.set()
-        if self.task is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(self.task), grace_s)
-        except TimeoutError:
-            self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
 
     async def run(self) -> None:
         """Post due scores, then wait for the next poll (or a wake)."""

@@ -34,6 +34,7 @@ from lectern_common.backoff import backoff_delay
 from lectern_common.broker import deliveries
 from lectern_common.db.types import Pool
 from lectern_common.service import ServiceState
+from lectern_gateway.background import BackgroundLoop
 from lectern_gateway.config import Settings
 from lectern_gateway.documents.fetch import UrlRefused, check_host
 from lectern_gateway.webhooks import repository as repo
@@ -126,42 +127,19 @@ def subscribe(broker: NatsBroker, state: ServiceState, wake: Callable[[], None])
                 wake()
 
 
-class DeliveryWorker:
+class DeliveryWorker(BackgroundLoop):
     """Sends due deliveries of every tenant, a few at once, until cancelled."""
+
+    task_name = "lectern-webhook-deliveries"
 
     def __init__(
         self, *, pool: Pool, settings: Settings, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
+        super().__init__()
         self.pool = pool
         self.settings = settings
         self.transport = transport
-        self.wake = asyncio.Event()
         self.pruned_at = -PRUNE_EVERY_S
-        self.stopping = False
-        self.task: asyncio.Task[None] | None = None
-
-    @property
-    def running(self) -> bool:
-        """Started and not ended."""
-        return self.task is not None and not self.task.done()
-
-    def start(self) -> None:
-        """Run :meth:`run` in the background until :meth:`stop` (again, after a stop)."""
-        self.stopping = False
-        self.task = asyncio.create_task(self.run(), name="lectern-webhook-deliveries")
-
-    async def stop(self, *, grace_s: float) -> None:
-        """Claim nothing more and let the attempts in flight finish (cancelled after
-        ``grace_s``: their leases run out and they are sent again, same ``webhook-id``)."""
-        self.stopping = True
-        self.wake.set()
-        if self.task is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(self.task), grace_s)
-        except TimeoutError:
-            self.task.cancel()
-        await asyncio.gather(self.task, return_exceptions=True)
 
     async def run(self) -> None:
         """Claim and send due deliveries until :meth:`stop` (or cancelled)."""
