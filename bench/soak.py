@@ -14,7 +14,9 @@ reports, from that one run:
 - ERROR lines in the services' logs.
 
 - CPU seconds a turn of each service (and of NATS and Postgres), over the load after the
-  warm-up: what a turn costs, which throughput alone hides on a machine with idle cores.
+  warm-up: what a turn costs, which throughput alone hides on a machine with idle cores; and
+  the reader's share of it, core-milliseconds and word pieces a turn in each service that
+  reads (from its ``lectern.reader.*`` metrics).
 
 It exits non-zero when an invariant breaks: an error turn, a lost or stuck upload, a
 missing message, a restart, a service whose RSS grew more than ``--max-growth`` after
@@ -49,6 +51,8 @@ from typing import Any
 
 import httpx
 import psutil
+from lectern_testing import logs
+from lectern_testing.metrics import sample_total
 
 from lectern_cli.demo import default_demo_dir, read_corpus
 from lectern_common.runtime.supervisor import read_state
@@ -108,6 +112,8 @@ class Soak:
     rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds under load
     cpu_turns: int = 0  # turns that ended inside the CPU window
+    # the reader's own CPU seconds and word pieces in that window, by service
+    reading: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _token(secret: str, tenant: str, user: str, role: str) -> str:
@@ -222,6 +228,12 @@ def _cpu_seconds(pid: int) -> float:
         return 0.0
 
 
+def _service_urls(state: dict[str, Any]) -> dict[str, str]:
+    """Each service's HTTP address (its ``/metrics``)."""
+    return {name: str(info["url"]) for name, info in state.get("services", {}).items()
+            if info.get("url")}  # fmt: skip
+
+
 def _stack_pids(state: dict[str, Any]) -> dict[str, int]:
     """Every process of the stack whose CPU a turn costs: the services, NATS and Postgres."""
     pids = {name: int(info["pid"]) for name, info in state.get("services", {}).items()
@@ -232,15 +244,45 @@ def _stack_pids(state: dict[str, Any]) -> dict[str, int]:
     return pids
 
 
-async def _cpu_window(pids: dict[str, int], start_s: float, until: float, soak: Soak) -> None:
-    """CPU seconds of each process from ``start_s`` after the load began until it ends: the
-    window skips the warm-up, and its turns are counted by when they ended."""
+READER_METRICS = {
+    "cpu_s": "lectern_reader_cpu_time_seconds_total", "pieces": "lectern_reader_pieces_total",
+}  # fmt: skip
+
+
+async def _reading(urls: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Each service's reader totals so far (``lectern.reader.*`` from its ``/metrics``)."""
+    out: dict[str, dict[str, float]] = {}
+    async with httpx.AsyncClient(timeout=10) as client:
+        for name, url in urls.items():
+            with contextlib.suppress(httpx.HTTPError):
+                response = await client.get(f"{url}/metrics")
+                if response.status_code == 200:
+                    out[name] = {
+                        key: sample_total(response.text, metric)
+                        for key, metric in READER_METRICS.items()
+                    }
+    return out
+
+
+async def _cpu_window(
+    pids: dict[str, int], urls: dict[str, str], start_s: float, until: float, soak: Soak
+) -> None:
+    """CPU seconds of each process from ``start_s`` after the load began until it ends, and
+    the reader's share of them: the window skips the warm-up, and its turns are counted by
+    when they ended."""
     await asyncio.sleep(start_s)
+    reading_before = await _reading(urls)
     before = {name: _cpu_seconds(pid) for name, pid in pids.items()}
     turns_before = len(soak.turns)
     await asyncio.sleep(max(0.0, until - time.monotonic()))
     soak.cpu_s = {name: _cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     soak.cpu_turns = len(soak.turns) - turns_before
+    reading_after = await _reading(urls)
+    soak.reading = {
+        name: {k: v - reading_before[name][k] for k, v in totals.items()}
+        for name, totals in reading_after.items()
+        if name in reading_before and totals["pieces"] > reading_before[name]["pieces"]
+    }
 
 
 def _form(fields: list[tuple[str, str]]) -> dict[str, list[str]]:
@@ -294,7 +336,9 @@ async def _run(url: str, secret: str, data_dir: Path, args: argparse.Namespace) 
             *(_chatter(url, secret, tenant, w, until, soak) for w in range(args.chats)),
             _uploader(teacher, args.upload_every, until, soak, seed=args.seed),
             _sampler(pids, until + 1, soak, started),
-            _cpu_window(cpu_pids, min(args.warmup, args.duration / 6), until, soak),
+            _cpu_window(
+                cpu_pids, _service_urls(state), min(args.warmup, args.duration / 6), until, soak
+            ),
         )
         elapsed = time.monotonic() - started
         # every upload must reach an outcome: give ingest time to drain its queue
@@ -318,23 +362,6 @@ async def _run(url: str, secret: str, data_dir: Path, args: argparse.Namespace) 
 
     state = read_state(data_dir) or {}
     return _report(soak, statuses, stored, state, data_dir, elapsed, drained_s, args)
-
-
-def _is_error(line: str) -> bool:
-    """A JSON log line at ERROR or above (the services log JSON under ``lectern up``)."""
-    return any(f'"level": "{level}"' in line or f'"level":"{level}"' in line
-               for level in ("ERROR", "CRITICAL"))  # fmt: skip
-
-
-def _message(line: str) -> str:
-    """A log line's logger, message and exception's last line, to print."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return line[:300]
-    text = f"{record.get('name', '?')}: {record.get('message', '')}"
-    exc = str(record.get("exc_info") or record.get("exception") or "").strip().splitlines()
-    return (text + (f" [{exc[-1]}]" if exc else ""))[:400]
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -381,13 +408,9 @@ def _report(
             "growth": round(end_mb / start_mb - 1, 3),
         }
     restarts = {n: i.get("restarts", 0) for n, i in state.get("services", {}).items()}
-    error_lines: dict[str, int] = {}
-    errors: list[str] = []
-    for log in sorted((data_dir / "logs").glob("*.log")):
-        lines = log.read_text(errors="replace").splitlines()
-        found = [line for line in lines if _is_error(line)]
-        error_lines[log.stem] = len(found)
-        errors += [f"{log.stem}: {_message(line)}" for line in found]
+    logged = logs.error_lines(data_dir / "logs")
+    error_lines = {source: len(found) for source, found in logged.items()}
+    errors = [e.describe() for found in logged.values() for e in found]
     pending = [i for i, s in statuses.items() if s not in FINAL]
     problems = []
     if failed:
@@ -447,6 +470,14 @@ def _cpu_report(soak: Soak) -> dict[str, Any]:
         # the services' cost a turn (ingest's share is the uploads'); with NATS and Postgres
         "services_per_turn_s": round(sum(services.values()) / turns, 4),
         "all_per_turn_s": round(sum(soak.cpu_s.values()) / turns, 4),
+        # the reader's core-milliseconds and word pieces a turn, by service that reads
+        "reading_per_turn": {
+            name: {
+                "core_ms": round(1000 * r["cpu_s"] / turns, 1),
+                "pieces": round(r["pieces"] / turns),
+            }
+            for name, r in soak.reading.items()
+        },
     }
 
 
@@ -593,6 +624,9 @@ def _print(result: dict[str, Any]) -> None:
           f"{cpu['all_per_turn_s']}):")  # fmt: skip
     for name, per_turn in sorted(cpu["per_turn_s"].items(), key=lambda kv: -kv[1]):
         print(f"    {name:<10} {per_turn:.4f} ({cpu['cpu_s'][name]} s)")
+    for name, read in cpu["reading_per_turn"].items():
+        print(f"  reading in {name:<10} {read['core_ms']} core-ms and {read['pieces']} word "
+              "pieces a turn")  # fmt: skip
     print(f"  restarts          {r['restarts']}")
     print(f"  ERROR log lines   {r['error_log_lines']}")
     for line in r["errors"]:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+from lectern_testing import logs
 
 SOAK = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
 
@@ -73,11 +75,18 @@ def test_the_accepted_run_is_kept_in_the_benchmarks_page(soak: ModuleType, tmp_p
     assert soak.accepted_run(page)["turns_per_s"] == 14.0
 
 
-def test_error_lines_are_read_from_json_logs(soak: ModuleType) -> None:
+def test_error_lines_are_read_from_json_logs(tmp_path: Path) -> None:
     line = (
-        '{"time": "t", "level": "ERROR", "name": "lectern.broker", "message": "boom", '
-        '"exc_info": "Traceback...\\nValueError: bad"}'
+        '{"time": "2026-12-02 04:47:02,123", "level": "ERROR", "name": "lectern.broker", '
+        '"message": "boom", "exc_info": "Traceback...\\nValueError: bad"}'
     )
-    assert soak._is_error(line)
-    assert not soak._is_error(line.replace('"ERROR"', '"WARNING"'))
-    assert soak._message(line) == "lectern.broker: boom [ValueError: bad]"
+    found = logs.parse("ingest", line)
+    assert found is not None
+    assert found.describe() == "ingest: lectern.broker: boom [ValueError: bad]"
+    assert found.at is not None and time.localtime(found.at).tm_min == 47
+    assert logs.parse("ingest", line.replace('"ERROR"', '"WARNING"')) is None
+    (tmp_path / "gateway.log").write_text(f"{line}\nnot json at INFO\n2026 gateway ERROR x: y\n")
+    (tmp_path / "memory.log").write_text(line.replace('"ERROR"', '"INFO"') + "\n")
+    lines = logs.error_lines(tmp_path)
+    assert {k: len(v) for k, v in lines.items()} == {"gateway": 2, "memory": 0}
+    assert lines["gateway"][1].at is None and lines["gateway"][1].message.endswith("x: y")

@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 import pytest
+from lectern_testing.metrics import install_telemetry, local_total
 from numpy.typing import NDArray
 
 from lectern_common import reading
@@ -71,6 +72,19 @@ def test_passages_are_cut_at_the_kind_s_length(reader: reading.Reader) -> None:
     cut = reader.logits(QUESTION, [long], kind="passage", max_length=64)
     same = reader.logits(QUESTION, [" ".join(long.split()[:80])], kind="passage", max_length=64)
     np.testing.assert_allclose(cut, same, atol=1e-4)
+
+
+def test_what_reading_costs_is_counted_in_the_metrics(reader: reading.Reader) -> None:
+    """``lectern.reader.cpu_time`` and ``.pieces``: what ``make soak`` divides by the turns."""
+    install_telemetry()
+    cpu = "lectern_reader_cpu_time_seconds_total"
+    before = local_total(cpu, kind="passage")
+    pieces_before = local_total("lectern_reader_pieces_total", kind="passage")
+    texts = [" ".join([ANSWER] * 8), *NEAR_MISSES]
+    reader.logits(QUESTION, texts, kind="passage")
+    read = sum(len(reader._tokenizer(256).encode(QUESTION, t).ids) for t in texts)
+    assert local_total("lectern_reader_pieces_total", kind="passage") - pieces_before == read
+    assert local_total(cpu, kind="passage") > before
 
 
 def test_nothing_to_read_is_nothing(reader: reading.Reader) -> None:

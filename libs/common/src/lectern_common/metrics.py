@@ -76,6 +76,19 @@ def record_stages(service: str, timings_ms: dict[str, float]) -> None:
         STAGE_DURATION.record(elapsed_ms / 1000.0, {"service": service, "stage": stage})
 
 
+# --- the reader (re-ranker and offline answerer) ---------------------------------------
+READER_CPU = meter.create_counter(
+    "lectern.reader.cpu_time",
+    unit="s",
+    description="CPU seconds of the threads that ran the reader's graph, by kind of text: "
+    "what reading costs the service (a turn's share is this over the turns)",
+)
+READER_PIECES = meter.create_counter(
+    "lectern.reader.pieces",
+    description="Word pieces of the (question, text) pairs the reader read, by kind of text",
+)
+
+
 # --- ingest ---------------------------------------------------------------------------
 DOCUMENTS_INGESTED = meter.create_counter(
     "lectern.documents.ingested",
