@@ -213,6 +213,23 @@ async def real_services(
         yield "real retriever + re-ranker (local MiniLM)"
 
 
+SERVICE_MODULES = ("lectern_retriever", "lectern_reranker", "lectern_memory")
+#: the service processes' pids while they run (their CPU a turn is measured)
+SERVICE_PIDS: dict[str, int] = {}
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds so far of each service process, and of this one (the gateway, with the
+    benchmark's own client)."""
+    import psutil
+
+    out = {"gateway+client": sum(psutil.Process().cpu_times()[:2])}
+    for name, pid in SERVICE_PIDS.items():
+        with contextlib.suppress(psutil.Error):
+            out[name] = sum(psutil.Process(pid).cpu_times()[:2])
+    return out
+
+
 @contextlib.asynccontextmanager
 async def service_processes(nats_url: str, database_url: str) -> AsyncIterator[str]:
     """The real retriever, re-ranker and memory services as their own processes (as
@@ -236,7 +253,7 @@ async def service_processes(nats_url: str, database_url: str) -> AsyncIterator[s
             stderr=subprocess.DEVNULL,
         )
         # memory too: without it every recall would wait for a responder until its timeout
-        for module in ("lectern_retriever", "lectern_reranker", "lectern_memory")
+        for module in SERVICE_MODULES
     ]
     broker = NatsBroker(nats_url)
     try:
@@ -265,6 +282,8 @@ async def service_processes(nats_url: str, database_url: str) -> AsyncIterator[s
                 if time.monotonic() > deadline or any(p.returncode is not None for p in processes):
                     raise RuntimeError("service processes did not come up") from None
                 await asyncio.sleep(0.5)
+        for module, process in zip(SERVICE_MODULES, processes, strict=True):
+            SERVICE_PIDS[module.removeprefix("lectern_")] = process.pid
         yield "real retriever + re-ranker + memory processes (local MiniLM)"
     finally:
         await broker.stop()
@@ -403,11 +422,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await one_chat(client, url, headers, QUESTIONS[i])
             single: list[float] = []
             stages: list[dict[str, Any]] = []
+            before = cpu_seconds()
             for i in range(args.samples):
                 script(1)
                 seconds, timings = await one_chat(client, url, headers, QUESTIONS[i % 5])
                 single.append((seconds - ttft) * 1000)
                 stages.append(timings)
+            cpu_per_turn = {
+                name: round((value - before.get(name, value)) / max(1, args.samples), 4)
+                for name, value in cpu_seconds().items()
+            }
             concurrent: list[float] = []
             for round_ in range(max(1, args.samples // 10)):
                 script(10)
@@ -458,6 +482,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             ),
         },
         "answered_by": sorted({str(t.get("answered_by")) for t in stages}),
+        # one chat at a time: what a turn costs each process (the re-ranker's is its reading)
+        "cpu_per_turn_s": cpu_per_turn,
         "target_overhead_p95_ms": 250,
     }
 
@@ -485,6 +511,7 @@ def main() -> None:
         f"overhead to first token, 10 chats: p50 {result['overhead_p50_ms_10']} ms, "
         f"p95 {result['overhead_p95_ms_10']} ms"
     )
+    print(f"CPU seconds a turn, one chat at a time: {result['cpu_per_turn_s']}")
     print(json.dumps(result))
 
 
