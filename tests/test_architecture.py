@@ -277,14 +277,6 @@ def test_the_gateway_reaches_other_services_data_through_them() -> None:
 _SQL = re.compile(
     r"^\s*(SELECT\s|INSERT\s+INTO\s|UPDATE\s+\w+(\s+\w+)?\s+SET\s|DELETE\s+FROM\s|WITH\s+\w+\s+AS\b)"
 )
-#: gateway modules that still hold SQL outside their domain's ``repository.py`` (issue 61,
-#: part 4: each moves its statements there; shrink this set, never grow it)
-SQL_OUTSIDE_REPOSITORIES = frozenset(
-    {
-        "lectern_gateway.documents.lifecycle",
-        "lectern_gateway.study.curriculum",
-    }
-)
 
 
 def _sql_outside_repositories() -> set[str]:
@@ -301,11 +293,5 @@ def _sql_outside_repositories() -> set[str]:
 
 def test_the_gateways_sql_lives_in_its_repositories() -> None:
     """Routes and services call a domain's ``repository`` functions; they write no SQL."""
-    extra = _sql_outside_repositories() - SQL_OUTSIDE_REPOSITORIES
-    assert not extra, f"SQL outside a repository.py: {sorted(extra)}"
-
-
-def test_sql_outside_repositories_is_still_needed() -> None:
-    """A module cleared of SQL leaves the allow-list."""
-    cleared = SQL_OUTSIDE_REPOSITORIES - _sql_outside_repositories()
-    assert not cleared, f"no longer hold SQL (remove them from the list): {sorted(cleared)}"
+    found = _sql_outside_repositories()
+    assert not found, f"SQL outside a repository.py: {sorted(found)}"

@@ -122,21 +122,11 @@ async def patch_document(
             if _json(row[field]) != _json(value)
         }
         if changes:
-            names = list(changes)
-            values = [given[n] for n in names]
-            sets = ", ".join(f"{n} = ${i + 2}" for i, n in enumerate(names))
-            await conn.execute(
-                f"UPDATE documents SET {sets}, updated_at = now() WHERE id = $1",  # noqa: S608
-                document_id, *values,
-            )  # fmt: skip
-            copied = [n for n in names if EDITABLE[n]]
+            values = {name: given[name] for name in changes}
+            await repo.update_metadata(conn, document_id, values)
+            copied = [n for n in values if EDITABLE[n]]
             if copied:
-                chunk_sets = ", ".join(f"{n} = d.{n}" for n in copied)
-                await conn.execute(
-                    f"UPDATE chunks c SET {chunk_sets} FROM documents d "  # noqa: S608
-                    "WHERE d.id = $1 AND c.document_id = d.id",
-                    document_id,
-                )
+                await repo.copy_metadata_to_chunks(conn, document_id, copied)
             await record_change(conn, staff, document_id, "updated", changes)
         fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
     return document_view(fresh)
@@ -155,10 +145,7 @@ async def set_status(
                     f"{' or '.join(allowed_from)} can be {to}",
                 )  # fmt: skip
             # the status trigger takes the chunks out of retrieval (or back) in this statement
-            await conn.execute(
-                "UPDATE documents SET status = $2, updated_at = now() WHERE id = $1",
-                document_id, to,
-            )  # fmt: skip
+            await repo.set_status(conn, document_id, to)
             action = "archived" if to == "archived" else "restored"
             event: DocumentArchived | DocumentRestored = (
                 DocumentArchived(
@@ -231,11 +218,7 @@ async def supersede(
             raise ProblemError(
                 409, "Conflict", f"document {document_id} is {row['status']}, not indexed"
             )
-        await conn.execute(
-            "UPDATE documents SET status = 'superseded', updated_at = now(), "
-            "metadata = metadata || jsonb_build_object('superseded_by', $2::text) WHERE id = $1",
-            document_id, str(by),
-        )  # fmt: skip
+        await repo.mark_superseded(conn, document_id, by=by)
         changes: dict[str, list[Any]] = {
             "status": ["indexed", "superseded"],
             "superseded_by": [None, str(by)],
@@ -272,20 +255,7 @@ async def document_versions(
 ) -> list[Version]:
     """The versions of the document this one belongs to, newest first (a new upload of the
     same file is a new version; the replaced one is superseded)."""
-    rows = await pool.fetch(
-        """WITH RECURSIVE older AS (
-               SELECT * FROM documents WHERE id = $1 AND tenant_id = $2
-               UNION SELECT d.* FROM documents d JOIN older o ON d.id = o.previous_version_id
-           ), newer AS (
-               SELECT * FROM documents WHERE id = $1 AND tenant_id = $2
-               UNION SELECT d.* FROM documents d JOIN newer n ON d.previous_version_id = n.id
-           )
-           SELECT DISTINCT id, version, status, title, filename, chunk_count, created_at,
-                  indexed_at
-           FROM (SELECT * FROM older UNION ALL SELECT * FROM newer) v
-           WHERE tenant_id = $2 ORDER BY version DESC, created_at DESC""",
-        document_id, staff.tenant_id,
-    )  # fmt: skip
+    rows = await repo.versions(pool, tenant_id=staff.tenant_id, document_id=document_id)
     if not rows:
         raise ProblemError(404, "Not found", f"document {document_id} does not exist")
     return [Version.model_validate(dict(r)) for r in rows]
@@ -295,10 +265,5 @@ async def document_versions(
 async def document_audit(
     document_id: uuid.UUID, staff: StaffDep, pool: PoolDep
 ) -> list[AuditEntry]:
-    rows = await pool.fetch(
-        "SELECT id, document_id, actor, action, changes, at FROM document_audit "
-        "WHERE tenant_id = $1 AND document_id = $2 ORDER BY at, id",
-        staff.tenant_id,
-        document_id,
-    )
+    rows = await repo.audit_entries(pool, tenant_id=staff.tenant_id, document_id=document_id)
     return [AuditEntry.model_validate(dict(r)) for r in rows]

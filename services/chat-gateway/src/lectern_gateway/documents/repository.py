@@ -229,3 +229,88 @@ async def audit(
         "VALUES ($1, $2, $3, $4, $5, $6)",
         uuid.uuid4(), staff.tenant_id, document_id, staff.user_id, action, changes,
     )  # fmt: skip
+
+
+#: the document columns a teacher may change (``lifecycle.EDITABLE``): the only names
+#: ``update_metadata`` and ``copy_metadata_to_chunks`` put into their statements
+METADATA_COLUMNS = frozenset({
+    "title", "subject", "grade_level", "module_tag", "class_id", "collection",
+    "curriculum_standards", "topic_tags", "freshness_date", "source_priority",
+})  # fmt: skip
+
+
+def _columns(names: Any) -> list[str]:
+    unknown = set(names) - METADATA_COLUMNS
+    if unknown:
+        raise ValueError(f"not a metadata column: {sorted(unknown)}")
+    return list(names)
+
+
+async def update_metadata(conn: Queryable, document_id: uuid.UUID, values: dict[str, Any]) -> None:
+    """Set the document's metadata ``values`` (column -> value)."""
+    names = _columns(values)
+    sets = ", ".join(f"{n} = ${i + 2}" for i, n in enumerate(names))
+    await conn.execute(
+        f"UPDATE documents SET {sets}, updated_at = now() WHERE id = $1",  # noqa: S608
+        document_id, *values.values(),
+    )  # fmt: skip
+
+
+async def copy_metadata_to_chunks(
+    conn: Queryable, document_id: uuid.UUID, names: list[str]
+) -> None:
+    """Copy the document's ``names`` columns onto its chunks (retrieval filters on them)."""
+    sets = ", ".join(f"{n} = d.{n}" for n in _columns(names))
+    await conn.execute(
+        f"UPDATE chunks c SET {sets} FROM documents d "  # noqa: S608
+        "WHERE d.id = $1 AND c.document_id = d.id",
+        document_id,
+    )
+
+
+async def set_status(conn: Queryable, document_id: uuid.UUID, status: str) -> None:
+    """A new status (the status trigger takes the chunks out of retrieval or puts them back
+    in this statement)."""
+    await conn.execute(
+        "UPDATE documents SET status = $2, updated_at = now() WHERE id = $1", document_id, status
+    )
+
+
+async def mark_superseded(conn: Queryable, document_id: uuid.UUID, *, by: uuid.UUID) -> None:
+    """The document superseded by ``by`` (kept in its metadata)."""
+    await conn.execute(
+        "UPDATE documents SET status = 'superseded', updated_at = now(), "
+        "metadata = metadata || jsonb_build_object('superseded_by', $2::text) WHERE id = $1",
+        document_id, str(by),
+    )  # fmt: skip
+
+
+async def versions(conn: Queryable, *, tenant_id: str, document_id: uuid.UUID) -> list[Any]:
+    """Every version of the document ``document_id`` belongs to, newest first."""
+    return list(
+        await conn.fetch(
+            """WITH RECURSIVE older AS (
+                   SELECT * FROM documents WHERE id = $1 AND tenant_id = $2
+                   UNION SELECT d.* FROM documents d JOIN older o ON d.id = o.previous_version_id
+               ), newer AS (
+                   SELECT * FROM documents WHERE id = $1 AND tenant_id = $2
+                   UNION SELECT d.* FROM documents d JOIN newer n ON d.previous_version_id = n.id
+               )
+               SELECT DISTINCT id, version, status, title, filename, chunk_count, created_at,
+                      indexed_at
+               FROM (SELECT * FROM older UNION ALL SELECT * FROM newer) v
+               WHERE tenant_id = $2 ORDER BY version DESC, created_at DESC""",
+            document_id, tenant_id,
+        )
+    )  # fmt: skip
+
+
+async def audit_entries(conn: Queryable, *, tenant_id: str, document_id: uuid.UUID) -> list[Any]:
+    """The document's audit log, oldest first."""
+    return list(
+        await conn.fetch(
+            "SELECT id, document_id, actor, action, changes, at FROM document_audit "
+            "WHERE tenant_id = $1 AND document_id = $2 ORDER BY at, id",
+            tenant_id, document_id,
+        )
+    )  # fmt: skip

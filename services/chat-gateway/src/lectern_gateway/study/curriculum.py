@@ -28,6 +28,7 @@ from lectern_common.index import FollowingEmbedder, guard, with_live_model
 from lectern_gateway.auth import PrincipalDep, StaffDep
 from lectern_gateway.deps import GatewayDep, GatewayDeps, PoolDep
 from lectern_gateway.problems import ProblemError
+from lectern_gateway.study import repository as repo
 
 router = APIRouter(tags=["curriculum"])
 MAX_STANDARDS = 5000
@@ -166,12 +167,8 @@ async def upload_standards(
         )
         async with pool.acquire() as conn, conn.transaction():
             await guard(conn, model.name)
-            await conn.executemany(
-                "INSERT INTO curriculum_standards (tenant_id, code, description, subject, "
-                "grade_level, embedding) VALUES ($1, $2, $3, $4, $5, $6) "
-                "ON CONFLICT (tenant_id, code) DO UPDATE SET description = excluded.description, "
-                "subject = excluded.subject, grade_level = excluded.grade_level, "
-                "embedding = excluded.embedding, updated_at = now()",
+            await repo.upsert_standards(
+                conn,
                 [(staff.tenant_id, s.code, s.description, s.subject, s.grade, v)
                  for s, v in zip(upload.standards, vectors, strict=True)],
             )  # fmt: skip
@@ -186,65 +183,29 @@ async def list_standards(
     pool: PoolDep,
     subject: str | None = Query(default=None, max_length=100),
 ) -> list[Standard]:
-    rows = await pool.fetch(
-        "SELECT code, description, subject, grade_level AS grade FROM curriculum_standards "
-        "WHERE tenant_id = $1 AND ($2::text IS NULL OR lower(subject) = lower($2)) "
-        "ORDER BY code",
-        principal.tenant_id,
-        subject,
-    )
+    rows = await repo.standards(pool, tenant_id=principal.tenant_id, subject=subject)
     return [Standard.model_validate(dict(r)) for r in rows]
 
 
 async def _document(pool: Pool, tenant_id: str, document_id: uuid.UUID) -> Any:
-    row = await pool.fetchrow(
-        "SELECT id, subject, grade_level, curriculum_standards FROM documents "
-        "WHERE id = $1 AND tenant_id = $2 AND status = 'indexed' AND deleted_at IS NULL",
-        document_id,
-        tenant_id,
-    )
+    row = await repo.indexed_document(pool, tenant_id=tenant_id, document_id=document_id)
     if row is None:
         raise ProblemError(404, "Not found", f"no indexed document {document_id}")
     return row
 
 
-_NEAREST = (
-    "SELECT code, description, 1 - (embedding <=> $2) AS score FROM curriculum_standards "
-    "WHERE tenant_id = $1 AND ($3::text IS NULL OR subject IS NULL OR "
-    "lower(subject) = lower($3)) AND ($4::smallint IS NULL OR grade_level IS NULL OR "
-    "abs(grade_level - $4) <= 1) ORDER BY embedding <=> $2 LIMIT $5"
-)
-
-
 async def _curriculum(pool: Pool, tenant_id: str, document: Any) -> DocumentCurriculum:
     # one transaction: a re-index cannot switch the vectors between its statements
     async with pool.acquire() as conn, conn.transaction():
-        centroid = await conn.fetchval(
-            "SELECT avg(embedding) FROM chunks WHERE document_id = $1 "
-            "AND kind IN ('text', 'table')",
-            document["id"],
-        )
-        sections = await conn.fetch(
-            "SELECT section_path[1:2] AS path, avg(embedding) AS centroid, count(*) AS n, "
-            "min(chunk_index) AS first FROM chunks WHERE document_id = $1 "
-            "AND kind IN ('text', 'table') AND cardinality(section_path) > 0 "
-            "GROUP BY 1 ORDER BY count(*) DESC LIMIT $2",
-            document["id"],
-            MAX_SECTIONS,
-        )
-        tagged = {
-            tuple(r["path"]): list(r["codes"])
-            for r in await conn.fetch(
-                "SELECT c.section_path[1:2] AS path, array_agg(DISTINCT s) AS codes "
-                "FROM chunks c, unnest(c.curriculum_standards) s WHERE c.document_id = $1 "
-                "GROUP BY 1",
-                document["id"],
-            )
-        }
-        filters = (document["subject"], document["grade_level"])
+        centroid = await repo.document_centroid(conn, document["id"])
+        sections = await repo.section_centroids(conn, document["id"], limit=MAX_SECTIONS)
+        tagged = await repo.section_standards(conn, document["id"])
 
         async def nearest(vector: Any, limit: int) -> list[Proposal]:
-            rows = await conn.fetch(_NEAREST, tenant_id, vector, *filters, limit)
+            rows = await repo.nearest_standards(
+                conn, tenant_id=tenant_id, vector=vector, subject=document["subject"],
+                grade=document["grade_level"], limit=limit,
+            )  # fmt: skip
             return [Proposal(code=r["code"], description=r["description"],
                              score=round(float(r["score"]), 4)) for r in rows]  # fmt: skip
 
@@ -290,14 +251,7 @@ async def confirm_curriculum(
     pool = gateway.pool
     document = await _document(pool, staff.tenant_id, document_id)
     codes = set(body.document) | {c for s in body.sections for c in s.standards}
-    known = {
-        r["code"]
-        for r in await pool.fetch(
-            "SELECT code FROM curriculum_standards WHERE tenant_id = $1 AND code = ANY($2)",
-            staff.tenant_id,
-            sorted(codes),
-        )
-    }
+    known = await repo.known_standards(pool, tenant_id=staff.tenant_id, codes=sorted(codes))
     if codes - known:
         raise ProblemError(422, "Unknown standards", f"not uploaded: {sorted(codes - known)}")
     whole = list(dict.fromkeys(body.document))
@@ -313,10 +267,6 @@ async def confirm_curriculum(
         ChunkCurriculumReply,
         timeout=gateway.settings.request_timeout_s,
     )  # fmt: skip
-    await pool.execute(
-        "UPDATE documents SET curriculum_standards = $2, updated_at = now() WHERE id = $1",
-        document_id,
-        whole,
-    )
+    await repo.set_document_standards(pool, document_id, whole)
     document = await _document(pool, staff.tenant_id, document_id)
     return await _curriculum(pool, staff.tenant_id, document)

@@ -131,3 +131,108 @@ async def insert_attempt(conn: Queryable, values: dict[str, Any]) -> None:
         values["id"], values["quiz_id"], values["tenant_id"], values["user_id"],
         values["answers"], values["results"], values["correct"], values["total"],
     )  # fmt: skip
+
+
+# --- curriculum standards (study/curriculum.py) -----------------------------------------
+
+
+async def upsert_standards(conn: Queryable, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Add or replace standards by code: rows of (tenant, code, description, subject, grade,
+    embedding)."""
+    await conn.executemany(
+        "INSERT INTO curriculum_standards (tenant_id, code, description, subject, "
+        "grade_level, embedding) VALUES ($1, $2, $3, $4, $5, $6) "
+        "ON CONFLICT (tenant_id, code) DO UPDATE SET description = excluded.description, "
+        "subject = excluded.subject, grade_level = excluded.grade_level, "
+        "embedding = excluded.embedding, updated_at = now()",
+        rows,
+    )
+
+
+async def standards(conn: Queryable, *, tenant_id: str, subject: str | None) -> list[Any]:
+    """The tenant's standards (of ``subject``, case aside, when given), by code."""
+    return list(
+        await conn.fetch(
+            "SELECT code, description, subject, grade_level AS grade FROM curriculum_standards "
+            "WHERE tenant_id = $1 AND ($2::text IS NULL OR lower(subject) = lower($2)) "
+            "ORDER BY code",
+            tenant_id, subject,
+        )
+    )  # fmt: skip
+
+
+async def known_standards(conn: Queryable, *, tenant_id: str, codes: list[str]) -> set[str]:
+    """Which of ``codes`` the tenant has uploaded."""
+    rows = await conn.fetch(
+        "SELECT code FROM curriculum_standards WHERE tenant_id = $1 AND code = ANY($2)",
+        tenant_id, codes,
+    )  # fmt: skip
+    return {r["code"] for r in rows}
+
+
+async def nearest_standards(
+    conn: Queryable, *, tenant_id: str, vector: Any, subject: str | None, grade: int | None,
+    limit: int,
+) -> list[Any]:  # fmt: skip
+    """The ``limit`` standards nearest ``vector`` of the subject (or none) and grade +/- 1
+    (or none), with their cosine similarity as ``score``."""
+    return list(
+        await conn.fetch(
+            "SELECT code, description, 1 - (embedding <=> $2) AS score FROM curriculum_standards "
+            "WHERE tenant_id = $1 AND ($3::text IS NULL OR subject IS NULL OR "
+            "lower(subject) = lower($3)) AND ($4::smallint IS NULL OR grade_level IS NULL OR "
+            "abs(grade_level - $4) <= 1) ORDER BY embedding <=> $2 LIMIT $5",
+            tenant_id, vector, subject, grade, limit,
+        )
+    )  # fmt: skip
+
+
+async def indexed_document(conn: Queryable, *, tenant_id: str, document_id: uuid.UUID) -> Any:
+    """The indexed document's subject, grade and standards, or None."""
+    return await conn.fetchrow(
+        "SELECT id, subject, grade_level, curriculum_standards FROM documents "
+        "WHERE id = $1 AND tenant_id = $2 AND status = 'indexed' AND deleted_at IS NULL",
+        document_id, tenant_id,
+    )  # fmt: skip
+
+
+async def set_document_standards(conn: Queryable, document_id: uuid.UUID, codes: list[str]) -> None:
+    """The document's confirmed standards (its chunks' are ingest's: ChunkCurriculumRequest)."""
+    await conn.execute(
+        "UPDATE documents SET curriculum_standards = $2, updated_at = now() WHERE id = $1",
+        document_id, codes,
+    )  # fmt: skip
+
+
+async def document_centroid(conn: Queryable, document_id: uuid.UUID) -> Any:
+    """The mean embedding of the document's text and table chunks (None without any)."""
+    return await conn.fetchval(
+        "SELECT avg(embedding) FROM chunks WHERE document_id = $1 AND kind IN ('text', 'table')",
+        document_id,
+    )
+
+
+async def section_centroids(conn: Queryable, document_id: uuid.UUID, *, limit: int) -> list[Any]:
+    """The document's ``limit`` largest top-level sections: path, mean embedding, chunks and
+    first chunk."""
+    return list(
+        await conn.fetch(
+            "SELECT section_path[1:2] AS path, avg(embedding) AS centroid, count(*) AS n, "
+            "min(chunk_index) AS first FROM chunks WHERE document_id = $1 "
+            "AND kind IN ('text', 'table') AND cardinality(section_path) > 0 "
+            "GROUP BY 1 ORDER BY count(*) DESC LIMIT $2",
+            document_id, limit,
+        )
+    )  # fmt: skip
+
+
+async def section_standards(
+    conn: Queryable, document_id: uuid.UUID
+) -> dict[tuple[str, ...], list[str]]:
+    """The standards each top-level section's chunks carry."""
+    rows = await conn.fetch(
+        "SELECT c.section_path[1:2] AS path, array_agg(DISTINCT s) AS codes "
+        "FROM chunks c, unnest(c.curriculum_standards) s WHERE c.document_id = $1 GROUP BY 1",
+        document_id,
+    )
+    return {tuple(r["path"]): list(r["codes"]) for r in rows}
