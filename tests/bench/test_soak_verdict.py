@@ -90,3 +90,24 @@ def test_error_lines_are_read_from_json_logs(tmp_path: Path) -> None:
     lines = logs.error_lines(tmp_path)
     assert {k: len(v) for k, v in lines.items()} == {"gateway": 2, "memory": 0}
     assert lines["gateway"][1].at is None and lines["gateway"][1].message.endswith("x: y")
+
+
+def test_an_error_line_is_explained_only_by_a_lost_peer_during_a_fault() -> None:
+    """``make chaos`` fails on any ERROR line no injected fault explains (issue 61)."""
+
+    def error(at: float | None, message: str, exception: str = "") -> logs.LogError:
+        return logs.LogError("ingest", at, "lectern.broker", message, exception)
+
+    faults = [("NATS leader killed", 100.0, 110.0), ("quorum lost", 200.0, 230.0)]
+    lost = error(105.0, "publish failed", "nats.errors.NoRespondersError: nats: no responders")
+    assert logs.explained_by(lost, faults, grace_s=15) == "NATS leader killed"
+    late = error(124.0, "request failed", "TimeoutError: timed out")
+    assert logs.explained_by(late, faults, grace_s=15) == "NATS leader killed"
+    # the same words with no fault on, or long after one: unexplained
+    assert logs.explained_by(error(150.0, "timed out"), faults, grace_s=15) is None
+    assert logs.explained_by(error(50.0, "connection closed"), faults, grace_s=15) is None
+    # a handler's own exception during a fault is still a defect
+    crash = error(210.0, "handler failed", "KeyError: 'chunk_id'")
+    assert logs.explained_by(crash, faults, grace_s=15) is None
+    # a line with no time cannot be placed in a fault
+    assert logs.explained_by(error(None, "timed out"), faults, grace_s=15) is None

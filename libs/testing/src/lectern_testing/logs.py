@@ -10,7 +10,7 @@ and, for an exception, ``exc_info`` (its traceback).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -75,3 +75,30 @@ def error_lines(folder: Path) -> dict[str, list[LogError]]:
         log.stem: errors_in(log.read_text(errors="replace").splitlines(), log.stem)
         for log in sorted(folder.glob("*.log"))
     }
+
+
+#: what an ERROR line says when a NATS server, a stream's quorum or a peer replica is gone
+LOST_PEER = (
+    "timeout", "timed out", "no responders", "noresponders", "connection closed",
+    "connectionclosed", "connection refused", "connection reset", "unexpected eof",
+    "disconnected", "stale connection", "service unavailable", "503",
+)  # fmt: skip
+
+#: a fault: its name, when it began and when the stack was whole again (epoch seconds)
+Fault = tuple[str, float, float]
+
+
+def explained_by(error: LogError, faults: Sequence[Fault], *, grace_s: float) -> str | None:
+    """The injected fault that explains an ERROR line, or None. A line explains itself by a
+    lost peer (``LOST_PEER``: a connection closed or refused, a request that timed out or
+    found no responder) logged while a fault was on, or at most ``grace_s`` after the stack
+    was whole again (a request sent during the fault times out after it). Anything else (a
+    handler's own exception, a lost peer with no fault to blame) is a defect a platform team
+    would be paged for."""
+    text = f"{error.message} {error.exception}".lower()
+    if error.at is None or not any(sign in text for sign in LOST_PEER):
+        return None
+    for name, began, ended in faults:
+        if began - 1.0 <= error.at <= ended + grace_s:
+            return name
+    return None
