@@ -190,6 +190,24 @@ def timing(reader: Any) -> dict[str, float]:
     return out
 
 
+def timing_beside(readers: dict[str, Any], rounds: int = 5) -> dict[str, Any]:
+    """``timing`` of several readers in turn, ``rounds`` times over, in one run (the machine's
+    noise falls on all alike): each one's medians, and each one's ratio to the first."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in readers}
+    for _ in range(rounds):
+        for name, reader in readers.items():
+            runs[name].append(timing(reader))
+    medians = {
+        name: {k: round(float(np.median([r[k] for r in rs])), 1) for k in rs[0]}
+        for name, rs in runs.items()
+    }
+    first = next(iter(medians.values()))
+    return {
+        name: {**m, **{f"{k}_ratio": round(v / first[k], 3) for k, v in m.items()}}
+        for name, m in medians.items()
+    }
+
+
 def main() -> int:
     """Measure every set and print the table and the JSON line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -199,7 +217,21 @@ def main() -> int:
         help="a stored make bench-answers run, for the development units",
     )  # fmt: skip
     parser.add_argument("--covid-limit", type=int, default=0, help="at most N COVID-QA questions")
+    parser.add_argument(
+        "--time-beside", type=Path, metavar="DIR",
+        help="only time the reader against another reader folder, in turn in one run",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.time_beside:
+        from lectern_common.reading import Reader
+
+        readers = {str(args.reader or "packaged"): Reader.load(args.reader),
+                   str(args.time_beside): Reader.load(args.time_beside)}  # fmt: skip
+        compared = timing_beside(readers)
+        for name, figures in compared.items():
+            print(f"{name}: {figures}")
+        print(json.dumps({"bench": "reader-timing", **compared}))
+        return 0
     if not reading_data.READING.is_dir():
         print(f"bench-reader: needs the reading data at {reading_data.READING}", file=sys.stderr)
         return 2
