@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-offline bench-scale bench-reader train-reader fit-answerer fit-rerank tune-rerank soak clean client-models client-ts
+.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-offline bench-scale bench-reader train-reader train-reader-l3 fit-answerer fit-rerank tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -146,13 +146,19 @@ bench-startup: install ## A service's time to ready with and without PyTorch (th
 tune-rerank: install ## The bi-encoder's re-rank calibration and rank-prior share, replayed on bioasq-dev
 	$(PY) bench/tune_rerank.py
 
-# the reader: trained here from ../shared/data/reading (about an hour on 2 cores; resumes
-# from its last checkpoint in ~/.cache/lectern/reader-train), then exported as int8 ONNX
-# into libs/common/src/lectern_common/reader/ (READER_EXPORT=--fp32 for the float graph)
+# the readers: trained here from ../shared/data/reading (resuming from the last checkpoint in
+# ~/.cache/lectern/), then exported as int8 ONNX into libs/common/src/lectern_common/
+# (READER_EXPORT=--fp32 for the float graph): the offline answerer's, all 6 of the base's
+# layers (reader/, about an hour on 2 cores), and the re-ranker's, its first 3 (reader_l3/,
+# half the cost a word piece, about 45 minutes)
 READER_EXPORT ?=
-train-reader: install ## Train the reader (cross-encoder from the packaged MiniLM) and export it as int8 ONNX
+train-reader: install ## Train the answerer's reader (cross-encoder from the packaged MiniLM) and export it as int8 ONNX
 	$(PY) bench/train_reader.py train
 	$(PY) bench/train_reader.py export $(READER_EXPORT)
+
+train-reader-l3: install ## Train the re-ranker's reader (the packaged MiniLM's first 3 layers) and export it as int8 ONNX
+	$(PY) bench/train_reader.py train --layers 3 --work $(HOME)/.cache/lectern/reader-train-l3
+	$(PY) bench/train_reader.py export --work $(HOME)/.cache/lectern/reader-train-l3 --out libs/common/src/lectern_common/reader_l3 $(READER_EXPORT)
 
 bench-reader: install ## The reader alone: SelQA test, COVID-QA, held-out bioasq, dev units; beside the bi-encoder and BM25
 	@test -f /tmp/lectern-bench-answers.json || $(PY) bench/bench_answers.py

@@ -227,7 +227,9 @@ def fit(args: argparse.Namespace) -> None:
                     "match": round(float(w[2]), 4)},
         "bias": round(b, 4),
         "fitted_on": f"bioasq-dev training questions ({len(train)}), {depth} candidates read "
-                     f"at {length} word pieces",
+                     f"at {length} word pieces" + (
+                         ", each read as its reading window "
+                         "(lectern_reranker.service.reading_window)" if args.window else ""),
         "held_out": {"questions": len(held), "fused_ndcg10": round(float(fused), 4),
                      **table[f"{length}/{depth}"]},
         "gap_by_midpoint": bands,

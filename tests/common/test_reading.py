@@ -35,13 +35,16 @@ def reader() -> reading.Reader:
     return reading.Reader.load()
 
 
-def test_the_packaged_reader_is_shipped_small_and_described() -> None:
-    assert reading.available()
-    card = json.loads((reading.PACKAGED / "reader.json").read_text())
+@pytest.mark.parametrize(("folder", "layers"), [(reading.PACKAGED, 6), (reading.PACKAGED_L3, 3)])
+def test_the_packaged_readers_are_shipped_small_and_described(folder: Path, layers: int) -> None:
+    assert reading.available(folder)
+    card = json.loads((folder / "reader.json").read_text())
     assert card["precision"] == "int8"
     assert card["max_length"] == {"sentence": 128, "passage": 256}
-    assert (reading.PACKAGED / "model.onnx").stat().st_size < 30e6
-    assert (reading.PACKAGED / "MODEL_CARD.md").is_file()
+    assert card["name"] == f"lectern-reader-minilm-l{layers}"
+    assert card["training"].get("layers", 6) == layers
+    assert (folder / "model.onnx").stat().st_size < 30e6
+    assert (folder / "MODEL_CARD.md").is_file()
 
 
 def test_the_answering_sentence_reads_best(reader: reading.Reader) -> None:

@@ -133,7 +133,7 @@ def test_none_switches_the_reader_off(
     assert Settings().cross_encoder_model is None
     assert isinstance(load_scorer(Settings(), embedder=minilm), BiEncoderScorer)
     monkeypatch.setenv("LECTERN_RERANKER_CROSS_ENCODER_MODEL", "")
-    assert Settings().cross_encoder_model == "lectern-reader"
+    assert Settings().cross_encoder_model == "lectern-reader-l3"
 
 
 async def test_bi_encoder_scores_relevance(minilm: LocalEmbedder) -> None:
@@ -172,6 +172,18 @@ async def test_the_packaged_reader_is_the_default_scorer(minilm: LocalEmbedder) 
     assert max(scores[1], scores[3]) < 0.05  # the revolution and the marathon answer nothing
     assert scorer.count_tokens("insulin lowers blood glucose") >= 4
     assert await scorer.score("anything", []) == []
+
+
+def test_the_packaged_readers_are_loaded_by_their_names(minilm: LocalEmbedder) -> None:
+    """By default the re-ranker reads with the 3-layer reader its relevance model was fitted
+    on; ``lectern-reader`` names the 6-layer one the offline answerer reads sentences with."""
+    from lectern_common import reading
+
+    default = load_scorer(Settings(), embedder=minilm)
+    assert isinstance(default, ReaderScorer)
+    assert default.path == reading.PACKAGED_L3 / "model.onnx"
+    six = load_scorer(Settings(cross_encoder_model="lectern-reader"), embedder=minilm)
+    assert isinstance(six, ReaderScorer) and six.path == reading.PACKAGED / "model.onnx"
 
 
 async def test_a_reader_folder_is_loaded_as_a_reader(tmp_path: Path, minilm: LocalEmbedder) -> None:

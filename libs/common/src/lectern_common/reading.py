@@ -31,10 +31,17 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
 Kind = Literal["sentence", "passage"]
-#: the reader shipped with the package
+#: the reader shipped with the package: all 6 of the base's layers, the offline answerer's
 PACKAGED = Path(__file__).with_name("reader")
 #: the name that means the packaged reader wherever a model name is configured
 PACKAGED_NAME = "lectern-reader"
+#: the re-ranker's reader: the same recipe on the base's first 3 layers, half the cost a
+#: word piece; it ranks passages as well (bioasq) but picks answering sentences worse than
+#: the 6-layer one (docs/benchmarks.md, "A reader of 3 layers")
+PACKAGED_L3 = Path(__file__).with_name("reader_l3")
+PACKAGED_L3_NAME = "lectern-reader-l3"
+#: packaged readers by the names a setting may give
+PACKAGED_FOLDERS = {PACKAGED_NAME: PACKAGED, PACKAGED_L3_NAME: PACKAGED_L3}
 
 
 #: the longest answer the span head may mark, in word pieces (SQuAD's answers are 1-30)

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from lectern_common.onnx_models import default_cache_dir
-from lectern_common.reading import PACKAGED_NAME
+from lectern_common.reading import PACKAGED_L3_NAME, PACKAGED_NAME
 from lectern_common.settings import ServiceHttpSettings, shared
 from lectern_reranker.service import (
     BI_ENCODER_CALIBRATION,
@@ -41,10 +41,12 @@ class Settings(ServiceHttpSettings):
     http_port: int = 8003
 
     cross_encoder_model: str | None = Field(
-        default=PACKAGED_NAME,
-        description=f"{PACKAGED_NAME!r}: the reader shipped with Lectern; else a CrossEncoder "
-        f"model name (in the local HF cache) or path; {NO_CROSS_ENCODER!r}: the bi-encoder",
-    )
+        default=PACKAGED_L3_NAME,
+        description=f"{PACKAGED_L3_NAME!r}: the 3-layer reader shipped with Lectern (the "
+        f"relevance model is fitted on it); {PACKAGED_NAME!r}: the 6-layer one (twice the "
+        "cost); else a reader folder, a CrossEncoder model name (in the local HF cache) or "
+        f"path; {NO_CROSS_ENCODER!r}: the bi-encoder",
+    )  # fmt: skip
     cross_encoder_max_length: int | None = Field(
         default=192, ge=16,
         description="word pieces per (query, chunk) pair: a reading window of this length "
@@ -52,7 +54,7 @@ class Settings(ServiceHttpSettings):
         "answerable questions refused 0.011 -> 0.028 on dev; docs/benchmarks.md 'Under load')",
     )  # fmt: skip
     cross_encoder_candidates: int | None = Field(
-        default=6, ge=1,
+        default=8, ge=1,
         description="candidates (first of the fused order) the cross-encoder reads; the others "
         "follow them in the fused order (unset: all)",
     )  # fmt: skip

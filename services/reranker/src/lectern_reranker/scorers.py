@@ -324,11 +324,11 @@ class BiEncoderScorer:
 
 
 def load_cross_encoder(settings: Settings, name: str) -> SemanticScorer:
-    """The configured cross-encoder: the packaged reader by its name (or a folder holding a
-    reader's ``reader.json``), else a CrossEncoder checkpoint on its backend (ONNX falls back to
-    torch if it cannot load)."""
-    folder = None if name == reading.PACKAGED_NAME else Path(name)
-    if folder is None or (folder / "reader.json").is_file():
+    """The configured cross-encoder: a packaged reader by its name (``lectern-reader-l3``,
+    ``lectern-reader``) or a folder holding a reader's ``reader.json``, else a CrossEncoder
+    checkpoint on its backend (ONNX falls back to torch if it cannot load)."""
+    folder = reading.PACKAGED_FOLDERS.get(name) or Path(name)
+    if (folder / "reader.json").is_file():
         return ReaderScorer.load(
             folder,
             max_length=settings.cross_encoder_max_length,

@@ -218,14 +218,16 @@ class RerankConfig:
     relevance: RelevanceModel | None = field(default_factory=packaged_relevance)
     #: how many candidates, first of the fused order, a cross-encoder reads (None: all);
     #: the others follow them in the fused order. What a turn costs is what is read: about
-    #: 0.1 ms of a core a word piece, so 16 candidates at 192 pieces were 0.25 s of CPU a
-    #: turn, more than the rest of the turn together (issue 58). bioasq-dev's held-out
-    #: questions (bench/fit_rerank.py, nDCG@10; the fused order 0.850): 6 read at 192 pieces
-    #: 0.872, 8 0.876, 16 0.887; shorter reads cost less but lose the answer of a course
-    #: chunk (~150 words): 8 at 96 pieces gave 0.872 on bioasq's abstracts, yet refused
-    #: answerable questions of the answer set whose gold chunk it read first (dev 0.011 ->
-    #: 0.028): the reader scores a cut chunk as not answering
-    cross_encoder_candidates: int | None = 6
+    #: 0.1 ms of a core a word piece with the 6-layer reader (0.05 with the shipped 3-layer
+    #: one), so 16 candidates at 192 pieces were 0.25 s of CPU a turn, more than the rest of
+    #: the turn together (issue 58). bioasq-dev's held-out questions (bench/fit_rerank.py,
+    #: nDCG@10; the fused order 0.850), 3-layer reader at 192 pieces: 4 read 0.867, 6 0.869,
+    #: 8 0.872, 10 0.872 (the 6-layer one: 6 read 0.872, 8 0.876, 16 0.887); shorter reads
+    #: cost less but lose the answer of a course chunk (~150 words): 8 at 96 pieces gave
+    #: 0.872 on bioasq's abstracts, yet refused answerable questions of the answer set whose
+    #: gold chunk it read first (dev 0.011 -> 0.028): the reader scores a cut chunk as not
+    #: answering
+    cross_encoder_candidates: int | None = 8
     #: a cross-encoder reads each candidate's ``reading_window`` at its length (the sentences
     #: around the question's terms) rather than the candidate's opening: a chunk longer than
     #: the length is read where the question's words are, not cut at its opening.
