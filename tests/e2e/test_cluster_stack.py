@@ -40,6 +40,7 @@ import asyncpg
 import httpx
 import nats
 import pytest
+from lectern_testing import logs
 
 from lectern_common.broker import stream_for
 from lectern_common.events import Subjects
@@ -85,6 +86,10 @@ LTI_PUBLIC_URL = "http://lectern.invalid"
 #: the suite runs beside another worker and other stacks, so its bound is three times that:
 #: a regression guard (a key fetched per launch, a lock waited on), the figure printed
 LAUNCH_BUDGET_S = 3.0
+#: an ERROR line that names a lost peer is explained by a fault that was on when it was
+#: logged, or had ended at most this long before (a request sent during the fault times out
+#: after it: the services' NATS requests wait up to 10 s)
+FAULT_GRACE_S = 15.0
 
 
 @pytest.fixture
@@ -387,6 +392,9 @@ class Stack:
     state: dict[str, Any]
     pids: dict[str, int] = field(default_factory=dict)
     alive: set[str] = field(default_factory=set)
+    #: each injected fault: its name, when it began and when the stack was whole again
+    #: (monotonic seconds)
+    faults: list[tuple[str, float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.pids = {node["name"]: node["pid"] for node in self.nodes}
@@ -447,6 +455,7 @@ async def leader_outages(stack: Stack, load: Load) -> list[dict[str, Any]]:
         await stack.restarted(leader, pid)
         back_at = time.monotonic()
         await stack.current(leader)
+        stack.faults.append(("NATS leader killed", killed_at, time.monotonic()))
         errors = load.upload_errors_after(killed_at)
         acks = [*load.upload_acks, time.monotonic()]
         outages.append({
@@ -494,6 +503,7 @@ async def quorum_loss(stack: Stack, load: Load) -> tuple[dict[str, Any], tuple[f
     accepted_again_s = await poll("an upload accepted again", 60, upload_accepted_again)
     for name in pair:
         await stack.current(name)
+    stack.faults.append(("quorum lost", killed_at, time.monotonic()))
     figures = {
         "servers_killed": pair,
         "quorum_lost_s": round(back_at - killed_at, 1),
@@ -520,6 +530,7 @@ async def workers_killed(stack: Stack, load: Load) -> dict[str, Any]:
     await poll("a turn answered by the peers", 30, answered)
     first_turn_s = (load.answered_after(killed_at) or 0.0) - killed_at
     await asyncio.sleep(max(0.0, 8.0 - (time.monotonic() - killed_at)))
+    stack.faults.append(("worker replicas killed", killed_at, time.monotonic()))
     chats = [c.status for c in load.of("chat")[chats_before:]]
     return {
         "first_turn_after_s": round(first_turn_s, 2),
@@ -638,7 +649,7 @@ async def run_faults(stack: Stack, load: Load) -> dict[str, Any]:
         await asyncio.gather(*tasks)
     return {
         "outages": outages, "quorum": quorum, "quorum_lost": quorum_lost,
-        "replicas_killed": replicas, "stopped_at": stopped_at,
+        "replicas_killed": replicas, "stopped_at": stopped_at, "faults": list(stack.faults),
     }  # fmt: skip
 
 
@@ -671,6 +682,23 @@ async def upload_to_indexed(dsn: str, load: Load) -> dict[str, float]:
     finally:
         await conn.close()
     return {r["id"]: r["t"] - load.accepted_at[r["id"]] for r in rows}
+
+
+def unexplained_errors(folder: Path, faults: list[tuple[str, float, float]]) -> list[logs.LogError]:
+    """The services' ERROR lines no fault explains; every ERROR line is printed with the fault
+    that explains it (or none)."""
+    by_log = logs.error_lines(folder)
+    # every process of the stack logs there (a wrong folder would find nothing to judge)
+    assert len(by_log) >= 2 * len(SERVICES), sorted(by_log)
+    found = [e for lines in by_log.values() for e in lines]
+    print(f"\n{len(found)} ERROR lines in {len(by_log)} service logs")
+    out = []
+    for error in found:
+        reason = logs.explained_by(error, faults, grace_s=FAULT_GRACE_S)
+        print(f"ERROR line ({reason or 'UNEXPLAINED'}): {error.describe()}")
+        if reason is None:
+            out.append(error)
+    return out
 
 
 def keep_logs(base_dir: Path) -> Path:
@@ -810,9 +838,17 @@ async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: 
         assert set(turn_ids) == load.answered and set(turn_ids.values()) == {1}
         assert len({e["event_id"] for e in completed}) == len(completed)
         assert len(load.accepted) >= 10 and len(load.answered) >= 10
-        logs = list((base_dir / "data" / "nats").glob("n*/nats-server.log"))
-        assert len(logs) == 3
-        assert not [p for p in logs if "Permissions Violation" in p.read_text(errors="replace")]
+        nats_logs = list((base_dir / "data" / "nats").glob("n*/nats-server.log"))
+        assert len(nats_logs) == 3
+        assert not [
+            p for p in nats_logs if "Permissions Violation" in p.read_text(errors="replace")
+        ]
+        faults = [(name, a + epoch_offset, b + epoch_offset) for name, a, b in run["faults"]]
+        unexplained = unexplained_errors(base_dir / "data" / "logs", faults)
+        assert not unexplained, (
+            f"{len(unexplained)} ERROR lines no injected fault explains:\n"
+            + "\n".join(e.describe() for e in unexplained[:20])
+        )
     except BaseException:
         print(f"\nthe stack's logs are kept in {kept or keep_logs(base_dir)}")
         raise
