@@ -153,16 +153,8 @@ class Reader:
         at run time, so in a batch a pair's score would move with its neighbours' (by 0.13
         on average, measured); alone it is a function of the pair. On 2 cores this costs
         nothing for passages and about 1.6x for short sentences (docs/benchmarks.md)."""
-        out = np.zeros(len(texts), dtype=np.float32)
-        if not texts:
-            return out
-        tokenizer = self._tokenizer(max_length or self.max_length(kind))
-        encodings = tokenizer.encode_batch([(question, t) for t in texts])
-        if self._workers == 1 or len(encodings) == 1:
-            out[:] = [self._timed(e, kind) for e in encodings]
-        else:  # onnxruntime runs a session from several threads at once, off the GIL
-            out[:] = list(self._pool.map(functools.partial(self._timed, kind=kind), encodings))
-        return out
+        readings = self._read_each(question, texts, kind, max_length, spans=False)
+        return np.asarray([r.logit for r in readings], dtype=np.float32)
 
     def read(
         self, question: str, texts: Sequence[str], *, kind: Kind = "sentence",
@@ -171,18 +163,22 @@ class Reader:
         """One read of each (question, text) pair, in input order: its logit as ``logits``
         gives it and, when the graph has a span head, the best span (at most
         ``LONGEST_SPAN`` word pieces, inside the text) and the null score."""
+        return self._read_each(question, texts, kind, max_length, spans=True)
+
+    def _read_each(
+        self, question: str, texts: Sequence[str], kind: Kind, max_length: int | None,
+        *, spans: bool,
+    ) -> list[Reading]:  # fmt: skip
+        """Each pair encoded at the kind's length and run alone, on the worker threads when
+        there are several (onnxruntime runs a session from several threads, off the GIL)."""
         if not texts:
             return []
         tokenizer = self._tokenizer(max_length or self.max_length(kind))
         encodings = tokenizer.encode_batch([(question, t) for t in texts])
-        read = functools.partial(self._timed_read, kind=kind)
+        read = functools.partial(self._timed_read, kind=kind, spans=spans)
         if self._workers == 1 or len(encodings) == 1:
             return [read(e) for e in encodings]
         return list(self._pool.map(read, encodings))
-
-    def _timed(self, encoding: Any, kind: Kind) -> float:
-        """The pair's logit; its thread's CPU time and word pieces counted."""
-        return self._timed_read(encoding, kind, spans=False).logit
 
     def _timed_read(self, encoding: Any, kind: Kind, *, spans: bool = True) -> Reading:
         """``_run``, its thread's CPU time and word pieces counted (``lectern.reader.*``)."""

@@ -30,18 +30,7 @@ from lectern_gateway.problems import ProblemError
 router = APIRouter(tags=["documents"])
 
 #: document fields a teacher may change, and whether chunks carry a copy retrieval reads
-EDITABLE: dict[str, bool] = {
-    "title": False,
-    "subject": True,
-    "grade_level": True,
-    "module_tag": True,
-    "class_id": True,
-    "collection": True,
-    "curriculum_standards": True,
-    "topic_tags": True,
-    "freshness_date": True,
-    "source_priority": True,
-}
+EDITABLE = repo.METADATA_COLUMNS
 
 
 class DocumentPatch(BaseModel):

@@ -231,16 +231,25 @@ async def audit(
     )  # fmt: skip
 
 
-#: the document columns a teacher may change (``lifecycle.EDITABLE``): the only names
-#: ``update_metadata`` and ``copy_metadata_to_chunks`` put into their statements
-METADATA_COLUMNS = frozenset({
-    "title", "subject", "grade_level", "module_tag", "class_id", "collection",
-    "curriculum_standards", "topic_tags", "freshness_date", "source_priority",
-})  # fmt: skip
+#: the document columns a teacher may change, and whether chunks carry a copy retrieval
+#: reads: the only names ``update_metadata`` and ``copy_metadata_to_chunks`` put into their
+#: statements
+METADATA_COLUMNS: dict[str, bool] = {
+    "title": False,
+    "subject": True,
+    "grade_level": True,
+    "module_tag": True,
+    "class_id": True,
+    "collection": True,
+    "curriculum_standards": True,
+    "topic_tags": True,
+    "freshness_date": True,
+    "source_priority": True,
+}
 
 
 def _columns(names: Any) -> list[str]:
-    unknown = set(names) - METADATA_COLUMNS
+    unknown = set(names) - METADATA_COLUMNS.keys()
     if unknown:
         raise ValueError(f"not a metadata column: {sorted(unknown)}")
     return list(names)
