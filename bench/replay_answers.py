@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import numpy as np
 
 from lectern_common import answerer
+from lectern_common.events import AnswerSpan
 from lectern_common.generation import SourceText
 from lectern_common.text import resolve_follow_up, terms
 from lectern_eval.answer_set import AnswerQuestion, fact_recall, holds_any_fact, load_set
@@ -143,6 +144,7 @@ def _sources(stored: Sequence[dict[str, Any]]) -> list[SourceText]:
             text=str(s["text"]),
             score=None if s.get("score") is None else float(s["score"]),
             section=s.get("section"),
+            answer=None if s.get("answer") is None else AnswerSpan.model_validate(s["answer"]),
         )
         for s in stored
     ]

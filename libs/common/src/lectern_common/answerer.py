@@ -427,6 +427,8 @@ SIGNALS: tuple[str, ...] = (
     "first_of_source",  # the first unit of its chunk
     "length",  # words / 40, at most 1
     "reader",  # the reader's logit of (question, unit): does it answer, read together
+    "answer_span",  # the unit holds the answer span the re-ranker's reader marked in its source
+    "answer_margin",  # ... and by how much that span beat "no answer here" (0 for the others)
 )
 _AT = {name: i for i, name in enumerate(SIGNALS)}
 #: reader logits beyond this say no more (and would dominate a linear model)
@@ -623,6 +625,51 @@ def unit_signals(
         _shape_signals(row, asked, unit, bag, lexical)
         if readings is not None:
             row[_AT["reader"]] = min(max(float(readings[index]), -READER_CLIP), READER_CLIP)
+    for index, margin in answer_holders(sources, units).items():
+        out[index, _AT["answer_span"]] = 1.0
+        out[index, _AT["answer_margin"]] = min(max(margin, -READER_CLIP), READER_CLIP)
+    return out
+
+
+def _loose(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def answer_holders(sources: Sequence[SourceText], units: Sequence[SourceUnit]) -> dict[int, float]:
+    """The unit (index into ``units``) that holds each source's answer span (``answer``, the
+    re-ranker's reader's), with the span's margin: of the units whose text holds the span's
+    words, the last that opens at or before the span in the source's text (units are in text
+    order, a table row rendered as its cells); the first that holds the span when none can be
+    placed. A span longer than a unit falls to the unit it starts in."""
+    out: dict[int, float] = {}
+    for source_index, source in enumerate(sources):
+        answer = source.answer
+        if answer is None:
+            continue
+        span = _loose(source.text[answer.start : answer.end])
+        if not span:
+            continue
+        mine = [i for i, u in enumerate(units) if u.source_index == source_index]
+        holding = [i for i in mine if span in _loose(units[i].text)]
+        if not holding:  # a span across units: the unit it starts in holds its first words
+            head = " ".join(span.split()[:3])
+            holding = [i for i in mine if head and _loose(units[i].text).endswith(head)] or [
+                i for i in mine if head in _loose(units[i].text)
+            ]
+        if not holding:
+            continue
+        chosen = holding[0]
+        if len(holding) > 1:  # the same words twice: the unit whose text opens before the span
+            cursor, opened = 0, {}
+            lowered = source.text.casefold()
+            for i in mine:
+                first = " ".join(units[i].text.split()[:4]).casefold()
+                at = lowered.find(first, cursor) if first else -1
+                if at >= 0:
+                    opened[i], cursor = at, at + 1
+            before = [i for i in holding if opened.get(i, answer.start + 1) <= answer.start]
+            chosen = before[-1] if before else holding[0]
+        out[chosen] = answer.margin
     return out
 
 
@@ -645,6 +692,8 @@ QUESTION_SIGNALS = (
     # holds is: "kind" or "happen" a paraphrase brings, "SMOTE" or "Herfindahl" a question
     # about something the material does not cover
     "best_reader",  # the reader's best logit over the units: does any of them answer
+    "best_margin",  # the best answer span's margin over "no answer here" among the sources
+    # the re-ranker's reader read (SQuAD 2.0's null-score difference); -READER_CLIP for none
 )
 _QUESTION_AT = {name: i for i, name in enumerate(QUESTION_SIGNALS)}
 _NAME = re.compile(r"(?<=\w\s)[A-Z][\w.-]*|\b[A-Za-z]*[A-Z][a-z]*[A-Z0-9][\w-]*")
@@ -678,9 +727,17 @@ def question_signals(
             min(1.0, longest / 12),
             missing_rarity(question, held),
             float(signals[:, _AT["reader"]].max()) if len(signals) else 0.0,
+            best_margin(sources),
         ],
         dtype=np.float64,
     )
+
+
+def best_margin(sources: Sequence[SourceText]) -> float:
+    """The best margin of the sources' answer spans over their null scores, clipped to
+    ``READER_CLIP`` (its negative when no source has a span)."""
+    margins = [s.answer.margin for s in sources if s.answer is not None]
+    return min(max(max(margins, default=-READER_CLIP), -READER_CLIP), READER_CLIP)
 
 
 #: the languages whose word frequencies say how common a word is (the most common of them
@@ -762,6 +819,8 @@ class AnswerModel:
     refusal: Logistic | None = None
     answer_threshold: float = 0.5
     reads: bool = False
+    #: fitted with the answer spans the re-ranker's reader marked (``answer_span``, ...)
+    spans: bool = False
     #: (column of ``QUESTION_SIGNALS``, least value) pairs an answer needs besides the
     #: refusal's probability: no answerable development question came lower on that signal
     floors: tuple[tuple[int, float], ...] = ()
@@ -785,8 +844,9 @@ class AnswerModel:
         try:
             unit = Logistic.over(data["signals"], data["weights"], data["bias"], SIGNALS)
             refusal = data.get("refusal")
+            spans = bool(set(data["signals"]) & set(SPAN_SIGNALS))
             if refusal is None:
-                return cls(unit, reads="reader" in data["signals"])
+                return cls(unit, reads="reader" in data["signals"], spans=spans)
             judge = Logistic.over(
                 refusal["signals"], refusal["weights"], refusal["bias"], QUESTION_SIGNALS
             )
@@ -797,7 +857,8 @@ class AnswerModel:
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
         reads = "reader" in data["signals"] or "best_reader" in refusal["signals"]
-        return cls(unit, judge, float(refusal["threshold"]), reads, floors)
+        spans = spans or "best_margin" in refusal["signals"]
+        return cls(unit, judge, float(refusal["threshold"]), reads, spans, floors)
 
 
 def has_signal(signals: NDArray[np.float64], at: int) -> bool:
@@ -812,15 +873,29 @@ def below_floors(signals: NDArray[np.float64], floors: Iterable[tuple[int, float
     return any(has_signal(signals, at) and signals[at] < floor for at, floor in floors)
 
 
-#: the model fitted with the reader's signals, and the one for an answerer without a reader
+#: the model fitted with the reader's signals, the one for an answerer without a reader, and
+#: the one for sources the re-ranker's reader marked answer spans in (the answerer reads
+#: nothing itself: one read of each candidate, in the re-ranker)
 MODEL_PATH = Path(__file__).with_name("answerer_model.json")
 NO_READER_MODEL_PATH = Path(__file__).with_name("answerer_model_no_reader.json")
+SPANS_MODEL_PATH = Path(__file__).with_name("answerer_model_spans.json")
+#: the signals of the re-ranker's answer spans
+SPAN_SIGNALS = ("answer_span", "answer_margin")
 
 
 @functools.cache
-def answer_model(reads: bool = True) -> AnswerModel:
-    """The fitted model shipped with the package, for an answerer with or without a reader."""
+def answer_model(reads: bool = True, spans: bool = False) -> AnswerModel:
+    """The fitted model shipped with the package: for sources with the re-ranker's answer
+    spans (``spans``, when that model is shipped), else for an answerer with or without a
+    reader of its own."""
+    if spans and SPANS_MODEL_PATH.is_file():
+        return AnswerModel.load(SPANS_MODEL_PATH)
     return AnswerModel.load(MODEL_PATH if reads else NO_READER_MODEL_PATH)
+
+
+def has_answer_spans(sources: Sequence[SourceText]) -> bool:
+    """Whether the re-ranker's reader marked an answer span in any of the sources."""
+    return any(s.answer is not None for s in sources)
 
 
 def _answers_at_all(
@@ -920,7 +995,7 @@ def extract_answer(
     form = question_form(question)
     bags = [Counter(terms(u.text)) for u in units]
     asked = set(query)
-    model = model or answer_model(reads=readings is not None)
+    model = model or answer_model(reads=readings is not None, spans=has_answer_spans(sources))
     signals = unit_signals(
         question, form, units, bags, similarities, sources=sources, readings=readings, k1=k1, b=b
     )
@@ -1255,12 +1330,13 @@ class OfflineAnswerer:
         *,
         without: Container[str] = frozenset(),
     ) -> list[float] | None:
-        """The reader's logit of each unit (None without a reader). Of more than
+        """The reader's logit of each unit (None without a reader, or when the re-ranker's
+        reader marked answer spans in the sources: it read them once already). Of more than
         ``read_at_most`` units only those the model without the reader ranks highest are
         read; the others get the lowest logit read: they rank below the read ones on every
         other signal, and reading them is most of an answer's time on a CPU."""
         texts = reader_texts(units, without=without)
-        if self.reader is None or not texts or not question.strip():
+        if self.reader is None or not texts or not question.strip() or has_answer_spans(sources):
             return None
         at_most = self.read_at_most
         if at_most is None or len(texts) <= at_most:

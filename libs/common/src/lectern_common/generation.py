@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
+from lectern_common.events.retrieval import AnswerSpan
+
 
 class ChatMessage(BaseModel):
     """One turn of the conversation sent to the model."""
@@ -28,6 +30,8 @@ class SourceText(BaseModel):
     title: str | None = None
     score: float | None = None  # the re-ranker's, when the source came through it
     section: str | None = None  # its section path ("Diagnosis > Karyotype")
+    #: where the re-ranker's reader found the answer in ``text``, when it read the source
+    answer: AnswerSpan | None = None
 
 
 @dataclass(frozen=True)

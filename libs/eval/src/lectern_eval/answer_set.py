@@ -26,7 +26,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
@@ -213,6 +213,9 @@ class SourceSeen:
     text: str
     section: str | None = None
     score: float | None = None  # the re-ranker's
+    #: the re-ranker's reader's answer span in ``text`` (``start``, ``end``, ``score``,
+    #: ``null_score``), when it marked one
+    answer: dict[str, Any] | None = None
 
 
 def on_gold(source: SourceSeen, question: AnswerQuestion, gold_document_id: str | None) -> bool:

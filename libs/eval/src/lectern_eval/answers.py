@@ -229,7 +229,8 @@ class AnswerEval:
                 turn = await self._ask(student, await self._session(student), item.question)
             _fill_turn(result, turn)
             result.sources = [  # what it was answered from, when it was
-                {"label": s.label, "text": s.text, "section": s.section, "score": s.score}
+                {"label": s.label, "text": s.text, "section": s.section, "score": s.score,
+                 "answer": s.answer}
                 for s in await self._seen(teacher, turn)
             ]
         except (httpx.HTTPError, RuntimeError) as exc:
@@ -247,7 +248,7 @@ class AnswerEval:
                     document_id=str(source["document_id"]), page_start=source.get("page_start"),
                     page_end=source.get("page_end"), slide=source.get("slide"),
                     text=str(chunk["text"]), section=source.get("section"),
-                    score=source.get("score"),
+                    score=source.get("score"), answer=source.get("answer"),
                 )
             )  # fmt: skip
         return seen
@@ -297,7 +298,7 @@ class AnswerEval:
         result.sources = [
             {"label": s.label, "document": s.document_id == gold_document_id,
              "pages": [s.page_start, s.page_end], "gold": on_gold(s, question, gold_document_id),
-             "text": s.text, "section": s.section, "score": s.score}
+             "text": s.text, "section": s.section, "score": s.score, "answer": s.answer}
             for s in seen
         ]  # fmt: skip
         if result.refused:

@@ -148,6 +148,11 @@ class ReaderScorer:
         """The ONNX graph it runs."""
         return self._reader.path
 
+    @property
+    def spans(self) -> bool:
+        """Whether the reader has a span head (``read`` then finds each answer span)."""
+        return self._reader.spans
+
     async def score(self, query: str, texts: Sequence[str]) -> list[float]:
         """Sigmoid of the reader's logit of each (query, text) pair."""
         if not texts:
@@ -156,6 +161,15 @@ class ReaderScorer:
             self._reader.logits, query, list(texts), kind="passage", max_length=self._max_length
         )
         return sigmoid(logits.tolist())
+
+    async def read(self, query: str, texts: Sequence[str]) -> list[reading.Reading]:
+        """One read of each (query, text) pair: its logit and, with a span head, the best
+        answer span (offsets into the text) and the null score."""
+        if not texts:
+            return []
+        return await asyncio.to_thread(
+            self._reader.read, query, list(texts), kind="passage", max_length=self._max_length
+        )
 
     def count_tokens(self, text: str) -> int:
         """Word pieces of a text with the reader's tokenizer."""

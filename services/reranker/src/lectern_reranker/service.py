@@ -20,15 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 # re-exported: the band definition is shared with the gateway (lectern_common.education)
-from lectern_common import metrics
+from lectern_common import metrics, reading
 from lectern_common.answerer import idf_weights
 from lectern_common.education import STYLE_CONTENT_TYPES as STYLE_CONTENT_TYPES
 from lectern_common.education import BandThresholds as BandThresholds
 from lectern_common.education import band_for as band_for
 from lectern_common.events import (
+    AnswerSpan,
     Candidate,
     Confidence,
     RankedChunk,
@@ -57,6 +58,21 @@ class SemanticScorer(Protocol):
 
     def count_tokens(self, text: str) -> int:
         """Tokens of a text with the scorer's tokenizer."""
+        ...
+
+
+@runtime_checkable
+class SpanReader(Protocol):
+    """What a scorer with a span head offers beside ``score`` (``scorers.ReaderScorer``): one
+    read of each pair that also says where the answer is."""
+
+    @property
+    def spans(self) -> bool:
+        """Whether its reads carry answer spans."""
+        ...
+
+    async def read(self, query: str, texts: Sequence[str]) -> Sequence[reading.Reading]:
+        """One read of each (query, text) pair."""
         ...
 
 
@@ -505,6 +521,60 @@ def reading_window(query: str, text: str, *, pieces: int) -> str:
     return f"{prefix}\n{window}" if prefix else window
 
 
+def locate_span(text: str, read: str, start: int, end: int) -> tuple[int, int] | None:
+    """Where ``read[start:end]`` (a span of what the reader read: a reading window, the
+    chunk's contextual prefix before it) lies in the chunk's ``text``: the occurrence that
+    follows the same words as in ``read`` when the span's words occur more than once, spaces
+    matched loosely (a window joins sentences with one space); None when the span is not in
+    the text (it marked the prefix or the title)."""
+    piece = read[start:end]
+    words = piece.split()
+    if not words:
+        return None
+    lead = len(piece) - len(piece.lstrip())
+    pattern = r"\s+".join(re.escape(w) for w in words)
+    found = list(re.finditer(pattern, text))
+    if not found:
+        return None
+    if len(found) > 1:  # the one after the same words as in what was read
+        before = read[max(0, start - 60) : start + lead].split()[-6:]
+
+        def agreement(m: re.Match[str]) -> int:
+            """How many words before the occurrence are those before the span, last first."""
+            preceding = text[max(0, m.start() - 80) : m.start()].split()
+            same = 0
+            while same < min(len(before), len(preceding)) and (
+                before[-1 - same] == preceding[-1 - same]
+            ):
+                same += 1
+            return same
+
+        found.sort(key=lambda m: -agreement(m))
+    return found[0].start(), found[0].end()
+
+
+def answer_spans(
+    candidates: Sequence[Candidate], read: Sequence[str], readings: Sequence[reading.Reading]
+) -> list[AnswerSpan | None]:
+    """Each read candidate's best answer span in its chunk text (None: no span head, or the
+    span marked what is not the chunk's text)."""
+    out: list[AnswerSpan | None] = []
+    for candidate, text, found in zip(candidates, read, readings, strict=True):
+        where = None
+        if found.start is not None and found.end is not None:
+            where = locate_span(candidate.text, text, found.start, found.end)
+        if where is None or found.span_score is None or found.null_score is None:
+            out.append(None)
+            continue
+        out.append(
+            AnswerSpan(
+                start=where[0], end=where[1], score=round(found.span_score, 4),
+                null_score=round(found.null_score, 4),
+            )
+        )  # fmt: skip
+    return out
+
+
 def rank_prior(position: int, count: int) -> float:
     """The retriever's order as a 0..1 score: 1 for the first candidate, falling linearly."""
     if count <= 1:
@@ -650,8 +720,10 @@ def rank_candidates(
     scorer: str,
     config: RerankConfig,
     today: date,
+    answers: Sequence[AnswerSpan | None] = (),
 ) -> list[RankedChunk]:
-    """Every candidate with its signals and combined score, best first (stable on ties)."""
+    """Every candidate with its signals and combined score (and its answer span, ``answers``
+    in candidate order, when the scorer found them), best first (stable on ties)."""
     prior_weight = config.rank_prior_weight.get(scorer, 0.0)
     match_weight = config.sentence_match_weight.get(scorer, 0.0)
     model = config.relevance if scorer == "cross-encoder" else None
@@ -675,8 +747,11 @@ def rank_candidates(
         signals["relevance"] = relevance
         score = combined_score(relevance, signals, config.weights)
         ranked.append(
-            RankedChunk(candidate=candidate, semantic=sem, signals=signals, score=round(score, 6))
-        )
+            RankedChunk(
+                candidate=candidate, semantic=sem, signals=signals, score=round(score, 6),
+                answer=answers[position] if position < len(answers) else None,
+            )
+        )  # fmt: skip
     order = sorted(range(len(ranked)), key=lambda i: -ranked[i].score)
     return [ranked[i] for i in order]
 
@@ -715,11 +790,18 @@ async def rerank(
         )
     limit = config.cross_encoder_candidates if scorer.name == "cross-encoder" else None
     head = list(candidates[:limit]) if limit is not None else list(candidates)
-    semantic = await scorer.score(request.query, read_texts(request.query, head, scorer, config))
+    texts = read_texts(request.query, head, scorer, config)
+    answers: list[AnswerSpan | None] = []
+    if isinstance(scorer, SpanReader) and scorer.spans:  # one read: relevance and answer
+        readings = await scorer.read(request.query, texts)
+        semantic = [float(p) for p in reading.probability([r.logit for r in readings])]
+        answers = answer_spans(head, texts, readings)
+    else:
+        semantic = await scorer.score(request.query, texts)
     scored_at = time.perf_counter()
     ranked = rank_candidates(
         query=request.query, candidates=head, semantic=semantic, student=request.student,
-        scorer=scorer.name, config=config, today=day,
+        scorer=scorer.name, config=config, today=day, answers=answers,
     )  # fmt: skip
     ranked += [
         RankedChunk(

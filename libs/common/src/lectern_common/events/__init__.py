@@ -55,6 +55,7 @@ from lectern_common.events.memory import (
     StoredMemory,
 )
 from lectern_common.events.retrieval import (
+    AnswerSpan,
     Candidate,
     Confidence,
     RankedChunk,
@@ -72,6 +73,7 @@ __all__ = [
     "ALL_EVENTS",
     "ALL_REQUESTS",
     "MAX_PARKED_PAYLOAD",
+    "AnswerSpan",
     "Candidate",
     "ChatSessionEnded",
     "ChatSessionsExpired",

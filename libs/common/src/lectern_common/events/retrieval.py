@@ -169,6 +169,22 @@ class RerankRequest(Request):
     token_budget: int = Field(default=6000, ge=100)
 
 
+class AnswerSpan(BaseModel):
+    """Where the re-ranker's reader found the answer in a chunk: ``text[start:end]`` of the
+    chunk's ``text`` (character offsets), the span's score and the "no answer here" score of
+    the same read (SQuAD 2.0's null score). ``margin`` > 0: the reader says the chunk answers."""
+
+    start: int = Field(ge=0, description="first character of the answer in the chunk's text")
+    end: int = Field(ge=0, description="one past its last character")
+    score: float = Field(description="the span's start + end logits")
+    null_score: float = Field(description="the [CLS] piece's start + end logits: no answer")
+
+    @property
+    def margin(self) -> float:
+        """How far the span beats "no answer here"."""
+        return self.score - self.null_score
+
+
 class RankedChunk(BaseModel):
     """A candidate with its re-ranking scores."""
 
@@ -176,6 +192,11 @@ class RankedChunk(BaseModel):
     semantic: float
     signals: dict[str, float] = Field(default_factory=dict)
     score: float
+    answer: AnswerSpan | None = Field(
+        default=None,
+        description="the reader's best answer span in the chunk (a reader with a span head, "
+        "candidates it read; absent otherwise or when the span fell outside the chunk's text)",
+    )
 
 
 class Confidence(BaseModel):

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from lectern_common.events.retrieval import AnswerSpan
+
 Mode = Literal["chat", "tutor", "drill"]
 
 _MODE_PROMPTS: dict[str, str] = {
@@ -73,6 +75,7 @@ class PromptSource:
     pages: str | None = None
     section: str | None = None
     score: float | None = None  # the re-ranker's
+    answer: AnswerSpan | None = None  # the re-ranker's reader's answer span in ``text``
 
 
 @dataclass(frozen=True)
@@ -222,9 +225,11 @@ def build_prompt(
         over = total() - budget
         only = kept_sources[0]
         keep_chars = max(0, len(only.text) - 4 * over - 8)
+        answer = only.answer if only.answer and only.answer.end <= keep_chars else None
         kept_sources[0] = PromptSource(
-            only.label, only.title, only.text[:keep_chars], only.pages, only.section, only.score
-        )
+            only.label, only.title, only.text[:keep_chars], only.pages, only.section, only.score,
+            answer,
+        )  # fmt: skip
     return Prompt(
         system=with_sources(system, kept_sources),
         history=kept_history,

@@ -188,7 +188,7 @@ def _labelled(
         if row is None:
             continue
         label = f"T{len(out.sources) + 1}"
-        out.sources.append(_source(label, item.candidate, row, item.score))
+        out.sources.append(_source(label, item, row))
         out.texts[label] = str(row["text"])
         out.topic_tags.extend(t for t in row["topic_tags"] or [] if t not in out.topic_tags)
     if not out.sources:
@@ -196,8 +196,15 @@ def _labelled(
     return out
 
 
-def _source(label: str, candidate: Candidate, row: dict[str, Any], score: float) -> Source:
+def _source(label: str, item: RankedChunk, row: dict[str, Any]) -> Source:
+    candidate, answer = item.candidate, item.answer
     section = " > ".join(row["section_path"] or []) or row.get("chapter") or None
+    text = str(row["text"])
+    if (
+        answer is not None
+        and text[answer.start : answer.end] != candidate.text[answer.start : answer.end]
+    ):
+        answer = None  # the chunk changed since the re-ranker read it: its offsets are stale
     return Source(
         label=label,
         chunk_id=candidate.chunk_id,
@@ -207,5 +214,6 @@ def _source(label: str, candidate: Candidate, row: dict[str, Any], score: float)
         page_end=row["page_end"],
         slide=row["slide"],
         section=section,
-        score=round(float(score), 4),
+        score=round(float(item.score), 4),
+        answer=answer,
     )

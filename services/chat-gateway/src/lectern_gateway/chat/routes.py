@@ -39,7 +39,9 @@ router = APIRouter(tags=["chat"])
 _SSE_DOC = """Server-Sent Events; each `event:` name equals the JSON `type` of its `data:`.
 
 - `sources`: `{"type":"sources","sources":[{"label":"T1","chunk_id","document_id","title",
-  "page_start","page_end","slide","section","score"}]}` (before any token)
+  "page_start","page_end","slide","section","score","answer"}]}` (before any token;
+  `answer`, when the re-ranker's reader marked one: `{"start","end","score","null_score"}`,
+  the answer's character offsets in the chunk's text and its score against "no answer")
 - `token`: `{"type":"token","text":"...","origin":"model"|"gateway"}` (as produced)
 - `citation`: `{"type":"citation","citation":{"label":"T1"|"W1","kind":"textbook"|"web",
   "chunk_id","document_id","url","title","span_start","span_end","text","support",

@@ -415,6 +415,7 @@ def compose(
             pages=pages_label(s.page_start, s.page_end, s.slide),
             section=s.section,
             score=s.score,
+            answer=s.answer,
         )
         for s in retrieved.sources
     ]

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, TypeAdapter
 
 from lectern_common.events.chat import ConfidenceBand
+from lectern_common.events.retrieval import AnswerSpan
 
 
 class Source(BaseModel):
@@ -30,6 +31,12 @@ class Source(BaseModel):
     slide: int | None = None
     section: str | None = None
     score: float = 0.0
+    answer: AnswerSpan | None = Field(
+        default=None,
+        description="where the re-ranker's reader found the answer in the chunk's text "
+        "(character offsets, for the source viewer to highlight), with its score against "
+        "the 'no answer here' score; absent when the reader marked none",
+    )
 
 
 class SourcesEvent(BaseModel):

@@ -89,7 +89,12 @@ def streamer_for(generator: llm.Generator) -> AnswerStreamer:
         messages.append(llm.ChatMessage(role="user", content=prompt.user))
         sources = [
             llm.SourceText(
-                label=s.label, text=s.text, title=s.title, score=s.score, section=s.section
+                label=s.label,
+                text=s.text,
+                title=s.title,
+                score=s.score,
+                section=s.section,
+                answer=s.answer,
             )
             for s in prompt.sources
         ]
