@@ -9,6 +9,7 @@ from pydantic_settings import SettingsConfigDict
 
 from lectern_common.answerer import READ_AT_MOST
 from lectern_common.settings import ServiceHttpSettings, shared
+from lectern_gateway.chat.decision import ANSWER_MARGIN
 
 
 class Settings(ServiceHttpSettings):
@@ -81,6 +82,12 @@ class Settings(ServiceHttpSettings):
     )  # fmt: skip
     grounding_weight: float = Field(
         default=0.3, description="weight of grounding in the final confidence score"
+    )
+    answer_margin: float | None = Field(
+        default=ANSWER_MARGIN,
+        description="a turn is refused (a knowledge gap, reason no_answer_span) when no "
+        "source's answer span, as the re-ranker's reader marked it, beats its 'no answer "
+        "here' score by this much (bench/fit_margin.py; -100: never refused on spans)",
     )
 
     resume_grace_s: float = Field(

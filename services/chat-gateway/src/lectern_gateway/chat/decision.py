@@ -28,6 +28,10 @@ reason a person can read. Where the numbers come from:
 - the weight of measured grounding is ``LECTERN_GATEWAY_GROUNDING_WEIGHT`` (0.3), the weight
   the re-ranker's ``ConfidenceWeights`` give grounding, so the final score swaps the prior
   for the measurement at the same weight;
+- :data:`ANSWER_MARGIN`, the least margin by which some source's answer span must beat the
+  reader's "no answer here" score (SQuAD 2.0's null-score difference, over the re-ranker's
+  one read of each candidate), is fitted by ``bench/fit_margin.py`` on the answer set's
+  development split (``LECTERN_GATEWAY_ANSWER_MARGIN``);
 - the answerer's own refusal (``no_support``) is fitted by ``bench/fit_answerer.py``;
 - :data:`GENERAL_SCORE` is set by hand (see there).
 """
@@ -48,6 +52,7 @@ Reason = Literal[
     "weak_retrieval",  # retrieval confidence under the cut-offs' retrieval_gap
     "low_score",  # the verdict's score under the low cut-off
     "reranker_gap",  # the re-ranker's own cut-offs said gap
+    "no_answer_span",  # the reader found no span in any source that beats "no answer here"
     "evidence",  # good enough to answer, in the verdict's band
     "general_request",  # a general explanation asked for after a gap
     # after generation
@@ -63,6 +68,10 @@ ORDER: tuple[ConfidenceBand, ...] = ("gap", "low", "medium", "high")
 #: ``low`` explicitly, so the turn is answered (its copy says "not based on your course
 #: materials") and is no knowledge gap.
 GENERAL_SCORE = 0.2
+#: the least margin of the best answer span over its null score among a turn's sources for an
+#: answer (the re-ranker's reader must have a span head; without spans nothing is refused
+#: here). Fitted by bench/fit_margin.py: see docs/benchmarks.md for its figures.
+ANSWER_MARGIN = 0.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,9 @@ class Evidence:
 
     verdict: Confidence
     has_sources: bool
+    #: the best margin of the sources' answer spans over their null scores (None: the
+    #: re-ranker's reader marked none, having no span head)
+    answer_margin: float | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,8 @@ class Policy:
     #: with the deployment's)
     persona_cuts: bool = False
     grounding_weight: float = 0.3
+    #: refuse when the best answer span's margin is under this (None: never on spans)
+    answer_margin: float | None = ANSWER_MARGIN
 
 
 @dataclass(frozen=True)
@@ -138,6 +152,10 @@ def decide(evidence: Evidence, policy: Policy, *, general: bool = False) -> Deci
         band = band_for(verdict.score, verdict.retrieval, policy.thresholds)
         verdict = verdict.model_copy(update={"band": band})
     if verdict.band != "gap":
+        margin, least = evidence.answer_margin, policy.answer_margin
+        if margin is not None and least is not None and margin < least:
+            refused = verdict.model_copy(update={"band": "gap"})
+            return Decision("refuse", in_band(refused, policy.thresholds), "no_answer_span")
         return Decision("answer", verdict, "evidence")
     return Decision("refuse", in_band(verdict, policy.thresholds), _gap_reason(evidence, policy))
 

@@ -276,6 +276,7 @@ def resolve(deps: ChatDeps, turn: TurnInput) -> tuple[ChatMode, Policy]:
         thresholds=turn.bands(deps.settings),
         persona_cuts=turn.thresholds is not None,
         grounding_weight=deps.settings.grounding_weight,
+        answer_margin=deps.settings.answer_margin,
     )
     return mode_for(turn.session.mode), policy
 
@@ -338,7 +339,10 @@ async def answer_question(
         yield ErrorEvent(reason=exc.reason, message=exc.message, retryable=True)
         return
     retrieved = material.retrieved
-    evidence = Evidence(verdict=retrieved.confidence, has_sources=bool(retrieved.sources))
+    evidence = Evidence(
+        verdict=retrieved.confidence, has_sources=bool(retrieved.sources),
+        answer_margin=retrieved.answer_margin(),
+    )  # fmt: skip
     decision = decide(evidence, policy, general=question.general)
     prompt = None
     if decision.action != "refuse":

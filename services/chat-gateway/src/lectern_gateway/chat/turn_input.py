@@ -223,6 +223,12 @@ class Retrieved:
     topic_tags: list[str] = field(default_factory=list)
     confidence: Confidence = field(default_factory=no_material)
 
+    def answer_margin(self) -> float | None:
+        """The best margin of the sources' answer spans over their null scores (None when
+        the re-ranker's reader marked none)."""
+        margins = [s.answer.margin for s in self.sources if s.answer is not None]
+        return max(margins) if margins else None
+
 
 async def publish(broker: NatsBroker, event: Event) -> None:
     """Publish an event on its JetStream stream."""
