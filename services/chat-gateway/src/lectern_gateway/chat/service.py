@@ -37,6 +37,7 @@ from lectern_common.events import Confidence, RecalledMemory
 from lectern_common.events.base import Event
 from lectern_common.events.retrieval import Turn
 from lectern_common.outbox import enqueue
+from lectern_common.text import words as text_words
 from lectern_common.topics import candidate_words, topics
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat import tutoring
@@ -634,7 +635,7 @@ def check_citations(draft: Draft, checked: Sequence[CheckedCitation]) -> list[Ba
     events: list[BaseModel] = []
     for c in checked:
         draft.checked.append(c)
-        citation = textbook_citation(c, draft.by_label)
+        citation = textbook_citation(c, draft.by_label, draft.texts)
         draft.citations.append(citation)
         events.append(CitationEvent(citation=citation))
     return events
@@ -712,10 +713,19 @@ async def answered(
     )  # fmt: skip
 
 
-def textbook_citation(checked: CheckedCitation, by_label: dict[str, Source]) -> Citation:
-    """A checked [T#] citation as the client sees it (an invalid label names no source)."""
+def textbook_citation(
+    checked: CheckedCitation, by_label: dict[str, Source], texts: dict[str, str] | None = None
+) -> Citation:
+    """A checked [T#] citation as the client sees it (an invalid label names no source),
+    with its source's answer span when the cited sentence says the answer's words."""
     source = by_label.get(checked.label)
     valid = source is not None and checked.valid
+    answer = source.answer if source is not None and valid else None
+    chunk = (texts or {}).get(checked.label)
+    if answer is not None and (
+        chunk is None or not said_in(chunk[answer.start : answer.end], checked.sentence.text)
+    ):
+        answer = None
     return Citation(
         label=checked.label, kind="textbook",
         chunk_id=source.chunk_id if source and valid else None,
@@ -723,8 +733,16 @@ def textbook_citation(checked: CheckedCitation, by_label: dict[str, Source]) -> 
         title=source.title if source and valid else None,
         span_start=checked.sentence.start, span_end=checked.sentence.end,
         text=checked.sentence.text, support=checked.support, supported=checked.supported,
-        valid=checked.valid,
+        valid=checked.valid, answer=answer,
     )  # fmt: skip
+
+
+def said_in(span: str, sentence: str) -> bool:
+    """Whether ``sentence`` says the words of ``span`` in their order (case, spacing and
+    punctuation aside)."""
+    words = " ".join(text_words(span.casefold()))
+    said = " ".join(text_words(sentence.casefold()))
+    return bool(words) and f" {words} " in f" {said} "
 
 
 # ---------------------------------------------------------------- modes

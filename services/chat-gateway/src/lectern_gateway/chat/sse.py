@@ -69,6 +69,11 @@ class Citation(BaseModel):
     span_end: int | None = None
     text: str | None = Field(default=None, description="the cited sentence")
     support: float | None = Field(default=None, description="0..1 support of the span")
+    answer: AnswerSpan | None = Field(
+        default=None,
+        description="the answer span the re-ranker's reader marked in the cited chunk "
+        "(character offsets in the chunk's text), when the cited sentence holds its words",
+    )
     supported: bool | None = Field(default=None, description="false: flagged unsupported")
     valid: bool = Field(default=True, description="false: the label names no given source")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
@@ -19,8 +19,10 @@ router = APIRouter(tags=["sources"])
 
 
 class Highlight(BaseModel):
-    """The part of the chunk that supports a cited sentence of an answer."""
+    """The part of the chunk that supports a cited sentence of an answer (``sentence``), or
+    within it the answer itself, as the re-ranker's reader marked it (``answer``)."""
 
+    kind: Literal["sentence", "answer"] = "sentence"
     label: str
     start: int = Field(description="character offset in `text`")
     end: int
@@ -86,6 +88,18 @@ def highlights_for(
                 support=overlap,
             )
         )
+        answer = c.get("answer") or {}
+        first, last = answer.get("start"), answer.get("end")
+        if isinstance(first, int) and isinstance(last, int) and 0 <= first < last <= len(
+            chunk_text
+        ):
+            out.append(
+                Highlight(
+                    kind="answer", label=str(c.get("label")), start=first, end=last,
+                    text=chunk_text[first:last], cited_sentence=sentence or None,
+                    support=overlap,
+                )
+            )  # fmt: skip
     return out
 
 

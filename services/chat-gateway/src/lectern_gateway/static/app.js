@@ -715,7 +715,7 @@ async function openSource(chunkId, messageId) {
   const cited = $("source-cited");
   cited.replaceChildren();
   for (const h of chunk.highlights) {
-    if (h.cited_sentence) {
+    if (h.cited_sentence && h.kind !== "answer") {
       cited.append(el("p", { class: "hint" }, `[${h.label}] cited for: “${h.cited_sentence}”`));
     }
   }
@@ -742,9 +742,14 @@ async function openOriginal(documentId, page) {
   setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
-// The chunk's text as nodes, with the cited spans in <mark> (overlapping spans merged).
+// The chunk's text as nodes, with the cited spans in <mark> (overlapping spans merged) and
+// the answer the reader found in them in <strong class="answer">.
 function markedText(text, highlights) {
+  const answers = highlights
+    .filter((h) => h.kind === "answer" && h.start >= 0 && h.end > h.start && h.end <= text.length)
+    .sort((a, b) => a.start - b.start);
   const spans = highlights
+    .filter((h) => h.kind !== "answer")
     .map((h) => ({ start: h.start, end: h.end, labels: [h.label] }))
     .filter((s) => s.start >= 0 && s.end > s.start && s.end <= text.length)
     .sort((a, b) => a.start - b.start);
@@ -762,10 +767,27 @@ function markedText(text, highlights) {
   let last = 0;
   for (const span of merged) {
     nodes.push(document.createTextNode(text.slice(last, span.start)));
-    nodes.push(el("mark", { title: `cited as ${span.labels.join(", ")}` }, text.slice(span.start, span.end)));
+    nodes.push(el("mark", { title: `cited as ${span.labels.join(", ")}` },
+      ...withAnswers(text, span.start, span.end, answers)));
     last = span.end;
   }
   nodes.push(document.createTextNode(text.slice(last)));
+  return nodes;
+}
+
+// text[start:end] as nodes, the parts inside an answer span in <strong class="answer">.
+function withAnswers(text, start, end, answers) {
+  const nodes = [];
+  let at = start;
+  for (const a of answers) {
+    const from = Math.max(a.start, at);
+    const to = Math.min(a.end, end);
+    if (to <= from) continue;
+    nodes.push(document.createTextNode(text.slice(at, from)));
+    nodes.push(el("strong", { class: "answer", title: "the answer" }, text.slice(from, to)));
+    at = to;
+  }
+  nodes.push(document.createTextNode(text.slice(at, end)));
   return nodes;
 }
 
