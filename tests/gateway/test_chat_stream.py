@@ -23,6 +23,7 @@ from lectern_testing.chat import (
 
 from lectern_common.answerer import NO_SUPPORT_TEXT
 from lectern_common.events import Subjects
+from lectern_gateway.chat.decision import ANSWER_MARGIN
 
 pytestmark = pytest.mark.integration
 
@@ -54,6 +55,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
 def _reset(responders: Responders) -> None:
     responders.band = "high"
     responders.leak = False
+    responders.spans = {}
 
 
 async def test_answer_streams_typed_events_and_is_stored(
@@ -342,3 +344,34 @@ async def test_lectern_ask_streams_to_the_terminal(
     assert "carbon dioxide" in printed and "[T1]" in printed
     assert "Sources:\n  [T1] Biology notes (p. 2, Photosynthesis > Calvin cycle)" in printed
     assert "Confidence: high" in printed and "answered by offline" in printed
+
+
+async def test_the_readers_answer_span_is_marked_and_its_absence_refuses(
+    gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str,
+    responders: Responders,
+) -> None:  # fmt: skip
+    seeded = await seed_document(db_pool, tenant_id=tenant_id)
+    student = gateway.token(tenant_id, "stu-1")
+    session = await new_session(client, gateway, student, mode="chat")
+    phrase = "the first step of carbon fixation"
+    responders.spans = {phrase: ANSWER_MARGIN + 5}
+    got = await ask(client, gateway, session["id"], "What does RuBisCO catalyse?", student)
+    assert got.status == 200 and not got.done.knowledge_gap
+    marked = [s for s in got.of("sources")[0].sources if s.answer is not None]
+    assert [s.chunk_id for s in marked] == [seeded.chunk_ids[1]]
+    view = await client.get(
+        f"{gateway.url}/v1/chunks/{seeded.chunk_ids[1]}",
+        params={"message_id": str(got.done.message_id)}, headers=student,
+    )  # fmt: skip
+    body = view.json()
+    answer = marked[0].answer
+    assert answer is not None and body["text"][answer.start : answer.end] == phrase
+    # the answer's sentence says the span: its citation carries it, the viewer marks it
+    cited = [c.citation for c in got.of("citation") if c.citation.answer is not None]
+    assert [c.answer for c in cited] == [answer]
+    assert [h["text"] for h in body["highlights"] if h["kind"] == "answer"] == [phrase]
+    # the reader finds no answer in any source: a knowledge gap, whatever the band says
+    responders.spans = {"RuBisCO": ANSWER_MARGIN - 3}
+    refused = await ask(client, gateway, session["id"], "What does RuBisCO catalyse?", student)
+    assert refused.done.knowledge_gap and refused.done.band == "gap"
+    assert not refused.of("citation")

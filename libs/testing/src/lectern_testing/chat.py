@@ -26,6 +26,7 @@ from opentelemetry import trace
 from lectern_common.broker import QUEUE_GROUPS, stream_for
 from lectern_common.db.types import Pool
 from lectern_common.events import (
+    AnswerSpan,
     Candidate,
     Confidence,
     MemoryRecallReply,
@@ -171,7 +172,9 @@ class Responders:
 
     The retriever does Postgres full-text search within the request's tenant and collections
     (``leak`` ignores both, to prove the gateway filters on its own); the re-ranker keeps the
-    order and answers the scripted confidence band.
+    order and answers the scripted confidence band; ``spans`` (a phrase -> its margin over
+    "no answer here") mark each phrase where a kept chunk holds it, as a reader with a span
+    head would.
     """
 
     pool: Pool
@@ -181,6 +184,7 @@ class Responders:
     #: when set, a memory-service stand-in recalls these texts for every student
     memories: list[str] | None = None
     recalls: list[MemoryRecallRequest] = field(default_factory=list)
+    spans: dict[str, float] = field(default_factory=dict)
 
     async def recall(self, request: MemoryRecallRequest) -> MemoryRecallReply:
         """The scripted memories."""
@@ -239,13 +243,23 @@ class Responders:
         """Keep the order; confidence from the scripted band (a score inside it)."""
         score = {"high": 0.9, "medium": 0.7, "low": 0.5, "gap": 0.2}[self.band]
         chunks = [
-            RankedChunk(candidate=c, semantic=0.5, score=c.fused_score)
+            RankedChunk(
+                candidate=c, semantic=0.5, score=c.fused_score, answer=self._span(c.text)
+            )
             for c in request.candidates[: request.top_k]
         ]
         confidence = Confidence(
             score=score, band=self.band, retrieval=score, source_quality=0.7, grounding=0.6
         )
         return RerankReply(request_id=request.request_id, chunks=chunks, confidence=confidence)
+
+
+    def _span(self, text: str) -> AnswerSpan | None:
+        for phrase, margin in self.spans.items():
+            at = text.find(phrase)
+            if at >= 0:
+                return AnswerSpan(start=at, end=at + len(phrase), score=margin, null_score=0.0)
+        return None
 
 
 def _or_query(text: str) -> str:
