@@ -13,7 +13,7 @@ export TOKENIZERS_PARALLELISM := false
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-offline bench-scale bench-reader train-reader train-reader-l3 fit-answerer fit-rerank tune-rerank soak clean client-models client-ts
+.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-offline bench-scale bench-reader train-reader train-reader-l3 fit-margin fit-answerer fit-rerank tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -160,9 +160,13 @@ train-reader-l3: install ## Train the re-ranker's reader (the packaged MiniLM's 
 	$(PY) bench/train_reader.py train --layers 3 --work $(HOME)/.cache/lectern/reader-train-l3
 	$(PY) bench/train_reader.py export --work $(HOME)/.cache/lectern/reader-train-l3 --out libs/common/src/lectern_common/reader_l3 $(READER_EXPORT)
 
-bench-reader: install ## The reader alone: SelQA test, COVID-QA, held-out bioasq, dev units; beside the bi-encoder and BM25
+bench-reader: install ## The reader alone: SelQA test, COVID-QA, held-out bioasq, dev units (beside the bi-encoder and BM25); its span head on SQuAD, FairytaleQA, WikiTableQuestions
 	@test -f /tmp/lectern-bench-answers.json || $(PY) bench/bench_answers.py
 	$(PY) bench/bench_reader.py --run /tmp/lectern-bench-answers.json
+	$(PY) bench/bench_spans.py
+
+fit-margin: install ## Fit the answer margin chat refuses below on a bench-answers run (RUN=...); dev cross-fitted, test once
+	$(PY) bench/fit_margin.py --json $(or $(RUN),/tmp/lectern-bench-answers.json)
 
 fit-answerer: install ## Refit the offline answerer on a bench-answers run's dev split (RUN=/tmp/lectern-bench-answers.json); cross-fitted dev figures
 	$(PY) bench/replay_answers.py --json $(or $(RUN),/tmp/lectern-bench-answers.json) --signals /tmp/lectern-answer-signals.npz
