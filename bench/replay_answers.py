@@ -150,6 +150,15 @@ def _sources(stored: Sequence[dict[str, Any]]) -> list[SourceText]:
     ]
 
 
+def _below(stored: Sequence[dict[str, Any]], margin: float | None) -> bool:
+    """Whether chat.decision refuses these sources at ``margin``: none of their answer spans
+    beats its null score by it (sources without spans are not refused)."""
+    if margin is None:
+        return False
+    sources = _sources(stored)
+    return answerer.has_answer_spans(sources) and answerer.best_margin(sources) < margin
+
+
 def _questions_asked(question: AnswerQuestion, by_id: dict[str, AnswerQuestion]) -> str:
     """The question as the offline answerer reads it: a follow-up takes its chain's topic."""
     earlier: list[str] = []
@@ -172,6 +181,7 @@ async def replay(
     reads: bool = True,
     read_at_most: int | None = answerer.READ_AT_MOST,
     cross_fitted: dict[str, answerer.AnswerModel] | None = None,
+    margin: float | None = None,
 ) -> list[Replayed]:
     """Replay every stored answerable and off-topic question of ``run`` (with the packaged
     reader, as the gateway runs it, unless ``reads`` is false). With ``cross_fitted`` (a model
@@ -243,8 +253,9 @@ async def replay(
         if question is None:
             continue
         stored = result.get("sources") or []
-        # the re-ranker's gap verdict refuses before the answerer is asked
-        if result.get("band") == "gap" or not stored:
+        # the re-ranker's gap verdict refuses before the answerer is asked, and so does the
+        # gateway's answer margin (chat.decision) when no source's span beats it
+        if result.get("band") == "gap" or not stored or _below(stored, margin):
             out.append(
                 Replayed(result["id"], split_of[result["id"]], question.document,
                          question.kind, True, 0.0, 0, 0, False, bool(result.get("context_hit")))
@@ -281,7 +292,7 @@ async def replay(
             continue
         stored = result.get("sources") or []
         refused = True
-        if stored and result.get("band") != "gap":
+        if stored and result.get("band") != "gap" and not _below(stored, margin):
             group = result.get("document") or "(off-topic)"
             answer = await offline.answer(
                 question=result["question"], sources=_sources(stored),
@@ -360,6 +371,11 @@ def main() -> int:
         "--read-at-most", type=int, default=answerer.READ_AT_MOST,
         help="the units the answerer reads at most (0: all; default the answerer's)",
     )  # fmt: skip
+    parser.add_argument(
+        "--margin", type=float,
+        help="refuse, as chat.decision does, a question none of whose sources' answer spans "
+        "beats its null score by this (bench/fit_margin.py; default: none)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write every replayed question as JSON")
     parser.add_argument(
         "--reader-logits", metavar="FILE:KEY",
@@ -381,7 +397,8 @@ def main() -> int:
     replayed = asyncio.run(
         replay(run, args.set, without=args.without, signals_out=args.signals,
                floor=args.floor, other_floor=args.other_floor, model=model, reads=args.reads,
-               read_at_most=args.read_at_most or None, cross_fitted=cross_fitted)
+               read_at_most=args.read_at_most or None, cross_fitted=cross_fitted,
+               margin=args.margin)
     )  # fmt: skip
     splits = [s for s in ("dev", "test") if any(r.split == s for r in replayed)]
     figures = {s: summary(replayed, s) for s in splits}
