@@ -7,7 +7,9 @@ published anchors beside them.
   v1.1 questions read with their paragraph: exact match and F1 of the best span (SQuAD's
   official normalisation, the best over the annotators' answers), and has-answer accuracy
   (the span beats "no answer" by the margin); v2.0's unanswerable questions of the same
-  articles: no-answer accuracy (the margin says none). The margin is 0 unless ``--margin``.
+  articles: no-answer accuracy (the margin says none). The margin is chat's
+  (``chat.decision.ANSWER_MARGIN``) unless ``--margin``; the margin's AUC says how well it
+  tells the two apart at any threshold.
 - **FairytaleQA** (its test stories): each question read with its section(s): ROUGE-L F1 of
   the extracted span against the answers (the FairytaleQA paper's BART-large QA model:
   0.536), and the answer sentence's top-1 (the sentence holding the span is the section's
@@ -39,6 +41,7 @@ import reading_data
 
 from lectern_common import reading
 from lectern_common.text import split_sentences
+from lectern_gateway.chat.decision import ANSWER_MARGIN
 
 ANCHORS = {"fairytale_rouge_l": 0.536, "wtq_accuracy_tapas": 0.488}
 
@@ -95,22 +98,37 @@ def squad(reader: reading.Reader, margin: float, limit: int) -> dict[str, Any]:
     v2 = reading_data._rows(reading_data.READING / "squad-v2.0-dev-unanswerable.jsonl")
     unanswerable = [r for r in v2 if r["title"] in held][:limit]
     exact = overlap = has = 0.0
+    margins: list[tuple[float, int]] = []
     for row in answerable:
         (found,) = reader.read(row["question"], [row["context"]], kind="passage")
         predicted = _span(row["context"], found)
         exact += best(lambda p, a: float(normalise(p) == normalise(a)), predicted, row["answers"])
         overlap += best(f1, predicted, row["answers"])
         has += float((found.margin or 0.0) > margin)
+        margins.append((found.margin or 0.0, 1))
     none = 0.0
     for row in unanswerable:
         (found,) = reader.read(row["question"], [row["context"]], kind="passage")
         none += float((found.margin or 0.0) <= margin)
+        margins.append((found.margin or 0.0, 0))
     n, m = max(1, len(answerable)), max(1, len(unanswerable))
     return {
         "questions": len(answerable), "unanswerable": len(unanswerable),
         "exact_match": round(exact / n, 3), "f1": round(overlap / n, 3),
         "has_answer_accuracy": round(has / n, 3), "no_answer_accuracy": round(none / m, 3),
+        "margin": margin, "no_answer_auc": round(auc(margins), 3),
     }  # fmt: skip
+
+
+def auc(scored: Sequence[tuple[float, int]]) -> float:
+    """The chance that an answerable question's margin beats an unanswerable one's (ties
+    half): how well the margin tells them apart at any threshold."""
+    positives = [m for m, y in scored if y]
+    negatives = [m for m, y in scored if not y]
+    if not positives or not negatives:
+        return 0.0
+    wins = sum((p > q) + 0.5 * (p == q) for p in positives for q in negatives)
+    return wins / (len(positives) * len(negatives))
 
 
 def fairytale(reader: reading.Reader, limit: int) -> dict[str, Any]:
@@ -148,10 +166,11 @@ def fairytale(reader: reading.Reader, limit: int) -> dict[str, Any]:
 
 def wikitables(reader: reading.Reader, limit: int) -> dict[str, Any]:
     groups = reading_data.wikitables(random.Random(7), "test", questions=limit, negatives=10**6)
-    hits = row_hits = 0
+    hits = row_hits = logit_hits = 0
     for group in groups:
         readings = reader.read(group.question, group.texts, kind="sentence")
         chosen = max(range(len(readings)), key=lambda i: readings[i].margin or -1e9)
+        logit_hits += int(max(range(len(readings)), key=lambda i: readings[i].logit) == 0)
         gold = group.spans[0] if group.spans else None
         assert gold is not None
         row_hits += int(chosen == 0)
@@ -160,7 +179,8 @@ def wikitables(reader: reading.Reader, limit: int) -> dict[str, Any]:
         hits += int(normalise(predicted) == normalise(group.texts[0][gold[0] : gold[1]]))
     n = max(1, len(groups))
     return {"questions": len(groups), "cell_accuracy": round(hits / n, 3),
-            "row_top1": round(row_hits / n, 3)}  # fmt: skip
+            "row_top1": round(row_hits / n, 3),
+            "row_top1_by_relevance": round(logit_hits / n, 3)}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,7 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--reader", type=Path, default=reading.PACKAGED_L3,
         help="a reader folder with a span head (default: the re-ranker's, reader_l3)",
     )  # fmt: skip
-    parser.add_argument("--margin", type=float, default=0.0)
+    parser.add_argument(
+        "--margin", type=float, default=ANSWER_MARGIN,
+        help="the margin has-answer and no-answer are judged at (default: chat's, "
+        f"LECTERN_GATEWAY_ANSWER_MARGIN's default {ANSWER_MARGIN})",
+    )  # fmt: skip
     parser.add_argument("--limit", type=int, default=1000, help="questions per set at most")
     args = parser.parse_args(argv)
     if not reading_data.READING.is_dir():
@@ -187,13 +211,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"SQuAD held-out articles ({s['questions']} + {s['unanswerable']} unanswerable): "
           f"EM {s['exact_match']:.3f}, F1 {s['f1']:.3f}, "
           f"has-answer {s['has_answer_accuracy']:.3f}, "
-          f"no-answer {s['no_answer_accuracy']:.3f}")  # fmt: skip
+          f"no-answer {s['no_answer_accuracy']:.3f} at margin {s['margin']:g}, "
+          f"margin AUC {s['no_answer_auc']:.3f}")  # fmt: skip
     print(f"FairytaleQA test ({f['questions']}): ROUGE-L F1 {f['rouge_l']:.3f} "
           f"(BART-large QA 0.536), "
           f"answer sentence top-1 {f['answer_sentence_top1']:.3f}")  # fmt: skip
     print(f"WikiTableQuestions unseen tables ({w['questions']} one-cell questions): cell "
           f"accuracy {w['cell_accuracy']:.3f} (TAPAS 0.488 on all), "
-          f"row top-1 {w['row_top1']:.3f}")  # fmt: skip
+          f"row top-1 {w['row_top1']:.3f} "
+          f"(by relevance {w['row_top1_by_relevance']:.3f})")  # fmt: skip
     out = {
         "reader": reader.name, "squad_held_out": s, "fairytaleqa_test": f,
         "wikitablequestions_unseen": w, "anchors": ANCHORS,
