@@ -61,7 +61,7 @@ def test_the_unit_holding_the_span_is_marked_with_its_margin() -> None:
     units = source_units([source])
     holders = answer_holders([source], units)
     assert len(holders) == 1
-    (index, margin), = holders.items()
+    ((index, margin),) = holders.items()
     assert units[index].text.startswith("She wept because")
     assert margin == 8.0
     signals = unit_signals(
@@ -118,3 +118,26 @@ async def test_the_answerer_does_not_read_what_the_reranker_read() -> None:
         question="Who spun the straw into gold?", sources=[SourceText(label="T1", text=STORY)]
     )
     assert reader.read  # without spans it reads the units itself, as before
+
+
+def test_the_source_holding_the_answer_opens_the_answer() -> None:
+    from lectern_common.answerer import ScoredSentence, _answer_source, _in_answer_order
+
+    def unit(source: int, position: int, score: float, defines: bool = False) -> ScoredSentence:
+        return ScoredSentence(f"T{source + 1}", source, position, "x y z", 0.5, None, score,
+                              defines=defines)  # fmt: skip
+
+    chosen = [unit(0, 3, 0.9), unit(1, 2, 0.8), unit(1, 1, 0.7)]
+    assert [(c.source_index, c.position) for c in _in_answer_order(chosen)] == [
+        (0, 3),
+        (1, 1),
+        (1, 2),
+    ]
+    led = _in_answer_order(chosen, leads=1)
+    assert [(c.source_index, c.position) for c in led] == [(1, 1), (1, 2), (0, 3)]
+    # a definition still opens a definition question's answer
+    defined = [unit(0, 3, 0.9, defines=True), *chosen[1:]]
+    assert _in_answer_order(defined, leads=1)[0].source_index == 0
+    plain = SourceText(label="T1", text=STORY)
+    assert _answer_source([plain, spanned(STORY, "spun it", score=2.0, null=5.0)]) == 1
+    assert _answer_source([plain]) is None

@@ -386,6 +386,7 @@ MECHANISMS = frozenset(
         "followed_on",  # a best sentence brings the next one when it goes on about it
         "passage",  # the best sentence brings the next one of its paragraph
         "completed",  # a sentence a line break cut goes on; a list's introduction brings it
+        "answer_first",  # the source holding the reader's best answer span opens the answer
     }
 )
 
@@ -950,11 +951,14 @@ def _scored_units(
     return out
 
 
-def _in_answer_order(chosen: list[ScoredSentence]) -> list[ScoredSentence]:
-    """The chosen units grouped by source (a definition's source first, then the order the
-    sources were chosen in), in document order within each."""
+def _in_answer_order(
+    chosen: list[ScoredSentence], *, leads: int | None = None
+) -> list[ScoredSentence]:
+    """The chosen units grouped by source (a definition's source first, else the source
+    ``leads`` names, the one holding the answer the reader found, then the order the sources
+    were chosen in), in document order within each."""
     group_rank: dict[int, int] = {}
-    for picked in sorted(chosen, key=lambda c: not c.defines):
+    for picked in sorted(chosen, key=lambda c: (not c.defines, c.source_index != leads)):
         group_rank.setdefault(picked.source_index, len(group_rank))
     return sorted(chosen, key=lambda s: (group_rank[s.source_index], s.position))
 
@@ -1018,7 +1022,8 @@ def extract_answer(
     ranked = sorted(scored, key=lambda s: (-s.score, s.source_index, s.position))
     best = ranked[0].score
     chosen = _in_answer_order(
-        _best(
+        leads=None if "answer_first" in without else _answer_source(sources),
+        chosen=_best(
             ranked,
             floor=floor * best,
             limit=max_sentences,
@@ -1033,6 +1038,12 @@ def extract_answer(
     if "completed" not in without:
         chosen = _with_list(_completed(chosen, units), units, sources)
     return ExtractiveAnswer(chosen, form)
+
+
+def _answer_source(sources: Sequence[SourceText]) -> int | None:
+    """The source whose answer span beats its null score by most, if any has a span."""
+    margins = {i: s.answer.margin for i, s in enumerate(sources) if s.answer is not None}
+    return max(margins, key=lambda i: margins[i]) if margins else None
 
 
 _FOLLOW_ON = re.compile(
