@@ -152,16 +152,17 @@ tune-rerank: install ## The bi-encoder's re-rank calibration and rank-prior shar
 # the readers: trained here from ../shared/data/reading (resuming from the last checkpoint in
 # ~/.cache/lectern/), then exported as int8 ONNX into libs/common/src/lectern_common/
 # (READER_EXPORT=--fp32 for the float graph): the offline answerer's, all 6 of the base's
-# layers (reader/, about an hour on 2 cores), and the re-ranker's, its first 3 (reader_l3/,
-# half the cost a word piece, about 45 minutes)
+# layers (reader/, about an hour on 2 cores), and the re-ranker's, its first 3 with a span
+# head beside the relevance one (reader_l3_spans/, about 95 minutes; the default reader_l3/ is
+# the same run without --spans, half the cost a word piece of the 6-layer one, 59 minutes)
 READER_EXPORT ?=
 train-reader: install ## Train the answerer's reader (cross-encoder from the packaged MiniLM) and export it as int8 ONNX
 	$(PY) bench/train_reader.py train
 	$(PY) bench/train_reader.py export $(READER_EXPORT)
 
-train-reader-l3: install ## Train the re-ranker's reader (the packaged MiniLM's first 3 layers) and export it as int8 ONNX
-	$(PY) bench/train_reader.py train --layers 3 --work $(HOME)/.cache/lectern/reader-train-l3
-	$(PY) bench/train_reader.py export --work $(HOME)/.cache/lectern/reader-train-l3 --out libs/common/src/lectern_common/reader_l3 $(READER_EXPORT)
+train-reader-l3: install ## Train the 3-layer reader with span and no-answer heads (reader_l3_spans; reader_l3 is the same without --spans) and export it as int8 ONNX
+	$(PY) bench/train_reader.py train --layers 3 --spans --work $(HOME)/.cache/lectern/reader-train-l3s
+	$(PY) bench/train_reader.py export --work $(HOME)/.cache/lectern/reader-train-l3s --out libs/common/src/lectern_common/reader_l3_spans $(READER_EXPORT)
 
 bench-reader: install ## The reader alone: SelQA test, COVID-QA, held-out bioasq, dev units (beside the bi-encoder and BM25); its span head on SQuAD, FairytaleQA, WikiTableQuestions
 	@test -f /tmp/lectern-bench-answers.json || $(PY) bench/bench_answers.py

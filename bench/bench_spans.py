@@ -186,8 +186,8 @@ def wikitables(reader: reading.Reader, limit: int) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--reader", type=Path, default=reading.PACKAGED_L3,
-        help="a reader folder with a span head (default: the re-ranker's, reader_l3)",
+        "--reader", type=Path, default=reading.PACKAGED_L3_SPANS,
+        help="a reader folder with a span head (default: the packaged reader_l3_spans)",
     )  # fmt: skip
     parser.add_argument(
         "--margin", type=float, default=ANSWER_MARGIN,

@@ -54,7 +54,11 @@ def figures(rows: Sequence[dict[str, Any]], margins: dict[str, float]) -> dict[s
     each judged by the margin of its group (``margins``; ``"*"`` for all)."""
 
     def refused(row: dict[str, Any]) -> bool:
-        return bool(row["gap"]) or row["margin"] < margins.get(row["group"], margins.get("*", 0))
+        if row["gap"]:
+            return True
+        # no span marked at all: chat.decision has no evidence to refuse on
+        least = margins.get(row["group"], margins.get("*", 0))
+        return not math.isinf(row["margin"]) and row["margin"] < least
 
     def share(chosen: list[dict[str, Any]]) -> float:
         return round(sum(refused(r) for r in chosen) / len(chosen), 3) if chosen else 0.0
@@ -108,8 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     test = [r for r in rows if r["split"] == "test"]
 
     def fitted(chosen: Sequence[dict[str, Any]]) -> float:
-        return fit([r["margin"] for r in chosen if r["answerable"] and not r["gap"]],
-                   args.most_refused)  # fmt: skip
+        answerable = [r["margin"] for r in chosen if r["answerable"] and not r["gap"]]
+        # those with no span marked are never refused on it, but count in the share
+        finite = [m for m in answerable if not math.isinf(m)]
+        share = args.most_refused * len(answerable) / max(1, len(finite))
+        return fit(finite, share)
 
     margin = fitted(dev)
     held = {g: fitted([r for r in dev if r["group"] != g]) for g in {r["group"] for r in dev}}

@@ -182,6 +182,7 @@ async def replay(
     read_at_most: int | None = answerer.READ_AT_MOST,
     cross_fitted: dict[str, answerer.AnswerModel] | None = None,
     margin: float | None = None,
+    from_spans: bool = False,
 ) -> list[Replayed]:
     """Replay every stored answerable and off-topic question of ``run`` (with the packaged
     reader, as the gateway runs it, unless ``reads`` is false). With ``cross_fitted`` (a model
@@ -204,7 +205,10 @@ async def replay(
     embedder = CachedEmbedder(LocalEmbedder(BaseServiceSettings()))
     reader = CachedReader(reading.packaged()) if reads and reading.available() else None
     offline = answerer.OfflineAnswerer(
-        embedder=cast("Embedder", embedder), reader=reader, read_at_most=read_at_most
+        embedder=cast("Embedder", embedder),
+        reader=reader,
+        read_at_most=read_at_most,
+        from_spans=from_spans,
     )
     options: dict[str, Any] = {"without": frozenset(without), "model": model}
     if floor is not None:
@@ -365,6 +369,11 @@ def main() -> int:
         help="answer each development question with the model fitted without its document "
         "(fit_answerer.py --cross-fit DIR): out-of-sample development figures",
     )  # fmt: skip
+    parser.add_argument(
+        "--from-spans", action="store_true",
+        help="score sources with the re-ranker's answer spans, reading nothing "
+        "(LECTERN_GATEWAY_OFFLINE_ANSWERER_FROM_SPANS=true)",
+    )  # fmt: skip
     parser.add_argument("--no-reader", dest="reads", action="store_false",
                         help="replay the answerer without the reader (its own model)")  # fmt: skip
     parser.add_argument(
@@ -398,7 +407,7 @@ def main() -> int:
         replay(run, args.set, without=args.without, signals_out=args.signals,
                floor=args.floor, other_floor=args.other_floor, model=model, reads=args.reads,
                read_at_most=args.read_at_most or None, cross_fitted=cross_fitted,
-               margin=args.margin)
+               margin=args.margin, from_spans=args.from_spans)
     )  # fmt: skip
     splits = [s for s in ("dev", "test") if any(r.split == s for r in replayed)]
     figures = {s: summary(replayed, s) for s in splits}

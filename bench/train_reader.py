@@ -505,8 +505,9 @@ def export(args: argparse.Namespace) -> None:
     (out / "tokenizer.json").write_bytes((final / "tokenizer.json").read_bytes())
     training = json.loads((final / "training.json").read_text())
     layers = int(training.get("layers", 6))
+    spans = "-spans" if (final / SPAN_HEAD).exists() else ""
     settings = {
-        "name": f"lectern-reader-minilm-l{layers}",
+        "name": f"lectern-reader-minilm-l{layers}{spans}",
         "heads": training.get("heads", ["relevance"]),
         "precision": "float32" if args.fp32 else "int8",
         "max_length": MAX_LENGTH,

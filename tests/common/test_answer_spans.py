@@ -110,10 +110,17 @@ def test_the_best_margin_is_a_question_signal() -> None:
 
 async def test_the_answerer_does_not_read_what_the_reranker_read() -> None:
     reader = CountingReader()
-    answerer = OfflineAnswerer(reader=reader)
+    answerer = OfflineAnswerer(reader=reader, from_spans=True)
     read = spanned(STORY, "spun it")
     await answerer.answer(question="Who spun the straw into gold?", sources=[read])
     assert reader.read == []
+    # by default it reads the sentences itself, spans or not (the 6-layer reader reads
+    # sentences better than the 3-layer span head marks answers)
+    await OfflineAnswerer(reader=reader).answer(
+        question="Who spun the straw into gold?", sources=[read]
+    )
+    assert reader.read
+    reader.read.clear()
     await answerer.answer(
         question="Who spun the straw into gold?", sources=[SourceText(label="T1", text=STORY)]
     )

@@ -23,7 +23,7 @@ from lectern_testing.chat import (
 
 from lectern_common.answerer import NO_SUPPORT_TEXT
 from lectern_common.events import Subjects
-from lectern_gateway.chat.decision import ANSWER_MARGIN
+from lectern_gateway.chat.decision import FITTED_ANSWER_MARGIN
 
 pytestmark = pytest.mark.integration
 
@@ -348,13 +348,13 @@ async def test_lectern_ask_streams_to_the_terminal(
 
 async def test_the_readers_answer_span_is_marked_and_its_absence_refuses(
     gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str,
-    responders: Responders,
+    responders: Responders, nats_url: str, database_url: str,
 ) -> None:  # fmt: skip
     seeded = await seed_document(db_pool, tenant_id=tenant_id)
     student = gateway.token(tenant_id, "stu-1")
     session = await new_session(client, gateway, student, mode="chat")
     phrase = "the first step of carbon fixation"
-    responders.spans = {phrase: ANSWER_MARGIN + 5}
+    responders.spans = {phrase: FITTED_ANSWER_MARGIN + 5}
     got = await ask(client, gateway, session["id"], "What does RuBisCO catalyse?", student)
     assert got.status == 200 and not got.done.knowledge_gap
     marked = [s for s in got.of("sources")[0].sources if s.answer is not None]
@@ -370,8 +370,13 @@ async def test_the_readers_answer_span_is_marked_and_its_absence_refuses(
     cited = [c.citation for c in got.of("citation") if c.citation.answer is not None]
     assert [c.answer for c in cited] == [answer]
     assert [h["text"] for h in body["highlights"] if h["kind"] == "answer"] == [phrase]
-    # the reader finds no answer in any source: a knowledge gap, whatever the band says
-    responders.spans = {"RuBisCO": ANSWER_MARGIN - 3}
-    refused = await ask(client, gateway, session["id"], "What does RuBisCO catalyse?", student)
+    # the reader finds no answer in any source: by default the band decides, and a
+    # deployment that refuses on the fitted margin calls it a knowledge gap
+    responders.spans = {"RuBisCO": FITTED_ANSWER_MARGIN - 3}
+    answered = await ask(client, gateway, session["id"], "What does RuBisCO catalyse?", student)
+    assert not answered.done.knowledge_gap
+    settings = gateway_settings(nats_url, database_url, answer_margin=FITTED_ANSWER_MARGIN)
+    async with serve_gateway(settings) as strict:
+        refused = await ask(client, strict, session["id"], "What does RuBisCO catalyse?", student)
     assert refused.done.knowledge_gap and refused.done.band == "gap"
     assert not refused.of("citation")

@@ -10,7 +10,7 @@ from lectern_common.education import BandThresholds
 from lectern_common.events import Confidence
 from lectern_common.events.chat import ConfidenceBand
 from lectern_gateway.chat.decision import (
-    ANSWER_MARGIN,
+    FITTED_ANSWER_MARGIN,
     GENERAL_SCORE,
     Action,
     Decision,
@@ -40,6 +40,11 @@ def verdict(
 
 def policy(thresholds: BandThresholds = DEPLOYMENT, *, persona: bool = False) -> Policy:
     return Policy(thresholds=thresholds, persona_cuts=persona, grounding_weight=0.3)
+
+
+#: a deployment that refuses on the reader's evidence (the fitted margin)
+MARGIN = Policy(DEPLOYMENT, answer_margin=FITTED_ANSWER_MARGIN)
+ANSWER_MARGIN = FITTED_ANSWER_MARGIN
 
 
 # before generation: evidence, cut-offs -> action, band, reason
@@ -72,15 +77,15 @@ BEFORE: list[tuple[str, Evidence, Policy, bool, Action, ConfidenceBand, Reason]]
      "explain_generally", "low", "general_request"),
     # the reader's evidence: the best answer span's margin over "no answer here"
     ("a span beats no answer", Evidence(verdict(0.85, 0.9, "high"), True, ANSWER_MARGIN + 2),
-     policy(), False, "answer", "high", "evidence"),
+     MARGIN, False, "answer", "high", "evidence"),
     ("no span beats no answer", Evidence(verdict(0.85, 0.9, "high"), True, ANSWER_MARGIN - 1),
-     policy(), False, "refuse", "gap", "no_answer_span"),
+     MARGIN, False, "refuse", "gap", "no_answer_span"),
     ("no spans read: the band decides", Evidence(verdict(0.85, 0.9, "high"), True, None),
-     policy(), False, "answer", "high", "evidence"),
-    ("the margin switched off", Evidence(verdict(0.70, 0.8, "medium"), True, ANSWER_MARGIN - 9),
-     Policy(DEPLOYMENT, answer_margin=None), False, "answer", "medium", "evidence"),
+     MARGIN, False, "answer", "high", "evidence"),
+    ("the default refuses on no margin", Evidence(verdict(0.70, 0.8, "medium"), True,
+     ANSWER_MARGIN - 9), policy(), False, "answer", "medium", "evidence"),
     ("a gap stays the re-ranker's", Evidence(verdict(0.30, 0.7, "gap"), True, ANSWER_MARGIN - 1),
-     policy(), False, "refuse", "gap", "low_score"),
+     MARGIN, False, "refuse", "gap", "low_score"),
 ]  # fmt: skip
 
 

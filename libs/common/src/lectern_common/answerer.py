@@ -999,7 +999,8 @@ def extract_answer(
     form = question_form(question)
     bags = [Counter(terms(u.text)) for u in units]
     asked = set(query)
-    model = model or answer_model(reads=readings is not None, spans=has_answer_spans(sources))
+    spans = readings is None and has_answer_spans(sources)
+    model = model or answer_model(reads=readings is not None, spans=spans)
     signals = unit_signals(
         question, form, units, bags, similarities, sources=sources, readings=readings, k1=k1, b=b
     )
@@ -1029,7 +1030,7 @@ def extract_answer(
             limit=max_sentences,
             other_floor=other_floor * best,
             asked=asked,
-        )
+        ),
     )
     if "followed_on" not in without:
         chosen = _followed_on(
@@ -1300,9 +1301,14 @@ class OfflineAnswerer:
         words_per_chunk: int = 4,
         cache_floats: int = 8_000_000,  # 32 MB of vectors: 20,000 sentences of MiniLM
         read_at_most: int | None = READ_AT_MOST,
+        from_spans: bool = False,
     ) -> None:
         self.embedder = embedder
         self.reader = reader
+        #: sources with the re-ranker's answer spans are scored from those spans, not read
+        #: again (cheaper; a 3-layer span head scores answers worse than the 6-layer reader
+        #: reads sentences: docs/benchmarks.md, twenty-sixth session)
+        self.from_spans = from_spans
         self.read_at_most = read_at_most
         self.max_sentences = max_sentences
         self.words_per_chunk = max(1, words_per_chunk)
@@ -1341,13 +1347,16 @@ class OfflineAnswerer:
         *,
         without: Container[str] = frozenset(),
     ) -> list[float] | None:
-        """The reader's logit of each unit (None without a reader, or when the re-ranker's
-        reader marked answer spans in the sources: it read them once already). Of more than
+        """The reader's logit of each unit (None without a reader, or when the answerer
+        scores ``from_spans`` and the re-ranker's reader marked answer spans in the sources:
+        it read them once already). Of more than
         ``read_at_most`` units only those the model without the reader ranks highest are
         read; the others get the lowest logit read: they rank below the read ones on every
         other signal, and reading them is most of an answer's time on a CPU."""
         texts = reader_texts(units, without=without)
-        if self.reader is None or not texts or not question.strip() or has_answer_spans(sources):
+        if self.reader is None or not texts or not question.strip():
+            return None
+        if self.from_spans and has_answer_spans(sources):
             return None
         at_most = self.read_at_most
         if at_most is None or len(texts) <= at_most:

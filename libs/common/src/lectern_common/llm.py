@@ -483,9 +483,11 @@ def build_generator(
     embedder: Embedder | None = None,
     reader: SentenceReader | None = None,
     read_at_most: int | None = READ_AT_MOST,
+    from_spans: bool = False,
 ) -> Generator:
     """Gemini (when a key is set) and the fallback provider (when set), ending offline (whose
-    reader reads at most ``read_at_most`` units of a turn's sources)."""
+    reader reads at most ``read_at_most`` units of a turn's sources, none when ``from_spans``
+    and the re-ranker marked answer spans)."""
     chain = _gemini_chain(settings)
     if settings.fallback_llm_base_url and settings.fallback_llm_model:
         key = settings.fallback_llm_api_key
@@ -498,7 +500,9 @@ def build_generator(
                 timeout_s=settings.llm_timeout_s,
             )
         )
-    offline = OfflineAnswerer(embedder=embedder, reader=reader, read_at_most=read_at_most)
+    offline = OfflineAnswerer(
+        embedder=embedder, reader=reader, read_at_most=read_at_most, from_spans=from_spans
+    )
     if not chain:
         return offline
     return FallbackGenerator(chain[0], [*chain[1:], offline])

@@ -40,8 +40,17 @@ PACKAGED_NAME = "lectern-reader"
 #: the 6-layer one (docs/benchmarks.md, "A reader of 3 layers")
 PACKAGED_L3 = Path(__file__).with_name("reader_l3")
 PACKAGED_L3_NAME = "lectern-reader-l3"
+#: the 3-layer reader with span and no-answer heads beside its relevance one: the re-ranker
+#: then marks each candidate's answer span (``RankedChunk.answer``); not the default, its
+#: relevance reads off-topic questions higher (reader_l3_spans/MODEL_CARD.md)
+PACKAGED_L3_SPANS = Path(__file__).with_name("reader_l3_spans")
+PACKAGED_L3_SPANS_NAME = "lectern-reader-l3-spans"
 #: packaged readers by the names a setting may give
-PACKAGED_FOLDERS = {PACKAGED_NAME: PACKAGED, PACKAGED_L3_NAME: PACKAGED_L3}
+PACKAGED_FOLDERS = {
+    PACKAGED_NAME: PACKAGED,
+    PACKAGED_L3_NAME: PACKAGED_L3,
+    PACKAGED_L3_SPANS_NAME: PACKAGED_L3_SPANS,
+}
 
 
 #: the longest answer the span head may mark, in word pieces (SQuAD's answers are 1-30)

@@ -229,8 +229,13 @@ class AnswerEval:
                 turn = await self._ask(student, await self._session(student), item.question)
             _fill_turn(result, turn)
             result.sources = [  # what it was answered from, when it was
-                {"label": s.label, "text": s.text, "section": s.section, "score": s.score,
-                 "answer": s.answer}
+                {
+                    "label": s.label,
+                    "text": s.text,
+                    "section": s.section,
+                    "score": s.score,
+                    "answer": s.answer,
+                }
                 for s in await self._seen(teacher, turn)
             ]
         except (httpx.HTTPError, RuntimeError) as exc:

@@ -243,16 +243,13 @@ class Responders:
         """Keep the order; confidence from the scripted band (a score inside it)."""
         score = {"high": 0.9, "medium": 0.7, "low": 0.5, "gap": 0.2}[self.band]
         chunks = [
-            RankedChunk(
-                candidate=c, semantic=0.5, score=c.fused_score, answer=self._span(c.text)
-            )
+            RankedChunk(candidate=c, semantic=0.5, score=c.fused_score, answer=self._span(c.text))
             for c in request.candidates[: request.top_k]
         ]
         confidence = Confidence(
             score=score, band=self.band, retrieval=score, source_quality=0.7, grounding=0.6
         )
         return RerankReply(request_id=request.request_id, chunks=chunks, confidence=confidence)
-
 
     def _span(self, text: str) -> AnswerSpan | None:
         for phrase, margin in self.spans.items():

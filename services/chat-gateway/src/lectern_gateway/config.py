@@ -74,6 +74,12 @@ class Settings(ServiceHttpSettings):
         "with the packaged reader (int8 ONNX, ~23 MB, loaded at start): its scoring and "
         "refusal models were fitted with it; false: the models fitted without it",
     )
+    offline_answerer_from_spans: bool = Field(
+        default=False,
+        description="the offline answerer scores a turn's sources from the answer spans the "
+        "re-ranker's reader marked (answerer_model_spans.json) and reads nothing again: ~34 "
+        "core-ms a turn less, but dev key-fact out of sample 0.802 -> 0.788 (docs/benchmarks.md)",
+    )
     offline_answerer_read_at_most: int = Field(
         default=READ_AT_MOST, ge=0,
         description="the units of a turn's sources the offline answerer's reader reads at most "
@@ -87,7 +93,9 @@ class Settings(ServiceHttpSettings):
         default=ANSWER_MARGIN,
         description="a turn is refused (a knowledge gap, reason no_answer_span) when no "
         "source's answer span, as the re-ranker's reader marked it, beats its 'no answer "
-        "here' score by this much (bench/fit_margin.py; -100: never refused on spans)",
+        "here' score by this much (unset: never; bench/fit_margin.py fitted -7.493, "
+        "chat.decision.FITTED_ANSWER_MARGIN, which refuses too many answerable questions for "
+        "too few off-topic ones to be the default)",
     )
 
     resume_grace_s: float = Field(

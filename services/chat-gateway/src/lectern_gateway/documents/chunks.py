@@ -90,8 +90,10 @@ def highlights_for(
         )
         answer = c.get("answer") or {}
         first, last = answer.get("start"), answer.get("end")
-        if isinstance(first, int) and isinstance(last, int) and 0 <= first < last <= len(
-            chunk_text
+        if (
+            isinstance(first, int)
+            and isinstance(last, int)
+            and 0 <= first < last <= len(chunk_text)
         ):
             out.append(
                 Highlight(
