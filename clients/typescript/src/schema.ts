@@ -1411,7 +1411,9 @@ export interface paths {
          * @description Server-Sent Events; each `event:` name equals the JSON `type` of its `data:`.
          *
          *     - `sources`: `{"type":"sources","sources":[{"label":"T1","chunk_id","document_id","title",
-         *       "page_start","page_end","slide","section","score"}]}` (before any token)
+         *       "page_start","page_end","slide","section","score","answer"}]}` (before any token;
+         *       `answer`, when the re-ranker's reader marked one: `{"start","end","score","null_score"}`,
+         *       the answer's character offsets in the chunk's text and its score against "no answer")
          *     - `token`: `{"type":"token","text":"...","origin":"model"|"gateway"}` (as produced)
          *     - `citation`: `{"type":"citation","citation":{"label":"T1"|"W1","kind":"textbook"|"web",
          *       "chunk_id","document_id","url","title","span_start","span_end","text","support",
@@ -1698,6 +1700,34 @@ export interface components {
             section: string | null;
         };
         /**
+         * AnswerSpan
+         * @description Where the re-ranker's reader found the answer in a chunk: ``text[start:end]`` of the
+         *     chunk's ``text`` (character offsets), the span's score and the "no answer here" score of
+         *     the same read (SQuAD 2.0's null score). ``margin`` > 0: the reader says the chunk answers.
+         */
+        AnswerSpan: {
+            /**
+             * End
+             * @description one past its last character
+             */
+            end: number;
+            /**
+             * Null Score
+             * @description the [CLS] piece's start + end logits: no answer
+             */
+            null_score: number;
+            /**
+             * Score
+             * @description the span's start + end logits
+             */
+            score: number;
+            /**
+             * Start
+             * @description first character of the answer in the chunk's text
+             */
+            start: number;
+        };
+        /**
          * ApiKey
          * @description An API key's record (never the key itself).
          */
@@ -1969,6 +1999,8 @@ export interface components {
          * @description A citation: a textbook source [T#] covering a span, or a web page [W#].
          */
         Citation: {
+            /** @description the answer span the re-ranker's reader marked in the cited chunk (character offsets in the chunk's text), when the cited sentence holds its words */
+            answer?: components["schemas"]["AnswerSpan"] | null;
             /** Chunk Id */
             chunk_id?: string | null;
             /** Document Id */
@@ -3418,13 +3450,20 @@ export interface components {
         };
         /**
          * Highlight
-         * @description The part of the chunk that supports a cited sentence of an answer.
+         * @description The part of the chunk that supports a cited sentence of an answer (``sentence``), or
+         *     within it the answer itself, as the re-ranker's reader marked it (``answer``).
          */
         Highlight: {
             /** Cited Sentence */
             cited_sentence: string | null;
             /** End */
             end: number;
+            /**
+             * Kind
+             * @default sentence
+             * @enum {string}
+             */
+            kind: "sentence" | "answer";
             /** Label */
             label: string;
             /**

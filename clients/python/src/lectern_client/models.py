@@ -29,6 +29,31 @@ class AnswerCheck(BaseModel):
     section: Annotated[str | None, Field(title="Section")]
 
 
+class AnswerSpan(BaseModel):
+    """
+    Where the re-ranker's reader found the answer in a chunk: ``text[start:end]`` of the
+    chunk's ``text`` (character offsets), the span's score and the "no answer here" score of
+    the same read (SQuAD 2.0's null score). ``margin`` > 0: the reader says the chunk answers.
+    """
+
+    end: Annotated[int, Field(ge=0, title="End")]
+    """
+    one past its last character
+    """
+    null_score: Annotated[float, Field(title="Null Score")]
+    """
+    the [CLS] piece's start + end logits: no answer
+    """
+    score: Annotated[float, Field(title="Score")]
+    """
+    the span's start + end logits
+    """
+    start: Annotated[int, Field(ge=0, title="Start")]
+    """
+    first character of the answer in the chunk's text
+    """
+
+
 class ApiKey(BaseModel):
     """
     An API key's record (never the key itself).
@@ -170,6 +195,10 @@ class Citation(BaseModel):
     A citation: a textbook source [T#] covering a span, or a web page [W#].
     """
 
+    answer: AnswerSpan | None = None
+    """
+    the answer span the re-ranker's reader marked in the cited chunk (character offsets in the chunk's text), when the cited sentence holds its words
+    """
     chunk_id: Annotated[UUID | None, Field(title="Chunk Id")] = None
     document_id: Annotated[UUID | None, Field(title="Document Id")] = None
     kind: Annotated[Literal["textbook", "web"], Field(title="Kind")]
@@ -983,11 +1012,13 @@ class GapTopicQueue(BaseModel):
 
 class Highlight(BaseModel):
     """
-    The part of the chunk that supports a cited sentence of an answer.
+    The part of the chunk that supports a cited sentence of an answer (``sentence``), or
+    within it the answer itself, as the re-ranker's reader marked it (``answer``).
     """
 
     cited_sentence: Annotated[str | None, Field(title="Cited Sentence")]
     end: Annotated[int, Field(title="End")]
+    kind: Annotated[Literal["sentence", "answer"] | None, Field(title="Kind")] = "sentence"
     label: Annotated[str, Field(title="Label")]
     start: Annotated[int, Field(title="Start")]
     """
