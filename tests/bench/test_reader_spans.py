@@ -4,9 +4,7 @@ span and the null score. The texts here were written for this test."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -15,19 +13,10 @@ import pytest
 
 from lectern_common import reading
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 @pytest.fixture(scope="module")
-def bench() -> Iterator[tuple[ModuleType, ModuleType]]:
-    sys.path.insert(0, str(BENCH))
-    try:
-        import reading_data
-        import train_reader
-
-        yield reading_data, train_reader
-    finally:
-        sys.path.remove(str(BENCH))
+def bench(bench_import: Callable[[str], ModuleType]) -> tuple[ModuleType, ModuleType]:
+    return bench_import("reading_data"), bench_import("train_reader")
 
 
 @pytest.fixture(scope="module")

@@ -5,26 +5,15 @@ the answerable questions, with its figures."""
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 @pytest.fixture(scope="module")
-def bench() -> Iterator[tuple[ModuleType, ModuleType]]:
-    sys.path.insert(0, str(BENCH))
-    try:
-        import bench_spans
-        import fit_margin
-
-        yield bench_spans, fit_margin
-    finally:
-        sys.path.remove(str(BENCH))
+def bench(bench_import: Callable[[str], ModuleType]) -> tuple[ModuleType, ModuleType]:
+    return bench_import("bench_spans"), bench_import("fit_margin")
 
 
 def test_squad_f1_and_rouge_l(bench: tuple[ModuleType, ModuleType]) -> None:
