@@ -240,12 +240,13 @@ def test_no_function_is_longer_than_eighty_lines() -> None:
 #: tables only the memory service reads or writes; the gateway asks it (lectern.memory.*)
 MEMORY_TABLES = ("user_memories", "memory_turn_signals", "memory_distillations",
                  "memory_quiz_topics")  # fmt: skip
-#: modules of the gateway that still write ``chunks`` (its document lifecycle: metadata copies
-#: and a deleted document's chunks), open work; curriculum tags go through ingest
-CHUNK_WRITERS = frozenset(
-    {"lectern_gateway.documents.lifecycle", "lectern_gateway.documents.repository"}
+#: a statement writing ingest's tables (``chunks``, the BM25 statistics) or calling its BM25
+#: maintenance functions: the gateway does neither, it announces a teacher's change through its
+#: outbox and ingest applies it (``lectern_ingest.lifecycle``)
+_INGEST_WRITE = re.compile(
+    r"\b(UPDATE|DELETE\s+FROM|INSERT\s+INTO)\s+(chunks|bm25_\w+)\b|\blectern_bm25_\w+\s*\(",
+    re.IGNORECASE,
 )
-_CHUNK_WRITE = re.compile(r"\b(UPDATE|DELETE FROM|INSERT INTO)\s+chunks\b", re.IGNORECASE)
 
 
 def _strings(path: Path) -> Iterator[str]:
@@ -256,7 +257,7 @@ def _strings(path: Path) -> Iterator[str]:
 
 
 def test_the_gateway_reaches_other_services_data_through_them() -> None:
-    """No SQL of the gateway names a memory table, and no new module of it writes ``chunks``."""
+    """No SQL of the gateway names a memory table or writes ingest's (``chunks``, BM25)."""
     wrong = []
     for name, path in modules("lectern_gateway"):
         docstrings = {
@@ -268,8 +269,8 @@ def test_the_gateway_reaches_other_services_data_through_them() -> None:
             if text in docstrings:
                 continue
             wrong += [f"{name} reads {t}" for t in MEMORY_TABLES if re.search(rf"\b{t}\b", text)]
-            if _CHUNK_WRITE.search(text) and name not in CHUNK_WRITERS:
-                wrong.append(f"{name} writes chunks")
+            if _INGEST_WRITE.search(text):
+                wrong.append(f"{name} writes ingest's tables: {text.strip()[:80]!r}")
     assert not wrong, "\n".join(wrong)
 
 

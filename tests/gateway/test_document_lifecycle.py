@@ -1,6 +1,6 @@
-"""A teacher's changes to a document take effect at once: archive (never cited), restore
-(cited again), metadata edits copied to the chunks without re-embedding, each audited and
-announced through the outbox."""
+"""A teacher's changes to a document: archive (never cited), restore (cited again), metadata
+edits copied to the chunks without re-embedding, each audited and announced through the
+outbox; ingest (its real consumers, ``chunk_keeper``) applies them to the chunks it owns."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from lectern_testing.chat import (
     offline_gateway,
     published,
     seed_document,
+    settled,
 )
 
 from lectern_common.events import Subjects
@@ -29,7 +30,7 @@ QUESTION = "What does RuBisCO catalyse?"
 
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
-    async with offline_gateway(nats_url, database_url, db_pool) as running:
+    async with offline_gateway(nats_url, database_url, db_pool, chunks=True) as running:
         yield running
 
 
@@ -37,7 +38,7 @@ def _cited(got: Any) -> set[uuid.UUID]:
     return {s.document_id for s in got.of("sources")[0].sources}
 
 
-async def test_archive_restore_and_edit_take_effect_at_once(
+async def test_archive_restore_and_edit_reach_the_chunks_through_ingest(
     gateway: Gateway, db_pool: Any, tenant_id: str, jetstream: Any
 ) -> None:
     seeded = await seed_document(db_pool, tenant_id=tenant_id)
@@ -55,6 +56,7 @@ async def test_archive_restore_and_edit_take_effect_at_once(
 
         archived = await client.post(f"{url}/archive", headers=teacher)
         assert archived.status_code == 200 and archived.json()["status"] == "archived"
+        await settled(db_pool, doc, active=False)
         gone = await ask(client, gateway, session["id"], QUESTION, student)
         assert doc not in _cited(gone) and gone.done.knowledge_gap
         assert (await client.post(f"{url}/archive", headers=teacher)).status_code == 200
@@ -62,6 +64,7 @@ async def test_archive_restore_and_edit_take_effect_at_once(
 
         restored = await client.post(f"{url}/restore", headers=teacher)
         assert restored.json()["status"] == "indexed"
+        await settled(db_pool, doc, active=True)
         back = await ask(client, gateway, session["id"], QUESTION, student)
         assert _cited(back) == {doc}
 
@@ -78,6 +81,7 @@ async def test_archive_restore_and_edit_take_effect_at_once(
         )  # fmt: skip
         assert edited.status_code == 200, edited.text
         assert edited.json()["subject"] == "chemistry" and edited.json()["title"] == "Enzymes"
+        await settled(db_pool, doc, active=True, subject="chemistry")
         chemistry = await new_session(client, gateway, student, persona="chem")
         assert _cited(await ask(client, gateway, chemistry["id"], QUESTION, student)) == {doc}
         scope = (await client.get(f"{gateway.url}/v1/personas/chem", headers=teacher)).json()
@@ -160,6 +164,7 @@ async def test_a_superseded_document_leaves_retrieval_for_its_replacement(
             f"{url}/supersede", json={"by": str(new.document_id)}, headers=teacher
         )
         assert done.status_code == 200 and done.json()["status"] == "superseded"
+        await settled(db_pool, old.document_id, active=False)
         assert _cited(await ask(client, gateway, session["id"], QUESTION, student)) == {
             new.document_id
         }  # fmt: skip

@@ -22,12 +22,14 @@ from lectern_testing.chat import (
     STUDY_MATERIAL,
     Gateway,
     Responders,
+    chunk_keeper,
     gateway_settings,
     hosted_model_settings,
     memory_service,
     run_responders,
     seed_document,
     serve_gateway,
+    settled,
 )
 from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
@@ -104,12 +106,14 @@ async def chromium() -> AsyncIterator[Page]:
 
 @pytest.fixture(scope="module")
 async def gateway(nats_url: str, database_url: str, db_pool: Any) -> AsyncIterator[Gateway]:
-    """The gateway (development) with retriever and re-ranker stand-ins."""
+    """The gateway (development) with retriever and re-ranker stand-ins, the real memory
+    service and ingest's consumers of a teacher's changes."""
     settings = gateway_settings(nats_url, database_url, environment="development")
     async with (
         run_responders(nats_url, Responders(pool=db_pool)),
         memory_service(nats_url, database_url),
         serve_gateway(settings) as running,
+        chunk_keeper(nats_url, database_url, db_pool),
     ):
         yield running
 
@@ -223,7 +227,7 @@ async def test_a_student_asks_follows_a_citation_and_flags_the_answer(
 async def test_a_teacher_sees_documents_and_searches(
     gateway: Gateway, db_pool: Any, tenant_id: str
 ) -> None:
-    await seed_document(db_pool, tenant_id=tenant_id, title="Plant biology")
+    seeded = await seed_document(db_pool, tenant_id=tenant_id, title="Plant biology")
     async with chromium() as page:
         await page.goto(f"{gateway.url}/#documents")
         await page.until("document.body && document.body.dataset.ready === 'true'")
@@ -233,18 +237,17 @@ async def test_a_teacher_sees_documents_and_searches(
         await page.until("document.querySelectorAll('#document-rows tr th').length > 0")
         row = await page.text("#document-rows tr")
         assert "Plant biology" in row and "indexed" in row
-        # archive it (out of search and chat at once), then restore it
+        # archive it (out of search and chat once ingest applies it), then restore it
         await page.js(
             "document.querySelector('#document-rows button[aria-label^=Archive]').click()"
         )
         await page.until("document.querySelector('#document-rows .status-archived')")
-        assert await db_pool.fetchval(
-            "SELECT bool_and(NOT active) FROM chunks WHERE tenant_id = $1", tenant_id
-        )
+        await settled(db_pool, seeded.document_id, active=False)
         await page.js(
             "document.querySelector('#document-rows button[aria-label^=Restore]').click()"
         )
         await page.until("document.querySelector('#document-rows .status-indexed')")
+        await settled(db_pool, seeded.document_id, active=True)
         await page.js("location.hash = 'search'")
         await page.until("!document.getElementById('view-search').hidden")
         await page.js(

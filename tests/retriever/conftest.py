@@ -45,8 +45,8 @@ async def add_document(
 ) -> uuid.UUID:
     """Insert a document and its chunks and index them for BM25, in one transaction.
 
-    The document is created ``pending`` and then moved to ``status``, so the status trigger
-    decides whether its chunks are searchable, as in production.
+    The document is created ``pending`` and then moved to ``status``, its chunks settled to
+    it by ingest's own code, so whether they are searchable is decided as in production.
     """
     document_id = uuid.uuid4()
     if vectors is None:
@@ -87,8 +87,17 @@ async def add_document(
                     ts_config,
                 )
         await conn.execute("SELECT lectern_bm25_index_document($1)", document_id)
-        await conn.execute("UPDATE documents SET status = $2 WHERE id = $1", document_id, status)
+        await set_status(conn, document_id, status)
     return document_id
+
+
+async def set_status(conn: Any, document_id: uuid.UUID, status: str) -> None:
+    """The document's new status, and its chunks brought to it as ingest does when it applies
+    the change's event (``lectern_ingest.lifecycle``: ingest owns the chunks)."""
+    from lectern_ingest.lifecycle import settle_status
+
+    await conn.execute("UPDATE documents SET status = $2 WHERE id = $1", document_id, status)
+    await settle_status(conn, document_id)
 
 
 def random_unit_vectors(count: int, *, seed: int, dim: int = 384) -> np.ndarray[Any, Any]:
@@ -102,6 +111,12 @@ def random_unit_vectors(count: int, *, seed: int, dim: int = 384) -> np.ndarray[
 def digest(text: str) -> str:
     """A content hash."""
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+@pytest.fixture
+def set_doc_status() -> Callable[..., Any]:
+    """``await set_doc_status(pool_or_conn, document_id, status)``, as ingest settles it."""
+    return set_status
 
 
 @pytest.fixture

@@ -116,7 +116,7 @@ async def test_scores_match_reference_after_reweight(
 
 
 async def test_statistics_follow_delete_archive_and_restore(
-    db_pool: Any, retriever: Any, tenant_id: str, add_doc: Any
+    db_pool: Any, retriever: Any, tenant_id: str, add_doc: Any, set_doc_status: Any
 ) -> None:
     ids = await load(db_pool, tenant_id, CORPUS, add_doc)
 
@@ -142,12 +142,12 @@ async def test_statistics_follow_delete_archive_and_restore(
     assert (await db_pool.fetchval(
         "SELECT chunk_count FROM bm25_collection_stats WHERE tenant_id = $1", tenant_id
     )) == 4  # fmt: skip
-    await db_pool.execute("UPDATE documents SET status = 'archived' WHERE id = $1", ids[0])
+    await set_doc_status(db_pool, ids[0], "archived")
     await check()
     assert ids[0] not in {
         c for c in (await sparse_scores(retriever, tenant_id, "photosynthesis chloroplasts"))
     }
-    await db_pool.execute("UPDATE documents SET status = 'indexed' WHERE id = $1", ids[0])
+    await set_doc_status(db_pool, ids[0], "indexed")
     await check()
     await db_pool.execute("SELECT lectern_bm25_unindex_document($1)", ids[2])
     await db_pool.execute("SELECT lectern_bm25_unindex_document($1)", ids[2])  # idempotent

@@ -56,6 +56,7 @@ async def test_only_indexed_documents_are_searched(
     embedder: Embedder,
     tenant_id: str,
     add_doc: Any,
+    set_doc_status: Any,
 ) -> None:
     live = await add_doc(db_pool, tenant_id=tenant_id, texts=[PHOTO], embedder=embedder)
     for status in ("archived", "deleted", "superseded", "processing"):
@@ -63,9 +64,9 @@ async def test_only_indexed_documents_are_searched(
     reply = await retriever.retrieve(ask(tenant_id))
     assert [c.document_id for c in reply.candidates] == [live]
     # archiving takes a document out of both searches at once; restoring brings it back
-    await db_pool.execute("UPDATE documents SET status = 'archived' WHERE id = $1", live)
+    await set_doc_status(db_pool, live, "archived")
     assert (await retriever.retrieve(ask(tenant_id))).candidates == []
-    await db_pool.execute("UPDATE documents SET status = 'indexed' WHERE id = $1", live)
+    await set_doc_status(db_pool, live, "indexed")
     reply = await retriever.retrieve(ask(tenant_id))
     assert [c.document_id for c in reply.candidates] == [live]
     assert {c.dense_rank for c in reply.candidates} == {1}
@@ -211,7 +212,7 @@ async def test_request_settings_do_not_outlive_the_request(
 
 
 async def test_candidate_columns_come_from_one_fetch_of_the_fused_top_k(
-    db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any
+    db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any, set_doc_status: Any
 ) -> None:
     """Searches return ids and scores; the candidates' columns are fetched once after fusion,
     for the tenant only and only while the chunk's document is still searchable."""
@@ -237,7 +238,7 @@ async def test_candidate_columns_come_from_one_fetch_of_the_fused_top_k(
         row = rows[ids[mine]]
         assert (row["title"], row["text"], row["subject"]) == ("Plants", PHOTO, "biology")
         # a document archived between the search and the fetch drops out of the reply
-        await conn.execute("UPDATE documents SET status = 'archived' WHERE id = $1", mine)
+        await set_doc_status(conn, mine, "archived")
         assert (
             await repository.candidate_rows(conn, tenant_id=tenant_id, chunk_ids=[ids[mine]]) == {}
         )

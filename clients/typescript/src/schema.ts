@@ -413,19 +413,23 @@ export interface paths {
         put?: never;
         post?: never;
         /**
-         * Delete a document: its chunks leave retrieval at once and its bytes are removed
-         * @description Remove chunks (one transaction), then the stored bytes, then publish ``documents.deleted``.
+         * Delete a document: its chunks leave retrieval and its bytes are removed
+         * @description Mark the document deleted with ``documents.deleted`` in the outbox (one transaction:
+         *     ingest deletes the chunks when it applies the event), then remove the stored bytes and
+         *     publish the event at once too.
          *
          *     Idempotent and repairing: a repeated DELETE of a deleted document removes the bytes again
-         *     (if still there) and republishes the same event (same ``event_id``), so a failure after the
-         *     commit is fixed by retrying the request.
+         *     (if still there) and republishes the same event (same ``event_id``, so JetStream drops the
+         *     copy within its duplicate window and consumers after it), so a failure after the commit is
+         *     fixed by retrying the request.
          */
         delete: operations["delete_document_v1_documents__document_id__delete"];
         options?: never;
         head?: never;
         /**
          * Change a document's metadata (staff)
-         * @description Search and chat use the new metadata at once; nothing is re-embedded.
+         * @description Search and chat use the new metadata once ingest has copied it to the chunks (from
+         *     the outbox, at commit); nothing is re-embedded.
          */
         patch: operations["patch_document_v1_documents__document_id__patch"];
         trace?: never;
@@ -440,7 +444,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Take a document out of retrieval at once (staff; restorable)
+         * Take a document out of retrieval (staff; restorable)
          * @description Idempotent; 409 unless the document is indexed (or already archived).
          */
         post: operations["archive_document_v1_documents__document_id__archive_post"];
@@ -604,7 +608,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Mark a document superseded by another: out of retrieval at once (staff)
+         * Mark a document superseded by another: out of retrieval (staff)
          * @description The replacement must be another indexed document of the tenant; restore undoes it.
          */
         post: operations["supersede_document_v1_documents__document_id__supersede_post"];

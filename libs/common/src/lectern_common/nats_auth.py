@@ -128,6 +128,8 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.DOCUMENTS_INDEXED,
             Subjects.DOCUMENTS_FAILED,
             *consume("LECTERN_DOCUMENTS"),
+            # a teacher's changes of a document, applied to the chunks it owns
+            *consume("LECTERN_DOCUMENT_EVENTS"),
             *object_store(),
         ],
         # curriculum tags reach the chunks it owns through it

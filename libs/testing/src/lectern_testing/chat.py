@@ -9,7 +9,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -467,16 +467,85 @@ class Received:
 
 @asynccontextmanager
 async def offline_gateway(
-    nats_url: str, database_url: str, pool: Pool, *, worker: bool = False, **overrides: Any
+    nats_url: str,
+    database_url: str,
+    pool: Pool,
+    *,
+    worker: bool = False,
+    chunks: bool = False,
+    **overrides: Any,
 ) -> AsyncIterator[Gateway]:
     """The gateway with the offline answerer and the retriever, re-ranker and memory
-    stand-ins (``Responders``) answering on the real NATS (``worker``: and its worker)."""
+    stand-ins (``Responders``) answering on the real NATS (``worker``: and its worker;
+    ``chunks``: and ingest's consumers of a teacher's changes, ``chunk_keeper``)."""
     settings = gateway_settings(nats_url, database_url, **overrides)
-    async with (
-        run_responders(nats_url, Responders(pool=pool)),
-        serve_gateway(settings, worker=worker) as running,
-    ):
-        yield running
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(run_responders(nats_url, Responders(pool=pool)))
+        if chunks:
+            await stack.enter_async_context(chunk_keeper(nats_url, database_url, pool))
+        yield await stack.enter_async_context(serve_gateway(settings, worker=worker))
+
+
+@asynccontextmanager
+async def chunk_keeper(nats_url: str, database_url: str, pool: Pool) -> AsyncIterator[None]:
+    """Ingest's consumers of a teacher's changes of a document (the real ones,
+    ``lectern_ingest.app.subscribe_changes``) on the real NATS, in this process: what
+    archive, restore, supersede, edits and deletion do to the chunks ingest owns."""
+    from lectern_common.broker import create_broker, ensure_streams
+    from lectern_ingest.app import subscribe_changes
+    from lectern_ingest.config import Settings as IngestSettings
+
+    settings = IngestSettings(
+        nats_url=nats_url, database_url=database_url, http_port=0, log_json=False
+    )
+    broker = create_broker(nats_url, service_name="ingest")
+    subscribe_changes(broker, settings=settings, pool=lambda: pool)
+    await broker.connect()
+    await ensure_streams(broker.config.connection_state.stream)
+    await broker.start()
+    try:
+        yield
+    finally:
+        await broker.stop()
+
+
+async def settled(
+    pool: Pool,
+    document_id: Any,
+    *,
+    active: bool | None,
+    subject: str | None = None,
+    timeout_s: float = 15.0,
+) -> None:
+    """Wait until ingest has applied a document's change to its chunks: all ``active`` (and
+    in the BM25 statistics exactly then) and, given ``subject``, all of that subject; or none
+    left (``active=None``)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        row = await pool.fetchrow(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE active) AS on, "
+            "count(*) FILTER (WHERE doc_length IS NOT NULL) AS indexed, "
+            "count(*) FILTER (WHERE $2::text IS NULL OR subject = $2) AS matching "
+            "FROM chunks WHERE document_id = $1",
+            document_id,
+            subject,
+        )
+        assert row is not None
+        if active is None:
+            done = row["n"] == 0
+        else:
+            want = row["n"] if active else 0
+            done = (
+                row["n"] > 0
+                and row["on"] == want
+                and row["indexed"] == want
+                and row["matching"] == row["n"]
+            )
+        if done:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"chunks of {document_id} not settled to {active}: {dict(row)}")
+        await asyncio.sleep(0.02)
 
 
 @asynccontextmanager

@@ -1,9 +1,12 @@
-"""Ingest app: one durable JetStream pull consumer (``lectern-ingest``) shared by all replicas."""
+"""Ingest app: the durable JetStream pull consumer of uploads (``lectern-ingest``) and those of
+a teacher's changes to indexed documents (``lectern-ingest-<change>``), shared by all
+replicas, and the curriculum responder."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import FastAPI
 from faststream.nats import NatsBroker, PullSub
@@ -18,10 +21,15 @@ from lectern_common.broker import (
     publish_event,
     stream_for,
 )
+from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder, build_embedder
 from lectern_common.events import (
     ChunkCurriculumReply,
     ChunkCurriculumRequest,
+    DocumentArchived,
+    DocumentDeleted,
+    DocumentRestored,
+    DocumentUpdated,
     DocumentUploaded,
     Event,
     Subjects,
@@ -31,7 +39,7 @@ from lectern_common.service import ServiceState, create_service_app
 from lectern_ingest import language
 from lectern_ingest.config import Settings
 from lectern_ingest.curriculum import tag_chunks
-from lectern_ingest.handlers import handle_uploaded
+from lectern_ingest.handlers import handle_document_change, handle_uploaded
 from lectern_ingest.service import IngestWorker
 
 
@@ -80,12 +88,71 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         broker=broker,
         title="Lectern ingest",
         on_startup=startup,
-        consumers=[(stream_for(Subjects.DOCUMENTS_UPLOADED).name, INGEST_DURABLE)],
+        consumers=[
+            (stream_for(Subjects.DOCUMENTS_UPLOADED).name, INGEST_DURABLE),
+            *((stream_for(subject).name, durable) for subject, durable in CHANGES.items()),
+        ],
         outbox="ingest",
     )
 
     subscribe(broker, settings=settings, worker=lambda: holder["worker"])
+    subscribe_changes(broker, settings=settings, pool=lambda: holder["worker"].pool)
     return app
+
+
+#: a teacher's changes of a document that reach its chunks, each through a durable consumer
+#: of its own on ``LECTERN_DOCUMENT_EVENTS``
+CHANGES = {
+    Subjects.DOCUMENTS_UPDATED: "lectern-ingest-updated",
+    Subjects.DOCUMENTS_ARCHIVED: "lectern-ingest-archived",
+    Subjects.DOCUMENTS_RESTORED: "lectern-ingest-restored",
+    Subjects.DOCUMENTS_DELETED: "lectern-ingest-deleted",
+}
+
+
+def subscribe_changes(broker: NatsBroker, *, settings: Settings, pool: Callable[[], Pool]) -> None:
+    """The consumers that apply a teacher's change of a document to its chunks (ingest owns
+    them): the gateway changes the document and writes the event to its outbox in one
+    transaction; each consumer brings the chunks to the document's row
+    (``lifecycle.settle``), idempotent, so a redelivered or reordered event changes nothing."""
+
+    def consumer(subject: str) -> Callable[[Callable[..., Any]], object]:
+        return broker.subscriber(
+            subject,
+            stream=stream_for(subject),
+            durable=CHANGES[subject],
+            pull_sub=PullSub(batch_size=10, timeout=5.0),
+            config=ConsumerConfig(
+                durable_name=CHANGES[subject],
+                filter_subject=subject,
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                max_deliver=settings.max_deliveries,
+                ack_wait=60.0,
+            ),
+        )
+
+    @consumer(Subjects.DOCUMENTS_UPDATED)
+    async def on_updated(event: DocumentUpdated) -> None:
+        """Changed metadata copied to the chunks; a supersede (a status change) applied."""
+        await handle_document_change(
+            pool(), event.document_id, current_message(broker), columns=event.changes
+        )
+
+    @consumer(Subjects.DOCUMENTS_ARCHIVED)
+    async def on_archived(event: DocumentArchived) -> None:
+        """The chunks leave retrieval and the statistics (kept for a restore)."""
+        await handle_document_change(pool(), event.document_id, current_message(broker))
+
+    @consumer(Subjects.DOCUMENTS_RESTORED)
+    async def on_restored(event: DocumentRestored) -> None:
+        """The chunks are back in retrieval and the statistics."""
+        await handle_document_change(pool(), event.document_id, current_message(broker))
+
+    @consumer(Subjects.DOCUMENTS_DELETED)
+    async def on_deleted(event: DocumentDeleted) -> None:
+        """The chunks are deleted."""
+        await handle_document_change(pool(), event.document_id, current_message(broker))
 
 
 def consumer_config(settings: Settings) -> ConsumerConfig:

@@ -1,14 +1,20 @@
-"""Thin subscriber: run the worker on a ``documents.uploaded`` event, settle the message."""
+"""Thin subscribers: run the worker on a ``documents.uploaded`` event, or apply a teacher's
+change of a document to its chunks; settle the message."""
 
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Iterable
 
 from faststream.exceptions import NackMessage
 from faststream.nats import NatsBroker, NatsMessage
 
+from lectern_common.backoff import backoff_delay
 from lectern_common.broker import deliveries, park
+from lectern_common.db.types import Pool
 from lectern_common.events import DocumentUploaded
+from lectern_ingest import lifecycle
 from lectern_ingest.service import IngestWorker
 
 log = logging.getLogger(__name__)
@@ -45,3 +51,26 @@ async def handle_uploaded(
                    detail=f"document {event.document_id} failed: {outcome.gave_up}")  # fmt: skip
     if outcome.retry_after is not None:
         raise NackMessage(delay=outcome.retry_after)
+
+
+async def handle_document_change(
+    pool: Pool,
+    document_id: uuid.UUID,
+    message: NatsMessage | None,
+    *,
+    columns: Iterable[str] = (),
+) -> None:
+    """documents.updated / archived / restored / deleted -> the document's chunks brought to
+    its row (``lifecycle.settle``, idempotent); redelivered with a growing delay when Postgres
+    cannot be reached."""
+    try:
+        status = await lifecycle.settle(pool, document_id, columns=columns)
+    except Exception as exc:
+        attempt = deliveries(message) if message is not None else 1
+        delay = backoff_delay(attempt, first_s=0.5, max_s=30.0)
+        log.warning(
+            "chunks of document %s not settled (%s: %s); redelivering in %.1f s",
+            document_id, type(exc).__name__, exc, delay,
+        )  # fmt: skip
+        raise NackMessage(delay=delay) from exc
+    log.info("chunks of document %s settled to %s", document_id, status or "gone")

@@ -185,7 +185,7 @@ class DocumentFailed(Event):
 
 @register_event
 class DocumentDeleted(Event):
-    """The document and its chunks left retrieval; its bytes were removed.
+    """The document was deleted: its bytes are removed and ingest deletes its chunks.
 
     A repeated DELETE republishes the same event (same ``event_id``, derived from the document
     id), so consumers can drop the copies.
@@ -199,8 +199,9 @@ class DocumentDeleted(Event):
 
 @register_event
 class DocumentUpdated(Event):
-    """A teacher changed a document's metadata; search and chat use it at once (nothing is
-    re-embedded: the indexed text did not change)."""
+    """A teacher changed a document's metadata (or superseded it: ``changes`` names
+    ``status``); ingest copies the columns chunks carry onto them, and search and chat use
+    them from then on (nothing is re-embedded: the indexed text did not change)."""
 
     subject: ClassVar[str] = Subjects.DOCUMENTS_UPDATED
 
@@ -211,7 +212,8 @@ class DocumentUpdated(Event):
 
 @register_event
 class DocumentArchived(Event):
-    """The document left retrieval (its chunks are kept, for a restore)."""
+    """The document was archived; ingest takes its chunks out of retrieval (they are kept,
+    for a restore)."""
 
     subject: ClassVar[str] = Subjects.DOCUMENTS_ARCHIVED
 
@@ -221,7 +223,7 @@ class DocumentArchived(Event):
 
 @register_event
 class DocumentRestored(Event):
-    """An archived document is back in retrieval."""
+    """An archived document was restored; ingest puts its chunks back in retrieval."""
 
     subject: ClassVar[str] = Subjects.DOCUMENTS_RESTORED
 

@@ -1,12 +1,14 @@
 """A teacher keeps the library right: edit a document's metadata, archive and restore it,
-and read who changed what.
+supersede it, and read who changed what.
 
-Every change takes effect in search and chat at once: the metadata retrieval filters on is
-copied to the document's chunks in the same transaction (nothing is re-embedded: the text
-did not change), and archiving flips the document's status, which takes its chunks out of
-retrieval through the status trigger (and back on restore). Each change is written to
-``document_audit`` and announced (``documents.updated`` / ``archived`` / ``restored``)
-through the outbox, in that same transaction.
+The gateway owns ``documents``; ingest owns ``chunks`` and the BM25 statistics. Each change
+is written to the document's row and ``document_audit`` and announced
+(``documents.updated`` / ``archived`` / ``restored``) through the outbox, all in one
+transaction; ingest applies the announced change to the chunks (``lectern_ingest.lifecycle``:
+the metadata retrieval filters on copied, nothing re-embedded; an archived or superseded
+document's chunks out of retrieval and of the statistics, back on restore). The outbox relays
+at commit, so search and chat see the change a few tens of milliseconds after the response,
+and whenever ingest is back if it was down: nothing is lost in between.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from lectern_gateway.problems import ProblemError
 
 router = APIRouter(tags=["documents"])
 
-#: document fields a teacher may change, and whether chunks carry a copy retrieval reads
+#: document fields a teacher may change
 EDITABLE = repo.METADATA_COLUMNS
 
 
@@ -97,7 +99,8 @@ def _json(value: Any) -> Any:
 async def patch_document(
     document_id: uuid.UUID, body: DocumentPatch, staff: StaffDep, pool: PoolDep
 ) -> DocumentView:
-    """Search and chat use the new metadata at once; nothing is re-embedded."""
+    """Search and chat use the new metadata once ingest has copied it to the chunks (from
+    the outbox, at commit); nothing is re-embedded."""
     given = {k: getattr(body, k) for k in body.model_fields_set if k in EDITABLE}
     if "title" in given and given["title"] is None:
         raise ProblemError(422, "Unprocessable", "a document keeps a title")
@@ -113,9 +116,6 @@ async def patch_document(
         if changes:
             values = {name: given[name] for name in changes}
             await repo.update_metadata(conn, document_id, values)
-            copied = [n for n in values if EDITABLE[n]]
-            if copied:
-                await repo.copy_metadata_to_chunks(conn, document_id, copied)
             await record_change(conn, staff, document_id, "updated", changes)
         fresh = await repo.get_document(conn, tenant_id=staff.tenant_id, document_id=document_id)
     return document_view(fresh)
@@ -133,7 +133,7 @@ async def set_status(
                     f"document {document_id} is {row['status']}: only a document that is "
                     f"{' or '.join(allowed_from)} can be {to}",
                 )  # fmt: skip
-            # the status trigger takes the chunks out of retrieval (or back) in this statement
+            # ingest takes the chunks out of retrieval (or back) when it applies the event
             await repo.set_status(conn, document_id, to)
             action = "archived" if to == "archived" else "restored"
             event: DocumentArchived | DocumentRestored = (
@@ -153,7 +153,7 @@ async def set_status(
 
 @router.post(
     "/v1/documents/{document_id}/archive",
-    summary="Take a document out of retrieval at once (staff; restorable)",
+    summary="Take a document out of retrieval (staff; restorable)",
 )
 async def archive_document(document_id: uuid.UUID, staff: StaffDep, pool: PoolDep) -> DocumentView:
     """Idempotent; 409 unless the document is indexed (or already archived)."""
@@ -176,7 +176,7 @@ class Supersede(BaseModel):
 
 @router.post(
     "/v1/documents/{document_id}/supersede",
-    summary="Mark a document superseded by another: out of retrieval at once (staff)",
+    summary="Mark a document superseded by another: out of retrieval (staff)",
 )
 async def supersede_document(
     document_id: uuid.UUID, body: Supersede, staff: StaffDep, pool: PoolDep

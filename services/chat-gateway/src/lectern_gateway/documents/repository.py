@@ -181,15 +181,6 @@ async def list_documents(
     return list(await conn.fetch(sql, *args))
 
 
-async def bm25_available(conn: Queryable) -> bool:
-    """Whether the retrieval migration's BM25 maintenance functions exist."""
-    return bool(
-        await conn.fetchval(
-            "SELECT to_regprocedure('lectern_bm25_unindex_document(uuid)') IS NOT NULL"
-        )
-    )
-
-
 async def lock_for_delete(conn: Queryable, *, tenant_id: str, document_id: uuid.UUID) -> Any:
     """Lock a document row for deletion (inside a transaction); the full row, or None."""
     return await conn.fetchrow(
@@ -200,17 +191,9 @@ async def lock_for_delete(conn: Queryable, *, tenant_id: str, document_id: uuid.
     )
 
 
-async def delete_chunks_and_mark_deleted(
-    conn: Queryable, *, document_id: uuid.UUID, was_indexed: bool, deleted_by: str
-) -> Any:
-    """Take the document's chunks out of retrieval and mark it deleted (inside a transaction).
-
-    Only an ``indexed`` document's chunks are in the BM25 statistics (a superseded one was
-    unindexed when its successor was stored).
-    """
-    if was_indexed and await bm25_available(conn):
-        await conn.execute("SELECT lectern_bm25_unindex_document($1)", document_id)
-    await conn.execute("DELETE FROM chunks WHERE document_id = $1", document_id)
+async def mark_deleted(conn: Queryable, *, document_id: uuid.UUID, deleted_by: str) -> Any:
+    """Mark the document deleted (inside a transaction); the row. Its chunks are ingest's:
+    they go when ingest applies the ``documents.deleted`` written to the outbox with this."""
     return await conn.fetchrow(
         f"""UPDATE documents SET status = 'deleted', deleted_at = now(), deleted_by = $2,
                 updated_at = now()
@@ -231,25 +214,18 @@ async def audit(
     )  # fmt: skip
 
 
-#: the document columns a teacher may change, and whether chunks carry a copy retrieval
-#: reads: the only names ``update_metadata`` and ``copy_metadata_to_chunks`` put into their
-#: statements
-METADATA_COLUMNS: dict[str, bool] = {
-    "title": False,
-    "subject": True,
-    "grade_level": True,
-    "module_tag": True,
-    "class_id": True,
-    "collection": True,
-    "curriculum_standards": True,
-    "topic_tags": True,
-    "freshness_date": True,
-    "source_priority": True,
-}
+#: the document columns a teacher may change: the only names ``update_metadata`` puts into
+#: its statement (ingest copies those chunks carry for retrieval's filters onto them)
+METADATA_COLUMNS = frozenset(
+    {
+        "title", "subject", "grade_level", "module_tag", "class_id", "collection",
+        "curriculum_standards", "topic_tags", "freshness_date", "source_priority",
+    }
+)  # fmt: skip
 
 
 def _columns(names: Any) -> list[str]:
-    unknown = set(names) - METADATA_COLUMNS.keys()
+    unknown = set(names) - METADATA_COLUMNS
     if unknown:
         raise ValueError(f"not a metadata column: {sorted(unknown)}")
     return list(names)
@@ -265,21 +241,8 @@ async def update_metadata(conn: Queryable, document_id: uuid.UUID, values: dict[
     )  # fmt: skip
 
 
-async def copy_metadata_to_chunks(
-    conn: Queryable, document_id: uuid.UUID, names: list[str]
-) -> None:
-    """Copy the document's ``names`` columns onto its chunks (retrieval filters on them)."""
-    sets = ", ".join(f"{n} = d.{n}" for n in _columns(names))
-    await conn.execute(
-        f"UPDATE chunks c SET {sets} FROM documents d "  # noqa: S608
-        "WHERE d.id = $1 AND c.document_id = d.id",
-        document_id,
-    )
-
-
 async def set_status(conn: Queryable, document_id: uuid.UUID, status: str) -> None:
-    """A new status (the status trigger takes the chunks out of retrieval or puts them back
-    in this statement)."""
+    """A new status (ingest brings the chunks to it when it applies the change's event)."""
     await conn.execute(
         "UPDATE documents SET status = $2, updated_at = now() WHERE id = $1", document_id, status
     )

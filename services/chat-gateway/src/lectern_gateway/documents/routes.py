@@ -789,7 +789,7 @@ async def _event_stream(
 @router.delete(
     "/v1/documents/{document_id}",
     response_model=DocumentView,
-    summary="Delete a document: its chunks leave retrieval at once and its bytes are removed",
+    summary="Delete a document: its chunks leave retrieval and its bytes are removed",
     responses={
         200: {"description": "deleted (also when it already was: the clean-up is repeated)"},
         503: {"description": "it left retrieval, but the clean-up failed: repeat the DELETE"},
@@ -798,11 +798,14 @@ async def _event_stream(
 async def delete_document(
     document_id: uuid.UUID, principal: StaffDep, pool: PoolDep, broker: BrokerDep
 ) -> DocumentView:
-    """Remove chunks (one transaction), then the stored bytes, then publish ``documents.deleted``.
+    """Mark the document deleted with ``documents.deleted`` in the outbox (one transaction:
+    ingest deletes the chunks when it applies the event), then remove the stored bytes and
+    publish the event at once too.
 
     Idempotent and repairing: a repeated DELETE of a deleted document removes the bytes again
-    (if still there) and republishes the same event (same ``event_id``), so a failure after the
-    commit is fixed by retrying the request.
+    (if still there) and republishes the same event (same ``event_id``, so JetStream drops the
+    copy within its duplicate window and consumers after it), so a failure after the commit is
+    fixed by retrying the request.
     """
     async with pool.acquire() as conn, conn.transaction():
         locked = await repo.lock_for_delete(
@@ -812,10 +815,10 @@ async def delete_document(
             raise ProblemError(404, "Not found", f"document {document_id} does not exist")
         row = locked
         if locked["status"] != "deleted":
-            row = await repo.delete_chunks_and_mark_deleted(
-                conn, document_id=document_id, was_indexed=locked["status"] == "indexed",
-                deleted_by=principal.user_id,
-            )  # fmt: skip
+            row = await repo.mark_deleted(
+                conn, document_id=document_id, deleted_by=principal.user_id
+            )
+            await enqueue(conn, deleted_event(row))
     try:
         await finish_deletion(broker=broker, row=row)
     except Exception as exc:
