@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from lectern_common.broker import QUEUE_GROUPS, create_broker
 from lectern_common.events import (
+    IndexChunksRequest,
     MemoryRecallRequest,
     RerankRequest,
     RetrieveRequest,
@@ -98,6 +99,7 @@ async def test_question_is_one_trace_from_http_through_the_nats_requests(
             return reply.model_dump(mode="json")
 
     responder(Subjects.RETRIEVE, RetrieveRequest, stand_ins.retrieve)
+    responder(Subjects.INDEX_CHUNKS, IndexChunksRequest, stand_ins.chunks)
     responder(Subjects.RERANK, RerankRequest, stand_ins.rerank)
     responder(Subjects.MEMORY_RECALL, MemoryRecallRequest, stand_ins.recall)
 
@@ -149,7 +151,9 @@ async def test_question_is_one_trace_from_http_through_the_nats_requests(
     assert server.parent.span_id == caller_span_id
     assert MESSAGES_ROUTE in server.name
     # ... and every request it made while answering carried it to the responder
-    assert set(seen) == {Subjects.MEMORY_RECALL, Subjects.RETRIEVE, Subjects.RERANK}
+    assert set(seen) == {
+        Subjects.MEMORY_RECALL, Subjects.RETRIEVE, Subjects.INDEX_CHUNKS, Subjects.RERANK
+    }  # fmt: skip
     for subject, (header, current) in seen.items():
         assert _traceparent_ids(header)[0] == trace_id, subject
         assert current == trace_id, subject

@@ -226,7 +226,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** A source chunk (cited span marked with message_id) */
+        /**
+         * A source chunk (cited span marked with message_id)
+         * @description The chunk from the index's owner (``lectern.index.chunks.v1``), as the caller may see
+         *     it; 503 when the retriever does not answer in time.
+         */
         get: operations["get_chunk_v1_chunks__chunk_id__get"];
         put?: never;
         post?: never;

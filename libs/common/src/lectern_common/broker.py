@@ -50,6 +50,8 @@ DAY = 24 * 3600.0
 #: queue group of each request/reply subject (one responder per request, any replica count)
 QUEUE_GROUPS = {
     Subjects.RETRIEVE: "lectern-retriever",
+    Subjects.INDEX_CHUNKS: "lectern-retriever",
+    Subjects.INDEX_TOPICS: "lectern-retriever",
     Subjects.RERANK: "lectern-reranker",
     Subjects.MEMORY_RECALL: "lectern-memory",
     Subjects.MEMORY_LIST: "lectern-memory",

@@ -98,6 +98,8 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.QUIZ_ATTEMPTED,
             Subjects.USERS_ERASED,
             Subjects.RETRIEVE,
+            Subjects.INDEX_CHUNKS,
+            Subjects.INDEX_TOPICS,
             Subjects.RERANK,
             Subjects.MEMORY_RECALL,
             Subjects.MEMORY_LIST,
@@ -136,7 +138,10 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
         subscribe=[Subjects.CHUNKS_CURRICULUM],
         answers_requests=True,
     ),
-    "retriever": Permissions(subscribe=[Subjects.RETRIEVE], answers_requests=True),
+    "retriever": Permissions(
+        subscribe=[Subjects.RETRIEVE, Subjects.INDEX_CHUNKS, Subjects.INDEX_TOPICS],
+        answers_requests=True,
+    ),
     "reranker": Permissions(subscribe=[Subjects.RERANK], answers_requests=True),
     "memory": Permissions(
         publish=[

@@ -29,6 +29,10 @@ from lectern_common.events import (
     AnswerSpan,
     Candidate,
     Confidence,
+    IndexChunksReply,
+    IndexChunksRequest,
+    IndexTopicsReply,
+    IndexTopicsRequest,
     MemoryRecallReply,
     MemoryRecallRequest,
     RankedChunk,
@@ -46,6 +50,7 @@ from lectern_gateway.chat.sse import ChatEvent, parse_event
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import GatewayDeps, gateway_of
 from lectern_gateway.worker import create_worker_app
+from lectern_retriever import index_reads
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM
 
 #: a short course in four numbered sections (definitions and stated numbers to quiz on)
@@ -237,7 +242,32 @@ class Responders:
             )
             for i, r in enumerate(rows)
         ]
-        return RetrieveReply(request_id=request.request_id, candidates=candidates)
+        idf = await index_reads.word_idf(
+            self.pool, tenant_id=request.tenant_id, words=request.idf_words
+        )
+        return RetrieveReply(request_id=request.request_id, candidates=candidates, idf=idf)
+
+    async def chunks(self, request: IndexChunksRequest) -> IndexChunksReply:
+        """The retriever's own read (``lectern_retriever.index_reads``): what the caller may
+        see of the chunks asked for, whatever this stand-in's search returned."""
+        if request.visible is None:
+            found = await index_reads.chunks_by_id(
+                self.pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids
+            )
+        else:
+            found = await index_reads.visible_chunks(
+                self.pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids,
+                visible=request.visible,
+            )  # fmt: skip
+        return IndexChunksReply(request_id=request.request_id, chunks=found)
+
+    async def topics(self, request: IndexTopicsRequest) -> IndexTopicsReply:
+        """The retriever's own read of the tenant's common topic tags."""
+        found = await index_reads.common_topics(
+            self.pool, tenant_id=request.tenant_id, subject=request.course_subject,
+            limit=request.limit,
+        )  # fmt: skip
+        return IndexTopicsReply(request_id=request.request_id, topics=found)
 
     async def rerank(self, request: RerankRequest) -> RerankReply:
         """Keep the order; confidence from the scripted band (a score inside it)."""
@@ -266,7 +296,8 @@ def _or_query(text: str) -> str:
 
 @asynccontextmanager
 async def run_responders(nats_url: str, responders: Responders) -> AsyncIterator[Responders]:
-    """Serve ``responders`` in the retriever's and re-ranker's queue groups."""
+    """Serve ``responders`` in the retriever's (search and the index's reads) and the
+    re-ranker's queue groups."""
     broker = NatsBroker(nats_url)
 
     @broker.subscriber(Subjects.RETRIEVE, queue=QUEUE_GROUPS[Subjects.RETRIEVE])
@@ -276,6 +307,14 @@ async def run_responders(nats_url: str, responders: Responders) -> AsyncIterator
     @broker.subscriber(Subjects.RERANK, queue=QUEUE_GROUPS[Subjects.RERANK])
     async def on_rerank(request: RerankRequest) -> RerankReply:
         return await responders.rerank(request)
+
+    @broker.subscriber(Subjects.INDEX_CHUNKS, queue=QUEUE_GROUPS[Subjects.INDEX_CHUNKS])
+    async def on_chunks(request: IndexChunksRequest) -> IndexChunksReply:
+        return await responders.chunks(request)
+
+    @broker.subscriber(Subjects.INDEX_TOPICS, queue=QUEUE_GROUPS[Subjects.INDEX_TOPICS])
+    async def on_topics(request: IndexTopicsRequest) -> IndexTopicsReply:
+        return await responders.topics(request)
 
     if responders.memories is not None:
 

@@ -7,7 +7,15 @@ from faststream.nats import NatsBroker
 
 from lectern_common.broker import QUEUE_GROUPS, answer, create_broker
 from lectern_common.embeddings import Embedder
-from lectern_common.events import RetrieveReply, RetrieveRequest, Subjects
+from lectern_common.events import (
+    IndexChunksReply,
+    IndexChunksRequest,
+    IndexTopicsReply,
+    IndexTopicsRequest,
+    RetrieveReply,
+    RetrieveRequest,
+    Subjects,
+)
 from lectern_common.service import ServiceState, create_service_app
 from lectern_retriever.config import Settings
 from lectern_retriever.handlers import Retriever
@@ -42,8 +50,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
 
 
 def subscribe(broker: NatsBroker, retriever: Retriever) -> None:
-    """Register the retriever's responder on ``broker`` (an undecodable request is answered
-    ``bad_input`` by the broker's ``InvalidMessages``)."""
+    """Register the retriever's responders on ``broker``: search and the index's reads
+    (``lectern.index.*``); an undecodable request is answered ``bad_input`` by the broker's
+    ``InvalidMessages``."""
 
     @broker.subscriber(
         Subjects.RETRIEVE,
@@ -53,3 +62,17 @@ def subscribe(broker: NatsBroker, retriever: Retriever) -> None:
     async def on_retrieve(request: RetrieveRequest) -> RetrieveReply:
         """Ranked candidate chunks for a question."""
         return await answer(request, RetrieveReply, retriever.retrieve)
+
+    @broker.subscriber(
+        Subjects.INDEX_CHUNKS,
+        queue=QUEUE_GROUPS[Subjects.INDEX_CHUNKS],
+        max_workers=retriever.settings.concurrency,
+    )
+    async def on_chunks(request: IndexChunksRequest) -> IndexChunksReply:
+        """Chunks by id (the source viewer; a turn's visible candidates)."""
+        return await answer(request, IndexChunksReply, retriever.chunks)
+
+    @broker.subscriber(Subjects.INDEX_TOPICS, queue=QUEUE_GROUPS[Subjects.INDEX_TOPICS])
+    async def on_topics(request: IndexTopicsRequest) -> IndexTopicsReply:
+        """The tenant's common topic tags (a refusal's suggestions)."""
+        return await answer(request, IndexTopicsReply, retriever.topics)

@@ -11,10 +11,17 @@ from typing import Any
 from lectern_common.db import ReadPools, create_pool
 from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder, build_embedder, create_gemini_client
-from lectern_common.events import RetrieveReply, RetrieveRequest
+from lectern_common.events import (
+    IndexChunksReply,
+    IndexChunksRequest,
+    IndexTopicsReply,
+    IndexTopicsRequest,
+    RetrieveReply,
+    RetrieveRequest,
+)
 from lectern_common.index import FollowingEmbedder, with_live_model
 from lectern_common.service import ServiceState
-from lectern_retriever import repository, tenant_indexes
+from lectern_retriever import index_reads, repository, tenant_indexes
 from lectern_retriever.config import Settings
 from lectern_retriever.rewrite import Rewritten, llm_rewrite
 from lectern_retriever.service import QueryBatcher, SearchDefaults, hybrid_search
@@ -217,20 +224,62 @@ class Retriever:
 
         async def attempt(embedder: Embedder) -> RetrieveReply:
             async def search(pool: Pool) -> RetrieveReply:
-                return await hybrid_search(
-                    pool=pool,
-                    embed=self._batcher(embedder).embed,
-                    request=request,
-                    defaults=self.defaults,
-                    llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
-                    ts_configs=configs,
-                    model=embedder.name,
-                    own_indexes=own_indexes,
+                reply, idf = await asyncio.gather(
+                    hybrid_search(
+                        pool=pool,
+                        embed=self._batcher(embedder).embed,
+                        request=request,
+                        defaults=self.defaults,
+                        llm_rewriter=self._llm_rewrite if self.llm_client is not None else None,
+                        ts_configs=configs,
+                        model=embedder.name,
+                        own_indexes=own_indexes,
+                    ),
+                    index_reads.word_idf(
+                        pool, tenant_id=request.tenant_id, words=request.idf_words
+                    ),
                 )
+                reply.idf = idf
+                return reply
 
             return await reads.run(search)
 
         return await with_live_model(self.embedder, attempt)
+
+    async def chunks(self, request: IndexChunksRequest) -> IndexChunksReply:
+        """Chunks by id, with the caller's visibility when it gives one (``index_reads``)."""
+        if self.reads is None:
+            await self.start()
+        assert self.reads is not None
+
+        async def read(pool: Pool) -> IndexChunksReply:
+            if request.visible is None:
+                found = await index_reads.chunks_by_id(
+                    pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids
+                )
+            else:
+                found = await index_reads.visible_chunks(
+                    pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids,
+                    visible=request.visible,
+                )  # fmt: skip
+            return IndexChunksReply(request_id=request.request_id, chunks=found)
+
+        return await self.reads.run(read)
+
+    async def topics(self, request: IndexTopicsRequest) -> IndexTopicsReply:
+        """The tenant's common topic tags (``index_reads.common_topics``)."""
+        if self.reads is None:
+            await self.start()
+        assert self.reads is not None
+
+        async def read(pool: Pool) -> IndexTopicsReply:
+            found = await index_reads.common_topics(
+                pool, tenant_id=request.tenant_id, subject=request.course_subject,
+                limit=request.limit,
+            )  # fmt: skip
+            return IndexTopicsReply(request_id=request.request_id, topics=found)
+
+        return await self.reads.run(read)
 
     async def _tenant_configs(self, tenant_id: str) -> list[str]:
         """The tenant's documents' text search configurations, looked up at most every

@@ -37,6 +37,14 @@ from lectern_common.events.documents import (
     outcome_event_id,
 )
 from lectern_common.events.feedback import FeedbackFlagged, KnowledgeGapDetected
+from lectern_common.events.index import (
+    ChunkRow,
+    ChunkVisibility,
+    IndexChunksReply,
+    IndexChunksRequest,
+    IndexTopicsReply,
+    IndexTopicsRequest,
+)
 from lectern_common.events.memory import (
     MemoryDistilled,
     MemoryEvidence,
@@ -80,6 +88,8 @@ __all__ = [
     "ChatTurnCompleted",
     "ChunkCurriculumReply",
     "ChunkCurriculumRequest",
+    "ChunkRow",
+    "ChunkVisibility",
     "CitationRef",
     "Confidence",
     "DocumentArchived",
@@ -94,6 +104,10 @@ __all__ = [
     "Event",
     "FailureReason",
     "FeedbackFlagged",
+    "IndexChunksReply",
+    "IndexChunksRequest",
+    "IndexTopicsReply",
+    "IndexTopicsRequest",
     "IngestStage",
     "KnowledgeGapDetected",
     "MemoryDistilled",

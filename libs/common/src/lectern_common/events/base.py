@@ -34,6 +34,8 @@ class Subjects:
     USERS_ERASED = "lectern.users.erased.v1"
     RETRIEVE = "lectern.retrieve.v1"
     RERANK = "lectern.rerank.v1"
+    INDEX_CHUNKS = "lectern.index.chunks.v1"
+    INDEX_TOPICS = "lectern.index.topics.v1"
     MEMORY_RECALL = "lectern.memory.recall.v1"
     MEMORY_LIST = "lectern.memory.list.v1"
     MEMORY_FORGET = "lectern.memory.forget.v1"

@@ -105,6 +105,12 @@ class RetrieveRequest(Request):
     multi_hop: bool = True
     history: list[Turn] = Field(default_factory=list, description="last turns, newest last")
     boost_tags: list[str] = Field(default_factory=list, description="topic tags to boost")
+    idf_words: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="words whose BM25 idf in the tenant's library the reply carries (the "
+        "answerer's rare-word signal), so the caller reads no index statistics itself",
+    )
     cited_document_ids: list[uuid.UUID] = Field(
         default_factory=list, description="documents cited in the last turns (boosted)"
     )
@@ -141,6 +147,11 @@ class RetrieveReply(Reply):
 
     candidates: list[Candidate] = Field(default_factory=list)
     queries: list[str] = Field(default_factory=list)
+    idf: dict[str, float] = Field(
+        default_factory=dict,
+        description="the BM25 idf of each asked ``idf_words`` word (its English lexeme's) in "
+        "the tenant's library; a stop word or a word the library lacks is left out",
+    )
     timings_ms: dict[str, float] = Field(default_factory=dict)
 
 

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Any
 
-from lectern_common import bm25
 from lectern_common.db.types import Queryable
 
 _SESSION_COLUMNS = (
@@ -236,44 +235,6 @@ async def get_message(
     return dict(row) if row else None
 
 
-async def visible_chunks(
-    *,
-    pool: Queryable,
-    tenant_id: str,
-    chunk_ids: Sequence[uuid.UUID],
-    collections: Sequence[str],
-    classes: Sequence[str] | None = None,
-    scope: Any = None,
-) -> dict[uuid.UUID, dict[str, Any]]:
-    """The given chunks the caller may see (tenant, live document, allowed collection; with
-    ``classes``, material of those classes or of none; with ``scope``, a persona's)."""
-    subjects = [v.lower() for v in scope.subjects] if scope is not None else []
-    modules = list(scope.modules) if scope is not None else []
-    scoped_classes = list(scope.class_ids) if scope is not None else []
-    tags = list(scope.topic_tags) if scope is not None else []
-    rows = await pool.fetch(
-        "SELECT c.id, c.document_id, c.text, c.section_path, c.chapter, c.page_start, "
-        "c.page_end, c.slide, c.topic_tags, c.collection, d.title "
-        "FROM chunks c JOIN documents d ON d.id = c.document_id "
-        "WHERE c.id = ANY($1::uuid[]) AND c.tenant_id = $2 AND d.tenant_id = $2 AND c.active "
-        "AND c.collection = ANY($3::text[]) AND d.status = 'indexed' AND d.deleted_at IS NULL "
-        "AND ($4::text[] IS NULL OR c.class_id IS NULL OR c.class_id = ANY($4::text[])) "
-        "AND (cardinality($5::text[]) = 0 OR lower(c.subject) = ANY($5::text[])) "
-        "AND (cardinality($6::text[]) = 0 OR c.module_tag = ANY($6::text[])) "
-        "AND (cardinality($7::text[]) = 0 OR c.class_id = ANY($7::text[])) "
-        "AND (cardinality($8::text[]) = 0 OR c.topic_tags && $8::text[])",
-        list(chunk_ids),
-        tenant_id,
-        list(collections),
-        None if classes is None else list(classes),
-        subjects,
-        modules,
-        scoped_classes,
-        tags,
-    )
-    return {r["id"]: dict(r) for r in rows}
-
-
 async def class_teachers(
     *, pool: Queryable, tenant_id: str, class_id: str, limit: int = 50
 ) -> list[str]:
@@ -290,23 +251,6 @@ async def class_teachers(
         limit,
     )
     return [r["uploaded_by"] for r in rows]
-
-
-async def related_topics(
-    *, pool: Queryable, tenant_id: str, subject: str | None, limit: int
-) -> list[str]:
-    """The tenant's most common educational topic tags (subject first when given)."""
-    rows = await pool.fetch(
-        "SELECT tag, count(*) AS n FROM ("
-        "  SELECT unnest(topic_tags) AS tag, subject FROM chunks "
-        "  WHERE tenant_id = $1 AND active AND collection = 'educational') t "
-        "GROUP BY tag ORDER BY bool_or(subject IS NOT DISTINCT FROM $2) DESC, n DESC, tag "
-        "LIMIT $3",
-        tenant_id,
-        subject,
-        limit,
-    )
-    return [r["tag"] for r in rows]
 
 
 async def insert_gap(
@@ -403,47 +347,12 @@ async def resolve_flag(
     return dict(row) if row else None
 
 
-async def get_chunk(
-    *, pool: Queryable, tenant_id: str, chunk_id: uuid.UUID
-) -> dict[str, Any] | None:
-    """A chunk of the tenant with its document's title and collection."""
-    row = await pool.fetchrow(
-        "SELECT c.id, c.document_id, c.chunk_index, c.kind, c.text, c.context_prefix, "
-        "c.section_path, c.chapter, c.page_start, c.page_end, c.slide, c.collection, "
-        "c.topic_tags, c.language, c.class_id, d.title, d.filename "
-        "FROM chunks c JOIN documents d ON d.id = c.document_id "
-        "WHERE c.id = $1 AND c.tenant_id = $2 AND d.tenant_id = $2 AND d.deleted_at IS NULL",
-        chunk_id,
-        tenant_id,
-    )
-    return dict(row) if row else None
-
-
 def citations_json(citations: Sequence[Any]) -> list[dict[str, Any]]:
     """Citations as JSON-ready dicts (pydantic models or dicts)."""
     out: list[dict[str, Any]] = []
     for c in citations:
         out.append(json.loads(c.model_dump_json()) if hasattr(c, "model_dump_json") else dict(c))
     return out
-
-
-async def word_idf(*, pool: Queryable, tenant_id: str, words: list[str]) -> dict[str, float]:
-    """Each word's BM25 idf in the tenant's library (its English lexeme's); none for a stop
-    word or a word the library lacks."""
-    if not words:
-        return {}
-    rows = await pool.fetch(
-        """SELECT w.word, max(coalesce(s.df, 0)) AS df, max(coalesce(cs.chunk_count, 0)) AS n
-           FROM unnest($2::text[]) AS w(word)
-           CROSS JOIN LATERAL unnest(to_tsvector('english', w.word)) AS u
-           LEFT JOIN bm25_vocabulary v ON v.term = u.lexeme
-           LEFT JOIN bm25_term_stats s ON s.tenant_id = $1 AND s.term_id = v.id
-           LEFT JOIN bm25_collection_stats cs ON cs.tenant_id = $1
-           GROUP BY w.word""",
-        tenant_id,
-        words,
-    )
-    return {r["word"]: bm25.idf(chunk_count=int(r["n"]), df=int(r["df"])) for r in rows if r["df"]}
 
 
 async def last_message(*, pool: Queryable, tenant_id: str, session_id: uuid.UUID) -> Any:

@@ -4,6 +4,7 @@ labelled as sources [T#]."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -11,9 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lectern_common.broker import request
+from lectern_common.errors import RetryableError, UpstreamError
 from lectern_common.events import (
     Candidate,
+    ChunkVisibility,
     Confidence,
+    IndexChunksReply,
+    IndexChunksRequest,
+    IndexTopicsReply,
+    IndexTopicsRequest,
     RankedChunk,
     RerankReply,
     RerankRequest,
@@ -36,6 +43,8 @@ from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, Retrieved, el
 from lectern_gateway.classes.membership import student_classes
 from lectern_gateway.personas.service import TutorPersona
 
+log = logging.getLogger(__name__)
+
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6
 
@@ -48,6 +57,7 @@ class Candidates:
     candidates: list[Candidate] = field(default_factory=list)
     rows: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
     teacher_ids: list[str] = field(default_factory=list)
+    idf: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,8 @@ class Lookup:
     history: Sequence[Turn] = ()
     persona: TutorPersona | None = None
     cited_document_ids: Sequence[uuid.UUID] = ()
+    #: words whose BM25 idf the retriever's reply carries (the answer's topics)
+    idf_words: Sequence[str] = ()
 
 
 async def retrieve_sources(deps: ChatDeps, lookup: Lookup, timings: dict[str, float]) -> Retrieved:
@@ -113,6 +125,7 @@ async def retrieve_candidates(
                 history=list(lookup.history[-4:]),
                 boost_tags=boosts,
                 cited_document_ids=list(lookup.cited_document_ids),
+                idf_words=list(lookup.idf_words)[:64],
             ),
             RetrieveReply,
             timeout=settings.retrieve_timeout_s,
@@ -123,17 +136,43 @@ async def retrieve_candidates(
     # defence in depth: whatever the retriever returned, only the caller's tenant's live,
     # allowed-collection chunks go on to the re-ranker and the prompt
     started = time.perf_counter()
-    rows = await repo.visible_chunks(
-        pool=deps.pool,
-        tenant_id=principal.tenant_id,
-        chunk_ids=[c.chunk_id for c in retrieved.candidates],
+    rows = await visible_rows(
+        deps,
+        principal.tenant_id,
+        [c.chunk_id for c in retrieved.candidates],
         collections=collections,
         classes=allowed_classes(session, classes),
         scope=scope,
     )
     candidates = [c for c in retrieved.candidates if c.chunk_id in rows]
     timings["visibility_ms"] = elapsed_ms(started)
-    return Candidates(candidates, rows, teacher_ids)
+    return Candidates(candidates, rows, teacher_ids, idf=retrieved.idf)
+
+
+async def visible_rows(
+    deps: ChatDeps,
+    tenant_id: str,
+    chunk_ids: list[uuid.UUID],
+    *,
+    collections: Sequence[str],
+    classes: Sequence[str] | None,
+    scope: ScopeFilter | None,
+) -> dict[uuid.UUID, dict[str, Any]]:
+    """The chunks of ``chunk_ids`` the caller may see, by id, asked of the index's owner
+    (``lectern.index.chunks.v1``): whatever the search returned, only the caller's tenant's
+    live, allowed chunks go on to the re-ranker and the prompt."""
+    if not chunk_ids or not collections:
+        return {}
+    visible = ChunkVisibility.model_validate(
+        {"collections": list(collections), "classes": classes, "scope": scope}
+    )
+    reply = await request(
+        deps.broker,
+        IndexChunksRequest(tenant_id=tenant_id, chunk_ids=chunk_ids, visible=visible),
+        IndexChunksReply,
+        timeout=deps.settings.retrieve_timeout_s,
+    )
+    return {c.chunk_id: {**c.model_dump(), "id": c.chunk_id} for c in reply.chunks}
 
 
 async def rerank(
@@ -143,7 +182,7 @@ async def rerank(
     re-rank: no sources, no material)."""
     settings, principal, history = deps.settings, lookup.principal, lookup.history
     if not found.candidates:
-        return Retrieved()
+        return Retrieved(idf=found.idf)
     started = time.perf_counter()
     reranked = await request(
         deps.broker,
@@ -163,7 +202,9 @@ async def rerank(
         timeout=settings.rerank_timeout_s,
     )
     timings["rerank_ms"] = elapsed_ms(started)
-    return _labelled(found.rows, reranked.chunks, reranked.confidence)
+    labelled = _labelled(found.rows, reranked.chunks, reranked.confidence)
+    labelled.idf = found.idf
+    return labelled
 
 
 def allowed_classes(session: ChatSession, classes: Sequence[str] | None) -> list[str] | None:
@@ -217,3 +258,22 @@ def _source(label: str, item: RankedChunk, row: dict[str, Any]) -> Source:
         score=round(float(item.score), 4),
         answer=answer,
     )
+
+
+async def related_topics(
+    deps: ChatDeps, tenant_id: str, subject: str | None, *, limit: int = 5
+) -> list[str]:
+    """The tenant's common topic tags, the session subject's first (a refusal suggests them),
+    from the index's owner (``lectern.index.topics.v1``); none when it does not answer in
+    time: a refusal does not wait on its suggestions."""
+    try:
+        reply = await request(
+            deps.broker,
+            IndexTopicsRequest(tenant_id=tenant_id, course_subject=subject, limit=limit),
+            IndexTopicsReply,
+            timeout=deps.settings.retrieve_timeout_s,
+        )
+    except (UpstreamError, RetryableError) as exc:
+        log.warning("related topics unavailable (%s); refusing without them", exc)
+        return []
+    return list(reply.topics)

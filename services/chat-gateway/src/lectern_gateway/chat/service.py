@@ -82,7 +82,7 @@ from lectern_gateway.chat.refusal import (
     web_answer,
     web_citations,
 )
-from lectern_gateway.chat.retrieve import Lookup, rerank, retrieve_candidates
+from lectern_gateway.chat.retrieve import Lookup, related_topics, rerank, retrieve_candidates
 from lectern_gateway.chat.social import REPLIES, social_kind
 from lectern_gateway.chat.sse import (
     CheckEvent,
@@ -391,6 +391,7 @@ async def look_up(
                 principal=turn.principal, session=turn.session, query=question.text,
                 history=[Turn(role=h.role, text=h.text) for h in loaded.history],
                 persona=turn.persona, cited_document_ids=cited_documents(loaded.rows),
+                idf_words=candidate_words(turn.text),
             )  # fmt: skip
             found = await retrieve_candidates(deps, lookup, timings)
             retrieved = await rerank(deps, lookup, found, timings)
@@ -449,9 +450,7 @@ async def refuse(
     """No material good enough: say so honestly (and what the web says, when the tenant lets
     the model search it); the knowledge gap is recorded."""
     principal, session = turn.principal, turn.session
-    related = await repo.related_topics(
-        pool=deps.pool, tenant_id=principal.tenant_id, subject=session.subject, limit=5
-    )
+    related = await related_topics(deps, principal.tenant_id, session.subject, limit=5)
     topic = guess_topic(question.text, session, [])
     related = [t for t in related if t != topic][:5]
     text = await gap_text(deps, turn, question.text, related)
@@ -554,9 +553,8 @@ async def plan_answer(
     """The answer's opening (its band's words; a struggle revisited, a mastered topic kept
     brief) and what the question is about."""
     retrieved, general = material.retrieved, decision.action == "explain_generally"
-    idf = await repo.word_idf(
-        pool=deps.pool, tenant_id=turn.principal.tenant_id, words=candidate_words(turn.text)
-    )
+    # the question's words' idf came with the search (none for a general explanation)
+    idf = retrieved.idf
     texts = [retrieved.texts[s.label] for s in retrieved.sources if s.label in retrieved.texts]
     asked_about = topics(turn.text, texts, idf=idf)
     opening = GENERAL_OPENING if general else preamble(decision.band)
@@ -699,9 +697,7 @@ async def answered(
     topic = guess_topic(turn.text, session, material.retrieved.topic_tags)
     gap = None
     if final.knowledge_gap:
-        related = await repo.related_topics(
-            pool=deps.pool, tenant_id=turn.principal.tenant_id, subject=session.subject, limit=5,
-        )  # fmt: skip
+        related = await related_topics(deps, turn.principal.tenant_id, session.subject, limit=5)
         gap = GapRecord(turn.text, topic, related)
     return Ending(
         draft.text, final.confidence, draft.finished.answered_by,

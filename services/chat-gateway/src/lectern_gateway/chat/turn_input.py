@@ -222,6 +222,8 @@ class Retrieved:
     texts: dict[str, str] = field(default_factory=dict)
     topic_tags: list[str] = field(default_factory=list)
     confidence: Confidence = field(default_factory=no_material)
+    #: the BM25 idf of the question's words in the tenant's library (from the retriever)
+    idf: dict[str, float] = field(default_factory=dict)
 
     def answer_margin(self) -> float | None:
         """The best margin of the sources' answer spans over their null scores (None when

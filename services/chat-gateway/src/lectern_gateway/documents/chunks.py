@@ -8,11 +8,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from lectern_common.broker import request
+from lectern_common.events import IndexChunksReply, IndexChunksRequest
 from lectern_gateway.auth import PrincipalDep
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.citations import content_terms, split_cited_sentences
 from lectern_gateway.classes.membership import may_see_class, student_classes
-from lectern_gateway.deps import PoolDep
+from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
 from lectern_gateway.problems import ProblemError
 
 router = APIRouter(tags=["sources"])
@@ -110,11 +112,21 @@ async def get_chunk(
     chunk_id: uuid.UUID,
     principal: PrincipalDep,
     pool: PoolDep,
+    broker: BrokerDep,
+    settings: SettingsDep,
     message_id: Annotated[
         uuid.UUID | None, Query(description="mark this answer's citations")
     ] = None,
 ) -> ChunkView:
-    row = await repo.get_chunk(pool=pool, tenant_id=principal.tenant_id, chunk_id=chunk_id)
+    """The chunk from the index's owner (``lectern.index.chunks.v1``), as the caller may see
+    it; 503 when the retriever does not answer in time."""
+    found = await request(
+        broker,
+        IndexChunksRequest(tenant_id=principal.tenant_id, chunk_ids=[chunk_id]),
+        IndexChunksReply,
+        timeout=settings.retrieve_timeout_s,
+    )
+    row = {**found.chunks[0].model_dump(), "id": chunk_id} if found.chunks else None
     # students never see assessments; answer as if it did not exist
     if row is None or (
         not principal.is_staff

@@ -1,0 +1,81 @@
+"""The index's reads the retriever answers for the gateway (``lectern.index.*`` and the
+search reply's ``idf``): the gateway holds no SQL on ``chunks`` or the BM25 statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lectern_common.embeddings import Embedder
+from lectern_common.events import (
+    ChunkVisibility,
+    IndexChunksRequest,
+    IndexTopicsRequest,
+    RetrieveRequest,
+)
+from lectern_common.events.retrieval import ScopeFilter
+
+PHOTO = "Chlorophyll in the chloroplasts captures light energy for photosynthesis."
+CELLS = "Mitochondria release energy from glucose by cellular respiration."
+
+
+async def test_chunks_by_id_with_and_without_the_callers_visibility(
+    retriever: Any, db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any,
+    set_doc_status: Any,
+) -> None:  # fmt: skip
+    live = await add_doc(db_pool, tenant_id=tenant_id, texts=[PHOTO], embedder=embedder,
+                         subject="Biology", topic_tags=["light"])  # fmt: skip
+    quiz = await add_doc(db_pool, tenant_id=tenant_id, texts=[CELLS], embedder=embedder,
+                         collection="assessment")  # fmt: skip
+    other = await add_doc(db_pool, tenant_id=f"{tenant_id}-b", texts=[PHOTO], embedder=embedder)
+    ids = {
+        doc: await db_pool.fetchval("SELECT id FROM chunks WHERE document_id = $1", doc)
+        for doc in (live, quiz, other)
+    }
+    asked = list(ids.values())
+
+    async def visible(**given: Any) -> set[Any]:
+        reply = await retriever.chunks(
+            IndexChunksRequest(
+                tenant_id=tenant_id, chunk_ids=asked, visible=ChunkVisibility(**given)
+            )
+        )
+        return {c.document_id for c in reply.chunks}
+
+    assert await visible(collections=["educational"]) == {live}
+    assert await visible(collections=["educational", "assessment"]) == {live, quiz}
+    assert await visible(collections=["educational"], scope=ScopeFilter(subjects=["biology"]))
+    assert not await visible(collections=["educational"], scope=ScopeFilter(subjects=["art"]))
+    # the source viewer's read: any chunk of the tenant's documents that are not deleted
+    viewer = await retriever.chunks(IndexChunksRequest(tenant_id=tenant_id, chunk_ids=asked))
+    rows = {c.document_id: c for c in viewer.chunks}
+    assert set(rows) == {live, quiz}
+    assert (rows[live].text, rows[live].topic_tags, rows[live].title) == (PHOTO, ["light"], "doc")
+    # archived: out of a turn's candidates, still shown by the viewer
+    await set_doc_status(db_pool, live, "archived")
+    assert await visible(collections=["educational"]) == set()
+    viewer = await retriever.chunks(IndexChunksRequest(tenant_id=tenant_id, chunk_ids=asked))
+    assert {c.document_id for c in viewer.chunks} == {live, quiz}
+
+
+async def test_topics_and_the_search_replys_idf(
+    retriever: Any, db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any
+) -> None:
+    await add_doc(db_pool, tenant_id=tenant_id, texts=[PHOTO], embedder=embedder,
+                  subject="biology", topic_tags=["light", "plants"])  # fmt: skip
+    await add_doc(db_pool, tenant_id=tenant_id, texts=[CELLS], embedder=embedder,
+                  subject="chemistry", topic_tags=["energy"])  # fmt: skip
+    topics = await retriever.topics(
+        IndexTopicsRequest(tenant_id=tenant_id, course_subject="chemistry", limit=2)
+    )
+    assert topics.topics == ["energy", "light"]
+    reply = await retriever.retrieve(
+        RetrieveRequest(
+            tenant_id=tenant_id,
+            query="what is chlorophyll?",
+            rewrite=False,
+            idf_words=["chlorophyll", "energy", "the", "unicorn"],
+        )
+    )
+    # a word in one of two chunks is rarer than one in both; a stop word or an absent one has none
+    assert set(reply.idf) == {"chlorophyll", "energy"}
+    assert reply.idf["chlorophyll"] > reply.idf["energy"] > 0
