@@ -35,9 +35,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
+from lectern_common.bm25 import idf_weights
 from lectern_common.text import (
+    PREFIX_LETTERS,
     STOPWORDS,
     ends_clause,
+    prefix_stem,
+    prefix_stems,
     resolve_follow_up,
     split_units,
     stem,
@@ -347,16 +351,6 @@ def _jaccard(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a | b) if a and b else 0.0
 
 
-def idf_weights(query: Sequence[str], bags: Sequence[Container[str]]) -> dict[str, float]:
-    """BM25's idf of each query term over ``bags`` (the terms of each unit)."""
-    count = len(bags)
-    return {
-        term: math.log(1 + (count - df + 0.5) / (df + 0.5))
-        for term in query
-        for df in [sum(1 for bag in bags if term in bag)]
-    }
-
-
 def speaks_of_question(query: Sequence[str], bags: Sequence[Iterable[str]]) -> bool:
     """Whether some unit (its terms, ``bags``) holds two of the question's terms, in any form
     (same first five letters), when the question has three or more.
@@ -367,10 +361,10 @@ def speaks_of_question(query: Sequence[str], bags: Sequence[Iterable[str]]) -> b
     Every answerable question of both splits of bench/answers has a unit holding two of its
     terms or more; three off-topic development questions have none (two of them the fitted
     refusal alone let through), so it is asked before the refusal model is."""
-    asked = {t[:5] for t in query}
+    asked = {prefix_stem(t) for t in query}
     if len(asked) < 3:
         return True  # one term of two may be all a paraphrase keeps
-    return any(len(asked & {t[:5] for t in bag}) >= 2 for bag in bags)
+    return any(len(asked & {prefix_stem(t) for t in bag}) >= 2 for bag in bags)
 
 
 #: the answerer's mechanisms beyond scoring, each serving a class of questions; any can be
@@ -450,10 +444,6 @@ _EXPLAINS = re.compile(
 )
 
 
-def _stems(text: str) -> set[str]:
-    return {t[:5] for t in terms(text)}
-
-
 @dataclass(frozen=True)
 class _Asked:
     """What a question asks, in the forms the unit signals compare units with."""
@@ -481,8 +471,8 @@ class _Asked:
             form=form,
             query=query,
             terms=set(query),
-            prefixes={t[:5] for t in query if len(t) >= 5},
-            stems={t[:5] for t in query},
+            prefixes={prefix_stem(t) for t in query if len(t) >= PREFIX_LETTERS},
+            stems={prefix_stem(t) for t in query},
             subject_order=subject_order,
             subject=subject,
             head=head & subject or subject,
@@ -544,7 +534,7 @@ def _shape_signals(
     """The signals of the unit's own shape: a caption, a question, a table row, its length."""
     text = unit.text.rstrip()
     words = text.split()
-    new_terms = {t for t in bag if t not in asked.terms and t[:5] not in asked.prefixes}
+    new_terms = {t for t in bag if t not in asked.terms and prefix_stem(t) not in asked.prefixes}
     row[_AT["repeats_question"]] = float(
         len(new_terms) < 2 and not unit.item and not unit.introduces_list
     )
@@ -559,9 +549,9 @@ def _shape_signals(
     stems = asked.stems
     if is_row and stems:
         label = text.split("; ", 1)[0].rsplit(": ", 1)[-1]
-        row[_AT["row_label"]] = len(stems & _stems(label)) / len(stems)
+        row[_AT["row_label"]] = len(stems & prefix_stems(label)) / len(stems)
     if unit.context and stems:
-        row[_AT["table_context"]] = len(stems & _stems(unit.context)) / len(stems)
+        row[_AT["table_context"]] = len(stems & prefix_stems(unit.context)) / len(stems)
     row[_AT["explains"]] = float(asked.why_how and bool(_EXPLAINS.search(text)))
     row[_AT["first_of_source"]] = float(unit.position == 0)
     row[_AT["length"]] = min(1.0, len(words) / 40)
@@ -594,8 +584,7 @@ def unit_signals(
         for i in range(len(units))
     ]
     sections = [
-        len(asked.stems & {t[:5] for t in terms(s.section or "")}) / (len(asked.stems) or 1)
-        for s in sources
+        len(asked.stems & prefix_stems(s.section or "")) / (len(asked.stems) or 1) for s in sources
     ] + [0.0] * max(0, 1 + max(u.source_index for u in units) - len(sources))
     for index, (unit, bag) in enumerate(zip(units, bags, strict=True)):
         row = out[index]
@@ -710,10 +699,10 @@ def question_signals(
 ) -> NDArray[np.float64]:
     """The ``QUESTION_SIGNALS`` of one question over its sources' units."""
     scores = [s.score for s in sources if s.score is not None]
-    held = {t[:5] for bag in bags for t in bag}
-    asked = {t[:5] for t in query}
+    held = {prefix_stem(t) for bag in bags for t in bag}
+    asked = {prefix_stem(t) for t in query}
     missing = len(asked - held) / len(asked) if asked else 0.0
-    longest = max((len(t) for t in query if t[:5] not in held), default=0)
+    longest = max((len(t) for t in query if prefix_stem(t) not in held), default=0)
     text = " ".join(s.text for s in sources).casefold()
     return np.asarray(
         [
@@ -776,7 +765,7 @@ def missing_rarity(question: str, held: Container[str]) -> float:
     for word in words(question.casefold()):
         if len(word) < 3 or word in STOPWORDS or any(c.isdigit() for c in word):
             continue
-        if stem(word)[:5] not in held:
+        if prefix_stem(stem(word)) not in held:
             rarest = min(rarest, common.get(word, 0.0))
     return (_RARE_ZIPF - rarest) / _RARE_ZIPF
 
@@ -1130,8 +1119,8 @@ def _quoted(unit: SourceUnit, sources: Sequence[SourceText]) -> ScoredSentence:
 def _adds_asked(bag: set[str], chosen: Sequence[set[str]], asked: Container[str]) -> bool:
     """Whether ``bag`` holds a term of the question that no chosen unit holds in any form
     (the same first five letters: "topologischen" is there when "topologischer" is)."""
-    held = {t[:5] for other in chosen for t in other}
-    return any(t in asked and t[:5] not in held for t in bag)
+    held = {prefix_stem(t) for other in chosen for t in other}
+    return any(t in asked and prefix_stem(t) not in held for t in bag)
 
 
 _COUNT_WORD = re.compile(
