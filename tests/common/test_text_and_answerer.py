@@ -25,7 +25,7 @@ from lectern_common.answerer import (
     states_number,
     unit_signals,
 )
-from lectern_common.llm import ChatMessage, GenerationRequest, SourceText, TextDelta
+from lectern_common.generation import ChatMessage, GenerationRequest, SourceText, TextDelta
 from lectern_common.text import is_follow_up, resolve_follow_up, split_sentences, terms
 
 MITOSIS = SourceText(
