@@ -1,9 +1,11 @@
 """Who may import whom (docs/architecture.md, "Packages"), read from the source's import
 statements, lazy imports inside functions included:
 
-- a service (gateway, ingest, retriever, re-ranker, memory) imports only ``lectern_common``:
-  its container needs no other service's code;
-- ``lectern_common`` imports no other Lectern package;
+- a service (gateway, ingest, retriever, re-ranker, memory) imports only ``lectern_common``
+  (and the gateway, which answers, ``lectern_answerer``): its container needs no other
+  service's code;
+- ``lectern_common`` imports no other Lectern package; ``lectern_answerer`` (the offline
+  answerer) imports ``lectern_common`` alone;
 - the tools (``lectern_eval``, ``lectern_cli``) sit above and drive the system through its
   public contracts, starting services as processes (the supervisor), never importing them;
 - ``lectern_testing`` (fixtures, fake servers) is imported by tests and benchmarks only;
@@ -24,6 +26,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES: dict[str, Path] = {
     "lectern_common": REPO / "libs/common/src/lectern_common",
+    "lectern_answerer": REPO / "libs/answerer/src/lectern_answerer",
     "lectern_eval": REPO / "libs/eval/src/lectern_eval",
     "lectern_cli": REPO / "libs/cli/src/lectern_cli",
     "lectern_testing": REPO / "libs/testing/src/lectern_testing",
@@ -40,7 +43,9 @@ SERVICES = frozenset(
 )  # fmt: skip
 ALLOWED: dict[str, frozenset[str]] = {
     "lectern_common": frozenset(),
+    "lectern_answerer": frozenset({"lectern_common"}),
     **{service: frozenset({"lectern_common"}) for service in SERVICES},
+    "lectern_gateway": frozenset({"lectern_common", "lectern_answerer"}),
     "lectern_eval": frozenset({"lectern_common"}),
     "lectern_cli": frozenset({"lectern_common", "lectern_eval", "lectern_client"}),
     "lectern_client": frozenset(),

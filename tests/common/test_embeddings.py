@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
-from lectern_common.answerer import OfflineAnswerer
+from lectern_answerer import OfflineAnswerer
 from lectern_common.embeddings import (
     Embedder,
     LocalEmbedder,

@@ -16,7 +16,7 @@ from faststream.nats import NatsBroker
 from numpy.typing import NDArray
 from opentelemetry import trace
 
-from lectern_common.answerer import OfflineAnswerer, SentenceReader
+from lectern_answerer import OfflineAnswerer, SentenceReader
 from lectern_common.broker import create_broker
 from lectern_common.embeddings import LOCAL_MODEL_NAME, Embedder, LocalEmbedder, Vectors
 from lectern_common.service import ServiceState

@@ -6,7 +6,7 @@ chunks, and its providers.
   mapped to web sources [W1].. and the answer segments they support.
 - ``OpenAICompatibleGenerator``: any ``/chat/completions`` endpoint that streams SSE
   (DeepSeek, vLLM, Ollama, OpenAI ...), the fallback provider.
-- ``OfflineAnswerer`` (``lectern_common.answerer``): no model at all; answers in the
+- ``OfflineAnswerer`` (``lectern_answerer``): no model at all; answers in the
   question's form from the sentences and list items of the sources, citing them [T#].
 - ``FallbackGenerator``: primary (retried once after the wait it asks for), then the
   fallbacks in order: a secondary Gemini model, the OpenAI-compatible provider, offline.
@@ -35,8 +35,8 @@ import httpx
 from google import genai
 from google.genai import types
 
+from lectern_answerer import READ_AT_MOST, OfflineAnswerer, SentenceReader
 from lectern_common import metrics as telemetry_metrics
-from lectern_common.answerer import READ_AT_MOST, OfflineAnswerer, SentenceReader
 from lectern_common.embeddings import GEMINI_CALL_ERRORS, create_gemini_client, upstream_error
 from lectern_common.errors import (
     BadInputError,
