@@ -25,6 +25,7 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 COPY constraints.txt ./
 COPY deploy/docker/pyproject_deps.py deploy/docker/
 COPY libs/common/pyproject.toml libs/common/
+COPY libs/answerer/pyproject.toml libs/answerer/
 COPY libs/eval/pyproject.toml libs/eval/
 COPY libs/cli/pyproject.toml libs/cli/
 COPY clients/python/pyproject.toml clients/python/
@@ -44,7 +45,7 @@ COPY libs/ libs/
 COPY services/ services/
 COPY clients/python/ clients/python/
 RUN pip install --no-deps \
-        ./libs/common ./libs/eval ./clients/python ./libs/cli \
+        ./libs/common ./libs/answerer ./libs/eval ./clients/python ./libs/cli \
         ./services/ingest ./services/retriever ./services/reranker ./services/memory \
         ./services/chat-gateway \
     && pip check \

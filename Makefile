@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-PACKAGES := -e libs/common -e libs/eval -e clients/python -e libs/cli -e services/ingest -e services/retriever \
+PACKAGES := -e libs/common -e libs/answerer -e libs/eval -e clients/python -e libs/cli -e services/ingest -e services/retriever \
             -e services/reranker -e services/memory -e services/chat-gateway -e libs/testing
 STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
@@ -42,7 +42,7 @@ run: install ## Start the embedded stack (NATS, Postgres, five services) and ser
 lint: install ## ruff + mypy --strict
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy libs/common/src libs/eval/src libs/cli/src libs/testing/src clients/python/src services/*/src tests bench
+	$(VENV)/bin/mypy libs/common/src libs/answerer/src libs/eval/src libs/cli/src libs/testing/src clients/python/src services/*/src tests bench
 
 format: install ## Format the code
 	$(VENV)/bin/ruff format .

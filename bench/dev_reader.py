@@ -58,7 +58,8 @@ class _Recording:
 
 async def collect(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Every development question with sources: the units the answerer reads, with labels."""
-    from lectern_common import answerer, reading
+    import lectern_answerer as answerer
+    from lectern_common import reading
     from lectern_common.embeddings import LocalEmbedder
     from lectern_common.settings import BaseServiceSettings
     from lectern_eval.answer_set import holds_any_fact, load_set

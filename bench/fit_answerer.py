@@ -5,7 +5,7 @@ labelled by whether it states one of the question's key facts, and described by 
 answerer's ``SIGNALS`` (``bench/replay_answers.py --signals`` writes them from a stored
 run). A logistic regression combines the signals; it is cross-validated by document (no
 document's sentences are both fitted and scored), and the fit on all development documents
-is written to ``lectern_common/answerer_model.json`` with its cross-validated figures.
+is written to ``lectern_answerer/answerer_model.json`` with its cross-validated figures.
 
     python bench/replay_answers.py --json RUN.json --signals /tmp/signals.npz
     python bench/fit_answerer.py --signals /tmp/signals.npz
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from lectern_common import answerer
+import lectern_answerer as answerer
 
 #: the unit signals the shipped model goes without: with the reader in place, the definition
 #: family (but ``defining_frame``, added since), the list and table families and the

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
-from lectern_common import answerer
+import lectern_answerer as answerer
 from lectern_common.events import AnswerSpan
 from lectern_common.generation import SourceText
 from lectern_common.text import resolve_follow_up, terms

@@ -55,9 +55,9 @@ from lectern_testing import logs
 from lectern_testing.metrics import sample_total
 
 from lectern_cli.demo import default_demo_dir, read_corpus
-from lectern_common.runtime.supervisor import read_state
+from lectern_cli.runtime.embedded import embedded_stack
+from lectern_cli.runtime.state import read_state
 from lectern_common.tokens import make_token
-from lectern_eval.answers import embedded_stack
 
 QUESTIONS = [
     "What are the stages of mitosis?",

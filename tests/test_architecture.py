@@ -1,9 +1,11 @@
 """Who may import whom (docs/architecture.md, "Packages"), read from the source's import
 statements, lazy imports inside functions included:
 
-- a service (gateway, ingest, retriever, re-ranker, memory) imports only ``lectern_common``:
-  its container needs no other service's code;
-- ``lectern_common`` imports no other Lectern package;
+- a service (gateway, ingest, retriever, re-ranker, memory) imports only ``lectern_common``
+  (and the gateway, which answers, ``lectern_answerer``): its container needs no other
+  service's code;
+- ``lectern_common`` imports no other Lectern package; ``lectern_answerer`` (the offline
+  answerer) imports ``lectern_common`` alone;
 - the tools (``lectern_eval``, ``lectern_cli``) sit above and drive the system through its
   public contracts, starting services as processes (the supervisor), never importing them;
 - ``lectern_testing`` (fixtures, fake servers) is imported by tests and benchmarks only;
@@ -24,6 +26,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES: dict[str, Path] = {
     "lectern_common": REPO / "libs/common/src/lectern_common",
+    "lectern_answerer": REPO / "libs/answerer/src/lectern_answerer",
     "lectern_eval": REPO / "libs/eval/src/lectern_eval",
     "lectern_cli": REPO / "libs/cli/src/lectern_cli",
     "lectern_testing": REPO / "libs/testing/src/lectern_testing",
@@ -40,7 +43,9 @@ SERVICES = frozenset(
 )  # fmt: skip
 ALLOWED: dict[str, frozenset[str]] = {
     "lectern_common": frozenset(),
+    "lectern_answerer": frozenset({"lectern_common"}),
     **{service: frozenset({"lectern_common"}) for service in SERVICES},
+    "lectern_gateway": frozenset({"lectern_common", "lectern_answerer"}),
     "lectern_eval": frozenset({"lectern_common"}),
     "lectern_cli": frozenset({"lectern_common", "lectern_eval", "lectern_client"}),
     "lectern_client": frozenset(),
@@ -145,6 +150,49 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+# -- the shared library holds what several packages use (issue 61) ----------------------
+
+#: the longest a module of ``lectern_common`` may be, in lines: one service's model of answers
+#: (the offline answerer, 1,429 lines) or one tool's machinery (the embedded stack's
+#: supervisor, 844) is a package of its own, not a corner of the shared library
+MAX_COMMON_MODULE_LINES = 700
+
+
+def test_the_shared_library_imports_neither_the_answerer_nor_the_cli() -> None:
+    """``lectern_answerer`` and ``lectern_cli`` build on ``lectern_common``, never the
+    reverse: no cycle between the packages, and no service's image needs the CLI."""
+    wrong = sorted(
+        f"{name} imports {target}"
+        for name, path in modules("lectern_common")
+        for target in imported(path)
+        if target.split(".")[0] in {"lectern_answerer", "lectern_cli"}
+    )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_of_the_shared_library_is_over_700_lines() -> None:
+    long = sorted(
+        f"{name} ({lines} lines)"
+        for name, path in modules("lectern_common")
+        if (lines := len(path.read_text().splitlines())) > MAX_COMMON_MODULE_LINES
+    )
+    assert not long, "move what one package uses into it, or split by what it does:\n" + (
+        "\n".join(long)
+    )
+
+
+def test_the_answerer_imports_no_service() -> None:
+    """The offline answerer is a library the gateway uses: its sources come to it as
+    ``lectern_common.generation.SourceText``, and it knows no service's code."""
+    wrong = sorted(
+        f"{name} imports {target}"
+        for name, path in modules("lectern_answerer")
+        for target in imported(path)
+        if target.split(".")[0] in SERVICES
+    )
+    assert not wrong, "\n".join(wrong)
 
 
 # -- the gateway's domains (docs/architecture.md, "The gateway's domains") --------------

@@ -24,10 +24,11 @@ from lectern_cli.demo import (
     read_corpus,
 )
 from lectern_cli.main import build_parser
+from lectern_cli.runtime.children import Child
+from lectern_cli.runtime.supervisor import Supervisor
 from lectern_common.errors import ConfigurationError
 from lectern_common.events import DocumentMetadata
 from lectern_common.runtime.nats import free_port
-from lectern_common.runtime.supervisor import Child, Supervisor
 from lectern_common.settings import DEV_JWT_SECRET
 
 REPO_DEMO = Path(__file__).parents[2] / "demo"

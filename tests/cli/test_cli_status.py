@@ -17,6 +17,7 @@ import pytest
 import uvicorn
 
 from lectern_cli.main import main
+from lectern_cli.runtime.state import STATE_FILE
 from lectern_cli.status import (
     SERVICES,
     Targets,
@@ -27,7 +28,6 @@ from lectern_cli.status import (
     resolve_targets,
 )
 from lectern_common.runtime.nats import free_port
-from lectern_common.runtime.supervisor import STATE_FILE
 
 
 @pytest.fixture(scope="module")

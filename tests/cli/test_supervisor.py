@@ -13,23 +13,17 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from lectern_common.errors import ConfigurationError
-from lectern_common.runtime.children import probe_ready
-from lectern_common.runtime.nats import free_port
-from lectern_common.runtime.supervisor import (
-    GATEWAY_WORKER,
+from lectern_cli.runtime.children import Child, preferred_or_free_port, probe_ready
+from lectern_cli.runtime.processes import GATEWAY_WORKER, PROCESSES, SERVICES
+from lectern_cli.runtime.settings import (
     LOCAL_EMBEDDING_DIM,
     LOCAL_EMBEDDING_MODEL,
-    PROCESSES,
-    SERVICES,
-    STATE_FILE,
-    Child,
-    Supervisor,
     embedding_identity,
-    port_is_free,
-    preferred_or_free_port,
-    process_alive,
 )
+from lectern_cli.runtime.state import STATE_FILE, process_alive
+from lectern_cli.runtime.supervisor import Supervisor
+from lectern_common.errors import ConfigurationError
+from lectern_common.runtime.nats import free_port, port_is_free
 from lectern_common.settings import BaseServiceSettings
 
 
@@ -53,7 +47,8 @@ def test_embedding_identity_without_loading_models(tmp_path: Path) -> None:
 def test_the_supervisor_never_imports_torch() -> None:
     code = (
         "import sys\n"
-        "from lectern_common.runtime.supervisor import Supervisor, embedding_identity\n"
+        "from lectern_cli.runtime.settings import embedding_identity\n"
+        "from lectern_cli.runtime.supervisor import Supervisor\n"
         "from lectern_common.settings import BaseServiceSettings\n"
         "embedding_identity(BaseServiceSettings())\n"
         "print(sorted(m for m in ('torch', 'sentence_transformers') if m in sys.modules))\n"

@@ -21,15 +21,11 @@ import nats
 import pytest
 
 from lectern_cli.main import build_parser
+from lectern_cli.runtime.processes import PROCESSES
+from lectern_cli.runtime.state import process_alive, read_state, stack_nats_url
+from lectern_cli.runtime.supervisor import Supervisor
 from lectern_common.broker import ensure_streams
 from lectern_common.runtime.nats import free_port
-from lectern_common.runtime.supervisor import (
-    PROCESSES,
-    Supervisor,
-    process_alive,
-    read_state,
-    stack_nats_url,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

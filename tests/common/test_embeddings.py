@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from lectern_testing.plugin import LOCAL_EMBEDDING_DIM, LOCAL_EMBEDDING_MODEL
 
+from lectern_answerer import OfflineAnswerer
 from lectern_common.embeddings import (
     Embedder,
     LocalEmbedder,
@@ -16,13 +17,7 @@ from lectern_common.embeddings import (
     build_embedder,
     l2_normalise,
 )
-from lectern_common.llm import (
-    ChatMessage,
-    GenerationRequest,
-    OfflineAnswerer,
-    SourceText,
-    TextDelta,
-)
+from lectern_common.generation import ChatMessage, GenerationRequest, SourceText, TextDelta
 from lectern_common.settings import BaseServiceSettings
 
 pytestmark = pytest.mark.slow  # loading torch + MiniLM takes several seconds

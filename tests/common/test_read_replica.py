@@ -244,7 +244,8 @@ async def test_the_retriever_searches_the_replica(pair: Pair) -> None:
 
 
 def test_lectern_up_cluster_runs_a_replica_and_gives_its_url_to_the_readers() -> None:
-    from lectern_common.runtime.supervisor import READ_REPLICA_SERVICES, Supervisor
+    from lectern_cli.runtime.processes import READ_REPLICA_SERVICES
+    from lectern_cli.runtime.supervisor import Supervisor
 
     base = Path(tempfile.mkdtemp(prefix="lectern-upc-"))
     os.chmod(base, 0o755)  # noqa: S103 - the unprivileged Postgres account must traverse it

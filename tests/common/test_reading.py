@@ -108,7 +108,7 @@ def test_a_missing_folder_is_not_available(tmp_path: Path) -> None:
 async def test_the_offline_answerer_quotes_what_the_reader_finds_answering() -> None:
     """Among sentences that share the question's words, the answerer with the reader quotes
     the one that answers, and says plainly when none does."""
-    from lectern_common.answerer import OfflineAnswerer
+    from lectern_answerer import OfflineAnswerer
     from lectern_common.embeddings import LocalEmbedder
     from lectern_common.generation import SourceText
 
@@ -131,7 +131,7 @@ async def test_the_offline_answerer_reads_only_the_units_it_may_answer_from() ->
     """Of many units the answerer reads at most ``read_at_most``, those ranked highest
     without the reader (the answering one among them); the rest get the lowest logit read,
     and the answer is the one reading everything gives."""
-    from lectern_common.answerer import OfflineAnswerer, source_units
+    from lectern_answerer import OfflineAnswerer, source_units
     from lectern_common.embeddings import LocalEmbedder
     from lectern_common.generation import SourceText
 

@@ -10,6 +10,8 @@ from lectern_common.text import (
     STOPWORDS,
     SentenceRules,
     ends_clause,
+    prefix_stem,
+    prefix_stems,
     sentence_spans,
     sentences,
     split_sentences,
@@ -67,6 +69,25 @@ def test_terms_are_stemmed_words_without_stopwords_in_english_and_german() -> No
         "mitose",
         "meiose",
     ]
+
+
+def test_a_prefix_stem_finds_a_term_in_any_of_its_forms() -> None:
+    assert prefix_stem("topologischen") == prefix_stem("topologischer") == "topol"
+    assert prefix_stem("cell") == "cell"  # a short term is its own prefix
+    assert prefix_stems("The regularization regularizes") == {"regul"}
+
+
+def test_idf_weights_are_bm25s_idf_over_the_bags() -> None:
+    from lectern_common.bm25 import idf, idf_weights
+
+    bags = [{"cell", "wall"}, {"cell"}, {"nucleus"}]
+    weights = idf_weights(["cell", "wall", "absent"], bags)
+    assert weights == {
+        "cell": idf(chunk_count=3, df=2),
+        "wall": idf(chunk_count=3, df=1),
+        "absent": idf(chunk_count=3, df=0),
+    }
+    assert weights["absent"] > weights["wall"] > weights["cell"] > 0
 
 
 def test_prose_ends_a_sentence_before_a_capital_or_digit_after_its_stop() -> None:

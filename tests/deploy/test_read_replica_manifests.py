@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lectern_common.runtime.supervisor import READ_REPLICA_SERVICES, SERVICES
+from lectern_cli.runtime.processes import READ_REPLICA_SERVICES, SERVICES
 
 BASE = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "base"
 

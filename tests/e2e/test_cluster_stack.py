@@ -42,15 +42,11 @@ import nats
 import pytest
 from lectern_testing import logs
 
+from lectern_cli.runtime.processes import SERVICES
+from lectern_cli.runtime.state import process_alive, read_state, stack_nats_url
 from lectern_common.broker import stream_for
 from lectern_common.events import Subjects
 from lectern_common.runtime.nats import free_port
-from lectern_common.runtime.supervisor import (
-    SERVICES,
-    process_alive,
-    read_state,
-    stack_nats_url,
-)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -27,15 +27,9 @@ import nats
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from lectern_cli.runtime.processes import GATEWAY_WORKER, PROCESSES, SERVICES
+from lectern_cli.runtime.state import process_alive, read_state, stack_nats_url
 from lectern_common.runtime.nats import free_port
-from lectern_common.runtime.supervisor import (
-    GATEWAY_WORKER,
-    PROCESSES,
-    SERVICES,
-    process_alive,
-    read_state,
-    stack_nats_url,
-)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

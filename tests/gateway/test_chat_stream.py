@@ -21,7 +21,7 @@ from lectern_testing.chat import (
     serve_gateway,
 )
 
-from lectern_common.answerer import NO_SUPPORT_TEXT
+from lectern_answerer import NO_SUPPORT_TEXT
 from lectern_common.events import Subjects
 from lectern_gateway.chat.decision import FITTED_ANSWER_MARGIN
 

@@ -25,7 +25,7 @@ import httpx
 from lectern_common.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from lectern_common.runtime.supervisor import Supervisor
+    from lectern_cli.runtime.supervisor import Supervisor
 
 DEMO_TENANT = "demo"
 DEMO_TEACHER = "demo-teacher"

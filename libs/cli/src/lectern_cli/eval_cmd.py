@@ -68,7 +68,7 @@ def _running_system(args: argparse.Namespace) -> dict[str, str | None]:
                 "give --gateway-url, --nats-url and --database-url together (or --data-dir)"
             )
         return {**given, "secret": secret if any(given.values()) else None}
-    from lectern_common.runtime.supervisor import read_state, stack_nats_url
+    from lectern_cli.runtime.state import read_state, stack_nats_url
 
     state = read_state(args.data_dir)
     if not state or not state.get("running"):
@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the evaluation and print the result."""
     import logging
 
+    from lectern_cli.runtime.embedded import embedded_system
     from lectern_common.broker import BROKER_LOGGER
     from lectern_eval.retrieval import DatasetError, evaluate, load_beir
 
@@ -145,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 progress=progress,
                 offtopic=offtopic,
+                start_stack=embedded_system,
             )
         ).to_json()
     finally:

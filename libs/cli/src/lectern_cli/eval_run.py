@@ -44,8 +44,8 @@ def on_gateway(
     """``evaluate(gateway URL, JWT secret)`` on the gateway at ``url`` (the secret from
     ``LECTERN_JWT_SECRET``) or on the embedded stack started in ``data_dir``; (False, None)
     when a gateway is given without a secret."""
+    from lectern_cli.runtime.embedded import embedded_stack
     from lectern_common.tokens import signing_secret
-    from lectern_eval.answers import embedded_stack
 
     if url:
         secret = signing_secret(os.environ)

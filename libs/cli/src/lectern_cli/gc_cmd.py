@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Collect once and print the report (exit 1 when something removed is still there)."""
-    from lectern_common.runtime.supervisor import load_settings
+    from lectern_cli.runtime.settings import load_settings
 
     settings = load_settings()
     dsn = args.database_url or os.environ.get("LECTERN_DATABASE_URL") or settings.database_url

@@ -30,10 +30,10 @@ def run(args: argparse.Namespace) -> int:
     """Apply pending migrations and say which."""
     import asyncpg
 
+    from lectern_cli.runtime.settings import embedding_identity, load_settings
     from lectern_cli.status import redact
     from lectern_common.db import migrate
     from lectern_common.db.migrate import load_migrations
-    from lectern_common.runtime.supervisor import embedding_identity, load_settings
 
     settings = load_settings()
     dsn = args.database_url or os.environ.get("LECTERN_DATABASE_URL") or settings.database_url

@@ -46,9 +46,9 @@ def register(subparsers: Any) -> None:
 
 def target_model(args: argparse.Namespace, settings: Any) -> tuple[str, int]:
     """The (name, dimension) asked for."""
+    from lectern_cli.runtime.settings import embedding_identity
     from lectern_common.embeddings import LOCAL_MODEL_NAME
     from lectern_common.index import is_local_model
-    from lectern_common.runtime.supervisor import embedding_identity
 
     name = args.model
     if name is None:
@@ -70,8 +70,8 @@ def target_model(args: argparse.Namespace, settings: Any) -> tuple[str, int]:
 
 def run(args: argparse.Namespace) -> int:
     """Re-index, printing progress; or list the runs."""
+    from lectern_cli.runtime.settings import load_settings
     from lectern_cli.status import redact
-    from lectern_common.runtime.supervisor import load_settings
 
     settings = load_settings()
     dsn = args.database_url or os.environ.get("LECTERN_DATABASE_URL") or settings.database_url

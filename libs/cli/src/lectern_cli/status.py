@@ -62,12 +62,7 @@ def register(subparsers: Any) -> None:
 
 def resolve_targets(data_dir: Path | None, environ: Mapping[str, str]) -> Targets:
     """Targets from ``data_dir/stack.json`` (an embedded stack) or from the environment."""
-    from lectern_common.runtime.supervisor import (
-        STATE_FILE,
-        process_alive,
-        read_state,
-        stack_nats_url,
-    )
+    from lectern_cli.runtime.state import STATE_FILE, process_alive, read_state, stack_nats_url
 
     if data_dir is None and (DEFAULT_DATA_DIR / STATE_FILE).exists():
         data_dir = DEFAULT_DATA_DIR

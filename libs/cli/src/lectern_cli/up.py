@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lectern_common.runtime.supervisor import DEFAULT_PORTS, SERVICES
+from lectern_cli.runtime.processes import DEFAULT_PORTS, SERVICES
 
 
 def register(subparsers: Any) -> None:
@@ -96,7 +96,7 @@ def _service_list(value: str) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the stack until Ctrl-C or SIGTERM."""
-    from lectern_common.runtime.supervisor import ReadyHook, Supervisor
+    from lectern_cli.runtime.supervisor import ReadyHook, Supervisor
 
     def report(message: str) -> None:
         print(message, flush=True)

@@ -7,7 +7,7 @@ these functions build the query side and serve as the reference the tests check 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 K1 = 0.9
 B = 0.4
@@ -38,6 +38,17 @@ def ts_config_for(language: str | None, *, default: str = DEFAULT_TS_CONFIG) -> 
 def idf(*, chunk_count: int, df: int) -> float:
     """BM25 idf, ln(1 + (N - df + 0.5) / (df + 0.5)); never negative."""
     return math.log(1.0 + (chunk_count - df + 0.5) / (df + 0.5))
+
+
+def idf_weights(query: Sequence[str], bags: Sequence[Container[str]]) -> dict[str, float]:
+    """The ``idf`` of each query term over ``bags`` (the terms of each text): the offline
+    answerer's over a turn's sentences, the re-ranker's over its candidates' sentences."""
+    count = len(bags)
+    return {
+        term: idf(chunk_count=count, df=df)
+        for term in query
+        for df in [sum(1 for bag in bags if term in bag)]
+    }
 
 
 def document_weight(*, tf: int, doc_length: int, avg_length: float) -> float:

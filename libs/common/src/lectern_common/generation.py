@@ -1,7 +1,7 @@
 """What a generator streams: the conversation it is given and the typed chunks it yields.
 
-Kept apart from ``lectern_common.llm`` (the providers) so the offline answerer and the
-providers both build on it without importing each other.
+Shared by the offline answerer and the gateway's model providers
+(``lectern_gateway.chat.generators``), which both build on it without importing each other.
 """
 
 from __future__ import annotations

@@ -77,6 +77,22 @@ def terms(text: str) -> list[str]:
     return [stem(w) for w in words(text.lower()) if w not in STOPWORDS]
 
 
+#: the letters of a term that say two terms are one word in any form (``prefix_stem``)
+PREFIX_LETTERS = 5
+
+
+def prefix_stem(term: str) -> str:
+    """A term cut to its first five letters: the coarser stem that finds a word in any of
+    its forms where ``stem`` does not ("topologischen" and "topologischer", "regularize" and
+    "regularization"), as the answerer compares a question's terms with its sources'."""
+    return term[:PREFIX_LETTERS]
+
+
+def prefix_stems(text: str) -> set[str]:
+    """The ``prefix_stem`` of every term of ``text``."""
+    return {prefix_stem(t) for t in terms(text)}
+
+
 # ---------------------------------------------------------------------------- sentences
 
 

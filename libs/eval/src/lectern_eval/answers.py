@@ -5,20 +5,17 @@ fresh tenant (a course library), ingested by the ingest service, and every quest
 asked as a student through ``POST /v1/sessions/{id}/messages`` with the chat's default
 settings, reading the Server-Sent Events as any client does. Follow-up questions are asked
 in the session of the question they follow. Only public contracts are used; the stack is a
-running gateway (``--url``) or one started here with the embedded runtime's supervisor.
+running gateway (``--url``, or the embedded stack ``lectern eval-answers`` starts).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import tempfile
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -399,64 +396,6 @@ def _fill_turn(result: QuestionResult, turn: Turn) -> None:
     result.refused = bool(done.get("knowledge_gap")) or usage.get("outcome") == "no_support"
     result.first_token_ms = None if turn.first_token_ms is None else round(turn.first_token_ms, 1)
     result.total_ms = None if turn.total_ms is None else round(turn.total_ms, 1)
-
-
-# --- the embedded stack --------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def embedded_stack(
-    *,
-    data_dir: Path | None = None,
-    report: Report | None = None,
-    ready_timeout_s: float = 300.0,
-    worker: bool = True,
-) -> Iterator[tuple[str, str]]:
-    """Start NATS, Postgres and the five services (as processes, the way ``lectern up`` does)
-    in ``data_dir`` (a temporary directory by default); yields (gateway URL, JWT secret).
-
-    With the gateway's worker by default, as users run it: its gap closures answer a
-    student's knowledge gap once material for it is indexed, and what memory learns of the
-    student follows (docs/benchmarks.md, nineteenth session).
-    ``worker=False`` for what no chat goes through (``lectern eval``'s retrieval)."""
-    from lectern_common.runtime.supervisor import Supervisor
-
-    say: Report = report or log.info
-    with contextlib.ExitStack() as stack:
-        if data_dir is None:
-            data_dir = Path(
-                stack.enter_context(tempfile.TemporaryDirectory(prefix="lectern-eval-"))
-            )
-            # our own fresh directory: the embedded Postgres's account (``nobody`` as root)
-            # must be able to traverse it
-            data_dir.chmod(0o711)
-        ready = threading.Event()
-        supervisor = Supervisor(
-            data_dir=data_dir, gateway_port=0, nats_port=0, nats_monitor_port=0,
-            report=lambda message: say(f"stack: {message}"),
-            on_ready=lambda _: ready.set(), worker=worker,
-        )  # fmt: skip
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                supervisor.run(install_signal_handlers=False)
-            except BaseException as exc:
-                failure.append(exc)
-                ready.set()
-
-        thread = threading.Thread(target=run, name="lectern-eval-stack", daemon=True)
-        thread.start()
-        try:
-            if not ready.wait(ready_timeout_s) or failure:
-                raise RuntimeError(
-                    f"the embedded stack did not become ready: {failure[0] if failure else ''} "
-                    f"(logs in {data_dir / 'logs'})"
-                )
-            yield supervisor.children["gateway"].url, supervisor.settings.effective_jwt_secret
-        finally:
-            supervisor.stop_requested.set()
-            thread.join(timeout=120)
 
 
 def _rows(title: str, table: dict[str, dict[str, float]]) -> list[str]:

@@ -11,12 +11,11 @@ import contextlib
 import hashlib
 import json
 import math
-import os
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -565,6 +564,7 @@ async def evaluate(
     progress: Callable[[str], None] | None = None,
     offtopic: Sequence[str] = (),
     dataset: BeirDataset | None = None,
+    start_stack: StackStarter | None = None,
 ) -> EvalResult:
     """Load ``dataset_dir`` into a fresh tenant and evaluate the retriever on it, through
     the system's public contracts only: documents are uploaded to the gateway over HTTP and
@@ -574,9 +574,8 @@ async def evaluate(
     ``split`` keeps the held-out or the training questions only (``query_split``).
     ``dataset`` is ``dataset_dir`` already read by ``load_beir`` (it is read here otherwise).
     With ``gateway_url``, ``secret`` (the JWT signing secret), ``nats_url`` and
-    ``database_url`` it uses that running system; otherwise it starts the embedded stack
-    (NATS, Postgres and the five services as processes, as ``lectern up`` does) in a
-    temporary directory.
+    ``database_url`` it uses that running system; otherwise the one ``start_stack`` starts
+    (``lectern_cli.runtime.embedded.embedded_system``: the embedded stack, as processes).
     """
     from lectern_common.broker import create_broker
     from lectern_common.db import create_pool
@@ -587,7 +586,9 @@ async def evaluate(
     query_ids = _chosen_questions(dataset, split=split, limit=limit_queries)
     tenant_id = f"eval-{dataset.name}-{uuid.uuid4().hex[:8]}"
     async with contextlib.AsyncExitStack() as stack:
-        running = _system(stack, (gateway_url, secret, nats_url, database_url), say=say)
+        running = _system(
+            stack, (gateway_url, secret, nats_url, database_url), say=say, start=start_stack
+        )
         pool = await create_pool(running.database_url, min_size=1, max_size=4)
         stack.push_async_callback(pool.close)
         client = await stack.enter_async_context(_teacher(running, tenant_id))
@@ -636,14 +637,19 @@ def _system(
     given: tuple[str | None, str | None, str | None, str | None],
     *,
     say: Callable[[str], None],
+    start: StackStarter | None,
 ) -> RunningSystem:
     """The running system named by gateway URL, secret, NATS and Postgres URLs when all are
-    given, else the embedded stack started for the length of ``stack``."""
+    given, else the one ``start`` starts for the length of ``stack``."""
     gateway_url, secret, nats_url, database_url = given
     if gateway_url and secret and nats_url and database_url:
         return RunningSystem(gateway_url, secret, nats_url, database_url)
+    if start is None:
+        raise ValueError(
+            "no running system given (gateway, secret, NATS and Postgres URLs) and none to start"
+        )
     say("starting the embedded stack (NATS, Postgres, five services as processes)")
-    return stack.enter_context(_processes(say))
+    return stack.enter_context(start(say))
 
 
 def _chosen_questions(dataset: BeirDataset, *, split: QuerySplit, limit: int | None) -> list[str]:
@@ -682,26 +688,9 @@ class RunningSystem:
     database_url: str
 
 
-@contextlib.contextmanager
-def _processes(say: Callable[[str], None]) -> Iterator[RunningSystem]:
-    """The embedded stack as processes in a temporary directory (ingest taking 4 uploads at
-    once: a corpus of short documents hides each one's round trips)."""
-    from lectern_common.runtime.supervisor import read_state, stack_nats_url
-    from lectern_eval.answers import embedded_stack
-
-    with tempfile.TemporaryDirectory(prefix="lectern-eval-") as tmp:
-        data_dir = Path(tmp)
-        data_dir.chmod(0o711)  # the embedded Postgres's account must traverse it
-        saved = os.environ.get("LECTERN_INGEST_CONCURRENCY")
-        os.environ.setdefault("LECTERN_INGEST_CONCURRENCY", "4")
-        try:
-            # no gateway worker: its sweeps and gap closures follow chats, and none is asked
-            with embedded_stack(data_dir=data_dir, report=say, worker=False) as (url, secret):
-                state = read_state(data_dir) or {}
-                yield RunningSystem(url, secret, stack_nats_url(state), state["postgres"]["dsn"])
-        finally:
-            if saved is None:
-                os.environ.pop("LECTERN_INGEST_CONCURRENCY", None)
+#: starts a system for an evaluation and stops it when the context ends, reporting progress
+#: to its argument (``lectern_cli.runtime.embedded.embedded_system``)
+StackStarter = Callable[[Callable[[str], None]], AbstractContextManager[RunningSystem]]
 
 
 @contextlib.asynccontextmanager

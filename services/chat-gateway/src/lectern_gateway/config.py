@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from lectern_common.answerer import READ_AT_MOST
+from lectern_answerer import READ_AT_MOST
 from lectern_common.settings import ServiceHttpSettings, shared
 from lectern_gateway.chat.decision import ANSWER_MARGIN
 

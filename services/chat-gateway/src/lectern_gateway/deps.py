@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from faststream.nats import NatsBroker
 
-from lectern_common.answerer import SentenceReader
+from lectern_answerer import SentenceReader
 from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder
 from lectern_common.index import FollowingEmbedder

@@ -16,11 +16,11 @@ from faststream.nats import NatsBroker
 from numpy.typing import NDArray
 from opentelemetry import trace
 
-from lectern_common.answerer import SentenceReader
+from lectern_answerer import OfflineAnswerer, SentenceReader
 from lectern_common.broker import create_broker
 from lectern_common.embeddings import LOCAL_MODEL_NAME, Embedder, LocalEmbedder, Vectors
-from lectern_common.llm import OfflineAnswerer, build_generator, build_web_generator
 from lectern_common.service import ServiceState
+from lectern_gateway.chat.generators import build_generator, build_web_generator
 from lectern_gateway.chat.lifecycle import idle_sweeper
 from lectern_gateway.chat.streamer import streamer_for
 from lectern_gateway.config import Settings

@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 # re-exported: the band definition is shared with the gateway (lectern_common.education)
 from lectern_common import metrics, reading
-from lectern_common.answerer import idf_weights
+from lectern_common.bm25 import idf_weights
 from lectern_common.education import STYLE_CONTENT_TYPES as STYLE_CONTENT_TYPES
 from lectern_common.education import BandThresholds as BandThresholds
 from lectern_common.education import band_for as band_for

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 import anyio
 from pydantic import BaseModel
 
-from lectern_common import llm
 from lectern_common.db.types import Connection
 from lectern_common.errors import LecternError
 from lectern_common.events import KnowledgeGapDetected
 from lectern_common.outbox import enqueue
+from lectern_gateway.chat import generators
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.prompt import build_prompt, knowledge_gap_message
 from lectern_gateway.chat.sse import (
@@ -156,7 +156,7 @@ async def web_answer(
     for citation in into.citations:
         yield CitationEvent(citation=citation)
     marks = [(end, labels) for _, end, _, labels in supports]
-    into.text = WEB_HEADING + llm.insert_labels(model_text, marks)
+    into.text = WEB_HEADING + generators.insert_labels(model_text, marks)
 
 
 def web_citations(grounding: Grounding) -> list[Citation]:

@@ -30,7 +30,6 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from lectern_common import llm
 from lectern_common.db.types import Connection
 from lectern_common.errors import LecternError
 from lectern_common.events import Confidence, RecalledMemory
@@ -39,8 +38,8 @@ from lectern_common.events.retrieval import Turn
 from lectern_common.outbox import enqueue
 from lectern_common.text import words as text_words
 from lectern_common.topics import candidate_words, topics
+from lectern_gateway.chat import generators, tutoring
 from lectern_gateway.chat import repository as repo
-from lectern_gateway.chat import tutoring
 from lectern_gateway.chat.citations import (
     CheckedCitation,
     SentenceTracker,
@@ -658,7 +657,7 @@ def cite(draft: Draft) -> list[BaseModel]:
                 events.append(CitationEvent(citation=spanned))
     if draft.supports:
         marks = [(end, labels) for _, end, _, labels in draft.supports]
-        draft.text = draft.opening + llm.insert_labels(draft.model_text, marks)
+        draft.text = draft.opening + generators.insert_labels(draft.model_text, marks)
     return events
 
 

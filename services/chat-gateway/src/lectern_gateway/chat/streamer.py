@@ -1,7 +1,7 @@
 """The gateway's view of a generator: text deltas, the answerer's verdict, web grounding and
 a summary.
 
-``lectern_common.llm`` owns the model clients; :func:`streamer_for` adapts a ``Generator``'s
+``generators`` holds the model clients; :func:`streamer_for` adapts a ``Generator``'s
 stream for a turn. Text, verdict and web grounding are the stream's own types
 (``lectern_common.generation``: one type per concept); only the end differs: the provider's
 ``Final`` becomes :class:`Finished`, which says who answered in the gateway's words and carries
@@ -17,8 +17,17 @@ from typing import Any
 import anyio
 from opentelemetry import trace
 
-from lectern_common import llm
-from lectern_common.generation import Grounding, TextDelta, Verdict
+from lectern_common.generation import (
+    ChatMessage,
+    Final,
+    GenerationRequest,
+    Grounding,
+    SourceText,
+    TextDelta,
+    Usage,
+    Verdict,
+)
+from lectern_gateway.chat.generators import Generator
 from lectern_gateway.chat.prompt import Prompt
 
 
@@ -72,7 +81,7 @@ Piece = TextDelta | Verdict | Grounding | Finished
 AnswerStreamer = Callable[[Prompt], AsyncGenerator[Piece, None]]
 
 
-def answered_by(final: llm.Final) -> str:
+def answered_by(final: Final) -> str:
     """``gemini``, ``gemini-secondary`` or ``offline`` by provider name; any other provider
     is the OpenAI-compatible ``fallback``."""
     if final.provider in ("gemini", "gemini-secondary", "offline"):
@@ -80,15 +89,15 @@ def answered_by(final: llm.Final) -> str:
     return "fallback"
 
 
-def streamer_for(generator: llm.Generator) -> AnswerStreamer:
-    """An answer streamer over a ``lectern_common.llm`` generator (web search as the prompt
+def streamer_for(generator: Generator) -> AnswerStreamer:
+    """An answer streamer over a ``generators.Generator`` (web search as the prompt
     says: the tenant's setting, for every kind of turn)."""
 
     async def stream(prompt: Prompt) -> AsyncGenerator[Piece, None]:
-        messages = [llm.ChatMessage(role=t.role, content=t.text) for t in prompt.history]
-        messages.append(llm.ChatMessage(role="user", content=prompt.user))
+        messages = [ChatMessage(role=t.role, content=t.text) for t in prompt.history]
+        messages.append(ChatMessage(role="user", content=prompt.user))
         sources = [
-            llm.SourceText(
+            SourceText(
                 label=s.label,
                 text=s.text,
                 title=s.title,
@@ -111,7 +120,7 @@ def streamer_for(generator: llm.Generator) -> AnswerStreamer:
             },
         )
         chunks = generator.stream(
-            llm.GenerationRequest(
+            GenerationRequest(
                 system=prompt.system,
                 messages=messages,
                 sources=sources,
@@ -122,9 +131,9 @@ def streamer_for(generator: llm.Generator) -> AnswerStreamer:
             async for chunk in chunks:
                 if isinstance(chunk, TextDelta | Verdict | Grounding):
                     yield chunk
-                elif isinstance(chunk, llm.Usage):
+                elif isinstance(chunk, Usage):
                     counts.update(chunk.model_dump(exclude={"type"}, exclude_none=True))
-                elif isinstance(chunk, llm.Final):
+                elif isinstance(chunk, Final):
                     usage = ModelUsage(
                         provider=chunk.provider,
                         model=chunk.model,

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from faststream.nats import NatsBroker
 from pydantic import BaseModel, ConfigDict, Field
 
-from lectern_common.answerer import SentenceReader
+from lectern_answerer import SentenceReader
 from lectern_common.broker import publish_event
 from lectern_common.db.types import Pool
 from lectern_common.education import BandThresholds

@@ -43,7 +43,7 @@ from lectern_gateway.study.grading import (
 )
 
 if TYPE_CHECKING:
-    from lectern_common.answerer import SentenceReader
+    from lectern_answerer import SentenceReader
 
 Verdict = Literal["right", "partly", "wrong", "skipped"]
 

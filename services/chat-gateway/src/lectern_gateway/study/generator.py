@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lectern_common.text import split_sentences, stem, words
+from lectern_common.text import prefix_stem, split_sentences, stem, words
 from lectern_common.topics import NOT_TOPICAL
 
 QuestionKind = Literal["multiple_choice", "short_answer", "true_false"]
@@ -370,7 +370,7 @@ _LABELS = re.compile(r"\s*\[(?:T|W)\d+\]")
 def _key(word: str) -> str:
     """A word as the question and the passage are compared by: its stem's first five letters
     ("cells" and "cell", "limiting" and "limits")."""
-    return stem(word.casefold())[:5]
+    return prefix_stem(stem(word.casefold()))
 
 
 def statement_check(sentence: str, chunk: SourceChunk, *, asked: str) -> Question | None:

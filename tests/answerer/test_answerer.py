@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lectern_common.answerer import (
+from lectern_answerer import (
     MODEL_PATH,
     NO_READER_MODEL_PATH,
     QUESTION_SIGNALS,
@@ -25,7 +25,7 @@ from lectern_common.answerer import (
     states_number,
     unit_signals,
 )
-from lectern_common.llm import ChatMessage, GenerationRequest, SourceText, TextDelta
+from lectern_common.generation import ChatMessage, GenerationRequest, SourceText, TextDelta
 from lectern_common.text import is_follow_up, resolve_follow_up, split_sentences, terms
 
 MITOSIS = SourceText(
@@ -169,7 +169,7 @@ def test_a_definition_is_the_sentence_that_defines_not_a_caption_naming_it() -> 
 
 
 def test_a_definition_by_condition_defines_the_word_after_its_verb() -> None:
-    from lectern_common.answerer import defines
+    from lectern_answerer.forms import defines
 
     assert defines("Ein Raum X heißt hausdorffsch, wenn es je zwei", terms("Raum hausdorffsch"))
     assert defines("a) f heißt stetig :⇔ f−1(U) ∈ TX.", terms("Abbildung f stetig"))
@@ -537,7 +537,7 @@ def test_the_shipped_models_are_fitted_on_this_answerers_signals(
 def test_a_missing_word_that_is_rare_in_common_use_marks_a_question_the_material_lacks() -> None:
     """A paraphrase brings common words no source holds ("often"); a question about what the
     material does not cover names it, and such names are rare words ("SNMP", "Herfindahl")."""
-    from lectern_common.answerer import missing_rarity
+    from lectern_answerer.signals import missing_rarity
 
     held = {t[:5] for t in terms(PORTS.text)}
     assert missing_rarity("Which port number does HTTPS use?", held) == 0.0
@@ -620,7 +620,7 @@ def test_a_table_whose_row_labels_are_set_as_items_is_read_by_row() -> None:
 
 
 def test_a_defining_phrase_says_what_the_term_means() -> None:
-    from lectern_common.answerer import defining_frame
+    from lectern_answerer.forms import defining_frame
 
     duck = terms("duck")
     assert defining_frame("Duck is the common name for numerous species of waterfowl", duck)

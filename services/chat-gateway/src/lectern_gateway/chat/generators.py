@@ -1,20 +1,22 @@
-"""Answer generation: a ``Generator`` protocol streaming typed chunks, and its providers.
+"""The chain of models a chat answer streams from: a ``Generator`` protocol streaming typed
+chunks, and its providers.
 
 - ``GeminiGenerator``: Gemini Flash through google-genai, streaming, thinking budget 0 (the
   first token comes without seconds of thinking), optional ``google_search`` grounding
   mapped to web sources [W1].. and the answer segments they support.
 - ``OpenAICompatibleGenerator``: any ``/chat/completions`` endpoint that streams SSE
   (DeepSeek, vLLM, Ollama, OpenAI ...), the fallback provider.
-- ``OfflineAnswerer`` (``lectern_common.answerer``): no model at all; answers in the
+- ``OfflineAnswerer`` (``lectern_answerer``): no model at all; answers in the
   question's form from the sentences and list items of the sources, citing them [T#].
 - ``FallbackGenerator``: primary (retried once after the wait it asks for), then the
   fallbacks in order: a secondary Gemini model, the OpenAI-compatible provider, offline.
 
 Every stream is text deltas, then at most one grounding chunk and one usage chunk, then
-exactly one final chunk naming the provider that answered. Each is asked one
-``GenerationRequest``: generators send its ``system`` and ``messages`` as given (the
-caller's prompt already holds the sources labelled [T1]..[Tn]); ``sources`` is the same
-material as data, for providers that work on it directly.
+exactly one final chunk naming the provider that answered (``lectern_common.generation``'s
+types). Each is asked one ``GenerationRequest``: generators send its ``system`` and
+``messages`` as given (the caller's prompt already holds the sources labelled [T1]..[Tn]);
+``sources`` is the same material as data, for providers that work on it directly. Only the
+gateway answers, so the providers live here (once ``lectern_common.llm``).
 """
 
 from __future__ import annotations
@@ -33,17 +35,8 @@ import httpx
 from google import genai
 from google.genai import types
 
+from lectern_answerer import READ_AT_MOST, OfflineAnswerer, SentenceReader
 from lectern_common import metrics as telemetry_metrics
-from lectern_common.answerer import (
-    NO_SUPPORT_TEXT,
-    READ_AT_MOST,
-    ExtractiveAnswer,
-    OfflineAnswerer,
-    ScoredSentence,
-    SentenceReader,
-    candidate_sentences,
-    extract_answer,
-)
 from lectern_common.embeddings import GEMINI_CALL_ERRORS, create_gemini_client, upstream_error
 from lectern_common.errors import (
     BadInputError,
@@ -53,33 +46,19 @@ from lectern_common.errors import (
     UpstreamError,
 )
 from lectern_common.generation import (
-    ChatMessage,
     Final,
-    GenerationChunk,
     GenerationRequest,
     GenerationStream,
     Grounding,
     GroundingSupport,
-    SourceText,
     TextDelta,
     Usage,
-    Verdict,
     WebSource,
 )
 from lectern_common.settings import BaseServiceSettings
-from lectern_common.text import split_sentences, terms
 
 if TYPE_CHECKING:
     from lectern_common.embeddings import Embedder
-
-#: re-exported: the offline answerer (lectern_common.answerer), its sentences and terms
-#: (lectern_common.text), and the request and the stream's types (lectern_common.generation)
-__all__ = [
-    "NO_SUPPORT_TEXT", "ChatMessage", "ExtractiveAnswer", "Final", "GenerationChunk",
-    "GenerationRequest", "GenerationStream", "Grounding", "GroundingSupport", "OfflineAnswerer",
-    "ScoredSentence", "SourceText", "TextDelta", "Usage", "Verdict", "WebSource",
-    "candidate_sentences", "extract_answer", "split_sentences", "terms",
-]  # fmt: skip
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from lectern_common.answerer import (
+from lectern_answerer import (
     QUESTION_SIGNALS,
     READER_CLIP,
     SIGNALS,
@@ -128,23 +128,25 @@ async def test_the_answerer_does_not_read_what_the_reranker_read() -> None:
 
 
 def test_the_source_holding_the_answer_opens_the_answer() -> None:
-    from lectern_common.answerer import ScoredSentence, _answer_source, _in_answer_order
+    from lectern_answerer import ScoredSentence
+    from lectern_answerer.compose import in_answer_order
+    from lectern_answerer.units import answer_source
 
     def unit(source: int, position: int, score: float, defines: bool = False) -> ScoredSentence:
         return ScoredSentence(f"T{source + 1}", source, position, "x y z", 0.5, None, score,
                               defines=defines)  # fmt: skip
 
     chosen = [unit(0, 3, 0.9), unit(1, 2, 0.8), unit(1, 1, 0.7)]
-    assert [(c.source_index, c.position) for c in _in_answer_order(chosen)] == [
+    assert [(c.source_index, c.position) for c in in_answer_order(chosen)] == [
         (0, 3),
         (1, 1),
         (1, 2),
     ]
-    led = _in_answer_order(chosen, leads=1)
+    led = in_answer_order(chosen, leads=1)
     assert [(c.source_index, c.position) for c in led] == [(1, 1), (1, 2), (0, 3)]
     # a definition still opens a definition question's answer
     defined = [unit(0, 3, 0.9, defines=True), *chosen[1:]]
-    assert _in_answer_order(defined, leads=1)[0].source_index == 0
+    assert in_answer_order(defined, leads=1)[0].source_index == 0
     plain = SourceText(label="T1", text=STORY)
-    assert _answer_source([plain, spanned(STORY, "spun it", score=2.0, null=5.0)]) == 1
-    assert _answer_source([plain]) is None
+    assert answer_source([plain, spanned(STORY, "spun it", score=2.0, null=5.0)]) == 1
+    assert answer_source([plain]) is None

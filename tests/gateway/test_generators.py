@@ -11,31 +11,31 @@ import pytest
 from lectern_testing.gemini_fake import Behaviour, FakeGemini, FakeOpenAI, web_grounding
 from lectern_testing.metrics import install_telemetry, local_total
 
+from lectern_answerer import NO_SUPPORT_TEXT, OfflineAnswerer, extract_answer
 from lectern_common.embeddings import create_gemini_client
 from lectern_common.errors import BadInputError, ConfigurationError, UpstreamError
-from lectern_common.llm import (
-    NO_SUPPORT_TEXT,
+from lectern_common.generation import (
     ChatMessage,
-    FallbackGenerator,
     Final,
-    GeminiGenerator,
     GenerationChunk,
     GenerationRequest,
     GenerationStream,
-    Generator,
     Grounding,
-    OfflineAnswerer,
-    OpenAICompatibleGenerator,
     SourceText,
     TextDelta,
     Usage,
-    build_generator,
-    cited_labels,
-    extract_answer,
-    retry_after_seconds,
-    split_sentences,
 )
 from lectern_common.settings import BaseServiceSettings
+from lectern_common.text import split_sentences
+from lectern_gateway.chat.generators import (
+    FallbackGenerator,
+    GeminiGenerator,
+    Generator,
+    OpenAICompatibleGenerator,
+    build_generator,
+    cited_labels,
+    retry_after_seconds,
+)
 
 QUESTION = [ChatMessage(role="user", content="How do plants turn sunlight into food?")]
 SOURCES = [
@@ -434,7 +434,7 @@ def test_without_keys_the_generator_is_offline() -> None:
 
 
 def test_the_offline_answerer_reads_at_most_what_it_is_given() -> None:
-    from lectern_common.answerer import READ_AT_MOST
+    from lectern_answerer import READ_AT_MOST
     from lectern_gateway.config import Settings as GatewaySettings
 
     default = build_generator(BaseServiceSettings())

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -31,8 +29,40 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pydantic import ValidationError
-
+from lectern_cli.runtime.children import (
+    Child,
+    die_with_parent,
+    log_tail,
+    preferred_or_free_port,
+    probe_ready,
+)
+from lectern_cli.runtime.processes import (
+    CLUSTER_NATS_SERVERS,
+    CLUSTER_SERVICE_REPLICAS,
+    DEFAULT_NATS_MONITOR_PORT,
+    DEFAULT_NATS_PORT,
+    DEFAULT_PORTS,
+    GATEWAY_WORKER,
+    GATEWAY_WORKER_PORT,
+    READ_REPLICA_SERVICES,
+    REPLICA_PORT_STEP,
+    SERVICES,
+    service_command,
+)
+from lectern_cli.runtime.settings import embedding_identity, load_settings
+from lectern_cli.runtime.state import (
+    create_time,
+    nats_credentials_path,
+    nats_entry,
+    postgres_entry,
+    process_alive,
+    read_state,
+    replica_entry,
+    services_entry,
+    terminate_pid,
+    write_nats_credentials,
+    write_state,
+)
 from lectern_common.backoff import backoff_delay
 from lectern_common.errors import ConfigurationError
 from lectern_common.nats_auth import (
@@ -41,95 +71,15 @@ from lectern_common.nats_auth import (
     nats_user,
     new_credentials,
 )
-from lectern_common.runtime.children import (
-    Child,
-    die_with_parent,
-    log_tail,
-    preferred_or_free_port,
-    probe_ready,
-)
 from lectern_common.runtime.nats import EmbeddedNats, EmbeddedNatsCluster, free_port, port_is_free
 from lectern_common.runtime.postgres import DEFAULT_ROOT_ACCOUNT, EmbeddedPostgres, EmbeddedReplica
-from lectern_common.runtime.state import (
-    STATE_FILE,
-    create_time,
-    nats_credentials_path,
-    process_alive,
-    read_state,
-    stack_nats_url,
-    terminate_pid,
-    write_nats_credentials,
-)
 from lectern_common.settings import BaseServiceSettings
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "DEFAULT_NATS_MONITOR_PORT", "DEFAULT_NATS_PORT", "DEFAULT_PORTS", "GATEWAY_WORKER",
-    "LOCAL_EMBEDDING_DIM", "LOCAL_EMBEDDING_MODEL", "PROCESSES", "SERVICES", "STATE_FILE",
-    "Child", "Supervisor", "embedding_identity", "load_settings", "port_is_free",
-    "preferred_or_free_port", "probe_ready", "process_alive", "read_state", "service_command",
-    "stack_nats_url",
-]  # fmt: skip
-
-SERVICES: tuple[str, ...] = ("gateway", "ingest", "retriever", "reranker", "memory")
-DEFAULT_PORTS: dict[str, int] = {
-    "gateway": 8000, "ingest": 8001, "retriever": 8002, "reranker": 8003, "memory": 8004,
-}  # fmt: skip
-#: the gateway's worker process: one per gateway process (the same package, ``worker``)
-GATEWAY_WORKER = "gateway-worker"
-GATEWAY_WORKER_PORT = 8005
-#: every process of ``lectern up`` (one of each): the services, then the gateway's worker
-PROCESSES: tuple[str, ...] = (*SERVICES, GATEWAY_WORKER)
-DEFAULT_NATS_PORT = 4222
-DEFAULT_NATS_MONITOR_PORT = 8222
-#: ``lectern up --cluster``: NATS servers (streams at as many replicas), processes per service
-CLUSTER_NATS_SERVERS = 3
-CLUSTER_SERVICE_REPLICAS = 2
-#: services whose reads a streaming read replica serves (``LECTERN_DATABASE_READ_URL``)
-READ_REPLICA_SERVICES = ("retriever", "reranker", "memory")
-#: a further replica's preferred HTTP port: its service's default plus this (gateway-2: 8010)
-REPLICA_PORT_STEP = 10
-LOCAL_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-LOCAL_EMBEDDING_DIM = 384
-
 Reporter = Callable[[str], None]
 CommandFor = Callable[[str], list[str]]
 ReadyHook = Callable[["Supervisor"], None]
-
-
-def service_command(name: str) -> list[str]:
-    """How a service process is started: ``python -m lectern_<name>``."""
-    return [sys.executable, "-m", f"lectern_{name}"]
-
-
-def load_settings() -> BaseServiceSettings:
-    """The shared ``LECTERN_*`` settings; a ``ConfigurationError`` says what is wrong."""
-    try:
-        return BaseServiceSettings()
-    except ValidationError as exc:
-        problems = "; ".join(str(e["msg"]) for e in exc.errors())
-        raise ConfigurationError(f"invalid LECTERN_* settings: {problems}") from None
-
-
-def embedding_identity(settings: BaseServiceSettings) -> tuple[str, int]:
-    """Name and dimension of the configured embedder, read without loading any model."""
-    if settings.embedding_provider == "gemini":
-        return settings.gemini_embedding_model, settings.gemini_embedding_dim
-    if settings.local_embedding_model is None:
-        return LOCAL_EMBEDDING_MODEL, LOCAL_EMBEDDING_DIM
-    path = Path(settings.local_embedding_model)
-    for config_file, key in (
-        (path / "1_Pooling" / "config.json", "word_embedding_dimension"),
-        (path / "config.json", "hidden_size"),
-    ):
-        if config_file.exists():
-            value = json.loads(config_file.read_text()).get(key)
-            if isinstance(value, int):
-                return str(path), value
-    raise ConfigurationError(
-        f"cannot tell the embedding dimension of {path} (no sentence-transformers config found)"
-    )
 
 
 class Supervisor:
@@ -741,7 +691,7 @@ class Supervisor:
         gateway = self.children.get("gateway")
         gateway_url = gateway.url if gateway else None
         pid = os.getpid()
-        replica = self._replica_state()
+        replica = replica_entry(self.postgres_replica, READ_REPLICA_SERVICES)
         return {
             "running": self._running,
             "pid": pid,
@@ -755,90 +705,19 @@ class Supervisor:
             "docs_url": f"{gateway_url}/docs" if gateway_url else None,
             "ui_url": f"{gateway_url}/" if gateway_url else None,
             "logs_dir": str(self.logs_dir),
-            "nats": self._nats_state(),
-            "postgres": self._postgres_state(),
+            "nats": nats_entry(
+                self.nats,
+                self._nats_servers(),
+                self.data_dir,
+                stream_replicas=CLUSTER_NATS_SERVERS if self.cluster else None,
+            ),
+            "postgres": postgres_entry(self.postgres),
             **({"postgres_replica": replica} if replica else {}),
-            "services": self._services_state(),
-        }
-
-    def _services_state(self) -> dict[str, Any]:
-        """Each service's entry of ``stack.json``."""
-        services: dict[str, Any] = {}
-        for child in self.children.values():
-            child_pid = child.process.pid if child.process is not None else None
-            services[child.name] = {
-                "url": child.url,
-                "port": child.port,
-                "pid": child_pid,
-                "pid_create_time": create_time(child_pid) if child_pid else None,
-                "state": child.state,
-                "ready": child.ready,
-                "restarts": max(child.starts - 1, 0),
-                "last_exit_code": child.last_exit,
-                "log": str(child.log_path),
-            }
-        return services
-
-    def _nats_state(self) -> dict[str, Any]:
-        """NATS's entry of ``stack.json`` (its nodes too in a cluster); empty before start."""
-        if self.nats is None:
-            return {}
-        nodes = [
-            {
-                "name": server.server_name,
-                "url": server.url,
-                "monitor_url": server.monitor_url,
-                "pid": server.process.pid if server.process is not None else None,
-                "pid_create_time": (
-                    create_time(server.process.pid) if server.process is not None else None
-                ),
-            }
-            for server in self._nats_servers()
-        ]
-        nats: dict[str, Any] = {
-            "url": self.nats.url,
-            "monitor_url": self.nats.monitor_url,
-            "pid": nodes[0]["pid"],
-            "pid_create_time": nodes[0]["pid_create_time"],
-            "data_dir": str(self.data_dir / "nats"),
-            "credentials": str(nats_credentials_path(self.data_dir)),
-        }
-        if self.cluster:
-            nats["nodes"] = nodes
-            nats["stream_replicas"] = CLUSTER_NATS_SERVERS
-        return nats
-
-    def _postgres_state(self) -> dict[str, Any]:
-        """Postgres's entry of ``stack.json``; empty before start."""
-        if self.postgres is None:
-            return {}
-        pg_pid = self.postgres.process.pid if self.postgres.process is not None else None
-        return {
-            "dsn": self.postgres.dsn,
-            "pid": pg_pid,
-            "pid_create_time": create_time(pg_pid) if pg_pid else None,
-            "data_dir": str(self.postgres.data_dir),
-        }
-
-    def _replica_state(self) -> dict[str, Any]:
-        """The read replica's entry of ``stack.json`` (its pid while it runs); empty without."""
-        if self.postgres_replica is None:
-            return {}
-        process = self.postgres_replica.process
-        replica_pid = process.pid if process is not None and process.poll() is None else None
-        return {
-            "dsn": self.postgres_replica.dsn,
-            "pid": replica_pid,
-            "pid_create_time": create_time(replica_pid) if replica_pid else None,
-            "data_dir": str(self.postgres_replica.data_dir),
-            "services": list(READ_REPLICA_SERVICES),
+            "services": services_entry(self.children.values()),
         }
 
     def write_state(self) -> None:
         """Write ``stack.json`` atomically (only a supervisor that owns the data dir)."""
         if not self._owns_state:
             return
-        path = self.data_dir / STATE_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.state(), indent=2))
-        tmp.replace(path)
+        write_state(self.data_dir, self.state())

@@ -1,0 +1,187 @@
+"""The offline answerer as a generator: the units that answer, cited, streamed a few words at
+a time; the local embedding model's cosines and the reader's logits when it has them (the
+reader reads only the units a cheaper model ranks highest)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter, OrderedDict
+from collections.abc import Container, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import numpy as np
+
+from lectern_answerer.answer import ExtractiveAnswer
+from lectern_answerer.compose import extract_answer
+from lectern_answerer.forms import question_form
+from lectern_answerer.model import answer_model
+from lectern_answerer.signals import unit_signals
+from lectern_answerer.units import SourceUnit, has_answer_spans, reader_texts, source_units
+from lectern_common.generation import Final, TextDelta, Verdict
+from lectern_common.text import resolve_follow_up, terms
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from lectern_common.embeddings import Embedder
+    from lectern_common.generation import GenerationRequest, GenerationStream, SourceText
+
+_PIECE = re.compile(r"\S+\s*")
+
+
+class SentenceReader(Protocol):
+    """What the answerer needs of ``lectern_common.reading.Reader``."""
+
+    async def score_logits(
+        self, question: str, texts: Sequence[str], *, kind: Literal["sentence", "passage"] = ...
+    ) -> NDArray[np.float32]:
+        """The reader's logit of each (question, text) pair."""
+        ...
+
+
+#: the units the offline answerer reads at most, those the model without the reader ranks
+#: highest (docs/benchmarks.md: on the development split its top 8 hold the full model's best
+#: unit for 0.996 of the questions, its top 16 for all, its top 4 for 0.955). Each read is
+#: ~5 ms of a core: 16 were two thirds of the gateway's CPU a turn under load (issue 58)
+READ_AT_MOST = 8
+
+
+class OfflineAnswerer:
+    """Answers from the sources alone: the units that answer, cited, streamed."""
+
+    name = "offline"
+
+    def __init__(
+        self,
+        *,
+        embedder: Embedder | None = None,
+        reader: SentenceReader | None = None,
+        max_sentences: int = 4,
+        words_per_chunk: int = 4,
+        cache_floats: int = 8_000_000,  # 32 MB of vectors: 20,000 sentences of MiniLM
+        read_at_most: int | None = READ_AT_MOST,
+        from_spans: bool = False,
+    ) -> None:
+        self.embedder = embedder
+        self.reader = reader
+        #: sources with the re-ranker's answer spans are scored from those spans, not read
+        #: again (cheaper; a 3-layer span head scores answers worse than the 6-layer reader
+        #: reads sentences: docs/benchmarks.md, twenty-sixth session)
+        self.from_spans = from_spans
+        self.read_at_most = read_at_most
+        self.max_sentences = max_sentences
+        self.words_per_chunk = max(1, words_per_chunk)
+        # unit vectors by (model, text), least recently used first: a course's questions
+        # keep meeting the same chunks, and embedding their sentences is most of an answer's
+        # time on a CPU
+        self._vectors: OrderedDict[tuple[str, str], NDArray[np.float32]] = OrderedDict()
+        self.cache_floats = cache_floats
+
+    async def answer(
+        self, *, question: str, sources: Sequence[SourceText], **options: Any
+    ) -> ExtractiveAnswer:
+        """The extractive answer (unit similarity from the embedder and the reader's logits
+        when they are set); ``options`` go to ``extract_answer`` (measurements: ``without``,
+        ``model``)."""
+        units = source_units(sources)
+        similarities = await self.similarities(question, [u.text for u in units])
+        readings = await self.unit_readings(
+            question, sources, units, similarities, without=options.get("without", frozenset())
+        )
+        return extract_answer(
+            question=question,
+            sources=sources,
+            similarities=similarities,
+            readings=readings,
+            max_sentences=self.max_sentences,
+            **options,
+        )
+
+    async def unit_readings(
+        self,
+        question: str,
+        sources: Sequence[SourceText],
+        units: Sequence[SourceUnit],
+        similarities: Sequence[float] | None,
+        *,
+        without: Container[str] = frozenset(),
+    ) -> list[float] | None:
+        """The reader's logit of each unit (None without a reader, or when the answerer
+        scores ``from_spans`` and the re-ranker's reader marked answer spans in the sources:
+        it read them once already). Of more than
+        ``read_at_most`` units only those the model without the reader ranks highest are
+        read; the others get the lowest logit read: they rank below the read ones on every
+        other signal, and reading them is most of an answer's time on a CPU."""
+        texts = reader_texts(units, without=without)
+        if self.reader is None or not texts or not question.strip():
+            return None
+        if self.from_spans and has_answer_spans(sources):
+            return None
+        at_most = self.read_at_most
+        if at_most is None or len(texts) <= at_most:
+            return await self.readings(question, texts)
+        bags = [Counter(terms(u.text)) for u in units]
+        cheap = answer_model(reads=False).score(
+            unit_signals(
+                question, question_form(question), units, bags, similarities, sources=sources
+            )
+        )
+        read = sorted(int(i) for i in np.argsort(-cheap, kind="stable")[:at_most])
+        logits = await self.readings(question, [texts[i] for i in read])
+        assert logits is not None
+        out = [min(logits)] * len(texts)
+        for index, logit in zip(read, logits, strict=True):
+            out[index] = logit
+        return out
+
+    async def readings(self, question: str, texts: Sequence[str]) -> list[float] | None:
+        """The reader's logit of each (question, text) pair (None without a reader)."""
+        if self.reader is None or not texts or not question.strip():
+            return None
+        logits = await self.reader.score_logits(question, texts, kind="sentence")
+        return [float(v) for v in logits]
+
+    async def similarities(self, question: str, texts: Sequence[str]) -> list[float] | None:
+        """Cosine of the question to each text (None without an embedder)."""
+        if self.embedder is None or not texts or not question.strip():
+            return None
+        query = await self.embedder.embed_query(question)
+        vectors = await self._unit_vectors(self.embedder, texts)
+        return [float(v) for v in np.asarray(vectors @ query).ravel()]
+
+    async def _unit_vectors(self, embedder: Embedder, texts: Sequence[str]) -> NDArray[np.float32]:
+        """The vectors of ``texts``, embedding only those not met lately."""
+        cache = self._vectors
+        # taken before the model is awaited: meanwhile other answers may evict them
+        known = {t: cache[(embedder.name, t)] for t in texts if (embedder.name, t) in cache}
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
+        if missing:
+            fresh = np.asarray(await embedder.embed_documents(missing), dtype=np.float32)
+            known.update(zip(missing, fresh, strict=True))
+        for text in dict.fromkeys(texts):
+            cache[(embedder.name, text)] = known[text]
+            cache.move_to_end((embedder.name, text))
+        out = np.stack([known[t] for t in texts])
+        most = max(len(known), self.cache_floats // max(1, out.shape[1]))
+        while len(cache) > most:
+            cache.popitem(last=False)
+        return out
+
+    async def stream(self, request: GenerationRequest) -> GenerationStream:
+        """Stream the answer to the last user message (a follow-up takes the topic of the
+        questions before it), a few words at a time."""
+        asked = [m.content for m in request.messages if m.role == "user"]
+        question = resolve_follow_up(asked[-1], asked[:-1]) if asked else ""
+        result = await self.answer(question=question, sources=request.sources)
+        yield Verdict(outcome="answered" if result.supported else "no_support")
+        pieces = _PIECE.findall(result.render())
+        for start in range(0, len(pieces), self.words_per_chunk):
+            yield TextDelta(text="".join(pieces[start : start + self.words_per_chunk]))
+            await asyncio.sleep(0)
+        yield Final(
+            provider=self.name,
+            finish_reason="stop",
+            outcome="answered" if result.supported else "no_support",
+            cited_sources=result.cited,
+        )
