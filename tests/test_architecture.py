@@ -310,13 +310,7 @@ _INGEST_WRITE = re.compile(
 #: (``lectern.retrieve.v1``, ``lectern.index.*``)
 _INDEX_READ = re.compile(r"\b(FROM|JOIN)\s+(chunks|bm25_\w+)\b|,\s*chunks\s+c\b", re.IGNORECASE)
 #: gateway modules that still read ``chunks`` in SQL (issue 61, open): this list only shrinks
-INDEX_READERS = frozenset(
-    {
-        "lectern_gateway.personas.repository",
-        "lectern_gateway.study.repository",
-        "lectern_gateway.review.repository",
-    }
-)
+INDEX_READERS = frozenset({"lectern_gateway.study.repository"})
 
 
 def _strings(path: Path) -> Iterator[str]:

@@ -9,6 +9,7 @@ from lectern_common.embeddings import Embedder
 from lectern_common.events import (
     ChunkVisibility,
     IndexChunksRequest,
+    IndexCountRequest,
     IndexTopicsRequest,
     RetrieveRequest,
 )
@@ -79,3 +80,28 @@ async def test_topics_and_the_search_replys_idf(
     # a word in one of two chunks is rarer than one in both; a stop word or an absent one has none
     assert set(reply.idf) == {"chlorophyll", "energy"}
     assert reply.idf["chlorophyll"] > reply.idf["energy"] > 0
+
+
+async def test_a_personas_scope_is_counted_over_searchable_content(
+    retriever: Any, db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any,
+    set_doc_status: Any,
+) -> None:  # fmt: skip
+    bio = await add_doc(db_pool, tenant_id=tenant_id, texts=[PHOTO, CELLS], embedder=embedder,
+                        subject="Biology", topic_tags=["cells"])  # fmt: skip
+    await add_doc(db_pool, tenant_id=tenant_id, texts=[CELLS], embedder=embedder,
+                  subject="biology", collection="assessment")  # fmt: skip
+
+    async def count(scope: ScopeFilter, collections: list[Any] | None = None) -> int:
+        request = IndexCountRequest(tenant_id=tenant_id, scope=scope)
+        if collections is not None:
+            request.collections = collections
+        reply = await retriever.count(request)
+        assert reply.error is None
+        return int(reply.chunks)
+
+    assert await count(ScopeFilter(subjects=["biology"])) == 2
+    assert await count(ScopeFilter(subjects=["biology"]), ["educational", "assessment"]) == 3
+    assert await count(ScopeFilter(topic_tags=["cells"])) == 2
+    assert await count(ScopeFilter(subjects=["art"])) == 0
+    await set_doc_status(db_pool, bio, "archived")
+    assert await count(ScopeFilter(subjects=["biology"])) == 0

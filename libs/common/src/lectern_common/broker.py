@@ -52,6 +52,7 @@ QUEUE_GROUPS = {
     Subjects.RETRIEVE: "lectern-retriever",
     Subjects.INDEX_CHUNKS: "lectern-retriever",
     Subjects.INDEX_TOPICS: "lectern-retriever",
+    Subjects.INDEX_COUNT: "lectern-retriever",
     Subjects.RERANK: "lectern-reranker",
     Subjects.MEMORY_RECALL: "lectern-memory",
     Subjects.MEMORY_LIST: "lectern-memory",

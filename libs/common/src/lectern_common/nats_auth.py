@@ -100,6 +100,7 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.RETRIEVE,
             Subjects.INDEX_CHUNKS,
             Subjects.INDEX_TOPICS,
+            Subjects.INDEX_COUNT,
             Subjects.RERANK,
             Subjects.MEMORY_RECALL,
             Subjects.MEMORY_LIST,
@@ -139,7 +140,12 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
         answers_requests=True,
     ),
     "retriever": Permissions(
-        subscribe=[Subjects.RETRIEVE, Subjects.INDEX_CHUNKS, Subjects.INDEX_TOPICS],
+        subscribe=[
+            Subjects.RETRIEVE,
+            Subjects.INDEX_CHUNKS,
+            Subjects.INDEX_TOPICS,
+            Subjects.INDEX_COUNT,
+        ],
         answers_requests=True,
     ),
     "reranker": Permissions(subscribe=[Subjects.RERANK], answers_requests=True),

@@ -31,6 +31,8 @@ from lectern_common.events import (
     Confidence,
     IndexChunksReply,
     IndexChunksRequest,
+    IndexCountReply,
+    IndexCountRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
     MemoryRecallReply,
@@ -261,6 +263,14 @@ class Responders:
             )  # fmt: skip
         return IndexChunksReply(request_id=request.request_id, chunks=found)
 
+    async def count(self, request: IndexCountRequest) -> IndexCountReply:
+        """The retriever's own count of the chunks a persona's scope matches."""
+        found = await index_reads.scope_count(
+            self.pool, tenant_id=request.tenant_id, collections=request.collections,
+            scope=request.scope,
+        )  # fmt: skip
+        return IndexCountReply(request_id=request.request_id, chunks=found)
+
     async def topics(self, request: IndexTopicsRequest) -> IndexTopicsReply:
         """The retriever's own read of the tenant's common topic tags."""
         found = await index_reads.common_topics(
@@ -311,6 +321,10 @@ async def run_responders(nats_url: str, responders: Responders) -> AsyncIterator
     @broker.subscriber(Subjects.INDEX_CHUNKS, queue=QUEUE_GROUPS[Subjects.INDEX_CHUNKS])
     async def on_chunks(request: IndexChunksRequest) -> IndexChunksReply:
         return await responders.chunks(request)
+
+    @broker.subscriber(Subjects.INDEX_COUNT, queue=QUEUE_GROUPS[Subjects.INDEX_COUNT])
+    async def on_count(request: IndexCountRequest) -> IndexCountReply:
+        return await responders.count(request)
 
     @broker.subscriber(Subjects.INDEX_TOPICS, queue=QUEUE_GROUPS[Subjects.INDEX_TOPICS])
     async def on_topics(request: IndexTopicsRequest) -> IndexTopicsReply:

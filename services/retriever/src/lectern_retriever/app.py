@@ -10,6 +10,8 @@ from lectern_common.embeddings import Embedder
 from lectern_common.events import (
     IndexChunksReply,
     IndexChunksRequest,
+    IndexCountReply,
+    IndexCountRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
     RetrieveReply,
@@ -71,6 +73,11 @@ def subscribe(broker: NatsBroker, retriever: Retriever) -> None:
     async def on_chunks(request: IndexChunksRequest) -> IndexChunksReply:
         """Chunks by id (the source viewer; a turn's visible candidates)."""
         return await answer(request, IndexChunksReply, retriever.chunks)
+
+    @broker.subscriber(Subjects.INDEX_COUNT, queue=QUEUE_GROUPS[Subjects.INDEX_COUNT])
+    async def on_count(request: IndexCountRequest) -> IndexCountReply:
+        """How many searchable chunks a persona's scope matches."""
+        return await answer(request, IndexCountReply, retriever.count)
 
     @broker.subscriber(Subjects.INDEX_TOPICS, queue=QUEUE_GROUPS[Subjects.INDEX_TOPICS])
     async def on_topics(request: IndexTopicsRequest) -> IndexTopicsReply:

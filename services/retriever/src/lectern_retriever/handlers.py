@@ -14,6 +14,8 @@ from lectern_common.embeddings import Embedder, build_embedder, create_gemini_cl
 from lectern_common.events import (
     IndexChunksReply,
     IndexChunksRequest,
+    IndexCountReply,
+    IndexCountRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
     RetrieveReply,
@@ -263,6 +265,21 @@ class Retriever:
                     visible=request.visible,
                 )  # fmt: skip
             return IndexChunksReply(request_id=request.request_id, chunks=found)
+
+        return await self.reads.run(read)
+
+    async def count(self, request: IndexCountRequest) -> IndexCountReply:
+        """How many searchable chunks a persona's scope matches (``index_reads.scope_count``)."""
+        if self.reads is None:
+            await self.start()
+        assert self.reads is not None
+
+        async def read(pool: Pool) -> IndexCountReply:
+            found = await index_reads.scope_count(
+                pool, tenant_id=request.tenant_id, collections=request.collections,
+                scope=request.scope,
+            )  # fmt: skip
+            return IndexCountReply(request_id=request.request_id, chunks=found)
 
         return await self.reads.run(read)
 

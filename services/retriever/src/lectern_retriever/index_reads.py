@@ -11,6 +11,7 @@ from typing import Any
 from lectern_common import bm25
 from lectern_common.db.types import Queryable
 from lectern_common.events import ChunkRow, ChunkVisibility
+from lectern_common.events.retrieval import ScopeFilter
 
 _COLUMNS = (
     "c.id AS chunk_id, c.document_id, c.chunk_index, c.kind, c.text, c.context_prefix, "
@@ -103,3 +104,25 @@ async def word_idf(pool: Queryable, *, tenant_id: str, words: Sequence[str]) -> 
         list(words),
     )
     return {r["word"]: bm25.idf(chunk_count=int(r["n"]), df=int(r["df"])) for r in rows if r["df"]}
+
+
+async def scope_count(
+    pool: Queryable, *, tenant_id: str, collections: Sequence[str], scope: ScopeFilter
+) -> int:
+    """How many searchable content chunks of the tenant ``scope`` matches (a persona's)."""
+    return int(
+        await pool.fetchval(
+            "SELECT count(*) FROM chunks c WHERE c.tenant_id = $1 AND c.active "
+            "AND c.kind IN ('text', 'table', 'qa') AND c.collection = ANY($2::text[]) "
+            "AND (cardinality($3::text[]) = 0 OR lower(c.subject) = ANY($3::text[])) "
+            "AND (cardinality($4::text[]) = 0 OR c.module_tag = ANY($4::text[])) "
+            "AND (cardinality($5::text[]) = 0 OR c.class_id = ANY($5::text[])) "
+            "AND (cardinality($6::text[]) = 0 OR c.topic_tags && $6::text[])",
+            tenant_id,
+            list(collections),
+            [s.lower() for s in scope.subjects],
+            list(scope.modules),
+            list(scope.class_ids),
+            list(scope.topic_tags),
+        )
+    )

@@ -42,6 +42,8 @@ from lectern_common.events.index import (
     ChunkVisibility,
     IndexChunksReply,
     IndexChunksRequest,
+    IndexCountReply,
+    IndexCountRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
 )
@@ -106,6 +108,8 @@ __all__ = [
     "FeedbackFlagged",
     "IndexChunksReply",
     "IndexChunksRequest",
+    "IndexCountReply",
+    "IndexCountRequest",
     "IndexTopicsReply",
     "IndexTopicsRequest",
     "IngestStage",

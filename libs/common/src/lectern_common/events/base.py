@@ -36,6 +36,7 @@ class Subjects:
     RERANK = "lectern.rerank.v1"
     INDEX_CHUNKS = "lectern.index.chunks.v1"
     INDEX_TOPICS = "lectern.index.topics.v1"
+    INDEX_COUNT = "lectern.index.count.v1"
     MEMORY_RECALL = "lectern.memory.recall.v1"
     MEMORY_LIST = "lectern.memory.list.v1"
     MEMORY_FORGET = "lectern.memory.forget.v1"

@@ -13,6 +13,10 @@ from lectern_common.events.base import Reply, Request, Subjects, register_reques
 from lectern_common.events.retrieval import CollectionName, ScopeFilter
 
 
+def _educational() -> list[CollectionName]:
+    return ["educational"]
+
+
 class ChunkVisibility(BaseModel):
     """What the caller may see: chunks of live (indexed) documents in ``collections``; with
     ``classes``, material of those classes or of none; with ``scope``, a persona's."""
@@ -29,7 +33,7 @@ class IndexChunksRequest(Request):
 
     subject: ClassVar[str] = Subjects.INDEX_CHUNKS
 
-    chunk_ids: list[uuid.UUID] = Field(min_length=1, max_length=500)
+    chunk_ids: list[uuid.UUID] = Field(min_length=1, max_length=2000)
     visible: ChunkVisibility | None = None
 
 
@@ -78,5 +82,22 @@ class IndexTopicsReply(Reply):
     topics: list[str] = Field(default_factory=list)
 
 
+class IndexCountRequest(Request):
+    """How many searchable content chunks (text, table, Q&A) of the tenant a scope matches:
+    a tutor persona must not be silently empty."""
+
+    subject: ClassVar[str] = Subjects.INDEX_COUNT
+
+    collections: list[CollectionName] = Field(default_factory=_educational, min_length=1)
+    scope: ScopeFilter = Field(default_factory=ScopeFilter)
+
+
+class IndexCountReply(Reply):
+    """The count."""
+
+    chunks: int = 0
+
+
 register_request(IndexChunksRequest, IndexChunksReply)
+register_request(IndexCountRequest, IndexCountReply)
 register_request(IndexTopicsRequest, IndexTopicsReply)

@@ -25,7 +25,8 @@ from lectern_gateway.chat.sse import (
 )
 from lectern_gateway.chat.streamer import Finished, Grounding, ModelUsage, TextDelta
 from lectern_gateway.chat.turn_input import ChatDeps, TurnInput
-from lectern_gateway.personas import repository as persona_repo
+from lectern_gateway.index import scope_chunks
+from lectern_gateway.personas.service import scope_collections
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +38,11 @@ async def gap_text(deps: ChatDeps, turn: TurnInput, question: str, related: list
     persona = turn.persona
     if persona is None:
         return text
-    if not await persona_repo.indexed_chunks(
-        deps.pool, tenant_id=turn.principal.tenant_id, scope=persona.scope
-    ):
+    in_scope = await scope_chunks(
+        deps.broker, deps.settings, turn.principal.tenant_id, persona.scope_filter(),
+        scope_collections(persona.scope),
+    )  # fmt: skip
+    if in_scope == 0:
         # never silently empty: the tutor says its material is missing
         return (
             f"{persona.display_name} has no course material in its scope yet, so I "

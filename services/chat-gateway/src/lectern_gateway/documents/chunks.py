@@ -8,13 +8,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from lectern_common.broker import request
-from lectern_common.events import IndexChunksReply, IndexChunksRequest
 from lectern_gateway.auth import PrincipalDep
 from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.citations import content_terms, split_cited_sentences
 from lectern_gateway.classes.membership import may_see_class, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
+from lectern_gateway.index import chunks_by_id
 from lectern_gateway.problems import ProblemError
 
 router = APIRouter(tags=["sources"])
@@ -120,13 +119,8 @@ async def get_chunk(
 ) -> ChunkView:
     """The chunk from the index's owner (``lectern.index.chunks.v1``), as the caller may see
     it; 503 when the retriever does not answer in time."""
-    found = await request(
-        broker,
-        IndexChunksRequest(tenant_id=principal.tenant_id, chunk_ids=[chunk_id]),
-        IndexChunksReply,
-        timeout=settings.retrieve_timeout_s,
-    )
-    row = {**found.chunks[0].model_dump(), "id": chunk_id} if found.chunks else None
+    found = (await chunks_by_id(broker, settings, principal.tenant_id, [chunk_id])).get(chunk_id)
+    row = {**found.model_dump(), "id": chunk_id} if found is not None else None
     # students never see assessments; answer as if it did not exist
     if row is None or (
         not principal.is_staff

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from lectern_common.db.types import Queryable
@@ -55,23 +54,3 @@ async def latest(pool: Queryable, *, tenant_id: str) -> list[dict[str, Any]]:
         tenant_id,
     )
     return [dict(r) for r in rows]
-
-
-async def indexed_chunks(pool: Queryable, *, tenant_id: str, scope: Mapping[str, Any]) -> int:
-    """How many live content chunks a scope matches (a persona must not be silently empty)."""
-    return int(
-        await pool.fetchval(
-            "SELECT count(*) FROM chunks c WHERE c.tenant_id = $1 AND c.active "
-            "AND c.kind IN ('text', 'table', 'qa') AND c.collection = ANY($2::text[]) "
-            "AND (cardinality($3::text[]) = 0 OR lower(c.subject) = ANY($3::text[])) "
-            "AND (cardinality($4::text[]) = 0 OR c.module_tag = ANY($4::text[])) "
-            "AND (cardinality($5::text[]) = 0 OR c.class_id = ANY($5::text[])) "
-            "AND (cardinality($6::text[]) = 0 OR c.topic_tags && $6::text[])",
-            tenant_id,
-            list(scope.get("collections") or ["educational"]),
-            [s.lower() for s in scope.get("subjects") or []],
-            list(scope.get("modules") or []),
-            list(scope.get("classes") or []),
-            list(scope.get("topic_tags") or []),
-        )
-    )

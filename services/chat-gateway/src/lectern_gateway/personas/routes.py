@@ -14,14 +14,17 @@ from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter
+from faststream.nats import NatsBroker
 from pydantic import BaseModel, Field, model_validator
 
 from lectern_common.db.types import Pool
 from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
 from lectern_gateway.classes.membership import student_classes
-from lectern_gateway.deps import PoolDep
+from lectern_gateway.config import Settings
+from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
+from lectern_gateway.index import scope_chunks
 from lectern_gateway.personas import repository as repo
-from lectern_gateway.personas.service import visible_to
+from lectern_gateway.personas.service import scope_collections, scope_filter, visible_to
 from lectern_gateway.problems import ProblemError
 
 router = APIRouter(tags=["personas"])
@@ -102,7 +105,15 @@ class Persona(PersonaIn):
         return persona
 
 
-async def _write(body: PersonaIn, staff: Principal, pool: Pool, *, new: bool) -> Persona:
+async def _write(
+    body: PersonaIn,
+    staff: Principal,
+    pool: Pool,
+    broker: NatsBroker,
+    settings: Settings,
+    *,
+    new: bool,
+) -> Persona:
     scope = body.scope.model_dump()
     row = await repo.insert_version(
         pool,
@@ -111,22 +122,33 @@ async def _write(body: PersonaIn, staff: Principal, pool: Pool, *, new: bool) ->
     )  # fmt: skip
     if row is None:
         raise ProblemError(409, "Conflict", f"persona {body.slug!r} exists: PUT a new version")
-    chunks = await repo.indexed_chunks(pool, tenant_id=staff.tenant_id, scope=scope)
+    chunks = await scope_chunks(
+        broker, settings, staff.tenant_id, scope_filter(scope), scope_collections(scope)
+    )
     return Persona.from_row(row, chunks=chunks)
 
 
 @router.post("/v1/personas", status_code=201, summary="Define a tutor persona (staff)")
-async def create_persona(body: PersonaIn, staff: StaffDep, pool: PoolDep) -> Persona:
+async def create_persona(
+    body: PersonaIn, staff: StaffDep, pool: PoolDep, broker: BrokerDep, settings: SettingsDep
+) -> Persona:
     """Version 1 of a new persona; the reply says how much indexed material its scope has."""
-    return await _write(body, staff, pool, new=True)
+    return await _write(body, staff, pool, broker, settings, new=True)
 
 
 @router.put("/v1/personas/{slug}", summary="Change a persona: its next version (staff)")
-async def update_persona(slug: str, body: PersonaIn, staff: StaffDep, pool: PoolDep) -> Persona:
+async def update_persona(
+    slug: str,
+    body: PersonaIn,
+    staff: StaffDep,
+    pool: PoolDep,
+    broker: BrokerDep,
+    settings: SettingsDep,
+) -> Persona:
     """Sessions already open keep the version they started with."""
     if body.slug != slug:
         raise ProblemError(422, "Unprocessable", "the body's slug must be the URL's")
-    return await _write(body, staff, pool, new=False)
+    return await _write(body, staff, pool, broker, settings, new=False)
 
 
 @router.get("/v1/personas", summary="The tutor personas the caller may use")
@@ -138,10 +160,18 @@ async def list_personas(principal: PrincipalDep, pool: PoolDep) -> list[Persona]
 
 @router.get("/v1/personas/{slug}", summary="A persona (its latest version, or ?version=)")
 async def get_persona(
-    slug: str, principal: PrincipalDep, pool: PoolDep, version: int | None = None
+    slug: str,
+    principal: PrincipalDep,
+    pool: PoolDep,
+    broker: BrokerDep,
+    settings: SettingsDep,
+    version: int | None = None,
 ) -> Persona:
     row = await repo.get(pool, tenant_id=principal.tenant_id, slug=slug, version=version)
     if row is None or not visible_to(row, await student_classes(pool, principal)):
         raise ProblemError(404, "Not found", f"no tutor persona {slug!r}")
-    chunks = await repo.indexed_chunks(pool, tenant_id=principal.tenant_id, scope=row["scope"])
+    scope = row["scope"]
+    chunks = await scope_chunks(
+        broker, settings, principal.tenant_id, scope_filter(scope), scope_collections(scope)
+    )
     return Persona.from_row(row, chunks=chunks)

@@ -27,6 +27,11 @@ def scope_filter(scope: Mapping[str, Any]) -> ScopeFilter:
     )
 
 
+def scope_collections(scope: Mapping[str, Any]) -> list[str]:
+    """The collections a persona's scope draws on (educational unless it says)."""
+    return list(scope.get("collections") or ["educational"])
+
+
 def visible_to(persona: dict[str, Any], classes: list[str] | None) -> bool:
     """Staff see every persona; a student those of their classes and the unscoped ones."""
     scoped = (persona.get("scope") or {}).get("classes") or []

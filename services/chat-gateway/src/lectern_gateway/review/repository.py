@@ -351,13 +351,11 @@ async def set_horizon(*, pool: Queryable, tenant_id: str, subject: str, days: in
 
 # ---------------------------------------------------------------- conflicting sources
 
+#: a conflict with its documents' titles (the passages are the index's: the retriever's)
 _CONFLICT_SELECT = """
-    SELECT x.*, da.title AS title_a, db.title AS title_b, ca.text AS passage_a,
-           cb.text AS passage_b, ca.page_start AS page_a, cb.page_start AS page_b,
-           ca.section_path AS section_a, cb.section_path AS section_b
+    SELECT x.*, da.title AS title_a, db.title AS title_b
     FROM source_conflicts x
     JOIN documents da ON da.id = x.document_a JOIN documents db ON db.id = x.document_b
-    JOIN chunks ca ON ca.id = x.chunk_a JOIN chunks cb ON cb.id = x.chunk_b
     WHERE x.tenant_id = $1"""
 
 

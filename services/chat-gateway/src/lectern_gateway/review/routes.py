@@ -18,13 +18,17 @@ import uuid
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query
+from faststream.nats import NatsBroker
 from pydantic import BaseModel, Field
 
+from lectern_common.events import ChunkRow
 from lectern_gateway.auth import PrincipalDep, StaffDep
-from lectern_gateway.deps import GatewayDep, PoolDep, SettingsDep
+from lectern_gateway.config import Settings
+from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep, SettingsDep
 from lectern_gateway.documents import lifecycle
 from lectern_gateway.documents.views import DocumentView
 from lectern_gateway.feedback.views import FlagView
+from lectern_gateway.index import chunks_by_id
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.quality.service import teacher_classes
 from lectern_gateway.review import gap_retry
@@ -45,11 +49,15 @@ class Summary(BaseModel):
 
 
 @router.get("/v1/review", summary="How many items wait in each review queue (staff)")
-async def review_summary(staff: StaffDep, pool: PoolDep, settings: SettingsDep) -> Summary:
+async def review_summary(
+    staff: StaffDep, pool: PoolDep, broker: BrokerDep, settings: SettingsDep
+) -> Summary:
     """Admins count the tenant's; teachers their classes' and class-less material's."""
     flags = await flagged_answers(staff, pool, status="open", limit=1000)
     gaps = await gap_queue(staff, pool, limit=500)
-    conflicts = await conflict_queue(staff, pool, status="open", document_id=None, limit=1000)
+    conflicts = await conflict_queue(
+        staff, pool, broker, settings, status="open", document_id=None, limit=1000
+    )
     duplicates = await duplicate_queue(staff, pool, limit=1000)
     stale = await stale_queue(staff, pool, settings, limit=1000)
     return Summary(
@@ -477,17 +485,33 @@ class ConflictResolution(BaseModel):
     note: str | None = Field(default=None, max_length=4000)
 
 
-def _conflict(row: Any) -> SourceConflict:
-    def side(s: str) -> ConflictSide:
+async def _with_passages(
+    broker: NatsBroker, settings: Settings, tenant_id: str, rows: list[Any]
+) -> list[SourceConflict]:
+    """The conflicts with both sides' passages from the index's owner (a conflict one of
+    whose chunks is gone is left out)."""
+    chunks = await chunks_by_id(
+        broker, settings, tenant_id, [r[f"chunk_{s}"] for r in rows for s in "ab"]
+    )
+    return [
+        _conflict(r, chunks[r["chunk_a"]], chunks[r["chunk_b"]])
+        for r in rows
+        if r["chunk_a"] in chunks and r["chunk_b"] in chunks
+    ]
+
+
+def _conflict(row: Any, chunk_a: ChunkRow, chunk_b: ChunkRow) -> SourceConflict:
+    def side(s: str, chunk: ChunkRow) -> ConflictSide:
         return ConflictSide(
             document_id=row[f"document_{s}"], title=row[f"title_{s}"], chunk_id=row[f"chunk_{s}"],
-            page_start=row[f"page_{s}"], section=list(row[f"section_{s}"] or []),
-            statement=row[f"statement_{s}"], passage=row[f"passage_{s}"],
+            page_start=chunk.page_start, section=list(chunk.section_path),
+            statement=row[f"statement_{s}"], passage=chunk.text,
         )  # fmt: skip
 
     return SourceConflict(
         id=row["id"], kind=row["kind"], detail=row["detail"], similarity=row["similarity"],
-        status=row["status"], a=side("a"), b=side("b"), created_at=row["created_at"],
+        status=row["status"], a=side("a", chunk_a), b=side("b", chunk_b),
+        created_at=row["created_at"],
         resolution=row["resolution"], note=row["note"], resolved_by=row["resolved_by"],
     )  # fmt: skip
 
@@ -496,6 +520,8 @@ def _conflict(row: Any) -> SourceConflict:
 async def conflict_queue(
     staff: StaffDep,
     pool: PoolDep,
+    broker: BrokerDep,
+    settings: SettingsDep,
     status: Literal["open", "resolved"] | None = "open",
     document_id: uuid.UUID | None = None,
     limit: int = Query(default=100, ge=1, le=1000),
@@ -506,12 +532,17 @@ async def conflict_queue(
         pool=pool, tenant_id=staff.tenant_id, status=status, document_id=document_id, limit=limit,
         classes=await teacher_classes(pool, staff),
     )  # fmt: skip
-    return [_conflict(r) for r in rows]
+    return await _with_passages(broker, settings, staff.tenant_id, list(rows))
 
 
 @router.post("/v1/review/conflicts/{conflict_id}/resolve", summary="Resolve a conflict (staff)")
 async def resolve_conflict(
-    conflict_id: uuid.UUID, body: ConflictResolution, staff: StaffDep, pool: PoolDep
+    conflict_id: uuid.UUID,
+    body: ConflictResolution,
+    staff: StaffDep,
+    pool: PoolDep,
+    broker: BrokerDep,
+    settings: SettingsDep,
 ) -> SourceConflict:
     row = await repo.conflict(
         pool=pool, tenant_id=staff.tenant_id, conflict_id=conflict_id,
@@ -527,4 +558,7 @@ async def resolve_conflict(
         resolved_by=staff.user_id,
     )  # fmt: skip
     fresh = await repo.conflict(pool=pool, tenant_id=staff.tenant_id, conflict_id=conflict_id)
-    return _conflict(fresh)
+    resolved = await _with_passages(broker, settings, staff.tenant_id, [fresh])
+    if not resolved:
+        raise ProblemError(404, "Not found", f"conflict {conflict_id}: a side's passage is gone")
+    return resolved[0]
