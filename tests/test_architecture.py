@@ -89,15 +89,6 @@ def test_a_package_imports_only_what_its_layer_allows(package: str) -> None:
     assert not wrong, "\n".join(sorted(set(wrong)))
 
 
-def test_the_index_readers_still_read_it() -> None:
-    """Each module allowed to read ``chunks`` still does (the list only shrinks)."""
-    stale = []
-    for name, path in modules("lectern_gateway"):
-        if name in INDEX_READERS and not any(_INDEX_READ.search(t) for t in _strings(path)):
-            stale.append(name)
-    assert not stale, f"no longer read the index, remove from INDEX_READERS: {stale}"
-
-
 def test_exceptions_are_still_needed() -> None:
     """An exception nobody uses any more is removed, so the rule can only get stricter."""
     for name, extra in EXCEPTIONS.items():
@@ -309,8 +300,6 @@ _INGEST_WRITE = re.compile(
 #: a statement reading ingest's tables: the retriever answers those reads
 #: (``lectern.retrieve.v1``, ``lectern.index.*``)
 _INDEX_READ = re.compile(r"\b(FROM|JOIN)\s+(chunks|bm25_\w+)\b|,\s*chunks\s+c\b", re.IGNORECASE)
-#: gateway modules that still read ``chunks`` in SQL (issue 61, open): this list only shrinks
-INDEX_READERS = frozenset({"lectern_gateway.study.repository"})
 
 
 def _strings(path: Path) -> Iterator[str]:
@@ -321,8 +310,8 @@ def _strings(path: Path) -> Iterator[str]:
 
 
 def test_the_gateway_reaches_other_services_data_through_them() -> None:
-    """No SQL of the gateway names a memory table or writes ingest's (``chunks``, BM25), and
-    no module beyond ``INDEX_READERS`` reads them."""
+    """No SQL of the gateway names a memory table, writes ingest's tables (``chunks``, the
+    BM25 statistics) or reads them: the retriever answers those reads."""
     wrong = []
     for name, path in modules("lectern_gateway"):
         docstrings = {
@@ -336,7 +325,7 @@ def test_the_gateway_reaches_other_services_data_through_them() -> None:
             wrong += [f"{name} reads {t}" for t in MEMORY_TABLES if re.search(rf"\b{t}\b", text)]
             if _INGEST_WRITE.search(text):
                 wrong.append(f"{name} writes ingest's tables: {text.strip()[:80]!r}")
-            elif _INDEX_READ.search(text) and name not in INDEX_READERS:
+            elif _INDEX_READ.search(text):
                 wrong.append(f"{name} reads the index, not through the retriever")
     assert not wrong, "\n".join(wrong)
 

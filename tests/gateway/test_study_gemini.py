@@ -13,7 +13,9 @@ from lectern_testing.chat import (
 )
 from lectern_testing.chat import (
     Gateway,
+    Responders,
     gateway_settings,
+    run_responders,
     seed_document,
     serve_gateway,
 )
@@ -33,11 +35,18 @@ def reply(*items: dict[str, Any]) -> Behaviour:
 
 
 @pytest.fixture
-async def served(nats_url: str, database_url: str) -> AsyncIterator[tuple[Gateway, FakeGemini]]:
+async def served(
+    nats_url: str, database_url: str, db_pool: Any
+) -> AsyncIterator[tuple[Gateway, FakeGemini]]:
+    """The gateway with (a fake) Gemini; the quiz material comes from the retriever's own
+    reads (``Responders``)."""
     async with FakeGemini() as gemini:
         settings = gateway_settings(nats_url, database_url, gemini_api_key="fake-key",
                                     gemini_base_url=gemini.base_url)  # fmt: skip
-        async with serve_gateway(settings) as gateway:
+        async with (
+            run_responders(nats_url, Responders(pool=db_pool)),
+            serve_gateway(settings) as gateway,
+        ):
             yield gateway, gemini
 
 

@@ -14,7 +14,9 @@ from lectern_testing.chat import (
 )
 from lectern_testing.chat import (
     Gateway,
+    Responders,
     gateway_settings,
+    run_responders,
     seed_document,
     serve_gateway,
 )
@@ -27,11 +29,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 @pytest.fixture
 async def gateway(
-    nats_url: str, database_url: str, memory_settings: Settings
+    nats_url: str, database_url: str, db_pool: Any, memory_settings: Settings
 ) -> AsyncIterator[Gateway]:
+    """The gateway and the real memory service; the material comes from the retriever's own
+    reads (``Responders``)."""
     memory = create_app(memory_settings)
     async with (
         memory.router.lifespan_context(memory),
+        run_responders(nats_url, Responders(pool=db_pool)),
         serve_gateway(gateway_settings(nats_url, database_url)) as served,
     ):
         yield served

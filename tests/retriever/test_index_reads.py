@@ -10,7 +10,10 @@ from lectern_common.events import (
     ChunkVisibility,
     IndexChunksRequest,
     IndexCountRequest,
+    IndexMaterialRequest,
+    IndexOutlineRequest,
     IndexTopicsRequest,
+    MaterialFilter,
     RetrieveRequest,
 )
 from lectern_common.events.retrieval import ScopeFilter
@@ -105,3 +108,31 @@ async def test_a_personas_scope_is_counted_over_searchable_content(
     assert await count(ScopeFilter(subjects=["art"])) == 0
     await set_doc_status(db_pool, bio, "archived")
     assert await count(ScopeFilter(subjects=["biology"])) == 0
+
+
+async def test_material_pages_in_reading_order_and_a_documents_outline(
+    retriever: Any, db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any
+) -> None:
+    texts = [f"Passage {i} about {'light' if i % 2 else 'cells'} and energy." for i in range(7)]
+    doc = await add_doc(db_pool, tenant_id=tenant_id, texts=texts, embedder=embedder,
+                        section_path=["1 Plants"])  # fmt: skip
+    await add_doc(db_pool, tenant_id=tenant_id, texts=[CELLS], embedder=embedder,
+                  collection="assessment")  # fmt: skip
+    selected = MaterialFilter(collections=["educational"])
+    seen: list[str] = []
+    offset, more = 0, True
+    while more:
+        reply = await retriever.material(
+            IndexMaterialRequest(
+                tenant_id=tenant_id, filter=selected, purpose="quiz", offset=offset, limit=3
+            )
+        )
+        assert reply.error is None and len(reply.rows) <= 3
+        seen += [r.text for r in reply.rows]
+        offset, more = offset + len(reply.rows), reply.more
+    assert seen == texts, "every chunk once, in the document's order, over the pages"
+    outline = await retriever.outline(IndexOutlineRequest(tenant_id=tenant_id, document_id=doc))
+    assert outline.centroid is not None and len(outline.centroid) == 384
+    assert [(s.path, s.chunks, s.first) for s in outline.sections] == [(["1 Plants"], 7, 0)]
+    other = await retriever.outline(IndexOutlineRequest(tenant_id="someone-else", document_id=doc))
+    assert other.centroid is None and other.sections == [], "another tenant's document: nothing"

@@ -24,7 +24,7 @@ async def test_on_retrieve_answers_a_typed_request(
         raw = await br.request(request.model_dump(mode="json"), Subjects.RETRIEVE)
         # of the retriever's responders (search, the index's reads) only search was called
         called = [s for s in broker.subscribers if s.calls[0].handler.mock.call_count]
-        assert len(called) == 1 and len(broker.subscribers) == 4
+        assert len(called) == 1 and len(broker.subscribers) == 6
         called[0].calls[0].handler.mock.assert_called_once_with(request.model_dump(mode="json"))
         bad = await br.request({"tenant_id": tenant_id, "query": ""}, Subjects.RETRIEVE)
     reply = RetrieveReply.model_validate_json(raw.body)

@@ -53,6 +53,8 @@ QUEUE_GROUPS = {
     Subjects.INDEX_CHUNKS: "lectern-retriever",
     Subjects.INDEX_TOPICS: "lectern-retriever",
     Subjects.INDEX_COUNT: "lectern-retriever",
+    Subjects.INDEX_MATERIAL: "lectern-retriever",
+    Subjects.INDEX_OUTLINE: "lectern-retriever",
     Subjects.RERANK: "lectern-reranker",
     Subjects.MEMORY_RECALL: "lectern-memory",
     Subjects.MEMORY_LIST: "lectern-memory",

@@ -33,6 +33,10 @@ from lectern_common.events import (
     IndexChunksRequest,
     IndexCountReply,
     IndexCountRequest,
+    IndexMaterialReply,
+    IndexMaterialRequest,
+    IndexOutlineReply,
+    IndexOutlineRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
     MemoryRecallReply,
@@ -271,6 +275,26 @@ class Responders:
         )  # fmt: skip
         return IndexCountReply(request_id=request.request_id, chunks=found)
 
+    async def material(self, request: IndexMaterialRequest) -> IndexMaterialReply:
+        """The retriever's own read of a quiz's, a drill's or a syllabus's material."""
+        rows, more = await index_reads.material(
+            self.pool, tenant_id=request.tenant_id, selected=request.filter,
+            purpose=request.purpose, offset=request.offset, limit=request.limit,
+        )  # fmt: skip
+        return IndexMaterialReply(request_id=request.request_id, rows=rows, more=more)
+
+    async def outline(self, request: IndexOutlineRequest) -> IndexOutlineReply:
+        """The retriever's own read of a document's outline in vectors."""
+        async with self.pool.acquire() as conn:
+            centroid, sections, standards = await index_reads.outline(
+                conn, tenant_id=request.tenant_id, document_id=request.document_id,
+                max_sections=request.max_sections,
+            )  # fmt: skip
+        return IndexOutlineReply(
+            request_id=request.request_id, centroid=centroid, sections=sections,
+            standards=standards,
+        )  # fmt: skip
+
     async def topics(self, request: IndexTopicsRequest) -> IndexTopicsReply:
         """The retriever's own read of the tenant's common topic tags."""
         found = await index_reads.common_topics(
@@ -325,6 +349,14 @@ async def run_responders(nats_url: str, responders: Responders) -> AsyncIterator
     @broker.subscriber(Subjects.INDEX_COUNT, queue=QUEUE_GROUPS[Subjects.INDEX_COUNT])
     async def on_count(request: IndexCountRequest) -> IndexCountReply:
         return await responders.count(request)
+
+    @broker.subscriber(Subjects.INDEX_MATERIAL, queue=QUEUE_GROUPS[Subjects.INDEX_MATERIAL])
+    async def on_material(request: IndexMaterialRequest) -> IndexMaterialReply:
+        return await responders.material(request)
+
+    @broker.subscriber(Subjects.INDEX_OUTLINE, queue=QUEUE_GROUPS[Subjects.INDEX_OUTLINE])
+    async def on_outline(request: IndexOutlineRequest) -> IndexOutlineReply:
+        return await responders.outline(request)
 
     @broker.subscriber(Subjects.INDEX_TOPICS, queue=QUEUE_GROUPS[Subjects.INDEX_TOPICS])
     async def on_topics(request: IndexTopicsRequest) -> IndexTopicsReply:

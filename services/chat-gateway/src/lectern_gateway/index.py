@@ -1,13 +1,16 @@
 """The gateway's reads of the index, asked of the retriever, which owns them (issue 61):
-chunks by id (the source viewer, the review queue's passages) and how many searchable
-chunks a tutor persona's scope matches. A chat turn's own reads go with its search
-(``chat.retrieve``)."""
+chunks by id (the source viewer, the review queue's passages), how many searchable chunks a
+tutor persona's scope matches, the material a quiz, a drill or a syllabus reads, and a
+document's outline in vectors (the curriculum proposals). A chat turn's own reads go with
+its search (``chat.retrieve``). Each raises ``UpstreamError`` when the retriever does not
+answer in time (a route: 503) unless it says otherwise."""
 
 from __future__ import annotations
 
 import logging
 import uuid
 from collections.abc import Sequence
+from typing import Any, Literal
 
 from faststream.nats import NatsBroker
 
@@ -19,6 +22,11 @@ from lectern_common.events import (
     IndexChunksRequest,
     IndexCountReply,
     IndexCountRequest,
+    IndexMaterialReply,
+    IndexMaterialRequest,
+    IndexOutlineReply,
+    IndexOutlineRequest,
+    MaterialFilter,
 )
 from lectern_common.events.retrieval import ScopeFilter
 from lectern_gateway.config import Settings
@@ -27,6 +35,10 @@ log = logging.getLogger(__name__)
 
 #: chunk ids one request carries at most (``IndexChunksRequest.chunk_ids``)
 CHUNKS_PER_REQUEST = 2000
+#: at most this many chunks are read to draw a quiz from (about a 500-page book)
+MAX_QUIZ_CHUNKS = 5000
+#: material rows a request asks for at once (a page of ``IndexMaterialRequest``)
+MATERIAL_PAGE = 500
 
 
 async def chunks_by_id(
@@ -66,3 +78,43 @@ async def scope_chunks(
         log.warning("a persona's chunk count is unavailable (%s)", exc)
         return None
     return reply.chunks
+
+
+async def material(
+    broker: NatsBroker,
+    settings: Settings,
+    tenant_id: str,
+    selected: MaterialFilter,
+    *,
+    purpose: Literal["quiz", "syllabus"],
+    limit: int = MAX_QUIZ_CHUNKS,
+) -> list[dict[str, Any]]:
+    """The material ``selected`` picks, in reading order, at most ``limit`` chunks, page by
+    page; each row a dict with the chunk's ``id`` and its document's ``title`` (also as
+    ``document_title``)."""
+    rows: list[dict[str, Any]] = []
+    more = True
+    while more and len(rows) < limit:
+        page = IndexMaterialRequest(
+            tenant_id=tenant_id, filter=selected, purpose=purpose, offset=len(rows),
+            limit=min(MATERIAL_PAGE, limit - len(rows)),
+        )  # fmt: skip
+        reply = await request(broker, page, IndexMaterialReply, timeout=settings.retrieve_timeout_s)
+        rows += [
+            {**r.model_dump(), "id": r.chunk_id, "document_title": r.title} for r in reply.rows
+        ]
+        more = reply.more and bool(reply.rows)
+    return rows
+
+
+async def outline(
+    broker: NatsBroker, settings: Settings, tenant_id: str, document_id: uuid.UUID, sections: int
+) -> IndexOutlineReply:
+    """A document's mean embedding, its ``sections`` largest top-level sections' and the
+    standards its sections' chunks carry."""
+    return await request(
+        broker,
+        IndexOutlineRequest(tenant_id=tenant_id, document_id=document_id, max_sections=sections),
+        IndexOutlineReply,
+        timeout=settings.retrieve_timeout_s,
+    )

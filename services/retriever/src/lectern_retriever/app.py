@@ -12,6 +12,10 @@ from lectern_common.events import (
     IndexChunksRequest,
     IndexCountReply,
     IndexCountRequest,
+    IndexMaterialReply,
+    IndexMaterialRequest,
+    IndexOutlineReply,
+    IndexOutlineRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
     RetrieveReply,
@@ -78,6 +82,16 @@ def subscribe(broker: NatsBroker, retriever: Retriever) -> None:
     async def on_count(request: IndexCountRequest) -> IndexCountReply:
         """How many searchable chunks a persona's scope matches."""
         return await answer(request, IndexCountReply, retriever.count)
+
+    @broker.subscriber(Subjects.INDEX_MATERIAL, queue=QUEUE_GROUPS[Subjects.INDEX_MATERIAL])
+    async def on_material(request: IndexMaterialRequest) -> IndexMaterialReply:
+        """A page of a quiz's, a drill's or a syllabus's material."""
+        return await answer(request, IndexMaterialReply, retriever.material)
+
+    @broker.subscriber(Subjects.INDEX_OUTLINE, queue=QUEUE_GROUPS[Subjects.INDEX_OUTLINE])
+    async def on_outline(request: IndexOutlineRequest) -> IndexOutlineReply:
+        """A document's outline in vectors (the curriculum proposals)."""
+        return await answer(request, IndexOutlineReply, retriever.outline)
 
     @broker.subscriber(Subjects.INDEX_TOPICS, queue=QUEUE_GROUPS[Subjects.INDEX_TOPICS])
     async def on_topics(request: IndexTopicsRequest) -> IndexTopicsReply:

@@ -16,6 +16,10 @@ from lectern_common.events import (
     IndexChunksRequest,
     IndexCountReply,
     IndexCountRequest,
+    IndexMaterialReply,
+    IndexMaterialRequest,
+    IndexOutlineReply,
+    IndexOutlineRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
     RetrieveReply,
@@ -282,6 +286,34 @@ class Retriever:
             return IndexCountReply(request_id=request.request_id, chunks=found)
 
         return await self.reads.run(read)
+
+    async def material(self, request: IndexMaterialRequest) -> IndexMaterialReply:
+        """A page of a quiz's, a drill's or a syllabus's material (``index_reads.material``)."""
+        if self.reads is None:
+            await self.start()
+        assert self.reads is not None
+
+        async def read(pool: Pool) -> IndexMaterialReply:
+            rows, more = await index_reads.material(
+                pool, tenant_id=request.tenant_id, selected=request.filter,
+                purpose=request.purpose, offset=request.offset, limit=request.limit,
+            )  # fmt: skip
+            return IndexMaterialReply(request_id=request.request_id, rows=rows, more=more)
+
+        return await self.reads.run(read)
+
+    async def outline(self, request: IndexOutlineRequest) -> IndexOutlineReply:
+        """A document's outline in vectors (``index_reads.outline``), from the primary: one
+        transaction, so a re-index cannot switch the vectors between its statements."""
+        async with self.db().acquire() as conn:
+            centroid, sections, standards = await index_reads.outline(
+                conn, tenant_id=request.tenant_id, document_id=request.document_id,
+                max_sections=request.max_sections,
+            )  # fmt: skip
+        return IndexOutlineReply(
+            request_id=request.request_id, centroid=centroid, sections=sections,
+            standards=standards,
+        )  # fmt: skip
 
     async def topics(self, request: IndexTopicsRequest) -> IndexTopicsReply:
         """The tenant's common topic tags (``index_reads.common_topics``)."""

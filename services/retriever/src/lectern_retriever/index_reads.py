@@ -9,8 +9,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from lectern_common import bm25
-from lectern_common.db.types import Queryable
-from lectern_common.events import ChunkRow, ChunkVisibility
+from lectern_common.db.types import Connection, Queryable
+from lectern_common.events import (
+    ChunkRow,
+    ChunkVisibility,
+    MaterialFilter,
+    MaterialRow,
+    SectionStandards,
+)
+from lectern_common.events.index import SectionOutline
 from lectern_common.events.retrieval import ScopeFilter
 
 _COLUMNS = (
@@ -125,4 +132,123 @@ async def scope_count(
             list(scope.class_ids),
             list(scope.topic_tags),
         )
+    )
+
+
+def material_conditions(tenant_id: str, selected: MaterialFilter) -> tuple[str, list[Any]]:
+    """The WHERE clause (on ``d`` documents and ``c`` chunks) selecting live material.
+
+    Subject matches case-insensitively; material uploaded without a subject, module or class
+    is not excluded by a filter on them (it would silently disappear otherwise)."""
+    args: list[Any] = [tenant_id, list(selected.collections)]
+    where = [
+        "c.tenant_id = $1", "c.active", "d.status = 'indexed'", "d.deleted_at IS NULL",
+        "c.collection = ANY($2::text[])",
+    ]  # fmt: skip
+    if selected.subject:
+        args.append(selected.subject)
+        where.append(f"(d.subject IS NULL OR lower(d.subject) = lower(${len(args)}))")
+    if selected.module:
+        args.append(selected.module)
+        where.append(f"(d.module_tag IS NULL OR d.module_tag = ${len(args)})")
+    if selected.class_id:
+        args.append(selected.class_id)
+        where.append(f"(d.class_id IS NULL OR d.class_id = ${len(args)})")
+    if selected.visible_classes is not None:  # a student: their classes' and unassigned
+        args.append(list(selected.visible_classes))
+        where.append(f"(d.class_id IS NULL OR d.class_id = ANY(${len(args)}::text[]))")
+    if selected.document_ids:
+        args.append(list(selected.document_ids))
+        where.append(f"d.id = ANY(${len(args)}::uuid[])")
+    return " AND ".join(where), args
+
+
+_MATERIAL = {
+    # content chunks and Q&A pairs in document order (oldest document first), whole texts
+    "quiz": (
+        "c.text", "c.kind IN ('text', 'table', 'qa')",
+        "d.created_at, d.id, c.kind = 'qa', c.chunk_index, c.id",
+    ),
+    # the outline: text and table chunks by module, each text's opening
+    "syllabus": (
+        "left(c.text, 1200)", "c.kind IN ('text', 'table')",
+        "d.module_tag NULLS LAST, d.created_at, d.id, c.chunk_index, c.id",
+    ),
+}  # fmt: skip
+
+
+async def material(
+    pool: Queryable,
+    *,
+    tenant_id: str,
+    selected: MaterialFilter,
+    purpose: str,
+    offset: int,
+    limit: int,
+) -> tuple[list[MaterialRow], bool]:
+    """A page of the material ``selected`` picks for ``purpose`` (``_MATERIAL``), and
+    whether more follows."""
+    text, kinds, order = _MATERIAL[purpose]
+    where, args = material_conditions(tenant_id, selected)
+    rows = await pool.fetch(
+        f"SELECT c.id AS chunk_id, c.document_id, c.kind, {text} AS text, c.section_path, "  # noqa: S608
+        "c.page_start, c.page_end, c.parent_chunk_id, c.topic_tags, d.title, d.subject, "
+        "d.module_tag, d.page_count, d.filename, d.collection, d.created_at "
+        f"FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {where} AND {kinds} "
+        f"ORDER BY {order} OFFSET {int(offset)} LIMIT {int(limit) + 1}",
+        *args,
+    )
+    page = [
+        MaterialRow.model_validate(
+            {**dict(r), "section_path": list(r["section_path"] or []),
+             "topic_tags": list(r["topic_tags"] or [])}
+        )
+        for r in rows[:limit]
+    ]  # fmt: skip
+    return page, len(rows) > limit
+
+
+def _floats(vector: Any) -> list[float]:
+    """A vector as floats, whether the driver decoded it to an array or a pgvector object."""
+    values = vector.to_list() if hasattr(vector, "to_list") else vector
+    return [float(v) for v in values]
+
+
+async def outline(
+    conn: Connection, *, tenant_id: str, document_id: Any, max_sections: int
+) -> tuple[list[float] | None, list[SectionOutline], list[SectionStandards]]:
+    """The document's mean embedding, its largest top-level sections' and the standards of
+    each section, in one transaction (a re-index cannot switch the vectors between them)."""
+    async with conn.transaction():
+        centroid = await conn.fetchval(
+            "SELECT avg(embedding) FROM chunks WHERE document_id = $1 AND tenant_id = $2 "
+            "AND kind IN ('text', 'table')",
+            document_id, tenant_id,
+        )  # fmt: skip
+        sections = await conn.fetch(
+            "SELECT section_path[1:2] AS path, avg(embedding) AS centroid, count(*) AS n, "
+            "min(chunk_index) AS first FROM chunks WHERE document_id = $1 AND tenant_id = $2 "
+            "AND kind IN ('text', 'table') AND cardinality(section_path) > 0 "
+            "GROUP BY 1 ORDER BY count(*) DESC LIMIT $3",
+            document_id, tenant_id, max_sections,
+        )  # fmt: skip
+        tagged = await conn.fetch(
+            "SELECT c.section_path[1:2] AS path, array_agg(DISTINCT s) AS codes "
+            "FROM chunks c, unnest(c.curriculum_standards) s "
+            "WHERE c.document_id = $1 AND c.tenant_id = $2 AND cardinality(c.section_path) > 0 "
+            "GROUP BY 1",
+            document_id, tenant_id,
+        )  # fmt: skip
+    return (
+        None if centroid is None else _floats(centroid),
+        [
+            SectionOutline(
+                path=list(r["path"]),
+                centroid=_floats(r["centroid"]),
+                chunks=r["n"],
+                first=r["first"],
+            )
+            for r in sections
+        ],
+        [SectionStandards(path=list(r["path"]), standards=sorted(r["codes"])) for r in tagged],
     )

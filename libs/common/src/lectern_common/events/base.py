@@ -37,6 +37,8 @@ class Subjects:
     INDEX_CHUNKS = "lectern.index.chunks.v1"
     INDEX_TOPICS = "lectern.index.topics.v1"
     INDEX_COUNT = "lectern.index.count.v1"
+    INDEX_MATERIAL = "lectern.index.material.v1"
+    INDEX_OUTLINE = "lectern.index.outline.v1"
     MEMORY_RECALL = "lectern.memory.recall.v1"
     MEMORY_LIST = "lectern.memory.list.v1"
     MEMORY_FORGET = "lectern.memory.forget.v1"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from lectern_common.db.types import Connection
-from lectern_common.events import QuizAnswerResult, QuizAttempted
+from lectern_common.events import MaterialFilter, QuizAnswerResult, QuizAttempted
 from lectern_common.outbox import enqueue
 from lectern_common.text import split_sentences
 from lectern_gateway.chat import repository as repo
@@ -32,8 +32,8 @@ from lectern_gateway.chat.sse import (
 )
 from lectern_gateway.chat.turn_input import ChatDeps, PendingCheck, TurnInput, TutorCheck
 from lectern_gateway.classes.membership import student_classes
+from lectern_gateway.index import material
 from lectern_gateway.study import generator
-from lectern_gateway.study import repository as study_repo
 from lectern_gateway.study.grading import (
     choice_is_right,
     content_words,
@@ -272,13 +272,11 @@ def check_source(check: TutorCheck) -> Source:
 async def next_practice_question(deps: ChatDeps, turn: TurnInput) -> TutorCheck | None:
     """Drill: the next question this session has not asked, Q&A pairs of the material first."""
     session, principal = turn.session, turn.principal
-    where, args = study_repo.material_conditions(
-        tenant_id=principal.tenant_id, collections=["educational"],
-        subject=session.subject, module=session.module_tag,
-        class_id=session.class_id, document_ids=[],
-        visible_classes=await student_classes(deps.pool, principal),
+    selected = MaterialFilter(
+        collections=["educational"], subject=session.subject, module=session.module_tag,
+        class_id=session.class_id, visible_classes=await student_classes(deps.pool, principal),
     )  # fmt: skip
-    rows = await study_repo.quiz_material(deps.pool, where, args)
+    rows = await material(deps.broker, deps.settings, principal.tenant_id, selected, purpose="quiz")
     chunks = [
         generator.SourceChunk.from_row(r)
         for r in rows

@@ -17,7 +17,9 @@ import io
 import uuid
 from typing import Annotated, Any
 
+import numpy as np
 from fastapi import APIRouter, Query, Request
+from faststream.nats import NatsBroker
 from pydantic import BaseModel, Field, ValidationError
 
 from lectern_common.broker import request
@@ -26,7 +28,9 @@ from lectern_common.embeddings import Embedder, build_embedder
 from lectern_common.events import ChunkCurriculumReply, ChunkCurriculumRequest, SectionStandards
 from lectern_common.index import FollowingEmbedder, guard, with_live_model
 from lectern_gateway.auth import PrincipalDep, StaffDep
+from lectern_gateway.config import Settings
 from lectern_gateway.deps import GatewayDep, GatewayDeps, PoolDep
+from lectern_gateway.index import outline
 from lectern_gateway.problems import ProblemError
 from lectern_gateway.study import repository as repo
 
@@ -194,32 +198,35 @@ async def _document(pool: Pool, tenant_id: str, document_id: uuid.UUID) -> Any:
     return row
 
 
-async def _curriculum(pool: Pool, tenant_id: str, document: Any) -> DocumentCurriculum:
-    # one transaction: a re-index cannot switch the vectors between its statements
-    async with pool.acquire() as conn, conn.transaction():
-        centroid = await repo.document_centroid(conn, document["id"])
-        sections = await repo.section_centroids(conn, document["id"], limit=MAX_SECTIONS)
-        tagged = await repo.section_standards(conn, document["id"])
+async def _curriculum(
+    pool: Pool, broker: NatsBroker, settings: Settings, tenant_id: str, document: Any
+) -> DocumentCurriculum:
+    # the document's outline in vectors from the index's owner (one transaction there: a
+    # re-index cannot switch the vectors between its statements)
+    shape = await outline(broker, settings, tenant_id, document["id"], MAX_SECTIONS)
+    tagged = {tuple(s.path): s.standards for s in shape.standards}
 
-        async def nearest(vector: Any, limit: int) -> list[Proposal]:
-            rows = await repo.nearest_standards(
-                conn, tenant_id=tenant_id, vector=vector, subject=document["subject"],
-                grade=document["grade_level"], limit=limit,
-            )  # fmt: skip
-            return [Proposal(code=r["code"], description=r["description"],
-                             score=round(float(r["score"]), 4)) for r in rows]  # fmt: skip
+    async def nearest(vector: list[float], limit: int) -> list[Proposal]:
+        rows = await repo.nearest_standards(
+            pool, tenant_id=tenant_id, vector=np.asarray(vector, dtype=np.float32),
+            subject=document["subject"], grade=document["grade_level"], limit=limit,
+        )  # fmt: skip
+        return [Proposal(code=r["code"], description=r["description"],
+                         score=round(float(r["score"]), 4)) for r in rows]  # fmt: skip
 
-        proposals = await nearest(centroid, DOCUMENT_PROPOSALS) if centroid is not None else []
-        per_section = [
-            SectionProposals(
-                path=list(s["path"]), chunk_count=s["n"],
-                proposals=await nearest(s["centroid"], SECTION_PROPOSALS),
-                confirmed=sorted(
-                    set(tagged.get(tuple(s["path"]), [])) - set(document["curriculum_standards"])
-                ),
-            )
-            for s in sorted(sections, key=lambda s: s["first"])
-        ]  # fmt: skip
+    proposals = (
+        await nearest(shape.centroid, DOCUMENT_PROPOSALS) if shape.centroid is not None else []
+    )
+    per_section = [
+        SectionProposals(
+            path=list(s.path), chunk_count=s.chunks,
+            proposals=await nearest(s.centroid, SECTION_PROPOSALS),
+            confirmed=sorted(
+                set(tagged.get(tuple(s.path), [])) - set(document["curriculum_standards"])
+            ),
+        )
+        for s in sorted(shape.sections, key=lambda s: s.first)
+    ]  # fmt: skip
     return DocumentCurriculum(
         document_id=document["id"], confirmed=list(document["curriculum_standards"]),
         proposals=proposals, sections=per_section,
@@ -231,12 +238,14 @@ async def _curriculum(pool: Pool, tenant_id: str, document: Any) -> DocumentCurr
     summary="Proposed and confirmed curriculum standards of a document",
 )
 async def document_curriculum(
-    document_id: uuid.UUID, staff: StaffDep, pool: PoolDep
+    document_id: uuid.UUID, staff: StaffDep, gateway: GatewayDep
 ) -> DocumentCurriculum:
     """The 5 standards nearest the document and the 3 nearest each top-level section
     (standards of the document's subject and grade +/- 1, or of none)."""
-    document = await _document(pool, staff.tenant_id, document_id)
-    return await _curriculum(pool, staff.tenant_id, document)
+    document = await _document(gateway.pool, staff.tenant_id, document_id)
+    return await _curriculum(
+        gateway.pool, gateway.broker, gateway.settings, staff.tenant_id, document
+    )
 
 
 @router.post(
@@ -269,4 +278,4 @@ async def confirm_curriculum(
     )  # fmt: skip
     await repo.set_document_standards(pool, document_id, whole)
     document = await _document(pool, staff.tenant_id, document_id)
-    return await _curriculum(pool, staff.tenant_id, document)
+    return await _curriculum(pool, gateway.broker, gateway.settings, staff.tenant_id, document)

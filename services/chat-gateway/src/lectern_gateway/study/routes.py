@@ -11,11 +11,12 @@ from pydantic import BaseModel, Field
 
 from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder
-from lectern_common.events import QuizAnswerResult, QuizAttempted
+from lectern_common.events import MaterialFilter, QuizAnswerResult, QuizAttempted
 from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.classes.membership import require_member, student_classes
-from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep
+from lectern_gateway.deps import BrokerDep, GatewayDep, PoolDep, SettingsDep
+from lectern_gateway.index import material
 from lectern_gateway.lti.service import queue_attempt_score
 from lectern_gateway.memories.service import struggle_topics
 from lectern_gateway.problems import ProblemError
@@ -176,12 +177,14 @@ async def create_quiz(
         )
     classes = await student_classes(pool, principal)
     require_member(body.class_id, classes)
-    where, args = repo.material_conditions(
-        tenant_id=principal.tenant_id, collections=[body.collection], subject=body.subject,
-        module=body.module, class_id=body.class_id, document_ids=body.document_ids,
-        visible_classes=classes,
+    selected = MaterialFilter.model_validate(
+        {"collections": [body.collection], "subject": body.subject, "module": body.module,
+         "class_id": body.class_id, "document_ids": body.document_ids,
+         "visible_classes": classes}
     )  # fmt: skip
-    rows = await repo.quiz_material(pool, where, args)
+    rows = await material(
+        gateway.broker, gateway.settings, principal.tenant_id, selected, purpose="quiz"
+    )
     chunks = [
         generator.SourceChunk.from_row(r)
         for r in rows
@@ -425,6 +428,8 @@ class Syllabus(BaseModel):
 async def syllabus(
     principal: PrincipalDep,
     pool: PoolDep,
+    broker: BrokerDep,
+    settings: SettingsDep,
     subject: str | None = Query(default=None, max_length=100),
     module: str | None = Query(default=None, max_length=200),
     document_id: uuid.UUID | None = None,
@@ -432,12 +437,12 @@ async def syllabus(
     """Sections in order with page ranges, chunk counts, topics and an overview (a section's
     first sentences); students see the educational collection only."""
     collections = ["educational", "assessment"] if principal.is_staff else ["educational"]
-    where, args = repo.material_conditions(
-        tenant_id=principal.tenant_id, collections=collections, subject=subject,
-        module=module, class_id=None, document_ids=[document_id] if document_id else [],
-        visible_classes=await student_classes(pool, principal),
+    selected = MaterialFilter.model_validate(
+        {"collections": collections, "subject": subject, "module": module,
+         "document_ids": [document_id] if document_id else [],
+         "visible_classes": await student_classes(pool, principal)}
     )  # fmt: skip
-    rows = await repo.syllabus_material(pool, where, args)
+    rows = await material(broker, settings, principal.tenant_id, selected, purpose="syllabus")
     if document_id is not None and not rows:
         raise ProblemError(404, "Not found", f"no indexed document {document_id}")
     by_document: dict[uuid.UUID, list[Any]] = {}
