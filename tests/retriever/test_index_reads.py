@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from lectern_common.embeddings import Embedder
 from lectern_common.events import (
     ChunkVisibility,
@@ -17,6 +19,7 @@ from lectern_common.events import (
     RetrieveRequest,
 )
 from lectern_common.events.retrieval import ScopeFilter
+from lectern_retriever import index_reads
 
 PHOTO = "Chlorophyll in the chloroplasts captures light energy for photosynthesis."
 CELLS = "Mitochondria release energy from glucose by cellular respiration."
@@ -111,8 +114,9 @@ async def test_a_personas_scope_is_counted_over_searchable_content(
 
 
 async def test_material_pages_in_reading_order_and_a_documents_outline(
-    retriever: Any, db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any
-) -> None:
+    retriever: Any, db_pool: Any, embedder: Embedder, tenant_id: str, add_doc: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     texts = [f"Passage {i} about {'light' if i % 2 else 'cells'} and energy." for i in range(7)]
     doc = await add_doc(db_pool, tenant_id=tenant_id, texts=texts, embedder=embedder,
                         section_path=["1 Plants"])  # fmt: skip
@@ -131,6 +135,12 @@ async def test_material_pages_in_reading_order_and_a_documents_outline(
         seen += [r.text for r in reply.rows]
         offset, more = offset + len(reply.rows), reply.more
     assert seen == texts, "every chunk once, in the document's order, over the pages"
+    # a page also stops at its texts' size (a reply must fit a NATS message)
+    monkeypatch.setattr(index_reads, "MATERIAL_PAGE_CHARS", 2 * len(texts[0]))
+    reply = await retriever.material(
+        IndexMaterialRequest(tenant_id=tenant_id, filter=selected, purpose="quiz", limit=100)
+    )
+    assert [r.text for r in reply.rows] == texts[:2] and reply.more
     outline = await retriever.outline(IndexOutlineRequest(tenant_id=tenant_id, document_id=doc))
     assert outline.centroid is not None and len(outline.centroid) == 384
     assert [(s.path, s.chunks, s.first) for s in outline.sections] == [(["1 Plants"], 7, 0)]

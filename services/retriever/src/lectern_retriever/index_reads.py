@@ -163,6 +163,10 @@ def material_conditions(tenant_id: str, selected: MaterialFilter) -> tuple[str, 
     return " AND ".join(where), args
 
 
+#: a material page's texts stop at about this many characters (its reply's JSON must stay
+#: under NATS's default 1 MB message; the caller pages on from the rows it got)
+MATERIAL_PAGE_CHARS = 400_000
+
 _MATERIAL = {
     # content chunks and Q&A pairs in document order (oldest document first), whole texts
     "quiz": (
@@ -198,13 +202,18 @@ async def material(
         f"ORDER BY {order} OFFSET {int(offset)} LIMIT {int(limit) + 1}",
         *args,
     )
-    page = [
-        MaterialRow.model_validate(
-            {**dict(r), "section_path": list(r["section_path"] or []),
-             "topic_tags": list(r["topic_tags"] or [])}
-        )
-        for r in rows[:limit]
-    ]  # fmt: skip
+    page: list[MaterialRow] = []
+    size = 0
+    for r in rows[:limit]:
+        size += len(r["text"])
+        if page and size > MATERIAL_PAGE_CHARS:
+            return page, True  # the rest on the next page: a reply stays under NATS's 1 MB
+        page.append(
+            MaterialRow.model_validate(
+                {**dict(r), "section_path": list(r["section_path"] or []),
+                 "topic_tags": list(r["topic_tags"] or [])}
+            )
+        )  # fmt: skip
     return page, len(rows) > limit
 
 
