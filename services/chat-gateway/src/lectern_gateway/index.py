@@ -33,8 +33,9 @@ from lectern_gateway.config import Settings
 
 log = logging.getLogger(__name__)
 
-#: chunk ids one request carries at most (``IndexChunksRequest.chunk_ids``)
-CHUNKS_PER_REQUEST = 2000
+#: chunk ids one request asks for (at most 500, ``IndexChunksRequest.chunk_ids``): 200
+#: chunks of 256 word pieces keep the reply well under NATS's 1 MB message
+CHUNKS_PER_REQUEST = 200
 #: at most this many chunks are read to draw a quiz from (about a 500-page book)
 MAX_QUIZ_CHUNKS = 5000
 #: material rows a request asks for at once (a page of ``IndexMaterialRequest``)

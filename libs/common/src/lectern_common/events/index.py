@@ -35,7 +35,7 @@ class IndexChunksRequest(Request):
 
     subject: ClassVar[str] = Subjects.INDEX_CHUNKS
 
-    chunk_ids: list[uuid.UUID] = Field(min_length=1, max_length=2000)
+    chunk_ids: list[uuid.UUID] = Field(min_length=1, max_length=500)
     visible: ChunkVisibility | None = None
 
 
