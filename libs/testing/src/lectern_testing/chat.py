@@ -254,54 +254,25 @@ class Responders:
         return RetrieveReply(request_id=request.request_id, candidates=candidates, idf=idf)
 
     async def chunks(self, request: IndexChunksRequest) -> IndexChunksReply:
-        """The retriever's own read (``lectern_retriever.index_reads``): what the caller may
+        """The retriever's own answer (``lectern_retriever.index_reads``): what the caller may
         see of the chunks asked for, whatever this stand-in's search returned."""
-        if request.visible is None:
-            found = await index_reads.chunks_by_id(
-                self.pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids
-            )
-        else:
-            found = await index_reads.visible_chunks(
-                self.pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids,
-                visible=request.visible,
-            )  # fmt: skip
-        return IndexChunksReply(request_id=request.request_id, chunks=found)
+        return await index_reads.answer_chunks(self.pool, request)
 
     async def count(self, request: IndexCountRequest) -> IndexCountReply:
         """The retriever's own count of the chunks a persona's scope matches."""
-        found = await index_reads.scope_count(
-            self.pool, tenant_id=request.tenant_id, collections=request.collections,
-            scope=request.scope,
-        )  # fmt: skip
-        return IndexCountReply(request_id=request.request_id, chunks=found)
+        return await index_reads.answer_count(self.pool, request)
 
     async def material(self, request: IndexMaterialRequest) -> IndexMaterialReply:
-        """The retriever's own read of a quiz's, a drill's or a syllabus's material."""
-        rows, more = await index_reads.material(
-            self.pool, tenant_id=request.tenant_id, selected=request.filter,
-            purpose=request.purpose, offset=request.offset, limit=request.limit,
-        )  # fmt: skip
-        return IndexMaterialReply(request_id=request.request_id, rows=rows, more=more)
+        """The retriever's own page of a quiz's, a drill's or a syllabus's material."""
+        return await index_reads.answer_material(self.pool, request)
 
     async def outline(self, request: IndexOutlineRequest) -> IndexOutlineReply:
         """The retriever's own read of a document's outline in vectors."""
-        async with self.pool.acquire() as conn:
-            centroid, sections, standards = await index_reads.outline(
-                conn, tenant_id=request.tenant_id, document_id=request.document_id,
-                max_sections=request.max_sections,
-            )  # fmt: skip
-        return IndexOutlineReply(
-            request_id=request.request_id, centroid=centroid, sections=sections,
-            standards=standards,
-        )  # fmt: skip
+        return await index_reads.answer_outline(self.pool, request)
 
     async def topics(self, request: IndexTopicsRequest) -> IndexTopicsReply:
         """The retriever's own read of the tenant's common topic tags."""
-        found = await index_reads.common_topics(
-            self.pool, tenant_id=request.tenant_id, subject=request.course_subject,
-            limit=request.limit,
-        )  # fmt: skip
-        return IndexTopicsReply(request_id=request.request_id, topics=found)
+        return await index_reads.answer_topics(self.pool, request)
 
     async def rerank(self, request: RerankRequest) -> RerankReply:
         """Keep the order; confidence from the scripted band (a score inside it)."""

@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from lectern_common.db import ReadPools, create_pool
 from lectern_common.db.types import Pool
@@ -33,6 +34,8 @@ from lectern_retriever.rewrite import Rewritten, llm_rewrite
 from lectern_retriever.service import QueryBatcher, SearchDefaults, hybrid_search
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 
 #: how long a tenant's document languages are cached
@@ -252,83 +255,33 @@ class Retriever:
 
         return await with_live_model(self.embedder, attempt)
 
-    async def chunks(self, request: IndexChunksRequest) -> IndexChunksReply:
-        """Chunks by id, with the caller's visibility when it gives one (``index_reads``)."""
+    async def _from_reads(self, read: Callable[[Pool], Awaitable[R]]) -> R:
+        """``read`` on the read pools (the replica when one is configured and healthy)."""
         if self.reads is None:
             await self.start()
         assert self.reads is not None
-
-        async def read(pool: Pool) -> IndexChunksReply:
-            if request.visible is None:
-                found = await index_reads.chunks_by_id(
-                    pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids
-                )
-            else:
-                found = await index_reads.visible_chunks(
-                    pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids,
-                    visible=request.visible,
-                )  # fmt: skip
-            return IndexChunksReply(request_id=request.request_id, chunks=found)
-
         return await self.reads.run(read)
+
+    async def chunks(self, request: IndexChunksRequest) -> IndexChunksReply:
+        """Chunks by id, with the caller's visibility when it gives one."""
+        return await self._from_reads(lambda pool: index_reads.answer_chunks(pool, request))
 
     async def count(self, request: IndexCountRequest) -> IndexCountReply:
-        """How many searchable chunks a persona's scope matches (``index_reads.scope_count``)."""
-        if self.reads is None:
-            await self.start()
-        assert self.reads is not None
-
-        async def read(pool: Pool) -> IndexCountReply:
-            found = await index_reads.scope_count(
-                pool, tenant_id=request.tenant_id, collections=request.collections,
-                scope=request.scope,
-            )  # fmt: skip
-            return IndexCountReply(request_id=request.request_id, chunks=found)
-
-        return await self.reads.run(read)
+        """How many searchable chunks a persona's scope matches."""
+        return await self._from_reads(lambda pool: index_reads.answer_count(pool, request))
 
     async def material(self, request: IndexMaterialRequest) -> IndexMaterialReply:
-        """A page of a quiz's, a drill's or a syllabus's material (``index_reads.material``)."""
-        if self.reads is None:
-            await self.start()
-        assert self.reads is not None
-
-        async def read(pool: Pool) -> IndexMaterialReply:
-            rows, more = await index_reads.material(
-                pool, tenant_id=request.tenant_id, selected=request.filter,
-                purpose=request.purpose, offset=request.offset, limit=request.limit,
-            )  # fmt: skip
-            return IndexMaterialReply(request_id=request.request_id, rows=rows, more=more)
-
-        return await self.reads.run(read)
-
-    async def outline(self, request: IndexOutlineRequest) -> IndexOutlineReply:
-        """A document's outline in vectors (``index_reads.outline``), from the primary: one
-        transaction, so a re-index cannot switch the vectors between its statements."""
-        async with self.db().acquire() as conn:
-            centroid, sections, standards = await index_reads.outline(
-                conn, tenant_id=request.tenant_id, document_id=request.document_id,
-                max_sections=request.max_sections,
-            )  # fmt: skip
-        return IndexOutlineReply(
-            request_id=request.request_id, centroid=centroid, sections=sections,
-            standards=standards,
-        )  # fmt: skip
+        """A page of a quiz's, a drill's or a syllabus's material."""
+        return await self._from_reads(lambda pool: index_reads.answer_material(pool, request))
 
     async def topics(self, request: IndexTopicsRequest) -> IndexTopicsReply:
-        """The tenant's common topic tags (``index_reads.common_topics``)."""
-        if self.reads is None:
-            await self.start()
-        assert self.reads is not None
+        """The tenant's common topic tags."""
+        return await self._from_reads(lambda pool: index_reads.answer_topics(pool, request))
 
-        async def read(pool: Pool) -> IndexTopicsReply:
-            found = await index_reads.common_topics(
-                pool, tenant_id=request.tenant_id, subject=request.course_subject,
-                limit=request.limit,
-            )  # fmt: skip
-            return IndexTopicsReply(request_id=request.request_id, topics=found)
-
-        return await self.reads.run(read)
+    async def outline(self, request: IndexOutlineRequest) -> IndexOutlineReply:
+        """A document's outline in vectors, from the primary: one transaction, so a re-index
+        cannot switch the vectors between its statements."""
+        return await index_reads.answer_outline(self.db(), request)
 
     async def _tenant_configs(self, tenant_id: str) -> list[str]:
         """The tenant's documents' text search configurations, looked up at most every

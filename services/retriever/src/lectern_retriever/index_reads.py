@@ -1,7 +1,8 @@
 """The index's reads other services ask the retriever for (``lectern.index.*``, issue 61):
-chunks by id, with or without the caller's visibility, the tenant's common topic tags, and
-words' BM25 idf. The retriever owns every read of ``chunks`` and the BM25 statistics; ingest
-owns their writes."""
+chunks by id, with or without the caller's visibility, the tenant's common topic tags, a
+persona's count, the material of quizzes, drill and the syllabus, a document's outline in
+vectors, and words' BM25 idf. The retriever owns every read of ``chunks`` and the BM25
+statistics; ingest owns their writes."""
 
 from __future__ import annotations
 
@@ -9,10 +10,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from lectern_common import bm25
-from lectern_common.db.types import Connection, Queryable
+from lectern_common.db.types import Connection, Pool, Queryable
 from lectern_common.events import (
     ChunkRow,
     ChunkVisibility,
+    IndexChunksReply,
+    IndexChunksRequest,
+    IndexCountReply,
+    IndexCountRequest,
+    IndexMaterialReply,
+    IndexMaterialRequest,
+    IndexOutlineReply,
+    IndexOutlineRequest,
+    IndexTopicsReply,
+    IndexTopicsRequest,
     MaterialFilter,
     MaterialRow,
     SectionStandards,
@@ -260,4 +271,56 @@ async def outline(
             for r in sections
         ],
         [SectionStandards(path=list(r["path"]), standards=sorted(r["codes"])) for r in tagged],
+    )
+
+
+# ---------------------------------------------------------------- the replies
+
+
+async def answer_chunks(pool: Queryable, request: IndexChunksRequest) -> IndexChunksReply:
+    """``lectern.index.chunks.v1``: with the caller's visibility when it gives one."""
+    if request.visible is None:
+        found = await chunks_by_id(pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids)
+    else:
+        found = await visible_chunks(
+            pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids,
+            visible=request.visible,
+        )  # fmt: skip
+    return IndexChunksReply(request_id=request.request_id, chunks=found)
+
+
+async def answer_count(pool: Queryable, request: IndexCountRequest) -> IndexCountReply:
+    """``lectern.index.count.v1``."""
+    found = await scope_count(
+        pool, tenant_id=request.tenant_id, collections=request.collections, scope=request.scope
+    )
+    return IndexCountReply(request_id=request.request_id, chunks=found)
+
+
+async def answer_topics(pool: Queryable, request: IndexTopicsRequest) -> IndexTopicsReply:
+    """``lectern.index.topics.v1``."""
+    found = await common_topics(
+        pool, tenant_id=request.tenant_id, subject=request.course_subject, limit=request.limit
+    )
+    return IndexTopicsReply(request_id=request.request_id, topics=found)
+
+
+async def answer_material(pool: Queryable, request: IndexMaterialRequest) -> IndexMaterialReply:
+    """``lectern.index.material.v1``."""
+    rows, more = await material(
+        pool, tenant_id=request.tenant_id, selected=request.filter, purpose=request.purpose,
+        offset=request.offset, limit=request.limit,
+    )  # fmt: skip
+    return IndexMaterialReply(request_id=request.request_id, rows=rows, more=more)
+
+
+async def answer_outline(pool: Pool, request: IndexOutlineRequest) -> IndexOutlineReply:
+    """``lectern.index.outline.v1`` (from ``pool``'s one connection, one transaction)."""
+    async with pool.acquire() as conn:
+        centroid, sections, standards = await outline(
+            conn, tenant_id=request.tenant_id, document_id=request.document_id,
+            max_sections=request.max_sections,
+        )  # fmt: skip
+    return IndexOutlineReply(
+        request_id=request.request_id, centroid=centroid, sections=sections, standards=standards
     )
