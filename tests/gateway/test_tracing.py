@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -35,6 +36,7 @@ from lectern_common.events import (
     Subjects,
 )
 from lectern_common.telemetry import UNTRACED_PATHS
+from lectern_retriever import index_reads
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +101,9 @@ async def test_question_is_one_trace_from_http_through_the_nats_requests(
             return reply.model_dump(mode="json")
 
     responder(Subjects.RETRIEVE, RetrieveRequest, stand_ins.retrieve)
-    responder(Subjects.INDEX_CHUNKS, IndexChunksRequest, stand_ins.chunks)
+    responder(
+        Subjects.INDEX_CHUNKS, IndexChunksRequest, partial(index_reads.answer_chunks, db_pool)
+    )
     responder(Subjects.RERANK, RerankRequest, stand_ins.rerank)
     responder(Subjects.MEMORY_RECALL, MemoryRecallRequest, stand_ins.recall)
 

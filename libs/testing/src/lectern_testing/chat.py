@@ -5,10 +5,11 @@ gateway served by uvicorn, and an SSE client reading answers with httpx-sse."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from faststream.nats import NatsBroker
 from httpx_sse import aconnect_sse
 from nats.js.api import ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
+from pydantic import BaseModel
 
 from lectern_common.broker import QUEUE_GROUPS, stream_for
 from lectern_common.db.types import Pool
@@ -29,15 +31,10 @@ from lectern_common.events import (
     AnswerSpan,
     Candidate,
     Confidence,
-    IndexChunksReply,
     IndexChunksRequest,
-    IndexCountReply,
     IndexCountRequest,
-    IndexMaterialReply,
     IndexMaterialRequest,
-    IndexOutlineReply,
     IndexOutlineRequest,
-    IndexTopicsReply,
     IndexTopicsRequest,
     MemoryRecallReply,
     MemoryRecallRequest,
@@ -253,27 +250,6 @@ class Responders:
         )
         return RetrieveReply(request_id=request.request_id, candidates=candidates, idf=idf)
 
-    async def chunks(self, request: IndexChunksRequest) -> IndexChunksReply:
-        """The retriever's own answer (``lectern_retriever.index_reads``): what the caller may
-        see of the chunks asked for, whatever this stand-in's search returned."""
-        return await index_reads.answer_chunks(self.pool, request)
-
-    async def count(self, request: IndexCountRequest) -> IndexCountReply:
-        """The retriever's own count of the chunks a persona's scope matches."""
-        return await index_reads.answer_count(self.pool, request)
-
-    async def material(self, request: IndexMaterialRequest) -> IndexMaterialReply:
-        """The retriever's own page of a quiz's, a drill's or a syllabus's material."""
-        return await index_reads.answer_material(self.pool, request)
-
-    async def outline(self, request: IndexOutlineRequest) -> IndexOutlineReply:
-        """The retriever's own read of a document's outline in vectors."""
-        return await index_reads.answer_outline(self.pool, request)
-
-    async def topics(self, request: IndexTopicsRequest) -> IndexTopicsReply:
-        """The retriever's own read of the tenant's common topic tags."""
-        return await index_reads.answer_topics(self.pool, request)
-
     async def rerank(self, request: RerankRequest) -> RerankReply:
         """Keep the order; confidence from the scripted band (a score inside it)."""
         score = {"high": 0.9, "medium": 0.7, "low": 0.5, "gap": 0.2}[self.band]
@@ -299,6 +275,30 @@ def _or_query(text: str) -> str:
     return " | ".join(words) or "nothing"
 
 
+#: the retriever's reads of the index (``lectern.index.*``), answered here by its own code
+INDEX_READS: dict[str, tuple[type[BaseModel], Callable[[Any, Any], Awaitable[BaseModel]]]] = {
+    Subjects.INDEX_CHUNKS: (IndexChunksRequest, index_reads.answer_chunks),
+    Subjects.INDEX_COUNT: (IndexCountRequest, index_reads.answer_count),
+    Subjects.INDEX_MATERIAL: (IndexMaterialRequest, index_reads.answer_material),
+    Subjects.INDEX_OUTLINE: (IndexOutlineRequest, index_reads.answer_outline),
+    Subjects.INDEX_TOPICS: (IndexTopicsRequest, index_reads.answer_topics),
+}
+
+
+def _answer_with(
+    broker: NatsBroker,
+    subject: str,
+    request_type: type[BaseModel],
+    answer: Callable[[Any], Awaitable[BaseModel]],
+) -> None:
+    """Answer ``subject`` in its queue group with ``answer`` of the decoded request."""
+
+    @broker.subscriber(subject, queue=QUEUE_GROUPS[subject])
+    async def handle(body: dict[str, Any]) -> dict[str, Any]:
+        reply = await answer(request_type.model_validate(body))
+        return reply.model_dump(mode="json")
+
+
 @asynccontextmanager
 async def run_responders(nats_url: str, responders: Responders) -> AsyncIterator[Responders]:
     """Serve ``responders`` in the retriever's (search and the index's reads) and the
@@ -313,25 +313,8 @@ async def run_responders(nats_url: str, responders: Responders) -> AsyncIterator
     async def on_rerank(request: RerankRequest) -> RerankReply:
         return await responders.rerank(request)
 
-    @broker.subscriber(Subjects.INDEX_CHUNKS, queue=QUEUE_GROUPS[Subjects.INDEX_CHUNKS])
-    async def on_chunks(request: IndexChunksRequest) -> IndexChunksReply:
-        return await responders.chunks(request)
-
-    @broker.subscriber(Subjects.INDEX_COUNT, queue=QUEUE_GROUPS[Subjects.INDEX_COUNT])
-    async def on_count(request: IndexCountRequest) -> IndexCountReply:
-        return await responders.count(request)
-
-    @broker.subscriber(Subjects.INDEX_MATERIAL, queue=QUEUE_GROUPS[Subjects.INDEX_MATERIAL])
-    async def on_material(request: IndexMaterialRequest) -> IndexMaterialReply:
-        return await responders.material(request)
-
-    @broker.subscriber(Subjects.INDEX_OUTLINE, queue=QUEUE_GROUPS[Subjects.INDEX_OUTLINE])
-    async def on_outline(request: IndexOutlineRequest) -> IndexOutlineReply:
-        return await responders.outline(request)
-
-    @broker.subscriber(Subjects.INDEX_TOPICS, queue=QUEUE_GROUPS[Subjects.INDEX_TOPICS])
-    async def on_topics(request: IndexTopicsRequest) -> IndexTopicsReply:
-        return await responders.topics(request)
+    for subject, (request_type, answer) in INDEX_READS.items():
+        _answer_with(broker, subject, request_type, functools.partial(answer, responders.pool))
 
     if responders.memories is not None:
 

@@ -1,9 +1,10 @@
 """The gateway's reads of the index, asked of the retriever, which owns them (issue 61):
-chunks by id (the source viewer, the review queue's passages), how many searchable chunks a
-tutor persona's scope matches, the material a quiz, a drill or a syllabus reads, and a
-document's outline in vectors (the curriculum proposals). A chat turn's own reads go with
-its search (``chat.retrieve``). Each raises ``UpstreamError`` when the retriever does not
-answer in time (a route: 503) unless it says otherwise."""
+chunks by id (a turn's visible candidates, the source viewer, the review queue's passages),
+the tenant's common topics (a refusal's suggestions), how many searchable chunks a tutor
+persona's scope matches, the material a quiz, a drill or a syllabus reads, and a document's
+outline in vectors (the curriculum proposals). The question words' idf comes with a turn's
+search (``chat.retrieve``). Each raises ``UpstreamError`` when the retriever does not answer
+in time (a route: 503) unless it says otherwise."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from lectern_common.broker import request
 from lectern_common.errors import RetryableError, UpstreamError
 from lectern_common.events import (
     ChunkRow,
+    ChunkVisibility,
     IndexChunksReply,
     IndexChunksRequest,
     IndexCountReply,
@@ -26,6 +28,8 @@ from lectern_common.events import (
     IndexMaterialRequest,
     IndexOutlineReply,
     IndexOutlineRequest,
+    IndexTopicsReply,
+    IndexTopicsRequest,
     MaterialFilter,
 )
 from lectern_common.events.retrieval import ScopeFilter
@@ -43,21 +47,47 @@ MATERIAL_PAGE = 500
 
 
 async def chunks_by_id(
-    broker: NatsBroker, settings: Settings, tenant_id: str, chunk_ids: Sequence[uuid.UUID]
+    broker: NatsBroker,
+    settings: Settings,
+    tenant_id: str,
+    chunk_ids: Sequence[uuid.UUID],
+    *,
+    visible: ChunkVisibility | None = None,
 ) -> dict[uuid.UUID, ChunkRow]:
-    """The tenant's chunks of documents not deleted, by id (an id not found is left out);
-    raises ``UpstreamError`` when the retriever does not answer in time (a route: 503)."""
+    """The tenant's chunks by id (an id not found is left out): with ``visible``, only those
+    the caller may see of live documents; without, any chunk of a document not deleted."""
     wanted = list(dict.fromkeys(chunk_ids))
     found: dict[uuid.UUID, ChunkRow] = {}
     for at in range(0, len(wanted), CHUNKS_PER_REQUEST):
-        reply = await request(
-            broker,
-            IndexChunksRequest(tenant_id=tenant_id, chunk_ids=wanted[at : at + CHUNKS_PER_REQUEST]),
-            IndexChunksReply,
-            timeout=settings.retrieve_timeout_s,
+        asked = IndexChunksRequest(
+            tenant_id=tenant_id, chunk_ids=wanted[at : at + CHUNKS_PER_REQUEST], visible=visible
         )
+        reply = await request(broker, asked, IndexChunksReply, timeout=settings.retrieve_timeout_s)
         found.update((c.chunk_id, c) for c in reply.chunks)
     return found
+
+
+def as_row(chunk: ChunkRow) -> dict[str, Any]:
+    """A chunk as the gateway's row dicts hold it (its id also as ``id``)."""
+    return {**chunk.model_dump(), "id": chunk.chunk_id}
+
+
+async def related_topics(
+    broker: NatsBroker, settings: Settings, tenant_id: str, subject: str | None, *, limit: int
+) -> list[str]:
+    """The tenant's common topic tags, ``subject``'s first (a refusal suggests them); none
+    when the retriever does not answer in time: a refusal does not wait on its suggestions."""
+    try:
+        reply = await request(
+            broker,
+            IndexTopicsRequest(tenant_id=tenant_id, course_subject=subject, limit=limit),
+            IndexTopicsReply,
+            timeout=settings.retrieve_timeout_s,
+        )
+    except (UpstreamError, RetryableError) as exc:
+        log.warning("related topics unavailable (%s); refusing without them", exc)
+        return []
+    return list(reply.topics)
 
 
 async def scope_chunks(

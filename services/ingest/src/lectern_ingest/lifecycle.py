@@ -21,17 +21,13 @@ import uuid
 from collections.abc import Iterable
 
 from lectern_common.db.types import Connection, Pool
+from lectern_ingest.repository import FILTER_COLUMNS
 
 log = logging.getLogger(__name__)
 
-#: the document columns chunks carry a copy of (retrieval filters on them) that a teacher
-#: may change: the only names ``copy_columns`` puts into its statement
-CARRIED = frozenset(
-    {
-        "subject", "grade_level", "module_tag", "class_id", "collection",
-        "curriculum_standards", "topic_tags", "freshness_date", "source_priority",
-    }
-)  # fmt: skip
+#: the document columns chunks carry a copy of (retrieval filters on them, written with the
+#: chunks at upload): the only names ``copy_columns`` puts into its statement
+CARRIED = frozenset(FILTER_COLUMNS)
 
 
 async def _lock(conn: Connection, document_id: uuid.UUID) -> None:

@@ -4,7 +4,6 @@ labelled as sources [T#]."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -12,15 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lectern_common.broker import request
-from lectern_common.errors import RetryableError, UpstreamError
 from lectern_common.events import (
     Candidate,
     ChunkVisibility,
     Confidence,
-    IndexChunksReply,
-    IndexChunksRequest,
-    IndexTopicsReply,
-    IndexTopicsRequest,
     RankedChunk,
     RerankReply,
     RerankRequest,
@@ -41,9 +35,8 @@ from lectern_gateway.chat.decision import no_material
 from lectern_gateway.chat.sse import Source
 from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, Retrieved, elapsed_ms
 from lectern_gateway.classes.membership import student_classes
+from lectern_gateway.index import as_row, chunks_by_id
 from lectern_gateway.personas.service import TutorPersona
-
-log = logging.getLogger(__name__)
 
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6
@@ -158,21 +151,16 @@ async def visible_rows(
     classes: Sequence[str] | None,
     scope: ScopeFilter | None,
 ) -> dict[uuid.UUID, dict[str, Any]]:
-    """The chunks of ``chunk_ids`` the caller may see, by id, asked of the index's owner
-    (``lectern.index.chunks.v1``): whatever the search returned, only the caller's tenant's
-    live, allowed chunks go on to the re-ranker and the prompt."""
+    """The chunks of ``chunk_ids`` the caller may see, by id, asked of the index's owner:
+    whatever the search returned, only the caller's tenant's live, allowed chunks go on to
+    the re-ranker and the prompt."""
     if not chunk_ids or not collections:
         return {}
     visible = ChunkVisibility.model_validate(
         {"collections": list(collections), "classes": classes, "scope": scope}
     )
-    reply = await request(
-        deps.broker,
-        IndexChunksRequest(tenant_id=tenant_id, chunk_ids=chunk_ids, visible=visible),
-        IndexChunksReply,
-        timeout=deps.settings.retrieve_timeout_s,
-    )
-    return {c.chunk_id: {**c.model_dump(), "id": c.chunk_id} for c in reply.chunks}
+    found = await chunks_by_id(deps.broker, deps.settings, tenant_id, chunk_ids, visible=visible)
+    return {chunk_id: as_row(chunk) for chunk_id, chunk in found.items()}
 
 
 async def rerank(
@@ -258,22 +246,3 @@ def _source(label: str, item: RankedChunk, row: dict[str, Any]) -> Source:
         score=round(float(item.score), 4),
         answer=answer,
     )
-
-
-async def related_topics(
-    deps: ChatDeps, tenant_id: str, subject: str | None, *, limit: int = 5
-) -> list[str]:
-    """The tenant's common topic tags, the session subject's first (a refusal suggests them),
-    from the index's owner (``lectern.index.topics.v1``); none when it does not answer in
-    time: a refusal does not wait on its suggestions."""
-    try:
-        reply = await request(
-            deps.broker,
-            IndexTopicsRequest(tenant_id=tenant_id, course_subject=subject, limit=limit),
-            IndexTopicsReply,
-            timeout=deps.settings.retrieve_timeout_s,
-        )
-    except (UpstreamError, RetryableError) as exc:
-        log.warning("related topics unavailable (%s); refusing without them", exc)
-        return []
-    return list(reply.topics)

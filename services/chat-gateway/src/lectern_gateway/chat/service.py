@@ -81,7 +81,7 @@ from lectern_gateway.chat.refusal import (
     web_answer,
     web_citations,
 )
-from lectern_gateway.chat.retrieve import Lookup, related_topics, rerank, retrieve_candidates
+from lectern_gateway.chat.retrieve import Lookup, rerank, retrieve_candidates
 from lectern_gateway.chat.social import REPLIES, social_kind
 from lectern_gateway.chat.sse import (
     CheckEvent,
@@ -111,6 +111,7 @@ from lectern_gateway.chat.turn_input import (
     TutorCheck,
     elapsed_ms,
 )
+from lectern_gateway.index import related_topics
 from lectern_gateway.quality import aggregates as quality
 
 #: sentences of an answer on a topic the student has mastered
@@ -449,7 +450,9 @@ async def refuse(
     """No material good enough: say so honestly (and what the web says, when the tenant lets
     the model search it); the knowledge gap is recorded."""
     principal, session = turn.principal, turn.session
-    related = await related_topics(deps, principal.tenant_id, session.subject, limit=5)
+    related = await related_topics(
+        deps.broker, deps.settings, principal.tenant_id, session.subject, limit=5
+    )
     topic = guess_topic(question.text, session, [])
     related = [t for t in related if t != topic][:5]
     text = await gap_text(deps, turn, question.text, related)
@@ -696,7 +699,9 @@ async def answered(
     topic = guess_topic(turn.text, session, material.retrieved.topic_tags)
     gap = None
     if final.knowledge_gap:
-        related = await related_topics(deps, turn.principal.tenant_id, session.subject, limit=5)
+        related = await related_topics(
+            deps.broker, deps.settings, turn.principal.tenant_id, session.subject, limit=5
+        )
         gap = GapRecord(turn.text, topic, related)
     return Ending(
         draft.text, final.confidence, draft.finished.answered_by,

@@ -13,7 +13,7 @@ from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.citations import content_terms, split_cited_sentences
 from lectern_gateway.classes.membership import may_see_class, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
-from lectern_gateway.index import chunks_by_id
+from lectern_gateway.index import as_row, chunks_by_id
 from lectern_gateway.problems import ProblemError
 
 router = APIRouter(tags=["sources"])
@@ -120,7 +120,7 @@ async def get_chunk(
     """The chunk from the index's owner (``lectern.index.chunks.v1``), as the caller may see
     it; 503 when the retriever does not answer in time."""
     found = (await chunks_by_id(broker, settings, principal.tenant_id, [chunk_id])).get(chunk_id)
-    row = {**found.model_dump(), "id": chunk_id} if found is not None else None
+    row = as_row(found) if found is not None else None
     # students never see assessments; answer as if it did not exist
     if row is None or (
         not principal.is_staff
