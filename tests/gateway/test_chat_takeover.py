@@ -144,17 +144,17 @@ async def test_a_survivor_takes_over_a_turn_whose_replica_stopped_and_every_even
     # the undisturbed answer, in a session of its own
     reference = await ask(client, b, (await new_session(client, b, headers))["id"], QUESTION,
                           headers)  # fmt: skip
-    assert reference.status == 200 and reference.of("token")
+    assert reference.status == 200 and len(reference.of("token")) >= 2  # stopped mid-answer
     session = await new_session(client, a, headers)
     url = f"/v1/sessions/{session['id']}/messages"
     key = {"Idempotency-Key": f"ask-{uuid.uuid4()}"}
     a_turns: TurnRegistry = a.deps.turns
     real, gate = a.deps.streamer, asyncio.Event()
-    a.deps.streamer = _paused(real, gate, after=3)
+    a.deps.streamer = _paused(real, gate, after=1)
     try:
         response, first, _ = await _read(
             client, "POST", a.url + url, {**headers, **key}, json={"content": QUESTION},
-            stop_after=4,
+            stop_after=2,
         )  # fmt: skip
     finally:
         a.deps.streamer = real

@@ -1,6 +1,7 @@
 """Generators: Gemini through the real SDK against the fake server, fallback, offline answers."""
 
 import email.utils
+import re
 import socket
 import threading
 import time
@@ -459,13 +460,16 @@ async def test_offline_picks_the_answering_sentence_and_cites_it() -> None:
     assert (final.provider, final.outcome, final.cited_sources) == ("offline", "answered", ["T1"])
 
 
-async def test_offline_streams_several_small_chunks_deterministically() -> None:
-    answerer = OfflineAnswerer(words_per_chunk=3)
+async def test_offline_streams_a_sentence_a_delta_deterministically() -> None:
+    answerer = OfflineAnswerer()
     first, second = await collect(answerer), await collect(answerer)
     assert first == second
     deltas = [c.text for c in first if isinstance(c, TextDelta)]
-    assert len(deltas) > 3
-    assert all(len(d.split()) <= 3 for d in deltas)
+    answer = await answerer.answer(question=QUESTION[0].content, sources=SOURCES)
+    # one delta per answer sentence, each ending at its citation's stop, joined the answer
+    assert len(deltas) == len(answer.sentences) >= 2
+    assert "".join(deltas) == answer.render()
+    assert all(re.search(r"\[T\d+\][.!?:]?$", d.strip()) for d in deltas)
 
 
 async def test_offline_says_so_when_nothing_supports_an_answer() -> None:

@@ -46,8 +46,13 @@ class ExtractiveAnswer:
 
     def render(self) -> str:
         """The answer text: sentences each followed by its citation, list items as a list."""
+        return "".join(self.parts())
+
+    def parts(self) -> list[str]:
+        """The answer text a sentence (or list item) at a time, each with its citation; joined
+        they are ``render()``."""
         if not self.sentences:
-            return NO_SUPPORT_TEXT
+            return [NO_SUPPORT_TEXT]
         out: list[str] = []
         for s, following in zip(self.sentences, [*self.sentences[1:], None], strict=True):
             text = s.text
@@ -59,7 +64,9 @@ class ExtractiveAnswer:
                 out.append(f"\n- {cited}")
             else:
                 out.append(("\n" if out and out[-1].startswith("\n- ") else " ") + cited)
-        return "".join(out).strip()
+        out[0] = out[0].lstrip()
+        out[-1] = out[-1].rstrip()
+        return [part for part in out if part]
 
 
 _TRAILING_ELLIPSIS = re.compile(r"\s*(?:\.\s*){3}$|\s*…$")

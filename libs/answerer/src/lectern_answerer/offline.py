@@ -5,7 +5,6 @@ reader reads only the units a cheaper model ranks highest)."""
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import Counter, OrderedDict
 from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
 
     from lectern_common.embeddings import Embedder
     from lectern_common.generation import GenerationRequest, GenerationStream, SourceText
-
-_PIECE = re.compile(r"\S+\s*")
 
 
 class SentenceReader(Protocol):
@@ -58,7 +55,6 @@ class OfflineAnswerer:
         embedder: Embedder | None = None,
         reader: SentenceReader | None = None,
         max_sentences: int = 4,
-        words_per_chunk: int = 4,
         cache_floats: int = 8_000_000,  # 32 MB of vectors: 20,000 sentences of MiniLM
         read_at_most: int | None = READ_AT_MOST,
         from_spans: bool = False,
@@ -71,7 +67,6 @@ class OfflineAnswerer:
         self.from_spans = from_spans
         self.read_at_most = read_at_most
         self.max_sentences = max_sentences
-        self.words_per_chunk = max(1, words_per_chunk)
         # unit vectors by (model, text), least recently used first: a course's questions
         # keep meeting the same chunks, and embedding their sentences is most of an answer's
         # time on a CPU
@@ -170,14 +165,16 @@ class OfflineAnswerer:
 
     async def stream(self, request: GenerationRequest) -> GenerationStream:
         """Stream the answer to the last user message (a follow-up takes the topic of the
-        questions before it), a few words at a time."""
+        questions before it), a sentence at a time."""
         asked = [m.content for m in request.messages if m.role == "user"]
         question = resolve_follow_up(asked[-1], asked[:-1]) if asked else ""
         result = await self.answer(question=question, sources=request.sources)
         yield Verdict(outcome="answered" if result.supported else "no_support")
-        pieces = _PIECE.findall(result.render())
-        for start in range(0, len(pieces), self.words_per_chunk):
-            yield TextDelta(text="".join(pieces[start : start + self.words_per_chunk]))
+        # the answer is composed whole: a delta a sentence, not a few words (each delta is an
+        # SSE write, a stored turn event and a pass of the citation checker; 4-word deltas
+        # cost the gateway CPU a turn under load, docs/benchmarks.md, twenty-eighth session)
+        for part in result.parts():
+            yield TextDelta(text=part)
             await asyncio.sleep(0)
         yield Final(
             provider=self.name,
