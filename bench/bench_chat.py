@@ -65,6 +65,7 @@ from lectern_gateway.app import create_app as create_gateway
 from lectern_gateway.auth import issue_token
 from lectern_gateway.chat.sse import parse_event
 from lectern_gateway.config import Settings as GatewaySettings
+from lectern_ingest.repository import sync_index_documents
 
 TENANT = "bench"
 DIM = 384
@@ -137,6 +138,8 @@ async def seed(pool: Any, embedder: LocalEmbedder, copies: int) -> int:
             [topic.lower()],
             vector,
         )
+    # the index's record of each document, as ingest writes it when it indexes one
+    await sync_index_documents(pool, list(documents.values()))
     return len(texts)
 
 

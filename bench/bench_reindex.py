@@ -31,6 +31,7 @@ from lectern_common.events import RetrieveRequest
 from lectern_common.index import IndexModel, load_embedder
 from lectern_common.reindex import reindex
 from lectern_common.runtime import EmbeddedPostgres
+from lectern_ingest.repository import sync_index_documents
 from lectern_retriever.config import Settings
 from lectern_retriever.handlers import Retriever
 
@@ -78,6 +79,7 @@ async def seed(pool: object, embedder: LocalEmbedder, texts: list[str]) -> None:
         )  # fmt: skip
         await conn.execute("SELECT lectern_bm25_index_document($1)", document_id)
         await conn.execute("UPDATE documents SET status = 'indexed' WHERE id = $1", document_id)
+        await sync_index_documents(conn, [document_id])
 
 
 async def main() -> None:

@@ -85,14 +85,14 @@ async def test_erasure_deletes_every_row_once_and_spares_others(
     )
     await erasure.erase_user(db_pool, older)
     recorded = await db_pool.fetchrow(
-        "SELECT erased_at, event_id FROM erased_users WHERE tenant_id = $1 AND user_key = $2",
+        "SELECT erased_at, event_id FROM memory_erasures WHERE tenant_id = $1 AND user_key = $2",
         tenant_id,
         erased_user_key(tenant_id, "maya"),
     )
     assert (recorded["erased_at"], recorded["event_id"]) == (event.occurred_at, event.event_id)
     # the record does not name the user
     assert not await db_pool.fetchval(
-        "SELECT count(*) FROM erased_users e WHERE strpos(e::text, 'maya') > 0"
+        "SELECT count(*) FROM memory_erasures e WHERE strpos(e::text, 'maya') > 0"
     )
 
 
@@ -136,8 +136,8 @@ async def test_rows_written_while_the_erasure_commits_are_erased_again(
             db_pool, UserErased(tenant_id=tenant_id, user_id="nobody", occurred_at=later)
         )
         await db_pool.execute(
-            "INSERT INTO erased_users (tenant_id, user_key, erased_at, event_id, erased_by) "
-            "VALUES ($1, $2, $3, $4, 'test')",
+            "INSERT INTO memory_erasures (tenant_id, user_key, erased_at, event_id) "
+            "VALUES ($1, $2, $3, $4)",
             tenant_id, erased_user_key(tenant_id, "maya"), later, uuid.uuid4(),
         )  # fmt: skip
 

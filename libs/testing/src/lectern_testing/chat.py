@@ -171,6 +171,10 @@ async def seed_document(
             class_id,
             uploaded_by,
         )
+    # the index's record of the document, as ingest writes it when it indexes one
+    from lectern_ingest.repository import sync_index_documents
+
+    await sync_index_documents(pool, [document_id])
     return Seeded(document_id, ids)
 
 

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterable
 
 from lectern_common.db.types import Connection, Pool
-from lectern_ingest.repository import FILTER_COLUMNS
+from lectern_ingest.repository import FILTER_COLUMNS, sync_index_documents
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ async def settle_status(conn: Connection, document_id: uuid.UUID) -> str | None:
     chunks are indexed again). Deleted or gone: the chunks are deleted (the statement trigger
     on ``chunks`` takes the indexed ones out of the statistics). Any other status (archived,
     superseded; failed, a duplicate, pending and processing have none, their chunks being
-    written with ``indexed``): chunks kept, inactive, out of the statistics.
+    written with ``indexed``): chunks kept, inactive, out of the statistics. The index's
+    record of the document (``index_documents``) follows in the same transaction.
     """
     status: str | None = await conn.fetchval(
         "SELECT status FROM documents WHERE id = $1", document_id
@@ -79,6 +80,7 @@ async def settle_status(conn: Connection, document_id: uuid.UUID) -> str | None:
         )
         if await _has_chunks(conn, document_id, indexed=True):
             await conn.execute("SELECT lectern_bm25_unindex_document($1)", document_id)
+    await sync_index_documents(conn, [document_id])
     return status
 
 

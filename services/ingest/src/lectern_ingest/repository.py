@@ -117,6 +117,43 @@ async def record_retry(
     )  # fmt: skip
 
 
+#: the document columns the index keeps of each document it holds chunks of
+#: (``index_documents``: what retrieval shows and filters on beside a chunk)
+INDEX_DOCUMENT_COLUMNS = (
+    "tenant_id", "title", "filename", "uploader_role", "metadata", "subject", "module_tag",
+    "class_id", "collection", "page_count", "ts_config", "created_at",
+)  # fmt: skip
+
+_INDEX_DOCUMENTS_GONE = """DELETE FROM index_documents x
+   WHERE x.document_id = ANY($1::uuid[]) AND NOT EXISTS (
+       SELECT 1 FROM documents d WHERE d.id = x.document_id AND d.deleted_at IS NULL
+          AND d.status <> 'deleted'
+          AND EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id))"""
+
+_INDEX_DOCUMENTS_KEPT = f"""INSERT INTO index_documents
+       (document_id, {", ".join(INDEX_DOCUMENT_COLUMNS)}, searchable)
+   SELECT d.id, {", ".join(f"d.{c}" for c in INDEX_DOCUMENT_COLUMNS)}, d.status = 'indexed'
+   FROM documents d
+   WHERE d.id = ANY($1::uuid[]) AND d.deleted_at IS NULL AND d.status <> 'deleted'
+     AND EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id)
+   ON CONFLICT (document_id) DO UPDATE SET
+       {", ".join(f"{c} = EXCLUDED.{c}" for c in INDEX_DOCUMENT_COLUMNS)},
+       searchable = EXCLUDED.searchable"""  # noqa: S608 - column names from a constant
+
+
+async def sync_index_documents(conn: Queryable, document_ids: Sequence[uuid.UUID]) -> None:
+    """Bring the index's record of these documents (``index_documents``, which the retriever
+    reads instead of the gateway's ``documents``) to their rows and chunks now: a row,
+    searchable while the document is indexed, for each live document with chunks; none for
+    the others. Called in the transaction that changes their chunks or status, so retrieval
+    never sees the one without the other."""
+    ids = list(dict.fromkeys(document_ids))
+    if not ids:
+        return
+    await conn.execute(_INDEX_DOCUMENTS_GONE, ids)
+    await conn.execute(_INDEX_DOCUMENTS_KEPT, ids)
+
+
 async def mark_failed(
     conn: Connection,
     document_id: uuid.UUID,
@@ -139,6 +176,7 @@ async def mark_failed(
                WHERE id = $1""",
             document_id, stage, reason, message, attempts,
         )  # fmt: skip
+        await sync_index_documents(conn, [document_id])
     return True
 
 
@@ -322,6 +360,7 @@ async def store_document(
         )  # fmt: skip
         if original is not None:
             await _mark_duplicate(conn, row=row, original_id=original, result=result)
+            await sync_index_documents(conn, exclude)
             return "duplicate"
         bm25 = await bm25_available(conn)
         # pending/processing documents have no indexed chunks (those commit with 'indexed'),
@@ -333,6 +372,7 @@ async def store_document(
             await conn.execute("SELECT lectern_bm25_index_document($1)", document_id)
         await _supersede_previous(conn, row)
         await conn.execute(_INDEXED, *indexed_args(document_id, result))
+        await sync_index_documents(conn, [document_id, *exclude[1:]])
     return "indexed"
 
 
@@ -476,6 +516,7 @@ async def store_documents(conn: Connection, documents: Sequence[Stored]) -> None
     if await bm25_available(conn):
         await conn.execute("SELECT lectern_bm25_index_documents($1::uuid[])", ids)
     await conn.executemany(_INDEXED, [indexed_args(d.row["id"], d.result) for d in documents])
+    await sync_index_documents(conn, ids)
 
 
 #: a tenant with at most this many indexed chunks has each new chunk compared with all of

@@ -8,7 +8,7 @@ re-delivered event finds nothing left and changes nothing.
 
 ``users.erased`` travels on its own stream, so an event about the user from another stream
 (``chat.turn.completed``, ``chat.session.ended``, ``quiz.attempted``) may arrive after it.
-The erasure is recorded (``erased_users``, keyed by a hash of tenant and user), and an event
+The erasure is recorded (``memory_erasures``, memory's own, keyed by a hash of tenant and user), and an event
 that occurred before it is dropped (``unless_erased``); one being handled while the erasure
 commits has what it wrote erased again at once. ``memory_quiz_attempts`` (an attempt id and
 a time, the consumer's idempotency keys) names no user and is kept.
@@ -47,10 +47,10 @@ async def erase_user(pool: Pool, event: UserErased) -> dict[str, int]:
     async with pool.acquire() as conn, conn.transaction():
         erased = await _erase_rows(conn, tenant_id=event.tenant_id, user_id=event.user_id)
         await conn.execute(
-            "INSERT INTO erased_users (tenant_id, user_key, erased_at, event_id, erased_by) "
-            "VALUES ($1, $2, $3, $4, 'users.erased') ON CONFLICT (tenant_id, user_key) DO "
+            "INSERT INTO memory_erasures (tenant_id, user_key, erased_at, event_id) "
+            "VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, user_key) DO "
             "UPDATE SET erased_at = EXCLUDED.erased_at, event_id = EXCLUDED.event_id "
-            "WHERE erased_users.erased_at < EXCLUDED.erased_at",
+            "WHERE memory_erasures.erased_at < EXCLUDED.erased_at",
             event.tenant_id, erased_user_key(event.tenant_id, event.user_id),
             event.occurred_at, event.event_id,
         )  # fmt: skip
@@ -81,7 +81,7 @@ async def _erase_rows(conn: Connection, *, tenant_id: str, user_id: str) -> dict
 async def erased_since(pool: Pool, event: AboutUser) -> bool:
     """Whether the user the event is about was erased after it occurred."""
     erased_at: datetime | None = await pool.fetchval(
-        "SELECT erased_at FROM erased_users WHERE tenant_id = $1 AND user_key = $2",
+        "SELECT erased_at FROM memory_erasures WHERE tenant_id = $1 AND user_key = $2",
         event.tenant_id,
         erased_user_key(event.tenant_id, event.user_id),
     )

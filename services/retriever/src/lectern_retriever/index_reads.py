@@ -50,9 +50,8 @@ async def chunks_by_id(
 ) -> list[ChunkRow]:
     """The tenant's chunks of documents not deleted (the source viewer's read)."""
     rows = await pool.fetch(
-        f"SELECT {_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "  # noqa: S608
-        "WHERE c.id = ANY($1::uuid[]) AND c.tenant_id = $2 AND d.tenant_id = $2 "
-        "AND d.deleted_at IS NULL",
+        f"SELECT {_COLUMNS} FROM chunks c JOIN index_documents d ON d.document_id = c.document_id "  # noqa: S608
+        "WHERE c.id = ANY($1::uuid[]) AND c.tenant_id = $2 AND d.tenant_id = $2",
         list(chunk_ids),
         tenant_id,
     )
@@ -67,9 +66,9 @@ async def visible_chunks(
     ``visible.scope``, a persona's."""
     scope = visible.scope
     rows = await pool.fetch(
-        f"SELECT {_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "  # noqa: S608
+        f"SELECT {_COLUMNS} FROM chunks c JOIN index_documents d ON d.document_id = c.document_id "  # noqa: S608
         "WHERE c.id = ANY($1::uuid[]) AND c.tenant_id = $2 AND d.tenant_id = $2 AND c.active "
-        "AND c.collection = ANY($3::text[]) AND d.status = 'indexed' AND d.deleted_at IS NULL "
+        "AND c.collection = ANY($3::text[]) AND d.searchable "
         "AND ($4::text[] IS NULL OR c.class_id IS NULL OR c.class_id = ANY($4::text[])) "
         "AND (cardinality($5::text[]) = 0 OR lower(c.subject) = ANY($5::text[])) "
         "AND (cardinality($6::text[]) = 0 OR c.module_tag = ANY($6::text[])) "
@@ -147,13 +146,14 @@ async def scope_count(
 
 
 def material_conditions(tenant_id: str, selected: MaterialFilter) -> tuple[str, list[Any]]:
-    """The WHERE clause (on ``d`` documents and ``c`` chunks) selecting live material.
+    """The WHERE clause (on ``d`` the index's documents and ``c`` chunks) selecting live
+    material.
 
     Subject matches case-insensitively; material uploaded without a subject, module or class
     is not excluded by a filter on them (it would silently disappear otherwise)."""
     args: list[Any] = [tenant_id, list(selected.collections)]
     where = [
-        "c.tenant_id = $1", "c.active", "d.status = 'indexed'", "d.deleted_at IS NULL",
+        "c.tenant_id = $1", "c.active", "d.searchable",
         "c.collection = ANY($2::text[])",
     ]  # fmt: skip
     if selected.subject:
@@ -170,7 +170,7 @@ def material_conditions(tenant_id: str, selected: MaterialFilter) -> tuple[str, 
         where.append(f"(d.class_id IS NULL OR d.class_id = ANY(${len(args)}::text[]))")
     if selected.document_ids:
         args.append(list(selected.document_ids))
-        where.append(f"d.id = ANY(${len(args)}::uuid[])")
+        where.append(f"d.document_id = ANY(${len(args)}::uuid[])")
     return " AND ".join(where), args
 
 
@@ -182,12 +182,12 @@ _MATERIAL = {
     # content chunks and Q&A pairs in document order (oldest document first), whole texts
     "quiz": (
         "c.text", "c.kind IN ('text', 'table', 'qa')",
-        "d.created_at, d.id, c.kind = 'qa', c.chunk_index, c.id",
+        "d.created_at, d.document_id, c.kind = 'qa', c.chunk_index, c.id",
     ),
     # the outline: text and table chunks by module, each text's opening
     "syllabus": (
         "left(c.text, 1200)", "c.kind IN ('text', 'table')",
-        "d.module_tag NULLS LAST, d.created_at, d.id, c.chunk_index, c.id",
+        "d.module_tag NULLS LAST, d.created_at, d.document_id, c.chunk_index, c.id",
     ),
 }  # fmt: skip
 
@@ -209,7 +209,8 @@ async def material(
         f"SELECT c.id AS chunk_id, c.document_id, c.kind, {text} AS text, c.section_path, "  # noqa: S608
         "c.page_start, c.page_end, c.parent_chunk_id, c.topic_tags, d.title, d.subject, "
         "d.module_tag, d.page_count, d.filename, d.collection, d.created_at "
-        f"FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {where} AND {kinds} "
+        "FROM chunks c JOIN index_documents d ON d.document_id = c.document_id "
+        f"WHERE {where} AND {kinds} "
         f"ORDER BY {order} OFFSET {int(offset)} LIMIT {int(limit) + 1}",
         *args,
     )

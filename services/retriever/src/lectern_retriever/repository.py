@@ -142,8 +142,8 @@ async def tenant_ts_configs(conn: Queryable, *, tenant_id: str) -> list[str]:
     """The text search configurations most of the tenant's searchable documents were indexed
     with: every one holding at least ``MIN_LANGUAGE_SHARE`` of them (the commonest always)."""
     rows = await conn.fetch(
-        """SELECT ts_config::text AS name, count(*) AS n FROM documents
-           WHERE tenant_id = $1 AND status = 'indexed' AND ts_config IS NOT NULL
+        """SELECT ts_config::text AS name, count(*) AS n FROM index_documents
+           WHERE tenant_id = $1 AND searchable AND ts_config IS NOT NULL
            GROUP BY 1 ORDER BY n DESC, name""",
         tenant_id,
     )
@@ -313,7 +313,7 @@ async def candidate_rows(
     document stopped being searchable since it was found is left out)."""
     rows = await conn.fetch(
         f"""SELECT {_CANDIDATE_COLUMNS}
-            FROM chunks c JOIN documents d ON d.id = c.document_id
+            FROM chunks c JOIN index_documents d ON d.document_id = c.document_id
             WHERE c.id = ANY($2::uuid[]) AND c.tenant_id = $1 AND c.active""",  # noqa: S608
         tenant_id,
         list(chunk_ids),
