@@ -149,7 +149,6 @@ async def start_retrievers(servers: Stack, replicas: int) -> list[asyncio.subpro
         "LECTERN_DATABASE_URL": servers.database_url,
         "LECTERN_RETRIEVER_HTTP_PORT": "0",
         "LECTERN_LOG_LEVEL": "WARNING",
-        "LECTERN_RETRIEVER_REWEIGHT_INTERVAL_S": "0",
         # the benchmark builds (and drops) tenants' own indexes itself: a replica's
         # maintenance, at its own threshold, would rebuild or drop them under the timing
         "LECTERN_RETRIEVER_TENANT_INDEX_INTERVAL_S": "0",

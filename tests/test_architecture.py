@@ -309,25 +309,87 @@ def _strings(path: Path) -> Iterator[str]:
             yield node.value
 
 
+def _code_strings(path: Path) -> Iterator[str]:
+    """The string literals of a module other than its docstrings (prose, not SQL)."""
+    docstrings = {
+        ast.get_docstring(n, clean=False)
+        for n in ast.walk(ast.parse(path.read_text()))
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    yield from (text for text in _strings(path) if text not in docstrings)
+
+
 def test_the_gateway_reaches_other_services_data_through_them() -> None:
     """No SQL of the gateway names a memory table, writes ingest's tables (``chunks``, the
     BM25 statistics) or reads them: the retriever answers those reads."""
     wrong = []
     for name, path in modules("lectern_gateway"):
-        docstrings = {
-            ast.get_docstring(n, clean=False)
-            for n in ast.walk(ast.parse(path.read_text()))
-            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        }
-        for text in _strings(path):
-            if text in docstrings:
-                continue
+        for text in _code_strings(path):
             wrong += [f"{name} reads {t}" for t in MEMORY_TABLES if re.search(rf"\b{t}\b", text)]
             if _INGEST_WRITE.search(text):
                 wrong.append(f"{name} writes ingest's tables: {text.strip()[:80]!r}")
             elif _INDEX_READ.search(text):
                 wrong.append(f"{name} reads the index, not through the retriever")
     assert not wrong, "\n".join(wrong)
+
+
+#: a statement writing ingest's tables: ``chunks`` and the BM25 statistics (``bm25_*``)
+_WRITES_INDEX = re.compile(
+    r"\b(UPDATE|DELETE\s+FROM|INSERT\s+INTO)\s+(chunks|bm25_\w+)\b", re.IGNORECASE
+)
+MIGRATIONS = REPO / "libs/common/src/lectern_common/db/migrations"
+#: a function of the migrations, its name and its body (every one is quoted ``$$ ... $$``)
+_FUNCTION = re.compile(
+    r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(lectern_\w+)\s*\(.*?\$\$(.*?)\$\$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def writing_functions() -> frozenset[str]:
+    """The functions of the migrations (``lectern_bm25_*`` and any other ``lectern_*``) that
+    write ``chunks`` or the BM25 tables, themselves or through another such function (any
+    definition of one that did, a later ``CREATE OR REPLACE`` included): calling one writes
+    ingest's rows."""
+    bodies: dict[str, str] = defaultdict(str)
+    for path in sorted(MIGRATIONS.glob("*.sql")):
+        for match in _FUNCTION.finditer(path.read_text()):
+            bodies[match[1].lower()] += match[2]
+    writing = {name for name, body in bodies.items() if _WRITES_INDEX.search(body)}
+    while True:
+        calling = {
+            name
+            for name, body in bodies.items()
+            if any(re.search(rf"\b{callee}\s*\(", body, re.IGNORECASE) for callee in writing)
+        }
+        if calling <= writing:
+            return frozenset(writing)
+        writing |= calling
+
+
+#: every service's package, found on disk (``services/*/src``), so a new one is checked too
+SERVICE_PACKAGES = sorted(path.parent for path in REPO.glob("services/*/src/*/__init__.py"))
+
+
+def test_only_ingest_writes_the_index() -> None:
+    """No SQL of a service other than ingest writes ``chunks`` or the BM25 tables or calls a
+    function of the migrations that does (``lectern_bm25_reweight``, ``..._index_document``
+    ...): ingest owns them (issue 61). Read-only functions (``lectern_bm25_stale_tenants``,
+    ``lectern_bm25_k1`` ...) may be called by readers. No allow-list."""
+    writing = writing_functions()
+    # the scan sees the functions and the services it is about
+    assert {"lectern_bm25_reweight", "lectern_bm25_index_document"} <= writing
+    assert not {"lectern_bm25_stale_tenants", "lectern_live_embedding_model"} & writing
+    assert {package.name for package in SERVICE_PACKAGES} >= SERVICES
+    calls = re.compile(rf"\b({'|'.join(sorted(writing))})\s*\(", re.IGNORECASE)
+    wrong = [
+        f"{path.relative_to(REPO)}: {text.strip()[:80]!r}"
+        for package in SERVICE_PACKAGES
+        if package.name != "lectern_ingest"
+        for path in sorted(package.rglob("*.py"))
+        for text in _code_strings(path)
+        if _WRITES_INDEX.search(text) or calls.search(text)
+    ]
+    assert not wrong, "only ingest writes chunks and the BM25 tables:\n" + "\n".join(wrong)
 
 
 #: a statement's opening words, as the gateway writes them (upper case)

@@ -222,7 +222,6 @@ async def test_the_retriever_searches_the_replica(pair: Pair) -> None:
         database_url=pair.primary.dsn,
         database_read_url=pair.replica.dsn,
         http_port=0,
-        reweight_interval_s=0,
     )
     retriever = Retriever(settings=settings, embedder=embedder)
     await retriever.start()

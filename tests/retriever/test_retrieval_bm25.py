@@ -97,24 +97,6 @@ def test_python_helpers() -> None:
     assert tsqueries_two_of(["a", "b", "c"]) == ["'a' & ('b' | 'c')", "'b' & ('c')"]
 
 
-async def test_scores_match_reference_after_reweight(
-    db_pool: Any, retriever: Any, tenant_id: str, add_doc: Any
-) -> None:
-    await load(db_pool, tenant_id, CORPUS, add_doc)
-    query = "How does light energy drive photosynthesis?"
-    # weights froze avgdl as documents arrived: the first ones are off until re-weighted
-    expected = await reference_scores(db_pool, tenant_id, query)
-    # the retriever's periodic job re-weights tenants whose chunk count drifted
-    assert (await retriever.reweight_stale())[tenant_id] == 6
-    assert tenant_id not in await retriever.reweight_stale()
-    got = await sparse_scores(retriever, tenant_id, query)
-    assert set(got) == set(expected)
-    for chunk_id, score in expected.items():
-        assert got[chunk_id] == pytest.approx(score, rel=1e-5)
-    ranked = sorted(got, key=lambda c: -got[c])
-    assert ranked == sorted(expected, key=lambda c: -expected[c])
-
-
 async def test_statistics_follow_delete_archive_and_restore(
     db_pool: Any, retriever: Any, tenant_id: str, add_doc: Any, set_doc_status: Any
 ) -> None:
@@ -204,7 +186,6 @@ async def test_maxscore_cut_keeps_the_exact_top_k(
         settings = Settings(
             nats_url=nats_url, database_url=database_url, http_port=0,
             maxscore_postings=postings, pair_terms_max=pairs, pass_two_clauses_max=clauses,
-            reweight_interval_s=0,
         )  # fmt: skip
         retriever = Retriever(settings=settings, embedder=embedder)
         await retriever.start()

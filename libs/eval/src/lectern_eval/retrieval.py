@@ -672,7 +672,7 @@ async def _load_corpus(
         client=client, pool=pool, tenant_id=tenant_id, corpus=corpus, progress=say
     )
     async with pool.acquire() as conn:
-        # what the retriever's periodic re-weighting would do after a bulk upload
+        # what ingest's periodic re-weighting would do after a bulk upload
         await conn.execute("SELECT lectern_bm25_reweight($1)", tenant_id)
         await conn.execute("ANALYZE chunks")
     return loaded

@@ -1,6 +1,7 @@
 """Ingest app: the durable JetStream pull consumer of uploads (``lectern-ingest``) and those of
 a teacher's changes to indexed documents (``lectern-ingest-<change>``), shared by all
-replicas, and the curriculum responder."""
+replicas, the curriculum responder, and the background garbage collection and BM25
+re-weighting (``lectern_ingest.reweighting``)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from lectern_ingest import language
 from lectern_ingest.config import Settings
 from lectern_ingest.curriculum import tag_chunks
 from lectern_ingest.handlers import handle_document_change, handle_uploaded
+from lectern_ingest.reweighting import reweight_every
 from lectern_ingest.service import IngestWorker
 
 
@@ -82,6 +84,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                     every_s=settings.gc_interval_s, grace_s=settings.gc_grace_s,
                 ),
             )  # fmt: skip
+        if settings.reweight_interval_s > 0:
+            state.spawn(
+                "lectern-bm25-reweight",
+                reweight_every(
+                    state.db(), every_s=settings.reweight_interval_s, drift=settings.reweight_drift
+                ),
+            )
 
     app = create_service_app(
         settings=settings,

@@ -98,6 +98,14 @@ class Settings(ServiceHttpSettings):
         default=3600.0, ge=0,
         description="stored files younger than this are never collected (uploads in flight)",
     )  # fmt: skip
+    reweight_interval_s: float = Field(
+        default=600.0, ge=0.0,
+        description="how often to re-weight the BM25 weights of drifted tenants (0: never; "
+        "lectern_ingest.reweighting)",
+    )  # fmt: skip
+    reweight_drift: float = Field(
+        default=0.1, ge=0.0, description="re-weight a tenant when its chunk count moved this share"
+    )
     conflict_neighbours: int = Field(
         default=3, ge=0, le=20,
         description="nearest chunks of other documents each new chunk is checked against for "

@@ -48,12 +48,6 @@ class Settings(ServiceHttpSettings):
         "round trips and query embeddings)",
     )  # fmt: skip
     pool_size: int = Field(default=16, ge=2, description="the retriever's own Postgres pool")
-    reweight_interval_s: float = Field(
-        default=600.0, ge=0.0, description="how often to re-weight drifted tenants (0: never)"
-    )
-    reweight_drift: float = Field(
-        default=0.1, ge=0.0, description="re-weight a tenant when its chunk count moved this share"
-    )
     tenant_index_min_chunks: int = Field(
         default=2000, ge=1,
         description="a tenant with this many chunks gets HNSW and GIN indexes of its own "

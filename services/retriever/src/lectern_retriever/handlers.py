@@ -55,7 +55,6 @@ class Retriever:
         #: searches go to the read replica when one is configured and healthy
         self.reads: ReadPools | None = None
         self.llm_client: Any = None
-        self._reweighter: asyncio.Task[None] | None = None
         self._indexer: asyncio.Task[None] | None = None
         #: (expiry, tenants with indexes of their own)
         self._own_indexes: tuple[float, frozenset[str]] = (0.0, frozenset())
@@ -106,8 +105,6 @@ class Retriever:
                 base_url=self.settings.gemini_base_url,
                 timeout_s=self.settings.llm_rewrite_timeout_s,
             )
-        if self.settings.reweight_interval_s > 0:
-            self._reweighter = asyncio.create_task(self._reweight_loop())
         if self.settings.tenant_index_interval_s > 0:
             self._indexer = asyncio.create_task(self._index_loop())
         if state is not None:
@@ -118,30 +115,6 @@ class Retriever:
         if self.pool is None:
             raise RuntimeError("the retriever has not started")
         return self.pool
-
-    async def reweight_stale(self) -> dict[str, int]:
-        """Re-weight every tenant whose statistics drifted; returns chunks re-weighted each."""
-        done: dict[str, int] = {}
-        async with self.db().acquire() as conn:
-            for tenant_id in await repository.stale_tenants(
-                conn, drift=self.settings.reweight_drift
-            ):
-                count = await repository.reweight(conn, tenant_id=tenant_id)
-                if count is not None:
-                    done[tenant_id] = count
-        return done
-
-    async def _reweight_loop(self) -> None:
-        # avgdl freezes in the weights at insert time; keep it close to the live average
-        while True:
-            await asyncio.sleep(self.settings.reweight_interval_s)
-            try:
-                done = await self.reweight_stale()
-            except Exception:
-                log.exception("BM25 re-weighting failed; retrying next interval")
-                continue
-            if done:
-                log.info("re-weighted BM25 for %d tenant(s): %s", len(done), done)
 
     async def index_tenants(self) -> dict[str, float]:
         """Build the indexes of tenants that grew past the threshold and drop those that
@@ -177,13 +150,12 @@ class Retriever:
         return tenants
 
     async def close(self) -> None:
-        """Stop the maintenance tasks and close the pool."""
-        for task in (self._reweighter, self._indexer):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._reweighter = self._indexer = None
+        """Stop the index maintenance and close the pool."""
+        if self._indexer is not None:
+            self._indexer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._indexer
+            self._indexer = None
         if self.reads is not None:
             await self.reads.close()
             self.reads = None

@@ -319,20 +319,3 @@ async def candidate_rows(
         list(chunk_ids),
     )
     return {row["chunk_id"]: row for row in rows}
-
-
-async def reweight(conn: Connection, *, tenant_id: str) -> int | None:
-    """Recompute the tenant's BM25 weights (None: another replica is doing it right now)."""
-    async with conn.transaction():
-        if not await conn.fetchval(
-            "SELECT pg_try_advisory_xact_lock(hashtext('lectern-bm25-reweight:' || $1))",
-            tenant_id,
-        ):
-            return None
-        return int(await conn.fetchval("SELECT lectern_bm25_reweight($1)", tenant_id))
-
-
-async def stale_tenants(conn: Queryable, *, drift: float) -> list[str]:
-    """Tenants whose chunk count drifted by more than ``drift`` since their last re-weighting."""
-    rows = await conn.fetch("SELECT lectern_bm25_stale_tenants($1) AS tenant_id", drift)
-    return [r["tenant_id"] for r in rows]
