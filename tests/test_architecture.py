@@ -287,7 +287,13 @@ def test_no_function_is_longer_than_eighty_lines() -> None:
 
 #: tables only the memory service reads or writes; the gateway asks it (lectern.memory.*)
 MEMORY_TABLES = ("user_memories", "memory_turn_signals", "memory_distillations",
-                 "memory_quiz_topics")  # fmt: skip
+                 "memory_quiz_topics", "memory_quiz_attempts", "memory_flags",
+                 "memory_erasures")  # fmt: skip
+#: every table the memory service's SQL may name: its own (``memory_erasures``: the erasures it
+#: applied), and the shared ``outbox`` where it keeps its ``memory.distilled`` events. It learns
+#: flags from ``feedback.flagged`` (``memory_flags``), not the gateway's ``feedback_flags``
+MEMORY_SQL_TABLES = frozenset({*MEMORY_TABLES, "outbox"})
+MIGRATIONS = REPO / "libs/common/src/lectern_common/db/migrations"
 #: a statement writing ingest's tables (``chunks``, the BM25 statistics) or calling its BM25
 #: maintenance functions: the gateway does neither, it announces a teacher's change through its
 #: outbox and ingest applies it (``lectern_ingest.lifecycle``)
@@ -310,10 +316,12 @@ def _strings(path: Path) -> Iterator[str]:
 
 
 def _code_strings(path: Path) -> Iterator[str]:
-    """The string literals of a module other than its docstrings (prose, not SQL)."""
+    """The string literals of a module but its docstrings (an f-string's literal parts
+    included)."""
+    tree = ast.parse(path.read_text())
     docstrings = {
         ast.get_docstring(n, clean=False)
-        for n in ast.walk(ast.parse(path.read_text()))
+        for n in ast.walk(tree)
         if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
     }
     yield from (text for text in _strings(path) if text not in docstrings)
@@ -414,3 +422,26 @@ def test_the_gateways_sql_lives_in_its_repositories() -> None:
     """Routes and services call a domain's ``repository`` functions; they write no SQL."""
     found = _sql_outside_repositories()
     assert not found, f"SQL outside a repository.py: {sorted(found)}"
+
+
+def _tables() -> set[str]:
+    """Every table the migrations create."""
+    return {
+        name
+        for path in MIGRATIONS.glob("*.sql")
+        for name in re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", path.read_text())
+    }
+
+
+def test_the_memory_services_sql_names_only_its_own_tables() -> None:
+    """No string of the memory service names another service's table (a table name in a
+    ``DELETE FROM {table}`` loop counts too): it learns what the gateway knows from events."""
+    tables = _tables()
+    assert not MEMORY_SQL_TABLES - tables, "a table no migration creates"
+    wrong = set()
+    for name, path in modules("lectern_memory"):
+        for text in _code_strings(path):
+            # a whole identifier: "lectern-memory-quizzes", a durable, names no table
+            named = {t for t in tables if re.search(rf"(?<![\w.-]){t}(?![\w-])", text)}
+            wrong |= {f"{name} names {t}" for t in named - MEMORY_SQL_TABLES}
+    assert not wrong, "\n".join(sorted(wrong))

@@ -235,3 +235,36 @@ async def test_a_service_broker_authenticates_with_its_user(
         assert reply.data == b'{"ok":true}'
     finally:
         await broker.stop()
+
+
+async def test_memory_consumes_the_flags_and_the_retriever_may_not(
+    secured: tuple[EmbeddedNats, dict[str, str]], streams: None
+) -> None:
+    """The memory service learns flags from ``feedback.flagged`` (durable
+    ``lectern-memory-flags`` on ``LECTERN_FEEDBACK``); a service that does not consume that
+    stream cannot create a consumer on it."""
+    server, passwords = secured
+    gateway = await connect(server, passwords, "gateway")
+    try:
+        await gateway.jetstream().publish(Subjects.FEEDBACK_FLAGGED, b'{"flag": 1}')
+    finally:
+        await gateway.close()
+
+    async def fetched_by(service: str) -> list[bytes]:
+        nc = await connect(server, passwords, service)
+        try:
+            async with asyncio.timeout(3):
+                sub = await nc.jetstream().pull_subscribe(
+                    Subjects.FEEDBACK_FLAGGED, durable=f"auth-{service}", stream="LECTERN_FEEDBACK"
+                )
+                messages = await sub.fetch(1, timeout=2)
+                for message in messages:
+                    await message.ack()
+                return [m.data for m in messages]
+        except (NatsError, TimeoutError):
+            return []
+        finally:
+            await nc.close()
+
+    fetched = await asyncio.gather(fetched_by("memory"), fetched_by("retriever"))
+    assert list(fetched) == [[b'{"flag": 1}'], []]

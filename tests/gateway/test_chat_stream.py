@@ -300,9 +300,10 @@ async def test_sessions_flags_and_source_viewer(
     closed = await ask(client, gateway, session["id"], "More?", student)
     assert closed.status == 409
     ends = await published(jetstream, Subjects.CHAT_SESSION_ENDED, tenant_id)
-    assert [(e["session_id"], e["reason"], e["message_count"]) for e in ends] == [
-        (session["id"], "explicit", 2)
-    ]
+    # the flagged answer is counted: memory waits for that many flags before distilling
+    assert [
+        (e["session_id"], e["reason"], e["message_count"], e["flagged_messages"]) for e in ends
+    ] == [(session["id"], "explicit", 2, 1)]
 
 
 async def test_sessions_validate_input(

@@ -230,6 +230,19 @@ async def test_idle_sweep_ends_each_session_once_across_replicas(
         "WHERE id = ANY($1::uuid[])",
         [uuid.UUID(s["id"]) for s in stale],
     )
+    # one stale session has an answer, flagged twice: one flagged message
+    answer = uuid.uuid4()
+    await db_pool.execute(
+        "INSERT INTO chat_messages (id, session_id, tenant_id, user_id, role, content) "
+        "VALUES ($1, $2, $3, 'stu-1', 'assistant', 'an answer')",
+        answer, uuid.UUID(stale[0]["id"]), tenant_id,
+    )  # fmt: skip
+    for _ in range(2):
+        await db_pool.execute(
+            "INSERT INTO feedback_flags (id, tenant_id, message_id, session_id, user_id, reason) "
+            "VALUES ($1, $2, $3, $4, 'stu-1', 'unclear')",
+            uuid.uuid4(), tenant_id, answer, uuid.UUID(stale[0]["id"]),
+        )  # fmt: skip
     # two "replicas" sweeping at once
     counts = await asyncio.gather(
         sweep_idle_sessions(pool=db_pool, idle_s=1800),
@@ -239,6 +252,8 @@ async def test_idle_sweep_ends_each_session_once_across_replicas(
     ended = sorted(e["session_id"] for e in events)
     assert ended == sorted(s["id"] for s in stale)  # each exactly once
     assert {e["reason"] for e in events} == {"idle"}
+    flagged = {e["session_id"]: e["flagged_messages"] for e in events}
+    assert flagged == {s["id"]: int(s is stale[0]) for s in stale}
     assert sum(counts) >= len(stale)
     statuses = dict(
         await db_pool.fetch(

@@ -39,7 +39,7 @@ from lectern_memory.config import Settings as MemorySettings
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MEMORY_TABLES = ("user_memories", "memory_turn_signals", "memory_distillations",
-                 "memory_quiz_topics")  # fmt: skip
+                 "memory_quiz_topics", "memory_flags")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,8 @@ from lectern_memory.handlers import handle_user_erased
 
 pytestmark = pytest.mark.integration
 
-TABLES = ("user_memories", "memory_turn_signals", "memory_distillations", "memory_quiz_topics")
+TABLES = ("user_memories", "memory_turn_signals", "memory_distillations", "memory_quiz_topics",
+          "memory_flags")  # fmt: skip
 
 
 async def _remember(pool: Any, tenant_id: str, user_id: str) -> None:
@@ -40,6 +41,13 @@ async def _remember(pool: Any, tenant_id: str, user_id: str) -> None:
         "INSERT INTO memory_distillations (session_id, tenant_id, user_id) VALUES ($1, $2, $3)",
         session_id, tenant_id, user_id,
     )  # fmt: skip
+    # a flag the user made, and a teacher's flag on the user's session
+    for flagger in (user_id, f"teacher-of-{user_id}"):
+        await pool.execute(
+            "INSERT INTO memory_flags (flag_id, tenant_id, message_id, session_id, user_id, "
+            "flagged_at) VALUES ($1, $2, $3, $4, $5, now())",
+            uuid.uuid4(), tenant_id, uuid.uuid4(), session_id, flagger,
+        )  # fmt: skip
     await pool.execute(
         "INSERT INTO memory_quiz_topics (tenant_id, user_id, topic, wrong_total) "
         "VALUES ($1, $2, 'osmosis', 1)",
@@ -78,6 +86,11 @@ async def test_erasure_deletes_every_row_once_and_spares_others(
     await handle_user_erased(db_pool, event, None)
     assert await _rows(db_pool, tenant_id, "maya") == dict.fromkeys((*TABLES, "outbox"), 0)
     assert await _rows(db_pool, tenant_id, "leo") == dict.fromkeys((*TABLES, "outbox"), 1)
+    # the teacher's flag on maya's session went with it, not the one on leo's
+    assert await _rows(db_pool, tenant_id, "teacher-of-maya") == dict.fromkeys(
+        (*TABLES, "outbox"), 0
+    )
+    assert (await _rows(db_pool, tenant_id, "teacher-of-leo"))["memory_flags"] == 1
     # a re-delivery deletes nothing more; an older erasure does not move the record back
     assert set((await erasure.erase_user(db_pool, event)).values()) == {0}
     older = UserErased(

@@ -9,10 +9,11 @@ import httpx
 import nats
 import pytest
 
-from lectern_common.broker import create_broker, request
+from lectern_common.broker import create_broker, request, stream_for
 from lectern_common.events import (
     ChatSessionEnded,
     ChatTurnCompleted,
+    FeedbackFlagged,
     MemoryDistilled,
     MemoryRecallReply,
     MemoryRecallRequest,
@@ -20,7 +21,7 @@ from lectern_common.events import (
 from lectern_gateway.app import create_app as create_gateway
 from lectern_gateway.auth import issue_token
 from lectern_gateway.config import Settings as GatewaySettings
-from lectern_memory.app import create_app
+from lectern_memory.app import FLAGS_DURABLE, create_app
 from lectern_memory.config import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -102,6 +103,73 @@ async def test_session_is_distilled_recalled_and_forgotten(
         )
         assert after.memories == []
     await nc.close()
+
+
+async def test_a_flag_through_nats_makes_the_distillation_count_the_answer_flagged(
+    memory_settings: Settings, nats_url: str, db_pool: Any, tenant_id: str
+) -> None:
+    """``feedback.flagged`` on JetStream reaches the memory service's own table
+    (``lectern-memory-flags``), before its turn and twice (a re-delivery, recorded once); the
+    session's distillation then counts the answer as flagged: a plain question answered
+    confidently is a struggle only because of the flag."""
+    app = create_app(memory_settings)
+    session_id = uuid.uuid4()
+    nc = await nats.connect(nats_url)
+    distilled: asyncio.Queue[MemoryDistilled] = asyncio.Queue()
+
+    async def on_distilled(msg: Any) -> None:
+        event = MemoryDistilled.model_validate(json.loads(msg.data))
+        if event.session_id == session_id:
+            await distilled.put(event)
+
+    await nc.subscribe(MemoryDistilled.subject, cb=on_distilled)
+    js = nc.jetstream()
+    turn = ChatTurnCompleted(
+        tenant_id=tenant_id, session_id=session_id, user_id="stu",
+        user_message_id=uuid.uuid4(), assistant_message_id=uuid.uuid4(),
+        question="What is osmosis?", answer="Water moves across a membrane [T1].",
+        confidence=0.9, band="high", topic="osmosis", topics=["osmosis"],
+    )  # fmt: skip
+    flag = FeedbackFlagged(
+        tenant_id=tenant_id, flag_id=uuid.uuid4(), message_id=turn.assistant_message_id,
+        session_id=session_id, user_id="stu", reason="unclear",
+    )  # fmt: skip
+    ended = ChatSessionEnded(
+        tenant_id=tenant_id, session_id=session_id, user_id="stu", message_count=2,
+        flagged_messages=1,
+    )  # fmt: skip
+    async with app.router.lifespan_context(app):
+        for _ in range(2):  # no Nats-Msg-Id: JetStream keeps both, the consumer sees both
+            await js.publish(flag.subject, flag.model_dump_json().encode())
+        await _drained(js, stream_for(flag.subject).name, FLAGS_DURABLE)
+        assert await _flags(db_pool, tenant_id) == [flag.flag_id]  # before its turn, once
+        await js.publish(turn.subject, turn.model_dump_json().encode())
+        await js.publish(ended.subject, ended.model_dump_json().encode())
+        event = await asyncio.wait_for(distilled.get(), 30)
+    await nc.close()
+    rows = await db_pool.fetch(
+        "SELECT kind, topic, evidence FROM user_memories WHERE tenant_id = $1", tenant_id
+    )
+    assert [(r["kind"], r["topic"]) for r in rows] == [("struggle", "osmosis")]
+    assert [e["kind"] for e in rows[0]["evidence"]] == ["flagged"]
+    assert event.created and len(event.created) == 1
+    assert await _flags(db_pool, tenant_id) == [flag.flag_id]
+
+
+async def _flags(pool: Any, tenant_id: str) -> list[uuid.UUID]:
+    rows = await pool.fetch("SELECT flag_id FROM memory_flags WHERE tenant_id = $1", tenant_id)
+    return [r["flag_id"] for r in rows]
+
+
+async def _drained(js: Any, stream: str, durable: str) -> None:
+    """Wait until the durable consumer has every message of its stream delivered and acked."""
+    deadline = asyncio.get_running_loop().time() + 20
+    while asyncio.get_running_loop().time() < deadline:
+        info = await js.consumer_info(stream, durable)
+        if info.num_pending == 0 and info.num_ack_pending == 0:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{durable} did not drain {stream}")
 
 
 async def _count(database_url: str, tenant_id: str) -> int:

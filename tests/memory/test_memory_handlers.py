@@ -21,6 +21,7 @@ from lectern_common.embeddings import Embedder
 from lectern_common.events import (
     ChatSessionsExpired,
     ChatTurnCompleted,
+    FeedbackFlagged,
     MemoryExportReply,
     MemoryExportRequest,
     MemoryForgetReply,
@@ -111,6 +112,40 @@ async def test_expired_sessions_lose_their_turn_signals(
     assert await signals(db_pool, tenant_id, "stu") == 1
 
 
+async def flags(pool: Any, tenant_id: str) -> int:
+    count: int = await pool.fetchval(
+        "SELECT count(*) FROM memory_flags WHERE tenant_id = $1", tenant_id
+    )
+    return count
+
+
+async def test_flags_are_recorded_once_and_go_with_their_session_or_flagger(
+    memory_broker: NatsBroker, db_pool: Any, tenant_id: str
+) -> None:
+    """A flag is recorded once however often it is delivered; it goes when its session
+    expires, and an erased flagger's flag that arrives late is dropped."""
+    expiring, kept = turn(tenant_id, "stu"), turn(tenant_id, "stu")
+    for event in (expiring, kept):
+        flag = FeedbackFlagged(
+            tenant_id=tenant_id, flag_id=uuid.uuid4(), message_id=event.assistant_message_id,
+            session_id=event.session_id, user_id="stu", reason="incorrect",
+        )  # fmt: skip
+        for _ in range(2):  # a re-delivery
+            await publish(memory_broker, flag.model_dump(mode="json"), Subjects.FEEDBACK_FLAGGED)
+    assert await flags(db_pool, tenant_id) == 2
+    expired = ChatSessionsExpired(
+        tenant_id=tenant_id, session_ids=[expiring.session_id], retention_days=30
+    )
+    await publish(memory_broker, expired.model_dump(mode="json"), Subjects.CHAT_SESSIONS_EXPIRED)
+    assert await flags(db_pool, tenant_id) == 1
+    erased = UserErased(tenant_id=tenant_id, user_id="stu")
+    await publish(memory_broker, erased.model_dump(mode="json"), Subjects.USERS_ERASED)
+    assert await flags(db_pool, tenant_id) == 0
+    # the erased flagger's flag, delivered again after the erasure: dropped
+    await publish(memory_broker, flag.model_dump(mode="json"), Subjects.FEEDBACK_FLAGGED)
+    assert await flags(db_pool, tenant_id) == 0
+
+
 async def test_recall_answers_a_typed_request(memory_broker: NatsBroker, tenant_id: str) -> None:
     request = MemoryRecallRequest(tenant_id=tenant_id, user_id="stu", query="ionic bonds")
     raw = await memory_broker.request(request.model_dump(mode="json"), Subjects.MEMORY_RECALL)
@@ -122,7 +157,8 @@ async def test_recall_answers_a_typed_request(memory_broker: NatsBroker, tenant_
 
 @pytest.mark.parametrize(
     "subject", [Subjects.CHAT_TURN_COMPLETED, Subjects.CHAT_SESSION_ENDED, Subjects.USERS_ERASED,
-                Subjects.QUIZ_ATTEMPTED, Subjects.CHAT_SESSIONS_EXPIRED],
+                Subjects.QUIZ_ATTEMPTED, Subjects.CHAT_SESSIONS_EXPIRED,
+                Subjects.FEEDBACK_FLAGGED],
 )  # fmt: skip
 async def test_an_invalid_event_is_parked(
     memory_broker: NatsBroker, tenant_id: str, subject: str

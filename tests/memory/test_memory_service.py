@@ -10,12 +10,14 @@ from lectern_common.embeddings import Embedder
 from lectern_common.events import (
     ChatSessionEnded,
     ChatTurnCompleted,
+    FeedbackFlagged,
     MemoryRecallRequest,
     QuizAnswerResult,
     QuizAttempted,
 )
 from lectern_common.events.chat import ConfidenceBand
 from lectern_memory.config import Settings
+from lectern_memory.handlers import handle_flagged
 from lectern_memory.service import MemoryService, TurnsNotArrived
 
 pytestmark = pytest.mark.integration
@@ -172,6 +174,42 @@ async def test_session_waits_for_its_turns(
         await service.distil_session(pool=db_pool, event=ended)
     done = await service.distil_session(pool=db_pool, event=ended, final_attempt=True)
     assert done.created == []
+
+
+async def test_session_waits_for_its_flags_and_a_late_flag_is_kept_not_redistilled(
+    service: MemoryService, db_pool: Any, tenant_id: str
+) -> None:
+    """The session's end counts its flagged messages; the flag travels on another stream and
+    may arrive after the end: the distillation waits for it, as for a turn. A flag arriving
+    after the distillation is recorded, and the distillation is not redone (nor is it for a
+    late turn): a distillation merges into the student's memories once per session."""
+    event = turn_event(tenant_id, "s6", uuid.uuid4(), "What is osmosis?", topic="osmosis")
+    await service.record_turn(pool=db_pool, event=event)
+    ended = ChatSessionEnded(
+        tenant_id=tenant_id, session_id=event.session_id, user_id="s6", message_count=2,
+        flagged_messages=1,
+    )  # fmt: skip
+    with pytest.raises(TurnsNotArrived, match="0 of 1 flags"):
+        await service.distil_session(pool=db_pool, event=ended)
+    flag = FeedbackFlagged(
+        tenant_id=tenant_id, flag_id=uuid.uuid4(), message_id=event.assistant_message_id,
+        session_id=event.session_id, user_id="s6", reason="unclear",
+    )  # fmt: skip
+    await handle_flagged(db_pool, flag, None)
+    await service.distil_session(pool=db_pool, event=ended)
+    rows = await memories(db_pool, tenant_id, "s6")
+    assert [(r["kind"], r["topic"]) for r in rows] == [("struggle", "osmosis")]
+    assert "flagged" in rows[0]["text"]
+    # a late flag on another answer of the session: kept, the distillation stands
+    late = flag.model_copy(update={"flag_id": uuid.uuid4(), "message_id": uuid.uuid4()})
+    await handle_flagged(db_pool, late, None)
+    recorded = await db_pool.fetchval(
+        "SELECT count(*) FROM memory_flags WHERE session_id = $1", event.session_id
+    )
+    assert recorded == 2
+    again = await service.distil_session(pool=db_pool, event=ended)
+    assert again.created == [rows[0]["id"]]
+    assert len(await memories(db_pool, tenant_id, "s6")) == 1
 
 
 async def test_recall_is_per_student_ranked_and_honours_deletion(

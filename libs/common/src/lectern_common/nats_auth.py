@@ -159,6 +159,8 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             *consume("LECTERN_CHAT"),
             *consume("LECTERN_STUDY"),
             *consume("LECTERN_USERS"),
+            # feedback.flagged: the flags on answers, recorded in its own table
+            *consume("LECTERN_FEEDBACK"),
         ],
         subscribe=[
             Subjects.MEMORY_RECALL,

@@ -17,6 +17,7 @@ from lectern_common.events import (
     ChatSessionEnded,
     ChatSessionsExpired,
     ChatTurnCompleted,
+    FeedbackFlagged,
     MemoryExportReply,
     MemoryExportRequest,
     MemoryForgetReply,
@@ -37,6 +38,7 @@ from lectern_memory.config import Settings
 from lectern_memory.erasure import unless_erased
 from lectern_memory.gemini_distiller import build_model_distiller
 from lectern_memory.handlers import (
+    handle_flagged,
     handle_quiz_attempted,
     handle_session_ended,
     handle_sessions_expired,
@@ -50,6 +52,7 @@ SESSIONS_DURABLE = "lectern-memory-sessions"
 QUIZZES_DURABLE = "lectern-memory-quizzes"
 USERS_DURABLE = "lectern-memory-users"
 EXPIRIES_DURABLE = "lectern-memory-expiries"
+FLAGS_DURABLE = "lectern-memory-flags"
 
 #: the started service, once start-up built it
 ServiceOf = Callable[[], MemoryService]
@@ -75,6 +78,7 @@ def create_app(settings: Settings) -> FastAPI:
             (stream_for(Subjects.QUIZ_ATTEMPTED).name, QUIZZES_DURABLE),
             (stream_for(Subjects.USERS_ERASED).name, USERS_DURABLE),
             (stream_for(Subjects.CHAT_SESSIONS_EXPIRED).name, EXPIRIES_DURABLE),
+            (stream_for(Subjects.FEEDBACK_FLAGGED).name, FLAGS_DURABLE),
         ],
     )
     state: ServiceState = app.state.lectern
@@ -132,8 +136,8 @@ def _consumer(
 def subscribe_events(
     broker: NatsBroker, *, settings: Settings, state: ServiceState, service: ServiceOf
 ) -> None:
-    """The JetStream consumers: turns, ended sessions, quiz attempts, erasures, sessions
-    deleted past their retention."""
+    """The JetStream consumers: turns, flags on answers, ended sessions, quiz attempts,
+    erasures, sessions deleted past their retention."""
 
     @_consumer(broker, settings, Subjects.CHAT_TURN_COMPLETED, TURNS_DURABLE, 10)
     async def on_turn(event: ChatTurnCompleted, message: NatsMessage) -> None:
@@ -141,6 +145,11 @@ def subscribe_events(
         await unless_erased(
             state.db(), event, lambda: handle_turn(service(), state.db(), event, message)
         )
+
+    @_consumer(broker, settings, Subjects.FEEDBACK_FLAGGED, FLAGS_DURABLE, 10)
+    async def on_flagged(event: FeedbackFlagged, message: NatsMessage) -> None:
+        """Record a flag on an answer in the service's own ``memory_flags``."""
+        await unless_erased(state.db(), event, lambda: handle_flagged(state.db(), event, message))
 
     @_consumer(broker, settings, Subjects.CHAT_SESSION_ENDED, SESSIONS_DURABLE, 1)
     async def on_session_ended(event: ChatSessionEnded, message: NatsMessage) -> None:

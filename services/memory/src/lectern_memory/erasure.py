@@ -1,16 +1,19 @@
 """Erasure of what the memory service keeps about a user, on ``users.erased``.
 
-The memory service owns ``user_memories``, ``memory_turn_signals``, ``memory_distillations``
-and the quiz tallies (``memory_quiz_topics``): on ``users.erased`` it deletes the user's rows
-of each, and the ``memory.distilled`` events about them still in the outbox, in one
+The memory service owns ``user_memories``, ``memory_turn_signals``, ``memory_distillations``,
+the quiz tallies (``memory_quiz_topics``) and its record of flags (``memory_flags``): on
+``users.erased`` it deletes the user's rows of each (the flags the user made, and any made on
+the user's sessions, as the gateway's erasure deletes those sessions' messages and their
+flags), and the ``memory.distilled`` events about them still in the outbox, in one
 transaction under the lock its memory merges take, so no distillation interleaves. A
 re-delivered event finds nothing left and changes nothing.
 
 ``users.erased`` travels on its own stream, so an event about the user from another stream
-(``chat.turn.completed``, ``chat.session.ended``, ``quiz.attempted``) may arrive after it.
-The erasure is recorded (``memory_erasures``, memory's own, keyed by a hash of tenant and user), and an event
-that occurred before it is dropped (``unless_erased``); one being handled while the erasure
-commits has what it wrote erased again at once. ``memory_quiz_attempts`` (an attempt id and
+(``chat.turn.completed``, ``chat.session.ended``, ``quiz.attempted``, ``feedback.flagged``)
+may arrive after it. The erasure is recorded (``memory_erasures``, memory's own, keyed by a
+hash of tenant and user), and an event that occurred before it is dropped
+(``unless_erased``); one being handled while the erasure commits has what it wrote erased
+again at once. ``memory_quiz_attempts`` (an attempt id and
 a time, the consumer's idempotency keys) names no user and is kept.
 """
 
@@ -24,6 +27,7 @@ from lectern_common.db.types import Connection, Pool
 from lectern_common.events import (
     ChatSessionEnded,
     ChatTurnCompleted,
+    FeedbackFlagged,
     QuizAttempted,
     Subjects,
     UserErased,
@@ -38,7 +42,13 @@ TABLES = ("user_memories", "memory_turn_signals", "memory_distillations", "memor
 
 
 #: the events about a user that memory consumes (each names its tenant, user and moment)
-AboutUser = ChatTurnCompleted | ChatSessionEnded | QuizAttempted
+AboutUser = ChatTurnCompleted | ChatSessionEnded | QuizAttempted | FeedbackFlagged
+
+#: the user's flags and the flags on the user's sessions (found before their turns go)
+_ERASE_FLAGS = """
+    DELETE FROM memory_flags WHERE tenant_id = $1 AND (user_id = $2 OR session_id IN (
+        SELECT session_id FROM memory_turn_signals WHERE tenant_id = $1 AND user_id = $2
+        UNION SELECT session_id FROM memory_distillations WHERE tenant_id = $1 AND user_id = $2))"""
 
 
 async def erase_user(pool: Pool, event: UserErased) -> dict[str, int]:
@@ -59,9 +69,10 @@ async def erase_user(pool: Pool, event: UserErased) -> dict[str, int]:
 
 async def _erase_rows(conn: Connection, *, tenant_id: str, user_id: str) -> dict[str, int]:
     await repo.lock_user(conn, tenant_id=tenant_id, user_id=user_id)
-    erased: dict[str, int] = {}
+    status: str = await conn.execute(_ERASE_FLAGS, tenant_id, user_id)
+    erased: dict[str, int] = {"memory_flags": int(status.split()[-1])}
     for table in TABLES:
-        status: str = await conn.execute(
+        status = await conn.execute(
             f"DELETE FROM {table} WHERE tenant_id = $1 AND user_id = $2",  # noqa: S608
             tenant_id,
             user_id,

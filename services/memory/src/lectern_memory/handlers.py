@@ -19,6 +19,7 @@ from lectern_common.events import (
     ChatSessionEnded,
     ChatSessionsExpired,
     ChatTurnCompleted,
+    FeedbackFlagged,
     QuizAttempted,
     UserErased,
 )
@@ -46,6 +47,18 @@ async def handle_turn(
         # would drop the turn's signals for good
         attempt = deliveries(message) if message is not None else 1
         log.warning("turn %s not recorded (%s); retrying", event.event_id, type(exc).__name__)
+        raise NackMessage(delay=backoff(attempt)) from exc
+
+
+async def handle_flagged(pool: Pool, event: FeedbackFlagged, message: NatsMessage | None) -> None:
+    """feedback.flagged -> record the flag, so the session's distillation counts its answer
+    as flagged (before or after the turn's signals arrive); a re-delivery changes nothing."""
+    try:
+        async with pool.acquire() as conn:
+            await repo.record_flag(conn, event)
+    except Exception as exc:
+        attempt = deliveries(message) if message is not None else 1
+        log.warning("flag %s not recorded (%s); retrying", event.flag_id, type(exc).__name__)
         raise NackMessage(delay=backoff(attempt)) from exc
 
 
@@ -108,7 +121,7 @@ async def handle_sessions_expired(
     """chat.sessions.expired -> delete the copies of those sessions' turns (the gateway
     deleted the sessions past their tenant's retention); a re-delivery deletes nothing more."""
     try:
-        async with pool.acquire() as conn:
+        async with pool.acquire() as conn, conn.transaction():
             deleted = await repo.forget_sessions(
                 conn, tenant_id=event.tenant_id, session_ids=list(event.session_ids)
             )

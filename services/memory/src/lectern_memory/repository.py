@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from lectern_common.db.types import Queryable
-from lectern_common.events import ChatTurnCompleted
+from lectern_common.events import ChatTurnCompleted, FeedbackFlagged
 
 #: evidence items kept per memory (the newest)
 MAX_EVIDENCE = 20
@@ -29,13 +29,37 @@ async def record_turn(conn: Queryable, event: ChatTurnCompleted) -> None:
     )  # fmt: skip
 
 
+async def record_flag(conn: Queryable, event: FeedbackFlagged) -> None:
+    """Keep a flag on an answer; a re-delivered flag changes nothing."""
+    await conn.execute(
+        """INSERT INTO memory_flags (flag_id, tenant_id, message_id, session_id, user_id,
+               flagged_at)
+           VALUES ($1, $2, $3, $4, $5, $6)
+           ON CONFLICT (flag_id) DO NOTHING""",
+        event.flag_id, event.tenant_id, event.message_id, event.session_id, event.user_id,
+        event.occurred_at,
+    )  # fmt: skip
+
+
+async def flagged_messages(conn: Queryable, *, tenant_id: str, session_id: uuid.UUID) -> int:
+    """How many messages of the session have a flag recorded."""
+    count: int = await conn.fetchval(
+        "SELECT count(DISTINCT message_id) FROM memory_flags "
+        "WHERE tenant_id = $1 AND session_id = $2",
+        tenant_id,
+        session_id,
+    )
+    return count
+
+
 async def session_turns(conn: Queryable, *, tenant_id: str, session_id: uuid.UUID) -> list[Any]:
-    """The session's turns, oldest first, with whether the student flagged each answer."""
+    """The session's turns, oldest first, with whether the student flagged each answer (a
+    flag recorded before its turn counts as well)."""
     return list(
         await conn.fetch(
             """SELECT s.question, s.answer, s.band, s.confidence, s.knowledge_gap, s.topic,
                       s.occurred_at, s.topics, s.answered_by,
-                      EXISTS (SELECT 1 FROM feedback_flags f
+                      EXISTS (SELECT 1 FROM memory_flags f
                               WHERE f.message_id = s.assistant_message_id
                                 AND f.tenant_id = s.tenant_id) AS flagged
                FROM memory_turn_signals s
@@ -225,7 +249,13 @@ async def tally_quiz_topic(
 
 
 async def forget_sessions(conn: Queryable, *, tenant_id: str, session_ids: list[uuid.UUID]) -> int:
-    """Delete the turn signals of sessions the gateway deleted; how many rows."""
+    """Delete the turn signals and flags of sessions the gateway deleted; how many turn
+    signals."""
+    await conn.execute(
+        "DELETE FROM memory_flags WHERE tenant_id = $1 AND session_id = ANY($2::uuid[])",
+        tenant_id,
+        session_ids,
+    )
     status: str = await conn.execute(
         "DELETE FROM memory_turn_signals WHERE tenant_id = $1 AND session_id = ANY($2::uuid[])",
         tenant_id,

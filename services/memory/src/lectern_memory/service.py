@@ -52,7 +52,8 @@ def _worse(a: str, b: str) -> str:
 
 
 class TurnsNotArrived(RetryableError):
-    """Raised when a session ended before all its turn events were recorded."""
+    """Raised when a session ended before all its turn events, or the flags on its messages,
+    were recorded (they travel on other streams and may arrive after the end)."""
 
     reason = "turns_pending"
 
@@ -106,10 +107,14 @@ class MemoryService:
             rows = await repo.session_turns(
                 conn, tenant_id=event.tenant_id, session_id=event.session_id
             )
+            flagged = await repo.flagged_messages(
+                conn, tenant_id=event.tenant_id, session_id=event.session_id
+            )
         expected_turns = event.message_count // 2
-        if len(rows) < expected_turns and not final_attempt:
+        if not final_attempt and (len(rows) < expected_turns or flagged < event.flagged_messages):
             raise TurnsNotArrived(
-                f"session {event.session_id}: {len(rows)} of {expected_turns} turns recorded"
+                f"session {event.session_id}: {len(rows)} of {expected_turns} turns and "
+                f"{flagged} of {event.flagged_messages} flags recorded"
             )
         turns = [
             TurnSignal(

@@ -69,6 +69,11 @@ class ChatSessionEnded(Event):
     user_id: str
     reason: Literal["explicit", "idle"] = "explicit"
     message_count: int = 0
+    flagged_messages: int = Field(
+        default=0,
+        description="messages of the session flagged when it ended (feedback.flagged events "
+        "sent before this one): memory distils once it has recorded them",
+    )
 
 
 @register_event

@@ -63,6 +63,7 @@ def _ended(row: dict[str, Any], reason: str) -> ChatSessionEnded:
         user_id=row["user_id"],
         reason="idle" if reason == "idle" else "explicit",
         message_count=int(row["n"]),
+        flagged_messages=int(row["flagged"]),
     )
 
 

@@ -79,12 +79,16 @@ async def list_sessions(
 async def end_session(
     *, pool: Queryable, tenant_id: str, session_id: uuid.UUID, reason: str
 ) -> dict[str, Any] | None:
-    """End an active session; None when it was not active (already ended or absent)."""
+    """End an active session; None when it was not active (already ended or absent). With its
+    message count (``n``) and how many of its messages are flagged (``flagged``: memory learns
+    flags from their events and waits for that many before distilling)."""
     row = await pool.fetchrow(
         "UPDATE chat_sessions SET status = 'ended', end_reason = $3, ended_at = now() "
         "WHERE id = $1 AND tenant_id = $2 AND status = 'active' "
         "RETURNING id, tenant_id, user_id, "
-        "(SELECT count(*) FROM chat_messages m WHERE m.session_id = chat_sessions.id) AS n",
+        "(SELECT count(*) FROM chat_messages m WHERE m.session_id = chat_sessions.id) AS n, "
+        "(SELECT count(DISTINCT f.message_id) FROM feedback_flags f JOIN chat_messages m "
+        "ON m.id = f.message_id WHERE m.session_id = chat_sessions.id) AS flagged",
         session_id,
         tenant_id,
         reason,
@@ -107,7 +111,9 @@ async def claim_idle_sessions(
         "      ORDER BY last_activity_at LIMIT $2 FOR UPDATE SKIP LOCKED) idle "
         "WHERE s.id = idle.id AND s.status = 'active' "
         "RETURNING s.id, s.tenant_id, s.user_id, "
-        "(SELECT count(*) FROM chat_messages m WHERE m.session_id = s.id) AS n",
+        "(SELECT count(*) FROM chat_messages m WHERE m.session_id = s.id) AS n, "
+        "(SELECT count(DISTINCT f.message_id) FROM feedback_flags f JOIN chat_messages m "
+        "ON m.id = f.message_id WHERE m.session_id = s.id) AS flagged",
         float(idle_s),
         limit,
     )
