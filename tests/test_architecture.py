@@ -352,3 +352,34 @@ def test_the_gateways_sql_lives_in_its_repositories() -> None:
     """Routes and services call a domain's ``repository`` functions; they write no SQL."""
     found = _sql_outside_repositories()
     assert not found, f"SQL outside a repository.py: {sorted(found)}"
+
+
+#: tables one service alone names in SQL, and that service: the others hear of them by event
+#: or ask it (``source_conflicts``: ingest announces ``documents.conflicts``, the gateway's
+#: review queue records and resolves them)
+TABLE_OWNERS = {"source_conflicts": "lectern_gateway"}
+
+
+def _code_strings(path: Path) -> Iterator[str]:
+    """The string literals of a module but its docstrings: its SQL, not its prose."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        ast.get_docstring(n, clean=False)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    strings = (n.value for n in ast.walk(tree) if isinstance(n, ast.Constant))
+    yield from (s for s in strings if isinstance(s, str) and s not in docstrings)
+
+
+@pytest.mark.parametrize("table", sorted(TABLE_OWNERS))
+def test_only_a_tables_owner_has_sql_naming_it(table: str) -> None:
+    """No service but the table's owner has a string (SQL) naming it."""
+    others = sorted(SERVICES - {TABLE_OWNERS[table]})
+    wrong = [
+        name
+        for service in others
+        for name, path in modules(service)
+        if any(re.search(rf"\b{table}\b", text) for text in _code_strings(path))
+    ]
+    assert not wrong, f"SQL naming {table} outside {TABLE_OWNERS[table]}: {wrong}"
