@@ -21,6 +21,7 @@ from lectern_common import filetype
 from lectern_common.broker import DOCUMENTS_BUCKET
 from lectern_common.embeddings import Embedder, LocalEmbedder
 from lectern_common.events import (
+    ConflictsFound,
     DocumentFailed,
     DocumentIndexed,
     DocumentMetadata,
@@ -508,40 +509,60 @@ async def test_near_duplicate_is_flagged(
     assert row["near_duplicate_score"] > 0.85
 
 
-async def test_the_conflict_check_finds_the_same_through_the_index_as_exactly(
+WATER = [
+    "# Water\n\nPure water boils at 100 °C at sea level, and freezes at 0 °C.",
+    "# Revision\n\nAt sea level pure water boils at 90 °C, and it freezes at 0 °C.",
+]
+
+
+async def _index_disagreeing(
     worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
-) -> None:
-    """A small tenant's chunks are all compared; a large one's through the HNSW index: the
-    same disagreement is found either way."""
-    texts = [
-        "# Water\n\nPure water boils at 100 °C at sea level, and freezes at 0 °C.",
-        "# Revision\n\nAt sea level pure water boils at 90 °C, and it freezes at 0 °C.",
-    ]
-    events = []
-    for i, text in enumerate(texts):
+) -> list[uuid.UUID]:
+    """Index two documents that disagree on water's boiling point; their ids, in order."""
+    ids = []
+    for i, text in enumerate(WATER):
         event = await stage_upload(
             db_pool, nc, tenant_id=tenant_id, data=text.encode(), filename=f"water-{i}.md",
             mime=filetype.MARKDOWN,
         )  # fmt: skip
         assert (await worker.process(event=event, deliveries=1)).status == "indexed"
-        events.append(event)
-    newest = events[1].document_id
+        ids.append(event.document_id)
+    return ids
+
+
+async def test_the_conflict_check_finds_the_same_through_the_index_as_exactly(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    """A small tenant's chunks are all compared; a large one's through the HNSW index: the
+    same disagreement is found either way."""
+    older, newest = await _index_disagreeing(worker, nc, db_pool, tenant_id)
     for exact_below in (10_000, 0):  # every chunk compared, then through the index
-        await db_pool.execute("DELETE FROM source_conflicts WHERE tenant_id = $1", tenant_id)
         async with db_pool.acquire() as conn, conn.transaction():
-            found = await repo.record_conflicts(
+            found = await repo.conflicting_pairs(
                 conn, document_ids=[newest], neighbours=3, min_similarity=0.6,
                 exact_below=exact_below,
             )  # fmt: skip
-        assert found == 1, exact_below
-        row = await db_pool.fetchrow(
-            "SELECT kind, document_a, document_b, detail FROM source_conflicts "
-            "WHERE tenant_id = $1", tenant_id,
-        )  # fmt: skip
-        assert (row["kind"], row["document_a"], row["document_b"]) == (
-            "number", newest, events[0].document_id,
-        ), dict(row)  # fmt: skip
-        assert row["detail"] == "90 °C in one, 100 °C in the other"
+        [pair] = found[tenant_id]
+        assert (pair.kind, pair.document_a, pair.document_b) == ("number", newest, older), pair
+        assert pair.detail == "90 °C in one, 100 °C in the other"
+
+
+async def test_conflicts_found_go_to_the_review_queue_through_the_outbox(
+    worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    """Ingest only detects: the pairs leave as ``documents.conflicts``, written to its outbox
+    (the gateway owns the queue); found again, they are the same event, stored once."""
+    older, newest = await _index_disagreeing(worker, nc, db_pool, tenant_id)
+    await worker.find_conflicts(newest)  # a repeated check announces nothing new
+    rows = await db_pool.fetch(
+        "SELECT payload FROM outbox WHERE subject = $1 AND payload->>'tenant_id' = $2",
+        ConflictsFound.subject, tenant_id,
+    )  # fmt: skip
+    [event] = [ConflictsFound.model_validate(dict(r["payload"])) for r in rows]
+    [pair] = event.pairs
+    assert (pair.document_a, pair.document_b, pair.kind) == (newest, older, "number")
+    assert "90 °C" in pair.statement_a and "100 °C" in pair.statement_b
+    assert 0.6 <= pair.similarity <= 1.0
 
 
 async def test_gemini_enrichment_adds_prefixes_and_linked_qa(

@@ -95,8 +95,9 @@ STREAMS: list[StreamSpec] = [
             Subjects.DOCUMENTS_UPDATED,
             Subjects.DOCUMENTS_ARCHIVED,
             Subjects.DOCUMENTS_RESTORED,
+            Subjects.DOCUMENTS_CONFLICTS,
         ],
-        description="document outcomes and a teacher's changes, for anyone",
+        description="document outcomes, a teacher's changes and conflicts found, for anyone",
     ),
     StreamSpec(
         "LECTERN_DOCUMENT_PROGRESS",

@@ -20,6 +20,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from lectern_common.text import SentenceRules, sentences, words
 
@@ -56,7 +57,7 @@ _MAX_SENTENCE_WORDS = 60
 class Conflict:
     """Two sentences that disagree."""
 
-    kind: str
+    kind: Literal["number", "negation"]
     statement_a: str
     statement_b: str
     detail: str

@@ -111,7 +111,8 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.MEMORY_EXPORT,
             Subjects.CHUNKS_CURRICULUM,
             *object_store(),
-            # webhooks: the tenant events, delivered to the endpoints that asked for them
+            # webhooks: the tenant events, delivered to the endpoints that asked for them;
+            # the conflicting sources ingest found, for the review queue
             *consume("LECTERN_DOCUMENT_EVENTS"),
             *consume("LECTERN_CHAT"),
             *consume("LECTERN_MEMORY"),
@@ -132,6 +133,8 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.DOCUMENTS_PROGRESS,
             Subjects.DOCUMENTS_INDEXED,
             Subjects.DOCUMENTS_FAILED,
+            # the review queue's conflicting sources, for the gateway to record
+            Subjects.DOCUMENTS_CONFLICTS,
             *consume("LECTERN_DOCUMENTS"),
             # a teacher's changes of a document, applied to the chunks it owns
             *consume("LECTERN_DOCUMENT_EVENTS"),

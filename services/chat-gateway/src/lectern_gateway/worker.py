@@ -5,7 +5,9 @@ Same package and image as the HTTP gateway, another command. It builds the same
 ``GatewayDeps`` (a gap closure answers a question as a turn does, with the same models) and
 runs the loops an HTTP replica no longer runs: the idle-session sweep, gap closures, the
 retention sweep, and webhook dispatch (the durable consumers of the tenant-event streams
-write deliveries to Postgres; its ``DeliveryWorker`` sends them). Each loop claims its rows
+write deliveries to Postgres; its ``DeliveryWorker`` sends them). It also queues the
+conflicting sources ingest finds (``review.conflicts``: a durable consumer of
+``documents.conflicts``). Each loop claims its rows
 ``FOR UPDATE SKIP LOCKED`` (or, for deliveries, with a lease), so any number of workers run
 side by side. Its HTTP server answers only ``/healthz``, ``/readyz`` (ready while NATS,
 Postgres and every loop are alive) and ``/metrics``; on SIGTERM the deliveries in flight are
@@ -21,6 +23,7 @@ from lectern_common.service import ReadinessCheck, ServiceState, create_service_
 from lectern_gateway import runtime
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import GatewayDeps, gateway_of
+from lectern_gateway.review import conflicts as review_conflicts
 from lectern_gateway.webhooks import dispatcher as webhook_dispatch
 
 WORKER_SERVICE_NAME = "lectern-gateway-worker"
@@ -53,16 +56,23 @@ def create_worker_app(
         settings=settings,
         broker=broker,
         title="Lectern gateway worker",
-        description="The gateway's background work: sweeps, gap closures, webhook deliveries.",
+        description=(
+            "The gateway's background work: sweeps, gap closures, webhook deliveries, the "
+            "conflicting sources ingest finds."
+        ),
         on_startup=startup,
         on_shutdown=shutdown,
         tracer_provider=tracer_provider,
         # the sweeps write events (sessions ended, answers of gap closures) to the outbox
         outbox="gateway",
-        consumers=webhook_dispatch.consumers() if settings.webhook_dispatch else (),
+        consumers=[
+            *review_conflicts.consumers(),
+            *(webhook_dispatch.consumers() if settings.webhook_dispatch else ()),
+        ],
     )
+    state: ServiceState = app.state.lectern
+    review_conflicts.subscribe(broker, state)
     if settings.webhook_dispatch:
-        state: ServiceState = app.state.lectern
         webhook_dispatch.subscribe(broker, state, lambda: gateway_of(state).wake_webhooks())
     return app
 

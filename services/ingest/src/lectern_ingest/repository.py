@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from lectern_common.db.types import Connection, Queryable
+from lectern_common.events import ConflictPair
 
 CHUNK_COLUMNS = (
     "id", "document_id", "tenant_id", "chunk_index", "kind", "parent_chunk_id", "text",
@@ -524,17 +525,18 @@ async def store_documents(conn: Connection, documents: Sequence[Stored]) -> None
 CONFLICT_EXACT_BELOW = 500
 
 
-async def record_conflicts(
+async def conflicting_pairs(
     conn: Queryable,
     *,
     document_ids: Sequence[uuid.UUID],
     neighbours: int,
     min_similarity: float,
     exact_below: int = CONFLICT_EXACT_BELOW,
-) -> int:
+) -> dict[str, list[ConflictPair]]:
     """Compare each chunk of newly indexed documents with its nearest chunks in the tenant's
-    other searchable documents; record the pairs that state different numbers for the same
-    thing or negate each other (``source_conflicts``). Returns how many pairs were new."""
+    other searchable documents: the pairs that state different numbers for the same thing or
+    negate each other, by tenant (the gateway's review queue records them, from
+    ``documents.conflicts``). Reads only: the caller holds a transaction (``SET LOCAL``)."""
     from lectern_common.conflicts import find_conflicts
 
     await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
@@ -572,19 +574,15 @@ async def record_conflicts(
             list(tenant["ids"]),
             min_similarity,
         )
-    found = 0
+    found: dict[str, list[ConflictPair]] = {}
     for row in rows:
         for conflict in find_conflicts(row["text_a"], row["text_b"], limit=1):
-            status = await conn.execute(
-                "INSERT INTO source_conflicts (id, tenant_id, chunk_a, chunk_b, document_a, "
-                "document_b, kind, statement_a, statement_b, detail, similarity) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
-                "ON CONFLICT (chunk_a, chunk_b) DO NOTHING",
-                uuid.uuid4(), row["tenant_id"], row["chunk_a"], row["chunk_b"], row["document_a"],
-                row["document_b"], conflict.kind, conflict.statement_a, conflict.statement_b,
-                conflict.detail, float(row["similarity"]),
-            )  # fmt: skip
-            found += status.endswith(" 1")
+            found.setdefault(row["tenant_id"], []).append(ConflictPair(
+                chunk_a=row["chunk_a"], chunk_b=row["chunk_b"], document_a=row["document_a"],
+                document_b=row["document_b"], kind=conflict.kind,
+                statement_a=conflict.statement_a, statement_b=conflict.statement_b,
+                detail=conflict.detail, similarity=float(row["similarity"]),
+            ))  # fmt: skip
     return found
 
 

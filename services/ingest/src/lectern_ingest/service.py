@@ -45,10 +45,11 @@ from lectern_common.events import (
     DocumentUploaded,
     FailureReason,
     IngestStage,
+    conflicts_found,
     outcome_event_id,
 )
 from lectern_common.index import FollowingEmbedder, ModelSwitched, guard, live_model
-from lectern_common.outbox import enqueue
+from lectern_common.outbox import enqueue, enqueue_many
 from lectern_common.text import embedding_text
 from lectern_ingest import language
 from lectern_ingest import repository as repo
@@ -417,23 +418,29 @@ class IngestWorker:
         return stored
 
     async def find_conflicts(self, *document_ids: uuid.UUID) -> None:
-        """Record new documents' conflicts with the library (the review queue's); a failure
-        here is logged, never the documents'."""
+        """Announce new documents' conflicts with the library (``documents.conflicts``, through
+        the outbox: the gateway's review queue records them); a failure here is logged, never
+        the documents'."""
         if self.settings.conflict_neighbours == 0:
             return
         try:
             async with self.pool.acquire() as conn, conn.transaction():
-                found = await repo.record_conflicts(
+                found = await repo.conflicting_pairs(
                     conn, document_ids=document_ids,
                     neighbours=self.settings.conflict_neighbours,
                     min_similarity=self.settings.conflict_min_similarity,
                 )  # fmt: skip
+                events = [
+                    e for tenant, pairs in found.items() for e in conflicts_found(tenant, pairs)
+                ]
+                await enqueue_many(conn, events)
         except Exception:
             log.exception("conflict check of %s failed", ", ".join(map(str, document_ids)))
             return
-        if found:
-            log.info("documents %s: %d conflicting statement(s) for review",
-                     ", ".join(map(str, document_ids)), found)  # fmt: skip
+        # the pairs found, known ones included: the review queue drops those it holds
+        if detected := sum(map(len, found.values())):
+            log.info("documents %s: %d conflicting statement(s) sent for review",
+                     ", ".join(map(str, document_ids)), detected)  # fmt: skip
 
     async def _enqueue(self, event: DocumentIndexed | DocumentFailed) -> None:
         async with self.pool.acquire() as conn:

@@ -22,6 +22,8 @@ from lectern_common.events.deadletter import MAX_PARKED_PAYLOAD, MessageParked, 
 from lectern_common.events.documents import (
     ChunkCurriculumReply,
     ChunkCurriculumRequest,
+    ConflictPair,
+    ConflictsFound,
     DocumentArchived,
     DocumentDeleted,
     DocumentFailed,
@@ -34,6 +36,7 @@ from lectern_common.events.documents import (
     FailureReason,
     IngestStage,
     SectionStandards,
+    conflicts_found,
     outcome_event_id,
 )
 from lectern_common.events.feedback import FeedbackFlagged, KnowledgeGapDetected
@@ -100,6 +103,8 @@ __all__ = [
     "ChunkVisibility",
     "CitationRef",
     "Confidence",
+    "ConflictPair",
+    "ConflictsFound",
     "DocumentArchived",
     "DocumentDeleted",
     "DocumentFailed",
@@ -156,6 +161,7 @@ __all__ = [
     "StudentContext",
     "Subjects",
     "UserErased",
+    "conflicts_found",
     "erased_user_key",
     "outcome_event_id",
     "parked_event_id",

@@ -24,6 +24,7 @@ class Subjects:
     DOCUMENTS_UPDATED = "lectern.documents.updated.v1"
     DOCUMENTS_ARCHIVED = "lectern.documents.archived.v1"
     DOCUMENTS_RESTORED = "lectern.documents.restored.v1"
+    DOCUMENTS_CONFLICTS = "lectern.documents.conflicts.v1"
     CHAT_TURN_COMPLETED = "lectern.chat.turn.completed.v1"
     CHAT_SESSION_ENDED = "lectern.chat.session.ended.v1"
     CHAT_SESSIONS_EXPIRED = "lectern.chat.sessions.expired.v1"

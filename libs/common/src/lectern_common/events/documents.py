@@ -1,8 +1,10 @@
-"""Document lifecycle events: uploaded -> progress* -> indexed | failed; deleted."""
+"""Document lifecycle events: uploaded -> progress* -> indexed | failed (-> conflicts);
+deleted."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import date
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
@@ -229,6 +231,55 @@ class DocumentRestored(Event):
 
     document_id: uuid.UUID
     restored_by: str
+
+
+class ConflictPair(BaseModel):
+    """A chunk of a newly indexed document and a near neighbour in another document of the
+    tenant that state the same thing with different numbers, or one negating the other."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    chunk_a: uuid.UUID = Field(description="the newly indexed document's chunk")
+    chunk_b: uuid.UUID = Field(description="its neighbour in another document")
+    document_a: uuid.UUID
+    document_b: uuid.UUID
+    kind: Literal["number", "negation"]
+    statement_a: str = Field(description="the sentence of chunk_a")
+    statement_b: str = Field(description="the sentence of chunk_b it disagrees with")
+    detail: str = Field(description="what differs, e.g. '90 °C in one, 100 °C in the other'")
+    similarity: float = Field(description="cosine similarity of the two chunks")
+
+
+#: pairs in one ``documents.conflicts`` event: a statement is at most 60 words, so 50 pairs
+#: stay well under NATS's 1 MB payload limit; more pairs go in more events
+MAX_CONFLICT_PAIRS = 50
+
+
+@register_event
+class ConflictsFound(Event):
+    """Ingest compared newly indexed documents with the tenant's library and found these
+    disagreeing pairs; the gateway's review queue (``source_conflicts``) records each pair
+    once, so a redelivered or repeated event adds nothing.
+
+    The ``event_id`` is derived from the pairs: the same findings carry the same id."""
+
+    subject: ClassVar[str] = Subjects.DOCUMENTS_CONFLICTS
+
+    pairs: list[ConflictPair] = Field(min_length=1, max_length=MAX_CONFLICT_PAIRS)
+
+
+def conflicts_found(tenant_id: str, pairs: Sequence[ConflictPair]) -> list[ConflictsFound]:
+    """The events announcing a tenant's ``pairs``, ``MAX_CONFLICT_PAIRS`` an event, each with
+    an id derived from its pairs (in chunk order, so the same findings in any order give the
+    same events; none for no pairs)."""
+    ordered = sorted(pairs, key=lambda p: (p.chunk_a, p.chunk_b))
+    events = []
+    for start in range(0, len(ordered), MAX_CONFLICT_PAIRS):
+        batch = ordered[start : start + MAX_CONFLICT_PAIRS]
+        key = ";".join(f"{p.chunk_a}:{p.chunk_b}" for p in batch)
+        event_id = uuid.uuid5(batch[0].chunk_a, f"lectern.documents.conflicts:{key}")
+        events.append(ConflictsFound(event_id=event_id, tenant_id=tenant_id, pairs=batch))
+    return events
 
 
 class SectionStandards(BaseModel):

@@ -8,9 +8,13 @@ admin, who sees the whole tenant; otherwise class-less material and these classe
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
-from lectern_common.db.types import Queryable
+import asyncpg
+
+from lectern_common.db.types import Pool, Queryable
+from lectern_common.events import ConflictPair
 
 #: at most this many open gaps re-tried per request
 MAX_RETRIES = 50
@@ -350,6 +354,33 @@ async def set_horizon(*, pool: Queryable, tenant_id: str, subject: str, days: in
 
 
 # ---------------------------------------------------------------- conflicting sources
+
+_ADD_CONFLICT = """
+    INSERT INTO source_conflicts (id, tenant_id, chunk_a, chunk_b, document_a, document_b, kind,
+        statement_a, statement_b, detail, similarity)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+    ON CONFLICT (chunk_a, chunk_b) DO NOTHING"""
+
+
+async def add_conflicts(*, pool: Pool, tenant_id: str, pairs: Sequence[ConflictPair]) -> int:
+    """Queue the conflicting pairs ingest found, each pair once (one already queued, open or
+    resolved, stays as it is); how many were new. A pair whose chunk or document is gone by
+    now is dropped: its row would have been deleted with them (``ON DELETE CASCADE``)."""
+    added = 0
+    async with pool.acquire() as conn, conn.transaction():
+        for p in pairs:
+            try:
+                async with conn.transaction():  # a savepoint: one gone pair spoils no other
+                    status = await conn.execute(
+                        _ADD_CONFLICT, uuid.uuid4(), tenant_id, p.chunk_a, p.chunk_b,
+                        p.document_a, p.document_b, p.kind, p.statement_a, p.statement_b,
+                        p.detail, p.similarity,
+                    )  # fmt: skip
+            except asyncpg.ForeignKeyViolationError:
+                continue
+            added += status.endswith(" 1")
+    return added
+
 
 #: a conflict with its documents' titles (the passages are the index's: the retriever's)
 _CONFLICT_SELECT = """

@@ -23,12 +23,14 @@ USER_AGENT = "Lectern-Webhooks/1.0"
 
 #: not offered: uploads wait on a work-queue stream that only ingest may consume, progress is
 #: a stream of per-stage ticks, and parked messages are the operator's business, not a tenant's;
-#: expired sessions tell the services to delete their copies (housekeeping between services)
+#: expired sessions tell the services to delete their copies and found conflicts feed the
+#: review queue (housekeeping between services)
 _NOT_OFFERED = {
     Subjects.DOCUMENTS_UPLOADED,
     Subjects.DOCUMENTS_PROGRESS,
     Subjects.DEAD_LETTER,
     Subjects.CHAT_SESSIONS_EXPIRED,
+    Subjects.DOCUMENTS_CONFLICTS,
 }
 
 #: the event types a webhook may ask for (subjects, e.g. ``lectern.documents.indexed.v1``)
