@@ -39,6 +39,7 @@ from lectern_common.events.documents import (
 from lectern_common.events.feedback import FeedbackFlagged, KnowledgeGapDetected
 from lectern_common.events.index import (
     ChunkRow,
+    ChunkVector,
     ChunkVisibility,
     IndexChunksReply,
     IndexChunksRequest,
@@ -50,6 +51,8 @@ from lectern_common.events.index import (
     IndexOutlineRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
+    IndexVectorsReply,
+    IndexVectorsRequest,
     MaterialFilter,
     MaterialRow,
 )
@@ -97,6 +100,7 @@ __all__ = [
     "ChunkCurriculumReply",
     "ChunkCurriculumRequest",
     "ChunkRow",
+    "ChunkVector",
     "ChunkVisibility",
     "CitationRef",
     "Confidence",
@@ -122,6 +126,8 @@ __all__ = [
     "IndexOutlineRequest",
     "IndexTopicsReply",
     "IndexTopicsRequest",
+    "IndexVectorsReply",
+    "IndexVectorsRequest",
     "IngestStage",
     "KnowledgeGapDetected",
     "MaterialFilter",
