@@ -445,3 +445,57 @@ def test_the_memory_services_sql_names_only_its_own_tables() -> None:
             named = {t for t in tables if re.search(rf"(?<![\w.-]){t}(?![\w-])", text)}
             wrong |= {f"{name} names {t}" for t in named - MEMORY_SQL_TABLES}
     assert not wrong, "\n".join(sorted(wrong))
+
+
+#: what a package holding a database connection imports
+_DATABASE_MODULES = ("asyncpg", "lectern_common.db")
+
+
+def _database_use(package: str) -> list[str]:
+    """What of ``package`` reaches Postgres: a module importing the driver or the shared
+    pool, a string literal opening a SQL statement or reading the index's tables."""
+    found = []
+    for name, path in modules(package):
+        found += [
+            f"{name} imports {module}"
+            for module in sorted(imported(path))
+            if any(module == m or module.startswith(f"{m}.") for m in _DATABASE_MODULES)
+        ]
+        found += [
+            f"{name} holds SQL: {text.strip()[:60]!r}"
+            for text in _strings(path)
+            if _SQL.match(text) or _INDEX_READ.search(text)
+        ]
+    return found
+
+
+def test_the_reranker_has_no_database() -> None:
+    """The re-ranker's reads of the index (the model it was built with, the candidates'
+    stored vectors) are the retriever's (``lectern.index.vectors.v1``): it has no SQL and no
+    pool."""
+    found = _database_use("lectern_reranker")
+    assert not found, "\n".join(found)
+
+
+def test_sql_added_to_the_reranker_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check above sees a statement and a pool, were one added back."""
+    copy = tmp_path / "lectern_reranker"
+    copy.mkdir()
+    for _, path in modules("lectern_reranker"):
+        target = copy / path.relative_to(PACKAGES["lectern_reranker"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    (copy / "repository.py").write_text(
+        "from lectern_common.db.types import Queryable\n\n\n"
+        "async def index_model(pool: Queryable) -> object:\n"
+        '    return await pool.fetchrow("SELECT name FROM embedding_models WHERE id = 1")\n'
+    )
+    monkeypatch.setitem(PACKAGES, "lectern_reranker", copy)
+    found = _database_use("lectern_reranker")
+    assert found == [
+        "lectern_reranker.repository imports lectern_common.db.types",
+        "lectern_reranker.repository imports lectern_common.db.types.Queryable",
+        "lectern_reranker.repository holds SQL: 'SELECT name FROM embedding_models WHERE id = 1'",
+    ]

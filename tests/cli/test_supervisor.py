@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from pydantic import SecretStr
@@ -216,6 +217,21 @@ def test_a_busy_gateway_port_is_refused_before_anything_starts(tmp_path: Path) -
             supervisor.start()
     assert supervisor.postgres is None
     assert not (tmp_path / STATE_FILE).exists()
+
+
+def test_postgres_url_goes_only_to_the_processes_with_a_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-ranker's reads of the index are the retriever's: it gets no database URL."""
+    monkeypatch.delenv("LECTERN_DATABASE_URL", raising=False)
+    supervisor = Supervisor(data_dir=tmp_path, gateway_port=0, report=lambda m: None)
+    supervisor._add_children()
+    monkeypatch.setattr(supervisor, "postgres", SimpleNamespace(dsn="postgresql://here/db"))
+    with_database = {
+        name: "LECTERN_DATABASE_URL" in supervisor.child_env(child)
+        for name, child in supervisor.children.items()
+    }
+    assert with_database == {name: name != "reranker" for name in PROCESSES}
 
 
 def test_a_gateway_worker_runs_beside_each_gateway(

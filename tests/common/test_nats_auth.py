@@ -106,7 +106,7 @@ async def test_each_service_reaches_only_its_own_subjects(
 ) -> None:
     server, passwords = secured
     admin = await connect(server, passwords, "admin")
-    subjects = [Subjects.RETRIEVE, Subjects.RERANK, Subjects.MEMORY_RECALL]
+    subjects = [Subjects.RETRIEVE, Subjects.RERANK, Subjects.MEMORY_RECALL, Subjects.INDEX_VECTORS]
 
     async def echo(msg: Any) -> None:
         await msg.respond(b"{}")
@@ -115,10 +115,11 @@ async def test_each_service_reaches_only_its_own_subjects(
         await admin.subscribe(subject, cb=echo)
     await admin.flush()
     expected = {
-        "gateway": set(subjects),
+        "gateway": set(subjects) - {Subjects.INDEX_VECTORS},
         "ingest": set(),
         "retriever": set(),
-        "reranker": set(),
+        # the index's stored vectors of its candidates, which the retriever reads for it
+        "reranker": {Subjects.INDEX_VECTORS},
         "memory": set(),
     }
 

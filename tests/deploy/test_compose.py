@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from lectern_cli.runtime.processes import DATABASE_SERVICES
+
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yml"
 
@@ -86,8 +88,14 @@ def test_service_definition(service: str, services: dict[str, Doc]) -> None:
     }
     assert env["LECTERN_NATS_URL"] == "nats://nats:4222"
     assert env["LECTERN_OTLP_ENDPOINT"] == "http://otel-collector:4318"
-    database = urlsplit(env["LECTERN_DATABASE_URL"])
-    assert (database.scheme, database.hostname, database.port) == ("postgresql", "postgres", 5432)
+    uses_database = service.removesuffix("-worker") in DATABASE_SERVICES
+    if uses_database:
+        database = urlsplit(env["LECTERN_DATABASE_URL"])
+        assert (database.scheme, database.hostname, database.port) == (
+            "postgresql", "postgres", 5432,
+        )  # fmt: skip
+    else:  # the re-ranker: its reads of the index are the retriever's
+        assert "LECTERN_DATABASE_URL" not in env
     assert env["LECTERN_HEALTH_HOST"] == "0.0.0.0"  # noqa: S104 - reachable from the engine
     assert env[f"LECTERN_{env_name}_HTTP_PORT"] == str(port)
     assert env["LECTERN_SERVICE_NAME"] == f"lectern-{service}"
@@ -97,11 +105,11 @@ def test_service_definition(service: str, services: dict[str, Doc]) -> None:
     assert definition["environment"].get("LECTERN_GEMINI_API_KEY", None) is None
 
     depends = {name: spec["condition"] for name, spec in definition["depends_on"].items()}
+    on_database = {"migrate": "service_completed_successfully", "postgres": "service_healthy"}
     assert depends == {
-        "migrate": "service_completed_successfully",
         "nats": "service_healthy",
-        "postgres": "service_healthy",
         "otel-collector": "service_started",
+        **(on_database if uses_database else {}),
     }
 
     check = definition["healthcheck"]
@@ -140,6 +148,9 @@ def test_migrate_and_services_share_the_database(services: dict[str, Doc]) -> No
     postgres_env = {k: interpolate(str(v)) for k, v in services["postgres"]["environment"].items()}
     assert postgres_env["POSTGRES_PASSWORD"] == "<required:LECTERN_POSTGRES_PASSWORD>"
     for name in ("migrate", *PROCESSES):
+        if name.removesuffix("-worker") not in ("migrate", *DATABASE_SERVICES):
+            assert "LECTERN_DATABASE_URL" not in services[name]["environment"]
+            continue
         url = urlsplit(interpolate(services[name]["environment"]["LECTERN_DATABASE_URL"]))
         assert url.username == postgres_env["POSTGRES_USER"]
         assert url.password == postgres_env["POSTGRES_PASSWORD"]

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from pydantic import AliasChoices
 
+from lectern_cli.runtime.processes import DATABASE_SERVICES
 from lectern_common.settings import BaseServiceSettings, ServiceHttpSettings
 from lectern_gateway.config import Settings as GatewaySettings
 from lectern_ingest.config import Settings as IngestSettings
@@ -139,7 +140,9 @@ def test_compose_environment_builds_the_service_settings(
     assert settings.health_host == "0.0.0.0"  # noqa: S104
     assert settings.environment == "production"
     assert settings.nats_url == "nats://nats:4222"
-    assert settings.database_url.startswith("postgresql://lectern:")
+    # the re-ranker has no database: its settings keep the (unused) default
+    uses_database = service in DATABASE_SERVICES
+    assert settings.database_url.startswith("postgresql://lectern:") == uses_database
     assert settings.otlp_endpoint == "http://otel-collector:4318"
     assert settings.service_name == f"lectern-{service}"
     assert settings.log_json is True

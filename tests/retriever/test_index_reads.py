@@ -3,18 +3,24 @@ search reply's ``idf``): the gateway holds no SQL on ``chunks`` or the BM25 stat
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
+import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from lectern_common.embeddings import Embedder
 from lectern_common.events import (
+    ChunkVector,
     ChunkVisibility,
     IndexChunksRequest,
     IndexCountRequest,
     IndexMaterialRequest,
     IndexOutlineRequest,
     IndexTopicsRequest,
+    IndexVectorsReply,
+    IndexVectorsRequest,
     MaterialFilter,
     RetrieveRequest,
 )
@@ -146,3 +152,58 @@ async def test_material_pages_in_reading_order_and_a_documents_outline(
     assert [(s.path, s.chunks, s.first) for s in outline.sections] == [(["1 Plants"], 7, 0)]
     other = await retriever.outline(IndexOutlineRequest(tenant_id="someone-else", document_id=doc))
     assert other.centroid is None and other.sections == [], "another tenant's document: nothing"
+
+
+async def test_stored_vectors_only_of_the_model_asked_for(
+    retriever: Any, db_pool: Any, tenant_id: str, add_doc: Any, unit_vectors: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    vectors = unit_vectors(3, seed=61)
+    doc = await add_doc(db_pool, tenant_id=tenant_id, texts=[PHOTO, CELLS, "Third."],
+                        vectors=vectors)  # fmt: skip
+    rows = await db_pool.fetch(
+        "SELECT id FROM chunks WHERE document_id = $1 ORDER BY chunk_index", doc
+    )
+    ids = [r["id"] for r in rows]
+    model, dimension = await db_pool.fetchrow(
+        "SELECT name, dimension FROM embedding_models WHERE id = 1"
+    )
+    missing = uuid.uuid4()
+    asked = IndexVectorsRequest(tenant_id=tenant_id, chunk_ids=[*ids, missing], model=model)
+    reply = await retriever.vectors(asked)
+    assert (reply.error, reply.model, reply.dimension, reply.more) == (
+        None,
+        model,
+        dimension,
+        False,
+    )
+    # the wire form decodes to the stored float32 values exactly, after a trip through JSON
+    decoded = IndexVectorsReply.model_validate_json(reply.model_dump_json())
+    found = {v.chunk_id: v.values() for v in decoded.vectors}
+    assert set(found) == set(ids), "an id not found is left out"
+    for chunk_id, vector in zip(ids, vectors, strict=True):
+        assert found[chunk_id].dtype == np.float32
+        assert np.array_equal(found[chunk_id], vector.astype(np.float32))
+    # an index of another model: the model named, no vector given
+    other = await retriever.vectors(asked.model_copy(update={"model": "another-model"}))
+    assert (other.model, other.dimension, other.vectors) == (model, dimension, [])
+    # another tenant's chunks: none
+    stranger = await retriever.vectors(asked.model_copy(update={"tenant_id": "someone-else"}))
+    assert stranger.model == model and stranger.vectors == []
+    # a reply stops short of NATS's message size; the caller embeds the rest itself
+    monkeypatch.setattr(index_reads, "VECTORS_REPLY_CHARS", 2 * len(decoded.vectors[0].vector))
+    cut = await retriever.vectors(asked)
+    assert len(cut.vectors) == 2 and cut.more
+
+
+def test_a_vectors_reply_holds_vectors_of_its_dimension() -> None:
+    chunk_id = uuid.uuid4()
+    values = np.array([0.5, -1.25, 3.0], dtype=np.float32)
+    wire = ChunkVector.of(chunk_id, values)
+    assert wire.vector == "AAAAPwAAoL8AAEBA", "base64 of float32 little-endian"
+    reply = IndexVectorsReply(request_id=uuid.uuid4(), model="m", dimension=3, vectors=[wire])
+    assert np.array_equal(reply.vectors[0].values(), values)
+    with pytest.raises(ValidationError, match="not 4 float32 values"):
+        IndexVectorsReply(request_id=uuid.uuid4(), model="m", dimension=4, vectors=[wire])
+    with pytest.raises(ValidationError):
+        ChunkVector(chunk_id=chunk_id, vector="not base64!")

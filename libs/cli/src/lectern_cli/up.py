@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
             "the production layout on this machine: a 3-server NATS cluster (NATS ports "
             "--nats-port and the next two), streams and consumers at 3 replicas, two replicas "
             "of every service (gateway-2 on --port + 10), one Postgres primary and a streaming "
-            "read replica that the retriever, re-ranker and memory recall read from"
+            "read replica that the retriever and memory recall read from"
         ),
     )  # fmt: skip
     parser.add_argument(

@@ -55,6 +55,7 @@ QUEUE_GROUPS = {
     Subjects.INDEX_COUNT: "lectern-retriever",
     Subjects.INDEX_MATERIAL: "lectern-retriever",
     Subjects.INDEX_OUTLINE: "lectern-retriever",
+    Subjects.INDEX_VECTORS: "lectern-retriever",
     Subjects.RERANK: "lectern-reranker",
     Subjects.MEMORY_RECALL: "lectern-memory",
     Subjects.MEMORY_LIST: "lectern-memory",

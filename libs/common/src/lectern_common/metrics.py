@@ -135,7 +135,7 @@ OUTBOX_BACKLOG = GaugeCache(
 # --- reads a streaming replica may serve (lectern_common.db.reads) ---------------------
 DB_READS = meter.create_counter(
     "lectern.db.reads",
-    description="Reads of the retriever, re-ranker and memory recall, by the Postgres that "
+    description="Reads of the retriever and memory recall, by the Postgres that "
     "served them (target: replica or primary)",
 )
 REPLICA_LAG = GaugeCache(

@@ -152,10 +152,14 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             Subjects.INDEX_COUNT,
             Subjects.INDEX_MATERIAL,
             Subjects.INDEX_OUTLINE,
+            Subjects.INDEX_VECTORS,
         ],
         answers_requests=True,
     ),
-    "reranker": Permissions(subscribe=[Subjects.RERANK], answers_requests=True),
+    # the index's stored vectors of the candidates, for the bi-encoder
+    "reranker": Permissions(
+        publish=[Subjects.INDEX_VECTORS], subscribe=[Subjects.RERANK], answers_requests=True
+    ),
     "memory": Permissions(
         publish=[
             Subjects.MEMORY_DISTILLED,

@@ -55,6 +55,8 @@ class ServiceState:
 
     settings: ServiceHttpSettings
     broker: NatsBroker
+    #: whether the service connects to Postgres at all (the re-ranker does not)
+    database: bool = True
     #: the primary's pool, once started (``db()`` in code that runs after start-up)
     pool: Pool | None = None
     #: the pool reads that a read replica may serve use (``LECTERN_DATABASE_READ_URL``)
@@ -159,6 +161,7 @@ def create_service_app(
     tracer_provider: trace.TracerProvider | None = None,
     outbox: str | None = None,
     consumers: Sequence[tuple[str, str]] = (),
+    database: bool = True,
 ) -> FastAPI:
     """A FastAPI app with ``/healthz`` and ``/readyz`` whose lifespan runs the broker.
 
@@ -167,8 +170,10 @@ def create_service_app(
     it belong to the same trace. ``outbox`` names the service (a key of
     ``nats_auth.SERVICE_PERMISSIONS``) whose outbox rows this app's relay publishes;
     ``consumers`` are the (stream, durable) JetStream consumers whose lag it reports.
+    Without ``database`` (a service whose data all comes over NATS: the re-ranker) no pool
+    is opened, nor the schema waited for, and readiness does not ask Postgres.
     """
-    state = ServiceState(settings=settings, broker=broker)
+    state = ServiceState(settings=settings, broker=broker, database=database)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -203,7 +208,8 @@ def create_service_app(
 
 
 async def _connect(state: ServiceState, *, startup_timeout: float) -> None:
-    """Start-up up to the service's own resources: logging, telemetry, NATS, Postgres."""
+    """Start-up up to the service's own resources: logging, telemetry, NATS, Postgres (when
+    the service has a database)."""
     settings = state.settings
     configure_logging(
         level=settings.log_level,
@@ -215,6 +221,8 @@ async def _connect(state: ServiceState, *, startup_timeout: float) -> None:
     await ensure_streams(
         state.broker.config.connection_state.stream, replicas=settings.stream_replicas
     )
+    if not state.database:
+        return
     await wait_for_schema(settings.database_url, timeout=startup_timeout)
     state.pool = await create_pool(
         settings.database_url,
@@ -321,6 +329,18 @@ async def watch_consumers(
         await asyncio.sleep(every_s)
 
 
+async def _postgres_check(pool: Pool | None) -> str:
+    """``ok`` when the pool answers a query within 2 s, else why not."""
+    if pool is None:
+        return "not connected"
+    try:
+        async with asyncio.timeout(2.0):
+            await pool.fetchval("SELECT 1")
+    except Exception as exc:
+        return f"error: {exc}"
+    return "ok"
+
+
 async def readiness(state: ServiceState) -> dict[str, str]:
     """Run every readiness check; each gives ``ok`` or a reason."""
     results: dict[str, str] = {}
@@ -330,15 +350,8 @@ async def readiness(state: ServiceState) -> dict[str, str]:
         results["nats"] = "ok" if await state.broker.ping(timeout=1.0) else "unreachable"
     except Exception as exc:
         results["nats"] = f"error: {exc}"
-    try:
-        if state.pool is None:
-            results["postgres"] = "not connected"
-        else:
-            async with asyncio.timeout(2.0):
-                await state.pool.fetchval("SELECT 1")
-            results["postgres"] = "ok"
-    except Exception as exc:
-        results["postgres"] = f"error: {exc}"
+    if state.database:
+        results["postgres"] = await _postgres_check(state.pool)
     for name, check in state.checks.items():
         try:
             problem = await check()

@@ -59,13 +59,13 @@ class BaseServiceSettings(BaseSettings):
     database_url: str = shared(
         "database_url",
         "postgresql://postgres@127.0.0.1:5432/postgres",
-        "Postgres DSN (a Unix socket via ?host=/path works)",
+        "Postgres DSN (a Unix socket via ?host=/path works); the re-ranker has no database",
     )
     database_read_url: str | None = shared(
         "database_read_url",
         None,
         "Postgres DSN of a streaming read replica (CloudNativePG's -ro service) for the "
-        "retriever's searches, the re-ranker's reads and memory recall; unset: the primary",
+        "retriever's searches and the index's reads, and memory recall; unset: the primary",
     )
     database_read_max_lag_s: float = shared(
         "database_read_max_lag_s",

@@ -36,6 +36,7 @@ from lectern_common.events import (
     IndexMaterialRequest,
     IndexOutlineRequest,
     IndexTopicsRequest,
+    IndexVectorsRequest,
     MemoryRecallReply,
     MemoryRecallRequest,
     RankedChunk,
@@ -286,6 +287,7 @@ INDEX_READS: dict[str, tuple[type[BaseModel], Callable[[Any, Any], Awaitable[Bas
     Subjects.INDEX_MATERIAL: (IndexMaterialRequest, index_reads.answer_material),
     Subjects.INDEX_OUTLINE: (IndexOutlineRequest, index_reads.answer_outline),
     Subjects.INDEX_TOPICS: (IndexTopicsRequest, index_reads.answer_topics),
+    Subjects.INDEX_VECTORS: (IndexVectorsRequest, index_reads.answer_vectors),
 }
 
 

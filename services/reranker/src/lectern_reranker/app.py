@@ -1,4 +1,5 @@
-"""Reranker app: answers ``lectern.rerank.v1`` in the ``lectern-reranker`` queue group."""
+"""Reranker app: answers ``lectern.rerank.v1`` in the ``lectern-reranker`` queue group; asks
+the retriever for the index's stored vectors (``lectern.index.vectors.v1``)."""
 
 from __future__ import annotations
 
@@ -19,15 +20,17 @@ def create_app(settings: Settings) -> FastAPI:
         service_name=settings.service_name,
         credentials=settings.nats_credentials,
     )
-    reranker = Reranker(settings=settings)
+    reranker = Reranker(settings=settings, broker=broker)
 
     async def startup(state: ServiceState) -> None:
         await reranker.start(state)
         state.checks["models"] = reranker.readiness
 
+    # no database: the index's vectors come from the retriever (``lectern_reranker.index``)
     app = create_service_app(
-        settings=settings, broker=broker, title="Lectern reranker", on_startup=startup
-    )
+        settings=settings, broker=broker, title="Lectern reranker", on_startup=startup,
+        database=False,
+    )  # fmt: skip
 
     subscribe(broker, reranker)
     return app

@@ -3,37 +3,39 @@
 from __future__ import annotations
 
 import logging
-import time
-from typing import Any
 
-from lectern_common.db import ReadPools
-from lectern_common.db.types import Pool
+from faststream.nats import NatsBroker
+
 from lectern_common.errors import ConfigurationError
 from lectern_common.events import RerankReply, RerankRequest
 from lectern_common.service import ServiceState
-from lectern_reranker import repository
 from lectern_reranker.config import Settings
+from lectern_reranker.index import StoredVectors
 from lectern_reranker.scorers import BiEncoderScorer, load_scorer
 from lectern_reranker.service import RerankConfig, SemanticScorer, rerank, scoring_text
 
 log = logging.getLogger(__name__)
 
-#: how long the answer to "was the index built with our bi-encoder?" is trusted
-INDEX_MODEL_TTL_S = 60.0
-
 
 class Reranker:
     """Loads the scorer once at start-up and answers rerank requests with it."""
 
-    def __init__(self, *, settings: Settings, scorer: SemanticScorer | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        scorer: SemanticScorer | None = None,
+        broker: NatsBroker | None = None,
+    ) -> None:
         self._settings = settings
         self._config: RerankConfig = settings.rerank_config()
         #: ``scorer`` given: used as it is (tests), else loaded by ``start``
         self._scorer: SemanticScorer | None = scorer
-        #: its reads go to the read replica when one is configured and healthy
-        self._reads: ReadPools | None = None
-        self._index_checked_at = float("-inf")
-        self._index_matches = False
+        #: the index's stored vectors, asked of the retriever over ``broker`` (None: the
+        #: bi-encoder embeds every candidate)
+        self._stored: StoredVectors | None = None
+        if broker is not None and settings.reuse_index_vectors:
+            self._stored = StoredVectors(broker, timeout_s=settings.index_vectors_timeout_s)
 
     @property
     def scorer(self) -> SemanticScorer | None:
@@ -44,7 +46,6 @@ class Reranker:
         """Load the models (once per process)."""
         if self._scorer is None:
             self._scorer = load_scorer(self._settings)
-        self._reads = state.reads if state.reads is not None else ReadPools(primary=state.db())
         state.deps = self
         log.info("reranker scorer: %s", self._scorer.name)
 
@@ -52,35 +53,18 @@ class Reranker:
         """None when a scorer is loaded, else the problem."""
         return None if self._scorer is not None else "scorer not loaded"
 
-    async def _index_is_ours(self, reads: ReadPools, scorer: BiEncoderScorer) -> bool:
-        now = time.monotonic()
-        if now - self._index_checked_at > INDEX_MODEL_TTL_S:
-            model = await reads.run(repository.index_model)
-            self._index_matches = model is not None and model[0] == scorer.embedder_name
-            self._index_checked_at = now
-        return self._index_matches
-
     async def _scorer_for(self, request: RerankRequest, scorer: SemanticScorer) -> SemanticScorer:
         """The bi-encoder reuses the index's stored vectors when the index used the same model."""
-        reads = self._reads
-        if (
-            not isinstance(scorer, BiEncoderScorer)
-            or not self._settings.reuse_index_vectors
-            or reads is None
-            or not request.candidates
-            or not await self._index_is_ours(reads, scorer)
-        ):
+        if not isinstance(scorer, BiEncoderScorer) or self._stored is None:
             return scorer
-
-        async def stored_vectors(pool: Pool) -> dict[Any, Any]:
-            return await repository.chunk_vectors(
-                pool,
-                tenant_id=request.tenant_id,
-                chunk_ids=[c.chunk_id for c in request.candidates],
-                model=str(scorer.embedder_name),
-            )
-
-        stored = await reads.run(stored_vectors)
+        model = scorer.embedder_name
+        if model is None or not request.candidates:
+            return scorer
+        stored = await self._stored.of(
+            tenant_id=request.tenant_id,
+            chunk_ids=[c.chunk_id for c in request.candidates],
+            model=model,
+        )
         known = {
             scoring_text(c): stored[c.chunk_id] for c in request.candidates if c.chunk_id in stored
         }

@@ -18,6 +18,8 @@ from lectern_common.events import (
     IndexOutlineRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
+    IndexVectorsReply,
+    IndexVectorsRequest,
     RetrieveReply,
     RetrieveRequest,
     Subjects,
@@ -97,3 +99,12 @@ def subscribe(broker: NatsBroker, retriever: Retriever) -> None:
     async def on_topics(request: IndexTopicsRequest) -> IndexTopicsReply:
         """The tenant's common topic tags (a refusal's suggestions)."""
         return await answer(request, IndexTopicsReply, retriever.topics)
+
+    @broker.subscriber(
+        Subjects.INDEX_VECTORS,
+        queue=QUEUE_GROUPS[Subjects.INDEX_VECTORS],
+        max_workers=retriever.settings.concurrency,
+    )
+    async def on_vectors(request: IndexVectorsRequest) -> IndexVectorsReply:
+        """Chunks' stored embeddings (the re-ranker's bi-encoder reuses them)."""
+        return await answer(request, IndexVectorsReply, retriever.vectors)

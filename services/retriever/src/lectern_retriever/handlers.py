@@ -23,6 +23,8 @@ from lectern_common.events import (
     IndexOutlineRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
+    IndexVectorsReply,
+    IndexVectorsRequest,
     RetrieveReply,
     RetrieveRequest,
 )
@@ -249,6 +251,10 @@ class Retriever:
     async def topics(self, request: IndexTopicsRequest) -> IndexTopicsReply:
         """The tenant's common topic tags."""
         return await self._from_reads(lambda pool: index_reads.answer_topics(pool, request))
+
+    async def vectors(self, request: IndexVectorsRequest) -> IndexVectorsReply:
+        """Chunks' stored embeddings when the index holds the asker's model."""
+        return await self._from_reads(lambda pool: index_reads.answer_vectors(pool, request))
 
     async def outline(self, request: IndexOutlineRequest) -> IndexOutlineReply:
         """A document's outline in vectors, from the primary: one transaction, so a re-index

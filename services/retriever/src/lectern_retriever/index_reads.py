@@ -1,8 +1,9 @@
 """The index's reads other services ask the retriever for (``lectern.index.*``, issue 61):
 chunks by id, with or without the caller's visibility, the tenant's common topic tags, a
 persona's count, the material of quizzes, drill and the syllabus, a document's outline in
-vectors, and words' BM25 idf. The retriever owns every read of ``chunks`` and the BM25
-statistics; ingest owns their writes."""
+vectors, chunks' stored vectors (the re-ranker's bi-encoder) and words' BM25 idf. The
+retriever owns every read of ``chunks``, ``embedding_models`` and the BM25 statistics;
+ingest owns their writes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from lectern_common import bm25
 from lectern_common.db.types import Connection, Pool, Queryable
 from lectern_common.events import (
     ChunkRow,
+    ChunkVector,
     ChunkVisibility,
     IndexChunksReply,
     IndexChunksRequest,
@@ -24,6 +26,8 @@ from lectern_common.events import (
     IndexOutlineRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
+    IndexVectorsReply,
+    IndexVectorsRequest,
     MaterialFilter,
     MaterialRow,
     SectionStandards,
@@ -275,6 +279,40 @@ async def outline(
     )
 
 
+#: a vectors reply stops adding vectors past this many characters of base64 (NATS's message
+#: is at most 1 MB; 500 chunks of 384 float32 values would be 1.02 MB)
+VECTORS_REPLY_CHARS = 700_000
+
+
+async def stored_vectors(
+    pool: Queryable, *, tenant_id: str, chunk_ids: Sequence[Any], model: str
+) -> tuple[tuple[str, int] | None, list[ChunkVector], bool]:
+    """The index's model and dimension (None before one is recorded), the stored embeddings
+    of the tenant's chunks among ``chunk_ids`` when the index holds ``model``'s vectors, and
+    whether some were left out for the reply's size. One statement: a re-index cannot switch
+    the model between the check and the read."""
+    rows = await pool.fetch(
+        "SELECT m.name, m.dimension, c.id, c.embedding FROM embedding_models m "
+        "LEFT JOIN chunks c ON m.name = $3 AND c.tenant_id = $1 AND c.id = ANY($2::uuid[]) "
+        "AND c.embedding IS NOT NULL WHERE m.id = 1",
+        tenant_id, list(chunk_ids), model,
+    )  # fmt: skip
+    if not rows:
+        return None, [], False
+    vectors: list[ChunkVector] = []
+    size = 0
+    for r in rows:
+        if r["id"] is None:  # the index holds another model's vectors, or none was found
+            continue
+        raw = r["embedding"]
+        found = ChunkVector.of(r["id"], raw.to_numpy() if hasattr(raw, "to_numpy") else raw)
+        size += len(found.vector)
+        if size > VECTORS_REPLY_CHARS:
+            return (rows[0]["name"], rows[0]["dimension"]), vectors, True
+        vectors.append(found)
+    return (rows[0]["name"], rows[0]["dimension"]), vectors, False
+
+
 # ---------------------------------------------------------------- the replies
 
 
@@ -325,3 +363,14 @@ async def answer_outline(pool: Pool, request: IndexOutlineRequest) -> IndexOutli
     return IndexOutlineReply(
         request_id=request.request_id, centroid=centroid, sections=sections, standards=standards
     )
+
+
+async def answer_vectors(pool: Queryable, request: IndexVectorsRequest) -> IndexVectorsReply:
+    """``lectern.index.vectors.v1``."""
+    index, vectors, more = await stored_vectors(
+        pool, tenant_id=request.tenant_id, chunk_ids=request.chunk_ids, model=request.model
+    )
+    return IndexVectorsReply(
+        request_id=request.request_id, model=None if index is None else index[0],
+        dimension=None if index is None else index[1], vectors=vectors, more=more,
+    )  # fmt: skip

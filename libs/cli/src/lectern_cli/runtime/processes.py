@@ -19,8 +19,10 @@ DEFAULT_NATS_MONITOR_PORT = 8222
 #: ``lectern up --cluster``: NATS servers (streams at as many replicas), processes per service
 CLUSTER_NATS_SERVERS = 3
 CLUSTER_SERVICE_REPLICAS = 2
+#: services that connect to Postgres (the re-ranker's data all comes over NATS)
+DATABASE_SERVICES: tuple[str, ...] = ("gateway", "ingest", "retriever", "memory")
 #: services whose reads a streaming read replica serves (``LECTERN_DATABASE_READ_URL``)
-READ_REPLICA_SERVICES = ("retriever", "reranker", "memory")
+READ_REPLICA_SERVICES = ("retriever", "memory")
 #: a further replica's preferred HTTP port: its service's default plus this (gateway-2: 8010)
 REPLICA_PORT_STEP = 10
 

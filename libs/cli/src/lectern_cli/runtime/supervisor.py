@@ -39,6 +39,7 @@ from lectern_cli.runtime.children import (
 from lectern_cli.runtime.processes import (
     CLUSTER_NATS_SERVERS,
     CLUSTER_SERVICE_REPLICAS,
+    DATABASE_SERVICES,
     DEFAULT_NATS_MONITOR_PORT,
     DEFAULT_NATS_PORT,
     DEFAULT_PORTS,
@@ -430,7 +431,7 @@ class Supervisor:
             user = nats_user(child.service)
             env["LECTERN_NATS_USER"] = user
             env["LECTERN_NATS_PASSWORD"] = self.nats_passwords[user]
-        if self.postgres is not None:
+        if self.postgres is not None and child.service in DATABASE_SERVICES:
             env["LECTERN_DATABASE_URL"] = self.postgres.dsn
         if self.postgres_replica is not None and child.service in READ_REPLICA_SERVICES:
             env["LECTERN_DATABASE_READ_URL"] = self.postgres_replica.dsn

@@ -42,6 +42,7 @@ from lectern_common.events.documents import (
 from lectern_common.events.feedback import FeedbackFlagged, KnowledgeGapDetected
 from lectern_common.events.index import (
     ChunkRow,
+    ChunkVector,
     ChunkVisibility,
     IndexChunksReply,
     IndexChunksRequest,
@@ -53,6 +54,8 @@ from lectern_common.events.index import (
     IndexOutlineRequest,
     IndexTopicsReply,
     IndexTopicsRequest,
+    IndexVectorsReply,
+    IndexVectorsRequest,
     MaterialFilter,
     MaterialRow,
 )
@@ -100,6 +103,7 @@ __all__ = [
     "ChunkCurriculumReply",
     "ChunkCurriculumRequest",
     "ChunkRow",
+    "ChunkVector",
     "ChunkVisibility",
     "CitationRef",
     "Confidence",
@@ -127,6 +131,8 @@ __all__ = [
     "IndexOutlineRequest",
     "IndexTopicsReply",
     "IndexTopicsRequest",
+    "IndexVectorsReply",
+    "IndexVectorsRequest",
     "IngestStage",
     "KnowledgeGapDetected",
     "MaterialFilter",

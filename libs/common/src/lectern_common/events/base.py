@@ -40,6 +40,7 @@ class Subjects:
     INDEX_COUNT = "lectern.index.count.v1"
     INDEX_MATERIAL = "lectern.index.material.v1"
     INDEX_OUTLINE = "lectern.index.outline.v1"
+    INDEX_VECTORS = "lectern.index.vectors.v1"
     MEMORY_RECALL = "lectern.memory.recall.v1"
     MEMORY_LIST = "lectern.memory.list.v1"
     MEMORY_FORGET = "lectern.memory.forget.v1"

@@ -4,11 +4,15 @@ so a change to the chunk schema is made in those two services only."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import uuid
+from collections.abc import Sequence
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, Field, model_validator
 
 from lectern_common.events.base import Reply, Request, Subjects, register_request
 from lectern_common.events.documents import SectionStandards
@@ -184,8 +188,67 @@ class IndexOutlineReply(Reply):
     standards: list[SectionStandards] = Field(default_factory=list)
 
 
+class IndexVectorsRequest(Request):
+    """The index's stored embeddings of the tenant's chunks among ``chunk_ids``, when the
+    index holds ``model``'s vectors (the re-ranker's bi-encoder reuses them instead of
+    embedding the candidates again)."""
+
+    subject: ClassVar[str] = Subjects.INDEX_VECTORS
+
+    chunk_ids: list[uuid.UUID] = Field(min_length=1, max_length=500)
+    model: str = Field(min_length=1, max_length=200, description="the caller's embedding model")
+
+
+#: base64 of float32 little-endian values
+_BASE64 = r"^[A-Za-z0-9+/]*={0,2}$"
+
+
+class ChunkVector(BaseModel):
+    """One chunk's stored embedding, ``vector`` the base64 of its float32 little-endian
+    values (a 384-dimension vector is 2,048 characters, against ~7,500 as a JSON list)."""
+
+    chunk_id: uuid.UUID
+    vector: str = Field(pattern=_BASE64)
+
+    @classmethod
+    def of(cls, chunk_id: uuid.UUID, values: Sequence[float] | NDArray[np.float32]) -> ChunkVector:
+        """The wire form of ``values``."""
+        raw = np.asarray(values, dtype="<f4").tobytes()
+        return cls(chunk_id=chunk_id, vector=base64.b64encode(raw).decode("ascii"))
+
+    def values(self) -> NDArray[np.float32]:
+        """The vector as float32 values (native byte order)."""
+        raw = np.frombuffer(base64.b64decode(self.vector), dtype="<f4")
+        return raw.astype(np.float32)
+
+
+class IndexVectorsReply(Reply):
+    """The model the index was built with and its dimension (None before one is recorded),
+    and the vectors of the chunks found: none unless that model is the one asked for (read
+    in one statement with the vectors, so a re-index cannot switch the model between the
+    check and the read). A found chunk's vector is left out, ``more`` set, when the reply
+    would pass ~700 KB (NATS's message is at most 1 MB); the caller embeds it itself."""
+
+    model: str | None = None
+    dimension: int | None = Field(default=None, ge=1)
+    vectors: list[ChunkVector] = Field(default_factory=list)
+    more: bool = False
+
+    @model_validator(mode="after")
+    def _vectors_of_the_dimension(self) -> IndexVectorsReply:
+        """Each vector holds ``dimension`` float32 values (base64: 4 bytes each)."""
+        for found in self.vectors:
+            size = len(base64.b64decode(found.vector))
+            if self.dimension is None or size != 4 * self.dimension:
+                raise ValueError(
+                    f"chunk {found.chunk_id}: {size} bytes, not {self.dimension} float32 values"
+                )
+        return self
+
+
 register_request(IndexChunksRequest, IndexChunksReply)
 register_request(IndexMaterialRequest, IndexMaterialReply)
 register_request(IndexOutlineRequest, IndexOutlineReply)
 register_request(IndexCountRequest, IndexCountReply)
 register_request(IndexTopicsRequest, IndexTopicsReply)
+register_request(IndexVectorsRequest, IndexVectorsReply)
