@@ -27,6 +27,19 @@ from lectern_memory.config import Settings
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+async def distillations_of(nc: Any, session_id: uuid.UUID) -> asyncio.Queue[MemoryDistilled]:
+    """The ``memory.distilled`` events of one session, as they are published."""
+    distilled: asyncio.Queue[MemoryDistilled] = asyncio.Queue()
+
+    async def on_distilled(msg: Any) -> None:
+        event = MemoryDistilled.model_validate(json.loads(msg.data))
+        if event.session_id == session_id:
+            await distilled.put(event)
+
+    await nc.subscribe(MemoryDistilled.subject, cb=on_distilled)
+    return distilled
+
+
 async def test_session_is_distilled_recalled_and_forgotten(
     memory_settings: Settings, nats_url: str, database_url: str, tenant_id: str
 ) -> None:
@@ -36,14 +49,7 @@ async def test_session_is_distilled_recalled_and_forgotten(
     )
     session_id = uuid.uuid4()
     nc = await nats.connect(nats_url)
-    distilled: asyncio.Queue[MemoryDistilled] = asyncio.Queue()
-
-    async def on_distilled(msg: Any) -> None:
-        event = MemoryDistilled.model_validate(json.loads(msg.data))
-        if event.session_id == session_id:
-            await distilled.put(event)
-
-    await nc.subscribe(MemoryDistilled.subject, cb=on_distilled)
+    distilled = await distillations_of(nc, session_id)
     js = nc.jetstream()
     client = create_broker(nats_url, service_name="test-client")
     async with app.router.lifespan_context(app), gateway.router.lifespan_context(gateway), client:
@@ -115,14 +121,7 @@ async def test_a_flag_through_nats_makes_the_distillation_count_the_answer_flagg
     app = create_app(memory_settings)
     session_id = uuid.uuid4()
     nc = await nats.connect(nats_url)
-    distilled: asyncio.Queue[MemoryDistilled] = asyncio.Queue()
-
-    async def on_distilled(msg: Any) -> None:
-        event = MemoryDistilled.model_validate(json.loads(msg.data))
-        if event.session_id == session_id:
-            await distilled.put(event)
-
-    await nc.subscribe(MemoryDistilled.subject, cb=on_distilled)
+    distilled = await distillations_of(nc, session_id)
     js = nc.jetstream()
     turn = ChatTurnCompleted(
         tenant_id=tenant_id, session_id=session_id, user_id="stu",

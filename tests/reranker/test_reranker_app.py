@@ -3,10 +3,9 @@ its reads of the index), requests answered over NATS."""
 
 import uuid
 
-import asyncpg
 import httpx
-import numpy as np
 import pytest
+from lectern_testing.chat import store_candidate_chunk
 
 from lectern_common.broker import create_broker, request
 from lectern_common.db import create_pool
@@ -29,28 +28,6 @@ def chunk(text: str, **metadata: object) -> Candidate:
         title="Biology",
         text=text,
         metadata=dict(metadata),
-    )
-
-
-async def store_chunk(
-    pool: asyncpg.Pool, *, tenant_id: str, candidate: Candidate, embedding: np.ndarray
-) -> None:
-    """An indexed chunk as ingest would leave it (only what the re-ranker reads matters)."""
-    await pool.execute(
-        "INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes,"
-        " file_sha256, uploaded_by, status) VALUES ($1, $2, 'Biology', 'bio.pdf',"
-        " 'application/pdf', 1, 'x', 'teacher-1', 'indexed')",
-        candidate.document_id,
-        tenant_id,
-    )
-    await pool.execute(
-        "INSERT INTO chunks (id, document_id, tenant_id, chunk_index, text, token_count,"
-        " content_hash, embedding) VALUES ($1, $2, $3, 0, $4, 20, 'h', $5)",
-        candidate.chunk_id,
-        candidate.document_id,
-        tenant_id,
-        candidate.text,
-        embedding,
     )
 
 
@@ -156,7 +133,7 @@ async def test_rerank_over_nats(
             decoy = minilm.embed_documents_sync(["The stock market fell sharply on Monday."])[0]
             pool = await create_pool(database_url, min_size=1, max_size=2)
             try:
-                await store_chunk(
+                await store_candidate_chunk(
                     pool, tenant_id=tenant_id, candidate=candidates[1], embedding=decoy
                 )
             finally:

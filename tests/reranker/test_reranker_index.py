@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from faststream.nats import NatsBroker
-from lectern_testing.chat import INDEX_READS
+from lectern_testing.chat import INDEX_READS, store_candidate_chunk
 
 from lectern_common.broker import QUEUE_GROUPS, create_broker
 from lectern_common.embeddings import LocalEmbedder
@@ -76,22 +76,10 @@ async def store_decoy(pool: Any, *, tenant_id: str, embedder: LocalEmbedder) -> 
     candidate = Candidate(
         chunk_id=uuid.uuid4(), document_id=uuid.uuid4(), title="Biology", text=PHOTOSYNTHESIS
     )
-    await pool.execute(
-        "INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes,"
-        " file_sha256, uploaded_by, status) VALUES ($1, $2, 'Biology', 'bio.pdf',"
-        " 'application/pdf', 1, 'x', 'teacher-1', 'indexed')",
-        candidate.document_id,
-        tenant_id,
-    )
-    await pool.execute(
-        "INSERT INTO chunks (id, document_id, tenant_id, chunk_index, text, token_count,"
-        " content_hash, embedding) VALUES ($1, $2, $3, 0, $4, 20, 'h', $5)",
-        candidate.chunk_id,
-        candidate.document_id,
-        tenant_id,
-        candidate.text,
-        embedder.embed_documents_sync([DECOY])[0],
-    )
+    await store_candidate_chunk(
+        pool, tenant_id=tenant_id, candidate=candidate,
+        embedding=embedder.embed_documents_sync([DECOY])[0],
+    )  # fmt: skip
     return candidate
 
 

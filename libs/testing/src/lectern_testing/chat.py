@@ -179,6 +179,30 @@ async def seed_document(
     return Seeded(document_id, ids)
 
 
+async def store_candidate_chunk(
+    pool: Any, *, tenant_id: str, candidate: Candidate, embedding: Any
+) -> None:
+    """A candidate's document and chunk, indexed with ``embedding`` as its stored vector (what
+    the re-ranker's bi-encoder asks the retriever for: ``lectern.index.vectors.v1``)."""
+    await pool.execute(
+        "INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes,"
+        " file_sha256, uploaded_by, status) VALUES ($1, $2, $3, 'notes.pdf',"
+        " 'application/pdf', 1, 'x', 'teacher-1', 'indexed')",
+        candidate.document_id,
+        tenant_id,
+        candidate.title,
+    )
+    await pool.execute(
+        "INSERT INTO chunks (id, document_id, tenant_id, chunk_index, text, token_count,"
+        " content_hash, embedding) VALUES ($1, $2, $3, 0, $4, 20, 'h', $5)",
+        candidate.chunk_id,
+        candidate.document_id,
+        tenant_id,
+        candidate.text,
+        embedding,
+    )
+
+
 @dataclass
 class Responders:
     """Retriever and re-ranker stand-ins answering on the real NATS.
