@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lectern_common.events import Confidence
+from lectern_common.generation import TextDelta
 from lectern_gateway.chat.citations import (
     SentenceTracker,
     check_sentence,
@@ -29,6 +32,8 @@ from lectern_gateway.chat.prompt import (
     system_prompt,
 )
 from lectern_gateway.chat.ratelimit import PlanLimits, seconds_to_utc_midnight, verdict_for
+from lectern_gateway.chat.service import BRIEF_SENTENCES, Draft, cite, take
+from lectern_gateway.chat.sse import TokenEvent
 
 SOURCE = "The Calvin cycle fixes carbon dioxide into sugars using ATP and NADPH."
 
@@ -157,3 +162,32 @@ def test_rate_limit_verdicts() -> None:
     assert not refused.allowed and refused.retry_after_s == 30
     assert seconds_to_utc_midnight(datetime(2026, 1, 1, tzinfo=UTC)) == 86400
     assert verdict_for(10_000, PlanLimits(hard=None), now=now).allowed
+
+
+BRIEF = (
+    "Plants make food by photosynthesis [T1]. Leaves hold chlorophyll for light [T1]. "
+    "Roots take up water from soil [T1]. Stems carry it up [T1]."
+)
+
+
+@pytest.mark.parametrize("words", [1, 3, 4, 7, 0])  # 0: a sentence a delta
+def test_a_brief_answer_ends_after_its_sentences_however_the_deltas_fall(words: int) -> None:
+    """A topic the student has mastered gets :data:`BRIEF_SENTENCES` whole sentences, cited,
+    and nothing of the next one (a sentence is known to have ended only when the text after
+    it comes, so the cut falls inside a later delta)."""
+    if words:
+        pieces = re.findall(r"\S+\s*", BRIEF)
+        deltas = ["".join(pieces[i : i + words]) for i in range(0, len(pieces), words)]
+    else:
+        deltas = re.findall(r"\s*[^.]+\.", BRIEF)
+    draft = Draft(
+        opening="", asked_about=[], brief=True, general=False, texts={"T1": BRIEF},
+        by_label={}, threshold=0.0,
+    )  # fmt: skip
+    shown = "".join(
+        e.text for d in deltas for e in take(draft, TextDelta(text=d)) if isinstance(e, TokenEvent)
+    )
+    cite(draft)
+    said = re.findall(r"[^.]+\.", BRIEF)[:BRIEF_SENTENCES]
+    assert shown.strip() == "".join(said).strip() == draft.text.strip()
+    assert len(draft.checked) == BRIEF_SENTENCES

@@ -54,7 +54,10 @@ async def _act(
         return "upload"
     url = f"{gateway.url}/v1/documents/{rng.choice(documents)}"
     if action == "edit":
-        body = {"subject": rng.choice(SUBJECTS), "topic_tags": rng.sample(WORDS, 2)}
+        body = {
+            "subject": rng.choice(SUBJECTS), "topic_tags": rng.sample(WORDS, 2),
+            "title": f"Notes on {rng.choice(WORDS)}",
+        }  # fmt: skip
         response = await client.patch(url, json=body, headers=teacher)
     elif action == "supersede":
         body = {"by": str(rng.choice(documents))}
@@ -69,8 +72,22 @@ async def _act(
 
 
 async def _mismatches(pool: Any, tenant_id: str) -> list[Any]:
-    """Chunks that do not match their document's row (empty once ingest caught up)."""
-    return list(
+    """Chunks, and the index's record of documents (``index_documents``), that do not match
+    their document's row (empty once ingest caught up)."""
+    records = await pool.fetch(
+        """SELECT d.id, d.status, NULL::uuid AS chunk_id FROM documents d
+           LEFT JOIN index_documents x ON x.document_id = d.id
+           WHERE d.tenant_id = $1 AND (
+               (x.document_id IS NOT NULL) <> (
+                   d.status <> 'deleted' AND d.deleted_at IS NULL
+                   AND EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id))
+               OR (x.document_id IS NOT NULL AND (
+                   x.searchable <> (d.status = 'indexed')
+                   OR x.subject IS DISTINCT FROM d.subject
+                   OR x.title IS DISTINCT FROM d.title)))""",
+        tenant_id,
+    )
+    return list(records) + list(
         await pool.fetch(
             """SELECT d.id, d.status, c.id AS chunk_id FROM documents d
                JOIN chunks c ON c.document_id = d.id

@@ -612,7 +612,7 @@ def take(draft: Draft, piece: Piece) -> list[BaseModel]:
     if isinstance(piece, Finished):
         draft.finished = piece
         return []
-    if not piece.text or (draft.brief and draft.said >= BRIEF_SENTENCES):
+    if not piece.text or _said_enough(draft):
         return []
     events: list[BaseModel] = []
     if draft.opening_due:
@@ -620,14 +620,28 @@ def take(draft: Draft, piece: Piece) -> list[BaseModel]:
         draft.text = draft.opening
         draft.tracker = SentenceTracker(text=draft.opening, _done=len(draft.opening))
         events.append(TokenEvent(text=draft.opening, origin="gateway"))
-    draft.text += piece.text
-    draft.model_text += piece.text
-    events.append(TokenEvent(text=piece.text))
+    begins, text = len(draft.tracker.text), piece.text
+    checks: list[BaseModel] = []
+    # a sentence is known to have ended once the text after it comes, so a brief answer's
+    # last sentence is cut where it ends, however the model's deltas fall
     for sentence in draft.tracker.feed(piece.text):
+        if _said_enough(draft):
+            break
         draft.said += 1
         checked = check_sentence(sentence, draft.texts, threshold=draft.threshold)
-        events.extend(check_citations(draft, checked))
-    return events
+        checks.extend(check_citations(draft, checked))
+        if _said_enough(draft):
+            text = text[: max(0, sentence.end - begins)].rstrip()
+    if text:
+        draft.text += text
+        draft.model_text += text
+        events.append(TokenEvent(text=text))
+    return events + checks
+
+
+def _said_enough(draft: Draft) -> bool:
+    """A brief answer (a topic the student has mastered) has said its sentences."""
+    return draft.brief and draft.said >= BRIEF_SENTENCES
 
 
 def check_citations(draft: Draft, checked: Sequence[CheckedCitation]) -> list[BaseModel]:
@@ -645,7 +659,8 @@ def cite(draft: Draft) -> list[BaseModel]:
     """After the stream: the last sentence's citations, and each web source on the spans it
     supports (the stored answer carries each [W#] after its span, as the client shows it)."""
     events: list[BaseModel] = []
-    for sentence in draft.tracker.finish():
+    # a brief answer cut after its last sentence leaves the rest unsaid, and uncited
+    for sentence in [] if _said_enough(draft) else draft.tracker.finish():
         checked = check_sentence(sentence, draft.texts, threshold=draft.threshold)
         events.extend(check_citations(draft, checked))
     web_by_label = {w.label: w for w in draft.web}
