@@ -537,7 +537,7 @@ async def conflicting_pairs(
     other searchable documents: the pairs that state different numbers for the same thing or
     negate each other, by tenant (the gateway's review queue records them, from
     ``documents.conflicts``). Reads only: the caller holds a transaction (``SET LOCAL``)."""
-    from lectern_common.conflicts import find_conflicts
+    from lectern_ingest.conflicts import find_conflicts
 
     await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
     tenants = await conn.fetch(
