@@ -288,7 +288,7 @@ def test_no_function_is_longer_than_eighty_lines() -> None:
 #: tables only the memory service reads or writes; the gateway asks it (lectern.memory.*)
 MEMORY_TABLES = ("user_memories", "memory_turn_signals", "memory_distillations",
                  "memory_quiz_topics", "memory_quiz_attempts", "memory_flags",
-                 "memory_erasures")  # fmt: skip
+                 "memory_erasures", "memory_check_runs")  # fmt: skip
 #: every table the memory service's SQL may name: its own (``memory_erasures``: the erasures it
 #: applied), and the shared ``outbox`` where it keeps its ``memory.distilled`` events. It learns
 #: flags from ``feedback.flagged`` (``memory_flags``), not the gateway's ``feedback_flags``
@@ -511,7 +511,7 @@ OWNERS: dict[str, frozenset[str]] = {
     "lectern_retriever": frozenset({"tenant_indexes"}),
     "lectern_memory": frozenset({
         "user_memories", "memory_turn_signals", "memory_distillations", "memory_quiz_topics",
-        "memory_quiz_attempts", "memory_erasures", "memory_flags",
+        "memory_quiz_attempts", "memory_erasures", "memory_flags", "memory_check_runs",
     }),
     "lectern_gateway": frozenset({
         "documents", "document_audit", "chat_sessions", "chat_messages", "chat_turns",

@@ -32,6 +32,7 @@ from lectern_gateway.chat.tutoring import (
     feedback,
     is_new_question,
     judge,
+    section_tested,
 )
 
 pytestmark = pytest.mark.integration
@@ -87,6 +88,9 @@ async def test_a_tutor_answer_ends_with_a_check_that_the_reply_is_judged_against
     attempts = await published(jetstream, Subjects.QUIZ_ATTEMPTED, tenant_id)
     assert [(a["correct"], a["total"]) for a in attempts] == [(1, 1)]
     assert attempts[0]["results"][0]["topic"] == check["topic"]
+    # with its session and the section it tests, for memory's count of sessions running
+    assert attempts[0]["session_id"] == str(session["id"])
+    assert attempts[0]["results"][0]["section"] == check["section"] == "1 Cells > 1.1 Mitosis"
 
     # a wrong answer to the next check
     again = await ask(client, gateway, session["id"], "What is meiosis?", headers)
@@ -141,6 +145,7 @@ async def test_a_skipped_check_reaches_memory_as_evidence_against_mastery(
     attempts = await published(jetstream, Subjects.QUIZ_ATTEMPTED, tenant_id, expect=2)
     outcomes = sorted((a["results"][0]["outcome"], a["results"][0]["topic"]) for a in attempts)
     assert outcomes == [("skipped", "meiosis"), ("skipped", "mitosis")]
+    assert {a["session_id"] for a in attempts} == {str(session["id"])}
     assert all(a["correct"] == 0 for a in attempts)
 
 
@@ -247,3 +252,18 @@ async def test_the_packaged_reader_puts_the_sentence_that_answers_first() -> Non
         reading.packaged(), cited, asked="Why do leaves look green?"
     )
     assert ordered == [cited[1], cited[0]]
+
+
+def test_a_check_tests_a_section_below_the_documents_title_or_none() -> None:
+    """Memory counts right checks by section across sessions; a section that is the whole
+    document (its title) or none is no unit, and memory counts the topic's words instead."""
+
+    def check(section: str | None) -> TutorCheck:
+        return TutorCheck(
+            question_id="q", kind="short_answer", prompt="p", answer="a", chunk_id=uuid.uuid4(),
+            document_id=uuid.uuid4(), title="Duck", section=section,
+        )  # fmt: skip
+
+    assert section_tested(check("Duck > Behaviour > Feeding")) == "Duck > Behaviour > Feeding"
+    assert section_tested(check(" duck ")) is None
+    assert section_tested(check(None)) is None

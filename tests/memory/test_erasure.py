@@ -19,7 +19,7 @@ from lectern_memory.handlers import handle_user_erased
 pytestmark = pytest.mark.integration
 
 TABLES = ("user_memories", "memory_turn_signals", "memory_distillations", "memory_quiz_topics",
-          "memory_flags")  # fmt: skip
+          "memory_flags", "memory_check_runs")  # fmt: skip
 
 
 async def _remember(pool: Any, tenant_id: str, user_id: str) -> None:
@@ -52,6 +52,11 @@ async def _remember(pool: Any, tenant_id: str, user_id: str) -> None:
         "INSERT INTO memory_quiz_topics (tenant_id, user_id, topic, wrong_total) "
         "VALUES ($1, $2, 'osmosis', 1)",
         tenant_id, user_id,
+    )  # fmt: skip
+    await pool.execute(
+        "INSERT INTO memory_check_runs (tenant_id, user_id, unit, session_id, session_right) "
+        "VALUES ($1, $2, 'w:osmosis', $3, true)",
+        tenant_id, user_id, session_id,
     )  # fmt: skip
     await pool.execute(
         "INSERT INTO outbox (id, subject, payload) VALUES ($1, $2, $3)",

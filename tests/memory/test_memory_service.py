@@ -102,15 +102,90 @@ async def test_struggle_is_distilled_and_redelivery_does_not_duplicate(
 
 
 Outcome = Literal["right", "partly", "wrong", "skipped"]
+DOCUMENT = uuid.UUID("5e5e5e5e-0000-4000-8000-000000000001")
 
 
-def check_attempt(tenant_id: str, user_id: str, topic: str, outcome: Outcome) -> QuizAttempted:
+def check_attempt(
+    tenant_id: str,
+    user_id: str,
+    topic: str,
+    outcome: Outcome,
+    session_id: uuid.UUID | None = None,
+    section: str | None = None,
+) -> QuizAttempted:
     return QuizAttempted(
         tenant_id=tenant_id, attempt_id=uuid.uuid4(), quiz_id=uuid.uuid4(), user_id=user_id,
-        correct=int(outcome == "right"), total=1,
+        correct=int(outcome == "right"), total=1, session_id=session_id,
         results=[QuizAnswerResult(question_id="q", kind="short_answer",
-                                  correct=outcome == "right", outcome=outcome, topic=topic)],
+                                  correct=outcome == "right", outcome=outcome, topic=topic,
+                                  document_id=DOCUMENT, section=section)],
     )  # fmt: skip
+
+
+async def mastered(pool: Any, tenant_id: str, user_id: str) -> list[tuple[str, str]]:
+    return [(r["topic"], r["text"]) for r in await memories(pool, tenant_id, user_id)
+            if r["kind"] == "mastered"]  # fmt: skip
+
+
+async def test_mastery_is_two_sessions_running_of_right_checks_on_a_topic_said_differently(
+    service: MemoryService, db_pool: Any, tenant_id: str
+) -> None:
+    """A check's topic is the student's question's, named differently each time: a word of
+    the topics answered right in two sessions running makes them mastered, named by that
+    word; right answers in one session, a session between with a wrong answer, or a skipped
+    check do not; a wrong answer later withdraws it."""
+
+    async def say(user: str, session: uuid.UUID, topic: str, outcome: Outcome) -> None:
+        event = check_attempt(tenant_id, user, topic, outcome, session)
+        await service.record_quiz(pool=db_pool, event=event)
+
+    one, two, three = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    # three right answers on blacklisting in one session: not mastered
+    for topic in ("blacklist some traces", "VM blacklist a fragment", "blacklisted fragments"):
+        await say("m1", one, topic, "right")
+    assert await mastered(db_pool, tenant_id, "m1") == []
+    # the next session, said another way: mastered, named by the shared word
+    await say("m1", two, "backoff counter used for in blacklisting", "right")
+    assert await mastered(db_pool, tenant_id, "m1") == [(
+        "backoff counter used for in blacklisting",
+        "Answered check questions on backoff counter used for in blacklisting right in 2 "
+        "sessions running "
+        "(blacklist some traces; vm blacklist a fragment; blacklisted fragments; backoff "
+        "counter used for in blacklisting)",
+    )]  # fmt: skip
+    # a right answer in a third session strengthens nothing twice; a wrong one withdraws it
+    await say("m1", three, "blacklist a loop", "right")
+    assert len(await mastered(db_pool, tenant_id, "m1")) == 1
+    await say("m1", three, "when is a fragment blacklisted", "wrong")
+    assert await mastered(db_pool, tenant_id, "m1") == []
+
+    # right, then a session with a partial answer and a right one on the word, then right:
+    # the failed session breaks the run
+    steps: list[tuple[uuid.UUID, Outcome]] = [(one, "right"), (two, "partly"), (two, "right"),
+                                              (three, "right")]  # fmt: skip
+    for session, outcome in steps:
+        await say("m2", session, "dabbling ducks feed", outcome)
+    assert await mastered(db_pool, tenant_id, "m2") == []
+    # a skipped check ends the run without a struggle
+    skipped: list[tuple[uuid.UUID, Outcome]] = [(one, "right"), (two, "skipped"), (three, "right")]
+    for session, outcome in skipped:
+        await say("m3", session, "stochastic gradient descent", outcome)
+    assert await mastered(db_pool, tenant_id, "m3") == []
+    assert [r for r in await memories(db_pool, tenant_id, "m3") if r["kind"] == "struggle"] == []
+    # function words and words of talk about learning bridge nothing
+    await say("m4", one, "what is the difference here", "right")
+    await say("m4", two, "what does it mean here", "right")
+    assert await mastered(db_pool, tenant_id, "m4") == []
+    # two words of the topic reached together: one memory, named by the whole topic
+    await say("m5", one, "batch and stochastic gradient descent", "right")
+    await say("m5", two, "learning rate alpha in gradient descent", "right")
+    assert [t for t, _ in await mastered(db_pool, tenant_id, "m5")] == [
+        "learning rate alpha in gradient descent"
+    ]
+    # a quiz (no session) keeps the rule by topic alone
+    await service.record_quiz(pool=db_pool, event=check_attempt(tenant_id, "m6", "osmosis",
+                                                                "right"))  # fmt: skip
+    assert await mastered(db_pool, tenant_id, "m6") == []
 
 
 async def test_twin_strengthens_and_mastery_from_two_right_checks_replaces_struggle(
@@ -143,6 +218,48 @@ async def test_twin_strengthens_and_mastery_from_two_right_checks_replaces_strug
                                                                 "partly"))  # fmt: skip
     rows = await memories(db_pool, tenant_id, "s2")
     assert [r["kind"] for r in rows if r["topic"] == "meiosis"] == ["struggle"]
+
+
+async def test_checks_from_one_section_of_the_material_count_together_across_sessions(
+    service: MemoryService, db_pool: Any, tenant_id: str
+) -> None:
+    """Where the material has headings, a check counts towards its section: three questions on
+    tobogganing that share no word, checked right in two sessions, are one mastered topic
+    listing what was checked; two topics in two sections are not, even with a word in
+    common."""
+
+    async def say(user: str, session: uuid.UUID, topic: str, section: str) -> None:
+        event = check_attempt(tenant_id, user, topic, "right", session, section)
+        await service.record_quiz(pool=db_pool, event=event)
+
+    one, two = uuid.uuid4(), uuid.uuid4()
+    tobogganing = "Winter sports > CHAPTER IV TOBOGGANING"
+    await say("t1", one, "tobogganing practised", tobogganing)
+    await say("t1", one, "swiss luge", tobogganing)
+    await say("t1", two, "riding a skeleton", tobogganing)
+    assert await mastered(db_pool, tenant_id, "t1") == [(
+        "swiss luge", "Answered check questions on swiss luge right in 2 sessions running "
+        "(tobogganing practised; swiss luge; riding a skeleton)",
+    )]  # fmt: skip
+    # words that name the whole document name no mastery
+    background = "Turner syndrome: issues to consider > Background"
+    await say("t4", one, "turner syndrome diagnosed", background)
+    await say("t4", one, "low level mosaicism", background)
+    await say("t4", two, "turner syndrome", background)
+    assert [t for t, _ in await mastered(db_pool, tenant_id, "t4")] == ["low level mosaicism"]
+    # the topic that shares a word with the earlier session's names it, whole, never the
+    # word alone; without one, the topic the run stood on
+    lms = "Part I > 1 LMS algorithm"
+    await say("t2", one, "high variance", lms)
+    await say("t2", two, "high bias", lms)
+    assert [t for t, _ in await mastered(db_pool, tenant_id, "t2")] == ["high bias"]
+    await say("t3", one, "high variance", lms)
+    await say("t3", two, "what to do about it", lms)
+    assert [t for t, _ in await mastered(db_pool, tenant_id, "t3")] == ["high variance"]
+    # one section each session: nothing, even with a word in common
+    await say("t5", one, "when does a loop become hot in tracemonkey", "2. Overview")
+    await say("t5", two, "why does tracemonkey blacklist traces", "3.3 Blacklisting")
+    assert await mastered(db_pool, tenant_id, "t5") == []
 
 
 async def test_one_struggle_a_topic_names_all_its_evidence(

@@ -2621,6 +2621,35 @@ export interface components {
             kind: string;
         };
         /**
+         * ExportedCheckRun
+         * @description How tutor checks on a unit (a section of the material, or a topic word) went, session
+         *     by session (memory's count of sessions running towards mastery).
+         */
+        ExportedCheckRun: {
+            /** Earlier Topics */
+            earlier_topics: string[];
+            /**
+             * Session Id
+             * Format: uuid
+             */
+            session_id: string;
+            /** Session Right */
+            session_right: boolean;
+            /** Sessions Running */
+            sessions_running: number;
+            /** Topics */
+            topics: string[];
+            /** Unit */
+            unit: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * ExportedClass
          * @description A class roster the user is on.
          */
@@ -4757,6 +4786,8 @@ export interface components {
          * @description Everything kept about one user of the tenant.
          */
         UserExport: {
+            /** Check Runs */
+            check_runs?: components["schemas"]["ExportedCheckRun"][];
             /** Classes */
             classes: components["schemas"]["ExportedClass"][];
             /** Distillations */

@@ -552,6 +552,24 @@ class Evidence(BaseModel):
     """
 
 
+class ExportedCheckRun(BaseModel):
+    """
+    How tutor checks on a unit (a section of the material, or a topic word) went, session
+    by session (memory's count of sessions running towards mastery).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    earlier_topics: Annotated[list[str], Field(title="Earlier Topics")]
+    session_id: Annotated[UUID, Field(title="Session Id")]
+    session_right: Annotated[bool, Field(title="Session Right")]
+    sessions_running: Annotated[int, Field(title="Sessions Running")]
+    topics: Annotated[list[str], Field(title="Topics")]
+    unit: Annotated[str, Field(title="Unit")]
+    updated_at: Annotated[AwareDatetime, Field(title="Updated At")]
+
+
 class ExportedClass(BaseModel):
     """
     A class roster the user is on.
@@ -1833,6 +1851,7 @@ class UserExport(BaseModel):
     Everything kept about one user of the tenant.
     """
 
+    check_runs: Annotated[list[ExportedCheckRun] | None, Field(title="Check Runs")] = None
     classes: Annotated[list[ExportedClass], Field(title="Classes")]
     distillations: Annotated[list[ExportedDistillation], Field(title="Distillations")]
     documents: Annotated[list[ExportedDocument], Field(title="Documents")]

@@ -38,7 +38,10 @@ from lectern_memory import repository as repo
 log = logging.getLogger(__name__)
 
 #: the memory service's tables of per-user rows
-TABLES = ("user_memories", "memory_turn_signals", "memory_distillations", "memory_quiz_topics")
+TABLES = (
+    "user_memories", "memory_turn_signals", "memory_distillations", "memory_quiz_topics",
+    "memory_check_runs",
+)  # fmt: skip
 
 
 #: the events about a user that memory consumes (each names its tenant, user and moment)

@@ -248,9 +248,76 @@ async def tally_quiz_topic(
     return streak
 
 
+async def check_runs(
+    conn: Queryable, *, tenant_id: str, user_id: str, units: list[str]
+) -> dict[str, Any]:
+    """The user's runs of right checks on these units (``lectern_memory.mastery``), by unit."""
+    rows = await conn.fetch(
+        "SELECT * FROM memory_check_runs WHERE tenant_id = $1 AND user_id = $2 "
+        "AND unit = ANY($3::text[])",
+        tenant_id, user_id, units,
+    )  # fmt: skip
+    return {r["unit"]: r for r in rows}
+
+
+async def put_check_run(
+    conn: Queryable,
+    *,
+    tenant_id: str,
+    user_id: str,
+    unit: str,
+    session_id: uuid.UUID,
+    session_right: bool,
+    sessions_running: int,
+    topics: list[str],
+    earlier_topics: list[str],
+    mastered_id: uuid.UUID | None,
+) -> None:
+    """Write a unit's run."""
+    await conn.execute(
+        """INSERT INTO memory_check_runs (tenant_id, user_id, unit, session_id, session_right,
+               sessions_running, topics, earlier_topics, mastered_id)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+           ON CONFLICT (tenant_id, user_id, unit) DO UPDATE SET
+               session_id = EXCLUDED.session_id, session_right = EXCLUDED.session_right,
+               sessions_running = EXCLUDED.sessions_running, topics = EXCLUDED.topics,
+               earlier_topics = EXCLUDED.earlier_topics, mastered_id = EXCLUDED.mastered_id,
+               updated_at = now()""",
+        tenant_id, user_id, unit, session_id, session_right, sessions_running, topics,
+        earlier_topics, mastered_id,
+    )  # fmt: skip
+
+
+async def mark_mastered(
+    conn: Queryable, *, tenant_id: str, user_id: str, units: list[str], memory_id: uuid.UUID
+) -> None:
+    """Record the 'mastered' memory that ``units`` made, for a later wrong answer to withdraw."""
+    await conn.execute(
+        "UPDATE memory_check_runs SET mastered_id = $4 WHERE tenant_id = $1 AND user_id = $2 "
+        "AND unit = ANY($3::text[])",
+        tenant_id, user_id, units, memory_id,
+    )  # fmt: skip
+
+
+async def withdraw_mastered(conn: Queryable, *, tenant_id: str, memory_ids: list[uuid.UUID]) -> int:
+    """Delete the 'mastered' memories a later wrong answer withdrew (one a struggle has since
+    replaced is a struggle now and stays); how many."""
+    status: str = await conn.execute(
+        "DELETE FROM user_memories WHERE tenant_id = $1 AND id = ANY($2::uuid[]) "
+        "AND kind = 'mastered'",
+        tenant_id, memory_ids,
+    )  # fmt: skip
+    return int(status.split()[-1])
+
+
 async def forget_sessions(conn: Queryable, *, tenant_id: str, session_ids: list[uuid.UUID]) -> int:
     """Delete the turn signals and flags of sessions the gateway deleted; how many turn
     signals."""
+    await conn.execute(
+        "DELETE FROM memory_check_runs WHERE tenant_id = $1 AND session_id = ANY($2::uuid[])",
+        tenant_id,
+        session_ids,
+    )
     await conn.execute(
         "DELETE FROM memory_flags WHERE tenant_id = $1 AND session_id = ANY($2::uuid[])",
         tenant_id,
@@ -321,6 +388,9 @@ EXPORT_QUERIES: dict[str, str] = {
     "quiz_tallies": """
         SELECT to_jsonb(t) - 'tenant_id' - 'user_id' FROM memory_quiz_topics t
         WHERE tenant_id = $1 AND user_id = $2 ORDER BY topic""",
+    "check_runs": """
+        SELECT to_jsonb(r) - 'tenant_id' - 'user_id' FROM memory_check_runs r
+        WHERE tenant_id = $1 AND user_id = $2 ORDER BY unit""",
     "turn_signals": """
         SELECT to_jsonb(t) - 'tenant_id' - 'user_id' FROM memory_turn_signals t
         WHERE tenant_id = $1 AND user_id = $2 ORDER BY occurred_at, assistant_message_id""",

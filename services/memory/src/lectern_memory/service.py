@@ -24,6 +24,7 @@ from lectern_common.events import (
 )
 from lectern_common.index import FollowingEmbedder, guard, with_live_model
 from lectern_common.outbox import enqueue
+from lectern_memory import mastery
 from lectern_memory import repository as repo
 from lectern_memory.config import Settings
 from lectern_memory.distill import (
@@ -185,9 +186,11 @@ class MemoryService:
 
     async def record_quiz(self, *, pool: Pool, event: QuizAttempted) -> list[uuid.UUID]:
         """A quiz attempt or a judged tutor check becomes memory: a topic answered wrongly
-        or partly is a struggle; a topic answered right in two attempts running is mastered
-        (replacing its struggle); a skipped check starts the run again and is no memory.
-        Idempotent per attempt; returns the memories created or changed."""
+        or partly is a struggle; a quiz's topic answered right in two attempts running is
+        mastered (replacing its struggle), and so is a check's topic answered right in two
+        chat sessions running, counted by its words (``lectern_memory.mastery``); a skipped
+        check starts the run again and is no memory. Idempotent per attempt; returns the
+        memories created or changed."""
         outcome: dict[str, str] = {}
         named: dict[str, str] = {}  # one tally per topic whatever its case
         for result in event.results:
@@ -207,6 +210,9 @@ class MemoryService:
         check = any(r.outcome is not None for r in event.results)
         what = "check questions" if check else "quiz questions"
         at = event.occurred_at.isoformat()
+        # a check asked in a chat session is mastered by sessions running (``mastery``); a
+        # quiz, by attempts running on its topic
+        by_topic = event.session_id is None
         async with pool.acquire() as conn, conn.transaction():
             await guard(conn, embedder.name)
             await repo.lock_user(conn, tenant_id=event.tenant_id, user_id=event.user_id)
@@ -223,9 +229,11 @@ class MemoryService:
                 if said in ("wrong", "partly"):
                     drafts.append(MemoryDraft("struggle", struggle_text(topic, [item]), topic,
                                               [item]))  # fmt: skip
-                elif said == "right" and streak == QUIZ_MASTERY_STREAK:
+                elif said == "right" and streak == QUIZ_MASTERY_STREAK and by_topic:
                     drafts.append(MemoryDraft("mastered", f"Answered {what} on {topic} right "
                                               "twice running", topic, [item]))  # fmt: skip
+            across = await self._across_sessions(conn, event, what)
+            drafts += [draft for draft, _ in across]
             if not drafts:
                 return []
             vectors = list(await embedder.embed_documents([d.text for d in drafts]))
@@ -233,7 +241,47 @@ class MemoryService:
                 (await self._merge(conn, event.tenant_id, event.user_id, None, d, v))[0]
                 for d, v in zip(drafts, vectors, strict=True)
             ]
+            for (_, units), memory_id in zip(across, changed[len(changed) - len(across) :],
+                                             strict=True):  # fmt: skip
+                await repo.mark_mastered(conn, tenant_id=event.tenant_id,
+                                         user_id=event.user_id, units=units,
+                                         memory_id=memory_id)  # fmt: skip
         return changed
+
+    @staticmethod
+    async def _across_sessions(
+        conn: Connection, event: QuizAttempted, what: str
+    ) -> list[tuple[MemoryDraft, list[str]]]:
+        """A check asked in a chat session counted towards what it tests, by session
+        (``lectern_memory.mastery``): the mastered drafts of the units whose run reached its
+        second session, each with its units; the masteries a wrong answer withdrew are
+        deleted."""
+        if event.session_id is None:
+            return []
+        drafts: list[tuple[MemoryDraft, list[str]]] = []
+        at = event.occurred_at.isoformat()
+        for result in event.results:
+            said = result.outcome or ("right" if result.correct else "wrong")
+            topic = result.topic.strip()
+            tally = await mastery.tally_check(
+                conn, tenant_id=event.tenant_id, user_id=event.user_id,
+                session_id=event.session_id, topic=topic, said=said,
+                units=mastery.units_of(topic, section=result.section,
+                                       document_id=result.document_id,
+                                       title=result.document_title),
+            )  # fmt: skip
+            if tally.withdrawn:
+                await repo.withdraw_mastered(conn, tenant_id=event.tenant_id,
+                                             memory_ids=tally.withdrawn)  # fmt: skip
+            if not tally.reached:
+                continue
+            # the words of one topic reaching together are one memory
+            first = tally.reached[0]
+            name = first.name(result.section, result.document_title)
+            item = {"kind": "check_right", "detail": topic, "at": at}
+            draft = MemoryDraft("mastered", first.text(name, what), name, [item])
+            drafts.append((draft, [m.unit for m in tally.reached]))
+        return drafts
 
     async def _merge(
         self,

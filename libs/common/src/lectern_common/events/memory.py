@@ -164,16 +164,20 @@ class MemoryExportRequest(Request):
 class MemoryExportReply(Reply):
     """The user's rows of each memory table, read in one snapshot, every column but the
     owner's tenant and user (and embeddings): ``memories``, ``quiz_tallies``,
-    ``turn_signals``, ``distillations``."""
+    ``check_runs``, ``turn_signals``, ``distillations``."""
 
     memories: list[dict[str, Any]] = Field(default_factory=list)
     quiz_tallies: list[dict[str, Any]] = Field(default_factory=list)
+    check_runs: list[dict[str, Any]] = Field(default_factory=list)
     turn_signals: list[dict[str, Any]] = Field(default_factory=list)
     distillations: list[dict[str, Any]] = Field(default_factory=list)
 
     def holds_anything(self) -> bool:
         """Whether any row of the user is left."""
-        return bool(self.memories or self.quiz_tallies or self.turn_signals or self.distillations)
+        return bool(
+            self.memories or self.quiz_tallies or self.check_runs or self.turn_signals
+            or self.distillations
+        )  # fmt: skip
 
 
 register_request(MemoryListRequest, MemoryListReply)

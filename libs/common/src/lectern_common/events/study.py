@@ -28,6 +28,15 @@ class QuizAnswerResult(BaseModel):
     )
     document_id: uuid.UUID | None = None
     chunk_ids: list[uuid.UUID] = Field(default_factory=list)
+    section: str | None = Field(
+        default=None,
+        description="a tutor check's: the heading path of the section its statement comes "
+        "from, when the material has one below its title (memory counts right checks by "
+        "section across sessions)",
+    )
+    document_title: str | None = Field(
+        default=None, description="the title of the document the question comes from"
+    )
 
 
 @register_event
@@ -42,3 +51,8 @@ class QuizAttempted(Event):
     correct: int = Field(ge=0)
     total: int = Field(ge=0)
     results: list[QuizAnswerResult]
+    session_id: uuid.UUID | None = Field(
+        default=None,
+        description="a tutor check's chat session (memory counts the sessions running in "
+        "which a topic's checks were right); None for a quiz",
+    )

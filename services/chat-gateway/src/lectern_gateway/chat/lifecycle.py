@@ -52,7 +52,11 @@ async def _skip_open_check(conn: Connection, row: dict[str, Any]) -> None:
     )  # fmt: skip
     if pending is not None:
         await tutoring.settle_skipped(
-            conn, tenant_id=row["tenant_id"], user_id=row["user_id"], pending=pending
+            conn,
+            tenant_id=row["tenant_id"],
+            user_id=row["user_id"],
+            pending=pending,
+            session_id=row["id"],
         )
 
 

@@ -800,7 +800,7 @@ class TutorMode(ChatMode):
         async with deps.pool.acquire() as conn, conn.transaction():
             await tutoring.settle_skipped(
                 conn, tenant_id=turn.principal.tenant_id, user_id=turn.principal.user_id,
-                pending=pending,
+                pending=pending, session_id=turn.session.id,
             )  # fmt: skip
         return None
 

@@ -309,6 +309,16 @@ def feedback_citation(source: Source, text: str) -> Citation:
     )  # fmt: skip
 
 
+def section_tested(check: TutorCheck) -> str | None:
+    """The section a check's statement comes from, for memory to count right checks by across
+    sessions; None when the material has no heading below its title (the whole document is
+    no one thing a student masters)."""
+    section = (check.section or "").strip()
+    if not section or section.casefold() == check.title.strip().casefold():
+        return None
+    return section
+
+
 def judged_attempt(
     turn: TurnInput,
     pending: PendingCheck,
@@ -322,18 +332,21 @@ def judged_attempt(
     return QuizAttempted(
         tenant_id=principal.tenant_id, attempt_id=attempt_id, quiz_id=pending.message_id,
         user_id=principal.user_id, correct=int(judged.verdict == "right"), total=1,
-        results=[
+        session_id=turn.session.id, results=[
             QuizAnswerResult(
                 question_id=check.question_id, kind=check.kind,
                 correct=judged.verdict == "right", outcome=judged.verdict,
                 topic=check.topic, document_id=source.document_id,
-                chunk_ids=[source.chunk_id],
+                chunk_ids=[source.chunk_id], section=section_tested(check),
+                document_title=check.title,
             )
         ],
     )  # fmt: skip
 
 
-def skipped_attempt(tenant_id: str, user_id: str, pending: PendingCheck) -> QuizAttempted:
+def skipped_attempt(
+    tenant_id: str, user_id: str, pending: PendingCheck, session_id: uuid.UUID | None = None
+) -> QuizAttempted:
     """A check the student moved on from without answering: for memory, evidence against
     mastery of its topic (the streak of right answers starts again), not of a struggle."""
     check = pending.check
@@ -341,22 +354,28 @@ def skipped_attempt(tenant_id: str, user_id: str, pending: PendingCheck) -> Quiz
         tenant_id=tenant_id,
         attempt_id=uuid.uuid5(pending.message_id, "lectern.check.skipped"),
         quiz_id=pending.message_id, user_id=user_id, correct=0, total=1,
-        results=[
+        session_id=session_id, results=[
             QuizAnswerResult(
                 question_id=check.question_id, kind=check.kind, correct=False,
                 outcome="skipped", topic=check.topic, document_id=check.document_id,
-                chunk_ids=[check.chunk_id],
+                chunk_ids=[check.chunk_id], section=section_tested(check),
+                document_title=check.title,
             )
         ],
     )  # fmt: skip
 
 
 async def settle_skipped(
-    conn: Connection, *, tenant_id: str, user_id: str, pending: PendingCheck
+    conn: Connection,
+    *,
+    tenant_id: str,
+    user_id: str,
+    pending: PendingCheck,
+    session_id: uuid.UUID | None = None,
 ) -> None:
     """Mark a pending check skipped, with its ``quiz.attempted`` in the same transaction."""
     if await repo.settle_check(
         pool=conn, tenant_id=tenant_id, message_id=pending.message_id,
         outcome={"status": "skipped"},
     ):  # fmt: skip
-        await enqueue(conn, skipped_attempt(tenant_id, user_id, pending))
+        await enqueue(conn, skipped_attempt(tenant_id, user_id, pending, session_id))

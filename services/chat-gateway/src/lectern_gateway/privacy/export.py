@@ -14,6 +14,7 @@ otherwise). What each part holds, and what is deliberately not in it:
   (roster entries), ``documents`` the user uploaded or co-owns (metadata, not the files);
 - the memory service's rows: ``memories`` (without their embeddings: numbers derived from
   the text, meaningless outside the index), ``quiz_tallies`` (right/wrong runs per topic),
+  ``check_runs`` (tutor checks' sessions running per section or topic word),
   ``turn_signals`` (its copies of the turns, kept to distil sessions), ``distillations``
   (which session made which memories);
 - ``events``: outbox rows of events about the user (pending, or sent and not yet pruned).
@@ -243,6 +244,19 @@ class ExportedQuizTally(Row):
     updated_at: datetime
 
 
+class ExportedCheckRun(Row):
+    """How tutor checks on a unit (a section of the material, or a topic word) went, session
+    by session (memory's count of sessions running towards mastery)."""
+
+    unit: str
+    session_id: uuid.UUID
+    session_right: bool
+    sessions_running: int
+    topics: list[str]
+    earlier_topics: list[str]
+    updated_at: datetime
+
+
 class ExportedTurnSignal(Row):
     """The memory service's copy of a turn, kept to distil its session."""
 
@@ -287,6 +301,7 @@ class UserExport(BaseModel):
     documents: list[ExportedDocument]
     memories: list[ExportedMemory]
     quiz_tallies: list[ExportedQuizTally]
+    check_runs: list[ExportedCheckRun] = Field(default_factory=list)
     turn_signals: list[ExportedTurnSignal]
     distillations: list[ExportedDistillation]
     events: list[ExportedEvent]
@@ -314,7 +329,13 @@ async def export_user(
             "sessions": list(sessions.values()),
             **rows,
             **kept.model_dump(
-                include={"memories", "quiz_tallies", "turn_signals", "distillations"}
+                include={
+                    "memories",
+                    "quiz_tallies",
+                    "check_runs",
+                    "turn_signals",
+                    "distillations",
+                }
             ),
         }
     )
