@@ -262,6 +262,34 @@ async def test_checks_from_one_section_of_the_material_count_together_across_ses
     assert await mastered(db_pool, tenant_id, "t5") == []
 
 
+async def test_a_check_arriving_late_from_an_earlier_session_does_not_break_a_later_run(
+    service: MemoryService, db_pool: Any, tenant_id: str
+) -> None:
+    """Events travel apart and a redelivery may come after a later session's: the run is of
+    sessions in the order they happened, so an older check of another session counts for
+    nothing there (it would have reset a run it came before)."""
+    one, two = uuid.uuid4(), uuid.uuid4()
+    start = datetime.now(UTC) - timedelta(hours=1)
+
+    async def say(session: uuid.UUID, outcome: Outcome, minutes: int) -> None:
+        event = check_attempt(tenant_id, "late", "osmosis in plant cells", outcome, session,
+                              "Cells > Osmosis")  # fmt: skip
+        event = event.model_copy(update={"occurred_at": start + timedelta(minutes=minutes)})
+        await service.record_quiz(pool=db_pool, event=event)
+
+    await say(one, "right", 0)
+    await say(two, "right", 30)
+    assert [t for t, _ in await mastered(db_pool, tenant_id, "late")] == ["osmosis in plant cells"]
+    await say(one, "skipped", 10)  # session one's skip, delivered late
+    run = await db_pool.fetchrow(
+        "SELECT session_id, sessions_running FROM memory_check_runs WHERE tenant_id = $1 "
+        "AND user_id = 'late'",
+        tenant_id,
+    )
+    assert (run["session_id"], run["sessions_running"]) == (two, 2)
+    assert len(await mastered(db_pool, tenant_id, "late")) == 1
+
+
 async def test_one_struggle_a_topic_names_all_its_evidence(
     service: MemoryService, db_pool: Any, tenant_id: str
 ) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from lectern_common.db.types import Queryable
 from lectern_common.text import STOPWORDS, stem, words
@@ -144,9 +145,12 @@ async def tally_check(
     units: list[str],
     topic: str,
     said: str,
+    answered_at: datetime,
 ) -> Tally:
     """Count one check's outcome (``right``, ``partly``, ``wrong`` or ``skipped``) on its
-    units (call inside the attempt's transaction, the user locked)."""
+    units (call inside the attempt's transaction, the user locked). A check of another
+    session answered before the unit's last one counted (a redelivery arriving late) counts
+    for nothing there: the run is of sessions in the order they happened."""
     tally = Tally()
     if not units:
         return tally
@@ -156,6 +160,8 @@ async def tally_check(
         row = rows.get(unit)
         mastered = None if row is None else row["mastered_id"]
         running, topics, earlier = 0, [], []
+        if row is not None and row["session_id"] != session_id and answered_at < row["answered_at"]:
+            continue
         if row is not None and row["session_id"] == session_id:
             if not row["session_right"]:
                 continue  # a session with a check not answered right stays failed
@@ -176,5 +182,6 @@ async def tally_check(
             conn, tenant_id=tenant_id, user_id=user_id, unit=unit, session_id=session_id,
             session_right=right, sessions_running=running, topics=topics[-_KEPT_TOPICS:],
             earlier_topics=earlier[-_KEPT_TOPICS:], mastered_id=mastered,
+            answered_at=answered_at,
         )  # fmt: skip
     return tally

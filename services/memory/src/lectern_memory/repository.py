@@ -272,19 +272,21 @@ async def put_check_run(
     topics: list[str],
     earlier_topics: list[str],
     mastered_id: uuid.UUID | None,
+    answered_at: datetime,
 ) -> None:
     """Write a unit's run."""
     await conn.execute(
         """INSERT INTO memory_check_runs (tenant_id, user_id, unit, session_id, session_right,
-               sessions_running, topics, earlier_topics, mastered_id)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+               sessions_running, topics, earlier_topics, mastered_id, answered_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
            ON CONFLICT (tenant_id, user_id, unit) DO UPDATE SET
                session_id = EXCLUDED.session_id, session_right = EXCLUDED.session_right,
                sessions_running = EXCLUDED.sessions_running, topics = EXCLUDED.topics,
                earlier_topics = EXCLUDED.earlier_topics, mastered_id = EXCLUDED.mastered_id,
+               answered_at = greatest(memory_check_runs.answered_at, EXCLUDED.answered_at),
                updated_at = now()""",
         tenant_id, user_id, unit, session_id, session_right, sessions_running, topics,
-        earlier_topics, mastered_id,
+        earlier_topics, mastered_id, answered_at,
     )  # fmt: skip
 
 

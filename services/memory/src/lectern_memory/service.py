@@ -266,6 +266,7 @@ class MemoryService:
             tally = await mastery.tally_check(
                 conn, tenant_id=event.tenant_id, user_id=event.user_id,
                 session_id=event.session_id, topic=topic, said=said,
+                answered_at=event.occurred_at,
                 units=mastery.units_of(topic, section=result.section,
                                        document_id=result.document_id,
                                        title=result.document_title),

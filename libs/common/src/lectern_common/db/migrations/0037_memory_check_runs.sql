@@ -20,6 +20,9 @@ CREATE TABLE memory_check_runs (
     earlier_topics   text[] NOT NULL DEFAULT '{}',
     -- the 'mastered' memory the run made (a later wrong or partial answer withdraws it)
     mastered_id      uuid,
+    -- when the last check counted was answered: an older one arriving late (a redelivery)
+    -- is not counted against a newer session's run
+    answered_at      timestamptz NOT NULL DEFAULT '-infinity',
     updated_at       timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, user_id, unit)
 );
