@@ -16,6 +16,9 @@ from lectern_common.events import (
     QuizAttempted,
 )
 from lectern_common.events.chat import ConfidenceBand
+from lectern_common.events.memory import MemoryExportRequest
+from lectern_gateway.privacy.export import ExportedCheckRun
+from lectern_memory import records
 from lectern_memory.config import Settings
 from lectern_memory.handlers import handle_flagged
 from lectern_memory.service import MemoryService, TurnsNotArrived
@@ -288,6 +291,11 @@ async def test_a_check_arriving_late_from_an_earlier_session_does_not_break_a_la
     )
     assert (run["session_id"], run["sessions_running"]) == (two, 2)
     assert len(await mastered(db_pool, tenant_id, "late")) == 1
+    # the user's export holds the run, in the shape the gateway's export gives it
+    reply = await records.export(db_pool, MemoryExportRequest(tenant_id=tenant_id, user_id="late"))
+    (exported,) = [ExportedCheckRun.model_validate(r) for r in reply.check_runs]
+    assert (exported.unit.startswith("s:"), exported.sessions_running) == (True, 2)
+    assert exported.topics == ["osmosis in plant cells"] and reply.holds_anything()
 
 
 async def test_one_struggle_a_topic_names_all_its_evidence(
