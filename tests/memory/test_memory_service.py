@@ -250,6 +250,16 @@ async def test_checks_from_one_section_of_the_material_count_together_across_ses
     await say("t4", one, "low level mosaicism", background)
     await say("t4", two, "turner syndrome", background)
     assert [t for t, _ in await mastered(db_pool, tenant_id, "t4")] == ["low level mosaicism"]
+    # its evidence is every right check of the run: "answered 3 checks right"
+    evidence = await db_pool.fetchval(
+        "SELECT evidence FROM user_memories WHERE tenant_id = $1 AND user_id = 't4' "
+        "AND kind = 'mastered'",
+        tenant_id,
+    )
+    assert [(e["kind"], e["detail"]) for e in evidence] == [
+        ("check_right", "turner syndrome diagnosed"), ("check_right", "low level mosaicism"),
+        ("check_right", "turner syndrome"),
+    ]  # fmt: skip
     # the topic that shares a word with the earlier session's names it, whole, never the
     # word alone; without one, the topic the run stood on
     lms = "Part I > 1 LMS algorithm"

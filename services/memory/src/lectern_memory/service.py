@@ -279,8 +279,10 @@ class MemoryService:
             # the words of one topic reaching together are one memory
             first = tally.reached[0]
             name = first.name(result.section, result.document_title)
-            item = {"kind": "check_right", "detail": topic, "at": at}
-            draft = MemoryDraft("mastered", first.text(name, what), name, [item])
+            # every right check the run rests on (the earlier ones' days are not kept)
+            evidence = [{"kind": "check_right", "detail": t, "at": ""} for t in first.earlier]
+            evidence.append({"kind": "check_right", "detail": topic, "at": at})
+            draft = MemoryDraft("mastered", first.text(name, what), name, evidence)
             drafts.append((draft, [m.unit for m in tally.reached]))
         return drafts
 
