@@ -155,7 +155,7 @@ def fit(args: argparse.Namespace) -> None:
 
     data = json.loads(args.records.read_text())
     qrels = load_beir(BIOASQ).qrels
-    reader = Reader.load()
+    reader = Reader.load(args.reader)
     questions = data["questions"][: args.limit or None]
     logits: dict[int, list[NDArray[np.float32]]] = {}
     # the model is fitted at --max-length: read there too, whatever --lengths compares
@@ -267,6 +267,11 @@ def main() -> int:
         "terms) instead of its opening, as the re-ranker does",
     )  # fmt: skip
     tune.add_argument("--limit", type=int, default=0, help="the first N questions (a trial)")
+    tune.add_argument(
+        "--reader", type=Path,
+        help="a reader folder to read with (default: the packaged 6-layer one; the re-ranker's "
+        "is libs/common/src/lectern_common/reader_l3)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.command == "records":
         asyncio.run(records(args))

@@ -183,6 +183,7 @@ async def replay(
     cross_fitted: dict[str, answerer.AnswerModel] | None = None,
     margin: float | None = None,
     from_spans: bool = False,
+    reader_folder: Path | None = None,
 ) -> list[Replayed]:
     """Replay every stored answerable and off-topic question of ``run`` (with the packaged
     reader, as the gateway runs it, unless ``reads`` is false). With ``cross_fitted`` (a model
@@ -203,7 +204,11 @@ async def replay(
     by_id = {q.id: q for s in splits for q in s.questions}
     # the gateway's embedder with its default settings: what chat's answers are scored with
     embedder = CachedEmbedder(LocalEmbedder(BaseServiceSettings()))
-    reader = CachedReader(reading.packaged()) if reads and reading.available() else None
+    reader = None
+    if reads and reader_folder is not None:
+        reader = CachedReader(reading.Reader.load(reader_folder))
+    elif reads and reading.available():
+        reader = CachedReader(reading.packaged())
     offline = answerer.OfflineAnswerer(
         embedder=cast("Embedder", embedder),
         reader=reader,
@@ -385,6 +390,10 @@ def main() -> int:
         help="refuse, as chat.decision does, a question none of whose sources' answer spans "
         "beats its null score by this (bench/fit_margin.py; default: none)",
     )  # fmt: skip
+    parser.add_argument(
+        "--reader", type=Path,
+        help="the answerer reads with this reader folder (default: the packaged 6-layer one)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, help="write every replayed question as JSON")
     parser.add_argument(
         "--reader-logits", metavar="FILE:KEY",
@@ -407,7 +416,7 @@ def main() -> int:
         replay(run, args.set, without=args.without, signals_out=args.signals,
                floor=args.floor, other_floor=args.other_floor, model=model, reads=args.reads,
                read_at_most=args.read_at_most or None, cross_fitted=cross_fitted,
-               margin=args.margin, from_spans=args.from_spans)
+               margin=args.margin, from_spans=args.from_spans, reader_folder=args.reader)
     )  # fmt: skip
     splits = [s for s in ("dev", "test") if any(r.split == s for r in replayed)]
     figures = {s: summary(replayed, s) for s in splits}

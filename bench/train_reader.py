@@ -63,6 +63,8 @@ PAIRS_PER_STEP = {"sentence": 32, "passage": 16}
 SPAN_HEAD = "span_head.pt"
 #: the span loss's weight beside the relevance loss (``--spans``)
 SPAN_WEIGHT = 1.0
+#: the teacher's scores of the run's pairs, cached in the work folder (``--teacher``)
+TEACHER_SCORES = "teacher.json"
 
 
 def batches(groups: Sequence[Group], seed: int, epochs: int) -> list[list[int]]:
@@ -229,6 +231,57 @@ def loss_of(logits: Any, groups: Sequence[Group]) -> Any:
     return pointwise
 
 
+def distillation_loss(logits: Any, teacher: Any, groups: Sequence[Group]) -> Any:
+    """How far the student's logits are from the teacher's: the binary cross-entropy of each
+    pair against the teacher's probability, plus, in each group of several candidates, the
+    Kullback-Leibler divergence of the student's softmax from the teacher's (the order)."""
+    import torch
+    import torch.nn.functional as f
+
+    pointwise = f.binary_cross_entropy_with_logits(logits, torch.sigmoid(teacher))
+    listwise = []
+    start = 0
+    for group in groups:
+        end = start + len(group.texts)
+        if end - start > 1:
+            target = f.softmax(teacher[start:end], 0)
+            listwise.append(
+                (target * (f.log_softmax(teacher[start:end], 0)
+                           - f.log_softmax(logits[start:end], 0))).sum()
+            )  # fmt: skip
+        start = end
+    if listwise:
+        return pointwise + torch.stack(listwise).mean()
+    return pointwise
+
+
+def teacher_scores(folder: Path, groups: Sequence[Group], cache: Path) -> list[list[float]]:
+    """The teacher reader's logit of every pair of ``groups`` (an exported reader folder,
+    read as the services read it: int8 ONNX, each pair alone, cut at the training lengths),
+    cached in ``cache`` for a resumed run."""
+    from rich.progress import Progress
+
+    from lectern_common.reading import Reader
+
+    key = f"{folder.resolve()} {len(groups)} {sum(len(g.texts) for g in groups)}"
+    if cache.exists():
+        stored = json.loads(cache.read_text())
+        if stored["key"] == key:
+            return [list(map(float, s)) for s in stored["scores"]]
+    reader = Reader.load(folder)
+    scores: list[list[float]] = []
+    with Progress() as progress:
+        task = progress.add_task("teacher", total=len(groups))
+        for group in groups:
+            logits = reader.logits(
+                group.question, group.texts, kind=group.kind, max_length=MAX_LENGTH[group.kind]
+            )
+            scores.append([round(float(x), 4) for x in logits])
+            progress.advance(task)
+    cache.write_text(json.dumps({"key": key, "scores": scores}))
+    return scores
+
+
 def keep_bottom_layers(model: Any, layers: int) -> None:
     """Keep only the encoder's first ``layers`` transformer layers (a reader that costs about
     ``layers / 6`` of the full one a word piece). Dropping the top layers of a pre-trained BERT
@@ -255,10 +308,12 @@ def optimiser(model: Any, *, lr: float, head_lr: float) -> Any:
 
 def train_step(
     model: Any, tokenizer: Any, optimizer: Any, groups: Sequence[Group], *, bfloat16: bool,
-    spans: bool = False,
+    spans: bool = False, teacher: Sequence[Sequence[float]] | None = None,
+    distill: float = 0.0,
 ) -> Any:  # fmt: skip
     """One optimiser step on ``groups`` (all of one kind): their pairs read, ``loss_of``
-    back-propagated, gradients clipped at norm 1; the loss."""
+    back-propagated (with ``teacher``'s scores of the groups, ``distill`` of it replaced by
+    ``distillation_loss``), gradients clipped at norm 1; the loss."""
     import torch
 
     kind = groups[0].kind
@@ -274,6 +329,9 @@ def train_step(
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
             logits = model(**inputs).logits.squeeze(-1).float()
         loss = loss_of(logits, groups)
+        if teacher is not None:
+            taught = torch.tensor([x for scores in teacher for x in scores], dtype=torch.float32)
+            loss = (1 - distill) * loss + distill * distillation_loss(logits, taught, groups)
     optimizer.zero_grad()
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -347,6 +405,9 @@ def train(args: argparse.Namespace) -> None:
         done = int(state["step"])
         torch.set_rng_state(state["rng"])
         print(f"resumed at step {done:,} of {len(plan):,}", flush=True)
+    taught = None
+    if args.teacher:
+        taught = teacher_scores(args.teacher, groups, work / TEACHER_SCORES)
     model.train()
     recent: list[float] = []
     columns = (
@@ -357,9 +418,11 @@ def train(args: argparse.Namespace) -> None:
         task = progress.add_task("training", total=len(plan), completed=done)
         for step in range(done, len(plan)):
             chosen = [groups[i] for i in plan[step]]
+            teacher = None if taught is None else [taught[i] for i in plan[step]]
             loss = train_step(
-                model, tokenizer, optimizer, chosen, bfloat16=not args.float32, spans=args.spans
-            )
+                model, tokenizer, optimizer, chosen, bfloat16=not args.float32, spans=args.spans,
+                teacher=teacher, distill=args.distill,
+            )  # fmt: skip
             scheduler.step()
             recent = [*recent[-199:], loss.item()]
             progress.update(task, advance=1, description=f"loss {sum(recent) / len(recent):.3f}")
@@ -382,6 +445,7 @@ def train(args: argparse.Namespace) -> None:
         "layers": config.num_hidden_layers, "heads": ["relevance", "span"] if args.spans
         else ["relevance"],
         "groups": len(groups), "lr": args.lr, "head_lr": args.head_lr,
+        **({"teacher": str(args.teacher), "distill": args.distill} if args.teacher else {}),
         "train_seconds_this_run": round(time.monotonic() - started),
         "sources": _sources(groups),
     }  # fmt: skip
@@ -393,8 +457,9 @@ def _plan_key(args: argparse.Namespace, steps: int) -> str:
     tables = f" tables={args.tables}" if args.tables else ""
     layers = f" layers={args.layers}" if args.layers else ""
     spans = " spans" if args.spans else ""
+    taught = f" teacher={args.teacher} distill={args.distill}" if args.teacher else ""
     return (f"seed={args.seed} epochs={args.epochs} steps={steps} lr={args.lr}{tables}{layers}"
-            f"{spans}")  # fmt: skip
+            f"{spans}{taught}")  # fmt: skip
 
 
 def _checkpoint(
@@ -545,6 +610,15 @@ def main() -> int:
         "--spans", action="store_true",
         help="also train a span head (the answer's first and last word piece, the [CLS] for "
         "none) on SQuAD, FairytaleQA and WikiTableQuestions",
+    )  # fmt: skip
+    run.add_argument(
+        "--teacher", type=Path,
+        help="an exported reader folder (e.g. libs/common/src/lectern_common/reader) whose "
+        "scores of the pairs the student also learns (distillation; relevance only)",
+    )  # fmt: skip
+    run.add_argument(
+        "--distill", type=float, default=0.7,
+        help="the share of the loss that is the teacher's (with --teacher)",
     )  # fmt: skip
     run.add_argument("--float32", action="store_true", help="no bfloat16 autocast")
     run.add_argument("--no-progress", dest="progress", action="store_false")

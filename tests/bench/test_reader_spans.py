@@ -90,6 +90,31 @@ def test_the_span_loss_falls_as_the_head_points_at_the_answer(
     assert float(train.span_loss(start, end, targets)) < 0.01 < float(flat)
 
 
+def test_the_distillation_loss_is_least_where_the_student_reads_as_the_teacher(
+    bench: tuple[ModuleType, ModuleType],
+) -> None:
+    """A student is pulled towards the teacher's scores and order, not only the labels: of
+    two students that both rank the answer first, the one that also orders the near misses
+    as the teacher does is closer, and a student at the teacher's logits is closest."""
+    import torch
+
+    data, train = bench
+    groups = [
+        data.Group("Q?", ["answer", "near miss", "far"], [1, 0, 0], "sentence", "t"),
+        data.Group("Unanswerable?", ["close"], [0], "sentence", "t"),
+    ]
+    teacher = torch.tensor([4.0, 1.0, -3.0, -2.0])
+    same = train.distillation_loss(teacher.clone(), teacher, groups)
+    ordered = train.distillation_loss(torch.tensor([3.0, 0.5, -2.0, -2.0]), teacher, groups)
+    swapped = train.distillation_loss(torch.tensor([3.0, -2.0, 0.5, -2.0]), teacher, groups)
+    assert float(same) < float(ordered) < float(swapped)
+    # the listwise part vanishes at the teacher's logits: what is left is the pointwise part
+    pointwise = torch.nn.functional.binary_cross_entropy_with_logits(
+        teacher, torch.sigmoid(teacher)
+    )
+    assert float(same) == pytest.approx(float(pointwise), abs=1e-6)
+
+
 def _logits(size: int) -> tuple[np.ndarray, np.ndarray]:
     return np.full(size, -5.0, dtype=np.float32), np.full(size, -5.0, dtype=np.float32)
 

@@ -4,6 +4,7 @@ and answer as the HTTP replica's, loaded at start, do."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lectern_common import reading
 from lectern_common.embeddings import LocalEmbedder
@@ -35,3 +36,32 @@ async def test_the_lazy_reader_reads_as_the_packaged_one() -> None:
     want = await reading.packaged().score_logits(QUESTION, TEXTS, kind="sentence")
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert got[0] > got[1]
+
+
+async def test_the_answerer_reads_with_the_reader_its_setting_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``LECTERN_GATEWAY_OFFLINE_ANSWERER_READER_MODEL`` names a packaged reader or a folder:
+    the answerer (eager or lazy) reads with that one, and with none when the folder holds no
+    reader."""
+    from lectern_gateway.runtime import _reader
+
+    monkeypatch.setenv("LECTERN_GATEWAY_OFFLINE_ANSWERER_READER_MODEL", reading.PACKAGED_L3_NAME)
+    settings = Settings(nats_url="nats://127.0.0.1:1", database_url="postgresql://x@127.0.0.1/x")
+    assert settings.offline_answerer_reader_model == reading.PACKAGED_L3_NAME
+    eager = await _reader(settings)
+    assert isinstance(eager, reading.Reader) and eager.path.parent == reading.PACKAGED_L3
+    lazy = await _reader(settings, lazy=True)
+    assert isinstance(lazy, LazyReader)
+    got = await lazy.score_logits(QUESTION, TEXTS)
+    np.testing.assert_allclose(got, await eager.score_logits(QUESTION, TEXTS), atol=1e-6)
+    six = await reading.packaged().score_logits(QUESTION, TEXTS, kind="sentence")
+    assert not np.allclose(got, six, atol=1e-3)  # another model, not the default one
+    monkeypatch.delenv("LECTERN_GATEWAY_OFFLINE_ANSWERER_READER_MODEL")
+    default = Settings(nats_url="nats://127.0.0.1:1", database_url="postgresql://x@127.0.0.1/x")
+    assert await _reader(default) is reading.packaged()
+    missing = Settings(
+        nats_url="nats://127.0.0.1:1", database_url="postgresql://x@127.0.0.1/x",
+        offline_answerer_reader_model="/nonexistent/reader",
+    )  # fmt: skip
+    assert await _reader(missing) is None

@@ -262,3 +262,18 @@ def available(folder: Path | None = None) -> bool:
 def packaged(threads: int | None = None) -> Reader:
     """The packaged reader, loaded once per process."""
     return Reader.load(threads=threads)
+
+
+def folder_of(name: str) -> Path:
+    """The folder a reader setting names: a packaged reader's name (``PACKAGED_FOLDERS``) or
+    a folder's path."""
+    return PACKAGED_FOLDERS.get(name) or Path(name)
+
+
+@functools.cache
+def named(name: str) -> Reader:
+    """The reader a setting names (``folder_of``), loaded once per process: the packaged
+    reader's name gives ``packaged()`` itself."""
+    if folder_of(name) == PACKAGED:
+        return packaged()
+    return Reader.load(folder_of(name))

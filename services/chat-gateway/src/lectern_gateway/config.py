@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from lectern_answerer import READ_AT_MOST
+from lectern_common.reading import PACKAGED_L3_NAME, PACKAGED_NAME
 from lectern_common.settings import ServiceHttpSettings, shared
 from lectern_gateway.chat.decision import ANSWER_MARGIN
 
@@ -74,6 +75,12 @@ class Settings(ServiceHttpSettings):
         "with the packaged reader (int8 ONNX, ~23 MB, loaded at start): its scoring and "
         "refusal models were fitted with it; false: the models fitted without it",
     )
+    offline_answerer_reader_model: str = Field(
+        default=PACKAGED_NAME,
+        description=f"the reader the offline answerer reads with: {PACKAGED_NAME!r} (6 layers, "
+        f"the one its shipped model was fitted with), {PACKAGED_L3_NAME!r} (3 layers, half the "
+        "cost, picks answering sentences worse) or a reader folder",
+    )  # fmt: skip
     offline_answerer_from_spans: bool = Field(
         default=False,
         description="the offline answerer scores a turn's sources from the answer spans the "

@@ -142,12 +142,14 @@ async def _reader(settings: Settings, *, lazy: bool = False) -> SentenceReader |
         return None
     from lectern_common import reading
 
-    if not reading.available():  # a checkout without the model: the answerer fitted without it
-        log.warning("no reader in %s: the offline answerer reads without it", reading.PACKAGED)
+    name = settings.offline_answerer_reader_model
+    folder = reading.folder_of(name)
+    if not reading.available(folder):  # a checkout without the model: fitted without it
+        log.warning("no reader in %s: the offline answerer reads without it", folder)
         return None
     if lazy:
-        return LazyReader()
-    return await asyncio.to_thread(reading.packaged)
+        return LazyReader(name)
+    return await asyncio.to_thread(reading.named, name)
 
 
 M = TypeVar("M")
@@ -203,12 +205,12 @@ class LazyEmbedder:
 
 
 class LazyReader:
-    """The packaged reader as ``_reader`` loads it, on its first use."""
+    """The reader ``_reader`` loads (``name``: a setting's value), on its first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "lectern-reader") -> None:
         from lectern_common import reading
 
-        self._lazy = _Lazy(reading.packaged)
+        self._lazy = _Lazy(lambda: reading.named(name))
 
     async def score_logits(
         self,
