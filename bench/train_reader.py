@@ -571,8 +571,9 @@ def export(args: argparse.Namespace) -> None:
     training = json.loads((final / "training.json").read_text())
     layers = int(training.get("layers", 6))
     spans = "-spans" if (final / SPAN_HEAD).exists() else ""
+    taught = "-distilled" if training.get("teacher") else ""
     settings = {
-        "name": f"lectern-reader-minilm-l{layers}{spans}",
+        "name": f"lectern-reader-minilm-l{layers}{spans}{taught}",
         "heads": training.get("heads", ["relevance"]),
         "precision": "float32" if args.fp32 else "int8",
         "max_length": MAX_LENGTH,
