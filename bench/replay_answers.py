@@ -204,11 +204,10 @@ async def replay(
     by_id = {q.id: q for s in splits for q in s.questions}
     # the gateway's embedder with its default settings: what chat's answers are scored with
     embedder = CachedEmbedder(LocalEmbedder(BaseServiceSettings()))
-    reader = None
-    if reads and reader_folder is not None:
-        reader = CachedReader(reading.Reader.load(reader_folder))
-    elif reads and reading.available():
-        reader = CachedReader(reading.packaged())
+    folder = reader_folder or reading.PACKAGED
+    reader = (
+        CachedReader(reading.Reader.load(folder)) if reads and reading.available(folder) else None
+    )
     offline = answerer.OfflineAnswerer(
         embedder=cast("Embedder", embedder),
         reader=reader,

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 from opentelemetry import trace
 
 from lectern_answerer import OfflineAnswerer, SentenceReader
+from lectern_common import reading
 from lectern_common.broker import create_broker
 from lectern_common.embeddings import LOCAL_MODEL_NAME, Embedder, LocalEmbedder, Vectors
 from lectern_common.service import ServiceState
@@ -140,8 +141,6 @@ async def _embedder(settings: Settings) -> LocalEmbedder | None:
 async def _reader(settings: Settings, *, lazy: bool = False) -> SentenceReader | None:
     if not settings.offline_answerer_reader:
         return None
-    from lectern_common import reading
-
     name = settings.offline_answerer_reader_model
     folder = reading.folder_of(name)
     if not reading.available(folder):  # a checkout without the model: fitted without it
@@ -207,9 +206,7 @@ class LazyEmbedder:
 class LazyReader:
     """The reader ``_reader`` loads (``name``: a setting's value), on its first use."""
 
-    def __init__(self, name: str = "lectern-reader") -> None:
-        from lectern_common import reading
-
+    def __init__(self, name: str = reading.PACKAGED_NAME) -> None:
         self._lazy = _Lazy(lambda: reading.named(name))
 
     async def score_logits(

@@ -341,7 +341,7 @@ def load_cross_encoder(settings: Settings, name: str) -> SemanticScorer:
     """The configured cross-encoder: a packaged reader by its name (``lectern-reader-l3``,
     ``lectern-reader``) or a folder holding a reader's ``reader.json``, else a CrossEncoder
     checkpoint on its backend (ONNX falls back to torch if it cannot load)."""
-    folder = reading.PACKAGED_FOLDERS.get(name) or Path(name)
+    folder = reading.folder_of(name)
     if (folder / "reader.json").is_file():
         return ReaderScorer.load(
             folder,
