@@ -32,7 +32,13 @@ import lectern_answerer as answerer
 from lectern_common.events import AnswerSpan
 from lectern_common.generation import SourceText
 from lectern_common.text import resolve_follow_up, terms
-from lectern_eval.answer_set import AnswerQuestion, fact_recall, holds_any_fact, load_set
+from lectern_eval.answer_set import (
+    AnswerQuestion,
+    answer_lead,
+    fact_recall,
+    holds_any_fact,
+    load_set,
+)
 
 if TYPE_CHECKING:
     from lectern_common.embeddings import Embedder
@@ -55,6 +61,7 @@ class Replayed:
     cited_gold: bool
     context_hit: bool
     answer: str = ""
+    lead_fact_recall: float = 0.0
 
 
 #: vectors of the product's default embedder (int8 queries and passages); another file for
@@ -290,6 +297,9 @@ async def replay(
                 cited_gold=any(bool(by_label[c].get("gold")) for c in cited),
                 context_hit=bool(result.get("context_hit")),
                 answer=text,
+                lead_fact_recall=(
+                    fact_recall(answer_lead(text), question.facts) if answer.supported else 0.0
+                ),
             )
         )  # fmt: skip
         if signals_out is not None and split_of[question.id] == "dev":  # fitted on dev only
@@ -340,6 +350,7 @@ def summary(replayed: Sequence[Replayed], split: str) -> dict[str, float]:
     return {
         "questions": len(answerable),
         "fact_recall": mean([r.fact_recall for r in answerable]),
+        "lead_fact_recall": mean([r.lead_fact_recall for r in answerable]),
         "citation_on_gold": mean([float(r.cited_gold) for r in answerable]),
         "citation_precision": sum(r.cited_precise for r in answerable) / cited if cited else 0.0,
         "answerable_refused": mean([float(r.refused) for r in answerable]),
@@ -348,12 +359,17 @@ def summary(replayed: Sequence[Replayed], split: str) -> dict[str, float]:
     }
 
 
-def by_kind(replayed: Sequence[Replayed], split: str) -> dict[str, tuple[int, float]]:
-    kinds: dict[str, list[float]] = {}
+def by_kind(replayed: Sequence[Replayed], split: str) -> dict[str, tuple[int, float, float]]:
+    """Per kind of question: (questions, key-fact recall, ... of the answer's lead)."""
+    kinds: dict[str, list[Replayed]] = {}
     for r in replayed:
         if r.split == split and r.kind != "offtopic":
-            kinds.setdefault(r.kind, []).append(r.fact_recall)
-    return {k: (len(v), sum(v) / len(v)) for k, v in sorted(kinds.items())}
+            kinds.setdefault(r.kind, []).append(r)
+    return {
+        k: (len(v), sum(r.fact_recall for r in v) / len(v),
+            sum(r.lead_fact_recall for r in v) / len(v))
+        for k, v in sorted(kinds.items())
+    }  # fmt: skip
 
 
 def main() -> int:
@@ -425,8 +441,8 @@ def main() -> int:
     kinds = {s: by_kind(replayed, s) for s in splits}
     for kind in sorted({k for s in splits for k in kinds[s]}):
         cells = [kinds[s].get(kind) for s in splits]
-        print(f"  {kind:26}" + "".join(f"{c[1]:>6.2f} ({c[0]:>2})" if c else f"{'-':>11}"
-                                         for c in cells))  # fmt: skip
+        print(f"  {kind:26}" + "".join(f"{c[1]:>6.2f} {c[2]:>5.2f} ({c[0]:>2})" if c
+                                         else f"{'-':>17}" for c in cells))  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps([r.__dict__ for r in replayed], indent=1))
     print(json.dumps({"replay": figures, "without": args.without}))

@@ -13,6 +13,7 @@ from lectern_eval.answer_set import (
     DatasetError,
     QuestionResult,
     SourceSeen,
+    answer_lead,
     conversations,
     fact_recall,
     frozen_hash,
@@ -182,3 +183,9 @@ def test_every_key_fact_is_on_its_gold_pages_as_the_product_extracts_them(
 
 def _cells(text: str) -> str:
     return text.replace("|", " ")
+
+
+def test_an_answers_lead_is_its_text_up_to_its_first_citation() -> None:
+    assert answer_lead("The dose is 5 mg [T1]. It is oral [T1].") == "The dose is 5 mg [T1]."
+    assert answer_lead("Stages [T1, T2]:\n- Prophase [T1].") == "Stages [T1, T2]:"
+    assert answer_lead("Nothing cited here.") == "Nothing cited here."

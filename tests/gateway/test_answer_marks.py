@@ -60,3 +60,47 @@ def test_the_viewer_marks_the_answer_inside_the_cited_sentence() -> None:
     # a stale or foreign span is not marked
     broken = {**citation, "answer": {"start": 0, "end": 10_000}}
     assert [m.kind for m in highlights_for(chunk_id, CHUNK, [broken])] == ["sentence"]
+
+
+TABLE = (
+    "Table 2 Recommended adult doses\n"
+    "Drug | Dose | Route\n"
+    "Aspirin | 75 mg | oral\n"
+    "Heparin | 5000 units | injection"
+)
+
+
+def test_a_cited_table_row_marks_the_cell_the_question_asks_for() -> None:
+    """The offline answer quotes a row as header: cell pairs after its caption; the citation
+    carries the cell under the header the question names, in the chunk's own text."""
+    row = "Table 2 Recommended adult doses — Drug: Heparin; Dose: 5000 units; Route: injection"
+    citation = textbook_citation(
+        checked(f"{row} [T1]."), {"T1": source(None)}, {"T1": TABLE},
+        question="What dose of heparin is given?",
+    )  # fmt: skip
+    assert citation.cell is not None
+    assert TABLE[citation.cell.start : citation.cell.end] == "5000 units"
+    assert citation.cell.header == "Dose"
+    # without the question, or for prose, no cell
+    unasked = textbook_citation(checked(f"{row} [T1]."), {"T1": source(None)}, {"T1": TABLE})
+    assert unasked.cell is None
+    prose = textbook_citation(
+        checked("The Bastille was stormed [T1]."), {"T1": source(None)}, {"T1": CHUNK},
+        question="What dose of heparin is given?",
+    )  # fmt: skip
+    assert prose.cell is None
+
+
+def test_the_viewer_marks_the_cell_inside_the_cited_row() -> None:
+    chunk_id = uuid.uuid4()
+    at = TABLE.index("5000 units")
+    citation = {
+        "chunk_id": str(chunk_id), "label": "T1",
+        "text": "Drug: Heparin; Dose: 5000 units; Route: injection [T1].",
+        "cell": {"start": at, "end": at + len("5000 units"), "header": "Dose"},
+    }  # fmt: skip
+    marks = highlights_for(chunk_id, TABLE, [citation])
+    assert [m.kind for m in marks] == ["sentence", "cell"]
+    row, cell = marks
+    assert cell.text == "5000 units"
+    assert row.start <= cell.start < cell.end <= row.end

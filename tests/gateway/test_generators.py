@@ -480,7 +480,7 @@ async def test_offline_says_so_when_nothing_supports_an_answer() -> None:
     assert (final.outcome, final.cited_sources) == ("no_support", [])
 
 
-def test_sentences_of_one_source_stay_in_document_order() -> None:
+def test_the_best_sentence_leads_and_its_passage_follows_in_document_order() -> None:
     sources = [
         SourceText(
             label="T1",
@@ -495,13 +495,18 @@ def test_sentences_of_one_source_stay_in_document_order() -> None:
     )
     best = max(answer.sentences, key=lambda s: s.score)
     assert best.position == 2
-    # the best sentence brings the one before it in its paragraph (an answer is a passage),
-    # and the sentences are read in the source's order
-    assert [s.position for s in answer.sentences] == [0, 1, 2]
+    # the best sentence brings the one before it in its paragraph (an answer is a passage);
+    # the answer leads with the answer, the rest of the passage after it in the source's order
+    assert [s.position for s in answer.sentences] == [2, 0, 1]
     assert answer.render() == (
-        "Glucose moves through the phloem [T1]. Rain falls in spring [T1]. "
-        "Glucose is stored in roots as starch [T1]."
+        "Glucose is stored in roots as starch [T1]. Glucose moves through the phloem [T1]. "
+        "Rain falls in spring [T1]."
     )
+    led = extract_answer(
+        question="How is glucose stored as starch in the phloem?", sources=sources,
+        without=frozenset({"best_first"}),
+    )  # fmt: skip
+    assert [s.position for s in led.sentences] == [0, 1, 2]
 
 
 def test_sentences_follow_the_best_source_first() -> None:

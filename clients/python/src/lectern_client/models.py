@@ -190,47 +190,6 @@ class Candidate(BaseModel):
     token_count: Annotated[int | None, Field(title="Token Count")] = None
 
 
-class Citation(BaseModel):
-    """
-    A citation: a textbook source [T#] covering a span, or a web page [W#].
-    """
-
-    answer: AnswerSpan | None = None
-    """
-    the answer span the re-ranker's reader marked in the cited chunk (character offsets in the chunk's text), when the cited sentence holds its words
-    """
-    chunk_id: Annotated[UUID | None, Field(title="Chunk Id")] = None
-    document_id: Annotated[UUID | None, Field(title="Document Id")] = None
-    kind: Annotated[Literal["textbook", "web"], Field(title="Kind")]
-    label: Annotated[str, Field(title="Label")]
-    """
-    T1.. or W1..
-    """
-    span_end: Annotated[int | None, Field(title="Span End")] = None
-    span_start: Annotated[int | None, Field(title="Span Start")] = None
-    """
-    character offset in the answer
-    """
-    support: Annotated[float | None, Field(title="Support")] = None
-    """
-    0..1 support of the span
-    """
-    supported: Annotated[bool | None, Field(title="Supported")] = None
-    """
-    false: flagged unsupported
-    """
-    text: Annotated[str | None, Field(title="Text")] = None
-    """
-    the cited sentence
-    """
-    title: Annotated[str | None, Field(title="Title")] = None
-    url: Annotated[str | None, Field(title="Url")] = None
-    valid: Annotated[bool | None, Field(title="Valid")] = True
-    """
-    false: the label names no given source
-    """
-
-
 class CitedDocument(BaseModel):
     """
     A document and how many answers cited it.
@@ -1031,12 +990,13 @@ class GapTopicQueue(BaseModel):
 class Highlight(BaseModel):
     """
     The part of the chunk that supports a cited sentence of an answer (``sentence``), or
-    within it the answer itself, as the re-ranker's reader marked it (``answer``).
+    within it the answer itself, as the re-ranker's reader marked it (``answer``) or as the
+    cell of a quoted table row the question asks for (``cell``).
     """
 
     cited_sentence: Annotated[str | None, Field(title="Cited Sentence")]
     end: Annotated[int, Field(title="End")]
-    kind: Annotated[Literal["sentence", "answer"] | None, Field(title="Kind")] = "sentence"
+    kind: Annotated[Literal["sentence", "answer", "cell"] | None, Field(title="Kind")] = "sentence"
     label: Annotated[str, Field(title="Label")]
     start: Annotated[int, Field(title="Start")]
     """
@@ -1110,22 +1070,6 @@ class Memory(BaseModel):
     text: Annotated[str, Field(title="Text")]
     topic: Annotated[str | None, Field(title="Topic")]
     updated_at: Annotated[AwareDatetime, Field(title="Updated At")]
-
-
-class Message(BaseModel):
-    """
-    A stored message.
-    """
-
-    answered_by: Annotated[str | None, Field(title="Answered By")] = None
-    citations: Annotated[list[Citation] | None, Field(title="Citations")] = None
-    confidence: Annotated[float | None, Field(title="Confidence")] = None
-    confidence_band: Annotated[str | None, Field(title="Confidence Band")] = None
-    content: Annotated[str, Field(title="Content")]
-    created_at: Annotated[AwareDatetime, Field(title="Created At")]
-    id: Annotated[UUID, Field(title="Id")]
-    role: Annotated[Literal["user", "assistant"], Field(title="Role")]
-    session_id: Annotated[UUID, Field(title="Session Id")]
 
 
 class MessageIn(BaseModel):
@@ -1766,6 +1710,26 @@ class SyllabusModule(BaseModel):
     module: Annotated[str | None, Field(title="Module")]
 
 
+class TableCell(BaseModel):
+    """
+    The cell of a table row an answer quotes that the question asks for: the column whose
+    header says most of the question, in the row the answer leads with.
+    """
+
+    end: Annotated[int, Field(ge=0, title="End")]
+    """
+    one past its last character
+    """
+    header: Annotated[str, Field(title="Header")]
+    """
+    its column's header
+    """
+    start: Annotated[int, Field(ge=0, title="Start")]
+    """
+    first character of the cell in the chunk's text
+    """
+
+
 class TenantSettings(BaseModel):
     """
     The tenant's settings as they apply now.
@@ -2064,6 +2028,51 @@ class ChunkView(BaseModel):
     topic_tags: Annotated[list[str], Field(title="Topic Tags")]
 
 
+class Citation(BaseModel):
+    """
+    A citation: a textbook source [T#] covering a span, or a web page [W#].
+    """
+
+    answer: AnswerSpan | None = None
+    """
+    the answer span the re-ranker's reader marked in the cited chunk (character offsets in the chunk's text), when the cited sentence holds its words
+    """
+    cell: TableCell | None = None
+    """
+    when the cited sentence quotes a table row: the cell the question asks for (character offsets in the cited chunk's text, for the source viewer to mark)
+    """
+    chunk_id: Annotated[UUID | None, Field(title="Chunk Id")] = None
+    document_id: Annotated[UUID | None, Field(title="Document Id")] = None
+    kind: Annotated[Literal["textbook", "web"], Field(title="Kind")]
+    label: Annotated[str, Field(title="Label")]
+    """
+    T1.. or W1..
+    """
+    span_end: Annotated[int | None, Field(title="Span End")] = None
+    span_start: Annotated[int | None, Field(title="Span Start")] = None
+    """
+    character offset in the answer
+    """
+    support: Annotated[float | None, Field(title="Support")] = None
+    """
+    0..1 support of the span
+    """
+    supported: Annotated[bool | None, Field(title="Supported")] = None
+    """
+    false: flagged unsupported
+    """
+    text: Annotated[str | None, Field(title="Text")] = None
+    """
+    the cited sentence
+    """
+    title: Annotated[str | None, Field(title="Title")] = None
+    url: Annotated[str | None, Field(title="Url")] = None
+    valid: Annotated[bool | None, Field(title="Valid")] = True
+    """
+    false: the label names no given source
+    """
+
+
 class Confirmation(BaseModel):
     """
     A teacher's choice: standards for the whole document, and per section.
@@ -2173,6 +2182,22 @@ class Figures(BaseModel):
 
 class HTTPValidationError(BaseModel):
     detail: Annotated[list[ValidationError] | None, Field(title="Detail")] = None
+
+
+class Message(BaseModel):
+    """
+    A stored message.
+    """
+
+    answered_by: Annotated[str | None, Field(title="Answered By")] = None
+    citations: Annotated[list[Citation] | None, Field(title="Citations")] = None
+    confidence: Annotated[float | None, Field(title="Confidence")] = None
+    confidence_band: Annotated[str | None, Field(title="Confidence Band")] = None
+    content: Annotated[str, Field(title="Content")]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    id: Annotated[UUID, Field(title="Id")]
+    role: Annotated[Literal["user", "assistant"], Field(title="Role")]
+    session_id: Annotated[UUID, Field(title="Session Id")]
 
 
 class Persona(BaseModel):

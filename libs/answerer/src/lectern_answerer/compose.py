@@ -2,7 +2,8 @@
 the best units chosen (near-repeats dropped, another source cited only when it nearly ties
 or adds what is asked), grouped by source in reading order, then completed: the best sentence
 brings its paragraph's neighbours, a sentence a line break cut goes on, a list's
-introduction brings its items."""
+introduction brings its items. The answer leads with the answer: the best unit's passage
+opens its source's part (a table's rows by score, the best one after its caption)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from lectern_answerer.signals import (
     speaks_of_question,
     unit_signals,
 )
+from lectern_answerer.tables import with_caption
 from lectern_answerer.units import (
     SourceUnit,
     answer_source,
@@ -52,6 +54,8 @@ MECHANISMS = frozenset(
         "passage",  # the best sentence brings the next one of its paragraph
         "completed",  # a sentence a line break cut goes on; a list's introduction brings it
         "answer_first",  # the source holding the reader's best answer span opens the answer
+        "best_first",  # the best unit's passage (a table: its best row) opens its source's part
+        "caption",  # the leading table row comes after its table's caption
     }
 )
 
@@ -195,7 +199,50 @@ def extract_answer(
         )
     if "completed" not in without:
         chosen = with_list(completed(chosen, units), units, sources)
+    if "best_first" not in without:
+        chosen = best_first(chosen, units, caption="caption" not in without)
     return ExtractiveAnswer(chosen, form)
+
+
+def best_first(
+    chosen: Sequence[ScoredSentence], units: Sequence[SourceUnit], *, caption: bool = True
+) -> list[ScoredSentence]:
+    """The answer leads with the answer: in the best unit's source, its passage (the run of
+    chosen units around it, in reading order: what it goes on from and with) comes first,
+    the source's other units after it in reading order. A table's rows are facts of their
+    own, so they go best first, the best one after its table's caption (``caption``:
+    "Table 2 Doses — Drug: A; Dose: 5 mg"). The sources keep their order."""
+    if not chosen:
+        return []
+    best = max(chosen, key=lambda c: c.score)
+    group = [c for c in chosen if c.source_index == best.source_index]
+    if is_table_row(best.text):
+        rows = sorted((c for c in group if is_table_row(c.text)), key=lambda c: -c.score)
+        lead = rows + [c for c in group if not is_table_row(c.text)]
+        at = (best.source_index, best.position)
+        unit = next((u for u in units if (u.source_index, u.position) == at), None)
+        if caption and unit is not None and unit.caption:
+            lead[0] = replace(lead[0], text=with_caption(lead[0].text, unit.caption))
+    else:
+        held = {c.position for c in group}
+        first = last = best.position
+        while first - 1 in held:
+            first -= 1
+        while last + 1 in held:
+            last += 1
+        run = [c for c in group if first <= c.position <= last]
+        if not _FOLLOW_ON.match(best.text) and not best.item:
+            run = [c for c in run if c.position >= best.position] + [
+                c for c in run if c.position < best.position
+            ]
+        lead = run + [c for c in group if not first <= c.position <= last]
+    out: list[ScoredSentence] = []
+    for c in chosen:
+        if c.source_index != best.source_index:
+            out.append(c)
+        elif c is group[0]:
+            out.extend(lead)
+    return out
 
 
 _FOLLOW_ON = re.compile(

@@ -26,6 +26,7 @@ class SourceUnit:
     introduces_list: bool
     depth: int = 0  # 1 for an item, 2 for an item of an item (another bullet), ...
     context: str = ""  # a table row's caption and header
+    caption: str = ""  # a table row's caption alone (the lines above its header)
 
 
 def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
@@ -34,7 +35,12 @@ def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
     for source_index, source in enumerate(sources):
         units = split_units(source.text)
         markers: list[str] = []  # the bullets of the list under way, outermost first
+        captions: dict[int, str] = {}  # a table's caption, by paragraph, once its header came
         for position, (paragraph, text, marker, context) in enumerate(units):
+            if context and paragraph not in captions and " | " in text:
+                captions[paragraph] = " ".join(
+                    t for p, t, _, c in units[:position] if p == paragraph and c
+                )
             if not marker:
                 markers = []
             elif marker in markers:
@@ -57,6 +63,7 @@ def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
                     introduces,
                     len(markers),
                     context,
+                    captions.get(paragraph, "") if context else "",
                 )
             )
     return out

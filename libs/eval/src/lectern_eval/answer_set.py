@@ -195,6 +195,18 @@ def fact_recall(answer: str, facts: Sequence[Sequence[str]]) -> float:
     return sum(1 for group in facts if holds(answer, group)) / len(facts)
 
 
+#: an answer's first cited sentence or list item: up to its first citation mark ("[T1]",
+#: "[T1, T2]") and the stop after it
+_LEAD = re.compile(r"^.*?\[[TW]\d+(?:\s*,\s*[TW]\d+)*\][.!?:;]?", re.DOTALL)
+
+
+def answer_lead(answer: str) -> str:
+    """What an answer opens with: its text up to its first citation (all of it when it cites
+    nothing). Whether the answer leads with the answer is the key-fact recall of this."""
+    found = _LEAD.match(answer)
+    return found.group(0) if found else answer
+
+
 def holds_any_fact(text: str, facts: Sequence[Sequence[str]]) -> bool:
     """Whether ``text`` states at least one of the facts."""
     return any(holds(text, group) for group in facts)
@@ -247,6 +259,8 @@ class QuestionResult:
     answered_by: str | None = None
     context_hit: bool = False
     fact_recall: float = 0.0
+    #: key-fact recall of the answer's lead (``answer_lead``): does it open with the answer
+    lead_fact_recall: float = 0.0
     cited: int = 0
     cited_precise: int = 0
     cited_gold: bool = False  # a citation is a source on a gold page
@@ -270,6 +284,7 @@ class Summary:
     fact_recall: float
     citation_precision: float
     citation_on_gold: float
+    lead_fact_recall: float
     answered: float
     answerable_refused: float
     offtopic: int
@@ -303,6 +318,7 @@ def summarise(results: Sequence[QuestionResult], offtopic: Sequence[QuestionResu
         questions=len(results),
         context_recall=_mean([1.0 if r.context_hit else 0.0 for r in results]),
         fact_recall=_mean([r.fact_recall for r in results]),
+        lead_fact_recall=_mean([r.lead_fact_recall for r in results]),
         citation_precision=sum(r.cited_precise for r in results) / cited if cited else 0.0,
         citation_on_gold=_mean([1.0 if r.cited_gold else 0.0 for r in results]),
         answered=_mean([0.0 if r.refused else 1.0 for r in results]),
@@ -327,6 +343,7 @@ def breakdown(results: Sequence[QuestionResult], *, by: str) -> dict[str, dict[s
             "n": len(group),
             "context_recall": _mean([1.0 if r.context_hit else 0.0 for r in group]),
             "fact_recall": _mean([r.fact_recall for r in group]),
+            "lead_fact_recall": _mean([r.lead_fact_recall for r in group]),
             "cited_gold": _mean([1.0 if r.cited_gold else 0.0 for r in group]),
             "refused": _mean([1.0 if r.refused else 0.0 for r in group]),
         }

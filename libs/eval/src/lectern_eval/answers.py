@@ -30,6 +30,7 @@ from lectern_eval.answer_set import (
     QuestionResult,
     SourceSeen,
     Summary,
+    answer_lead,
     breakdown,
     conversations,
     fact_recall,
@@ -306,6 +307,7 @@ class AnswerEval:
         if result.refused:
             return
         result.fact_recall = fact_recall(turn.answer, question.facts)
+        result.lead_fact_recall = fact_recall(answer_lead(turn.answer), question.facts)
         cited = {
             str(c["chunk_id"])
             for c in (turn.done or {}).get("citations", [])
@@ -449,6 +451,7 @@ def split_reports(
 _SIDE_BY_SIDE = (
     ("gold-page recall of the context", "context_recall"),
     ("key-fact recall of the answers", "fact_recall"),
+    ("  ... of the answer's lead", "lead_fact_recall"),
     ("a citation on the gold page", "citation_on_gold"),
     ("citation precision", "citation_precision"),
     ("answerable refused", "answerable_refused"),
@@ -491,6 +494,7 @@ def format_report(report: AnswerEvalReport) -> str:
         f"ingest {report.ingest_s:.0f} s, answering {report.answer_s:.0f} s",
         f"gold-page recall of the context  {s.context_recall:.3f}",
         f"key-fact recall of the answers   {s.fact_recall:.3f}",
+        f"... of the answer's lead         {s.lead_fact_recall:.3f}",
         f"citation precision               {s.citation_precision:.3f}",
         f"a citation on the gold page      {s.citation_on_gold:.3f}",
         f"answerable refused               {s.answerable_refused:.3f}",

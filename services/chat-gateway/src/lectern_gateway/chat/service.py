@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
+from lectern_answerer.tables import cited_cell
 from lectern_common.db.types import Connection
 from lectern_common.errors import LecternError
 from lectern_common.events import Confidence, RecalledMemory
@@ -92,6 +93,7 @@ from lectern_gateway.chat.sse import (
     ErrorEvent,
     Source,
     SourcesEvent,
+    TableCell,
     TokenEvent,
 )
 from lectern_gateway.chat.streamer import (
@@ -491,6 +493,8 @@ class Draft:
     texts: dict[str, str]
     by_label: dict[str, Source]
     threshold: float
+    #: the student's question (a table row cited marks the cell it asks for)
+    question: str = ""
     opening_due: bool = False
     text: str = ""
     model_text: str = ""
@@ -572,7 +576,7 @@ async def plan_answer(
     return Draft(
         opening=opening, asked_about=asked_about, brief=known is not None, general=general,
         texts=retrieved.texts, by_label={s.label: s for s in retrieved.sources},
-        threshold=deps.settings.support_threshold,
+        threshold=deps.settings.support_threshold, question=turn.text,
     )  # fmt: skip
 
 
@@ -649,7 +653,7 @@ def check_citations(draft: Draft, checked: Sequence[CheckedCitation]) -> list[Ba
     events: list[BaseModel] = []
     for c in checked:
         draft.checked.append(c)
-        citation = textbook_citation(c, draft.by_label, draft.texts)
+        citation = textbook_citation(c, draft.by_label, draft.texts, question=draft.question)
         draft.citations.append(citation)
         events.append(CitationEvent(citation=citation))
     return events
@@ -729,10 +733,15 @@ async def answered(
 
 
 def textbook_citation(
-    checked: CheckedCitation, by_label: dict[str, Source], texts: dict[str, str] | None = None
+    checked: CheckedCitation,
+    by_label: dict[str, Source],
+    texts: dict[str, str] | None = None,
+    *,
+    question: str = "",
 ) -> Citation:
     """A checked [T#] citation as the client sees it (an invalid label names no source),
-    with its source's answer span when the cited sentence says the answer's words."""
+    with its source's answer span when the cited sentence says the answer's words, and the
+    cell ``question`` asks for when the sentence quotes a table row of the source."""
     source = by_label.get(checked.label)
     valid = source is not None and checked.valid
     answer = source.answer if source is not None and valid else None
@@ -741,6 +750,10 @@ def textbook_citation(
         chunk is None or not said_in(chunk[answer.start : answer.end], checked.sentence.text)
     ):
         answer = None
+    cell = None
+    if chunk is not None and valid and question:
+        found = cited_cell(question, checked.sentence.text, chunk)
+        cell = TableCell(start=found[0], end=found[1], header=found[2]) if found else None
     return Citation(
         label=checked.label, kind="textbook",
         chunk_id=source.chunk_id if source and valid else None,
@@ -748,7 +761,7 @@ def textbook_citation(
         title=source.title if source and valid else None,
         span_start=checked.sentence.start, span_end=checked.sentence.end,
         text=checked.sentence.text, support=checked.support, supported=checked.supported,
-        valid=checked.valid, answer=answer,
+        valid=checked.valid, answer=answer, cell=cell,
     )  # fmt: skip
 
 

@@ -56,6 +56,15 @@ class TokenEvent(BaseModel):
     )
 
 
+class TableCell(BaseModel):
+    """The cell of a table row an answer quotes that the question asks for: the column whose
+    header says most of the question, in the row the answer leads with."""
+
+    start: int = Field(ge=0, description="first character of the cell in the chunk's text")
+    end: int = Field(ge=0, description="one past its last character")
+    header: str = Field(description="its column's header")
+
+
 class Citation(BaseModel):
     """A citation: a textbook source [T#] covering a span, or a web page [W#]."""
 
@@ -73,6 +82,11 @@ class Citation(BaseModel):
         default=None,
         description="the answer span the re-ranker's reader marked in the cited chunk "
         "(character offsets in the chunk's text), when the cited sentence holds its words",
+    )
+    cell: TableCell | None = Field(
+        default=None,
+        description="when the cited sentence quotes a table row: the cell the question asks "
+        "for (character offsets in the cited chunk's text, for the source viewer to mark)",
     )
     supported: bool | None = Field(default=None, description="false: flagged unsupported")
     valid: bool = Field(default=True, description="false: the label names no given source")

@@ -21,9 +21,10 @@ router = APIRouter(tags=["sources"])
 
 class Highlight(BaseModel):
     """The part of the chunk that supports a cited sentence of an answer (``sentence``), or
-    within it the answer itself, as the re-ranker's reader marked it (``answer``)."""
+    within it the answer itself, as the re-ranker's reader marked it (``answer``) or as the
+    cell of a quoted table row the question asks for (``cell``)."""
 
-    kind: Literal["sentence", "answer"] = "sentence"
+    kind: Literal["sentence", "answer", "cell"] = "sentence"
     label: str
     start: int = Field(description="character offset in `text`")
     end: int
@@ -89,20 +90,21 @@ def highlights_for(
                 support=overlap,
             )
         )
-        answer = c.get("answer") or {}
-        first, last = answer.get("start"), answer.get("end")
-        if (
-            isinstance(first, int)
-            and isinstance(last, int)
-            and 0 <= first < last <= len(chunk_text)
-        ):
-            out.append(
-                Highlight(
-                    kind="answer", label=str(c.get("label")), start=first, end=last,
-                    text=chunk_text[first:last], cited_sentence=sentence or None,
-                    support=overlap,
-                )
-            )  # fmt: skip
+        for kind in ("answer", "cell"):
+            marked = c.get(kind) or {}
+            first, last = marked.get("start"), marked.get("end")
+            if (
+                isinstance(first, int)
+                and isinstance(last, int)
+                and 0 <= first < last <= len(chunk_text)
+            ):
+                out.append(
+                    Highlight(
+                        kind=kind, label=str(c.get("label")), start=first, end=last,
+                        text=chunk_text[first:last], cited_sentence=sentence or None,
+                        support=overlap,
+                    )
+                )  # fmt: skip
     return out
 
 

@@ -715,7 +715,7 @@ async function openSource(chunkId, messageId) {
   const cited = $("source-cited");
   cited.replaceChildren();
   for (const h of chunk.highlights) {
-    if (h.cited_sentence && h.kind !== "answer") {
+    if (h.cited_sentence && h.kind === "sentence") {
       cited.append(el("p", { class: "hint" }, `[${h.label}] cited for: “${h.cited_sentence}”`));
     }
   }
@@ -743,13 +743,14 @@ async function openOriginal(documentId, page) {
 }
 
 // The chunk's text as nodes, with the cited spans in <mark> (overlapping spans merged) and
-// the answer the reader found in them in <strong class="answer">.
+// the answer in them (the span the reader found, or the table cell the question asks for)
+// in <strong class="answer">.
 function markedText(text, highlights) {
   const answers = highlights
-    .filter((h) => h.kind === "answer" && h.start >= 0 && h.end > h.start && h.end <= text.length)
+    .filter((h) => h.kind !== "sentence" && h.start >= 0 && h.end > h.start && h.end <= text.length)
     .sort((a, b) => a.start - b.start);
   const spans = highlights
-    .filter((h) => h.kind !== "answer")
+    .filter((h) => h.kind === "sentence")
     .map((h) => ({ start: h.start, end: h.end, labels: [h.label] }))
     .filter((s) => s.start >= 0 && s.end > s.start && s.end <= text.length)
     .sort((a, b) => a.start - b.start);
