@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import numpy as np
 
 import lectern_answerer as answerer
+from lectern_answerer.tables import cited_cell
 from lectern_common.events import AnswerSpan
 from lectern_common.generation import SourceText
 from lectern_common.text import resolve_follow_up, terms
@@ -62,6 +64,9 @@ class Replayed:
     context_hit: bool
     answer: str = ""
     lead_fact_recall: float = 0.0
+    #: the table cell the gateway marks in the lead's citation, and whether it holds a key fact
+    cell: str | None = None
+    cell_holds_fact: bool = False
 
 
 #: vectors of the product's default embedder (int8 queries and passages); another file for
@@ -155,6 +160,18 @@ def _sources(stored: Sequence[dict[str, Any]]) -> list[SourceText]:
         )
         for s in stored
     ]
+
+
+def _lead_cell(question: str, text: str, by_label: dict[str, dict[str, Any]]) -> str | None:
+    """The cell the gateway marks on the citation of the answer's lead (``Citation.cell``),
+    when the lead quotes a table row and the question asks for one of its columns."""
+    lead = answer_lead(text)
+    label = re.search(r"\[(T\d+)", lead)
+    if label is None or label.group(1) not in by_label:
+        return None
+    chunk = str(by_label[label.group(1)]["text"])
+    found = cited_cell(question, lead, chunk)
+    return chunk[found[0] : found[1]] if found else None
 
 
 def _below(stored: Sequence[dict[str, Any]], margin: float | None) -> bool:
@@ -285,6 +302,7 @@ async def replay(
         text = answer.render()
         by_label = {s["label"]: s for s in stored}
         cited = answer.cited
+        cell = _lead_cell(question.question, text, by_label) if answer.supported else None
         out.append(
             Replayed(
                 id=question.id, split=split_of[question.id], document=question.document,
@@ -300,6 +318,8 @@ async def replay(
                 lead_fact_recall=(
                     fact_recall(answer_lead(text), question.facts) if answer.supported else 0.0
                 ),
+                cell=cell,
+                cell_holds_fact=cell is not None and holds_any_fact(cell, question.facts),
             )
         )  # fmt: skip
         if signals_out is not None and split_of[question.id] == "dev":  # fitted on dev only
@@ -351,6 +371,8 @@ def summary(replayed: Sequence[Replayed], split: str) -> dict[str, float]:
         "questions": len(answerable),
         "fact_recall": mean([r.fact_recall for r in answerable]),
         "lead_fact_recall": mean([r.lead_fact_recall for r in answerable]),
+        "cells_marked": float(sum(r.cell is not None for r in answerable)),
+        "cell_holds_fact": mean([float(r.cell_holds_fact) for r in answerable if r.cell]),
         "citation_on_gold": mean([float(r.cited_gold) for r in answerable]),
         "citation_precision": sum(r.cited_precise for r in answerable) / cited if cited else 0.0,
         "answerable_refused": mean([float(r.refused) for r in answerable]),

@@ -39,6 +39,8 @@ def test_the_cell_asked_for_is_under_the_header_the_question_names() -> None:
     # the cell the question names is the row's label, never the answer
     assert asked_cell("Which drug is given by injection?", row) == ("Drug", "Heparin")
     assert asked_cell("Is heparin safe in pregnancy?", row) is None
+    # a row the question names nothing of is not the row it asks about
+    assert asked_cell("What dose of warfarin is given?", row) is None
 
 
 def test_a_number_of_the_question_names_no_cell_unless_it_is_the_whole_cell() -> None:

@@ -4,8 +4,8 @@ A table row is a unit of its own, rendered as ``text.table_rows`` writes it ("he
 header: cell; ..."), so that it answers alone. Here, what the answer does with one:
 
 - ``asked_cell``: which cell of the row the question asks for. The cell under the column
-  whose header shares most of the question's words, among the cells whose own words the
-  question does not already say ("How many notices were received in December 2015?" names the
+  whose header shares most of the question's words, among the cells the question does not
+  already say, in a row it names ("How many notices were received in December 2015?" names the
   row by its month and asks for the column "Notices"); none when no header is asked about.
 - ``cell_span``: where that cell is in the chunk's own text (the row's line, "a | b | c"),
   so that the source viewer marks it.
@@ -38,17 +38,21 @@ def row_cells(row: str) -> list[tuple[str, str]]:
 def asked_cell(question: str, row: str) -> tuple[str, str] | None:
     """The (header, cell) of ``row`` the question asks for, or None.
 
-    A cell qualifies when its header shares a word with the question (in any form: the
-    first five letters) and the question does not already say the cell (its words, or the
-    whole of a number: those name the row). The header sharing most words wins, then the
-    one the question says most of (the share of its words), then the first.
+    The question must name the row (say one of its cells: its words, or the whole of a
+    number); a row it names nothing of is not the one it asks about, and nothing is marked.
+    A cell qualifies when its header shares a word with the question (in any form: the first
+    five letters) and the question does not already say it. The header sharing most words
+    wins, then the one the question says most of (the share of its words), then the first.
     """
     asked = prefix_stems(question)
     if not asked:
         return None
     said = f" {_loose(question)} "
+    cells = row_cells(row)
+    if not any(cell and _names_row(cell, asked, said) for _, cell in cells):
+        return None  # the question names no cell of the row: not the row it asks about
     best: tuple[int, float, tuple[str, str]] | None = None
-    for header, cell in row_cells(row):
+    for header, cell in cells:
         if not header or not cell or _names_row(cell, asked, said):
             continue
         named = prefix_stems(header)
