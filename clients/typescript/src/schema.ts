@@ -2009,6 +2009,8 @@ export interface components {
         Citation: {
             /** @description the answer span the re-ranker's reader marked in the cited chunk (character offsets in the chunk's text), when the cited sentence holds its words */
             answer?: components["schemas"]["AnswerSpan"] | null;
+            /** @description when the cited sentence quotes a table row: the cell the question asks for (character offsets in the cited chunk's text, for the source viewer to mark) */
+            cell?: components["schemas"]["TableCell"] | null;
             /** Chunk Id */
             chunk_id?: string | null;
             /** Document Id */
@@ -3488,7 +3490,8 @@ export interface components {
         /**
          * Highlight
          * @description The part of the chunk that supports a cited sentence of an answer (``sentence``), or
-         *     within it the answer itself, as the re-ranker's reader marked it (``answer``).
+         *     within it the answer itself, as the re-ranker's reader marked it (``answer``) or as the
+         *     cell of a quoted table row the question asks for (``cell``).
          */
         Highlight: {
             /** Cited Sentence */
@@ -3500,7 +3503,7 @@ export interface components {
              * @default sentence
              * @enum {string}
              */
-            kind: "sentence" | "answer";
+            kind: "sentence" | "answer" | "cell";
             /** Label */
             label: string;
             /**
@@ -4682,6 +4685,28 @@ export interface components {
             documents: components["schemas"]["SyllabusDocument"][];
             /** Module */
             module: string | null;
+        };
+        /**
+         * TableCell
+         * @description The cell of a table row an answer quotes that the question asks for: the column whose
+         *     header says most of the question, in the row the answer leads with.
+         */
+        TableCell: {
+            /**
+             * End
+             * @description one past its last character
+             */
+            end: number;
+            /**
+             * Header
+             * @description its column's header
+             */
+            header: string;
+            /**
+             * Start
+             * @description first character of the cell in the chunk's text
+             */
+            start: number;
         };
         /**
          * TenantSettings
