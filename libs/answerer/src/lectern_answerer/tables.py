@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import re
 
-from lectern_answerer.units import is_table_row
+from lectern_answerer.units import is_table_row, loose
 from lectern_common.text import prefix_stems
 
 #: a caption longer than this is a paragraph the table was cut out of, not a title
 CAPTION_WORDS = 24
-_SPACES = re.compile(r"\s+")
 
 
 def row_cells(row: str) -> list[tuple[str, str]]:
@@ -47,7 +46,7 @@ def asked_cell(question: str, row: str) -> tuple[str, str] | None:
     asked = prefix_stems(question)
     if not asked:
         return None
-    said = f" {_loose(question)} "
+    said = f" {loose(question)} "
     cells = row_cells(row)
     if not any(cell and _names_row(cell, asked, said) for _, cell in cells):
         return None  # the question names no cell of the row: not the row it asks about
@@ -65,11 +64,7 @@ def asked_cell(question: str, row: str) -> tuple[str, str] | None:
 def _names_row(cell: str, asked: set[str], said: str) -> bool:
     """Whether the question already says ``cell``: a word of it, or the whole of it."""
     words = {s for s in prefix_stems(cell) if not s[:1].isdigit()}
-    return bool(words & asked) or f" {_loose(cell)} " in said
-
-
-def _loose(text: str) -> str:
-    return _SPACES.sub(" ", text).strip().casefold()
+    return bool(words & asked) or f" {loose(cell)} " in said
 
 
 def _line_cells(line: str) -> list[tuple[int, int]]:
@@ -92,14 +87,14 @@ def cell_span(chunk_text: str, row: str, cell: str) -> tuple[int, int] | None:
     stored a row a line, cells between " | "); the cell is taken from that line alone, so a
     value that recurs in other rows is marked in the row that answered.
     """
-    wanted = [_loose(c) for _, c in row_cells(row) if c]
-    target = _loose(cell)
+    wanted = [loose(c) for _, c in row_cells(row) if c]
+    target = loose(cell)
     if not wanted or target not in wanted:
         return None
     offset = 0
     for line in chunk_text.split("\n"):
         spans = _line_cells(line)
-        if [_loose(line[a:b]) for a, b in spans] == wanted:
+        if [loose(line[a:b]) for a, b in spans] == wanted:
             a, b = spans[wanted.index(target)]
             return offset + a, offset + b
         offset += len(line) + 1

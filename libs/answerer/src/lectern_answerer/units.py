@@ -92,7 +92,9 @@ def is_heading(unit: SourceUnit) -> bool:
     return not unit.item and len(unit.text.split()) < 6 and unit.text.rstrip()[-1:] not in ".!?:;"
 
 
-def _loose(text: str) -> str:
+def loose(text: str) -> str:
+    """``text`` with its spacing made single and its case folded (to find one text in
+    another whatever the line breaks)."""
     return " ".join(text.split()).casefold()
 
 
@@ -107,15 +109,15 @@ def answer_holders(sources: Sequence[SourceText], units: Sequence[SourceUnit]) -
         answer = source.answer
         if answer is None:
             continue
-        span = _loose(source.text[answer.start : answer.end])
+        span = loose(source.text[answer.start : answer.end])
         if not span:
             continue
         mine = [i for i, u in enumerate(units) if u.source_index == source_index]
-        holding = [i for i in mine if span in _loose(units[i].text)]
+        holding = [i for i in mine if span in loose(units[i].text)]
         if not holding:  # a span across units: the unit it starts in holds its first words
             head = " ".join(span.split()[:3])
-            holding = [i for i in mine if head and _loose(units[i].text).endswith(head)] or [
-                i for i in mine if head in _loose(units[i].text)
+            holding = [i for i in mine if head and loose(units[i].text).endswith(head)] or [
+                i for i in mine if head in loose(units[i].text)
             ]
         if not holding:
             continue
