@@ -123,6 +123,15 @@ async def seed(pool: Any, embedder: LocalEmbedder, copies: int) -> int:
                 title,
                 uuid.uuid4().hex,
             )
+            # and ingest's own record of it, which the index's record is made from
+            await pool.execute(
+                "INSERT INTO ingest_documents (id, tenant_id, title, filename, mime_type, "
+                "status, uploaded_by, subject) VALUES "
+                "($1,$2,$3,'notes.md','text/markdown','indexed','bench','biology')",
+                documents[title],
+                TENANT,
+                title,
+            )
         await pool.execute(
             "INSERT INTO chunks (id, document_id, tenant_id, chunk_index, text, section_path, "
             "page_start, token_count, content_hash, subject, topic_tags, embedding) "

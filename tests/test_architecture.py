@@ -506,7 +506,7 @@ def test_sql_added_to_the_reranker_is_found(
 OWNERS: dict[str, frozenset[str]] = {
     "lectern_ingest": frozenset({
         "chunks", "bm25_collection_stats", "bm25_term_stats", "bm25_vocabulary",
-        "index_documents", "embedding_models", "index_builds",
+        "index_documents", "embedding_models", "index_builds", "ingest_documents",
     }),
     "lectern_retriever": frozenset({"tenant_indexes"}),
     "lectern_memory": frozenset({
@@ -527,14 +527,11 @@ OWNERS: dict[str, frozenset[str]] = {
 }  # fmt: skip
 #: the index ingest writes is read by the retriever, which answers every other service's
 #: reads of it (``lectern.retrieve.v1``, ``lectern.index.*``); it builds read indexes on it
-INDEX_READERS = {"lectern_retriever": OWNERS["lectern_ingest"] - {"index_builds"}}
+INDEX_READERS = {
+    "lectern_retriever": OWNERS["lectern_ingest"] - {"index_builds", "ingest_documents"}
+}
 #: every service writes its own events' rows through ``lectern_common.outbox``
 SHARED_TABLES = frozenset({"outbox"})
-#: the one table still shared (issue 61, open): the gateway writes a document's catalogue row,
-#: ingest reads it for an upload and writes its processing outcome (status, counts, hashes,
-#: errors) into it. ``test_what_is_still_shared_is_still_shared`` fails once it is not, so this
-#: line goes with the split
-STILL_SHARED = {"lectern_ingest": frozenset({"documents"})}
 _TABLE_REF = re.compile(
     r"\b(?:FROM|JOIN|UPDATE|INTO|TABLE|ON)\s+(?:ONLY\s+)?([a-z_][a-z0-9_]*)\b", re.IGNORECASE
 )
@@ -564,10 +561,7 @@ def _tables_named(package: str) -> dict[str, set[str]]:
 def test_a_service_has_sql_only_on_its_own_tables(service: str) -> None:
     """No service's SQL names another service's table (the retriever reads ingest's index);
     each table in the migrations has one owner."""
-    allowed = (
-        OWNERS[service] | INDEX_READERS.get(service, frozenset()) | SHARED_TABLES
-        | STILL_SHARED.get(service, frozenset())
-    )  # fmt: skip
+    allowed = OWNERS[service] | INDEX_READERS.get(service, frozenset()) | SHARED_TABLES
     wrong = {
         f"{table} ({', '.join(sorted(where))})"
         for table, where in _tables_named(service).items()
@@ -586,14 +580,3 @@ def test_every_table_of_the_migrations_has_one_owner() -> None:
     owned = [t for tables in OWNERS.values() for t in tables]
     assert len(owned) == len(set(owned)), "a table with two owners"
     assert created - SHARED_TABLES == set(owned), created ^ set(owned)
-
-
-def test_what_is_still_shared_is_still_shared() -> None:
-    """Each table ``STILL_SHARED`` lets a service name is one it does name: a split that
-    lands takes its exception away with it."""
-    stale = {
-        f"{service}: {table}"
-        for service, tables in STILL_SHARED.items()
-        for table in tables - set(_tables_named(service))
-    }
-    assert not stale, f"no longer shared, take it out of STILL_SHARED: {sorted(stale)}"

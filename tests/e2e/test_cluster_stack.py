@@ -720,7 +720,7 @@ async def keep_evidence(dsn: str, base_dir: Path, slow: dict[str, float], load: 
     try:
         rows = await conn.fetch(
             "SELECT id::text, attempts, error_stage, error_message, created_at, updated_at, "
-            "indexed_at FROM documents WHERE id::text = ANY($1::text[])", list(slow),
+            "indexed_at FROM ingest_documents WHERE id::text = ANY($1::text[])", list(slow),
         )  # fmt: skip
         sent = await conn.fetch(
             "SELECT payload->>'document_id' AS id, created_at, attempts, last_error, "

@@ -530,11 +530,16 @@ async def upload_until_embedding(url: str, nats_url: str, tenant: str, data: byt
     return target["id"]
 
 
-async def document_row(dsn: str, document_id: str) -> asyncpg.Record | None:
-    """The document's row."""
+async def document_row(
+    dsn: str, document_id: str, *, table: str = "ingest_documents"
+) -> asyncpg.Record | None:
+    """Ingest's record of the document (``table="documents"``: the gateway's row)."""
     conn = await asyncpg.connect(dsn)
     try:
-        return await conn.fetchrow("SELECT * FROM documents WHERE id = $1", uuid.UUID(document_id))
+        return await conn.fetchrow(
+            f"SELECT * FROM {table} WHERE id = $1",  # noqa: S608 - a table name of the tests
+            uuid.UUID(document_id),
+        )
     finally:
         await conn.close()
 
@@ -690,6 +695,13 @@ async def test_services_killed_mid_work_lose_nothing(
     row = await document_row(dsn, killed_doc)
     assert row is not None and row["status"] == "indexed", row
     assert row["attempts"] == 2, "indexed by the redelivery after the kill"
+
+    async def catalogued() -> bool:  # the outcome reached the gateway's row, as an event
+        found = await document_row(dsn, killed_doc, table="documents")
+        return found is not None and (found["status"], found["chunk_count"]) == (
+            "indexed", row["chunk_count"])  # fmt: skip
+
+    await wait_until(stack, "the gateway's row indexed", 30, catalogued)
 
     # the same bytes in another tenant, undisturbed
     clean_doc = await upload(url, "faults-b", manual)

@@ -1,6 +1,6 @@
 """Garbage collection of stored files and chunks no live document needs, on the real NATS
-object store and Postgres, through the function the ingest service schedules and through
-`lectern gc`."""
+object store and Postgres, through the function the gateway's worker (files) and ingest
+(chunks) schedule and through `lectern gc`."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ async def _document(pool: Any, tenant_id: str, status: str) -> uuid.UUID:
         "INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes, "
         "file_sha256, uploaded_by, status, object_name) "
         "VALUES ($1, $2, 't', 'f.txt', 'text/plain', 1, 'x', 'u', $3, $4)",
+        document_id, tenant_id, status, name,
+    )  # fmt: skip
+    # and ingest's record of it (the chunks are collected by it; the files by the row)
+    await pool.execute(
+        "INSERT INTO ingest_documents (id, tenant_id, status, object_name) VALUES ($1, $2, $3, $4)",
         document_id, tenant_id, status, name,
     )  # fmt: skip
     return document_id

@@ -113,11 +113,13 @@ async def test_postgres_lost_while_storing_redelivers_and_indexes_once(
         await nc.jetstream().publish(event.subject, event.model_dump_json().encode())
         await asyncio.wait_for(storing.wait(), 60)
         await asyncio.sleep(3)
-        row = await db_pool.fetchrow("SELECT status FROM documents WHERE id = $1", document_id)
+        row = await db_pool.fetchrow(
+            "SELECT status FROM ingest_documents WHERE id = $1", document_id
+        )
         assert row["status"] in ("pending", "processing"), row  # not failed for an outage
         pg.restore()
         done = await asyncio.wait_for(indexed.get(), 90)
-        row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", document_id)
+        row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", document_id)
         assert row["status"] == "indexed" and row["attempts"] >= 2, dict(row)
         chunks = await db_pool.fetch(
             "SELECT chunk_index FROM chunks WHERE document_id = $1", document_id
@@ -183,7 +185,9 @@ async def test_postgres_lost_while_a_list_is_stored_loses_no_upload(
         # each message is nacked (an error) or retried, none acked as done
         assert all(isinstance(o, BaseException) or o.retry_after is not None for o in first), first
         ids = [e.document_id for e in events]
-        rows = await db_pool.fetch("SELECT status FROM documents WHERE id = ANY($1::uuid[])", ids)
+        rows = await db_pool.fetch(
+            "SELECT status FROM ingest_documents WHERE id = ANY($1::uuid[])", ids
+        )
         assert {r["status"] for r in rows} <= {"pending", "processing"}, rows
         assert not await db_pool.fetchval(
             "SELECT count(*) FROM chunks WHERE document_id = ANY($1::uuid[])", ids

@@ -144,7 +144,7 @@ async def test_small_documents_together_are_each_indexed_once(
             str(outcome_event_id(event.document_id, event.version, "indexed"))
         ]
         stored = await db_pool.fetchrow(
-            "SELECT c.text, d.status FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "SELECT c.text, d.status FROM chunks c JOIN ingest_documents d ON d.id = c.document_id "
             "WHERE c.document_id = $1", event.document_id,
         )  # fmt: skip
         assert stored["status"] == "indexed"
@@ -193,7 +193,7 @@ async def test_a_redelivered_batch_does_not_duplicate_chunks(
     assert {o.status for o in again} == {"indexed"}
     # and a redelivery racing a slow first attempt (still 'processing'): same ids, no copies
     await db_pool.execute(
-        "UPDATE documents SET status = 'processing' WHERE id = ANY($1::uuid[])",
+        "UPDATE ingest_documents SET status = 'processing' WHERE id = ANY($1::uuid[])",
         [e.document_id for e in events],
     )
     third = await asyncio.gather(*(worker.process(event=e, deliveries=3) for e in events))

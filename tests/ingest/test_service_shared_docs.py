@@ -137,7 +137,9 @@ async def test_every_shared_document_is_indexed_or_fails_cleanly(
         event = await stage(path, nc=nc, db_pool=db_pool, tenant_id=tenant_id)
         outcome = await asyncio.wait_for(ingest.process(event=event, deliveries=1), 300)
         assert outcome.retry_after is None, f"{path.name}: retried ({outcome})"
-        row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+        row = await db_pool.fetchrow(
+            "SELECT * FROM ingest_documents WHERE id = $1", event.document_id
+        )
         chunks = await db_pool.fetch(
             "SELECT kind, token_count, page_start, section_path, text FROM chunks "
             "WHERE document_id = $1", event.document_id,
@@ -164,7 +166,7 @@ async def test_every_shared_document_is_indexed_or_fails_cleanly(
     textbook = "textbook-ch2-induction-48p.pdf"
     if textbook in report:
         row = await db_pool.fetchrow(
-            "SELECT id, page_count FROM documents WHERE tenant_id = $1 AND filename = $2",
+            "SELECT id, page_count FROM ingest_documents WHERE tenant_id = $1 AND filename = $2",
             tenant_id, textbook,
         )  # fmt: skip
         assert row["page_count"] == 48
@@ -178,7 +180,7 @@ async def test_every_shared_document_is_indexed_or_fails_cleanly(
         assert len(paths) > 3, "headings give chunks their section paths"
 
     german = await db_pool.fetchrow(
-        "SELECT language, ts_config::text AS ts FROM documents WHERE tenant_id = $1 "
+        "SELECT language, ts_config::text AS ts FROM ingest_documents WHERE tenant_id = $1 "
         "AND filename = 'geotopo-lecture-notes-de-117p.pdf'", tenant_id,
     )  # fmt: skip
     if german is not None:

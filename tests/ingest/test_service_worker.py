@@ -20,6 +20,7 @@ from pydantic import SecretStr
 from lectern_common import filetype
 from lectern_common.broker import DOCUMENTS_BUCKET
 from lectern_common.embeddings import Embedder, LocalEmbedder
+from lectern_common.errors import RetryableError
 from lectern_common.events import (
     ConflictsFound,
     DocumentFailed,
@@ -30,6 +31,7 @@ from lectern_common.events import (
     MessageParked,
     RetrievalFilters,
 )
+from lectern_common.index import FollowingEmbedder
 from lectern_common.objects import object_name, password_object_name, put_bytes, put_password
 from lectern_gateway.documents import repository as docs
 from lectern_ingest import dedup
@@ -140,14 +142,18 @@ async def stage_upload(
     uploaded_by: str = "teacher-1",
     collection: Literal["educational", "assessment"] = "educational",
 ) -> DocumentUploaded:
-    """What the gateway does for an upload: bytes (and password) in the object store, a row."""
+    """What the gateway does for an upload: bytes (and password) in the object store, its row,
+    and the event (which ingest makes its own record from)."""
     document_id = uuid.uuid4()
     name = object_name(document_id, version)
     await put_bytes(nc.jetstream(), name=name, data=data)
     if password is not None:
         await put_password(nc.jetstream(), name=name, password=password)
-    metadata = DocumentMetadata(title=filename, subject="physics", grade_level=10,
-                                topic_tags=["waves"], collection=collection)  # fmt: skip
+    metadata = DocumentMetadata(
+        title=filename, subject="physics", grade_level=10, module_tag="m2", class_id="c1",
+        content_type="notes", curriculum_standards=["HS-PS4-1"], topic_tags=["waves"],
+        collection=collection, source_priority=0.7,
+    )  # fmt: skip
     async with db_pool.acquire() as conn:
         await docs.insert_document(
             conn,
@@ -218,7 +224,7 @@ async def test_uploaded_pdf_is_indexed_through_the_consumer(
     assert done.page_count == 4
     assert done.chunk_count >= 1
     assert done.language == "en"
-    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", event.document_id)
     assert row["status"] == "indexed"
     assert row["content_sha256"] and row["simhash"] is not None
     assert row["enriched"] is False and row["enrichment_note"] == "no Gemini key"
@@ -271,7 +277,7 @@ async def test_redelivery_does_not_duplicate_chunks(
     assert [e["event_id"] for e in outboxed_] == [published["event_id"]]
     # a re-delivery racing a slow first attempt: same deterministic ids, no duplicates
     await db_pool.execute(
-        "UPDATE documents SET status = 'processing' WHERE id = $1", event.document_id
+        "UPDATE ingest_documents SET status = 'processing' WHERE id = $1", event.document_id
     )
     third = await worker.process(event=event, deliveries=3)
     assert third.status == "indexed"
@@ -328,7 +334,7 @@ async def test_permanent_failures_end_failed_without_chunks(
     published = DocumentFailed.model_validate(await asyncio.wait_for(failed.get(), 5))
     assert (published.stage.value, published.reason.value) == (stage, reason)
     assert published.message
-    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", event.document_id)
     assert (row["status"], row["error_stage"], row["error_reason"]) == ("failed", stage, reason)
     count = await db_pool.fetchval(
         "SELECT count(*) FROM chunks WHERE document_id = $1", event.document_id
@@ -357,7 +363,7 @@ async def test_encrypted_pdf_opens_with_its_password(
     )  # fmt: skip
     assert (await worker.process(event=wrong, deliveries=1)).status == "failed"
     reason = await db_pool.fetchval(
-        "SELECT error_reason FROM documents WHERE id = $1", wrong.document_id
+        "SELECT error_reason FROM ingest_documents WHERE id = $1", wrong.document_id
     )
     assert reason == "wrong_password"
     assert not await object_exists(nc, password_object_name(wrong.object_name))
@@ -385,7 +391,7 @@ async def test_missing_password_object_fails_with_a_clear_message(
     )  # fmt: skip
     event = staged.model_copy(update={"has_password": True})
     assert (await worker.process(event=event, deliveries=1)).status == "failed"
-    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", event.document_id)
     assert (row["error_stage"], row["error_reason"]) == ("fetch", "object_missing")
     assert "password" in row["error_message"]
 
@@ -398,27 +404,25 @@ async def test_bounded_deliveries_end_failed(
         mime=filetype.MARKDOWN,
     )  # fmt: skip
     failed = await watch(nc, DocumentFailed.subject, event.document_id)
-    # earlier deliveries crashed the worker: the row says processing, attempt 4 of 5
+    # earlier deliveries crashed the worker: the record says processing, attempt 4 of 5
+    await ingest_repo.register_uploads(db_pool, [event])
     await db_pool.execute(
-        "UPDATE documents SET status = 'processing', attempts = $2 WHERE id = $1",
+        "UPDATE ingest_documents SET status = 'processing', attempts = $2 WHERE id = $1",
         event.document_id, settings.max_deliveries - 1,
     )  # fmt: skip
     outcome = await worker.process(event=event, deliveries=settings.max_deliveries)
     assert outcome.status == "failed" and outcome.retry_after is None
     published = DocumentFailed.model_validate(await asyncio.wait_for(failed.get(), 5))
     assert published.reason.value == "too_many_deliveries"
-    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", event.document_id)
     assert (row["status"], row["error_reason"]) == ("failed", "too_many_deliveries")
 
-    # an upload whose row never appears is retried with back-off, then given up
+    # the upload itself is what ingest keeps a record from: one the gateway's row never saw
+    # (a gateway that crashed between publishing and committing cannot: the outbox) is
+    # indexed all the same, once
     ghost = event.model_copy(update={"document_id": uuid.uuid4()})
-    ghost_failed = await watch(nc, DocumentFailed.subject, ghost.document_id)
-    retry = await worker.process(event=ghost, deliveries=1)
-    assert retry.status == "retry" and retry.retry_after is not None
-    await nc.jetstream().publish(ghost.subject, ghost.model_dump_json().encode())
-    given_up = DocumentFailed.model_validate(await asyncio.wait_for(ghost_failed.get(), 30))
-    assert given_up.reason.value == "too_many_deliveries"
-    assert given_up.attempts == settings.max_deliveries
+    assert (await worker.process(event=ghost, deliveries=1)).status == "indexed"
+    assert (await worker.process(event=ghost, deliveries=2)).status == "indexed"
 
 
 async def test_document_time_limit(
@@ -502,7 +506,7 @@ async def test_near_duplicate_is_flagged(
     )  # fmt: skip
     assert (await worker.process(event=copy, deliveries=1)).status == "indexed"
     row = await db_pool.fetchrow(
-        "SELECT near_duplicate_of, near_duplicate_score FROM documents WHERE id = $1",
+        "SELECT near_duplicate_of, near_duplicate_score FROM ingest_documents WHERE id = $1",
         copy.document_id,
     )
     assert row["near_duplicate_of"] == original.document_id
@@ -598,7 +602,7 @@ async def test_gemini_enrichment_adds_prefixes_and_linked_qa(
         )  # fmt: skip
         assert (await gemini_worker.process(event=event, deliveries=1)).status == "indexed"
         assert fake.requests_to("generate"), "Gemini was asked"
-    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", event.document_id)
+    row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", event.document_id)
     assert row["enriched"] is True and row["qa_count"] >= 2
     chunks = await db_pool.fetch(
         "SELECT id, kind, parent_chunk_id, context_prefix, text FROM chunks WHERE document_id = $1",
@@ -641,21 +645,26 @@ async def test_same_cleaned_text_is_a_duplicate_not_a_second_index(
     assert (await worker.process(event=copy, deliveries=1)).status == "duplicate"
     published = DocumentIndexed.model_validate(await asyncio.wait_for(outcomes.get(), 5))
     assert published.duplicate_of == original.document_id and published.chunk_count == 0
-    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", copy.document_id)
+    row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", copy.document_id)
     assert (row["status"], row["duplicate_of"], row["chunk_count"]) == (
         "duplicate", original.document_id, 0)  # fmt: skip
     assert row["content_sha256"] == await db_pool.fetchval(
-        "SELECT content_sha256 FROM documents WHERE id = $1", original.document_id
+        "SELECT content_sha256 FROM ingest_documents WHERE id = $1", original.document_id
     )
     chunks = await db_pool.fetch(
         "SELECT document_id, count(*) AS n FROM chunks WHERE tenant_id = $1 GROUP BY 1", tenant_id
     )
     assert {(r["document_id"], r["n"]) for r in chunks} == {
         (original.document_id, indexed_chunks)}  # fmt: skip
+    # the gateway, applying the outcome to its rows, makes the uploader a co-owner
+    async with db_pool.acquire() as conn:
+        assert await docs.apply_indexed(conn, published)
     owners = await db_pool.fetchval(
         "SELECT co_owners FROM documents WHERE id = $1", original.document_id
     )
     assert owners == ["teacher-2"], "the duplicate's uploader co-owns the original"
+    status = await db_pool.fetchval("SELECT status FROM documents WHERE id = $1", copy.document_id)
+    assert status == "duplicate"
     assert not await object_exists(nc, copy.object_name), "a duplicate keeps no bytes"
 
     # re-delivery changes nothing: the outcome stays the one event in the outbox
@@ -704,13 +713,14 @@ async def test_store_rechecks_the_text_under_its_lock(
         slide=None, time_start=None, time_end=None, token_count=1, content_hash="x",
     )  # fmt: skip
     async with db_pool.acquire() as conn:
+        await ingest_repo.register_uploads(conn, [late])
         row = await ingest_repo.get_document(conn, late.document_id)
         stored = await ingest_repo.store_document(
             conn, document=row, chunks=[chunk], embeddings=np.zeros((1, 384), np.float32),
             result=result,
         )  # fmt: skip
     assert stored == "duplicate"
-    row = await db_pool.fetchrow("SELECT * FROM documents WHERE id = $1", late.document_id)
+    row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", late.document_id)
     assert (row["status"], row["duplicate_of"]) == ("duplicate", original.document_id)
     assert (
         await db_pool.fetchval(
@@ -759,7 +769,9 @@ async def test_new_version_swaps_atomically_and_drops_the_old_one(
         "SELECT count(*) FROM chunks WHERE document_id = $1", v1.document_id
     )
     assert left == 0, "the superseded version's chunks are deleted, not just deactivated"
-    status = await db_pool.fetchval("SELECT status FROM documents WHERE id = $1", v1.document_id)
+    status = await db_pool.fetchval(
+        "SELECT status FROM ingest_documents WHERE id = $1", v1.document_id
+    )
     assert status == "superseded"
     assert not await object_exists(nc, v1.object_name), "the old version's bytes are removed"
     assert await object_exists(nc, v2.object_name)
@@ -847,6 +859,19 @@ async def test_poison_messages_are_parked_for_an_operator(
             await parked.put(event)
 
     subscription = await nc.subscribe(MessageParked.subject, cb=on_parked)
+    worker: IngestWorker = app.state.lectern.deps
+    healthy = worker.embedder
+
+    class FailsOnPoison:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(healthy, name)
+
+        async def embed_documents(self, texts: Any) -> Any:
+            if any("POISONED" in t for t in texts):
+                raise RetryableError("the embedding service is away")
+            return await healthy.embed_documents(texts)
+
+    worker.embedder = cast("FollowingEmbedder", FailsOnPoison())
     try:
         js = nc.jetstream()
         garbage = json.dumps({"tenant_id": tenant_id, "document_id": "not-a-uuid"}).encode()
@@ -858,16 +883,17 @@ async def test_poison_messages_are_parked_for_an_operator(
         assert invalid.payload == garbage.decode() and "document_id" in invalid.detail
         assert invalid.service == settings.service_name
 
-        # an upload whose document row never appears: retried, then given up on and parked
-        orphan = DocumentUploaded(
-            tenant_id=tenant_id, document_id=uuid.uuid4(), version=1, object_name="missing",
-            filename="gone.pdf", mime_type=filetype.PDF, size_bytes=10, file_sha256="0" * 64,
-            uploaded_by="t", metadata=DocumentMetadata(),
+        # an upload whose every attempt meets a transient fault (its embedding fails):
+        # retried, then given up on and parked
+        orphan = await stage_upload(
+            db_pool, nc, tenant_id=tenant_id, data=b"# Poison\n\nA POISONED lesson.",
+            filename="poison.md", mime=filetype.MARKDOWN,
         )  # fmt: skip
         await js.publish(orphan.subject, orphan.model_dump_json().encode())
         exhausted = await asyncio.wait_for(parked.get(), 60)
         assert exhausted.reason == "too_many_deliveries"
-        assert exhausted.deliveries == settings.max_deliveries
+        # given up on the delivery before the last, so that its failure is recorded
+        assert exhausted.deliveries == settings.max_deliveries - 1
         assert str(orphan.document_id) in exhausted.payload
 
         # the worker is still taking uploads
@@ -881,6 +907,7 @@ async def test_poison_messages_are_parked_for_an_operator(
         stored = await js.stream_info("LECTERN_DEADLETTER")
         assert stored.state.messages >= 2
     finally:
+        worker.embedder = healthy
         await subscription.unsubscribe()
 
 

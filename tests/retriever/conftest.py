@@ -62,6 +62,15 @@ async def add_document(
             tenant_id,
             title,
         )
+        # ingest's own record of the upload, which it indexes from
+        await conn.execute(
+            """INSERT INTO ingest_documents (id, tenant_id, title, filename, mime_type,
+                   uploaded_by, status)
+               VALUES ($1, $2, $3, 'f.txt', 'text/plain', 'tests', 'pending')""",
+            document_id,
+            tenant_id,
+            title,
+        )
         for index, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
             extra_columns = "".join(f", {n}" for n in names)
             placeholders = "".join(f", ${i}" for i in range(9, 9 + len(names)))
@@ -80,7 +89,11 @@ async def add_document(
                 *[columns[n] for n in names],
             )
         if ts_config is not None:  # the language the chunks are stemmed in (default English)
-            for table, key in (("chunks", "document_id"), ("documents", "id")):
+            for table, key in (
+                ("chunks", "document_id"),
+                ("documents", "id"),
+                ("ingest_documents", "id"),
+            ):
                 await conn.execute(
                     f"UPDATE {table} SET ts_config = $2::text::regconfig WHERE {key} = $1",  # noqa: S608
                     document_id,
@@ -96,7 +109,12 @@ async def set_status(conn: Any, document_id: uuid.UUID, status: str) -> None:
     the change's event (``lectern_ingest.lifecycle``: ingest owns the chunks)."""
     from lectern_ingest.lifecycle import settle_status
 
-    await conn.execute("UPDATE documents SET status = $2 WHERE id = $1", document_id, status)
+    for table in ("documents", "ingest_documents"):
+        await conn.execute(
+            f"UPDATE {table} SET status = $2 WHERE id = $1",  # noqa: S608
+            document_id,
+            status,
+        )
     await settle_status(conn, document_id)
 
 

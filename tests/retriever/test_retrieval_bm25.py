@@ -119,7 +119,7 @@ async def test_statistics_follow_delete_archive_and_restore(
         assert {r["term"]: r["df"] for r in rows} == dict(expected)
 
     await check()
-    await db_pool.execute("DELETE FROM documents WHERE id = $1", ids[1])  # cascades to chunks
+    await db_pool.execute("DELETE FROM chunks WHERE document_id = $1", ids[1])
     await check()
     assert (await db_pool.fetchval(
         "SELECT chunk_count FROM bm25_collection_stats WHERE tenant_id = $1", tenant_id

@@ -1,12 +1,14 @@
 """Garbage collection: stored bytes and chunks that no live document needs any more.
 
-What it removes:
+What it removes, each part run by the service that owns its rows (issue 61):
 
 - **objects** in the ``lectern-documents`` bucket that no document row names: an upload
   whose row never committed, bytes a failed clean-up left after a delete, a replaced version
-  or a duplicate, and PDF passwords whose document is finished;
+  or a duplicate, and PDF passwords whose document is finished. The gateway stores the
+  uploads and owns ``documents``: its worker collects these (``objects=True``);
 - **chunks** of documents that are deleted, failed or duplicates (archived and superseded
-  documents keep theirs: they can be restored).
+  documents keep theirs: they can be restored), by ingest's record of each document
+  (``ingest_documents``): ingest collects these (``chunks=True``).
 
 Objects younger than ``grace_s`` are never touched (an upload stores its bytes before its row
 commits). After removing, it looks again and reports what it found, removed and verified
@@ -108,7 +110,7 @@ async def _needed(conn: Connection, names: list[str]) -> set[str]:
 async def _dead_chunks(conn: Connection) -> int:
     return int(
         await conn.fetchval(
-            "SELECT count(*) FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "SELECT count(*) FROM chunks c JOIN ingest_documents d ON d.id = c.document_id "
             "WHERE d.status = ANY($1::text[])",
             list(DEAD_STATUSES),
         )
@@ -116,41 +118,58 @@ async def _dead_chunks(conn: Connection) -> int:
 
 
 async def collect(
-    pool: Pool, js: Any, *, grace_s: float = 3600.0, dry_run: bool = False
+    pool: Pool,
+    js: Any,
+    *,
+    grace_s: float = 3600.0,
+    dry_run: bool = False,
+    objects: bool = True,
+    chunks: bool = True,
 ) -> GcReport:
-    """Find and remove orphaned objects and chunks; returns verified counts."""
+    """Find and remove orphaned ``objects`` and dead ``chunks``; returns verified counts."""
     report = GcReport(dry_run=dry_run)
+    # one lock per part: the gateway's worker and ingest collect theirs side by side
+    keys = [GC_LOCK_ID + i for i, part in enumerate((objects, chunks)) if part]
     async with pool.acquire() as lock:
-        if not await lock.fetchval("SELECT pg_try_advisory_lock($1)", GC_LOCK_ID):
-            report.ran = False
-            return report
+        held = []
         try:
-            await _collect(pool, js, report, grace_s=grace_s)
+            for key in keys:
+                if not await lock.fetchval("SELECT pg_try_advisory_lock($1)", key):
+                    report.ran = False
+                    return report
+                held.append(key)
+            if objects:
+                await _collect_objects(pool, js, report, grace_s=grace_s)
+            if chunks:
+                await _collect_chunks(pool, report)
+            _log(report)
         finally:
-            await lock.execute("SELECT pg_advisory_unlock($1)", GC_LOCK_ID)
+            for key in held:
+                await lock.execute("SELECT pg_advisory_unlock($1)", key)
     return report
 
 
-async def collect_every(pool: Pool, js: Any, *, every_s: float, grace_s: float) -> None:
+async def collect_every(
+    pool: Pool, js: Any, *, every_s: float, grace_s: float, objects: bool, chunks: bool
+) -> None:
     """Collect every ``every_s`` seconds (the first after one interval), for ever."""
     import asyncio
 
     while True:
         await asyncio.sleep(every_s)
         try:
-            await collect(pool, js, grace_s=grace_s)
+            await collect(pool, js, grace_s=grace_s, objects=objects, chunks=chunks)
         except Exception:
             log.exception("garbage collection failed; retrying next interval")
 
 
-async def _collect(pool: Pool, js: Any, report: GcReport, *, grace_s: float) -> None:
+async def _collect_objects(pool: Pool, js: Any, report: GcReport, *, grace_s: float) -> None:
     cutoff = datetime.now(UTC) - timedelta(seconds=grace_s)
     stored = await stored_objects(js)
     old = [i for i in stored if (_mtime(i) or datetime.now(UTC)) < cutoff]
     report.skipped_young = len(stored) - len(old)
     async with pool.acquire() as conn:
         needed = await _needed(conn, [i.name for i in old])
-        report.chunks_found = await _dead_chunks(conn)
     orphans = sorted(i.name for i in old if i.name not in needed)
     report.objects_found = len(orphans)
     if report.dry_run:
@@ -160,16 +179,27 @@ async def _collect(pool: Pool, js: Any, report: GcReport, *, grace_s: float) -> 
         if await objects.delete_object(js, name=name):
             report.objects_removed += 1
             report.removed_names.append(name)
+    left = {i.name for i in await stored_objects(js)}
+    report.objects_left = len(left & set(orphans))
+
+
+async def _collect_chunks(pool: Pool, report: GcReport) -> None:
     async with pool.acquire() as conn:
+        report.chunks_found = await _dead_chunks(conn)
+        if report.dry_run:
+            return
         status = await conn.execute(
-            "DELETE FROM chunks c USING documents d WHERE d.id = c.document_id "
+            "DELETE FROM chunks c USING ingest_documents d WHERE d.id = c.document_id "
             "AND d.status = ANY($1::text[])",
             list(DEAD_STATUSES),
         )
         report.chunks_removed = int(status.split()[-1])
         report.chunks_left = await _dead_chunks(conn)
-    left = {i.name for i in await stored_objects(js)}
-    report.objects_left = len(left & set(orphans))
+
+
+def _log(report: GcReport) -> None:
+    if report.dry_run:
+        return
     log.info(
         "garbage collection: %d of %d orphaned objects and %d of %d dead chunks removed "
         "(%d objects, %d chunks left; %d young objects skipped)",

@@ -61,7 +61,8 @@ TABLES: tuple[VectorTable, ...] = (
     VectorTable(
         "chunks", "vector",
         "SELECT c.id, c.text, c.context_prefix, d.title FROM chunks c "
-        "JOIN documents d ON d.id = c.document_id WHERE c.embedding_next IS NULL LIMIT $1",
+        "LEFT JOIN ingest_documents d ON d.id = c.document_id WHERE c.embedding_next IS NULL "
+        "LIMIT $1",
         ("id",), _chunk_text,
     ),
     VectorTable(

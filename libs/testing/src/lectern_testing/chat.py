@@ -128,7 +128,8 @@ async def seed_document(
     class_id: str | None = None,
     chunk_ids: Sequence[uuid.UUID] | None = None,
 ) -> Seeded:
-    """Insert an indexed document and its chunks straight into Postgres."""
+    """Insert an indexed document (the gateway's row and ingest's record) and its chunks
+    straight into Postgres."""
     document_id = uuid.uuid4()
     await pool.execute(
         "INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes, "
@@ -139,6 +140,21 @@ async def seed_document(
         tenant_id,
         title,
         uuid.uuid4().hex,
+        uploaded_by,
+        uploader_role,
+        class_id,
+        collection,
+        subject,
+        len(chunks),
+    )
+    # ingest's own record of the upload, as it keeps one of a document it indexed
+    await pool.execute(
+        "INSERT INTO ingest_documents (id, tenant_id, title, filename, mime_type, status, "
+        "uploaded_by, uploader_role, class_id, collection, subject, chunk_count, indexed_at) "
+        "VALUES ($1,$2,$3,'notes.md','text/markdown','indexed',$4,$5,$6,$7,$8,$9,now())",
+        document_id,
+        tenant_id,
+        title,
         uploaded_by,
         uploader_role,
         class_id,

@@ -11,7 +11,7 @@ from lectern_gateway.auth import TokenVerifier
 from lectern_gateway.chat import routes as chat
 from lectern_gateway.classes import routes as classes
 from lectern_gateway.config import Settings
-from lectern_gateway.documents import chunks, lifecycle
+from lectern_gateway.documents import chunks, lifecycle, outcomes
 from lectern_gateway.documents import routes as documents
 from lectern_gateway.feedback import flags, gaps
 from lectern_gateway.keys import routes as api_keys
@@ -63,7 +63,10 @@ def create_app(
         docs=True,
         tracer_provider=tracer_provider,
         outbox="gateway",
+        consumers=outcomes.consumers(),
     )
+    # every gateway process writes ingest's outcomes to its documents (one shared consumer)
+    outcomes.subscribe(broker, app.state.lectern)
     app.state.authenticator = TokenVerifier(
         secret=settings.effective_jwt_secret,
         jwks_url=settings.jwks_url,

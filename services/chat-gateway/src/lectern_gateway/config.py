@@ -133,6 +133,15 @@ class Settings(ServiceHttpSettings):
         "review queue, unless its subject has its own horizon",
     )  # fmt: skip
     idle_sweep_interval_s: float = Field(default=60.0, description="0 disables the sweep")
+    gc_interval_s: float = Field(
+        default=3600.0, ge=0,
+        description="seconds between the worker's collections of stored files no document "
+        "needs any more (0: none; `lectern gc` runs one by hand)",
+    )  # fmt: skip
+    gc_grace_s: float = Field(
+        default=3600.0, ge=0,
+        description="stored files younger than this are never collected (uploads in flight)",
+    )  # fmt: skip
     retention_sweep_interval_s: float = Field(
         default=3600.0, ge=0,
         description="how often sessions past their tenant's session_retention_days are "

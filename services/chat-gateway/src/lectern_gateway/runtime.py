@@ -20,6 +20,7 @@ from lectern_answerer import OfflineAnswerer, SentenceReader
 from lectern_common import reading
 from lectern_common.broker import create_broker
 from lectern_common.embeddings import LOCAL_MODEL_NAME, Embedder, LocalEmbedder, Vectors
+from lectern_common.gc import collect_every
 from lectern_common.service import ServiceState
 from lectern_gateway.chat.generators import build_generator, build_web_generator
 from lectern_gateway.chat.lifecycle import idle_sweeper
@@ -109,6 +110,15 @@ def start_loops(state: ServiceState, gateway: GatewayDeps) -> None:
             "lectern-retention-sweep",
             retention_sweeper(pool=state.db(), every_s=settings.retention_sweep_interval_s),
         )
+    if settings.gc_interval_s > 0:  # stored files no document needs (the gateway stores them)
+        state.spawn(
+            "lectern-gc",
+            collect_every(
+                state.db(), gateway.broker.config.connection_state.stream,
+                every_s=settings.gc_interval_s, grace_s=settings.gc_grace_s,
+                objects=True, chunks=False,
+            ),
+        )  # fmt: skip
     if settings.webhook_dispatch:
         gateway.webhook_worker = DeliveryWorker(pool=state.db(), settings=settings)
         gateway.webhook_worker.start()

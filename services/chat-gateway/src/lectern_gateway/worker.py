@@ -7,7 +7,8 @@ runs the loops an HTTP replica no longer runs: the idle-session sweep, gap closu
 retention sweep, and webhook dispatch (the durable consumers of the tenant-event streams
 write deliveries to Postgres; its ``DeliveryWorker`` sends them). It also queues the
 conflicting sources ingest finds (``review.conflicts``: a durable consumer of
-``documents.conflicts``). Each loop claims its rows
+``documents.conflicts``) and, as every gateway process does, writes ingest's outcomes to the
+documents (``documents.outcomes``). Each loop claims its rows
 ``FOR UPDATE SKIP LOCKED`` (or, for deliveries, with a lease), so any number of workers run
 side by side. Its HTTP server answers only ``/healthz``, ``/readyz`` (ready while NATS,
 Postgres and every loop are alive) and ``/metrics``; on SIGTERM the deliveries in flight are
@@ -23,6 +24,7 @@ from lectern_common.service import ReadinessCheck, ServiceState, create_service_
 from lectern_gateway import runtime
 from lectern_gateway.config import Settings
 from lectern_gateway.deps import GatewayDeps, gateway_of
+from lectern_gateway.documents import outcomes
 from lectern_gateway.review import conflicts as review_conflicts
 from lectern_gateway.webhooks import dispatcher as webhook_dispatch
 
@@ -66,11 +68,13 @@ def create_worker_app(
         # the sweeps write events (sessions ended, answers of gap closures) to the outbox
         outbox="gateway",
         consumers=[
+            *outcomes.consumers(),
             *review_conflicts.consumers(),
             *(webhook_dispatch.consumers() if settings.webhook_dispatch else ()),
         ],
     )
     state: ServiceState = app.state.lectern
+    outcomes.subscribe(broker, state)
     review_conflicts.subscribe(broker, state)
     if settings.webhook_dispatch:
         webhook_dispatch.subscribe(broker, state, lambda: gateway_of(state).wake_webhooks())

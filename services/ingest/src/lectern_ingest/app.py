@@ -81,7 +81,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 "lectern-gc",
                 collect_every(
                     state.db(), broker.config.connection_state.stream,
-                    every_s=settings.gc_interval_s, grace_s=settings.gc_grace_s,
+                    every_s=settings.gc_interval_s, grace_s=0.0, objects=False, chunks=True,
                 ),
             )  # fmt: skip
         if settings.reweight_interval_s > 0:
@@ -122,8 +122,9 @@ CHANGES = {
 def subscribe_changes(broker: NatsBroker, *, settings: Settings, pool: Callable[[], Pool]) -> None:
     """The consumers that apply a teacher's change of a document to its chunks (ingest owns
     them): the gateway changes the document and writes the event to its outbox in one
-    transaction; each consumer brings the chunks to the document's row
-    (``lifecycle.settle``), idempotent, so a redelivered or reordered event changes nothing."""
+    transaction, with the row's state after it; each consumer brings ingest's record of the
+    document and its chunks to that state (``lifecycle.apply``), idempotent, so a redelivered
+    or reordered event changes nothing."""
 
     def consumer(subject: str) -> Callable[[Callable[..., Any]], object]:
         return broker.subscriber(
@@ -144,24 +145,22 @@ def subscribe_changes(broker: NatsBroker, *, settings: Settings, pool: Callable[
     @consumer(Subjects.DOCUMENTS_UPDATED)
     async def on_updated(event: DocumentUpdated) -> None:
         """Changed metadata copied to the chunks; a supersede (a status change) applied."""
-        await handle_document_change(
-            pool(), event.document_id, current_message(broker), columns=event.changes
-        )
+        await handle_document_change(pool(), event, current_message(broker))
 
     @consumer(Subjects.DOCUMENTS_ARCHIVED)
     async def on_archived(event: DocumentArchived) -> None:
         """The chunks leave retrieval and the statistics (kept for a restore)."""
-        await handle_document_change(pool(), event.document_id, current_message(broker))
+        await handle_document_change(pool(), event, current_message(broker))
 
     @consumer(Subjects.DOCUMENTS_RESTORED)
     async def on_restored(event: DocumentRestored) -> None:
         """The chunks are back in retrieval and the statistics."""
-        await handle_document_change(pool(), event.document_id, current_message(broker))
+        await handle_document_change(pool(), event, current_message(broker))
 
     @consumer(Subjects.DOCUMENTS_DELETED)
     async def on_deleted(event: DocumentDeleted) -> None:
         """The chunks are deleted."""
-        await handle_document_change(pool(), event.document_id, current_message(broker))
+        await handle_document_change(pool(), event, current_message(broker))
 
 
 def consumer_config(settings: Settings) -> ConsumerConfig:

@@ -91,12 +91,8 @@ class Settings(ServiceHttpSettings):
     )
     gc_interval_s: float = Field(
         default=3600.0, ge=0,
-        description="seconds between garbage collections of orphaned stored files and chunks "
-        "(0: none; `lectern gc` runs one by hand)",
-    )  # fmt: skip
-    gc_grace_s: float = Field(
-        default=3600.0, ge=0,
-        description="stored files younger than this are never collected (uploads in flight)",
+        description="seconds between garbage collections of the chunks of deleted, failed "
+        "and duplicate documents (0: none; `lectern gc` runs one by hand)",
     )  # fmt: skip
     reweight_interval_s: float = Field(
         default=600.0, ge=0.0,

@@ -4,8 +4,6 @@ change of a document to its chunks; settle the message."""
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Iterable
 
 from faststream.exceptions import NackMessage
 from faststream.nats import NatsBroker, NatsMessage
@@ -54,23 +52,19 @@ async def handle_uploaded(
 
 
 async def handle_document_change(
-    pool: Pool,
-    document_id: uuid.UUID,
-    message: NatsMessage | None,
-    *,
-    columns: Iterable[str] = (),
+    pool: Pool, event: lifecycle.DocumentChange, message: NatsMessage | None
 ) -> None:
-    """documents.updated / archived / restored / deleted -> the document's chunks brought to
-    its row (``lifecycle.settle``, idempotent); redelivered with a growing delay when Postgres
-    cannot be reached."""
+    """documents.updated / archived / restored / deleted -> ingest's record of the document
+    and its chunks brought to the change (``lifecycle.apply``, idempotent); redelivered with a
+    growing delay when Postgres cannot be reached."""
     try:
-        status = await lifecycle.settle(pool, document_id, columns=columns)
+        status = await lifecycle.apply(pool, event)
     except Exception as exc:
         attempt = deliveries(message) if message is not None else 1
         delay = backoff_delay(attempt, first_s=0.5, max_s=30.0)
         log.warning(
             "chunks of document %s not settled (%s: %s); redelivering in %.1f s",
-            document_id, type(exc).__name__, exc, delay,
+            event.document_id, type(exc).__name__, exc, delay,
         )  # fmt: skip
         raise NackMessage(delay=delay) from exc
-    log.info("chunks of document %s settled to %s", document_id, status or "gone")
+    log.info("chunks of document %s settled to %s", event.document_id, status or "gone")

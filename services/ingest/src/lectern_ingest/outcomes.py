@@ -126,5 +126,9 @@ def indexed_event(row: Any, *, duration_ms: float) -> DocumentIndexed:
         chunk_count=row["chunk_count"], qa_count=row["qa_count"],
         language=row["language"], enriched=row["enriched"],
         near_duplicate_of=row["near_duplicate_of"], duplicate_of=row["duplicate_of"],
-        duration_ms=duration_ms,
+        duration_ms=duration_ms, title=row["title"] or None,
+        ts_config=str(row["ts_config"]) if row["ts_config"] else None,
+        content_sha256=row["content_sha256"], simhash=row["simhash"],
+        near_duplicate_score=row["near_duplicate_score"],
+        enrichment_note=row["enrichment_note"],
     )  # fmt: skip

@@ -1,4 +1,7 @@
-"""SQL of the ingest worker: document state and the one-transaction chunk write."""
+"""SQL of the ingest worker: its record of each upload (``ingest_documents``, ingest's own:
+made from ``documents.uploaded``, kept up to date by the gateway's lifecycle events), document
+state and the one-transaction chunk write. Nothing here reads or writes the gateway's
+``documents``: the outcome reaches it as ``documents.indexed`` / ``documents.failed``."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from lectern_common.db.types import Connection, Queryable
-from lectern_common.events import ConflictPair
+from lectern_common.events import ConflictPair, DocumentUploaded
 
 CHUNK_COLUMNS = (
     "id", "document_id", "tenant_id", "chunk_index", "kind", "parent_chunk_id", "text",
@@ -91,14 +94,62 @@ async def _copy_chunks(conn: Connection, records: list[tuple[Any, ...]]) -> None
     await conn.execute("DROP TABLE _ingest_chunks")
 
 
+#: what ingest records of an upload from its ``documents.uploaded`` (the rest starts empty)
+_UPLOAD_COLUMNS = (
+    "id", "tenant_id", "version", "previous_version_id", "object_name", "title", "filename",
+    "mime_type", "uploaded_by", "uploader_role", "metadata", "subject", "grade_level",
+    "module_tag", "class_id", "content_type", "collection", "curriculum_standards",
+    "topic_tags", "source_priority", "freshness_date", "language", "created_at",
+)  # fmt: skip
+#: filled in on a row a lifecycle event made before its upload arrived; the catalogue
+#: columns stay as that (newer) event left them
+_UPLOAD_ONLY = (
+    "version", "previous_version_id", "object_name", "filename", "mime_type", "uploaded_by",
+    "uploader_role", "created_at",
+)  # fmt: skip
+_REGISTER = f"""INSERT INTO ingest_documents ({", ".join(_UPLOAD_COLUMNS)}, uploaded)
+   VALUES ({", ".join(f"${i + 1}" for i in range(len(_UPLOAD_COLUMNS)))}, true)
+   ON CONFLICT (id) DO UPDATE SET
+       {", ".join(f"{c} = EXCLUDED.{c}" for c in _UPLOAD_ONLY)}, uploaded = true,
+       language = coalesce(ingest_documents.language, EXCLUDED.language)
+   WHERE NOT ingest_documents.uploaded"""  # noqa: S608 - column names from constants
+
+
+def upload_values(event: DocumentUploaded) -> tuple[Any, ...]:
+    """The ``_REGISTER`` parameters of an upload."""
+    meta = event.metadata
+    metadata = {
+        **meta.model_dump(mode="json"),
+        **({"source": event.source} if event.source else {}),
+    }
+    return (
+        event.document_id, event.tenant_id, event.version, event.replaces_document_id,
+        event.object_name, meta.title or event.filename, event.filename, event.mime_type,
+        event.uploaded_by, event.uploader_role, metadata, meta.subject, meta.grade_level,
+        meta.module_tag, meta.class_id, meta.content_type, meta.collection,
+        list(meta.curriculum_standards), list(meta.topic_tags), meta.source_priority,
+        meta.freshness_date, meta.language, event.occurred_at,
+    )  # fmt: skip
+
+
+async def register_uploads(conn: Queryable, events: Sequence[DocumentUploaded]) -> None:
+    """Ingest's record of each upload, made from its event (idempotent: a redelivery, or an
+    upload whose record exists, changes nothing; a record a lifecycle event made first gets
+    the upload's own fields)."""
+    if events:
+        await conn.executemany(_REGISTER, [upload_values(e) for e in events])
+
+
 async def get_document(conn: Queryable, document_id: uuid.UUID) -> Any:
     """The document row, or None."""
-    return await conn.fetchrow("SELECT * FROM documents WHERE id = $1", document_id)
+    return await conn.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", document_id)
 
 
 async def lock_document(conn: Queryable, document_id: uuid.UUID) -> Any:
     """The document row locked for update (inside a transaction)."""
-    return await conn.fetchrow("SELECT * FROM documents WHERE id = $1 FOR UPDATE", document_id)
+    return await conn.fetchrow(
+        "SELECT * FROM ingest_documents WHERE id = $1 FOR UPDATE", document_id
+    )
 
 
 async def mark_processing(conn: Queryable, document_id: uuid.UUID, *, attempts: int) -> None:
@@ -111,7 +162,7 @@ async def record_retry(
 ) -> None:
     """Remember why the last attempt failed while the upload waits for redelivery."""
     await conn.execute(
-        """UPDATE documents SET attempts = $2, error_stage = $3, error_reason = 'retrying',
+        """UPDATE ingest_documents SET attempts = $2, error_stage = $3, error_reason = 'retrying',
                error_message = $4, updated_at = now()
            WHERE id = $1 AND status IN ('pending', 'processing')""",
         document_id, attempts, stage, message,
@@ -127,14 +178,14 @@ INDEX_DOCUMENT_COLUMNS = (
 
 _INDEX_DOCUMENTS_GONE = """DELETE FROM index_documents x
    WHERE x.document_id = ANY($1::uuid[]) AND NOT EXISTS (
-       SELECT 1 FROM documents d WHERE d.id = x.document_id AND d.deleted_at IS NULL
+       SELECT 1 FROM ingest_documents d WHERE d.id = x.document_id AND d.deleted_at IS NULL
           AND d.status <> 'deleted'
           AND EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id))"""
 
 _INDEX_DOCUMENTS_KEPT = f"""INSERT INTO index_documents
        (document_id, {", ".join(INDEX_DOCUMENT_COLUMNS)}, searchable)
    SELECT d.id, {", ".join(f"d.{c}" for c in INDEX_DOCUMENT_COLUMNS)}, d.status = 'indexed'
-   FROM documents d
+   FROM ingest_documents d
    WHERE d.id = ANY($1::uuid[]) AND d.deleted_at IS NULL AND d.status <> 'deleted'
      AND EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id)
    ON CONFLICT (document_id) DO UPDATE SET
@@ -144,7 +195,7 @@ _INDEX_DOCUMENTS_KEPT = f"""INSERT INTO index_documents
 
 async def sync_index_documents(conn: Queryable, document_ids: Sequence[uuid.UUID]) -> None:
     """Bring the index's record of these documents (``index_documents``, which the retriever
-    reads instead of the gateway's ``documents``) to their rows and chunks now: a row,
+    reads instead of the gateway's ``documents``) to ingest's rows and chunks now: a row,
     searchable while the document is indexed, for each live document with chunks; none for
     the others. Called in the transaction that changes their chunks or status, so retrieval
     never sees the one without the other."""
@@ -171,7 +222,7 @@ async def mark_failed(
             return False
         await conn.execute("DELETE FROM chunks WHERE document_id = $1", document_id)
         await conn.execute(
-            """UPDATE documents SET status = 'failed', error_stage = $2, error_reason = $3,
+            """UPDATE ingest_documents SET status = 'failed', error_stage = $2, error_reason = $3,
                    error_message = $4, attempts = $5, chunk_count = 0, qa_count = 0,
                    updated_at = now()
                WHERE id = $1""",
@@ -221,7 +272,7 @@ async def find_content_duplicate(
     out of students' reach, so it is not a duplicate of the educational one (nor vice versa).
     """
     found: uuid.UUID | None = await conn.fetchval(
-        """SELECT id FROM documents
+        """SELECT id FROM ingest_documents
            WHERE tenant_id = $1 AND collection = $2 AND content_sha256 = $3
              AND status = 'indexed' AND NOT (id = ANY($4::uuid[]))
            ORDER BY indexed_at, id LIMIT 1 FOR UPDATE""",
@@ -233,7 +284,8 @@ async def find_content_duplicate(
 async def superseded_object(conn: Queryable, document_id: uuid.UUID) -> str | None:
     """The object name of the version this document superseded, if it did."""
     name: str | None = await conn.fetchval(
-        """SELECT p.object_name FROM documents d JOIN documents p ON p.id = d.previous_version_id
+        """SELECT p.object_name FROM ingest_documents d
+           JOIN ingest_documents p ON p.id = d.previous_version_id
            WHERE d.id = $1 AND d.status IN ('indexed', 'duplicate') AND p.status = 'superseded'""",
         document_id,
     )
@@ -252,40 +304,23 @@ async def _supersede_previous(conn: Queryable, row: Any) -> None:
     await lock_document(conn, previous)
     await conn.execute("DELETE FROM chunks WHERE document_id = $1", previous)
     await conn.execute(
-        """UPDATE documents SET status = 'superseded', chunk_count = 0, qa_count = 0,
+        """UPDATE ingest_documents SET status = 'superseded', chunk_count = 0, qa_count = 0,
                updated_at = now()
            WHERE id = $1 AND status <> 'deleted'""",
         previous,
     )
 
 
-async def _add_co_owners(conn: Queryable, *, document_id: uuid.UUID, users: Sequence[str]) -> None:
-    """Record more uploaders of the same content on a document (its uploader excluded)."""
-    await conn.execute(
-        """UPDATE documents d
-           SET co_owners = d.co_owners || ARRAY(
-                   SELECT u FROM unnest($2::text[]) WITH ORDINALITY AS x(u, n)
-                   WHERE u <> d.uploaded_by AND NOT (u = ANY(d.co_owners)) ORDER BY n),
-               updated_at = now()
-           WHERE id = $1 AND EXISTS (
-               SELECT 1 FROM unnest($2::text[]) u
-               WHERE u <> d.uploaded_by AND NOT (u = ANY(d.co_owners)))""",
-        document_id, list(dict.fromkeys(users)),
-    )  # fmt: skip
-
-
 async def _mark_duplicate(
     conn: Queryable, *, row: Any, original_id: uuid.UUID, result: IndexedDocument
 ) -> None:
-    """``row`` duplicates ``original_id``: no chunks, its uploaders become co-owners there."""
+    """``row`` duplicates ``original_id``: no chunks (the gateway makes its uploaders
+    co-owners of the original when it applies ``documents.indexed``)."""
     document_id = row["id"]
     await conn.execute("DELETE FROM chunks WHERE document_id = $1", document_id)
     await _supersede_previous(conn, row)
-    await _add_co_owners(
-        conn, document_id=original_id, users=[row["uploaded_by"], *row["co_owners"]]
-    )
     await conn.execute(
-        """UPDATE documents SET status = 'duplicate', duplicate_of = $2, page_count = $3,
+        """UPDATE ingest_documents SET status = 'duplicate', duplicate_of = $2, page_count = $3,
                skipped_pages = $4, chunk_count = 0, qa_count = 0, language = $5,
                ts_config = $6::regconfig, content_sha256 = $7, simhash = $8,
                near_duplicate_of = NULL, near_duplicate_score = NULL, enriched = false,
@@ -377,7 +412,7 @@ async def store_document(
     return "indexed"
 
 
-_INDEXED = """UPDATE documents SET status = 'indexed', page_count = $2, skipped_pages = $3,
+_INDEXED = """UPDATE ingest_documents SET status = 'indexed', page_count = $2, skipped_pages = $3,
        chunk_count = $4, qa_count = $5, language = $6, ts_config = $7::regconfig,
        content_sha256 = $8, simhash = $9, near_duplicate_of = $10,
        near_duplicate_score = $11, enriched = $12, enrichment_note = $13,
@@ -427,7 +462,7 @@ class Stored:
 async def get_documents(conn: Queryable, document_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Any]:
     """The rows of these documents that exist, by id."""
     rows = await conn.fetch(
-        "SELECT * FROM documents WHERE id = ANY($1::uuid[])", list(document_ids)
+        "SELECT * FROM ingest_documents WHERE id = ANY($1::uuid[])", list(document_ids)
     )
     return {row["id"]: row for row in rows}
 
@@ -435,7 +470,8 @@ async def get_documents(conn: Queryable, document_ids: Sequence[uuid.UUID]) -> d
 async def mark_processing_many(conn: Queryable, attempts: Sequence[tuple[uuid.UUID, int]]) -> None:
     """``mark_processing`` of many documents in one statement: (id, delivery attempts)."""
     await conn.execute(
-        """UPDATE documents d SET status = 'processing', attempts = v.attempts, updated_at = now()
+        """UPDATE ingest_documents d
+           SET status = 'processing', attempts = v.attempts, updated_at = now()
            FROM unnest($1::uuid[], $2::int[]) AS v(id, attempts)
            WHERE d.id = v.id AND d.status IN ('pending', 'processing')""",
         [a[0] for a in attempts], [a[1] for a in attempts],
@@ -447,7 +483,7 @@ async def lock_documents(
 ) -> dict[uuid.UUID, Any]:
     """These documents' rows locked for update in id order (inside a transaction)."""
     rows = await conn.fetch(
-        "SELECT * FROM documents WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE",
+        "SELECT * FROM ingest_documents WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE",
         list(document_ids),
     )
     return {row["id"]: row for row in rows}
@@ -472,7 +508,7 @@ async def find_content_duplicates(
     rows = await conn.fetch(
         """SELECT DISTINCT ON (v.n) v.n, d.id
            FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS v(t, c, h, n)
-           JOIN documents d ON d.tenant_id = v.t AND d.collection = v.c
+           JOIN ingest_documents d ON d.tenant_id = v.t AND d.collection = v.c
                 AND d.content_sha256 = v.h AND d.status = 'indexed'
                 AND NOT (d.id = ANY($4::uuid[]))
            ORDER BY v.n, d.indexed_at, d.id""",
@@ -493,7 +529,7 @@ async def nearest_simhashes(
         """SELECT v.n, near.id, near.distance
            FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS v(t, s, n)
            CROSS JOIN LATERAL (
-               SELECT id, bit_count(int8send(simhash # v.s)) AS distance FROM documents
+               SELECT id, bit_count(int8send(simhash # v.s)) AS distance FROM ingest_documents
                WHERE tenant_id = v.t AND status = 'indexed' AND simhash IS NOT NULL
                  AND NOT (id = ANY($3::uuid[]))
                ORDER BY distance, indexed_at LIMIT 1) near""",
@@ -542,7 +578,7 @@ async def conflicting_pairs(
     await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
     tenants = await conn.fetch(
         """SELECT d.tenant_id, array_agg(d.id) AS ids, coalesce(max(s.chunk_count), 0) AS size
-           FROM documents d LEFT JOIN bm25_collection_stats s ON s.tenant_id = d.tenant_id
+           FROM ingest_documents d LEFT JOIN bm25_collection_stats s ON s.tenant_id = d.tenant_id
            WHERE d.id = ANY($1::uuid[]) GROUP BY d.tenant_id""",
         list(document_ids),
     )

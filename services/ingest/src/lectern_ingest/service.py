@@ -233,6 +233,7 @@ class IngestWorker:
         """Index one upload by itself: settle what is already decided, else run the pipeline,
         store its outcome and clean up after it."""
         async with self.pool.acquire() as conn:
+            await repo.register_uploads(conn, [event])
             row = await repo.get_document(conn, event.document_id)
         decided = await self._decided(event, row, deliveries)
         if decided is not None:
@@ -245,22 +246,10 @@ class IngestWorker:
         return await self._after_store(event, attempt, deliveries=deliveries)
 
     async def _decided(self, event: DocumentUploaded, row: Any, deliveries: int) -> Outcome | None:
-        """The outcome when the document's row already settles the delivery (no row yet, an
-        outcome stored, too many deliveries); None when it is to be indexed."""
+        """The outcome when ingest's record already settles the delivery (an outcome stored,
+        too many deliveries); None when it is to be indexed. The record exists: it is made
+        from the event before this is asked."""
         settings = self.settings
-        if row is None:
-            # the gateway commits the row before publishing; its absence is transient
-            if deliveries >= settings.max_deliveries:
-                # nothing in Postgres to commit with: published directly
-                await self.publish(
-                    failed_event(
-                        event, IngestStage.FETCH, FailureReason.TOO_MANY_DELIVERIES,
-                        f"no document row {event.document_id} after {deliveries} deliveries",
-                        deliveries,
-                    )
-                )  # fmt: skip
-                return Outcome("failed", gave_up="too_many_deliveries")
-            return Outcome("retry", self.retry_delay_for(deliveries))
         status = row["status"]
         if status in ("indexed", "duplicate") and row["version"] == event.version:
             # a crash between commit and ack: repair the clean-up; the outcome is in the outbox
@@ -685,7 +674,9 @@ class IngestWorker:
             model = await live_model(conn)
             if model is None or model.name != self.embedder.name:
                 return {}
-            title = await conn.fetchval("SELECT title FROM documents WHERE id = $1", previous)
+            title = await conn.fetchval(
+                "SELECT title FROM ingest_documents WHERE id = $1", previous
+            )
             rows = await conn.fetch(
                 "SELECT text, context_prefix, embedding FROM chunks WHERE document_id = $1 "
                 "AND kind IN ('text', 'table')",

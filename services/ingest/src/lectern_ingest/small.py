@@ -181,6 +181,7 @@ class SmallDocuments:
         worker = self.worker
         started = time.monotonic()
         async with worker.pool.acquire() as conn:
+            await repo.register_uploads(conn, [d.event for d in items])
             rows = await repo.get_documents(conn, [d.event.document_id for d in items])
         candidates = _candidates(items, rows, alone)
         if not candidates:

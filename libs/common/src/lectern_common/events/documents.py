@@ -100,6 +100,10 @@ class DocumentUploaded(Event):
     replaces_document_id: uuid.UUID | None = Field(
         default=None, description="previous version whose chunks this one replaces atomically"
     )
+    source: dict[str, str] | None = Field(
+        default=None,
+        description="where a fetched document came from (its URL ...), kept with its metadata",
+    )
     has_password: bool = Field(
         default=False,
         description=(
@@ -167,6 +171,14 @@ class DocumentIndexed(Event):
         ),
     )
     duration_ms: float
+    title: str | None = Field(
+        default=None, description="the document's own title, found in its text (else unset)"
+    )
+    ts_config: str | None = Field(default=None, description="the text search configuration")
+    content_sha256: str | None = Field(default=None, description="hash of the cleaned text")
+    simhash: int | None = Field(default=None, description="SimHash of the cleaned text")
+    near_duplicate_score: float | None = None
+    enrichment_note: str | None = None
 
 
 @register_event
@@ -185,8 +197,44 @@ class DocumentFailed(Event):
     attempts: int = 1
 
 
+class DocumentState(BaseModel):
+    """The gateway's row of a document after a change: what ingest keeps of it (the columns
+    its chunks carry, its title, its lifecycle status), with the row's ``revision``. Ingest
+    applies a snapshot only when its revision is newer than the one it holds, so events
+    that arrive late, twice or out of order leave the newest state in place."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    revision: int = Field(ge=0, description="counts the row's changes; newer wins")
+    status: str = Field(description="the row's status after the change")
+    title: str
+    subject: str | None = None
+    grade_level: int | None = None
+    module_tag: str | None = None
+    class_id: str | None = None
+    content_type: str | None = None
+    collection: Collection = "educational"
+    curriculum_standards: list[str] = Field(default_factory=list)
+    topic_tags: list[str] = Field(default_factory=list)
+    source_priority: float | None = None
+    freshness_date: date | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+#: the ``DocumentState`` fields that are columns of a document (``revision`` aside)
+STATE_COLUMNS = tuple(name for name in DocumentState.model_fields if name != "revision")
+
+
+class _Changed(Event):
+    """A change the gateway made to a document, with its row's state after it."""
+
+    state: DocumentState | None = Field(
+        default=None, description="the row after the change (absent from older publishers)"
+    )
+
+
 @register_event
-class DocumentDeleted(Event):
+class DocumentDeleted(_Changed):
     """The document was deleted: its bytes are removed and ingest deletes its chunks.
 
     A repeated DELETE republishes the same event (same ``event_id``, derived from the document
@@ -200,7 +248,7 @@ class DocumentDeleted(Event):
 
 
 @register_event
-class DocumentUpdated(Event):
+class DocumentUpdated(_Changed):
     """A teacher changed a document's metadata (or superseded it: ``changes`` names
     ``status``); ingest copies the columns chunks carry onto them, and search and chat use
     them from then on (nothing is re-embedded: the indexed text did not change)."""
@@ -213,7 +261,7 @@ class DocumentUpdated(Event):
 
 
 @register_event
-class DocumentArchived(Event):
+class DocumentArchived(_Changed):
     """The document was archived; ingest takes its chunks out of retrieval (they are kept,
     for a restore)."""
 
@@ -224,7 +272,7 @@ class DocumentArchived(Event):
 
 
 @register_event
-class DocumentRestored(Event):
+class DocumentRestored(_Changed):
     """An archived document was restored; ingest puts its chunks back in retrieval."""
 
     subject: ClassVar[str] = Subjects.DOCUMENTS_RESTORED

@@ -3,8 +3,9 @@ supersede it, and read who changed what.
 
 The gateway owns ``documents``; ingest owns ``chunks`` and the BM25 statistics. Each change
 is written to the document's row and ``document_audit`` and announced
-(``documents.updated`` / ``archived`` / ``restored``) through the outbox, all in one
-transaction; ingest applies the announced change to the chunks (``lectern_ingest.lifecycle``:
+(``documents.updated`` / ``archived`` / ``restored``, each with the row's state after the
+change and its revision) through the outbox, all in one transaction; ingest applies the
+announced change to its own record of the document and to the chunks (``lectern_ingest.lifecycle``:
 the metadata retrieval filters on copied, nothing re-embedded; an archived or superseded
 document's chunks out of retrieval and of the statistics, back on restore). The outbox relays
 at commit, so search and chat see the change a few tens of milliseconds after the response,
@@ -84,7 +85,8 @@ async def record_change(
             tenant_id=staff.tenant_id, document_id=document_id, changes=changes,
             updated_by=staff.user_id,
         )  # fmt: skip
-    await enqueue(conn, event)
+    state = await repo.next_revision(conn, document_id)
+    await enqueue(conn, event.model_copy(update={"state": state}))
 
 
 def _json(value: Any) -> Any:

@@ -8,6 +8,8 @@ from datetime import date, datetime
 from typing import Any
 
 from lectern_common.db.types import Queryable
+from lectern_common.events import DocumentFailed, DocumentIndexed, DocumentState
+from lectern_common.events.documents import STATE_COLUMNS
 
 ACTIVE_STATUSES = ("pending", "processing", "indexed")
 FINAL_STATUSES = ("indexed", "duplicate", "failed", "superseded", "archived", "deleted")
@@ -246,6 +248,77 @@ async def set_status(conn: Queryable, document_id: uuid.UUID, status: str) -> No
     await conn.execute(
         "UPDATE documents SET status = $2, updated_at = now() WHERE id = $1", document_id, status
     )
+
+
+async def next_revision(conn: Queryable, document_id: uuid.UUID) -> DocumentState:
+    """Count one more change of the row (inside the change's transaction); its state after it,
+    which the change's event carries to ingest (newer revisions win there)."""
+    row = await conn.fetchrow(
+        f"UPDATE documents SET revision = revision + 1 WHERE id = $1 "  # noqa: S608
+        f"RETURNING revision, {', '.join(STATE_COLUMNS)}",
+        document_id,
+    )
+    return DocumentState.model_validate(dict(row))
+
+
+_INDEXED = """UPDATE documents SET
+       status = CASE WHEN $2::uuid IS NULL THEN 'indexed' ELSE 'duplicate' END,
+       duplicate_of = $2, page_count = $3, skipped_pages = $4, chunk_count = $5, qa_count = $6,
+       language = coalesce($7, language), ts_config = coalesce($8::regconfig, ts_config),
+       content_sha256 = $9, simhash = $10, near_duplicate_of = $11, near_duplicate_score = $12,
+       enriched = $13, enrichment_note = $14, error_stage = NULL, error_reason = NULL,
+       error_message = NULL,
+       title = CASE WHEN revision = 0 THEN coalesce($15, title) ELSE title END,
+       indexed_at = $16, updated_at = now()
+   WHERE id = $1 AND status IN ('pending', 'processing')
+   RETURNING previous_version_id, duplicate_of, uploaded_by, co_owners"""
+
+
+async def apply_indexed(conn: Queryable, event: DocumentIndexed) -> bool:
+    """``documents.indexed`` on the row (inside a transaction): indexed, or a duplicate whose
+    uploaders become co-owners of the original; the version it replaces superseded. Its
+    title is the document's own (found in its text) unless a teacher has changed the row."""
+    row = await conn.fetchrow(
+        _INDEXED, event.document_id, event.duplicate_of, event.page_count, event.skipped_pages,
+        event.chunk_count, event.qa_count, event.language, event.ts_config,
+        event.content_sha256, event.simhash, event.near_duplicate_of,
+        event.near_duplicate_score, event.enriched, event.enrichment_note, event.title,
+        event.occurred_at,
+    )  # fmt: skip
+    if row is None:
+        return False
+    if row["previous_version_id"] is not None:
+        await conn.execute(
+            """UPDATE documents SET status = 'superseded', chunk_count = 0, qa_count = 0,
+                   updated_at = now()
+               WHERE id = $1 AND status <> 'deleted'""",
+            row["previous_version_id"],
+        )
+    if row["duplicate_of"] is not None:
+        await conn.execute(
+            """UPDATE documents d
+               SET co_owners = d.co_owners || ARRAY(
+                       SELECT u FROM unnest($2::text[]) WITH ORDINALITY AS x(u, n)
+                       WHERE u <> d.uploaded_by AND NOT (u = ANY(d.co_owners)) ORDER BY n),
+                   updated_at = now()
+               WHERE id = $1 AND EXISTS (
+                   SELECT 1 FROM unnest($2::text[]) u
+                   WHERE u <> d.uploaded_by AND NOT (u = ANY(d.co_owners)))""",
+            row["duplicate_of"], list(dict.fromkeys([row["uploaded_by"], *row["co_owners"]])),
+        )  # fmt: skip
+    return True
+
+
+async def apply_failed(conn: Queryable, event: DocumentFailed) -> bool:
+    """``documents.failed`` on the row: failed, with the stage, reason and message."""
+    status: str = await conn.execute(
+        """UPDATE documents SET status = 'failed', error_stage = $2, error_reason = $3,
+               error_message = $4, attempts = $5, chunk_count = 0, qa_count = 0,
+               updated_at = now()
+           WHERE id = $1 AND status IN ('pending', 'processing')""",
+        event.document_id, event.stage.value, event.reason.value, event.message, event.attempts,
+    )  # fmt: skip
+    return status.endswith(" 1")
 
 
 async def mark_superseded(conn: Queryable, document_id: uuid.UUID, *, by: uuid.UUID) -> None:

@@ -26,6 +26,8 @@ from lectern_common.db.types import Connection, Pool
 from lectern_common.errors import BadInputError, NotFoundError, UpstreamError
 from lectern_common.events import (
     DocumentDeleted,
+    DocumentFailed,
+    DocumentIndexed,
     DocumentMetadata,
     DocumentUploaded,
     Event,
@@ -44,6 +46,7 @@ from lectern_common.outbox import enqueue
 from lectern_gateway.auth import Principal, PrincipalDep, StaffDep
 from lectern_gateway.classes.membership import may_see_class, student_classes
 from lectern_gateway.deps import BrokerDep, PoolDep, SettingsDep
+from lectern_gateway.documents import outcomes
 from lectern_gateway.documents import repository as repo
 from lectern_gateway.documents.fetch import UrlRefused, fetch
 from lectern_gateway.documents.uploads import (
@@ -540,7 +543,7 @@ def _records(
         file_sha256=upload.sha256, uploaded_by=principal.user_id,
         uploader_role=principal.role,
         metadata=metadata.model_copy(update={"source_priority": priority}),
-        replaces_document_id=replaces, has_password=has_password,
+        replaces_document_id=replaces, has_password=has_password, source=source,
     )  # fmt: skip
     return new, event
 
@@ -776,6 +779,7 @@ async def _event_stream(
                 progress = {k: data.get(k) for k in ("stage", "done", "total", "unit")}
                 yield ServerSentEvent(data=json.dumps(progress), event="progress")
                 continue
+            await _record_outcome(pool, subject, data)
             view = document_view(await _load(pool, principal, document_id))
             final = _final_event(view)
             if final is not None:
@@ -784,6 +788,18 @@ async def _event_stream(
     finally:
         for subscription in subscriptions:
             await subscription.unsubscribe()
+
+
+async def _record_outcome(pool: Pool, subject: str, data: dict[str, Any]) -> None:
+    """Write an outcome the stream saw to the row now (idempotent), rather than wait for the
+    outcome consumer to (``documents.outcomes``)."""
+    try:
+        if subject == Subjects.DOCUMENTS_INDEXED:
+            await outcomes.apply(pool, DocumentIndexed.model_validate(data))
+        elif subject == Subjects.DOCUMENTS_FAILED:
+            await outcomes.apply(pool, DocumentFailed.model_validate(data))
+    except ValidationError as exc:
+        log.warning("malformed %s on the status stream: %s", subject, exc)
 
 
 @router.delete(

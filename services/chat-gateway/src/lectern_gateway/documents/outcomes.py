@@ -1,0 +1,99 @@
+"""A document's outcome reaches its catalogue row as ingest's events (issue 61).
+
+The gateway owns ``documents``; ingest owns its own record of each upload and never writes
+the gateway's row. It announces each outcome through its outbox, in the transaction that
+stores it: ``documents.indexed`` (searchable, or a duplicate of a document that is) and
+``documents.failed``. Every gateway process, HTTP replica and worker alike, consumes them
+through one durable pull consumer per subject (shared: each event reaches one process) and
+writes the outcome to the row here: its status, counts, hashes and errors, the version it
+replaced marked superseded, a duplicate's uploaders made co-owners of the original. The
+document's status stream applies an outcome it sees at once, so a client waiting on it never
+waits for the consumer. Applying is idempotent: only a row still pending work takes an
+outcome, so a redelivered, repeated or late event changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from faststream.exceptions import NackMessage
+from faststream.nats import NatsBroker, NatsMessage, PullSub
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from lectern_common.backoff import backoff_delay
+from lectern_common.broker import deliveries, stream_for
+from lectern_common.db.types import Pool
+from lectern_common.events import DocumentFailed, DocumentIndexed, Subjects
+from lectern_common.service import ServiceState
+from lectern_gateway.documents import repository as repo
+
+log = logging.getLogger(__name__)
+
+#: the durable consumer of each outcome, shared by every gateway process
+OUTCOME_DURABLES = {
+    Subjects.DOCUMENTS_INDEXED: "lectern-gateway-indexed",
+    Subjects.DOCUMENTS_FAILED: "lectern-gateway-failed",
+}
+#: an outcome the database could not record is redelivered (backing off to 30 s) this often
+#: before JetStream gives up on it: about 25 minutes of Postgres away
+MAX_EVENT_DELIVERIES = 50
+
+
+async def apply(pool: Pool, event: DocumentIndexed | DocumentFailed) -> bool:
+    """Write the outcome to the document's row; False when the row was no longer pending
+    work (already applied, deleted meanwhile, or no such row)."""
+    async with pool.acquire() as conn, conn.transaction():
+        if isinstance(event, DocumentIndexed):
+            return await repo.apply_indexed(conn, event)
+        return await repo.apply_failed(conn, event)
+
+
+def consumers() -> list[tuple[str, str]]:
+    """The (stream, durable) pairs of the outcome consumers, for the lag report."""
+    return [(stream_for(s).name, durable) for s, durable in OUTCOME_DURABLES.items()]
+
+
+def subscribe(broker: NatsBroker, state: ServiceState) -> None:
+    """Register the durable consumers of ``documents.indexed`` and ``documents.failed``."""
+
+    def consumer(subject: str) -> Callable[[Callable[..., Any]], object]:
+        return broker.subscriber(
+            subject,
+            stream=stream_for(subject),
+            durable=OUTCOME_DURABLES[subject],
+            pull_sub=PullSub(batch_size=10, timeout=5.0),
+            config=ConsumerConfig(
+                durable_name=OUTCOME_DURABLES[subject],
+                filter_subject=subject,
+                ack_policy=AckPolicy.EXPLICIT,
+                # from the stream's start: outcomes stored while no gateway ran count
+                deliver_policy=DeliverPolicy.ALL,
+                max_deliver=MAX_EVENT_DELIVERIES,
+                ack_wait=60.0,
+            ),
+        )
+
+    async def record(event: DocumentIndexed | DocumentFailed, message: NatsMessage) -> None:
+        try:
+            applied = await apply(state.db(), event)
+        except Exception as exc:
+            delay = backoff_delay(deliveries(message), first_s=2.0, max_s=30.0)
+            log.warning(
+                "outcome of document %s not recorded (%s); retrying in %.1f s",
+                event.document_id, type(exc).__name__, delay,
+            )  # fmt: skip
+            raise NackMessage(delay=delay) from exc
+        if applied:
+            log.debug("document %s: outcome %s recorded", event.document_id, event.subject)
+
+    @consumer(Subjects.DOCUMENTS_INDEXED)
+    async def on_indexed(event: DocumentIndexed, message: NatsMessage) -> None:
+        """The document is searchable (or a duplicate): its row says so."""
+        await record(event, message)
+
+    @consumer(Subjects.DOCUMENTS_FAILED)
+    async def on_failed(event: DocumentFailed, message: NatsMessage) -> None:
+        """The document could not be indexed: its row says why."""
+        await record(event, message)
