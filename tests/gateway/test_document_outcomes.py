@@ -16,6 +16,7 @@ from lectern_testing.chat import Gateway, offline_gateway
 from lectern_common.events import (
     DocumentFailed,
     DocumentIndexed,
+    DocumentProgress,
     FailureReason,
     IngestStage,
 )
@@ -131,11 +132,16 @@ async def test_the_gateway_consumes_the_outcomes_from_jetstream(
     gateway: Gateway, nats_url: str, db_pool: Any, tenant_id: str
 ) -> None:
     """Published as ingest publishes them (JetStream, through its outbox relay), the
-    outcomes reach the rows through the gateway's durable consumers."""
+    outcomes and progress reach the rows through the gateway's durable consumers."""
     indexed, failed = await _row(db_pool, tenant_id), await _row(db_pool, tenant_id)
+    working = await _row(db_pool, tenant_id)
     nc = await nats.connect(nats_url)
     try:
         js = nc.jetstream()
+        progress = DocumentProgress(
+            tenant_id=tenant_id, document_id=working, stage=IngestStage.EMBED, done=3, total=9
+        )
+        await js.publish(DocumentProgress.subject, progress.model_dump_json().encode())
         await js.publish(
             DocumentIndexed.subject, _indexed(tenant_id, indexed).model_dump_json().encode()
         )
@@ -148,9 +154,16 @@ async def test_the_gateway_consumes_the_outcomes_from_jetstream(
         )  # fmt: skip
     finally:
         await nc.close()
+    expected = ["indexed", "failed", "processing"]
     for _ in range(100):
-        statuses = [(await _get(db_pool, d))["status"] for d in (indexed, failed)]
-        if statuses == ["indexed", "failed"]:
+        statuses = [(await _get(db_pool, d))["status"] for d in (indexed, failed, working)]
+        if statuses == expected:
             break
         await asyncio.sleep(0.1)
-    assert statuses == ["indexed", "failed"]
+    assert statuses == expected
+    # progress reported after the outcome (a redelivery) changes nothing
+    late = DocumentProgress(
+        tenant_id=tenant_id, document_id=indexed, stage=IngestStage.STORE, done=1, total=1
+    )
+    assert not await outcomes.apply(db_pool, late)
+    assert (await _get(db_pool, indexed))["status"] == "indexed"

@@ -114,6 +114,8 @@ SERVICE_PERMISSIONS: dict[str, Permissions] = {
             # webhooks: the tenant events, delivered to the endpoints that asked for them;
             # the conflicting sources ingest found, for the review queue
             *consume("LECTERN_DOCUMENT_EVENTS"),
+            # a document ingest is working on shows `processing` in the gateway's row
+            *consume("LECTERN_DOCUMENT_PROGRESS"),
             *consume("LECTERN_CHAT"),
             *consume("LECTERN_MEMORY"),
             *consume("LECTERN_FEEDBACK"),

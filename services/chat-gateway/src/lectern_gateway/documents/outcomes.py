@@ -3,13 +3,15 @@
 The gateway owns ``documents``; ingest owns its own record of each upload and never writes
 the gateway's row. It announces each outcome through its outbox, in the transaction that
 stores it: ``documents.indexed`` (searchable, or a duplicate of a document that is) and
-``documents.failed``. Every gateway process, HTTP replica and worker alike, consumes them
-through one durable pull consumer per subject (shared: each event reaches one process) and
-writes the outcome to the row here: its status, counts, hashes and errors, the version it
-replaced marked superseded, a duplicate's uploaders made co-owners of the original. The
-document's status stream applies an outcome it sees at once, so a client waiting on it never
-waits for the consumer. Applying is idempotent: only a row still pending work takes an
-outcome, so a redelivered, repeated or late event changes nothing.
+``documents.failed``; while it works it reports ``documents.progress``. Every gateway
+process, HTTP replica and worker alike, consumes them through one durable pull consumer per
+subject (shared: each event reaches one process) and writes them to the row here: a
+pending document ingest reports progress on is ``processing``; an outcome brings its status,
+counts, hashes and errors, the version it replaced marked superseded, a duplicate's uploaders
+made co-owners of the original. The document's status stream applies an outcome it sees at
+once, so a client waiting on it never waits for the consumer. Applying is idempotent: only a
+row still pending work takes an outcome, so a redelivered, repeated or late event changes
+nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from lectern_common.backoff import backoff_delay
 from lectern_common.broker import deliveries, stream_for
 from lectern_common.db.types import Pool
-from lectern_common.events import DocumentFailed, DocumentIndexed, Subjects
+from lectern_common.events import DocumentFailed, DocumentIndexed, DocumentProgress, Subjects
 from lectern_common.service import ServiceState
 from lectern_gateway.documents import repository as repo
 
@@ -35,18 +37,21 @@ log = logging.getLogger(__name__)
 OUTCOME_DURABLES = {
     Subjects.DOCUMENTS_INDEXED: "lectern-gateway-indexed",
     Subjects.DOCUMENTS_FAILED: "lectern-gateway-failed",
+    Subjects.DOCUMENTS_PROGRESS: "lectern-gateway-progress",
 }
 #: an outcome the database could not record is redelivered (backing off to 30 s) this often
 #: before JetStream gives up on it: about 25 minutes of Postgres away
 MAX_EVENT_DELIVERIES = 50
 
 
-async def apply(pool: Pool, event: DocumentIndexed | DocumentFailed) -> bool:
-    """Write the outcome to the document's row; False when the row was no longer pending
-    work (already applied, deleted meanwhile, or no such row)."""
+async def apply(pool: Pool, event: DocumentIndexed | DocumentFailed | DocumentProgress) -> bool:
+    """Write the outcome (or that work is under way) to the document's row; False when the
+    row was no longer pending work (already applied, deleted meanwhile, or no such row)."""
     async with pool.acquire() as conn, conn.transaction():
         if isinstance(event, DocumentIndexed):
             return await repo.apply_indexed(conn, event)
+        if isinstance(event, DocumentProgress):
+            return await repo.mark_processing(conn, event.document_id)
         return await repo.apply_failed(conn, event)
 
 
@@ -56,7 +61,8 @@ def consumers() -> list[tuple[str, str]]:
 
 
 def subscribe(broker: NatsBroker, state: ServiceState) -> None:
-    """Register the durable consumers of ``documents.indexed`` and ``documents.failed``."""
+    """Register the durable consumers of ``documents.indexed``, ``.failed`` and
+    ``.progress``."""
 
     def consumer(subject: str) -> Callable[[Callable[..., Any]], object]:
         return broker.subscriber(
@@ -68,14 +74,17 @@ def subscribe(broker: NatsBroker, state: ServiceState) -> None:
                 durable_name=OUTCOME_DURABLES[subject],
                 filter_subject=subject,
                 ack_policy=AckPolicy.EXPLICIT,
-                # from the stream's start: outcomes stored while no gateway ran count
+                # from the stream's start: outcomes stored while no gateway ran count (the
+                # progress stream keeps an hour)
                 deliver_policy=DeliverPolicy.ALL,
                 max_deliver=MAX_EVENT_DELIVERIES,
                 ack_wait=60.0,
             ),
         )
 
-    async def record(event: DocumentIndexed | DocumentFailed, message: NatsMessage) -> None:
+    async def record(
+        event: DocumentIndexed | DocumentFailed | DocumentProgress, message: NatsMessage
+    ) -> None:
         try:
             applied = await apply(state.db(), event)
         except Exception as exc:
@@ -96,4 +105,9 @@ def subscribe(broker: NatsBroker, state: ServiceState) -> None:
     @consumer(Subjects.DOCUMENTS_FAILED)
     async def on_failed(event: DocumentFailed, message: NatsMessage) -> None:
         """The document could not be indexed: its row says why."""
+        await record(event, message)
+
+    @consumer(Subjects.DOCUMENTS_PROGRESS)
+    async def on_progress(event: DocumentProgress, message: NatsMessage) -> None:
+        """Ingest is working on the document: a pending row becomes ``processing``."""
         await record(event, message)

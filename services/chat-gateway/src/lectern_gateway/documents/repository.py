@@ -309,6 +309,16 @@ async def apply_indexed(conn: Queryable, event: DocumentIndexed) -> bool:
     return True
 
 
+async def mark_processing(conn: Queryable, document_id: uuid.UUID) -> bool:
+    """Ingest reports progress on a pending document: it is ``processing``."""
+    status: str = await conn.execute(
+        "UPDATE documents SET status = 'processing', updated_at = now() "
+        "WHERE id = $1 AND status = 'pending'",
+        document_id,
+    )
+    return status.endswith(" 1")
+
+
 async def apply_failed(conn: Queryable, event: DocumentFailed) -> bool:
     """``documents.failed`` on the row: failed, with the stage, reason and message."""
     status: str = await conn.execute(
