@@ -14,12 +14,20 @@ from urllib.parse import quote
 from faststream import BaseMiddleware, StreamMessage
 from faststream.context import ContextRepo
 from faststream.exceptions import RejectMessage
-from faststream.nats import JStream, NatsBroker, NatsMessage, NatsUserPassword
+from faststream.nats import JStream, NatsBroker, NatsMessage, NatsUserPassword, PullSub
 from faststream.nats.opentelemetry import NatsTelemetryMiddleware
 from nats import errors as nats_errors
 from nats.js import JetStreamContext
 from nats.js import errors as js_errors
-from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
 from nats.js.errors import BadRequestError, NotFoundError
 from opentelemetry import trace
 from pydantic import ValidationError
@@ -165,6 +173,29 @@ class IdleFetchTimeouts(logging.Filter):
             record.exc_info, record.exc_text = None, None
             return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True
+
+
+def durable_subscriber(
+    broker: NatsBroker, subject: str, *, durable: str, max_deliver: int, batch_size: int = 10
+) -> Callable[[Callable[..., Any]], object]:
+    """The subscriber decorator of one durable pull consumer of ``subject``, shared by every
+    replica of the service that names it: from the stream's start (events stored while no
+    replica ran count), each message acked explicitly, redelivered after a minute without an
+    ack and at most ``max_deliver`` times."""
+    return broker.subscriber(
+        subject,
+        stream=stream_for(subject),
+        durable=durable,
+        pull_sub=PullSub(batch_size=batch_size, timeout=5.0),
+        config=ConsumerConfig(
+            durable_name=durable,
+            filter_subject=subject,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            max_deliver=max_deliver,
+            ack_wait=60.0,
+        ),
+    )
 
 
 def _idle_fetch_timeout(exc_info: Any) -> bool:

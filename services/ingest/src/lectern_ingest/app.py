@@ -19,6 +19,7 @@ from lectern_common.broker import (
     answer,
     create_broker,
     current_message,
+    durable_subscriber,
     publish_event,
     stream_for,
 )
@@ -127,19 +128,8 @@ def subscribe_changes(broker: NatsBroker, *, settings: Settings, pool: Callable[
     or reordered event changes nothing."""
 
     def consumer(subject: str) -> Callable[[Callable[..., Any]], object]:
-        return broker.subscriber(
-            subject,
-            stream=stream_for(subject),
-            durable=CHANGES[subject],
-            pull_sub=PullSub(batch_size=10, timeout=5.0),
-            config=ConsumerConfig(
-                durable_name=CHANGES[subject],
-                filter_subject=subject,
-                ack_policy=AckPolicy.EXPLICIT,
-                deliver_policy=DeliverPolicy.ALL,
-                max_deliver=settings.max_deliveries,
-                ack_wait=60.0,
-            ),
+        return durable_subscriber(
+            broker, subject, durable=CHANGES[subject], max_deliver=settings.max_deliveries
         )
 
     @consumer(Subjects.DOCUMENTS_UPDATED)

@@ -21,11 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from faststream.exceptions import NackMessage
-from faststream.nats import NatsBroker, NatsMessage, PullSub
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from faststream.nats import NatsBroker, NatsMessage
 
 from lectern_common.backoff import backoff_delay
-from lectern_common.broker import deliveries, stream_for
+from lectern_common.broker import deliveries, durable_subscriber, stream_for
 from lectern_common.db.types import Pool
 from lectern_common.events import DocumentFailed, DocumentIndexed, DocumentProgress, Subjects
 from lectern_common.service import ServiceState
@@ -65,21 +64,9 @@ def subscribe(broker: NatsBroker, state: ServiceState) -> None:
     ``.progress``."""
 
     def consumer(subject: str) -> Callable[[Callable[..., Any]], object]:
-        return broker.subscriber(
-            subject,
-            stream=stream_for(subject),
-            durable=OUTCOME_DURABLES[subject],
-            pull_sub=PullSub(batch_size=10, timeout=5.0),
-            config=ConsumerConfig(
-                durable_name=OUTCOME_DURABLES[subject],
-                filter_subject=subject,
-                ack_policy=AckPolicy.EXPLICIT,
-                # from the stream's start: outcomes stored while no gateway ran count (the
-                # progress stream keeps an hour)
-                deliver_policy=DeliverPolicy.ALL,
-                max_deliver=MAX_EVENT_DELIVERIES,
-                ack_wait=60.0,
-            ),
+        durable = OUTCOME_DURABLES[subject]
+        return durable_subscriber(
+            broker, subject, durable=durable, max_deliver=MAX_EVENT_DELIVERIES
         )
 
     async def record(

@@ -14,11 +14,10 @@ from __future__ import annotations
 import logging
 
 from faststream.exceptions import NackMessage
-from faststream.nats import NatsBroker, NatsMessage, PullSub
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from faststream.nats import NatsBroker, NatsMessage
 
 from lectern_common.backoff import backoff_delay
-from lectern_common.broker import deliveries, stream_for
+from lectern_common.broker import deliveries, durable_subscriber, stream_for
 from lectern_common.events import ConflictsFound, Subjects
 from lectern_common.service import ServiceState
 from lectern_gateway.review import repository as repo
@@ -40,20 +39,8 @@ def subscribe(broker: NatsBroker, state: ServiceState) -> None:
     """Register the durable consumer of ``documents.conflicts`` on the gateway's broker."""
     subject = Subjects.DOCUMENTS_CONFLICTS
 
-    @broker.subscriber(
-        subject,
-        stream=stream_for(subject),
-        durable=CONFLICTS_DURABLE,
-        pull_sub=PullSub(batch_size=10, timeout=5.0),
-        config=ConsumerConfig(
-            durable_name=CONFLICTS_DURABLE,
-            filter_subject=subject,
-            ack_policy=AckPolicy.EXPLICIT,
-            # from the stream's start: findings published before the first worker ran count
-            deliver_policy=DeliverPolicy.ALL,
-            max_deliver=MAX_EVENT_DELIVERIES,
-            ack_wait=60.0,
-        ),
+    @durable_subscriber(
+        broker, subject, durable=CONFLICTS_DURABLE, max_deliver=MAX_EVENT_DELIVERIES
     )
     async def on_conflicts(event: ConflictsFound, message: NatsMessage) -> None:
         """Queue the pairs (Postgres away: redelivered later)."""
