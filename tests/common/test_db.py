@@ -1,6 +1,7 @@
 """Migrations against a real Postgres with pgvector."""
 
 import asyncio
+import importlib
 import uuid
 from typing import Any
 
@@ -144,3 +145,56 @@ async def test_closing_a_pool_with_a_connection_held_ends_within_its_timeout(
     with pytest.raises(asyncpg.InterfaceError):
         await held.fetchval("SELECT 1")  # terminated, not left open
     await asyncio.sleep(0)
+
+
+async def test_the_upgrade_gives_ingest_its_own_record_of_every_document(
+    fresh_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 0038 on a database in use: each document's row is copied into ingest's own
+    record (``ingest_documents``) with its processing state, and the chunks no longer hang on
+    the gateway's row."""
+    module = importlib.import_module("lectern_common.db.migrate")
+    every = load_migrations()
+    monkeypatch.setattr(module, "load_migrations", lambda: [m for m in every if m.version < 38])
+    await migrate(
+        fresh_database, embedding_model=LOCAL_EMBEDDING_MODEL, embedding_dim=LOCAL_EMBEDDING_DIM
+    )
+    document_id = uuid.uuid4()
+    conn = await asyncpg.connect(fresh_database)
+    try:
+        await conn.execute(
+            "INSERT INTO documents (id, tenant_id, title, filename, mime_type, size_bytes, "
+            "file_sha256, uploaded_by, status, chunk_count, content_sha256, simhash, "
+            "topic_tags, attempts, object_name, ts_config) VALUES ($1, 't', 'Waves', "
+            "'waves.pdf', 'application/pdf', 10, 'x', 'teacher-1', 'indexed', 1, 'c', 42, "
+            "'{sound}', 2, 'o', 'english')",
+            document_id,
+        )
+        await conn.execute(
+            "INSERT INTO chunks (id, document_id, tenant_id, chunk_index, text, token_count, "
+            "content_hash, embedding) VALUES ($1, $2, 't', 0, 'waves', 1, 'h', $3)",
+            uuid.uuid4(), document_id, "[" + ",".join(["0.1"] * LOCAL_EMBEDDING_DIM) + "]",
+        )  # fmt: skip
+    finally:
+        await conn.close()
+
+    monkeypatch.setattr(module, "load_migrations", lambda: every)
+    applied = await migrate(
+        fresh_database, embedding_model=LOCAL_EMBEDDING_MODEL, embedding_dim=LOCAL_EMBEDDING_DIM
+    )
+    assert 38 in applied
+    conn = await asyncpg.connect(fresh_database)
+    try:
+        record = await conn.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", document_id)
+        await conn.execute("DELETE FROM documents WHERE id = $1", document_id)
+        chunks = await conn.fetchval(
+            "SELECT count(*) FROM chunks WHERE document_id = $1", document_id
+        )
+    finally:
+        await conn.close()
+    assert record is not None
+    assert (record["status"], record["title"], record["chunk_count"], record["simhash"]) == (
+        "indexed", "Waves", 1, 42)  # fmt: skip
+    assert (record["topic_tags"], record["attempts"], record["object_name"]) == (["sound"], 2, "o")
+    assert record["uploaded"] and record["revision"] == 0
+    assert chunks == 1, "ingest's chunks do not go with the gateway's row"
