@@ -153,7 +153,7 @@ async def record(conn: Connection, event: DocumentChange) -> list[str]:
     else:
         values, revision = state.model_dump(exclude={"revision"}), state.revision
     row = await conn.fetchrow(
-        f"SELECT status, revision, {', '.join(STATE_COLUMNS[1:])} "  # noqa: S608
+        f"SELECT revision, {', '.join(STATE_COLUMNS)} "  # noqa: S608
         "FROM ingest_documents WHERE id = $1 FOR UPDATE",
         document_id,
     )

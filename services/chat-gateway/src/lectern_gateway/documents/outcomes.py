@@ -46,12 +46,12 @@ MAX_EVENT_DELIVERIES = 50
 async def apply(pool: Pool, event: DocumentIndexed | DocumentFailed | DocumentProgress) -> bool:
     """Write the outcome (or that work is under way) to the document's row; False when the
     row was no longer pending work (already applied, deleted meanwhile, or no such row)."""
+    if isinstance(event, DocumentProgress):  # one statement, often repeated: no transaction
+        return await repo.mark_processing(pool, event.document_id)
+    if isinstance(event, DocumentFailed):
+        return await repo.apply_failed(pool, event)
     async with pool.acquire() as conn, conn.transaction():
-        if isinstance(event, DocumentIndexed):
-            return await repo.apply_indexed(conn, event)
-        if isinstance(event, DocumentProgress):
-            return await repo.mark_processing(conn, event.document_id)
-        return await repo.apply_failed(conn, event)
+        return await repo.apply_indexed(conn, event)
 
 
 def consumers() -> list[tuple[str, str]]:
