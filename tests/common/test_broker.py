@@ -1,7 +1,13 @@
 """Broker wiring against a real NATS server with JetStream."""
 
 import asyncio
+import contextlib
+import logging
+import subprocess
+import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import nats
@@ -13,8 +19,10 @@ from lectern_common.broker import (
     STREAMS,
     answer_errors,
     create_broker,
+    durable_subscriber,
     ensure_streams,
     request,
+    start_broker,
     stream_for,
 )
 from lectern_common.errors import NotFoundError, UpstreamError
@@ -25,6 +33,7 @@ from lectern_common.events import (
     Subjects,
 )
 from lectern_common.events.base import Reply, Request
+from lectern_common.runtime.nats import EmbeddedNats, free_port, nats_server_binary, port_is_free
 
 pytestmark = pytest.mark.integration
 
@@ -312,3 +321,62 @@ def test_an_idle_pull_fetch_timeout_is_not_an_error(caplog: pytest.LogCaptureFix
     with caplog.at_level(logging.DEBUG, logger=BROKER_LOGGER):
         logger.log(logging.ERROR, "Task-19 raised an exception, retrying...", exc_info=idle)
     assert caplog.records[-1].levelname == "DEBUG" and caplog.records[-1].exc_info is None
+
+
+@contextlib.contextmanager
+def nats_without_jetstream(port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A bare nats-server on ``port``: it takes connections, and no JetStream answers."""
+    bare = subprocess.Popen(
+        [str(nats_server_binary()), "-a", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10.0
+        while port_is_free(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield bare
+    finally:
+        bare.kill()
+        bare.wait(10)
+
+
+async def test_a_service_started_before_jetstream_answers_starts_once_it_does(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service whose subscribers start while its server has no JetStream to answer (a
+    cluster still electing, a server still starting) starts them again until it does, then
+    consumes; a bare ``broker.start()`` failed the service's whole start-up."""
+    port = free_port()
+    server = EmbeddedNats(tmp_path / "nats", port=port)
+    received: asyncio.Queue[bytes] = asyncio.Queue()
+    broker = create_broker(f"nats://127.0.0.1:{port}", service_name="test")
+
+    @durable_subscriber(broker, Subjects.DOCUMENTS_INDEXED, durable="test-starting", max_deliver=3)
+    async def handle(body: bytes) -> None:
+        await received.put(body)
+
+    try:
+        with (
+            nats_without_jetstream(port) as bare,
+            caplog.at_level(logging.WARNING, logger="lectern_common.broker"),
+        ):
+            await broker.connect()
+            start = asyncio.create_task(start_broker(broker, timeout=60.0))
+            while not any("JetStream cannot answer" in r.message for r in caplog.records):
+                assert not start.done(), "started on a server without JetStream"
+                await asyncio.sleep(0.05)
+            bare.terminate()
+            await asyncio.to_thread(bare.wait, 10)
+        await asyncio.to_thread(server.start)
+        nc = await nats.connect(server.url)
+        try:
+            await ensure_streams(nc.jetstream())
+            await asyncio.wait_for(start, 30.0)
+            await nc.jetstream().publish(Subjects.DOCUMENTS_INDEXED, b"after the start")
+            assert await asyncio.wait_for(received.get(), 10.0) == b"after the start"
+        finally:
+            await nc.close()
+    finally:
+        await broker.stop()
+        server.stop()

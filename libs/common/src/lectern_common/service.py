@@ -28,7 +28,7 @@ from opentelemetry import trace
 from prometheus_client import start_http_server
 
 from lectern_common import metrics
-from lectern_common.broker import ensure_streams
+from lectern_common.broker import ensure_streams, start_broker
 from lectern_common.db import ReadPools, create_pool
 from lectern_common.db.migrate import applied_migrations, load_migrations
 from lectern_common.db.pool import close_pool
@@ -184,7 +184,7 @@ def create_service_app(
                 await on_startup(state)
             if state.own_process:
                 settle_garbage_collector()
-            await broker.start()
+            await start_broker(broker, timeout=startup_timeout)
             _start_loops(state, loops, outbox=outbox, consumers=consumers)
             state.accepting = True
             log.info("%s ready", settings.service_name)
