@@ -64,17 +64,28 @@ system-deps: ## Tesseract (OCR) and Chromium (browser tests) from Debian's packa
 # worker with embedded NATS and Postgres of its own: most tests wait on servers and processes,
 # so one process left a core mostly idle (14 minutes against 8). schemathesis gives its
 # generated tests one node id, which xdist's file scheduling folds into one test, so the
-# OpenAPI fuzz file runs after, in one process (beside the workers, a fuzzed request timed
-# out at 30 s on a loaded machine, 2026-12-02). The lint (a minute of mypy on a fresh clone)
+# OpenAPI fuzz file runs after (beside the workers, a fuzzed request timed out at 30 s on a
+# loaded machine, 2026-12-02), in PYTEST_WORKERS processes of its own, each fuzzing a share
+# of the operations (LECTERN_FUZZ_SHARD; 168 s in one process). The lint (a minute of mypy on a fresh clone)
 # runs beside, at the lowest CPU priority, so that it takes only what the suite leaves; its
 # output follows the suite's, and any of them failing fails the target
 PYTEST_WORKERS ?= 2
 FUZZ_TESTS := tests/gateway/test_openapi_fuzz.py
+# the fuzz file in PYTEST_WORKERS processes at once, shard k of n each; the first prints as it
+# goes, the others' output follows; sets `fuzzed` to 1 when any failed
+FUZZ_SHARDS = fuzzed=0; shards=""; \
+	for k in $$(seq 1 $$(( $(PYTEST_WORKERS) - 1 ))); do \
+	  LECTERN_FUZZ_SHARD=$$k/$(PYTEST_WORKERS) $(VENV)/bin/pytest --durations=5 $(FUZZ_ARGS) \
+	    $(FUZZ_TESTS) > $(VENV)/fuzz-$$k.log 2>&1 & shards="$$shards $$!"; done; \
+	LECTERN_FUZZ_SHARD=0/$(PYTEST_WORKERS) $(VENV)/bin/pytest --durations=5 $(FUZZ_ARGS) \
+	  $(FUZZ_TESTS) || fuzzed=1; \
+	for pid in $$shards; do wait $$pid || fuzzed=1; done; \
+	for k in $$(seq 1 $$(( $(PYTEST_WORKERS) - 1 ))); do \
+	  echo "--- fuzz shard $$k/$(PYTEST_WORKERS)"; cat $(VENV)/fuzz-$$k.log; done
 test: install system-deps ## Install, lint, and run the whole test suite against real NATS + Postgres
 	@nice -n 19 $(MAKE) --no-print-directory lint > $(VENV)/lint.log 2>&1 & lint=$$!; \
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile --ignore=$(FUZZ_TESTS); tests=$$?; \
-	echo "--- the OpenAPI fuzz tests, in one process"; \
-	$(VENV)/bin/pytest --durations=5 $(FUZZ_TESTS); fuzzed=$$?; \
+	echo "--- the OpenAPI fuzz tests, in $(PYTEST_WORKERS) processes"; $(FUZZ_SHARDS); \
 	wait $$lint; linted=$$?; \
 	echo "--- make lint (ran beside the tests)"; cat $(VENV)/lint.log; \
 	if [ $$linted -ne 0 ]; then echo "make lint failed"; fi; \
@@ -86,9 +97,10 @@ fuzz: install ## The deep schemathesis run over every route (300 examples each; 
 chaos: install ## The long fault run: the cluster stack's NATS leader killed 8 times under load, gateway takeover, read replica stopped (docs/reliability.md)
 	LECTERN_CHAOS_ROUNDS=8 $(VENV)/bin/pytest -q -s tests/e2e/test_cluster_stack.py tests/gateway/test_chat_takeover.py tests/common/test_read_replica.py
 
+test-fast: FUZZ_ARGS = -m "not slow and not e2e"
 test-fast: install ## The suite without slow and e2e tests
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow and not e2e" --ignore=$(FUZZ_TESTS)
-	$(VENV)/bin/pytest --durations=5 -m "not slow and not e2e" $(FUZZ_TESTS)
+	@$(FUZZ_SHARDS); exit $$fuzzed
 
 asyncapi: install ## Regenerate docs/asyncapi.yaml and docs/openapi.json from the code
 	$(PY) -m lectern_common.asyncapi > docs/asyncapi.yaml

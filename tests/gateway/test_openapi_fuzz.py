@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import threading
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +36,15 @@ STATUSES: Counter[int] = Counter()
 #: examples per operation (90 operations, some 5,300 requests in all); raise it with
 #: LECTERN_FUZZ_EXAMPLES for a longer run
 EXAMPLES = int(os.environ.get("LECTERN_FUZZ_EXAMPLES", "25"))
+#: "k/n": fuzz only the k-th of n shares of the operations (by a hash of each one's method
+#: and path), so that n processes share the work; `make test` runs two on its two cores
+SHARD = os.environ.get("LECTERN_FUZZ_SHARD", "0/1")
+
+
+def in_shard(context: Any, shard: str = SHARD) -> bool:
+    """Whether an operation belongs to this process's share (``LECTERN_FUZZ_SHARD``)."""
+    index, count = (int(part) for part in shard.split("/"))
+    return zlib.crc32(context.operation.label.encode()) % count == index
 
 
 class ThreadedGateway:
@@ -94,7 +104,7 @@ def served(nats_url: str, database_url: str) -> Iterator[Gateway]:
 
 
 # the gateway's schema as it builds it (docs/openapi.json is the same, kept current by a test)
-schema = schemathesis.openapi.from_dict(json.loads(openapi_json()))
+schema = schemathesis.openapi.from_dict(json.loads(openapi_json())).include(in_shard)
 # conforming requests and ones that break the schema (wrong types, missing fields, extra
 # parameters), with NUL characters allowed in strings
 schema.config.generation.update(
