@@ -10,6 +10,11 @@ STAMP := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# Python keeps the bytecode it compiles. This machine's environment sets PYTHONDONTWRITEBYTECODE
+# and uv installs no .pyc, so every process compiled every module it imported again: a
+# service's imports took 4.6 s against 2.2 s, collecting the suite 37 s against 17 s, and the
+# suite starts hundreds of processes
+unexport PYTHONDONTWRITEBYTECODE
 
 .DEFAULT_GOAL := help
 
