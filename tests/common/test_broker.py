@@ -19,6 +19,7 @@ from lectern_common.broker import (
     STREAMS,
     answer_errors,
     create_broker,
+    declare_streams,
     durable_subscriber,
     ensure_streams,
     request,
@@ -363,7 +364,7 @@ async def test_a_service_started_before_jetstream_answers_starts_once_it_does(
         ):
             await broker.connect()
             start = asyncio.create_task(start_broker(broker, timeout=60.0))
-            while not any("JetStream cannot answer" in r.message for r in caplog.records):
+            while not any("starting the subscribers" in r.message for r in caplog.records):
                 assert not start.done(), "started on a server without JetStream"
                 await asyncio.sleep(0.05)
             bare.terminate()
@@ -379,4 +380,35 @@ async def test_a_service_started_before_jetstream_answers_starts_once_it_does(
             await nc.close()
     finally:
         await broker.stop()
+        server.stop()
+
+
+async def test_streams_declared_before_jetstream_answers_are_declared_once_it_does(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service's start declares the streams again while no JetStream answers, and goes on
+    once one does: the streams are there, no ERROR logged."""
+    port = free_port()
+    server = EmbeddedNats(tmp_path / "nats", port=port)
+    try:
+        with nats_without_jetstream(port) as bare, caplog.at_level(logging.WARNING):
+            nc = await nats.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=-1)
+            declare = asyncio.create_task(declare_streams(nc.jetstream(), replicas=1, timeout=60.0))
+            while not any("declaring the streams" in r.message for r in caplog.records):
+                assert not declare.done(), "declared on a server without JetStream"
+                await asyncio.sleep(0.05)
+            bare.terminate()
+            await asyncio.to_thread(bare.wait, 10)
+            await asyncio.to_thread(server.start)
+            await asyncio.wait_for(declare, 30.0)
+        try:
+            for spec in STREAMS:
+                assert (await nc.jetstream().stream_info(spec.name)).config.name == spec.name
+        finally:
+            await nc.close()
+        # (nats-py's own client logs the swap of servers; Lectern's logs are the service's)
+        assert not [
+            r for r in caplog.records if r.name.startswith("lectern") and r.levelno >= logging.ERROR
+        ]
+    finally:
         server.stop()

@@ -317,17 +317,36 @@ async def start_broker(broker: NatsBroker, *, timeout: float) -> None:
     answer. FastStream creates a subscription only where none exists, so a second start picks
     up where the first stopped; after ``timeout`` seconds the last error is raised.
     """
+    await until_jetstream_answers(broker.start, what="starting the subscribers", timeout=timeout)
+
+
+async def declare_streams(js: JetStreamContext, *, replicas: int, timeout: float) -> None:
+    """``ensure_streams`` at a service's start, again while JetStream cannot answer yet (it is
+    idempotent); after ``timeout`` seconds the last error is raised."""
+
+    async def declare() -> None:
+        await ensure_streams(js, replicas=replicas)
+
+    await until_jetstream_answers(declare, what="declaring the streams", timeout=timeout)
+
+
+async def until_jetstream_answers(
+    step: Callable[[], Awaitable[None]], *, what: str, timeout: float
+) -> None:
+    """Run ``step``, and again with a growing pause (0.5 s to 5 s, a WARNING each time) while
+    it fails because JetStream cannot answer yet, for at most ``timeout`` seconds."""
     deadline = asyncio.get_running_loop().time() + timeout
     delay = 0.5
     while True:
         try:
-            await broker.start()
+            await step()
             return
         except _JETSTREAM_NOT_READY as exc:
             if asyncio.get_running_loop().time() + delay > deadline:
                 raise
             log.warning(
-                "JetStream cannot answer yet at start (%s); starting again in %.1f s",
+                "JetStream cannot answer yet (%s, %s); again in %.1f s",
+                what,
                 type(exc).__name__,
                 delay,
             )

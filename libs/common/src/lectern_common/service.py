@@ -28,7 +28,7 @@ from opentelemetry import trace
 from prometheus_client import start_http_server
 
 from lectern_common import metrics
-from lectern_common.broker import ensure_streams, start_broker
+from lectern_common.broker import declare_streams, start_broker
 from lectern_common.db import ReadPools, create_pool
 from lectern_common.db.migrate import applied_migrations, load_migrations
 from lectern_common.db.pool import close_pool
@@ -218,8 +218,10 @@ async def _connect(state: ServiceState, *, startup_timeout: float) -> None:
     )
     state.telemetry = setup_telemetry(settings)
     await state.broker.connect()
-    await ensure_streams(
-        state.broker.config.connection_state.stream, replicas=settings.stream_replicas
+    await declare_streams(
+        state.broker.config.connection_state.stream,
+        replicas=settings.stream_replicas,
+        timeout=startup_timeout,
     )
     if not state.database:
         return
