@@ -38,17 +38,46 @@ COMMAND_MODULES: list[str] = [
     "lectern_cli.eval_memory_cmd",
 ]
 
+#: the module that registers each command: ``lectern COMMAND ...`` imports that one alone
+#: (building every command's parser imported them all, the MCP SDK among them: 3.4 s before
+#: any command ran); ``lectern --help``, or a command not named here, builds them all
+COMMANDS: dict[str, str] = {
+    "up": "lectern_cli.up",
+    "migrate": "lectern_cli.migrate_cmd",
+    "status": "lectern_cli.status",
+    "token": "lectern_cli.token_cmd",
+    "apikey": "lectern_cli.apikey_cmd",
+    "lti": "lectern_cli.lti_cmd",
+    "ingest": "lectern_cli.ingest_cmd",
+    "inspect": "lectern_cli.inspect_cmd",
+    "ask": "lectern_cli.ask_cmd",
+    "search": "lectern_cli.search_cmd",
+    "quiz": "lectern_cli.quiz_cmd",
+    "syllabus": "lectern_cli.quiz_cmd",
+    "mcp": "lectern_cli.mcp_cmd",
+    "personas": "lectern_cli.personas_cmd",
+    "quality": "lectern_cli.quality_cmd",
+    "docs": "lectern_cli.docs_cmd",
+    "reindex": "lectern_cli.reindex_cmd",
+    "gc": "lectern_cli.gc_cmd",
+    "eval": "lectern_cli.eval_cmd",
+    "eval-answers": "lectern_cli.eval_answers_cmd",
+    "eval-memory": "lectern_cli.eval_memory_cmd",
+}
+
 Command = Callable[[argparse.Namespace], int]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every registered subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with every registered subcommand, or with ``command``'s alone
+    when ``COMMANDS`` names its module."""
     parser = argparse.ArgumentParser(
         prog="lectern",
         description="Lectern: a retrieval-augmented tutor backend (embedded stack and tools).",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    only = COMMANDS.get(command or "")
+    for name in [only] if only is not None else COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
         except ImportError as exc:
@@ -74,8 +103,9 @@ def _register_broken(subparsers: Any, module: str, error: ImportError) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns its exit code."""
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words[0] if words else None)
+    args, extra = parser.parse_known_args(words)
     if extra and not getattr(args, "broken_command", False):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     func = cast(Command, args.func)
