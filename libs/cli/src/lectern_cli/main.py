@@ -1,8 +1,9 @@
 """Entry point of ``lectern``: one subcommand per module in ``COMMAND_MODULES``.
 
 Each module exposes ``register(subparsers) -> None``, which adds its subparser and sets
-``func`` (``args -> int``, the exit code) with ``set_defaults``. Add a command with a
-one-line edit to the list below.
+``func`` (``args -> int``, the exit code) with ``set_defaults``. Add a command by naming its
+module in ``COMMAND_MODULES`` and each command it registers in ``COMMANDS`` (a test checks
+that the two agree).
 """
 
 from __future__ import annotations
