@@ -19,13 +19,12 @@ from lectern_common.broker import (
     STREAMS,
     answer_errors,
     create_broker,
-    declare_streams,
     durable_subscriber,
     ensure_streams,
     request,
-    start_broker,
     stream_for,
 )
+from lectern_common.broker_startup import declare_streams, start_broker
 from lectern_common.errors import NotFoundError, UpstreamError
 from lectern_common.events import (
     DocumentUploaded,
@@ -360,7 +359,7 @@ async def test_a_service_started_before_jetstream_answers_starts_once_it_does(
     try:
         with (
             nats_without_jetstream(port) as bare,
-            caplog.at_level(logging.WARNING, logger="lectern_common.broker"),
+            caplog.at_level(logging.WARNING, logger="lectern_common.broker_startup"),
         ):
             await broker.connect()
             start = asyncio.create_task(start_broker(broker, timeout=60.0))

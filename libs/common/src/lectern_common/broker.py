@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import traceback
@@ -296,62 +295,6 @@ async def ensure_streams(js: JetStreamContext, *, replicas: int = 1) -> None:
             ),
         )
         log.info("created object store %s", DOCUMENTS_BUCKET)
-
-
-#: what JetStream's API answers while it cannot serve a consumer yet: no reply in time (a
-#: leader still being elected), "temporarily unavailable", or nothing listening at all
-_JETSTREAM_NOT_READY = (
-    nats_errors.TimeoutError,
-    nats_errors.NoRespondersError,
-    js_errors.ServiceUnavailableError,
-)
-
-
-async def start_broker(broker: NatsBroker, *, timeout: float) -> None:
-    """Start the broker's subscribers, starting again while JetStream cannot answer yet.
-
-    Each pull subscriber asks its stream's leader for its consumer at start; just after a
-    cluster forms, or on a loaded machine, that request can time out or be refused as
-    "temporarily unavailable" (seen: a service of a 3-node stack exited with "Application
-    startup failed" and was restarted), and a server still starting may have no JetStream to
-    answer. FastStream creates a subscription only where none exists, so a second start picks
-    up where the first stopped; after ``timeout`` seconds the last error is raised.
-    """
-    await until_jetstream_answers(broker.start, what="starting the subscribers", timeout=timeout)
-
-
-async def declare_streams(js: JetStreamContext, *, replicas: int, timeout: float) -> None:
-    """``ensure_streams`` at a service's start, again while JetStream cannot answer yet (it is
-    idempotent); after ``timeout`` seconds the last error is raised."""
-
-    async def declare() -> None:
-        await ensure_streams(js, replicas=replicas)
-
-    await until_jetstream_answers(declare, what="declaring the streams", timeout=timeout)
-
-
-async def until_jetstream_answers(
-    step: Callable[[], Awaitable[None]], *, what: str, timeout: float
-) -> None:
-    """Run ``step``, and again with a growing pause (0.5 s to 5 s, a WARNING each time) while
-    it fails because JetStream cannot answer yet, for at most ``timeout`` seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    delay = 0.5
-    while True:
-        try:
-            await step()
-            return
-        except _JETSTREAM_NOT_READY as exc:
-            if asyncio.get_running_loop().time() + delay > deadline:
-                raise
-            log.warning(
-                "JetStream cannot answer yet (%s, %s); again in %.1f s",
-                what,
-                type(exc).__name__,
-                delay,
-            )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 #: the attribute that names what an event is about (CloudEvents ``subject``), first found

@@ -28,7 +28,7 @@ from opentelemetry import trace
 from prometheus_client import start_http_server
 
 from lectern_common import metrics
-from lectern_common.broker import declare_streams, start_broker
+from lectern_common.broker_startup import declare_streams, start_broker
 from lectern_common.db import ReadPools, create_pool
 from lectern_common.db.migrate import applied_migrations, load_migrations
 from lectern_common.db.pool import close_pool
