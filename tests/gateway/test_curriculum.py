@@ -80,6 +80,18 @@ async def test_standards_are_proposed_confirmed_and_filter_search(
         listed = await client.get("/v1/curriculum/standards", headers=student,
                                   params={"subject": "Biology"})  # fmt: skip
         assert [s["code"] for s in listed.json()] == ["LS1-CELL", "LS1-PHOTO"]
+        # a code given twice in one upload: its last entry, as a later upload would replace it
+        said = ("Prove theorems about triangles", "Prove theorems about circles")
+        geometry = [{"code": "MA-GEO", "description": d, "subject": "mathematics"} for d in said]
+        twice = await client.post("/v1/curriculum/standards", json={"standards": geometry},
+                                  headers=teacher)  # fmt: skip
+        assert twice.status_code == 200, twice.text
+        maths = await client.get("/v1/curriculum/standards", headers=student,
+                                 params={"subject": "mathematics"})  # fmt: skip
+        assert [(s["code"], s["description"]) for s in maths.json()] == [
+            ("MA-ALG", "Solve linear equations and inequalities in one variable"),
+            ("MA-GEO", "Prove theorems about circles"),
+        ]
 
         url = f"/v1/documents/{seeded.document_id}/curriculum"
         proposed = (await client.get(url, headers=teacher)).json()

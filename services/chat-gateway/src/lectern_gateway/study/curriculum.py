@@ -164,17 +164,18 @@ async def upload_standards(
     except (ValidationError, UnicodeDecodeError, ValueError, KeyError) as exc:
         raise ProblemError(422, "Invalid standards", str(exc)[:2000]) from exc
     embedder = await _embedder(gateway)
+    # a code given twice is replaced by its last entry, as by a later upload: only that one
+    # is embedded and stored (5,000 copies of one code took a fuzzed request over 30 s)
+    latest = list({s.code: s for s in upload.standards}.values())
 
     async def attempt(model: Embedder) -> None:
-        vectors = await model.embed_documents(
-            [f"{s.code}: {s.description}" for s in upload.standards]
-        )
+        vectors = await model.embed_documents([f"{s.code}: {s.description}" for s in latest])
         async with pool.acquire() as conn, conn.transaction():
             await guard(conn, model.name)
             await repo.upsert_standards(
                 conn,
                 [(staff.tenant_id, s.code, s.description, s.subject, s.grade, v)
-                 for s, v in zip(upload.standards, vectors, strict=True)],
+                 for s, v in zip(latest, vectors, strict=True)],
             )  # fmt: skip
 
     await with_live_model(embedder, attempt)
