@@ -341,6 +341,21 @@ def nats_without_jetstream(port: int) -> Iterator[subprocess.Popen[bytes]]:
         bare.wait(10)
 
 
+async def retried_then_stopped(
+    caplog: pytest.LogCaptureFixture,
+    step: asyncio.Task[None],
+    what: str,
+    bare: subprocess.Popen[bytes],
+) -> None:
+    """Wait until ``what`` was retried (its WARNING logged), ``step`` not done meanwhile, then
+    stop the server without JetStream."""
+    while not any(what in r.message for r in caplog.records):
+        assert not step.done(), f"{what}: done on a server without JetStream"
+        await asyncio.sleep(0.05)
+    bare.terminate()
+    await asyncio.to_thread(bare.wait, 10)
+
+
 async def test_a_service_started_before_jetstream_answers_starts_once_it_does(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -363,11 +378,7 @@ async def test_a_service_started_before_jetstream_answers_starts_once_it_does(
         ):
             await broker.connect()
             start = asyncio.create_task(start_broker(broker, timeout=60.0))
-            while not any("starting the subscribers" in r.message for r in caplog.records):
-                assert not start.done(), "started on a server without JetStream"
-                await asyncio.sleep(0.05)
-            bare.terminate()
-            await asyncio.to_thread(bare.wait, 10)
+            await retried_then_stopped(caplog, start, "starting the subscribers", bare)
         await asyncio.to_thread(server.start)
         nc = await nats.connect(server.url)
         try:
@@ -393,11 +404,7 @@ async def test_streams_declared_before_jetstream_answers_are_declared_once_it_do
         with nats_without_jetstream(port) as bare, caplog.at_level(logging.WARNING):
             nc = await nats.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=-1)
             declare = asyncio.create_task(declare_streams(nc.jetstream(), replicas=1, timeout=60.0))
-            while not any("declaring the streams" in r.message for r in caplog.records):
-                assert not declare.done(), "declared on a server without JetStream"
-                await asyncio.sleep(0.05)
-            bare.terminate()
-            await asyncio.to_thread(bare.wait, 10)
+            await retried_then_stopped(caplog, declare, "declaring the streams", bare)
             await asyncio.to_thread(server.start)
             await asyncio.wait_for(declare, 30.0)
         try:

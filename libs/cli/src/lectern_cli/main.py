@@ -1,9 +1,8 @@
 """Entry point of ``lectern``: one subcommand per module in ``COMMAND_MODULES``.
 
 Each module exposes ``register(subparsers) -> None``, which adds its subparser and sets
-``func`` (``args -> int``, the exit code) with ``set_defaults``. Add a command by naming its
-module in ``COMMAND_MODULES`` and each command it registers in ``COMMANDS`` (a test checks
-that the two agree).
+``func`` (``args -> int``, the exit code) with ``set_defaults``. Add a command by naming each
+command its module registers in ``COMMANDS`` (a test checks that they agree).
 """
 
 from __future__ import annotations
@@ -15,29 +14,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from lectern_common.errors import LecternError
-
-COMMAND_MODULES: list[str] = [
-    "lectern_cli.up",
-    "lectern_cli.migrate_cmd",
-    "lectern_cli.status",
-    "lectern_cli.token_cmd",
-    "lectern_cli.apikey_cmd",
-    "lectern_cli.lti_cmd",
-    "lectern_cli.ingest_cmd",
-    "lectern_cli.inspect_cmd",
-    "lectern_cli.ask_cmd",
-    "lectern_cli.search_cmd",
-    "lectern_cli.quiz_cmd",
-    "lectern_cli.mcp_cmd",
-    "lectern_cli.personas_cmd",
-    "lectern_cli.quality_cmd",
-    "lectern_cli.docs_cmd",
-    "lectern_cli.reindex_cmd",
-    "lectern_cli.gc_cmd",
-    "lectern_cli.eval_cmd",
-    "lectern_cli.eval_answers_cmd",
-    "lectern_cli.eval_memory_cmd",
-]
 
 #: the module that registers each command: ``lectern COMMAND ...`` imports that one alone
 #: (building every command's parser imported them all, the MCP SDK among them: 3.4 s before
@@ -65,6 +41,9 @@ COMMANDS: dict[str, str] = {
     "eval-answers": "lectern_cli.eval_answers_cmd",
     "eval-memory": "lectern_cli.eval_memory_cmd",
 }
+
+#: every command's module once, in the order ``lectern --help`` lists them
+COMMAND_MODULES: list[str] = list(dict.fromkeys(COMMANDS.values()))
 
 Command = Callable[[argparse.Namespace], int]
 
