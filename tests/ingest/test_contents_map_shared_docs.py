@@ -10,12 +10,12 @@ metadata title is a file's name.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pymupdf as _pymupdf
 import pytest
+from lectern_testing.shared_reads import SharedReads
 
 from lectern_common.filetype import detect_mime_path
 from lectern_ingest.extract import Unit, extract
@@ -95,10 +95,10 @@ def _share(total: int, unmatched: int) -> float:
 
 @pytest.mark.parametrize("name", sorted(CONTENTS))
 def test_contents_entries_are_lines_of_the_text(
-    name: str, shared_data: Path, read_shared: Callable[[Path], Any]
+    name: str, shared_data: Path, read_shared: SharedReads
 ) -> None:
-    # a document read once for the contents, outline and structure tests (the conftest's
-    # read_shared); the test that hides the outline reads its own
+    # a document read once for the shared-document tests (lectern_testing.shared_reads);
+    # the test that hides the outline reads its own
     read = read_shared(shared_data / name)
     ex, report = read.extraction, read.report
     assert report is not None
@@ -109,7 +109,7 @@ def test_contents_entries_are_lines_of_the_text(
 
 @pytest.mark.parametrize("name", sorted(OUTLINES))
 def test_outline_entries_are_lines_of_the_text(
-    name: str, shared_data: Path, read_shared: Callable[[Path], Any]
+    name: str, shared_data: Path, read_shared: SharedReads
 ) -> None:
     report = read_shared(shared_data / name).report
     assert report is not None
@@ -136,8 +136,11 @@ def test_a_printed_contents_page_alone_makes_the_tree(
     assert {title: first_seen.get(title) for title in expected} == expected
 
 
-def test_the_redbook_sample_finds_every_section_it_holds(shared_data: Path) -> None:
-    ex, units, report = _read(shared_data / "docs/ibm-redbook-sampled-18p.pdf")
+def test_the_redbook_sample_finds_every_section_it_holds(
+    shared_data: Path, read_shared: SharedReads
+) -> None:
+    read = read_shared(shared_data / "docs/ibm-redbook-sampled-18p.pdf")
+    ex, units, report = read.extraction, read.units, read.report
     unmatched = {e.title for e in report.contents_unmatched}
     found = {e.title for e in ex.contents_entries} - unmatched
     assert found == REDBOOK_SECTIONS

@@ -10,12 +10,12 @@ path may start with the contents page's own title.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lectern_testing.shared_reads import SharedReads
 
 from lectern_ingest.chunking import ChunkingConfig, chunk_units
 
@@ -120,10 +120,10 @@ DOCUMENTS: dict[str, Expected] = {
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
 def test_the_tree_matches_the_documents_own_contents(
-    name: str, shared_data: Path, count_tokens: Any, read_shared: Callable[[Path], Any]
+    name: str, shared_data: Path, count_tokens: Any, read_shared: SharedReads
 ) -> None:
     expected = DOCUMENTS[name]
-    # extracted once for these and the contents-map tests (the conftest's read_shared)
+    # extracted once for these and the contents-map tests (lectern_testing.shared_reads)
     read = read_shared(shared_data / name)
     contents_pages, units = read.contents_pages, read.units
     chunks = list(chunk_units(units, config=ChunkingConfig(), count_tokens=count_tokens))
