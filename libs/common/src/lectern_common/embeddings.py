@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx
 import numpy as np
-from google import genai
-from google.genai import errors as genai_errors
-from google.genai import types
 from numpy.typing import NDArray
 from tenacity import (
     AsyncRetrying,
@@ -36,6 +35,11 @@ from lectern_common.errors import (
     UpstreamError,
 )
 from lectern_common.settings import BaseServiceSettings
+
+if TYPE_CHECKING:
+    # google-genai is imported where a Gemini call is made, never at start-up: its types
+    # module alone takes 0.5 s of CPU to import, and the default stack is offline
+    from google import genai
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +59,23 @@ def _transport_errors() -> tuple[type[Exception], ...]:
 
 #: exceptions meaning the model endpoint could not be reached or timed out
 TRANSPORT_ERRORS = _transport_errors()
-#: everything a google-genai call raises on purpose: API errors and transport failures
-GEMINI_CALL_ERRORS: tuple[type[Exception], ...] = (genai_errors.APIError, *TRANSPORT_ERRORS)
+
+
+@functools.cache
+def gemini_call_errors() -> tuple[type[Exception], ...]:
+    """Everything a google-genai call raises on purpose: API errors and transport failures
+    (``except gemini_call_errors()``: evaluated only when something is raised)."""
+    from google.genai import errors
+
+    return (errors.APIError, *TRANSPORT_ERRORS)
+
+
+def _api_error(exc: BaseException) -> Any:
+    """``exc`` as google-genai's ``APIError``, or None. Nothing raises one before google-genai
+    is imported, so an exception is checked without importing it."""
+    errors = sys.modules.get("google.genai.errors")
+    return exc if errors is not None and isinstance(exc, errors.APIError) else None
+
 
 Vectors = NDArray[np.float32]
 TaskType = Literal["RETRIEVAL_DOCUMENT", "RETRIEVAL_QUERY"]
@@ -454,16 +473,17 @@ def _wordpiece_counter() -> Callable[[str], int]:
 
 def is_retryable_api_error(exc: BaseException) -> bool:
     """Rate limits, server errors and transport failures are worth another try; 4xx are not."""
-    if isinstance(exc, genai_errors.APIError):
-        return exc.code == 429 or exc.code >= 500
+    if (api := _api_error(exc)) is not None:
+        return bool(api.code == 429 or api.code >= 500)
     return isinstance(exc, TRANSPORT_ERRORS)
 
 
 def retry_delay_hint(exc: BaseException) -> float | None:
     """The delay a Gemini 429 asks for (``google.rpc.RetryInfo.retryDelay``, e.g. "37s")."""
-    if not isinstance(exc, genai_errors.APIError) or not isinstance(exc.details, dict):
+    api = _api_error(exc)
+    if api is None or not isinstance(api.details, dict):
         return None
-    error = exc.details.get("error", exc.details)
+    error = api.details.get("error", api.details)
     details = error.get("details") if isinstance(error, dict) else None
     for detail in details if isinstance(details, list) else []:
         if not isinstance(detail, dict) or not str(detail.get("@type", "")).endswith("RetryInfo"):
@@ -494,14 +514,14 @@ class ServerHintedWait:
 
 def upstream_error(exc: BaseException, *, what: str) -> LecternError:
     """Our error for a failed Gemini call: rate limit / unavailable / misconfigured / rejected."""
-    if isinstance(exc, genai_errors.APIError):
-        detail = f"{what}: Gemini answered {exc.code} {exc.status or ''} {exc.message or ''}"
+    if (api := _api_error(exc)) is not None:
+        detail = f"{what}: Gemini answered {api.code} {api.status or ''} {api.message or ''}"
         hint = retry_delay_hint(exc)
-        if exc.code == 429:
+        if api.code == 429:
             return UpstreamError(detail.strip(), reason="rate_limited", retry_after_s=hint)
-        if exc.code >= 500:
+        if api.code >= 500:
             return UpstreamError(detail.strip(), reason="upstream_unavailable", retry_after_s=hint)
-        if exc.code in (401, 403):
+        if api.code in (401, 403):
             return ConfigurationError(detail.strip(), reason="upstream_auth")
         return BadInputError(detail.strip(), reason="upstream_rejected")
     return UpstreamError(f"{what}: cannot reach Gemini ({exc!r})", reason="upstream_unreachable")
@@ -511,6 +531,9 @@ def create_gemini_client(
     *, api_key: str, base_url: str | None = None, timeout_s: float | None = None
 ) -> genai.Client:
     """A ``genai.Client`` for the Gemini Developer API (``v1beta``), optionally redirected."""
+    from google import genai
+    from google.genai import types
+
     options = types.HttpOptions(
         api_version="v1beta",
         base_url=base_url or None,
@@ -564,6 +587,8 @@ class GeminiEmbedder:
         return self._count(text)
 
     async def _embed_batch(self, texts: Sequence[str], task_type: TaskType) -> Vectors:
+        from google.genai import types
+
         config = types.EmbedContentConfig(task_type=task_type, output_dimensionality=self.dimension)
         contents: list[types.ContentUnion] = list(texts)
         retrying = AsyncRetrying(
@@ -578,7 +603,7 @@ class GeminiEmbedder:
                     response = await self.client.aio.models.embed_content(
                         model=self.name, contents=contents, config=config
                     )
-        except GEMINI_CALL_ERRORS as exc:
+        except gemini_call_errors() as exc:
             raise upstream_error(exc, what=f"embedding {len(texts)} texts") from exc
         embeddings = response.embeddings or []
         if len(embeddings) != len(texts):

@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from google.genai import types
-
 from lectern_common.embeddings import create_gemini_client
 from lectern_ingest.config import Settings
 from lectern_ingest.repository import ChunkRecord
@@ -96,6 +94,9 @@ class GeminiEnricher:
         self.gate = asyncio.Semaphore(concurrency)
 
     async def _ask(self, prompt: str) -> dict[str, Any] | None:
+        # google-genai only where Gemini is called (lectern_common.embeddings says why)
+        from google.genai import types
+
         config = types.GenerateContentConfig(
             response_mime_type="application/json",
             temperature=0.2,

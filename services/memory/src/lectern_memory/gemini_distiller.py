@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from google import genai
-from google.genai import errors, types
 from pydantic import ValidationError
 
+from lectern_common.embeddings import create_gemini_client
 from lectern_memory.config import Settings
 from lectern_memory.distill import (
     Distillation,
@@ -17,6 +17,10 @@ from lectern_memory.distill import (
     distillation_prompt,
 )
 from lectern_memory.service import Distiller
+
+if TYPE_CHECKING:
+    # google-genai only where Gemini is called (lectern_common.embeddings says why)
+    from google import genai
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +34,8 @@ class GeminiDistiller:
 
     async def __call__(self, turns: Sequence[TurnSignal]) -> list[MemoryDraft] | None:
         """Two attempts at valid JSON; on failure the caller falls back to the rules."""
+        from google.genai import errors, types
+
         prompt = distillation_prompt(turns)
         config = types.GenerateContentConfig(
             response_mime_type="application/json",
@@ -56,8 +62,7 @@ def build_model_distiller(settings: Settings) -> Distiller | None:
     """A Gemini distiller when a key is configured, else ``None`` (rules only)."""
     if settings.gemini_api_key is None:
         return None
-    options = types.HttpOptions(api_version="v1beta")
-    if settings.gemini_base_url:
-        options = types.HttpOptions(base_url=settings.gemini_base_url, api_version="v1beta")
-    client = genai.Client(api_key=settings.gemini_api_key.get_secret_value(), http_options=options)
+    client = create_gemini_client(
+        api_key=settings.gemini_api_key.get_secret_value(), base_url=settings.gemini_base_url
+    )
     return GeminiDistiller(client=client, model=settings.gemini_chat_model)

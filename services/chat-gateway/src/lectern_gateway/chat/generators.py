@@ -32,12 +32,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
-from google import genai
-from google.genai import types
 
 from lectern_answerer import READ_AT_MOST, OfflineAnswerer, SentenceReader
 from lectern_common import metrics as telemetry_metrics
-from lectern_common.embeddings import GEMINI_CALL_ERRORS, create_gemini_client, upstream_error
+from lectern_common.embeddings import create_gemini_client, gemini_call_errors, upstream_error
 from lectern_common.errors import (
     BadInputError,
     ConfigurationError,
@@ -58,6 +56,10 @@ from lectern_common.generation import (
 from lectern_common.settings import BaseServiceSettings
 
 if TYPE_CHECKING:
+    # google-genai only where Gemini is called (lectern_common.embeddings says why)
+    from google import genai
+    from google.genai import types
+
     from lectern_common.embeddings import Embedder
 
 log = logging.getLogger(__name__)
@@ -151,6 +153,8 @@ class GeminiGenerator:
         self.thinking_budget = thinking_budget
 
     def _config(self, system: str, web_search: bool) -> types.GenerateContentConfig:
+        from google.genai import types
+
         tools: list[types.ToolUnion] | None = (
             [types.Tool(google_search=types.GoogleSearch())] if web_search else None
         )
@@ -163,6 +167,8 @@ class GeminiGenerator:
 
     async def stream(self, request: GenerationRequest) -> GenerationStream:
         """Stream Gemini's answer; errors become ``UpstreamError`` (429: ``rate_limited``)."""
+        from google.genai import types
+
         contents = [
             types.Content(
                 role="model" if m.role == "assistant" else "user",
@@ -201,7 +207,7 @@ class GeminiGenerator:
                 close = getattr(response_stream, "aclose", None)
                 if close is not None:
                     await close()
-        except GEMINI_CALL_ERRORS as exc:
+        except gemini_call_errors() as exc:
             raise upstream_error(exc, what="Gemini generation") from exc
         full = "".join(answer)
         if metadata is not None and (grounding := map_grounding(metadata, full)) is not None:

@@ -15,15 +15,17 @@ import json
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from google import genai
-from google.genai import errors, types
 from pydantic import BaseModel, Field, ValidationError
 
 from lectern_gateway.study import generator
 from lectern_gateway.study.generator import Question, QuestionKind, SourceChunk
 from lectern_gateway.study.grading import content_words
+
+if TYPE_CHECKING:
+    # google-genai only where Gemini is called (lectern_common.embeddings says why)
+    from google import genai
 
 log = logging.getLogger(__name__)
 ROUNDS = 2
@@ -125,6 +127,8 @@ class GeminiQuizWriter:
 
     async def _json_reply(self, prompt: str, *, temperature: float) -> str:
         """The model's JSON reply to ``prompt`` (code fences removed); raises APIError."""
+        from google.genai import types
+
         config = types.GenerateContentConfig(
             response_mime_type="application/json",
             temperature=temperature,
@@ -145,6 +149,8 @@ class GeminiQuizWriter:
         focus_topics: Sequence[str],
     ) -> list[Question] | None:
         """Validated questions (possibly fewer than asked), or None when the model failed."""
+        from google.genai import errors  # the client's own: imported with it
+
         pool = generator.passages(chunks, count=2 * num_questions, focus_topics=focus_topics)
         if not pool:
             return []
@@ -181,6 +187,8 @@ class GeminiQuizWriter:
     async def judge(self, items: Sequence[tuple[str, str, str, str]]) -> list[bool] | None:
         """A verdict per (question, reference, source, answer), or None when the model
         failed or did not judge every item (the rules decide then)."""
+        from google.genai import errors  # the client's own: imported with it
+
         if not items:
             return []
         try:
