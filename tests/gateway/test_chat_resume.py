@@ -8,7 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -20,9 +20,11 @@ from lectern_testing.chat import (
     seed_document,
 )
 
+from lectern_common.db.types import Pool
 from lectern_common.errors import UpstreamError
+from lectern_gateway.chat import repository as repo
 from lectern_gateway.chat.prompt import Prompt
-from lectern_gateway.chat.running_turns import TurnRegistry
+from lectern_gateway.chat.running_turns import TurnLog, TurnRegistry
 from lectern_gateway.chat.sse import parse_event
 from lectern_gateway.chat.streamer import Piece, TextDelta
 
@@ -260,3 +262,50 @@ async def test_stop_cancels_the_turn_on_the_server(
     )
     assert [r["role"] for r in roles] == ["user"]
     assert (await client.post(cancel, headers=headers)).status_code == 409
+
+
+class _SlowAfterWrite:
+    """The real pool, its ``execute`` returning only ``pause`` seconds after the statement
+    ran: a caller cancelled in that time had its write land all the same."""
+
+    def __init__(self, pool: Any, pause: float) -> None:
+        self._pool = pool
+        self.pause = pause
+        self.written = asyncio.Event()
+
+    async def execute(self, query: str, *args: Any) -> str:
+        done: str = await self._pool.execute(query, *args)
+        self.written.set()
+        await asyncio.sleep(self.pause)
+        return done
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+
+async def test_a_flush_cancelled_after_its_write_landed_is_not_stored_again(
+    gateway: Gateway, client: httpx.AsyncClient, db_pool: Any, tenant_id: str
+) -> None:
+    """The periodic flusher is cancelled as a turn ends; a write it had sent still lands, and
+    the final flush must not store those events a second time (seen under load: a taken-over
+    answer stored twice over)."""
+    headers = gateway.token(tenant_id, "stu-5")
+    session = await new_session(client, gateway, headers)
+    local = TurnLog(turn_id=uuid.uuid4())
+    assert await repo.insert_turn(
+        pool=db_pool, turn_id=local.turn_id, session_id=uuid.UUID(session["id"]),
+        tenant_id=tenant_id, user_id="stu-5", idempotency_key=None,
+    )  # fmt: skip
+    await repo.own_turn(
+        pool=db_pool, turn_id=local.turn_id, counted_on=None, owner=local.owner, inputs={}
+    )
+    slow = _SlowAfterWrite(db_pool, pause=0.5)
+    registry = TurnRegistry(pool=cast(Pool, slow))
+    local.events = [{"type": "token", "text": "Carbon "}, {"type": "token", "text": "fixation"}]
+    flusher = asyncio.create_task(registry._flush(local, status="streaming"))
+    await asyncio.wait_for(slow.written.wait(), timeout=10)
+    flusher.cancel()  # as the turn's end cancels the periodic flusher
+    local.events.append({"type": "done"})
+    assert await registry._flush(local, status="done")
+    stored = await db_pool.fetchval("SELECT events FROM chat_turns WHERE id = $1", local.turn_id)
+    assert [e["type"] for e in stored] == ["token", "token", "done"]

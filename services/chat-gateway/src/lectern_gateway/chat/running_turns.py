@@ -83,6 +83,8 @@ class TurnLog:
     ahead: int = 0
     #: another replica took the turn over from this run: it stops and writes nothing
     superseded: bool = False
+    #: one flush of the turn at a time (``TurnRegistry._flush``)
+    flushing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def event_id(turn_id: uuid.UUID, seq: int) -> str:
@@ -386,17 +388,32 @@ class TurnRegistry:
                 return
 
     async def _flush(self, local: TurnLog, *, status: str) -> bool:
-        """Write the events not yet stored; False when another run owns the turn now."""
-        upto = len(local.events)
-        fresh = local.events[local.flushed : upto]
-        if not fresh and status == "streaming":
-            return await repo.touch_turn(pool=self.pool, turn_id=local.turn_id, owner=local.owner)
-        if not await repo.append_turn_events(
-            pool=self.pool, turn_id=local.turn_id, events=fresh, status=status, owner=local.owner
-        ):
-            return False
-        local.flushed = upto
-        return True
+        """Write the events not yet stored; False when another run owns the turn now.
+
+        A flush runs whole, one at a time, even when its caller is cancelled: the periodic
+        flusher is cancelled as the turn ends, and a write it had sent still lands. Had the
+        final flush not waited for it and seen how far it stored, it would have stored the
+        same events again (seen under load in the take-over test: a restarted answer stored
+        twice over)."""
+        whole = asyncio.ensure_future(self._flush_whole(local, status=status))
+        whole.add_done_callback(_failure_seen)  # its caller may be gone: logged, not lost
+        return await asyncio.shield(whole)
+
+    async def _flush_whole(self, local: TurnLog, *, status: str) -> bool:
+        async with local.flushing:
+            upto = len(local.events)
+            fresh = local.events[local.flushed : upto]
+            if not fresh and status == "streaming":
+                return await repo.touch_turn(
+                    pool=self.pool, turn_id=local.turn_id, owner=local.owner
+                )
+            if not await repo.append_turn_events(
+                pool=self.pool, turn_id=local.turn_id, events=fresh, status=status,
+                owner=local.owner,
+            ):  # fmt: skip
+                return False
+            local.flushed = upto
+            return True
 
     async def _final_flush(self, local: TurnLog, turn: TurnInput, counted_on: date | None) -> None:
         status = _status(local.events, True)
@@ -415,6 +432,13 @@ class TurnRegistry:
             except Exception as exc:
                 log.warning("turn %s: storing its events failed (%s)", local.turn_id, exc)
                 await asyncio.sleep(0.5 * (attempt + 1))
+
+
+def _failure_seen(flush: asyncio.Future[bool]) -> None:
+    """A flush's failure, retrieved (asyncio would report a flush whose caller was cancelled
+    as an ERROR "never retrieved"): the final flush tries again."""
+    if not flush.cancelled() and (exc := flush.exception()) is not None:
+        log.debug("turn flush failed: %s", exc)
 
 
 class _Rerun:
