@@ -4,10 +4,10 @@ Four test files check what extraction makes of the shared documents (``../shared
 answer set's key facts on their gold pages, the extraction checks, the contents maps and the
 heading trees. Reading a long PDF is most of their time, and they read the same documents
 (the RISC-V manual, 145 pages, three times). So under pytest-xdist's ``--dist loadfile`` the
-four files are one scheduling scope (``scope_of``): they run on one worker, one after
-another, and the ``read_shared`` fixture reads each document once for all of them, forgetting
-the reads after the last of them. A test file that takes ``read_shared`` must be listed in
-``SHARED_READERS`` (checked at collection): elsewhere its reads would not be shared.
+four files are one scheduling scope (``lectern_testing.scheduling``): they run on one worker,
+one after another, and the ``read_shared`` fixture reads each document once for all of them,
+forgetting the reads after the last of them. A test file that takes ``read_shared`` must be
+listed in ``SHARED_READERS`` (checked at collection): elsewhere its reads would not be shared.
 
 Registered as a pytest plugin (``pytest11`` entry point ``lectern-shared-reads``).
 """
@@ -30,7 +30,7 @@ SHARED_READERS = frozenset(
         "tests/ingest/test_structure_shared_docs.py",
     }
 )
-#: their one scheduling scope
+#: their one scheduling scope (``lectern_testing.scheduling``)
 SCOPE = "shared documents, read once"
 
 
@@ -89,32 +89,10 @@ def shared_read(path: Path) -> SharedRead:
     return _READS(path)
 
 
-def scope_of(nodeid: str) -> str:
-    """A test's scheduling scope under ``--dist loadfile``: its file, or ``SCOPE`` for the
-    files that share the reads."""
-    file = nodeid.split("::", 1)[0]
-    return SCOPE if file in SHARED_READERS else file
-
-
 @pytest.fixture(scope="session")
 def read_shared() -> SharedReads:
     """Each shared document read once for the ``SHARED_READERS`` files."""
     return _READS
-
-
-@pytest.hookimpl(tryfirst=True, optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile`` with the ``SHARED_READERS`` files as one scope (before xdist's
-    own choice, which would otherwise win; any other mode is left to xdist)."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]
-
-    class SharedReadsScheduling(LoadFileScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            return scope_of(nodeid)
-
-    return SharedReadsScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -137,5 +115,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """After the last test of the scope, the reads are forgotten (hundreds of pages)."""
-    if nextitem is None or scope_of(nextitem.nodeid) != SCOPE:
+    if nextitem is None or nextitem.nodeid.split("::", 1)[0] not in SHARED_READERS:
         _READS.clear()

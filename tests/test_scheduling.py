@@ -1,5 +1,6 @@
-"""The shared documents read once per run (``lectern_testing.shared_reads``): the files that
-read them are one xdist scope, so they run on one worker and share each document's read."""
+"""How the suite is dealt to xdist workers (``lectern_testing.scheduling``): the files that read
+the shared documents are one scope, so they run on one worker and share each document's read
+(``lectern_testing.shared_reads``); the costliest scopes go first."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from lectern_testing.shared_reads import SCOPE, SHARED_READERS, SharedReads, scope_of
+from lectern_testing.scheduling import SECONDS, costliest_first, scope_of
+from lectern_testing.shared_reads import SCOPE, SHARED_READERS, SharedReads
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +20,6 @@ PAGE = "<html><body><h1>Cells</h1><p>Mitosis makes two cells.</p></body></html>"
 #: a test that records the worker it ran on and the reads it found already made
 _RECORDER = """
 import json, os
-from collections.abc import Sequence
 from pathlib import Path
 
 def test_records(read_shared, tmp_path):
@@ -37,6 +38,22 @@ def test_the_files_that_read_shared_documents_are_one_scope() -> None:
     assert {scope_of(f"{name}::test_x[a]") for name in SHARED_READERS} == {SCOPE}
     assert scope_of("tests/ingest/test_chunking.py::test_x") == "tests/ingest/test_chunking.py"
     assert all((ROOT / name).is_file() for name in SHARED_READERS)
+
+
+def test_the_costliest_scopes_are_dealt_first() -> None:
+    scopes = {
+        "tests/a/test_many.py": [1, 2, 3, 4, 5],
+        "tests/e2e/test_stack.py": [1],
+        "tests/b/test_few.py": [1, 2],
+        SCOPE: [1, 2, 3],
+        "tests/ingest/test_service_shared_docs.py": [1],
+    }
+    assert SECONDS[SCOPE] >= SECONDS["tests/ingest/test_service_shared_docs.py"]
+    assert costliest_first(scopes) == [
+        "tests/e2e/test_stack.py", SCOPE, "tests/ingest/test_service_shared_docs.py",
+        "tests/a/test_many.py", "tests/b/test_few.py",
+    ]  # fmt: skip
+    assert all(s == SCOPE or (ROOT / s).is_file() for s in SECONDS), "a file was renamed"
 
 
 def test_a_document_is_read_once_until_cleared(tmp_path: Path) -> None:
@@ -104,3 +121,16 @@ def test_a_file_outside_the_scope_cannot_take_the_reads(tmp_path: Path) -> None:
     done = _run(project, "tests")
     assert done.returncode != 0
     assert "tests/ingest/test_stray.py take read_shared but are not in" in done.stdout + done.stderr
+
+
+def test_under_loadfile_the_costliest_file_runs_first(tmp_path: Path) -> None:
+    costly = max((s for s in SECONDS if s != SCOPE), key=SECONDS.__getitem__)
+    # the others sort before it: in xdist's own order (by number of tests, then as
+    # collected) they would run first
+    others = [f"tests/a{i}/test_other.py" for i in range(3)]
+    assert all(other < costly for other in others)
+    project = _project(tmp_path, [], [*others, costly])
+    done = _run(project, "-n", "1", "--dist", "loadfile", "tests")
+    assert done.returncode == 0, done.stdout + done.stderr
+    records = [json.loads(line) for line in (project / "records.jsonl").read_text().splitlines()]
+    assert records[0]["file"] == costly and len(records) == 4
