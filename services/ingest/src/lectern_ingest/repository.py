@@ -559,6 +559,10 @@ async def store_documents(conn: Connection, documents: Sequence[Stored]) -> None
 #: a tenant with at most this many indexed chunks has each new chunk compared with all of
 #: them for the conflict check (~6 µs a chunk compared); a larger one goes through HNSW
 CONFLICT_EXACT_BELOW = 500
+#: the HNSW candidate list of the check through the index: the retriever's default
+#: (``LECTERN_RETRIEVER_EF_SEARCH``) rather than pgvector's 40, which under a tenant filter on
+#: a shared index can miss a near-duplicate of the chunk (a test's two-chunk tenant, once)
+CONFLICT_EF_SEARCH = 200
 
 
 async def conflicting_pairs(
@@ -576,6 +580,7 @@ async def conflicting_pairs(
     from lectern_ingest.conflicts import find_conflicts
 
     await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+    await conn.execute(f"SET LOCAL hnsw.ef_search = {int(CONFLICT_EF_SEARCH)}")
     tenants = await conn.fetch(
         """SELECT d.tenant_id, array_agg(d.id) AS ids, coalesce(max(s.chunk_count), 0) AS size
            FROM ingest_documents d LEFT JOIN bm25_collection_stats s ON s.tenant_id = d.tenant_id
