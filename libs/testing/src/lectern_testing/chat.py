@@ -115,6 +115,12 @@ class Seeded:
     chunk_ids: list[uuid.UUID]
 
 
+# Each seeded document draws its random vectors from a seed of its own (its id): with one
+# seed for all, hundreds of copies of the same vectors in a worker's shared HNSW index made
+# other tests' filtered searches miss (the conflict check through the index: 17 misses in 20
+# after 300 seeded documents, none with vectors of their own).
+
+
 async def seed_document(
     pool: Pool,
     *,
@@ -163,11 +169,7 @@ async def seed_document(
         len(chunks),
     )
     ids = []
-    # random vectors of the document's own: every seeded document once had the same ones
-    # (one seed), and hundreds of copies of a vector in the worker's shared HNSW index made
-    # filtered searches of other tests miss (the conflict check through the index: 17 misses
-    # in 20 after 300 seeded documents, none with vectors of their own)
-    rng = np.random.default_rng(document_id.int % 2**63)
+    rng = np.random.default_rng(document_id.int % 2**63)  # its own (see the comment above)
     for index, (text, section, tags) in enumerate(chunks):
         chunk_id = chunk_ids[index] if chunk_ids is not None else uuid.uuid4()
         ids.append(chunk_id)
