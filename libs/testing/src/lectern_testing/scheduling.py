@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from lectern_testing.shared_reads import SCOPE, SHARED_READERS
+from lectern_testing.shared_reads import SCOPE, SHARED_READERS, file_of
 
 #: seconds a scope took in one run of the suite (2026-12-03, two workers; files over ~12 s)
 SECONDS: dict[str, int] = {
@@ -55,7 +55,7 @@ SECONDS: dict[str, int] = {
 
 def scope_of(nodeid: str) -> str:
     """A test's scope: its file, or ``SCOPE`` for the files that share the reads."""
-    file = nodeid.split("::", 1)[0]
+    file = file_of(nodeid)
     return SCOPE if file in SHARED_READERS else file
 
 

@@ -34,6 +34,11 @@ SHARED_READERS = frozenset(
 SCOPE = "shared documents, read once"
 
 
+def file_of(nodeid: str) -> str:
+    """The test file of a pytest node id."""
+    return nodeid.split("::", 1)[0]
+
+
 @dataclass(frozen=True)
 class SharedRead:
     """A shared document as extraction reads it (no password): the closed extraction (its
@@ -100,10 +105,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     would be shared with nothing, and kept for the rest of the run."""
     strays = sorted(
         {
-            item.nodeid.split("::", 1)[0]
+            file_of(item.nodeid)
             for item in items
             if "read_shared" in getattr(item, "fixturenames", ())
-            and item.nodeid.split("::", 1)[0] not in SHARED_READERS
+            and file_of(item.nodeid) not in SHARED_READERS
         }
     )
     if strays:
@@ -115,5 +120,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """After the last test of the scope, the reads are forgotten (hundreds of pages)."""
-    if nextitem is None or nextitem.nodeid.split("::", 1)[0] not in SHARED_READERS:
+    if nextitem is None or file_of(nextitem.nodeid) not in SHARED_READERS:
         _READS.clear()
