@@ -11,7 +11,7 @@ What the clients saw is asserted too (issue 49): no 5xx but 503, each 503 with
 ``Retry-After`` and the reason of the dependency that failed (an upload's is
 ``nats_unavailable``: Postgres is up throughout, so never ``database_unavailable``), no chat
 ``error`` event and no failed search or session while a quorum exists, and a turn answered
-within ``WORKER_KILL_GAP_S`` of a worker replica's SIGKILL.
+within ``WORKER_KILL_GAP_S`` (beyond what a turn took before) of a worker replica's SIGKILL.
 
 Before the faults, a school's LMS (the tests' LTI platform) launches a student: the login
 starts on one gateway and the launch ends on the other, within a second (issue 60)."""
@@ -60,11 +60,16 @@ ROUNDS = int(os.environ.get("LECTERN_CHAOS_ROUNDS", "2"))
 NATS_DOWN_S = 8.0
 INGEST_STREAM = stream_for(Subjects.DOCUMENTS_UPLOADED).name
 TENANT = f"cluster-{uuid.uuid4().hex[:6]}"
-LESSON = (Path(__file__).resolve().parents[2] / "demo" / "mitosis.md").read_text()
+#: the demo lesson's opening section (it answers QUESTION): one chunk an upload, so that the
+#: uploads' embedding keeps up on a slow machine (5 chunks an upload, 2-3 uploads a second,
+#: outran ingest on an AVX2-only CPU: 0.15-0.2 s of a core a chunk, 2026-12-04)
+_DEMO = (Path(__file__).resolve().parents[2] / "demo" / "mitosis.md").read_text()
+LESSON = "\n## ".join(_DEMO.split("\n## ")[:2])
 QUESTION = "What does mitosis produce?"
 WORKERS = ("retriever", "reranker", "ingest", "memory")
-#: the longest from a worker replica's SIGKILL to the next answered chat turn (issue 49:
-#: 10.7 s when a request the dead replica held was waited for until its 10 s timeout)
+#: the longest from a worker replica's SIGKILL to the next answered chat turn, beyond the
+#: longest of the turns just before (issue 49: 10.7 s when a request the dead replica held was
+#: waited for until its 10 s timeout; turns took 2-3 s under this load on an AVX2-only CPU)
 WORKER_KILL_GAP_S = 2.0
 #: the ingest consumer's ack wait here (30 s by default): a delivery a killed replica held
 #: comes back after it
@@ -75,6 +80,8 @@ ACK_WAIT_S = 8
 #: the upload in, then its own ingest after the redelivery: seen 2026-12-03, a batch of 7
 #: small documents took 15 s, its embedding 12.5 s, and an upload in it waited 26 s)
 INGEST_SLACK_S = 10.0
+#: the longest the count of indexed uploads may stand still while some are not yet indexed
+INDEXED_STALL_S = 60.0
 #: how ingest logs a document's or a batch's work and how long it took
 INGEST_WORK = re.compile(r"^indexed .* in ([0-9.]+) s \(")
 #: the reasons a 503 may give per route: an upload's bytes go to a JetStream stream (NATS);
@@ -522,6 +529,7 @@ async def workers_killed(stack: Stack, load: Load) -> dict[str, Any]:
     """One replica of every worker service SIGKILLed at once: the peers take the work (queue
     groups, the shared ingest consumer) while the supervisor restarts them."""
     chats_before, accepted_before = len(load.of("chat")), len(load.accepted)
+    done = [c.ended - c.began for c in load.of("chat") if c.status == "done"]
     killed_at = time.monotonic()
     for name in WORKERS:
         os.kill(stack.state["services"][name]["pid"], signal.SIGKILL)
@@ -536,6 +544,8 @@ async def workers_killed(stack: Stack, load: Load) -> dict[str, Any]:
     chats = [c.status for c in load.of("chat")[chats_before:]]
     return {
         "first_turn_after_s": round(first_turn_s, 2),
+        # what a turn took before the kill (its last ten answered): a slow machine's own pace
+        "turn_before_s": round(max(done[-10:], default=0.0), 2),
         "turns_done_in_8_s": chats.count("done"),
         "chat_errors_in_8_s": chats.count("error"),
         "uploads_accepted_in_8_s": len(load.accepted) - accepted_before,
@@ -663,6 +673,8 @@ def overlap(span: tuple[float, float], other: tuple[float, float]) -> float:
 async def upload_to_indexed(dsn: str, load: Load) -> dict[str, float]:
     """Once every accepted upload is indexed, the seconds each took from its acceptance."""
 
+    seen = {"indexed": -1, "at": time.monotonic()}
+
     async def all_indexed() -> bool:
         conn = await asyncpg.connect(dsn)
         try:
@@ -672,9 +684,16 @@ async def upload_to_indexed(dsn: str, load: Load) -> dict[str, float]:
             )  # fmt: skip
         finally:
             await conn.close()
-        return {r["status"]: r["n"] for r in rows} == {"indexed": len(load.accepted)}
+        counts = {r["status"]: r["n"] for r in rows}
+        if counts.get("indexed", 0) > seen["indexed"]:
+            seen.update(indexed=counts.get("indexed", 0), at=time.monotonic())
+        # a backlog drains at the machine's pace; an upload lost leaves the count standing
+        assert time.monotonic() - seen["at"] < INDEXED_STALL_S, (
+            f"no upload indexed in {INDEXED_STALL_S} s: {counts}, {len(load.accepted)} accepted"
+        )
+        return counts == {"indexed": len(load.accepted)}
 
-    await poll("every upload indexed", 90, all_indexed)
+    await poll("every upload indexed", 600, all_indexed)
     conn = await asyncpg.connect(dsn)
     try:
         rows = await conn.fetch(
@@ -828,9 +847,11 @@ async def test_nats_leaders_killed_under_load_lose_and_repeat_nothing(base_dir: 
         failures = client_visible_failures(load, run["quorum_lost"], started)
         assert not failures, f"{len(failures)} client-visible failures: {failures[:20]}"
         first_turn_s = run["replicas_killed"]["first_turn_after_s"]
-        assert first_turn_s <= WORKER_KILL_GAP_S, (
+        gap_s = WORKER_KILL_GAP_S + run["replicas_killed"]["turn_before_s"]
+        assert first_turn_s <= gap_s, (
             f"the first turn was answered {first_turn_s} s after a replica of each worker was "
-            f"SIGKILLed (at most {WORKER_KILL_GAP_S} s)"
+            f"SIGKILLed (at most {gap_s} s: {WORKER_KILL_GAP_S} s more than the longest of the "
+            "last ten turns before)"
         )
         # an accepted upload waits at most for a new leader (its outbox event is published
         # as soon as the stream takes a publish again) and, if the ingest replica holding it
