@@ -675,7 +675,10 @@ async def test_services_killed_mid_work_lose_nothing(
     ingest_restarts = stack.state()["services"]["ingest"]["restarts"]
     state = stack.state()
     url, dsn, nats_url = state["gateway_url"], state["postgres"]["dsn"], stack_nats_url(state)
-    manual = long_pdf(120)  # over 100 chunks: embedding takes batches, the kill lands in it
+    # 50 pages, ~150 chunks (over 100; over ingest's 64 KiB of small uploads, which are
+    # indexed in lists without progress events): embedding takes batches, the kill lands in
+    # them (it was 120 pages: 3 embeddings of 360 chunks, 150 s of the suite on an AVX2 CPU)
+    manual = long_pdf(50)
 
     # kill the worker once embedding is under way
     killed_doc = await upload_until_embedding(url, nats_url, "faults-a", manual)
@@ -755,7 +758,9 @@ async def test_nats_restart_loses_no_upload_and_chat_recovers(
     course = await upload(url, "nats-r", long_pdf(4, seed=3))
     await wait_until(stack, "the course indexed", 120, lambda: settled(dsn, course))
 
-    in_flight = await upload_until_embedding(url, nats_url, "nats-r", long_pdf(200, seed=5))
+    # 60 pages, ~180 chunks: still embedding when NATS is killed (200 pages, ~600 chunks, cost
+    # 220 s of the suite on an AVX2-only CPU and tested nothing more)
+    in_flight = await upload_until_embedding(url, nats_url, "nats-r", long_pdf(60, seed=5))
 
     killed = state["nats"]["pid"]
     os.kill(killed, signal.SIGKILL)
