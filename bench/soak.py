@@ -23,8 +23,9 @@ missing message, a restart, a service whose RSS grew more than ``--max-growth`` 
 warm-up, or an ERROR line in a service's log (each is printed). It also judges speed: the
 last accepted run's figures are kept in docs/benchmarks.md (``--accept`` keeps a run that
 broke no invariant); every run prints its ratios to them, and fails when its turns a second fall
-below 0.8 of the accepted run's (same number of chats) or, at the default 20 chats, its
-first token p95 exceeds 1.5 s.
+below 0.8 of the accepted run's (same number of chats, on a machine that reads as fast: each
+run first times the re-ranker's reader on one word piece, and a baseline is a machine's) or,
+at the default 20 chats, its first token p95 exceeds 1.5 s.
 
     make soak                       # 20 chats, 5 minutes
     .venv/bin/python bench/soak.py --accept   # and keep it as the accepted run
@@ -88,6 +89,15 @@ MIN_THROUGHPUT_RATIO = 0.8
 #: first token p95 a run of the default 20 chats must keep (the throughput issue's target)
 MAX_FIRST_TOKEN_P95_S = 1.5
 DEFAULT_CHATS = 20
+#: the machine probe reads one (question, passage) pair of this many word pieces with the
+#: re-ranker's reader, alone on one thread: reading is most of a turn's CPU, and CPUs differ
+#: in it far more than in the rest (2026-12-04: an AVX2-only EPYC read a piece in 0.40 ms of
+#: a core, where the soaks on the AVX-512 machine of the accepted run read one in 0.08-0.10
+#: ms under load; a Python loop was only 14% slower there)
+PROBE_PIECES = 192
+#: runs whose probes differ by more than this factor were on other machines: their turns a
+#: second are not compared (a baseline is a machine's; ``--accept`` one on this machine)
+MACHINE_TOLERANCE = 1.5
 
 
 @dataclass
@@ -501,14 +511,60 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "first_token_p95_s": result["first_token_s"]["p95"],
         "cpu_per_turn_s": cpu["per_turn_s"],
         "services_cpu_per_turn_s": cpu["services_per_turn_s"],
+        "machine": result.get("machine"),
     }
+
+
+def probe_machine(reads: int = 12) -> dict[str, Any]:
+    """This machine's CPU and how long the re-ranker's reader takes a word piece (core-ms,
+    the median of ``reads`` reads of one ``PROBE_PIECES`` pair on one thread, after two)."""
+    from lectern_common import reading
+
+    reader = reading.Reader.load(reading.PACKAGED_L3, threads=1)
+    rng = random.Random(0)
+    passage = " ".join(rng.choice(WORDS) for _ in range(PROBE_PIECES * 2))
+    question = "What does the membrane do to the energy of the cell?"
+    seconds = []
+    for _ in range(reads + 2):
+        began = time.thread_time()
+        reader.logits(question, [passage], kind="passage", max_length=PROBE_PIECES)
+        seconds.append(time.thread_time() - began)
+    return {
+        "cpu": _cpu_model(),
+        "reader_ms_per_piece": round(statistics.median(seconds[2:]) * 1000 / PROBE_PIECES, 4),
+    }
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def other_machine(result: dict[str, Any], accepted: dict[str, Any]) -> str | None:
+    """Why the accepted run's turns a second say nothing of this run's (None: they do): its
+    machine read a word piece more than ``MACHINE_TOLERANCE`` times faster or slower."""
+    here, there = result.get("machine"), accepted.get("machine")
+    if not here or not there:
+        return None  # an accepted run from before the probe: compared as it always was
+    ratio = here["reader_ms_per_piece"] / max(there["reader_ms_per_piece"], 1e-9)
+    if 1 / MACHINE_TOLERANCE <= ratio <= MACHINE_TOLERANCE:
+        return None
+    return (
+        f"the accepted run was on another machine ({there['cpu']}: a word piece read in "
+        f"{there['reader_ms_per_piece']} core-ms, here {here['reader_ms_per_piece']}, "
+        f"{ratio:.2f}x): turns a second not compared; --accept a run on this machine"
+    )
 
 
 def judge(result: dict[str, Any], accepted: dict[str, Any] | None) -> list[str]:
     """The speed checks of a run: turns a second against the accepted run's (same number of
-    chats), and first token p95 at the default 20 chats."""
+    chats, a machine that reads as fast), and first token p95 at the default 20 chats."""
     problems: list[str] = []
-    if accepted is not None and accepted.get("chats") == result["chats"]:
+    comparable = accepted is not None and other_machine(result, accepted) is None
+    if accepted is not None and comparable and accepted.get("chats") == result["chats"]:
         ratio = result["turns_per_s"] / max(float(accepted["turns_per_s"]), 1e-9)
         if ratio < MIN_THROUGHPUT_RATIO:
             problems.append(
@@ -548,6 +604,9 @@ def accept(result: dict[str, Any], path: Path = BENCHMARKS) -> None:
         f"{_ms(kept['first_token_p95_s'])} |",
         f"| CPU seconds a turn, the services | {kept['services_cpu_per_turn_s']} |",
     ]
+    if machine := kept.get("machine"):
+        rows.insert(4, f"| machine (a word piece read in) | {machine['cpu']} "
+                       f"({machine['reader_ms_per_piece']} core-ms) |")  # fmt: skip
     rows += [
         f"| CPU seconds a turn, {name} | {value} |"
         for name, value in sorted(kept["cpu_per_turn_s"].items(), key=lambda kv: -kv[1])
@@ -571,6 +630,8 @@ def _compare(result: dict[str, Any], accepted: dict[str, Any] | None) -> None:
     if accepted is None:
         print("  against accepted  none kept in docs/benchmarks.md (--accept keeps this run)")
         return
+    if (note := other_machine(result, accepted)) is not None:
+        print(f"  against accepted  {note}")
     run = f"{accepted['chats']} chats, {accepted['duration_s']} s"
     print(f"  against accepted  run of {accepted.get('commit', '?')} on "
           f"{accepted.get('date', '?')} ({run}):")  # fmt: skip
@@ -657,6 +718,9 @@ def main() -> int:
         "that broke no invariant)",
     )  # fmt: skip
     args = parser.parse_args()
+    machine = probe_machine()  # before the stack starts: the machine quiet
+    print(f"machine: {machine['cpu']}, a word piece read in {machine['reader_ms_per_piece']} "
+          "core-ms (the re-ranker's reader, one thread)")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="lectern-soak-") as tmp:
         data_dir = Path(tmp)
         data_dir.chmod(0o711)  # the embedded Postgres's account must traverse it
@@ -665,6 +729,7 @@ def main() -> int:
             secret,
         ):
             result = asyncio.run(_run(url, secret, data_dir, args))
+    result["machine"] = machine
     result["accepted"] = accepted = accepted_run()
     broken = list(result["problems"])
     result["problems"] += judge(result, accepted)

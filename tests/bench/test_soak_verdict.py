@@ -49,6 +49,31 @@ def test_a_run_slower_than_the_accepted_one_fails(soak: ModuleType) -> None:
     assert soak.judge(result(3.0, 1.2, chats=5), accepted) == []
 
 
+def test_a_run_on_another_machine_is_not_held_to_its_turns_a_second(soak: ModuleType) -> None:
+    fast = {"cpu": "AVX-512 Xeon", "reader_ms_per_piece": 0.09}
+    slow = {"cpu": "AVX2 EPYC", "reader_ms_per_piece": 0.40}
+    accepted = soak.summary({**result(10.0, 1.0), "machine": fast})
+    assert accepted["machine"] == fast
+    # the same machine (within the tolerance): compared
+    same = {**result(5.0, 1.2), "machine": {**fast, "reader_ms_per_piece": 0.12}}
+    assert soak.other_machine(same, accepted) is None
+    assert len(soak.judge(same, accepted)) == 1
+    # a machine that reads 4.4x slower: not compared, and said why
+    elsewhere = {**result(1.5, 1.2), "machine": slow}
+    note = soak.other_machine(elsewhere, accepted)
+    assert note is not None and "AVX-512 Xeon" in note and "4.44x" in note
+    assert soak.judge(elsewhere, accepted) == []
+    # the first token p95 is held everywhere
+    assert len(soak.judge({**result(1.5, 4.0), "machine": slow}, accepted)) == 1
+    # an accepted run from before the probe is compared as before
+    assert len(soak.judge(elsewhere, soak.summary(result(10.0, 1.0)))) == 1
+
+
+def test_the_machine_probe_reads_a_word_piece(soak: ModuleType) -> None:
+    machine = soak.probe_machine(reads=2)
+    assert machine["cpu"] and 0.001 < machine["reader_ms_per_piece"] < 10
+
+
 def test_first_token_p95_is_held_at_twenty_chats(soak: ModuleType) -> None:
     assert soak.judge(result(10.0, 1.5), None) == []
     late = soak.judge(result(10.0, 1.6), None)
