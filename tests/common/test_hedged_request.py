@@ -98,6 +98,34 @@ def test_copies_are_limited_by_a_budget_the_requests_earn() -> None:
     assert not times.spend()
 
 
+async def test_nobody_answering_on_a_slow_machine_still_says_so() -> None:
+    """Every copy finds nobody, each told so 0.1 s after it was sent (a loaded machine): the
+    request ends as "no responders" within its deadline, not as "no reply in time", as it did
+    when a last copy went out with a sliver of the deadline left and was never heard back."""
+
+    class Nobody(Exception):
+        pass
+
+    class SlowNobody:
+        sent: ClassVar[list[float]] = []
+
+        async def request(self, payload: Any, subject: str, *, timeout: float) -> Any:
+            self.sent.append(timeout)
+            await asyncio.sleep(min(0.1, timeout))
+            if timeout < 0.1:
+                raise TimeoutError
+            raise Nobody("no responders")
+
+    began = time.monotonic()
+    with pytest.raises(hedged.NoResponders):
+        await hedged.hedged_request(
+            SlowNobody(), {}, "lectern.test.nobody.v1", timeout=0.8,
+            is_no_responders=lambda e: isinstance(e, Nobody),
+        )  # fmt: skip
+    assert time.monotonic() - began < 1.0
+    assert len(SlowNobody.sent) >= 2 and min(SlowNobody.sent) >= hedged.LAST_COPY_S
+
+
 @pytest.fixture
 def queue() -> str:
     return f"q-{uuid.uuid4().hex[:8]}"
