@@ -522,9 +522,15 @@ WATER = [
 async def _index_disagreeing(
     worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
 ) -> list[uuid.UUID]:
-    """Index two documents that disagree on water's boiling point; their ids, in order."""
+    """Index two documents that disagree on water's boiling point; their ids, in order.
+
+    Each tenant's copies name the tenant: the same two texts in every test's tenant put
+    identical vectors in the session's shared HNSW index, whose search under a tenant filter
+    then missed this tenant's own chunk (2026-12-04; pgvector's HNSW is not built for many
+    duplicate vectors)."""
     ids = []
     for i, text in enumerate(WATER):
+        text = f"{text}\n\nNotes of {tenant_id}."
         event = await stage_upload(
             db_pool, nc, tenant_id=tenant_id, data=text.encode(), filename=f"water-{i}.md",
             mime=filetype.MARKDOWN,
