@@ -524,10 +524,11 @@ async def _index_disagreeing(
 ) -> list[uuid.UUID]:
     """Index two documents that disagree on water's boiling point; their ids, in order.
 
-    Each tenant's copies name the tenant: the same two texts in every test's tenant put
-    identical vectors in the session's shared HNSW index, whose search under a tenant filter
-    then missed this tenant's own chunk (2026-12-04; pgvector's HNSW is not built for many
-    duplicate vectors)."""
+    Each tenant's copies name the tenant, so that no two tests put identical vectors in the
+    session's shared HNSW index. Once (a fresh make test, 2026-12-04) the search through the
+    index missed this tenant's pair. The cause is not established: it did not come back in
+    40 tries after the shared documents' ingest, and 200 identical copies in a synthetic
+    index did not break a filtered search."""
     ids = []
     for i, text in enumerate(WATER):
         text = f"{text}\n\nNotes of {tenant_id}."
