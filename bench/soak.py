@@ -7,7 +7,8 @@ while a teacher uploads a new document every ``--upload-every`` seconds (one in 
 broken file that must fail cleanly). It samples every service's resident memory (RSS) and
 reports, from that one run:
 
-- chat turns, errors, and time to first token / whole answer (p50, p95);
+- chat turns, errors (each ``error`` event's reason and message, counted by kind), and time
+  to first token / whole answer (p50, p95);
 - uploads = indexed + failed (+ duplicate), none left pending;
 - messages the students saw completed = assistant messages stored;
 - each service's RSS after warm-up and at the end, its growth, and restarts;
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,9 @@ class Turn:
     first_token_s: float | None
     total_s: float
     refused: bool = False
+    #: an ``error`` event's reason and message (the message's numbers cut, so that alike
+    #: errors count together)
+    error: str | None = None
 
 
 @dataclass
@@ -145,7 +150,7 @@ def _document(rng: random.Random, index: int) -> tuple[str, bytes, str]:
 async def _ask(client: httpx.AsyncClient, session_id: str, text: str, worker: int) -> Turn:
     started = time.perf_counter()
     first: float | None = None
-    outcome, refused = "exception", False
+    outcome, refused, error = "exception", False, None
     try:
         async with client.stream(
             "POST", f"/v1/sessions/{session_id}/messages", json={"content": text}
@@ -161,6 +166,8 @@ async def _ask(client: httpx.AsyncClient, session_id: str, text: str, worker: in
                         first = time.perf_counter() - started
                 elif line.startswith("data:") and event in {"done", "error"}:
                     outcome = event
+                    if event == "error":
+                        error = error_kind(json.loads(line[5:]))
                     if event == "done":
                         data = json.loads(line[5:])
                         usage = data.get("usage") or {}
@@ -169,7 +176,15 @@ async def _ask(client: httpx.AsyncClient, session_id: str, text: str, worker: in
                         )
     except httpx.HTTPError:
         outcome = "exception"
-    return Turn(worker, outcome, first, time.perf_counter() - started, refused)
+    return Turn(worker, outcome, first, time.perf_counter() - started, refused, error)
+
+
+def error_kind(data: dict[str, Any]) -> str:
+    """An ``error`` event as ``reason: message``, its numbers as ``N`` (ids, seconds)."""
+    message = re.sub(
+        r"[0-9a-f]{8}-[0-9a-f-]{27}|\b\d+(\.\d+)?\b", "N", str(data.get("message", ""))
+    )
+    return f"{data.get('reason', '?')}: {message}"
 
 
 async def _chatter(
@@ -449,6 +464,7 @@ def _report(
         "turns_failed": {
             o: sum(1 for t in failed if t.outcome == o) for o in {t.outcome for t in failed}
         },
+        "turn_errors": dict(Counter(t.error for t in failed if t.error).most_common()),
         "turns_per_s": round(len(soak.turns) / elapsed, 2),
         "first_token_s": {"p50": _pct(firsts, 0.5), "p95": _pct(firsts, 0.95)},
         "answer_s": {"p50": _pct(totals, 0.5), "p95": _pct(totals, 0.95)},
@@ -660,6 +676,8 @@ def _print(result: dict[str, Any]) -> None:
         f"  chat turns        {r['turns']} ({r['turns_per_s']}/s), done {r['turns_done']} "
         f"(of which refused as off-topic {r['turns_refused']}), failed {r['turns_failed']}"
     )
+    for kind, count in r.get("turn_errors", {}).items():
+        print(f"    error event    {count} x {kind}")
     print(
         f"  first token       p50 {ms(r['first_token_s']['p50'])}, "
         f"p95 {ms(r['first_token_s']['p95'])}"

@@ -74,6 +74,22 @@ def test_the_machine_probe_reads_a_word_piece(soak: ModuleType) -> None:
     assert machine["cpu"] and 0.001 < machine["reader_ms_per_piece"] < 10
 
 
+def test_error_events_are_counted_by_kind(soak: ModuleType) -> None:
+    """Two turns that failed the same way count as one kind: ids and seconds cut."""
+    one = {"reason": "upstream", "message": "no reply on lectern.rerank.v1 within 10.0 s"}
+    two = {"reason": "upstream", "message": "no reply on lectern.rerank.v1 within 9.5 s"}
+    assert (
+        soak.error_kind(one)
+        == soak.error_kind(two)
+        == ("upstream: no reply on lectern.rerank.v1 within N s")
+    )
+    other = {
+        "reason": "database_unavailable",
+        "message": "turn 3f2b1c4d-0000-4000-8000-000000000000",
+    }
+    assert soak.error_kind(other) == "database_unavailable: turn N"
+
+
 def test_first_token_p95_is_held_at_twenty_chats(soak: ModuleType) -> None:
     assert soak.judge(result(10.0, 1.5), None) == []
     late = soak.judge(result(10.0, 1.6), None)
