@@ -17,6 +17,7 @@ from faststream.nats import NatsBroker, PullSub
 from lectern_common.broker import (
     DOCUMENTS_BUCKET,
     STREAMS,
+    answer,
     answer_errors,
     create_broker,
     durable_subscriber,
@@ -200,6 +201,41 @@ async def test_a_responder_still_starting_is_waited_for_within_the_deadline(
         with pytest.raises(UpstreamError, match="no service answers"):
             await request(client, Orphan(tenant_id="t"), Reply, timeout=0.8)
         assert loop.time() - started < 1.5
+
+
+async def test_a_request_taken_past_its_deadline_is_answered_expired_unworked(
+    nats_url: str,
+) -> None:
+    """The caller stamps its deadline on the request; a responder that takes it later answers
+    ``expired`` without running its handler (its caller stopped waiting)."""
+    worked: list[Request] = []
+
+    async def handler(request: Request) -> Reply:
+        worked.append(request)
+        return Reply(request_id=request.request_id)
+
+    late = await answer(Late(tenant_id="t", deadline=time.time() - 0.5), Reply, handler)
+    assert late.error == "expired" and not worked
+    assert late.error_message is not None and "past its deadline" in late.error_message
+    for deadline in (time.time() + 5, None):  # in time, and a caller that sets none
+        assert (await answer(Late(tenant_id="t", deadline=deadline), Reply, handler)).error is None
+    assert len(worked) == 2
+
+    # ``request`` sets the deadline from its timeout
+    client, responder = create_broker(nats_url, service_name="client"), NatsBroker(nats_url)
+    seen: list[float] = []
+
+    @responder.subscriber(Late.subject, queue="stamped")
+    async def stamped(body: dict[str, Any]) -> dict[str, Any]:
+        seen.append(body["deadline"])
+        return Reply(request_id=body["request_id"]).model_dump(mode="json")
+
+    async with client, responder:
+        await client.start()
+        await responder.start()
+        sent = time.time()
+        await request(client, Late(tenant_id="t"), Reply, timeout=4.0)
+    assert len(seen) == 1 and sent + 3.5 < seen[0] < sent + 4.5
 
 
 async def test_publish_event_is_acknowledged_once_and_fails_clearly(

@@ -76,6 +76,13 @@ def record_stages(service: str, timings_ms: dict[str, float]) -> None:
         STAGE_DURATION.record(elapsed_ms / 1000.0, {"service": service, "stage": stage})
 
 
+REQUESTS_EXPIRED = meter.create_counter(
+    "lectern.requests.expired",
+    description="Requests a responder took past their deadline and answered `expired` without "
+    "doing their work (its caller had stopped waiting), by request type: a sign of overload",
+)
+
+
 # --- the reader (re-ranker and offline answerer) ---------------------------------------
 READER_CPU = meter.create_counter(
     "lectern.reader.cpu_time",

@@ -71,6 +71,13 @@ class Request(BaseModel):
 
     request_id: uuid.UUID = Field(default_factory=uuid.uuid4)
     tenant_id: str = Field(min_length=1, max_length=128)
+    deadline: float | None = Field(
+        default=None,
+        description="Unix time (seconds) after which the caller no longer waits for the reply "
+        "(set from the request's timeout when it is sent): a responder that takes the request "
+        "later answers `expired` without doing its work. Clocks of other hosts move the check "
+        "by their skew",
+    )
 
 
 class Reply(BaseModel):
