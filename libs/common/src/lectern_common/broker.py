@@ -546,6 +546,10 @@ async def park(
 
 
 Q = TypeVar("Q", bound=Request)
+#: a request is answered ``expired`` only this long past its deadline: the caller's clock is
+#: another host's, and a skew larger than a short deadline (memory recall's 0.3 s) must not
+#: expire every request on arrival
+DEADLINE_GRACE_S = 1.0
 
 
 async def answer(request: Q, reply_type: type[R], handler: Callable[[Q], Awaitable[R]]) -> R:
@@ -554,12 +558,13 @@ async def answer(request: Q, reply_type: type[R], handler: Callable[[Q], Awaitab
     A responder must always answer (the caller is waiting), so a failure answers its reason
     instead of raising into the broker. (A body that does not decode into the request never
     reaches the handler: ``InvalidMessages`` answers ``bad_input`` for it.) A request taken
-    past its ``deadline`` is answered ``expired`` without running the handler: its caller has
+    past its ``deadline`` (by more than ``DEADLINE_GRACE_S``) is answered ``expired`` without
+    running the handler: its caller has
     stopped waiting, and an overloaded responder that worked through such requests spent its
     CPU on answers nobody read while the requests behind them expired in turn (2026-12-04: half
     of 20 chats' turns ended at the re-rank deadline on a 2-core AVX2 machine).
     """
-    if request.deadline is not None and (late := time.time() - request.deadline) > 0:
+    if request.deadline is not None and (late := time.time() - request.deadline) > DEADLINE_GRACE_S:
         metrics.REQUESTS_EXPIRED.add(1, {"request": type(request).__name__})
         log.info("%s taken %.1f s past its deadline: answered expired", type(request).__name__,
                  late)  # fmt: skip

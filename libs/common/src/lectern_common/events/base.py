@@ -75,8 +75,8 @@ class Request(BaseModel):
         default=None,
         description="Unix time (seconds) after which the caller no longer waits for the reply "
         "(set from the request's timeout when it is sent): a responder that takes the request "
-        "later answers `expired` without doing its work. Clocks of other hosts move the check "
-        "by their skew",
+        "more than a second later answers `expired` without doing its work (the second allows "
+        "for another host's clock)",
     )
 
 
