@@ -579,8 +579,11 @@ def judge(result: dict[str, Any], accepted: dict[str, Any] | None) -> list[str]:
     """The speed checks of a run: turns a second against the accepted run's (same number of
     chats, a machine that reads as fast), and first token p95 at the default 20 chats."""
     problems: list[str] = []
-    comparable = accepted is not None and other_machine(result, accepted) is None
-    if accepted is not None and comparable and accepted.get("chats") == result["chats"]:
+    if (
+        accepted is not None
+        and other_machine(result, accepted) is None
+        and accepted.get("chats") == result["chats"]
+    ):
         ratio = result["turns_per_s"] / max(float(accepted["turns_per_s"]), 1e-9)
         if ratio < MIN_THROUGHPUT_RATIO:
             problems.append(

@@ -559,10 +559,10 @@ async def answer(request: Q, reply_type: type[R], handler: Callable[[Q], Awaitab
     instead of raising into the broker. (A body that does not decode into the request never
     reaches the handler: ``InvalidMessages`` answers ``bad_input`` for it.) A request taken
     past its ``deadline`` (by more than ``DEADLINE_GRACE_S``) is answered ``expired`` without
-    running the handler: its caller has
-    stopped waiting, and an overloaded responder that worked through such requests spent its
-    CPU on answers nobody read while the requests behind them expired in turn (2026-12-04: half
-    of 20 chats' turns ended at the re-rank deadline on a 2-core AVX2 machine).
+    running the handler: its caller has stopped waiting, and an overloaded responder that
+    worked through such requests spent its CPU on answers nobody read while the requests
+    behind them expired in turn (2026-12-04: half of 20 chats' turns ended at the re-rank
+    deadline on a 2-core AVX2 machine).
     """
     if request.deadline is not None and (late := time.time() - request.deadline) > DEADLINE_GRACE_S:
         metrics.REQUESTS_EXPIRED.add(1, {"request": type(request).__name__})
