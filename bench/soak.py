@@ -114,6 +114,16 @@ class Turn:
     #: an ``error`` event's reason and message (the message's numbers cut, so that alike
     #: errors count together)
     error: str | None = None
+    #: seconds the question waited before this attempt: the ``Retry-After`` of the 503s
+    #: (``overloaded``) it got first, and their round trips
+    shed_wait_s: float = 0.0
+    #: a 503's ``Retry-After``
+    retry_after_s: float | None = None
+
+    @property
+    def question_first_token_s(self) -> float | None:
+        """From the question's first attempt to this attempt's first token."""
+        return None if self.first_token_s is None else self.shed_wait_s + self.first_token_s
 
 
 @dataclass
@@ -121,6 +131,8 @@ class Soak:
     """Everything measured in one run."""
 
     turns: list[Turn] = field(default_factory=list)
+    #: questions refused with 503 ``overloaded`` (each asked again after its Retry-After)
+    shed: list[Turn] = field(default_factory=list)
     sessions: dict[int, str] = field(default_factory=dict)
     uploads: dict[str, str] = field(default_factory=dict)  # id -> "valid" | "broken"
     upload_errors: list[str] = field(default_factory=list)
@@ -157,7 +169,11 @@ async def _ask(client: httpx.AsyncClient, session_id: str, text: str, worker: in
         ) as response:
             if response.status_code != 200:
                 await response.aread()
-                return Turn(worker, f"http-{response.status_code}", None, 0.0)
+                shed = Turn(worker, f"http-{response.status_code}", None, 0.0)
+                if response.status_code == 503 and "retry-after" in response.headers:
+                    shed.outcome = "shed"
+                    shed.retry_after_s = float(response.headers["retry-after"])
+                return shed
             event = ""
             async for line in response.aiter_lines():
                 if line.startswith("event:"):
@@ -198,12 +214,19 @@ async def _chatter(
         session.raise_for_status()
         session_id = str(session.json()["id"])
         soak.sessions[worker] = session_id
-        index = worker
+        index, shed_wait = worker, 0.0
         while time.monotonic() < until:
-            soak.turns.append(
-                await _ask(client, session_id, QUESTIONS[index % len(QUESTIONS)], worker)
-            )
-            index += 1
+            asked = time.perf_counter()
+            turn = await _ask(client, session_id, QUESTIONS[index % len(QUESTIONS)], worker)
+            turn.shed_wait_s = shed_wait
+            if turn.outcome == "shed" and turn.retry_after_s is not None:
+                # overloaded: the student is told when to ask again, and asks the same question
+                soak.shed.append(turn)
+                await asyncio.sleep(min(turn.retry_after_s, max(0.0, until - time.monotonic())))
+                shed_wait += time.perf_counter() - asked
+                continue
+            soak.turns.append(turn)
+            index, shed_wait = index + 1, 0.0
 
 
 async def _uploader(
@@ -408,7 +431,10 @@ def _report(
 ) -> dict[str, Any]:
     done = [t for t in soak.turns if t.outcome == "done"]
     failed = [t for t in soak.turns if t.outcome != "done"]
-    firsts = [t.first_token_s for t in done if t.first_token_s is not None]
+    # the student's wait: from the question's first attempt, through any 503 and its
+    # Retry-After, to the first token; and the admitted attempt's own
+    firsts = [f for t in done if (f := t.question_first_token_s) is not None]
+    admitted_firsts = [t.first_token_s for t in done if t.first_token_s is not None]
     totals = [t.total_s for t in done]
     outcomes: dict[str, int] = {}
     for document_id, status in statuses.items():
@@ -466,7 +492,13 @@ def _report(
         },
         "turn_errors": dict(Counter(t.error for t in failed if t.error).most_common()),
         "turns_per_s": round(len(soak.turns) / elapsed, 2),
+        "turns_done_per_s": round(len(done) / elapsed, 2),
+        "shed": len(soak.shed),
         "first_token_s": {"p50": _pct(firsts, 0.5), "p95": _pct(firsts, 0.95)},
+        "admitted_first_token_s": {
+            "p50": _pct(admitted_firsts, 0.5),
+            "p95": _pct(admitted_firsts, 0.95),
+        },
         "answer_s": {"p50": _pct(totals, 0.5), "p95": _pct(totals, 0.95)},
         "uploads": len(soak.uploads),
         "uploads_refused_at_upload": refused_at_upload,
@@ -677,14 +709,22 @@ def _print(result: dict[str, Any]) -> None:
     print(f"\nsoak: {r['chats']} concurrent chats + continuous ingestion for {r['duration_s']} s")
     print(
         f"  chat turns        {r['turns']} ({r['turns_per_s']}/s), done {r['turns_done']} "
+        f"({r.get('turns_done_per_s')}/s) "
         f"(of which refused as off-topic {r['turns_refused']}), failed {r['turns_failed']}"
     )
     for kind, count in r.get("turn_errors", {}).items():
         print(f"    error event    {count} x {kind}")
     print(
         f"  first token       p50 {ms(r['first_token_s']['p50'])}, "
-        f"p95 {ms(r['first_token_s']['p95'])}"
+        f"p95 {ms(r['first_token_s']['p95'])} (from the question's first attempt)"
     )
+    if r.get("shed"):
+        admitted = r["admitted_first_token_s"]
+        print(
+            f"  overloaded (503)  {r['shed']} attempts refused and asked again after their "
+            f"Retry-After; the admitted turns' first token p50 {ms(admitted['p50'])}, "
+            f"p95 {ms(admitted['p95'])}"
+        )
     print(f"  whole answer      p50 {ms(r['answer_s']['p50'])}, p95 {ms(r['answer_s']['p95'])}")
     print(
         f"  uploads           {r['uploads']} = {r['upload_outcomes']} + refused at upload "

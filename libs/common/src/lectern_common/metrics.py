@@ -51,6 +51,11 @@ KNOWLEDGE_GAPS = meter.create_counter(
 RATE_LIMITED = meter.create_counter(
     "lectern.chat.rate_limited", description="Questions refused by the daily limit, by plan"
 )
+CHAT_SHED = meter.create_counter(
+    "lectern.chat.shed",
+    description="Questions refused with 503 (reason overloaded) because the replica's turns "
+    "waiting for their first token were at its admission limit",
+)
 STREAMS_IN_FLIGHT = meter.create_up_down_counter(
     "lectern.chat.streams_in_flight",
     description="Server-Sent Event answer streams open now (the gateway's HPA scales on it)",
@@ -127,6 +132,11 @@ class GaugeCache:
         return [Observation(value, dict(key)) for key, value in items]
 
 
+CHAT_ADMISSION = GaugeCache(
+    "lectern.chat.admission",
+    description="A gateway replica's admission of turns: its limit on turns waiting for their "
+    "first token (figure=limit), and how many wait (figure=waiting)",
+)
 CONSUMER_PENDING = GaugeCache(
     "lectern.consumer.pending",
     description="Messages a JetStream durable consumer has not delivered yet (consumer lag)",

@@ -56,6 +56,25 @@ class Settings(ServiceHttpSettings):
     )
     retrieve_timeout_s: float = Field(default=10.0)
     rerank_timeout_s: float = Field(default=10.0)
+    admit_first_token_s: float = Field(
+        default=5.0,
+        ge=0,
+        description="overload: the wait for a first token each replica holds its turns to; a "
+        "question past the replica's adaptive limit on turns still waiting gets 503 "
+        "(reason overloaded) with Retry-After at once; 0: every question is admitted",
+    )
+    admit_patience_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="overload: how long a question waits in line (first come, first served) "
+        "for a place among the waiting turns before its 503",
+    )
+    admit_initial_turns: int = Field(
+        default=8, ge=1, description="overload: the limit on waiting turns a replica starts at"
+    )
+    admit_min_turns: int = Field(
+        default=2, ge=1, description="overload: the limit on waiting turns never falls below this"
+    )
     support_threshold: float = Field(
         default=0.35, description="a cited sentence below this support is flagged unsupported"
     )

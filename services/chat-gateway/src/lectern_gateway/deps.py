@@ -17,6 +17,7 @@ from lectern_common.db.types import Pool
 from lectern_common.embeddings import Embedder
 from lectern_common.index import FollowingEmbedder
 from lectern_common.service import ServiceState
+from lectern_gateway.chat.admission import Admission
 from lectern_gateway.chat.running_turns import TurnRegistry
 from lectern_gateway.chat.streamer import AnswerStreamer
 from lectern_gateway.chat.turn_input import ChatDeps
@@ -67,6 +68,12 @@ class GatewayDeps:
             takeover_s=self.settings.turn_takeover_s,
             deps=self.chat,
             exact_rerun=self.exact_rerun,
+            admission=Admission(
+                target_s=self.settings.admit_first_token_s,
+                patience_s=self.settings.admit_patience_s,
+                initial=self.settings.admit_initial_turns,
+                floor=self.settings.admit_min_turns,
+            ),
         )
         networks = self.settings.url_fetch_allowed_networks
         self.lti = PlatformClient(

@@ -16,8 +16,9 @@ from lectern_common import metrics
 from lectern_common.db.types import Pool
 from lectern_gateway.auth import Principal, PrincipalDep
 from lectern_gateway.chat import repository as repo
+from lectern_gateway.chat.admission import Ticket
 from lectern_gateway.chat.lifecycle import session_for
-from lectern_gateway.chat.ratelimit import PlanLimits, count_message
+from lectern_gateway.chat.ratelimit import PlanLimits, Verdict, count_message
 from lectern_gateway.chat.running_turns import (
     STALE_AFTER_S,
     TurnRegistry,
@@ -95,6 +96,12 @@ dies, the replica a client resumes on takes it over after `LECTERN_GATEWAY_TURN_
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "the event stream"},
         429: {"description": "daily limit reached (problem+json, Retry-After)"},
+        503: {
+            "description": "overloaded (reason `overloaded`): this replica's turns wait too "
+            "long for their first token already, and the question waited in line for a place "
+            "(`LECTERN_GATEWAY_ADMIT_PATIENCE_S`) in vain; ask again after `Retry-After` "
+            "(nothing was stored or counted). Also a dependency down (NATS, Postgres)."
+        },
     },
 )
 async def post_message(
@@ -125,12 +132,56 @@ async def post_message(
         if replayed is not None:
             after = parse_last_event_id(last_event_id, replayed)
             return _stream(turns, session_id, replayed, after, replay=True)
-    else:
-        await _insert_turn(pool, session_id, None, turn_id, principal)
     if session["status"] != "active":
         await _drop_turn(pool, turn_id)
         raise ProblemError(409, "Conflict", "this session has ended; start a new one")
+    ticket, verdict = await _admit(
+        turns, pool, settings, principal, session_id, turn_id, keyed=idempotency_key is not None
+    )
     try:
+        deps = gateway.chat()
+        asked_in = ChatSession.of_row(session)
+        persona = await session_persona(
+            pool, tenant_id=principal.tenant_id, slug=asked_in.persona_slug,
+            version=asked_in.persona_version,
+        )  # fmt: skip
+        turn = TurnInput(
+            principal=principal,
+            session=asked_in,
+            text=body.content,
+            delay_s=verdict.delay_s,
+            message_id=turn_id,
+            web_search=await web_search_for(pool, principal.tenant_id, default=settings.web_search),
+            persona=persona,
+            thresholds=None if persona is None else persona.bands(settings.band_thresholds()),
+        )
+        await turns.start(deps, turn, counted_on=verdict.day, started=started, ticket=ticket)
+    except BaseException:
+        ticket.release()
+        raise
+    return _stream(turns, session_id, turn_id, 0, used=verdict.count)
+
+
+async def _admit(
+    turns: TurnRegistry,
+    pool: Pool,
+    settings: Settings,
+    principal: Principal,
+    session_id: uuid.UUID,
+    turn_id: uuid.UUID,
+    *,
+    keyed: bool,
+) -> tuple[Ticket, Verdict]:
+    """A place among the replica's waiting turns (else 503 ``overloaded``), the turn's row
+    (``keyed``: claimed with its Idempotency-Key already) and the question counted against
+    the plan's daily limit (else 429); nothing is kept of a question refused."""
+    ticket = await turns.admission.admit()
+    if ticket is None:  # the replica's turns wait too long already: nothing stored or counted
+        await _drop_turn(pool, turn_id)
+        raise _overloaded(turns.admission.retry_after_s())
+    try:
+        if not keyed:
+            await _insert_turn(pool, session_id, None, turn_id, principal)
         verdict = await count_message(
             pool=pool,
             tenant_id=principal.tenant_id,
@@ -138,9 +189,11 @@ async def post_message(
             limits=plan_limits(settings, principal.plan),
         )
     except BaseException:
+        ticket.release()
         await _drop_turn(pool, turn_id)
         raise
     if not verdict.allowed:
+        ticket.release()
         await _drop_turn(pool, turn_id)
         metrics.RATE_LIMITED.add(1, {"plan": principal.plan})
         raise ProblemError(
@@ -150,24 +203,19 @@ async def post_message(
             headers={"Retry-After": str(verdict.retry_after_s)},
             retry_after_s=verdict.retry_after_s,
         )
-    deps = gateway.chat()
-    asked_in = ChatSession.of_row(session)
-    persona = await session_persona(
-        pool, tenant_id=principal.tenant_id, slug=asked_in.persona_slug,
-        version=asked_in.persona_version,
-    )  # fmt: skip
-    turn = TurnInput(
-        principal=principal,
-        session=asked_in,
-        text=body.content,
-        delay_s=verdict.delay_s,
-        message_id=turn_id,
-        web_search=await web_search_for(pool, principal.tenant_id, default=settings.web_search),
-        persona=persona,
-        thresholds=None if persona is None else persona.bands(settings.band_thresholds()),
+    return ticket, verdict
+
+
+def _overloaded(retry_after_s: int) -> ProblemError:
+    """503 for a question the replica cannot take now (its turns wait too long already)."""
+    return ProblemError(
+        503,
+        "Service unavailable",
+        "too many questions are being answered right now; ask again in a moment",
+        headers={"Retry-After": str(retry_after_s)},
+        reason="overloaded",
+        retry_after_s=retry_after_s,
     )
-    await turns.start(deps, turn, counted_on=verdict.day, started=started)
-    return _stream(turns, session_id, turn_id, 0, used=verdict.count)
 
 
 @router.get(

@@ -43,6 +43,7 @@ from lectern_common.education import BandThresholds
 from lectern_common.errors import LecternError, RetryableError
 from lectern_gateway.auth import Principal
 from lectern_gateway.chat import repository as repo
+from lectern_gateway.chat.admission import Admission, Ticket
 from lectern_gateway.chat.service import run_turn
 from lectern_gateway.chat.sse import ErrorEvent, RestartEvent
 from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, TurnInput, TurnTakenOver
@@ -128,6 +129,7 @@ class TurnRegistry:
         takeover_s: float = 3.0,
         deps: Callable[[], ChatDeps] | None = None,
         exact_rerun: bool = False,
+        admission: Admission | None = None,
     ) -> None:
         self.pool = pool
         self.flush_s = flush_s
@@ -139,21 +141,36 @@ class TurnRegistry:
         self.deps = deps
         #: the answerer gives the same events for the same inputs (the offline one)
         self.exact_rerun = exact_rerun
+        #: the limit on this replica's turns waiting for their first token (overload)
+        self.admission = admission or Admission(target_s=0.0)
         self.turns: dict[uuid.UUID, TurnLog] = {}
 
     async def start(
-        self, deps: ChatDeps, turn: TurnInput, *, counted_on: date | None, started: float
+        self,
+        deps: ChatDeps,
+        turn: TurnInput,
+        *,
+        counted_on: date | None,
+        started: float,
+        ticket: Ticket | None = None,
     ) -> TurnLog:
         """Own the turn's row (with what another replica needs to take it over) and run the
-        turn in the background; ``turn.message_id`` is its id."""
+        turn in the background; ``turn.message_id`` is its id. ``ticket``: its admission,
+        given back at its first token."""
         assert turn.message_id is not None
         log_ = TurnLog(turn_id=turn.message_id)
         turn.owner = log_.owner
-        await repo.own_turn(
-            pool=self.pool, turn_id=log_.turn_id, counted_on=counted_on, owner=log_.owner,
-            inputs=turn_inputs(turn),
-        )  # fmt: skip
-        self._run(log_, self._drive(log_, deps, turn, counted_on=counted_on, started=started))
+        try:
+            await repo.own_turn(
+                pool=self.pool, turn_id=log_.turn_id, counted_on=counted_on, owner=log_.owner,
+                inputs=turn_inputs(turn),
+            )  # fmt: skip
+        except BaseException:
+            if ticket is not None:
+                ticket.release()
+            raise
+        drive = self._drive(log_, deps, turn, counted_on=counted_on, started=started, ticket=ticket)
+        self._run(log_, drive)
         return log_
 
     def _run(self, log_: TurnLog, drive: Coroutine[Any, Any, None]) -> None:
@@ -315,15 +332,19 @@ class TurnRegistry:
         counted_on: date | None,
         started: float,
         stored: list[dict[str, Any]] | None = None,
+        ticket: Ticket | None = None,
     ) -> None:
         flusher = asyncio.create_task(self._flush_every(local))
         first_token = True
         rerun = _Rerun(stored, exact=self.exact_rerun) if stored is not None else None
+
         try:
             async for event in _guarded(run_turn(deps, turn)):
                 if first_token and getattr(event, "type", None) == "token":
                     first_token = False
                     metrics.TIME_TO_FIRST_TOKEN.record(time.perf_counter() - started)
+                    if ticket is not None:  # its wait, less the plan's deliberate pacing
+                        ticket.settle(less_s=turn.delay_s)
                 _observe_end(event, started)
                 data = event.model_dump(mode="json")
                 if rerun is None:
@@ -340,6 +361,8 @@ class TurnRegistry:
         except TurnTakenOver:
             local.superseded = True
         except asyncio.CancelledError:
+            if ticket is not None:  # stopped: no measure of the stack's wait
+                ticket.release()
             if not local.superseded:
                 abandoned = ErrorEvent(
                     reason="abandoned",
@@ -348,6 +371,10 @@ class TurnRegistry:
                 )
                 await self._append(local, [abandoned.model_dump(mode="json")])
         finally:
+            if ticket is not None and local.superseded:
+                ticket.release()
+            elif ticket is not None:  # ended before a token (an error): what it waited
+                ticket.settle(less_s=turn.delay_s)
             flusher.cancel()
             async with local.changed:
                 local.finished = True

@@ -107,7 +107,7 @@ async function api(path, { method = "GET", json, body, headers = {}, signal, aut
       problem = null;
     }
     const error = new ApiError(response.status, problem, response.statusText);
-    if (response.status === 429 && response.headers.get("Retry-After")) {
+    if ((response.status === 429 || response.status === 503) && response.headers.get("Retry-After")) {
       error.message += ` (try again in ${response.headers.get("Retry-After")} s)`;
     }
     // a stored token that stopped working (expired, secret changed): back to signing in
