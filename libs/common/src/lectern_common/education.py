@@ -9,6 +9,7 @@ measuring grounding, with the same ones.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from lectern_common.events.chat import ConfidenceBand
@@ -40,6 +41,33 @@ class BandThresholds:
                 f"band thresholds must satisfy 0 <= low <= medium <= high <= 1, got "
                 f"low={self.low}, medium={self.medium}, high={self.high}"
             )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Logistic map of the top semantic score to a retrieval confidence in 0..1.
+
+    ``midpoint`` is the semantic score at which on-topic and off-topic questions separate
+    (confidence 0.5); ``scale`` is how fast confidence rises around it.
+    """
+
+    midpoint: float
+    scale: float
+
+    def __call__(self, top_semantic: float) -> float:
+        """Retrieval confidence of a top semantic score."""
+        z = (top_semantic - self.midpoint) / max(self.scale, 1e-6)
+        return 1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0)))
+
+
+#: the re-ranker's bi-encoder calibration (the gateway's too, when the re-ranker does not
+#: answer and a turn's sources are the retriever's order).
+# Chosen with bench/tune_rerank.py on bioasq-dev (600 questions, 13,449 documents) and
+# bench/bench_rerank.py on pubmedqa-pqal: with the midpoint at 0.38, 96% of
+# bench/data/offtopic_questions.txt fall in the gap band against 1.8% of bioasq's answerable
+# questions (0.32: 84% / 0.5%; 0.40: 98% / 2.2%). A large corpus holds more passages that
+# resemble an off-topic question by chance, so the midpoint must sit above their top cosine.
+BI_ENCODER_CALIBRATION = Calibration(midpoint=0.38, scale=0.05)
 
 
 def band_for(score: float, retrieval: float, thresholds: BandThresholds) -> ConfidenceBand:

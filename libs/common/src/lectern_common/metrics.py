@@ -51,6 +51,11 @@ KNOWLEDGE_GAPS = meter.create_counter(
 RATE_LIMITED = meter.create_counter(
     "lectern.chat.rate_limited", description="Questions refused by the daily limit, by plan"
 )
+RERANK_FALLBACKS = meter.create_counter(
+    "lectern.chat.rerank_fallbacks",
+    description="Turns whose sources are the retriever's order because the re-ranker did not "
+    "answer in time, by reason (upstream: no reply, or no replica)",
+)
 CHAT_SHED = meter.create_counter(
     "lectern.chat.shed",
     description="Questions refused with 503 (reason overloaded) because the replica's turns "

@@ -56,6 +56,12 @@ class Settings(ServiceHttpSettings):
     )
     retrieve_timeout_s: float = Field(default=10.0)
     rerank_timeout_s: float = Field(default=10.0)
+    rerank_fallback: bool = Field(
+        default=True,
+        description="when the re-ranker does not answer within rerank_timeout_s, answer from "
+        "the retriever's order with a verdict from its scores (at most low; a weak match is a "
+        "knowledge gap); false: the turn ends with an error event",
+    )
     admit_first_token_s: float = Field(
         default=5.0,
         ge=0,

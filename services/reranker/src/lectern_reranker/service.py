@@ -25,8 +25,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 # re-exported: the band definition is shared with the gateway (lectern_common.education)
 from lectern_common import metrics, reading
 from lectern_common.bm25 import idf_weights
+from lectern_common.education import BI_ENCODER_CALIBRATION as BI_ENCODER_CALIBRATION
 from lectern_common.education import STYLE_CONTENT_TYPES as STYLE_CONTENT_TYPES
 from lectern_common.education import BandThresholds as BandThresholds
+from lectern_common.education import Calibration as Calibration
 from lectern_common.education import band_for as band_for
 from lectern_common.events import (
     AnswerSpan,
@@ -99,29 +101,6 @@ class SignalWeights:
         }
 
 
-@dataclass(frozen=True)
-class Calibration:
-    """Logistic map of the top semantic score to a retrieval confidence in 0..1.
-
-    ``midpoint`` is the semantic score at which on-topic and off-topic questions separate
-    (confidence 0.5); ``scale`` is how fast confidence rises around it.
-    """
-
-    midpoint: float
-    scale: float
-
-    def __call__(self, top_semantic: float) -> float:
-        """Retrieval confidence of a top semantic score."""
-        z = (top_semantic - self.midpoint) / max(self.scale, 1e-6)
-        return 1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0)))
-
-
-# Chosen with bench/tune_rerank.py on bioasq-dev (600 questions, 13,449 documents) and
-# bench/bench_rerank.py on pubmedqa-pqal: with the midpoint at 0.38, 96% of
-# bench/data/offtopic_questions.txt fall in the gap band against 1.8% of bioasq's answerable
-# questions (0.32: 84% / 0.5%; 0.40: 98% / 2.2%). A large corpus holds more passages that
-# resemble an off-topic question by chance, so the midpoint must sit above their top cosine.
-BI_ENCODER_CALIBRATION = Calibration(midpoint=0.38, scale=0.05)
 # The packaged reader's best probability over the candidates it read: below the midpoint the
 # band is gap. bioasq-dev (bench/fit_rerank.py, 16 candidates read at 192 word pieces): at
 # 0.05, 92% of bench/data/offtopic_questions.txt in the gap band against 0.9% of the answerable

@@ -4,13 +4,17 @@ labelled as sources [T#]."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lectern_common import metrics
 from lectern_common.broker import request
+from lectern_common.education import BI_ENCODER_CALIBRATION, BandThresholds, band_for
+from lectern_common.errors import NatsUnavailableError, RetryableError
 from lectern_common.events import (
     Candidate,
     ChunkVisibility,
@@ -38,8 +42,15 @@ from lectern_gateway.classes.membership import student_classes
 from lectern_gateway.index import as_row, chunks_by_id
 from lectern_gateway.personas.service import TutorPersona
 
+log = logging.getLogger(__name__)
+
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6
+#: the re-ranker's confidence weights and priors (``lectern_reranker.service``): a verdict
+#: from the retriever's scores alone, when the re-ranker does not answer, is weighed alike
+_FALLBACK_WEIGHTS = {"retrieval": 0.4, "source_quality": 0.3, "grounding": 0.3}
+_FALLBACK_SOURCE_QUALITY = 0.5
+_FALLBACK_GROUNDING_PRIOR = 1.0
 
 
 @dataclass
@@ -172,27 +183,73 @@ async def rerank(
     if not found.candidates:
         return Retrieved(idf=found.idf)
     started = time.perf_counter()
-    reranked = await request(
-        deps.broker,
-        RerankRequest(
-            tenant_id=principal.tenant_id,
-            # a follow-up ("where does it happen?") is scored with the topic it refers to,
-            # the same resolution the retriever applied to find the candidates
-            query=resolve_follow_up(
-                lookup.query, [t.text for t in history[-4:] if t.role == "user"]
-            ),
-            candidates=found.candidates,
-            top_k=settings.rerank_top_k,
-            token_budget=max(100, int(settings.context_token_budget * SOURCE_BUDGET_SHARE)),
-            student=student_context(principal, lookup.session, teacher_ids=found.teacher_ids),
-        ),
-        RerankReply,
-        timeout=settings.rerank_timeout_s,
+    asked = RerankRequest(
+        tenant_id=principal.tenant_id,
+        # a follow-up ("where does it happen?") is scored with the topic it refers to,
+        # the same resolution the retriever applied to find the candidates
+        query=resolve_follow_up(lookup.query, [t.text for t in history[-4:] if t.role == "user"]),
+        candidates=found.candidates,
+        top_k=settings.rerank_top_k,
+        token_budget=max(100, int(settings.context_token_budget * SOURCE_BUDGET_SHARE)),
+        student=student_context(principal, lookup.session, teacher_ids=found.teacher_ids),
     )
+    try:
+        reply = await request(deps.broker, asked, RerankReply, timeout=settings.rerank_timeout_s)
+        chunks, confidence, reranked = reply.chunks, reply.confidence, True
+    except NatsUnavailableError:
+        raise  # the bus itself: nothing to fall back on
+    except RetryableError as exc:
+        if not settings.rerank_fallback:
+            raise
+        # the re-ranker did not answer in time (overloaded, restarting, down): the turn goes
+        # on with the retriever's order and a verdict from its scores, at most ``low``
+        log.warning("re-ranker did not answer (%s): answering from the retriever's order",
+                    exc.message)  # fmt: skip
+        metrics.RERANK_FALLBACKS.add(1, {"reason": exc.reason})
+        chunks, confidence = retriever_order(asked, settings.band_thresholds())
+        reranked = False
     timings["rerank_ms"] = elapsed_ms(started)
-    labelled = _labelled(found.rows, reranked.chunks, reranked.confidence)
+    labelled = _labelled(found.rows, chunks, confidence)
     labelled.idf = found.idf
+    labelled.reranked = reranked
     return labelled
+
+
+def retriever_order(
+    asked: RerankRequest, thresholds: BandThresholds
+) -> tuple[list[RankedChunk], Confidence]:
+    """What a turn goes on with when the re-ranker does not answer: the retriever's first
+    ``top_k`` candidates within the token budget, and a verdict from the best candidate's
+    cosine to the question, calibrated as the re-ranker's bi-encoder does (a weak match is a
+    knowledge gap), never above ``low``: nothing read the sources against the question."""
+    kept: list[RankedChunk] = []
+    used = 0
+    for candidate in asked.candidates[: asked.top_k]:
+        tokens = candidate.token_count or max(1, len(candidate.text.split()) * 4 // 3)
+        if kept and used + tokens > asked.token_budget:
+            break
+        used += tokens
+        semantic = candidate.dense_score or 0.0
+        kept.append(RankedChunk(candidate=candidate, semantic=semantic, score=semantic))
+    cosines = [c.candidate.dense_score for c in kept if c.candidate.dense_score is not None]
+    retrieval = BI_ENCODER_CALIBRATION(max(cosines)) if cosines else 0.0
+    w = _FALLBACK_WEIGHTS
+    score = (
+        w["retrieval"] * retrieval
+        + w["source_quality"] * _FALLBACK_SOURCE_QUALITY
+        + w["grounding"] * _FALLBACK_GROUNDING_PRIOR
+    ) / sum(w.values())
+    band = band_for(score, retrieval, thresholds)
+    if band != "gap":
+        band, score = "low", min(score, round(thresholds.medium - 0.001, 3))
+    confidence = Confidence(
+        score=round(score, 6),
+        band=band,
+        retrieval=round(retrieval, 6),
+        source_quality=_FALLBACK_SOURCE_QUALITY,
+        grounding=_FALLBACK_GROUNDING_PRIOR,
+    )
+    return kept, confidence
 
 
 def allowed_classes(session: ChatSession, classes: Sequence[str] | None) -> list[str] | None:

@@ -351,7 +351,7 @@ async def answer_question(
     if decision.action != "refuse":
         prompt = compose(deps, turn, question, material, loaded.history)
         offer(retrieved, prompt)
-    yield SourcesEvent(sources=retrieved.sources)
+    yield SourcesEvent(sources=retrieved.sources, reranked=retrieved.reranked)
     if turn.delay_s > 0:  # the plan's soft limit paces the turn
         await asyncio.sleep(turn.delay_s)
         clock.timings["rate_limit_delay_ms"] = round(turn.delay_s * 1000, 2)

@@ -44,6 +44,11 @@ class SourcesEvent(BaseModel):
 
     type: Literal["sources"] = "sources"
     sources: list[Source]
+    reranked: bool = Field(
+        default=True,
+        description="false: the re-ranker did not answer in time, so the sources are the "
+        "retriever's order and the verdict is from the retriever's scores (at most `low`)",
+    )
 
 
 class TokenEvent(BaseModel):

@@ -224,6 +224,8 @@ class Retrieved:
     confidence: Confidence = field(default_factory=no_material)
     #: the BM25 idf of the question's words in the tenant's library (from the retriever)
     idf: dict[str, float] = field(default_factory=dict)
+    #: False: the re-ranker did not answer, and the sources are the retriever's order
+    reranked: bool = True
 
     def answer_margin(self) -> float | None:
         """The best margin of the sources' answer spans over their null scores (None when
