@@ -49,6 +49,16 @@ def test_a_run_slower_than_the_accepted_one_fails(soak: ModuleType) -> None:
     assert soak.judge(result(3.0, 1.2, chats=5), accepted) == []
 
 
+def test_turns_that_end_in_an_error_are_no_throughput(soak: ModuleType) -> None:
+    """Half the turns ending with an error event at the deadline (an overloaded stack
+    without admission) is half the throughput, however quickly they ended."""
+    accepted = soak.summary(result(10.0, 1.0))
+    failing = {**result(10.0, 1.2), "turns_done_per_s": 5.0}
+    (slow,) = soak.judge(failing, accepted)
+    assert "turns answered a second 5.0 are 0.50" in slow
+    assert soak.judge({**failing, "turns_done_per_s": 9.0}, accepted) == []
+
+
 def test_a_run_on_another_machine_is_not_held_to_its_turns_a_second(soak: ModuleType) -> None:
     fast = {"cpu": "AVX-512 Xeon", "reader_ms_per_piece": 0.09}
     slow = {"cpu": "AVX2 EPYC", "reader_ms_per_piece": 0.40}
