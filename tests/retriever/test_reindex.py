@@ -9,6 +9,7 @@ retriever and the memory service (both started on MiniLM), and a writer keeps ad
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -138,7 +139,7 @@ async def test_reindex_to_another_model_while_ten_clients_ask(
     try:
         await _seed(pool, local, tenant_id)
         assert await _column_type(pool, "chunks") == "vector(384)"
-        done = asyncio.Event()
+        done, on_gemini = asyncio.Event(), asyncio.Event()
         failures: list[str] = []
         answers: list[tuple[float, str, bool]] = []
 
@@ -151,6 +152,8 @@ async def test_reindex_to_another_model_while_ten_clients_ask(
                     )
                     top = reply.candidates[0].text if reply.candidates else ""
                     answers.append((time.monotonic(), retriever.embedder.name, top == text))  # type: ignore[union-attr]
+                    if sum(1 for a in answers if a[1] == "gemini-embedding-001") > 20:
+                        on_gemini.set()
                     if n == 0:
                         recalled = await memory.recall(
                             pool=pool,
@@ -198,7 +201,10 @@ async def test_reindex_to_another_model_while_ten_clients_ask(
         assert code == 0, err
         assert "switched from sentence-transformers/all-MiniLM-L6-v2 to gemini-embedding-001" in out
         assert "user_memories: 1/1" in out and "curriculum_standards: 1/1" in out
-        await asyncio.sleep(1.5)  # and answering on Gemini after
+        # and answering on Gemini after: until 20 answers came on it (a fixed 1.5 s gave
+        # 10 on a loaded 2-core CPU), or 60 s, when the check below fails
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(on_gemini.wait(), 60)
         done.set()
         await asyncio.gather(*tasks, writing)
 

@@ -8199,6 +8199,13 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description overloaded (reason `overloaded`): this replica's turns wait too long for their first token already, and the question waited in line for a place (`LECTERN_GATEWAY_ADMIT_PATIENCE_S`) in vain; ask again after `Retry-After` (nothing was stored or counted). Also a dependency down (NATS, Postgres). */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
     cancel_turn_v1_sessions__session_id__messages__message_id__cancel_post: {

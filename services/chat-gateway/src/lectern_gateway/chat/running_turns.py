@@ -337,7 +337,6 @@ class TurnRegistry:
         flusher = asyncio.create_task(self._flush_every(local))
         first_token = True
         rerun = _Rerun(stored, exact=self.exact_rerun) if stored is not None else None
-
         try:
             async for event in _guarded(run_turn(deps, turn)):
                 if first_token and getattr(event, "type", None) == "token":
