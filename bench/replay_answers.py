@@ -67,6 +67,8 @@ class Replayed:
     #: the table cell the gateway marks in the lead's citation, and whether it holds a key fact
     cell: str | None = None
     cell_holds_fact: bool = False
+    #: the (question, unit) pairs the answerer's reader read for it
+    units_read: int = 0
 
 
 #: vectors of the product's default embedder (int8 queries and passages); another file for
@@ -208,6 +210,8 @@ async def replay(
     margin: float | None = None,
     from_spans: bool = False,
     reader_folder: Path | None = None,
+    read_first: int | None = answerer.READ_FIRST,
+    read_enough: float = answerer.READ_ENOUGH_LOGIT,
 ) -> list[Replayed]:
     """Replay every stored answerable and off-topic question of ``run`` (with the packaged
     reader, as the gateway runs it, unless ``reads`` is false). With ``cross_fitted`` (a model
@@ -237,6 +241,8 @@ async def replay(
         reader=reader,
         read_at_most=read_at_most,
         from_spans=from_spans,
+        read_first=read_first,
+        read_enough=read_enough,
     )
     options: dict[str, Any] = {"without": frozenset(without), "model": model}
     if floor is not None:
@@ -295,6 +301,7 @@ async def replay(
             continue
         sources = _sources(stored)
         asked = _questions_asked(question, by_id)
+        read_before = offline.units_read
         answer = await offline.answer(
             question=asked, sources=sources,
             **chosen(split_of[question.id], question.document),
@@ -320,6 +327,7 @@ async def replay(
                 ),
                 cell=cell,
                 cell_holds_fact=cell is not None and holds_any_fact(cell, question.facts),
+                units_read=offline.units_read - read_before,
             )
         )  # fmt: skip
         if signals_out is not None and split_of[question.id] == "dev":  # fitted on dev only
@@ -329,7 +337,7 @@ async def replay(
         if result["id"] not in split_of:
             continue
         stored = result.get("sources") or []
-        refused = True
+        refused, read_before = True, offline.units_read
         if stored and result.get("band") != "gap" and not _below(stored, margin):
             group = result.get("document") or "(off-topic)"
             answer = await offline.answer(
@@ -343,7 +351,8 @@ async def replay(
                 labels += [0] * len(units)
         out.append(
             Replayed(result["id"], split_of[result["id"]], result.get("document") or "",
-                     "offtopic", refused, 0.0, 0, 0, False, False)
+                     "offtopic", refused, 0.0, 0, 0, False, False,
+                     units_read=offline.units_read - read_before)
         )  # fmt: skip
     embedder.save()
     if reader is not None:
@@ -378,6 +387,8 @@ def summary(replayed: Sequence[Replayed], split: str) -> dict[str, float]:
         "answerable_refused": mean([float(r.refused) for r in answerable]),
         "offtopic_refused": mean([float(r.refused) for r in off]),
         "near_miss_refused": mean([float(r.refused) for r in off if r.document]),
+        # what reading cost: the units the answerer's reader read a question, every question
+        "units_read": mean([float(r.units_read) for r in replayed if r.split == split]),
     }
 
 
@@ -423,6 +434,15 @@ def main() -> int:
         help="the units the answerer reads at most (0: all; default the answerer's)",
     )  # fmt: skip
     parser.add_argument(
+        "--read-first", type=int, default=answerer.READ_FIRST or 0,
+        help="of those, the units read first; the rest only when none reads as an answer "
+        "(0: all at once; default the answerer's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--read-enough", type=float, default=answerer.READ_ENOUGH_LOGIT,
+        help="the reader's logit at which one of the first units reads as an answer",
+    )  # fmt: skip
+    parser.add_argument(
         "--margin", type=float,
         help="refuse, as chat.decision does, a question none of whose sources' answer spans "
         "beats its null score by this (bench/fit_margin.py; default: none)",
@@ -453,7 +473,8 @@ def main() -> int:
         replay(run, args.set, without=args.without, signals_out=args.signals,
                floor=args.floor, other_floor=args.other_floor, model=model, reads=args.reads,
                read_at_most=args.read_at_most or None, cross_fitted=cross_fitted,
-               margin=args.margin, from_spans=args.from_spans, reader_folder=args.reader)
+               margin=args.margin, from_spans=args.from_spans, reader_folder=args.reader,
+               read_first=args.read_first or None, read_enough=args.read_enough)
     )  # fmt: skip
     splits = [s for s in ("dev", "test") if any(r.split == s for r in replayed)]
     figures = {s: summary(replayed, s) for s in splits}

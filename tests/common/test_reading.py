@@ -163,13 +163,49 @@ async def test_the_offline_answerer_reads_only_the_units_it_may_answer_from() ->
 
     embedder = LocalEmbedder()
     counting = Counting()
-    few = OfflineAnswerer(embedder=embedder, reader=counting, read_at_most=6)
+    few = OfflineAnswerer(embedder=embedder, reader=counting, read_at_most=6, read_first=None)
     answer = await few.answer(question=QUESTION, sources=sources)
     assert len(counting.read) == 6 and ANSWER in counting.read
-    every = OfflineAnswerer(embedder=embedder, reader=reading.packaged(), read_at_most=None)
+    every = OfflineAnswerer(
+        embedder=embedder, reader=reading.packaged(), read_at_most=None, read_first=None
+    )
     assert answer.render() == (await every.answer(question=QUESTION, sources=sources)).render()
     assert answer.supported and "starch" in answer.render()
     similarities = await few.similarities(QUESTION, [u.text for u in units])
     logits = await few.unit_readings(QUESTION, sources, units, similarities)
     assert logits is not None and len(logits) == len(units)
     assert sum(v > min(logits) for v in logits) == 5  # the unread ones hold the lowest read
+
+
+async def test_the_offline_answerer_reads_the_rest_only_when_none_of_the_first_answers() -> None:
+    """With ``read_first``, the answerer reads the cheap model's first units, and the others
+    of its ``read_at_most`` only when none of the first reads as an answer (a logit of
+    ``read_enough`` or more); ``units_read`` counts what was read."""
+    from lectern_answerer import OfflineAnswerer
+    from lectern_common.embeddings import LocalEmbedder
+    from lectern_common.generation import SourceText
+
+    filler = [
+        f"Chapter {n} of the handbook lists the opening hours of library number {n}."
+        for n in range(1, 25)
+    ]
+    sources = [SourceText(label="T1", text=" ".join([*filler, ANSWER]), score=0.9)]
+    embedder, reader = LocalEmbedder(), reading.packaged()
+
+    def answerer(read_enough: float) -> OfflineAnswerer:
+        return OfflineAnswerer(
+            embedder=embedder, reader=reader, read_at_most=6, read_first=2,
+            read_enough=read_enough,
+        )  # fmt: skip
+
+    content = answerer(read_enough=-100.0)  # any unit reads as an answer: two reads
+    await content.answer(question=QUESTION, sources=sources)
+    assert content.units_read == 2
+    doubting = answerer(read_enough=100.0)  # none ever does: the other four are read too
+    answer = await doubting.answer(question=QUESTION, sources=sources)
+    assert doubting.units_read == 6
+    assert answer.supported and "starch" in answer.render()
+    # the answer is among the cheap model's first two, and reads as one: two reads suffice
+    fitted = answerer(read_enough=0.0)
+    assert (await fitted.answer(question=QUESTION, sources=sources)).render() == answer.render()
+    assert fitted.units_read == 2

@@ -445,6 +445,10 @@ def test_the_offline_answerer_reads_at_most_what_it_is_given() -> None:
     every = build_generator(BaseServiceSettings(), read_at_most=None)
     assert isinstance(few, OfflineAnswerer) and few.read_at_most == 3
     assert isinstance(every, OfflineAnswerer) and every.read_at_most is None
+    # 4 of them first, the rest when none reads as an answer; 0 in the setting: all at once
+    assert default.read_first == 4 == GatewaySettings().offline_answerer_read_first
+    at_once = build_generator(BaseServiceSettings(), read_first=None)
+    assert isinstance(at_once, OfflineAnswerer) and at_once.read_first is None
 
 
 # --- offline answerer -------------------------------------------------------------------

@@ -37,7 +37,13 @@ from lectern_answerer.model import (
     below_floors,
     has_signal,
 )
-from lectern_answerer.offline import READ_AT_MOST, OfflineAnswerer, SentenceReader
+from lectern_answerer.offline import (
+    READ_AT_MOST,
+    READ_ENOUGH_LOGIT,
+    READ_FIRST,
+    OfflineAnswerer,
+    SentenceReader,
+)
 from lectern_answerer.signals import (
     QUESTION_SIGNALS,
     READER_CLIP,
@@ -58,7 +64,8 @@ from lectern_answerer.units import (
 
 __all__ = [
     "MECHANISMS", "MODEL_PATH", "NO_READER_MODEL_PATH", "NO_SUPPORT_TEXT", "QUESTION_SIGNALS",
-    "READER_CLIP", "READ_AT_MOST", "SIGNALS", "SPANS_MODEL_PATH", "SPAN_SIGNALS", "AnswerModel",
+    "READER_CLIP", "READ_AT_MOST", "READ_ENOUGH_LOGIT", "READ_FIRST", "SIGNALS",
+    "SPANS_MODEL_PATH", "SPAN_SIGNALS", "AnswerModel",
     "ExtractiveAnswer", "Logistic", "OfflineAnswerer", "QuestionForm", "ScoredSentence",
     "SentenceReader", "SourceUnit", "answer_holders", "answer_model", "below_floors",
     "best_margin", "candidate_sentences", "definiendum", "extract_answer", "has_answer_spans",

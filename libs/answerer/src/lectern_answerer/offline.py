@@ -42,6 +42,13 @@ class SentenceReader(Protocol):
 #: unit for 0.996 of the questions, its top 16 for all, its top 4 for 0.955). Each read is
 #: ~5 ms of a core: 16 were two thirds of the gateway's CPU a turn under load (issue 58)
 READ_AT_MOST = 8
+#: the units read first, of those ``READ_AT_MOST``; the rest are read only when none of them
+#: reads as an answer (a logit of ``READ_ENOUGH_LOGIT`` or more: even odds, not fitted). None:
+#: all at once. Replayed on the answer set's stored sources (docs/benchmarks.md, thirty-sixth
+#: session): 6.1-6.2 units read a question instead of 8, key-fact recall dev 0.811 -> 0.808,
+#: test 0.676 -> 0.676, where reading 6 at once kept dev and lost test to 0.669
+READ_FIRST: int | None = 4
+READ_ENOUGH_LOGIT = 0.0
 
 
 class OfflineAnswerer:
@@ -58,6 +65,8 @@ class OfflineAnswerer:
         cache_floats: int = 8_000_000,  # 32 MB of vectors: 20,000 sentences of MiniLM
         read_at_most: int | None = READ_AT_MOST,
         from_spans: bool = False,
+        read_first: int | None = READ_FIRST,
+        read_enough: float = READ_ENOUGH_LOGIT,
     ) -> None:
         self.embedder = embedder
         self.reader = reader
@@ -66,6 +75,10 @@ class OfflineAnswerer:
         #: reads sentences: docs/benchmarks.md, twenty-sixth session)
         self.from_spans = from_spans
         self.read_at_most = read_at_most
+        self.read_first = read_first
+        self.read_enough = read_enough
+        #: (question, unit) pairs this answerer has read: what reading cost
+        self.units_read = 0
         self.max_sentences = max_sentences
         # unit vectors by (model, text), least recently used first: a course's questions
         # keep meeting the same chunks, and embedding their sentences is most of an answer's
@@ -113,8 +126,8 @@ class OfflineAnswerer:
             return None
         if self.from_spans and has_answer_spans(sources):
             return None
-        at_most = self.read_at_most
-        if at_most is None or len(texts) <= at_most:
+        at_most, first = self.read_at_most, self.read_first
+        if (at_most is None or len(texts) <= at_most) and (first is None or len(texts) <= first):
             return await self.readings(question, texts)
         bags = [Counter(terms(u.text)) for u in units]
         cheap = answer_model(reads=False).score(
@@ -122,9 +135,15 @@ class OfflineAnswerer:
                 question, question_form(question), units, bags, similarities, sources=sources
             )
         )
-        read = sorted(int(i) for i in np.argsort(-cheap, kind="stable")[:at_most])
+        order = [int(i) for i in np.argsort(-cheap, kind="stable")[:at_most]]
+        read = order[:first] if first is not None else order
         logits = await self.readings(question, [texts[i] for i in read])
         assert logits is not None
+        if len(read) < len(order) and max(logits) < self.read_enough:
+            # none of the cheap model's first reads as an answer: read the rest too
+            more = await self.readings(question, [texts[i] for i in order[len(read) :]])
+            assert more is not None
+            read, logits = order, logits + more
         out = [min(logits)] * len(texts)
         for index, logit in zip(read, logits, strict=True):
             out[index] = logit
@@ -135,6 +154,7 @@ class OfflineAnswerer:
         if self.reader is None or not texts or not question.strip():
             return None
         logits = await self.reader.score_logits(question, texts, kind="sentence")
+        self.units_read += len(texts)
         return [float(v) for v in logits]
 
     async def similarities(self, question: str, texts: Sequence[str]) -> list[float] | None:

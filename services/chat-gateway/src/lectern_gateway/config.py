@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from lectern_answerer import READ_AT_MOST
+from lectern_answerer import READ_AT_MOST, READ_FIRST
 from lectern_common.reading import PACKAGED_L3_NAME, PACKAGED_NAME
 from lectern_common.settings import ServiceHttpSettings, shared
 from lectern_gateway.chat.decision import ANSWER_MARGIN
@@ -117,6 +117,12 @@ class Settings(ServiceHttpSettings):
         description="the units of a turn's sources the offline answerer's reader reads at most "
         "(those its model without the reader ranks highest; 0: all): what a turn's reading "
         "costs (docs/benchmarks.md, 'Under load')",
+    )  # fmt: skip
+    offline_answerer_read_first: int = Field(
+        default=READ_FIRST or 0, ge=0,
+        description="of those, the units read first; the others only when none of these reads "
+        "as an answer (the reader's logit 0 or more): 6.1 units read a question instead of 8 on "
+        "the answer set, key-fact recall kept (docs/benchmarks.md); 0: all at once",
     )  # fmt: skip
     grounding_weight: float = Field(
         default=0.3, description="weight of grounding in the final confidence score"

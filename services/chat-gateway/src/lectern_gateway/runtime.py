@@ -67,6 +67,7 @@ async def start(state: ServiceState, settings: Settings, *, lazy: bool = False) 
     generator = build_generator(
         settings, embedder=embedder, reader=reader,
         read_at_most=settings.offline_answerer_read_at_most or None,
+        read_first=settings.offline_answerer_read_first or None,
         from_spans=settings.offline_answerer_from_spans,
     )  # fmt: skip
     web = build_web_generator(settings)

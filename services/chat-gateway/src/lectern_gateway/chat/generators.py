@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from lectern_answerer import READ_AT_MOST, OfflineAnswerer, SentenceReader
+from lectern_answerer import READ_AT_MOST, READ_FIRST, OfflineAnswerer, SentenceReader
 from lectern_common import metrics as telemetry_metrics
 from lectern_common.embeddings import create_gemini_client, gemini_call_errors, upstream_error
 from lectern_common.errors import (
@@ -468,11 +468,12 @@ def build_generator(
     embedder: Embedder | None = None,
     reader: SentenceReader | None = None,
     read_at_most: int | None = READ_AT_MOST,
+    read_first: int | None = READ_FIRST,
     from_spans: bool = False,
 ) -> Generator:
     """Gemini (when a key is set) and the fallback provider (when set), ending offline (whose
-    reader reads at most ``read_at_most`` units of a turn's sources, none when ``from_spans``
-    and the re-ranker marked answer spans)."""
+    reader reads at most ``read_at_most`` units of a turn's sources, ``read_first`` of them
+    first, none when ``from_spans`` and the re-ranker marked answer spans)."""
     chain = _gemini_chain(settings)
     if settings.fallback_llm_base_url and settings.fallback_llm_model:
         key = settings.fallback_llm_api_key
@@ -486,8 +487,9 @@ def build_generator(
             )
         )
     offline = OfflineAnswerer(
-        embedder=embedder, reader=reader, read_at_most=read_at_most, from_spans=from_spans
-    )
+        embedder=embedder, reader=reader, read_at_most=read_at_most, read_first=read_first,
+        from_spans=from_spans,
+    )  # fmt: skip
     if not chain:
         return offline
     return FallbackGenerator(chain[0], [*chain[1:], offline])
