@@ -300,41 +300,42 @@ READER_METRICS = {
 }  # fmt: skip
 
 
-async def _reading(urls: dict[str, str]) -> dict[str, dict[str, float]]:
-    """Each service's reader totals so far (``lectern.reader.*`` from its ``/metrics``)."""
-    out: dict[str, dict[str, float]] = {}
+async def _scrapes(urls: dict[str, str]) -> dict[str, str]:
+    """Each service's ``/metrics`` scrape now (a service that does not answer is left out)."""
+    out: dict[str, str] = {}
     async with httpx.AsyncClient(timeout=10) as client:
         for name, url in urls.items():
             with contextlib.suppress(httpx.HTTPError):
                 response = await client.get(f"{url}/metrics")
                 if response.status_code == 200:
-                    out[name] = {
-                        key: sample_total(response.text, metric)
-                        for key, metric in READER_METRICS.items()
-                    }
+                    out[name] = response.text
     return out
+
+
+async def _reading(urls: dict[str, str]) -> dict[str, dict[str, float]]:
+    """Each service's reader totals so far (``lectern.reader.*`` from its ``/metrics``)."""
+    return {
+        name: {key: sample_total(text, metric) for key, metric in READER_METRICS.items()}
+        for name, text in (await _scrapes(urls)).items()
+    }
 
 
 #: counters of how the stack met overload, summed over its services' ``/metrics``
 OVERLOAD_METRICS = {
     "rerank_fallbacks": "lectern_chat_rerank_fallbacks_total",
     "requests_expired": "lectern_requests_expired_total",
-    "shed": "lectern_chat_shed_total",
 }
 
 
 async def _overload(urls: dict[str, str]) -> dict[str, float]:
     """The stack's overload counters so far: turns answered from the retriever's order (the
-    re-ranker did not answer in time), requests answered ``expired``, questions refused."""
-    out = dict.fromkeys(OVERLOAD_METRICS, 0.0)
-    async with httpx.AsyncClient(timeout=10) as client:
-        for url in urls.values():
-            with contextlib.suppress(httpx.HTTPError):
-                response = await client.get(f"{url}/metrics")
-                if response.status_code == 200:
-                    for key, metric in OVERLOAD_METRICS.items():
-                        out[key] += sample_total(response.text, metric)
-    return out
+    re-ranker did not answer in time) and requests answered ``expired`` (the questions
+    refused are the soak's own count, ``Soak.shed``)."""
+    scrapes = list((await _scrapes(urls)).values())
+    return {
+        key: sum(sample_total(text, metric) for text in scrapes)
+        for key, metric in OVERLOAD_METRICS.items()
+    }
 
 
 async def _cpu_window(
@@ -770,7 +771,7 @@ def _print(result: dict[str, Any]) -> None:
         print(
             f"  overload          {o['rerank_fallbacks']} turns answered from the retriever's "
             f"order (the re-ranker did not answer in time), {o['requests_expired']} requests "
-            f"answered expired, {o['shed']} questions refused"
+            f"answered expired"
         )
     print(f"  whole answer      p50 {ms(r['answer_s']['p50'])}, p95 {ms(r['answer_s']['p95'])}")
     print(

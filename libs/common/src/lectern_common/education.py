@@ -60,6 +60,16 @@ class Calibration:
         return 1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0)))
 
 
+@dataclass(frozen=True)
+class ConfidenceWeights:
+    """Weights of the confidence parts (the re-ranker's verdict; the gateway's own when the
+    re-ranker does not answer)."""
+
+    retrieval: float = 0.4
+    source_quality: float = 0.3
+    grounding: float = 0.3
+
+
 #: the re-ranker's bi-encoder calibration (the gateway's too, when the re-ranker does not
 #: answer and a turn's sources are the retriever's order).
 # Chosen with bench/tune_rerank.py on bioasq-dev (600 questions, 13,449 documents) and

@@ -29,6 +29,7 @@ from lectern_common.education import BI_ENCODER_CALIBRATION as BI_ENCODER_CALIBR
 from lectern_common.education import STYLE_CONTENT_TYPES as STYLE_CONTENT_TYPES
 from lectern_common.education import BandThresholds as BandThresholds
 from lectern_common.education import Calibration as Calibration
+from lectern_common.education import ConfidenceWeights as ConfidenceWeights
 from lectern_common.education import band_for as band_for
 from lectern_common.events import (
     AnswerSpan,
@@ -165,15 +166,6 @@ def packaged_relevance() -> RelevanceModel | None:
     if not RELEVANCE_MODEL_PATH.is_file():
         return None
     return RelevanceModel.load(RELEVANCE_MODEL_PATH)
-
-
-@dataclass(frozen=True)
-class ConfidenceWeights:
-    """Weights of the confidence parts."""
-
-    retrieval: float = 0.4
-    source_quality: float = 0.3
-    grounding: float = 0.3
 
 
 @dataclass(frozen=True)

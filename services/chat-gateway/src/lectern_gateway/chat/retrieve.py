@@ -13,7 +13,12 @@ from typing import Any
 
 from lectern_common import metrics
 from lectern_common.broker import request
-from lectern_common.education import BI_ENCODER_CALIBRATION, BandThresholds, band_for
+from lectern_common.education import (
+    BI_ENCODER_CALIBRATION,
+    BandThresholds,
+    ConfidenceWeights,
+    band_for,
+)
 from lectern_common.errors import NatsUnavailableError, RetryableError
 from lectern_common.events import (
     Candidate,
@@ -25,6 +30,7 @@ from lectern_common.events import (
     RetrieveReply,
     RetrieveRequest,
 )
+from lectern_common.events.chat import ConfidenceBand
 from lectern_common.events.retrieval import ScopeFilter, Turn
 from lectern_common.text import resolve_follow_up
 from lectern_gateway.auth import Principal
@@ -35,7 +41,8 @@ from lectern_gateway.chat.context import (
     filters_for,
     student_context,
 )
-from lectern_gateway.chat.decision import no_material
+from lectern_gateway.chat.decision import in_band, no_material
+from lectern_gateway.chat.prompt import count_tokens
 from lectern_gateway.chat.sse import Source
 from lectern_gateway.chat.turn_input import ChatDeps, ChatSession, Retrieved, elapsed_ms
 from lectern_gateway.classes.membership import student_classes
@@ -46,9 +53,8 @@ log = logging.getLogger(__name__)
 
 #: share of the context budget the re-ranker may fill with sources
 SOURCE_BUDGET_SHARE = 0.6
-#: the re-ranker's confidence weights and priors (``lectern_reranker.service``): a verdict
-#: from the retriever's scores alone, when the re-ranker does not answer, is weighed alike
-_FALLBACK_WEIGHTS = {"retrieval": 0.4, "source_quality": 0.3, "grounding": 0.3}
+#: the re-ranker's neutral source quality and grounding prior (its defaults): a verdict from
+#: the retriever's scores alone, when the re-ranker does not answer, is weighed alike
 _FALLBACK_SOURCE_QUALITY = 0.5
 _FALLBACK_GROUNDING_PRIOR = 1.0
 
@@ -225,7 +231,7 @@ def retriever_order(
     kept: list[RankedChunk] = []
     used = 0
     for candidate in asked.candidates[: asked.top_k]:
-        tokens = candidate.token_count or max(1, len(candidate.text.split()) * 4 // 3)
+        tokens = candidate.token_count or count_tokens(candidate.text)
         if kept and used + tokens > asked.token_budget:
             break
         used += tokens
@@ -233,15 +239,13 @@ def retriever_order(
         kept.append(RankedChunk(candidate=candidate, semantic=semantic, score=semantic))
     cosines = [c.candidate.dense_score for c in kept if c.candidate.dense_score is not None]
     retrieval = BI_ENCODER_CALIBRATION(max(cosines)) if cosines else 0.0
-    w = _FALLBACK_WEIGHTS
+    w = ConfidenceWeights()
     score = (
-        w["retrieval"] * retrieval
-        + w["source_quality"] * _FALLBACK_SOURCE_QUALITY
-        + w["grounding"] * _FALLBACK_GROUNDING_PRIOR
-    ) / sum(w.values())
-    band = band_for(score, retrieval, thresholds)
-    if band != "gap":
-        band, score = "low", min(score, round(thresholds.medium - 0.001, 3))
+        w.retrieval * retrieval
+        + w.source_quality * _FALLBACK_SOURCE_QUALITY
+        + w.grounding * _FALLBACK_GROUNDING_PRIOR
+    ) / (w.retrieval + w.source_quality + w.grounding)
+    band: ConfidenceBand = "gap" if band_for(score, retrieval, thresholds) == "gap" else "low"
     confidence = Confidence(
         score=round(score, 6),
         band=band,
@@ -249,7 +253,7 @@ def retriever_order(
         source_quality=_FALLBACK_SOURCE_QUALITY,
         grounding=_FALLBACK_GROUNDING_PRIOR,
     )
-    return kept, confidence
+    return kept, in_band(confidence, thresholds)  # a low band's score stays under medium
 
 
 def allowed_classes(session: ChatSession, classes: Sequence[str] | None) -> list[str] | None:
