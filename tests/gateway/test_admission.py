@@ -245,3 +245,46 @@ async def test_a_question_past_the_limit_gets_503_and_nothing_is_stored_or_count
             "What is photosynthesis?",
             "Where do plants make sugar?",
         ]
+
+
+@pytest.mark.integration
+async def test_a_retry_with_the_key_of_a_question_in_line_waits_in_line_too(
+    gateway: Gateway, held: HeldReranker, db_pool: Any, tenant_id: str
+) -> None:
+    """A client whose connection dropped while its question waited in line asks again with
+    the same ``Idempotency-Key``: the retry takes a place in line of its own. Refused, it gets
+    the 503 (not an empty stream of a turn that never started); admitted, it replays the
+    turn its first attempt started, which is answered once."""
+    await seed_document(db_pool, tenant_id=tenant_id)
+    headers = gateway.token(tenant_id, "student-1")
+    keyed = {**headers, "Idempotency-Key": "sugar-1"}
+    async with httpx.AsyncClient(timeout=30) as client:
+        session = await new_session(client, gateway, headers)
+        sid = session["id"]
+        first = asyncio.create_task(ask(client, gateway, sid, "What is photosynthesis?", headers))
+        await asyncio.wait_for(held.asked.wait(), 10)  # the first turn holds the one place
+        in_line = asyncio.create_task(ask(client, gateway, sid, "Where is sugar made?", keyed))
+        await asyncio.sleep(0.5)
+        retry = await ask(client, gateway, sid, "Where is sugar made?", keyed)
+        assert (await in_line).status == 503
+        assert retry.status == 503, retry.events
+        assert retry.problem is not None and retry.problem["reason"] == "overloaded"
+        # both in line again; the place comes free: the first attempt is answered, the retry
+        # follows that same turn
+        in_line = asyncio.create_task(ask(client, gateway, sid, "Where is sugar made?", keyed))
+        await asyncio.sleep(0.5)
+        retry_task = asyncio.create_task(ask(client, gateway, sid, "Where is sugar made?", keyed))
+        await asyncio.sleep(0.5)
+        held.go.set()
+        assert (await first).status == 200
+        asked, retried = await in_line, await retry_task
+        assert asked.status == retried.status == 200
+        assert retried.headers["x-lectern-turn-id"] == asked.headers["x-lectern-turn-id"]
+        assert retried.headers.get("x-lectern-replay") == "true"
+        assert asked.done is not None and retried.done is not None
+        assert retried.done.message_id == asked.done.message_id
+        count = await db_pool.fetchval(
+            "SELECT count(*) FROM chat_turns WHERE session_id = $1 AND idempotency_key = $2",
+            sid, "sugar-1",
+        )  # fmt: skip
+        assert count == 1

@@ -128,16 +128,17 @@ async def post_message(
     turns = gateway.turns
     turn_id = uuid.uuid4()
     if idempotency_key is not None:
-        replayed = await _claim_key(pool, session_id, idempotency_key, turn_id, principal)
+        replayed = await _key_holder(pool, session_id, idempotency_key)
         if replayed is not None:
             after = parse_last_event_id(last_event_id, replayed)
             return _stream(turns, session_id, replayed, after, replay=True)
     if session["status"] != "active":
-        await _drop_turn(pool, turn_id)
         raise ProblemError(409, "Conflict", "this session has ended; start a new one")
-    ticket, verdict = await _admit(
-        turns, pool, settings, principal, session_id, turn_id, keyed=idempotency_key is not None
-    )
+    admitted = await _admit(turns, pool, settings, principal, session_id, turn_id, idempotency_key)
+    if isinstance(admitted, uuid.UUID):  # its first attempt was admitted while this one waited
+        after = parse_last_event_id(last_event_id, admitted)
+        return _stream(turns, session_id, admitted, after, replay=True)
+    ticket, verdict = admitted
     try:
         deps = gateway.chat()
         asked_in = ChatSession.of_row(session)
@@ -169,19 +170,22 @@ async def _admit(
     principal: Principal,
     session_id: uuid.UUID,
     turn_id: uuid.UUID,
-    *,
-    keyed: bool,
-) -> tuple[Ticket, Verdict]:
+    key: str | None,
+) -> tuple[Ticket, Verdict] | uuid.UUID:
     """A place among the replica's waiting turns (else 503 ``overloaded``), the turn's row
-    (``keyed``: claimed with its Idempotency-Key already) and the question counted against
-    the plan's daily limit (else 429); nothing is kept of a question refused."""
+    and the question counted against the plan's daily limit (else 429); nothing is kept of
+    a question refused. The row, and with it the Idempotency-Key, is claimed only once
+    admitted: a retry with the key while the first attempt waits in line waits in line too,
+    and follows the first attempt's turn (its id, returned) if that was admitted meanwhile."""
     ticket = await turns.admission.admit()
     if ticket is None:  # the replica's turns wait too long already: nothing stored or counted
-        await _drop_turn(pool, turn_id)
         raise _overloaded(turns.admission.retry_after_s())
     try:
-        if not keyed:
+        if key is None:
             await _insert_turn(pool, session_id, None, turn_id, principal)
+        elif (replayed := await _claim_key(pool, session_id, key, turn_id, principal)) is not None:
+            ticket.release()
+            return replayed
         verdict = await count_message(
             pool=pool,
             tenant_id=principal.tenant_id,
@@ -320,15 +324,23 @@ async def _claim_key(
     for _ in range(3):
         if await _insert_turn(pool, session_id, key, turn_id, principal):
             return None
-        row = await repo.turn_by_key(pool=pool, session_id=session_id, idempotency_key=key)
-        if row is None:
-            continue  # deleted meanwhile: claim again
-        lost = row["status"] == "streaming" and float(row["age"]) > STALE_AFTER_S
-        if row["status"] in ("streaming", "done") and not lost:
-            return uuid.UUID(str(row["id"]))
-        # failed, abandoned, or its replica died: the key asks again
-        await repo.release_turn_key(pool=pool, turn_id=row["id"])
+        held = await _key_holder(pool, session_id, key)
+        if held is not None:
+            return held
     raise ProblemError(409, "Conflict", "this Idempotency-Key is being used concurrently")
+
+
+async def _key_holder(pool: Pool, session_id: uuid.UUID, key: str) -> uuid.UUID | None:
+    """The turn that holds ``key`` and is answered or being answered; None when none does
+    (a failed or abandoned turn, or one whose replica died, gives its key up here)."""
+    row = await repo.turn_by_key(pool=pool, session_id=session_id, idempotency_key=key)
+    if row is None:
+        return None
+    lost = row["status"] == "streaming" and float(row["age"]) > STALE_AFTER_S
+    if row["status"] in ("streaming", "done") and not lost:
+        return uuid.UUID(str(row["id"]))
+    await repo.release_turn_key(pool=pool, turn_id=row["id"])
+    return None
 
 
 async def _drop_turn(pool: Pool, turn_id: uuid.UUID) -> None:
