@@ -551,16 +551,7 @@ async def _index_disagreeing(
     worker: IngestWorker, nc: Any, db_pool: Any, tenant_id: str
 ) -> list[uuid.UUID]:
     """Index two documents that disagree on water's boiling point; their ids, in order."""
-    ids = []
-    for i, text in enumerate(WATER):
-        event = await stage_upload(
-            db_pool, nc, tenant_id=tenant_id, data=text.encode(), filename=f"water-{i}.md",
-            mime=filetype.MARKDOWN,
-        )  # fmt: skip
-        outcome = await worker.process(event=event, deliveries=1)
-        assert outcome.status == "indexed", outcome
-        ids.append(event.document_id)
-    return ids
+    return [await stage_and_index(worker, nc, db_pool, tenant_id, text) for text in WATER]
 
 
 async def test_the_conflict_check_finds_the_same_through_the_index_as_exactly(
@@ -591,14 +582,17 @@ async def test_the_conflict_check_finds_the_same_through_the_index_as_exactly(
         assert pair.detail == "90 °C in one, 100 °C in the other"
 
 
-async def stage_and_index(worker: IngestWorker, nc: Any, pool: Any, tenant: str, text: str) -> None:
-    """One Markdown upload of ``tenant``, indexed by ``worker``."""
+async def stage_and_index(
+    worker: IngestWorker, nc: Any, pool: Any, tenant: str, text: str
+) -> uuid.UUID:
+    """One Markdown upload of ``tenant``, indexed by ``worker``: its document's id."""
     event = await stage_upload(
         pool, nc, tenant_id=tenant, data=text.encode(), filename="notes.md",
         mime=filetype.MARKDOWN,
     )  # fmt: skip
     outcome = await worker.process(event=event, deliveries=1)
     assert outcome.status == "indexed", outcome
+    return event.document_id
 
 
 async def test_conflicts_found_go_to_the_review_queue_through_the_outbox(
