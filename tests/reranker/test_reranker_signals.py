@@ -438,6 +438,40 @@ async def test_rerank_orders_dedups_and_fits_the_budget() -> None:
     assert set(reply.timings_ms) == {"score", "rank", "total"}
 
 
+async def test_the_others_are_read_only_when_none_of_the_first_reads_as_relevant() -> None:
+    """A cross-encoder reads the first candidates; the others only when none of those reads
+    as relevant (under even odds), else they follow unread, in the fused order."""
+    query = "how do plants make glucose from light"
+    off = ["the french revolution began in 1789", "rivers flow to the sea", "a poem about snow"]
+    answer = "plants make glucose from light by photosynthesis"
+
+    async def reranked(texts: list[str]) -> tuple[list[int], list[str]]:
+        scorer = LexicalScorer()
+        request = RerankRequest(
+            tenant_id="t", query=query, top_k=6, token_budget=1000,
+            candidates=[candidate(t) for t in texts],
+        )  # fmt: skip
+        config = RerankConfig(cross_encoder_read_first=3, duplicate_overlap=1.0)
+        reply = await rerank(request=request, scorer=scorer, config=config, today=TODAY)
+        return scorer.calls, [c.candidate.text for c in reply.chunks]
+
+    later = "light travels fast"  # after the answer in the fused order, read or not
+    calls, order = await reranked([off[0], answer, off[1], later, off[2]])
+    assert calls == [3]
+    assert order[0] == answer
+    assert order[-2:] == [later, off[2]], "unread, in the fused order after those read"
+    calls, order = await reranked([*off, later, answer])
+    assert calls == [3, 2]  # none of the first three answers: the others are read too
+    assert order[0] == answer
+
+
+def test_the_read_first_setting_reaches_the_pipeline() -> None:
+    from lectern_reranker.config import Settings
+
+    assert Settings().rerank_config().cross_encoder_read_first is None  # all at once
+    assert Settings(cross_encoder_read_first=4).rerank_config().cross_encoder_read_first == 4
+
+
 async def test_token_budget_drops_the_lowest_ranked() -> None:
     texts = [f"glucose light plants {w}" for w in ("one", "two three", "four five six")]
     given = [candidate(t) for t in texts]

@@ -58,6 +58,13 @@ class Settings(ServiceHttpSettings):
         description="candidates (first of the fused order) the cross-encoder reads; the others "
         "follow them in the fused order (unset: all)",
     )  # fmt: skip
+    cross_encoder_read_first: int = Field(
+        default=0, ge=0,
+        description="of the candidates read, read the first this many first and the others "
+        "only when none of them reads as relevant (even odds); unread, they follow in the "
+        "fused order (0: all at once, the default; 4 halves the reading, at a cost in answers: "
+        "docs/benchmarks.md 'Thirty-seventh session')",
+    )  # fmt: skip
     cross_encoder_window: bool = Field(
         default=True,
         description="the cross-encoder reads each candidate's reading window (its first line "
@@ -174,5 +181,6 @@ class Settings(ServiceHttpSettings):
                 "bi-encoder": self.bi_encoder_sentence_match, "cross-encoder": 0.0
             },
             cross_encoder_candidates=self.cross_encoder_candidates,
+            cross_encoder_read_first=self.cross_encoder_read_first or None,
             reading_window=self.cross_encoder_window,
         )  # fmt: skip
