@@ -18,6 +18,10 @@ questions, and measure it on the held-out fifth (``reading_data.bioasq_split``).
 
     python bench/fit_rerank.py records --out /tmp/lectern-rerank-records.json
     python bench/fit_rerank.py fit --records /tmp/lectern-rerank-records.json [--write]
+    python bench/fit_rerank.py first-reads --records /tmp/lectern-rerank-records.json
+
+3. ``first-reads``: held-out nDCG@10 when the re-ranker reads its first candidates and the
+   others only when none of those answers (``LECTERN_RERANKER_CROSS_ENCODER_READ_FIRST``).
 """
 
 from __future__ import annotations
@@ -242,6 +246,38 @@ def fit(args: argparse.Namespace) -> None:
         print(f"wrote {RELEVANCE_MODEL_PATH}")
 
 
+def first_reads(args: argparse.Namespace) -> None:
+    """Held-out nDCG@10 with the shipped relevance model when the re-ranker reads the first
+    ``--read-first`` candidates and the others only when none of those reads as relevant
+    (``lectern_reranker.service.READ_ENOUGH``), beside reading all ``--depth`` at once."""
+    from lectern_common.reading import Reader, probability
+    from lectern_reranker.service import READ_ENOUGH, packaged_relevance
+
+    data = json.loads(args.records.read_text())
+    qrels = load_beir(BIOASQ).qrels
+    model = packaged_relevance()
+    assert model is not None
+    weights = np.asarray([model.reader, model.prior, model.match])
+    reader = Reader.load(args.reader)
+    held = [e for e in data["questions"] if e["split"] == "held-out"]
+    read = [
+        reader.logits(e["question"], _read(e, args.max_length, args.depth, True),
+                      kind="passage", max_length=args.max_length)
+        for e in held
+    ]  # fmt: skip
+    for first in (None, args.read_first):
+        ndcg, share = [], []
+        for entry, logits in zip(held, read, strict=True):
+            n = len(logits)
+            enough = first is not None and probability(logits[:first]).max() >= READ_ENOUGH
+            depth = min(first, n) if first is not None and enough else n
+            share.append(depth / n)
+            scores = _features(entry, logits, depth) @ weights
+            ndcg.append(_ndcg(entry, qrels[entry["qid"]], scores))
+        print(f"{'all at once' if first is None else f'first {first}'}: held-out nDCG@10 "
+              f"{np.mean(ndcg):.4f}, candidates read {np.mean(share):.3f}")  # fmt: skip
+
+
 def main() -> int:
     """Parse the command line and run a step."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -272,9 +308,19 @@ def main() -> int:
         help="a reader folder to read with (default: the packaged 6-layer one; the re-ranker's "
         "is libs/common/src/lectern_common/reader_l3)",
     )  # fmt: skip
+    first = commands.add_parser("first-reads")
+    first.add_argument("--records", type=Path, default=Path("/tmp/lectern-rerank-records.json"))
+    first.add_argument("--depth", type=int, default=8)
+    first.add_argument("--max-length", type=int, default=192)
+    first.add_argument("--read-first", type=int, default=4)
+    first.add_argument(
+        "--reader", type=Path, default=ROOT / "libs/common/src/lectern_common/reader_l3"
+    )
     args = parser.parse_args()
     if args.command == "records":
         asyncio.run(records(args))
+    elif args.command == "first-reads":
+        first_reads(args)
     else:
         fit(args)
     return 0
