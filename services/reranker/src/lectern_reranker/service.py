@@ -761,6 +761,25 @@ async def read_candidates(
     return list(await scorer.score(query, texts)), []
 
 
+async def read_head(
+    scorer: SemanticScorer,
+    query: str,
+    head: Sequence[Candidate],
+    texts: Sequence[str],
+    *,
+    first: int | None,
+) -> tuple[list[Candidate], list[float], list[AnswerSpan | None]]:
+    """Read the first ``first`` of ``head`` (None: all), and the others only when none of
+    those reads as relevant; the candidates read, their relevance and answer spans."""
+    semantic, answers = await read_candidates(scorer, query, head[:first], texts[:first])
+    if first is None or len(head) <= first:
+        return list(head), semantic, answers
+    if max(semantic) >= READ_ENOUGH:  # the others follow, unread
+        return list(head[:first]), semantic, answers
+    more, more_answers = await read_candidates(scorer, query, head[first:], texts[first:])
+    return list(head), semantic + more, answers + more_answers
+
+
 async def rerank(
     *,
     request: RerankRequest,
@@ -785,15 +804,7 @@ async def rerank(
     head = list(candidates[:limit]) if limit is not None else list(candidates)
     texts = read_texts(request.query, head, scorer, config)
     first = config.cross_encoder_read_first if scorer.name == "cross-encoder" else None
-    semantic, answers = await read_candidates(scorer, request.query, head[:first], texts[:first])
-    if first is not None and len(head) > first:
-        if max(semantic) < READ_ENOUGH:  # none of the first answers: read the others too
-            more, more_answers = await read_candidates(
-                scorer, request.query, head[first:], texts[first:]
-            )
-            semantic, answers = semantic + more, answers + more_answers
-        else:  # the others follow, unread
-            head = head[:first]
+    head, semantic, answers = await read_head(scorer, request.query, head, texts, first=first)
     scored_at = time.perf_counter()
     ranked = rank_candidates(
         query=request.query, candidates=head, semantic=semantic, student=request.student,
