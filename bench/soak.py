@@ -100,6 +100,11 @@ PROBE_PIECES = 192
 #: runs whose probes differ by more than this factor were on other machines: their turns a
 #: second are not compared (a baseline is a machine's; ``--accept`` one on this machine)
 MACHINE_TOLERANCE = 1.5
+#: the re-ranker's reader (``reader_l3``): MiniLM's first 3 layers, hidden size 384, feed-forward
+#: 1,536; the floating-point operations of one pair of ``pieces`` word pieces are
+#: ``2 * pieces * (4 * 384**2 + 2 * 384 * 1536) + 4 * pieces**2 * 384`` a layer (the four
+#: projections, the feed-forward pair, then attention's scores and weighted sum)
+READER_LAYERS, READER_HIDDEN, READER_FEED_FORWARD = 3, 384, 1536
 
 
 @dataclass
@@ -613,10 +618,55 @@ def probe_machine(reads: int = 12) -> dict[str, Any]:
         began = time.thread_time()
         reader.logits(question, [passage], kind="passage", max_length=PROBE_PIECES)
         seconds.append(time.thread_time() - began)
+    read_s = statistics.median(seconds[2:])
     return {
         "cpu": _cpu_model(),
-        "reader_ms_per_piece": round(statistics.median(seconds[2:]) * 1000 / PROBE_PIECES, 4),
+        "reader_ms_per_piece": round(read_s * 1000 / PROBE_PIECES, 4),
+        # what that read is against what one core can do: the machine's bound on reading
+        "reader_gflops": round(reader_flops(PROBE_PIECES) / read_s / 1e9, 1),
+        "core_gflops": round(matrix_gflops(), 1),
     }
+
+
+def reader_flops(pieces: int) -> float:
+    """Floating-point operations of one read of ``pieces`` word pieces by the re-ranker's
+    reader (multiplications and additions of its matrix products; the rest is a few %)."""
+    h, f = READER_HIDDEN, READER_FEED_FORWARD
+    per_layer = 2 * pieces * (4 * h * h + 2 * h * f) + 4 * pieces * pieces * h
+    return float(READER_LAYERS * per_layer)
+
+
+def matrix_gflops(runs: int = 30) -> float:
+    """One core's rate at the reader's largest product (a 192-piece pair's 192 x 384 by
+    384 x 1,536, in float, through onnxruntime on one thread): the most a reader of this
+    size can read a second here (the median of ``runs``, after three)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows, inner, cols = PROBE_PIECES, READER_HIDDEN, READER_FEED_FORWARD
+    weight = np.random.default_rng(0).standard_normal((inner, cols)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, inner])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
+        [numpy_helper.from_array(weight, "w")],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    session = ort.InferenceSession(
+        onnx.shape_inference.infer_shapes(model).SerializeToString(), options,
+        providers=["CPUExecutionProvider"],
+    )  # fmt: skip
+    x = np.ones((rows, inner), dtype=np.float32)
+    seconds = []
+    for _ in range(runs + 3):
+        began = time.thread_time()
+        session.run(None, {"x": x})
+        seconds.append(time.thread_time() - began)
+    return 2 * rows * inner * cols / statistics.median(seconds[3:]) / 1e9
 
 
 def _cpu_model() -> str:
@@ -798,6 +848,13 @@ def _print(result: dict[str, Any]) -> None:
     for name, read in cpu["reading_per_turn"].items():
         print(f"  reading in {name:<10} {read['core_ms']} core-ms and {read['pieces']} word "
               "pieces a turn")  # fmt: skip
+    if (read := cpu["reading_per_turn"].get("reranker")) and (machine := result.get("machine")):
+        # the re-ranker's pieces at this core's matrix rate: what no software can undercut
+        # short of reading less (pairs of ~PROBE_PIECES pieces each)
+        floor = read["pieces"] * reader_flops(PROBE_PIECES) / PROBE_PIECES
+        print(f"  reading's floor   the re-ranker's {read['pieces']} pieces a turn need "
+              f"{floor / machine['core_gflops'] / 1e6:.0f} core-ms at this core's "
+              f"{machine['core_gflops']} GFLOP/s")  # fmt: skip
     print(f"  restarts          {r['restarts']}")
     print(f"  ERROR log lines   {r['error_log_lines']}")
     for line in r["errors"]:
@@ -830,7 +887,8 @@ def main() -> int:
     args = parser.parse_args()
     machine = probe_machine()  # before the stack starts: the machine quiet
     print(f"machine: {machine['cpu']}, a word piece read in {machine['reader_ms_per_piece']} "
-          "core-ms (the re-ranker's reader, one thread)")  # fmt: skip
+          f"core-ms (the re-ranker's reader, one thread: {machine['reader_gflops']} GFLOP/s, "
+          f"where one core multiplies matrices at {machine['core_gflops']})")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="lectern-soak-") as tmp:
         data_dir = Path(tmp)
         data_dir.chmod(0o711)  # the embedded Postgres's account must traverse it

@@ -82,6 +82,17 @@ def test_a_run_on_another_machine_is_not_held_to_its_turns_a_second(soak: Module
 def test_the_machine_probe_reads_a_word_piece(soak: ModuleType) -> None:
     machine = soak.probe_machine(reads=2)
     assert machine["cpu"] and 0.001 < machine["reader_ms_per_piece"] < 10
+    # and at what rate it reads, beside what one core multiplies (both well above 0.1
+    # GFLOP/s on any machine that runs the stack)
+    assert machine["reader_gflops"] > 0.1 and machine["core_gflops"] > 0.1
+
+
+def test_the_readers_operations_are_its_matrix_products(soak: ModuleType) -> None:
+    """3 layers of 384 wide with a 1,536 feed-forward: at 192 pieces, 2 x 192 x (4 x 384^2 +
+    2 x 384 x 1,536) + 4 x 192^2 x 384 = 736.1 million a layer; attention's share grows with
+    the square of the length."""
+    assert soak.reader_flops(192) == 3 * 736_100_352
+    assert soak.reader_flops(384) > 2 * soak.reader_flops(192)
 
 
 def test_error_events_are_counted_by_kind(soak: ModuleType) -> None:
