@@ -164,3 +164,16 @@ def test_a_reader_without_a_span_head_reads_logits_alone() -> None:
     assert read.logit == pytest.approx(
         float(reader.logits("What does amylase break down?", ["Amylase breaks down starch."])[0])
     )
+
+
+def test_training_autocasts_to_bfloat16_only_where_the_cpu_has_it(
+    bench: tuple[ModuleType, ModuleType],
+) -> None:
+    """Emulated bfloat16 made a training step 16 times slower than float32 on an AVX2-only
+    CPU: autocast follows what oneDNN says the CPU does, and ``--float32`` always wins."""
+    import torch
+
+    _, train = bench
+    native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert train.autocast_bfloat16(False) is native
+    assert train.autocast_bfloat16(True) is False
