@@ -639,11 +639,13 @@ def reader_flops(pieces: int) -> float:
 def matrix_gflops(runs: int = 30) -> float:
     """One core's rate at the reader's largest product (a 192-piece pair's 192 x 384 by
     384 x 1,536, in float, through onnxruntime on one thread): the most a reader of this
-    size can read a second here (the median of ``runs``, after three)."""
+    size can read a second here (the median of ``runs``, after three), in a session opened
+    as the services open the reader's."""
     import numpy as np
     import onnx
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
+
+    from lectern_common import onnx_models
 
     rows, inner, cols = PROBE_PIECES, READER_HIDDEN, READER_FEED_FORWARD
     weight = np.random.default_rng(0).standard_normal((inner, cols)).astype(np.float32)
@@ -654,12 +656,10 @@ def matrix_gflops(runs: int = 30) -> float:
         [numpy_helper.from_array(weight, "w")],
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(
-        onnx.shape_inference.infer_shapes(model).SerializeToString(), options,
-        providers=["CPUExecutionProvider"],
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "matmul.onnx"
+        onnx.save(model, str(path))
+        session = onnx_models.open_session(path, threads=1)
     x = np.ones((rows, inner), dtype=np.float32)
     seconds = []
     for _ in range(runs + 3):
