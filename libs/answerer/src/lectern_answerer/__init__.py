@@ -30,6 +30,7 @@ from lectern_answerer.forms import QuestionForm, definiendum, question_form, sta
 from lectern_answerer.model import (
     MODEL_PATH,
     NO_READER_MODEL_PATH,
+    READ_SPANS_MODEL_PATH,
     SPANS_MODEL_PATH,
     AnswerModel,
     Logistic,
@@ -43,6 +44,7 @@ from lectern_answerer.offline import (
     READ_FIRST,
     OfflineAnswerer,
     SentenceReader,
+    SpanReader,
 )
 from lectern_answerer.signals import (
     QUESTION_SIGNALS,
@@ -55,6 +57,7 @@ from lectern_answerer.signals import (
 )
 from lectern_answerer.units import (
     SourceUnit,
+    UnitReadings,
     answer_holders,
     candidate_sentences,
     has_answer_spans,
@@ -64,10 +67,11 @@ from lectern_answerer.units import (
 
 __all__ = [
     "MECHANISMS", "MODEL_PATH", "NO_READER_MODEL_PATH", "NO_SUPPORT_TEXT", "QUESTION_SIGNALS",
-    "READER_CLIP", "READ_AT_MOST", "READ_ENOUGH_LOGIT", "READ_FIRST", "SIGNALS",
-    "SPANS_MODEL_PATH", "SPAN_SIGNALS", "AnswerModel",
+    "READER_CLIP", "READ_AT_MOST", "READ_ENOUGH_LOGIT", "READ_FIRST", "READ_SPANS_MODEL_PATH",
+    "SIGNALS", "SPANS_MODEL_PATH", "SPAN_SIGNALS", "AnswerModel",
     "ExtractiveAnswer", "Logistic", "OfflineAnswerer", "QuestionForm", "ScoredSentence",
-    "SentenceReader", "SourceUnit", "answer_holders", "answer_model", "below_floors",
+    "SentenceReader", "SourceUnit", "SpanReader", "UnitReadings", "answer_holders",
+    "answer_model", "below_floors",
     "best_margin", "candidate_sentences", "definiendum", "extract_answer", "has_answer_spans",
     "has_signal", "question_form", "question_signals", "reader_texts", "source_units",
     "states_number", "unit_signals",

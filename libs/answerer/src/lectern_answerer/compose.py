@@ -130,6 +130,7 @@ def extract_answer(
     sources: Sequence[SourceText],
     similarities: Sequence[float] | None = None,
     readings: Sequence[float] | None = None,
+    margins: Sequence[float | None] | None = None,
     max_sentences: int = 4,
     min_lexical: float = 0.2,
     min_semantic: float = 0.4,  # MiniLM: answering paraphrases ~0.4+, unrelated text < 0.3
@@ -143,7 +144,8 @@ def extract_answer(
     """Pick the units of ``sources`` that answer ``question``, in the question's form.
 
     ``similarities`` (question-to-unit cosines, in ``candidate_sentences`` order) add a
-    semantic signal, ``readings`` (the reader's logits, in the same order) the reader's.
+    semantic signal, ``readings`` (the reader's logits, in the same order) the reader's,
+    ``margins`` (its span head's, ``UnitReadings.margins``) the span signals.
     Each unit's signals (``unit_signals``) are combined by ``model`` (the fitted
     ``answer_model()`` by default) into the probability that it states the answer. A
     unit is eligible with enough lexical overlap or similarity; the best ones within ``floor``
@@ -160,14 +162,15 @@ def extract_answer(
     form = question_form(question)
     bags = [Counter(terms(u.text)) for u in units]
     asked = set(query)
-    spans = readings is None and has_answer_spans(sources)
+    spans = margins is not None or (readings is None and has_answer_spans(sources))
     model = model or answer_model(reads=readings is not None, spans=spans)
     signals = unit_signals(
-        question, form, units, bags, similarities, sources=sources, readings=readings, k1=k1, b=b
-    )
+        question, form, units, bags, similarities, sources=sources, readings=readings,
+        margins=margins, k1=k1, b=b,
+    )  # fmt: skip
     probabilities = model.score(signals)
     signals_of_question = functools.partial(
-        question_signals, question, query, bags, signals, probabilities, sources
+        question_signals, question, query, bags, signals, probabilities, sources, margins
     )
     if "off_topic" not in without and not answers_at_all(
         query, bags, model, similarities, without, signals_of_question

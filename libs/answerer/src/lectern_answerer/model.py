@@ -119,13 +119,20 @@ def below_floors(signals: NDArray[np.float64], floors: Iterable[tuple[int, float
 MODEL_PATH = Path(__file__).with_name("answerer_model.json")
 NO_READER_MODEL_PATH = Path(__file__).with_name("answerer_model_no_reader.json")
 SPANS_MODEL_PATH = Path(__file__).with_name("answerer_model_spans.json")
+#: the one for an answerer whose own reader has a span head (its units' span margins beside
+#: their logits), when one is shipped
+READ_SPANS_MODEL_PATH = Path(__file__).with_name("answerer_model_read_spans.json")
 
 
 @functools.cache
 def answer_model(reads: bool = True, spans: bool = False) -> AnswerModel:
-    """The fitted model shipped with the package: for sources with the re-ranker's answer
-    spans (``spans``, when that model is shipped), else for an answerer with or without a
-    reader of its own."""
+    """The fitted model shipped with the package: for an answerer whose reader reads spans
+    (``reads`` and ``spans``, when that model is shipped; else the reader's model, which
+    weighs no span signal), for sources with the re-ranker's answer spans (``spans``, when
+    that model is shipped), else for an answerer with or without a reader of its own."""
+    if reads and spans:
+        found = READ_SPANS_MODEL_PATH if READ_SPANS_MODEL_PATH.is_file() else MODEL_PATH
+        return AnswerModel.load(found)
     if spans and SPANS_MODEL_PATH.is_file():
         return AnswerModel.load(SPANS_MODEL_PATH)
     return AnswerModel.load(MODEL_PATH if reads else NO_READER_MODEL_PATH)

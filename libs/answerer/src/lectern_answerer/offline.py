@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, OrderedDict
 from collections.abc import Container, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 import numpy as np
 
@@ -16,7 +16,13 @@ from lectern_answerer.compose import extract_answer
 from lectern_answerer.forms import question_form
 from lectern_answerer.model import answer_model
 from lectern_answerer.signals import unit_signals
-from lectern_answerer.units import SourceUnit, has_answer_spans, reader_texts, source_units
+from lectern_answerer.units import (
+    SourceUnit,
+    UnitReadings,
+    has_answer_spans,
+    reader_texts,
+    source_units,
+)
 from lectern_common.generation import Final, TextDelta, Verdict
 from lectern_common.text import resolve_follow_up, terms
 
@@ -25,6 +31,7 @@ if TYPE_CHECKING:
 
     from lectern_common.embeddings import Embedder
     from lectern_common.generation import GenerationRequest, GenerationStream, SourceText
+    from lectern_common.reading import Reading
 
 
 class SentenceReader(Protocol):
@@ -34,6 +41,19 @@ class SentenceReader(Protocol):
         self, question: str, texts: Sequence[str], *, kind: Literal["sentence", "passage"] = ...
     ) -> NDArray[np.float32]:
         """The reader's logit of each (question, text) pair."""
+        ...
+
+
+class SpanReader(SentenceReader, Protocol):
+    """A reader with a span head (``lectern_common.reading.Reader`` whose graph has one):
+    each read also says where the answer is and how far it beats "no answer here"."""
+
+    spans: bool
+
+    async def score_readings(
+        self, question: str, texts: Sequence[str], *, kind: Literal["sentence", "passage"] = ...
+    ) -> list[Reading]:
+        """One read of each (question, text) pair."""
         ...
 
 
@@ -101,7 +121,8 @@ class OfflineAnswerer:
             question=question,
             sources=sources,
             similarities=similarities,
-            readings=readings,
+            readings=None if readings is None else readings.logits,
+            margins=None if readings is None else readings.margins,
             max_sentences=self.max_sentences,
             **options,
         )
@@ -114,10 +135,10 @@ class OfflineAnswerer:
         similarities: Sequence[float] | None,
         *,
         without: Container[str] = frozenset(),
-    ) -> list[float] | None:
-        """The reader's logit of each unit (None without a reader, or when the answerer
-        scores ``from_spans`` and the re-ranker's reader marked answer spans in the sources:
-        it read them once already). Of more than
+    ) -> UnitReadings | None:
+        """The reader's logit of each unit, and its span margin when it has a span head (None
+        without a reader, or when the answerer scores ``from_spans`` and the re-ranker's
+        reader marked answer spans in the sources: it read them once already). Of more than
         ``read_at_most`` units only those the model without the reader ranks highest are
         read; the others get the lowest logit read: they rank below the read ones on every
         other signal, and reading them is most of an answer's time on a CPU."""
@@ -128,7 +149,8 @@ class OfflineAnswerer:
             return None
         at_most, first = self.read_at_most, self.read_first
         if (at_most is None or len(texts) <= at_most) and (first is None or len(texts) <= first):
-            return await self.readings(question, texts)
+            logits, margins = await self._read(question, texts)
+            return UnitReadings(logits, margins if self.reads_spans else None)
         bags = [Counter(terms(u.text)) for u in units]
         cheap = answer_model(reads=False).score(
             unit_signals(
@@ -137,25 +159,42 @@ class OfflineAnswerer:
         )
         order = [int(i) for i in np.argsort(-cheap, kind="stable")[:at_most]]
         read = order[:first] if first is not None else order
-        logits = await self.readings(question, [texts[i] for i in read])
-        assert logits is not None
+        logits, margins = await self._read(question, [texts[i] for i in read])
         if len(read) < len(order) and max(logits) < self.read_enough:
             # none of the cheap model's first reads as an answer: read the rest too
-            more = await self.readings(question, [texts[i] for i in order[len(read) :]])
-            assert more is not None
-            read, logits = order, logits + more
+            more, more_margins = await self._read(question, [texts[i] for i in order[len(read) :]])
+            read, logits, margins = order, logits + more, margins + more_margins
         out = [min(logits)] * len(texts)
-        for index, logit in zip(read, logits, strict=True):
-            out[index] = logit
-        return out
+        out_margins: list[float | None] = [None] * len(texts)
+        for index, logit, margin in zip(read, logits, margins, strict=True):
+            out[index], out_margins[index] = logit, margin
+        return UnitReadings(out, out_margins if self.reads_spans else None)
+
+    @property
+    def reads_spans(self) -> bool:
+        """Whether the reader has a span head (``SpanReader``): its reads give span margins."""
+        return bool(getattr(self.reader, "spans", False)) and hasattr(self.reader, "score_readings")
+
+    async def _read(
+        self, question: str, texts: Sequence[str]
+    ) -> tuple[list[float], list[float | None]]:
+        """The reader's logit of each (question, text) pair and, with a span head, its span
+        margin (None without one)."""
+        assert self.reader is not None
+        self.units_read += len(texts)
+        if self.reads_spans:
+            reads = await cast("SpanReader", self.reader).score_readings(
+                question, texts, kind="sentence"
+            )
+            return [r.logit for r in reads], [r.margin for r in reads]
+        logits = await self.reader.score_logits(question, texts, kind="sentence")
+        return [float(v) for v in logits], [None] * len(texts)
 
     async def readings(self, question: str, texts: Sequence[str]) -> list[float] | None:
         """The reader's logit of each (question, text) pair (None without a reader)."""
         if self.reader is None or not texts or not question.strip():
             return None
-        logits = await self.reader.score_logits(question, texts, kind="sentence")
-        self.units_read += len(texts)
-        return [float(v) for v in logits]
+        return (await self._read(question, texts))[0]
 
     async def similarities(self, question: str, texts: Sequence[str]) -> list[float] | None:
         """Cosine of the question to each text (None without an embedder)."""

@@ -33,7 +33,13 @@ from lectern_answerer.forms import (
     question_names,
     states_number,
 )
-from lectern_answerer.units import SourceUnit, answer_holders, is_heading, is_table_row
+from lectern_answerer.units import (
+    SourceUnit,
+    answer_holders,
+    is_heading,
+    is_table_row,
+    read_margins,
+)
 from lectern_common.bm25 import idf_weights
 from lectern_common.text import (
     PREFIX_LETTERS,
@@ -106,6 +112,7 @@ SIGNALS: tuple[str, ...] = (
     "length",  # words / 40, at most 1
     "reader",  # the reader's logit of (question, unit): does it answer, read together
     "answer_span",  # the unit holds the answer span the re-ranker's reader marked in its source
+    # (or, read by the answerer's reader with a span head, its best span beats "no answer")
     "answer_margin",  # ... and by how much that span beat "no answer here" (0 for the others)
 )
 SIGNAL_AT = {name: i for i, name in enumerate(SIGNALS)}
@@ -237,12 +244,16 @@ def unit_signals(
     *,
     sources: Sequence[SourceText] = (),
     readings: Sequence[float] | None = None,
+    margins: Sequence[float | None] | None = None,
     k1: float = 1.2,
     b: float = 0.75,
     full_match: float = 0.75,
 ) -> NDArray[np.float64]:
     """The ``SIGNALS`` of every unit, one row per unit (in ``units`` order); ``sources``
-    (their re-ranker scores) and ``readings`` (the reader's logits) when known."""
+    (their re-ranker scores) and ``readings`` (the reader's logits) when known. The span
+    signals come from ``margins`` when the answerer's reader read the units with a span head
+    (a unit holds an answer when its best span beats "no answer here"), else from the answer
+    spans the re-ranker's reader marked in the sources."""
     asked = _Asked.of(question, form)
     out = np.zeros((len(units), len(SIGNALS)), dtype=np.float64)
     if not units:
@@ -286,8 +297,14 @@ def unit_signals(
         _shape_signals(row, asked, unit, bag, lexical)
         if readings is not None:
             row[SIGNAL_AT["reader"]] = min(max(float(readings[index]), -READER_CLIP), READER_CLIP)
-    for index, margin in answer_holders(sources, units).items():
-        out[index, SIGNAL_AT["answer_span"]] = 1.0
+    if margins is not None:
+        held = read_margins(margins)
+        holds = {i: float(m > 0) for i, m in held.items()}
+    else:
+        held = answer_holders(sources, units)
+        holds = dict.fromkeys(held, 1.0)
+    for index, margin in held.items():
+        out[index, SIGNAL_AT["answer_span"]] = holds[index]
         out[index, SIGNAL_AT["answer_margin"]] = min(max(margin, -READER_CLIP), READER_CLIP)
     return out
 
@@ -312,7 +329,8 @@ QUESTION_SIGNALS = (
     # about something the material does not cover
     "best_reader",  # the reader's best logit over the units: does any of them answer
     "best_margin",  # the best answer span's margin over "no answer here" among the sources
-    # the re-ranker's reader read (SQuAD 2.0's null-score difference); -READER_CLIP for none
+    # the re-ranker's reader read, or the units the answerer's read with a span head (SQuAD
+    # 2.0's null-score difference); -READER_CLIP for none
 )
 QUESTION_AT = {name: i for i, name in enumerate(QUESTION_SIGNALS)}
 
@@ -324,8 +342,10 @@ def question_signals(
     signals: NDArray[np.float64],
     probabilities: NDArray[np.float64],
     sources: Sequence[SourceText],
+    margins: Sequence[float | None] | None = None,
 ) -> NDArray[np.float64]:
-    """The ``QUESTION_SIGNALS`` of one question over its sources' units."""
+    """The ``QUESTION_SIGNALS`` of one question over its sources' units (``margins``: the
+    answerer's reader's span margins of the units, when it has a span head)."""
     scores = [s.score for s in sources if s.score is not None]
     held = {prefix_stem(t) for bag in bags for t in bag}
     asked = {prefix_stem(t) for t in query}
@@ -345,17 +365,24 @@ def question_signals(
             min(1.0, longest / 12),
             missing_rarity(question, held),
             float(signals[:, SIGNAL_AT["reader"]].max()) if len(signals) else 0.0,
-            best_margin(sources),
+            best_margin(sources, margins),
         ],
         dtype=np.float64,
     )
 
 
-def best_margin(sources: Sequence[SourceText]) -> float:
-    """The best margin of the sources' answer spans over their null scores, clipped to
-    ``READER_CLIP`` (its negative when no source has a span)."""
-    margins = [s.answer.margin for s in sources if s.answer is not None]
-    return min(max(max(margins, default=-READER_CLIP), -READER_CLIP), READER_CLIP)
+def best_margin(
+    sources: Sequence[SourceText], margins: Sequence[float | None] | None = None
+) -> float:
+    """The best margin of the answer spans over their null scores, clipped to
+    ``READER_CLIP`` (its negative when there is no span): of the units' own reads
+    (``margins``) when the answerer's reader has a span head, else of the spans the
+    re-ranker's reader marked in the sources."""
+    if margins is not None:
+        found = [m for m in margins if m is not None]
+    else:
+        found = [s.answer.margin for s in sources if s.answer is not None]
+    return min(max(max(found, default=-READER_CLIP), -READER_CLIP), READER_CLIP)
 
 
 #: the languages whose word frequencies say how common a word is (the most common of them

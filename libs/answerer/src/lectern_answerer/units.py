@@ -29,6 +29,17 @@ class SourceUnit:
     caption: str = ""  # a table row's caption alone (the lines above its header)
 
 
+@dataclass(frozen=True)
+class UnitReadings:
+    """What the answerer's reader said of a turn's units, in ``source_units`` order: each
+    unit's logit (the lowest one read for the units it did not read) and, when the reader
+    has a span head, how far each read unit's best answer span beats "no answer here" in it
+    (SQuAD 2.0's null-score difference; None for the units not read)."""
+
+    logits: list[float]
+    margins: list[float | None] | None = None
+
+
 def source_units(sources: Sequence[SourceText]) -> list[SourceUnit]:
     """Every unit worth quoting: sentences of 3+ words, and list items of any length."""
     out: list[SourceUnit] = []
@@ -134,6 +145,12 @@ def answer_holders(sources: Sequence[SourceText], units: Sequence[SourceUnit]) -
             chosen = before[-1] if before else holding[0]
         out[chosen] = answer.margin
     return out
+
+
+def read_margins(margins: Sequence[float | None]) -> dict[int, float]:
+    """The units (index into ``units``) the answerer's reader read with its span head, with
+    their margins."""
+    return {i: m for i, m in enumerate(margins) if m is not None}
 
 
 def has_answer_spans(sources: Sequence[SourceText]) -> bool:

@@ -218,6 +218,15 @@ class Reader:
             return np.zeros(0, dtype=np.float32)
         return await asyncio.to_thread(self.logits, question, list(texts), kind=kind)
 
+    async def score_readings(
+        self, question: str, texts: Sequence[str], *, kind: Kind = "sentence"
+    ) -> list[Reading]:
+        """``read`` in a worker thread: each pair's logit and, with a span head, its best span
+        and null score."""
+        if not texts:
+            return []
+        return await asyncio.to_thread(self.read, question, list(texts), kind=kind)
+
     def count_tokens(self, text: str) -> int:
         """Word pieces of a text with the reader's tokenizer (no special tokens)."""
         return len(self._base.encode(text, add_special_tokens=False).ids)
