@@ -18,7 +18,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-offline bench-scale bench-reader train-reader train-reader-l3 fit-margin fit-answerer fit-rerank tune-rerank soak clean client-models client-ts
+.PHONY: help install system-deps run test fuzz chaos test-fast lint format asyncapi bench bench-ingest bench-retrieval bench-rerank bench-chat bench-memory bench-reindex bench-startup bench-answers bench-offline bench-scale bench-reader train-reader train-reader-l3 train-reader-spans fit-margin fit-answerer fit-rerank tune-rerank soak clean client-models client-ts
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -180,6 +180,15 @@ train-reader: install ## Train the answerer's reader (cross-encoder from the pac
 train-reader-l3: install ## Train the 3-layer reader with span and no-answer heads (reader_l3_spans; reader_l3 is the same without --spans) and export it as int8 ONNX
 	$(PY) bench/train_reader.py train --layers 3 --spans --work $(HOME)/.cache/lectern/reader-train-l3s
 	$(PY) bench/train_reader.py export --work $(HOME)/.cache/lectern/reader-train-l3s --out libs/common/src/lectern_common/reader_l3_spans $(READER_EXPORT)
+
+# issue 59's reader: all 6 layers with span and no-answer heads, the answerer's reader when it
+# is kept (its units' span margins then reach the answerer's signals and refusal). 5,300 steps:
+# ~6.5 s a step in float32 on the AVX2-only EPYC (~9.5 hours; a session resumes it), ~2 hours
+# with bfloat16. `python bench/train_reader.py snapshot --work DIR` measures it mid-run.
+SPANS_WORK ?= $(HOME)/.cache/lectern/reader-train-l6s
+train-reader-spans: install ## Train the 6-layer reader with span and no-answer heads (resumable) and export it as int8 ONNX into reader_spans/
+	$(PY) bench/train_reader.py train --spans --work $(SPANS_WORK)
+	$(PY) bench/train_reader.py export --work $(SPANS_WORK) --out libs/common/src/lectern_common/reader_spans $(READER_EXPORT)
 
 bench-reader: install ## The reader alone: SelQA test, COVID-QA, held-out bioasq, dev units (beside the bi-encoder and BM25); its span head on SQuAD, FairytaleQA, WikiTableQuestions
 	@test -f /tmp/lectern-bench-answers.json || $(PY) bench/bench_answers.py
