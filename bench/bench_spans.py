@@ -8,8 +8,9 @@ published anchors beside them.
   official normalisation, the best over the annotators' answers), and has-answer accuracy
   (the span beats "no answer" by the margin); v2.0's unanswerable questions of the same
   articles: no-answer accuracy (the margin says none). The margin is chat's
-  (``chat.decision.ANSWER_MARGIN``) unless ``--margin``; the margin's AUC says how well it
-  tells the two apart at any threshold.
+  (``chat.decision.ANSWER_MARGIN``) when chat refuses on one, else SQuAD 2.0's own 0 (the
+  best span beats "no answer"), unless ``--margin``; the margin's AUC says how well it tells
+  the two apart at any threshold.
 - **FairytaleQA** (its test stories): each question read with its section(s): ROUGE-L F1 of
   the extracted span against the answers (the FairytaleQA paper's BART-large QA model:
   0.536), and the answer sentence's top-1 (the sentence holding the span is the section's
@@ -42,6 +43,10 @@ import reading_data
 from lectern_common import reading
 from lectern_common.text import split_sentences
 from lectern_gateway.chat.decision import ANSWER_MARGIN
+
+#: the margin has-answer and no-answer accuracy are judged at: chat's, or 0 where chat
+#: refuses on none (its default)
+JUDGED_MARGIN = ANSWER_MARGIN if ANSWER_MARGIN is not None else 0.0
 
 ANCHORS = {"fairytale_rouge_l": 0.536, "wtq_accuracy_tapas": 0.488}
 
@@ -190,9 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a reader folder with a span head (default: the packaged reader_l3_spans)",
     )  # fmt: skip
     parser.add_argument(
-        "--margin", type=float, default=ANSWER_MARGIN,
+        "--margin", type=float, default=JUDGED_MARGIN,
         help="the margin has-answer and no-answer are judged at (default: chat's, "
-        f"LECTERN_GATEWAY_ANSWER_MARGIN's default {ANSWER_MARGIN})",
+        f"LECTERN_GATEWAY_ANSWER_MARGIN's default {ANSWER_MARGIN}, else 0)",
     )  # fmt: skip
     parser.add_argument("--limit", type=int, default=1000, help="questions per set at most")
     args = parser.parse_args(argv)

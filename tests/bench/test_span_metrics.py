@@ -29,6 +29,19 @@ def test_squad_f1_and_rouge_l(bench: tuple[ModuleType, ModuleType]) -> None:
     assert spans.rouge_l("nothing alike", "fox") == 0.0
 
 
+def test_the_benchmark_judges_at_a_margin_even_when_chat_refuses_on_none(
+    bench: tuple[ModuleType, ModuleType],
+) -> None:
+    """Chat's margin refusal is off by default (``ANSWER_MARGIN`` None): has-answer and
+    no-answer accuracy are then judged at SQuAD 2.0's own 0, not at None (which crashed
+    ``make bench-reader``)."""
+    spans, _ = bench
+    from lectern_gateway.chat.decision import ANSWER_MARGIN
+
+    assert (0.0 if ANSWER_MARGIN is None else ANSWER_MARGIN) == spans.JUDGED_MARGIN
+    assert isinstance(spans.JUDGED_MARGIN, float)
+
+
 def test_the_margin_refuses_at_most_the_share(bench: tuple[ModuleType, ModuleType]) -> None:
     _, margin = bench
     answerable = [5.0, -1.0, 3.0, 0.5, 2.0, 4.0, 6.0, 7.0, 8.0, 9.0]
