@@ -196,6 +196,22 @@ def extract_answer(
             asked=asked,
         ),
     )
+    return ExtractiveAnswer(
+        composed(chosen, units, sources, max_sentences=max_sentences, without=without), form
+    )
+
+
+def composed(
+    chosen: list[ScoredSentence],
+    units: Sequence[SourceUnit],
+    sources: Sequence[SourceText],
+    *,
+    max_sentences: int,
+    without: Container[str] = frozenset(),
+) -> list[ScoredSentence]:
+    """The chosen units as the answer says them: each best one with what goes on from it
+    (``followed_on``), cut sentences and lists completed, and the best passage first
+    (``best_first``); ``without`` switches a step off."""
     if "followed_on" not in without:
         chosen = followed_on(
             chosen, units, sources, limit=max_sentences + 2, passage="passage" not in without
@@ -204,7 +220,7 @@ def extract_answer(
         chosen = with_list(completed(chosen, units), units, sources)
     if "best_first" not in without:
         chosen = best_first(chosen, units, caption="caption" not in without)
-    return ExtractiveAnswer(chosen, form)
+    return chosen
 
 
 def best_first(
