@@ -157,16 +157,15 @@ class CachedReader:
         """The reader's reads of the pairs, spans and null scores kept like the logits."""
         from lectern_common.reading import Reading
 
-        keys = [f"{kind}\x1f{question}\x1f{t}\x1fspans" for t in texts]
-        missing = [t for t, k in zip(texts, keys, strict=True) if k not in self.logits]
+        keys = {t: f"{kind}\x1f{question}\x1f{t}\x1fspans" for t in texts}
+        missing = [t for t in keys if keys[t] not in self.logits]
         if missing:
             fresh = await self.inner.score_readings(question, missing, kind=kind)
             for text, read in zip(missing, fresh, strict=True):
-                key = f"{kind}\x1f{question}\x1f{text}\x1fspans"
-                self.logits[key] = [read.logit, read.start, read.end, read.span_score,
-                                    read.null_score]  # fmt: skip
+                self.logits[keys[text]] = [read.logit, read.start, read.end, read.span_score,
+                                           read.null_score]  # fmt: skip
             self.added += len(missing)
-        return [Reading(*self.logits[k]) for k in keys]
+        return [Reading(*self.logits[keys[t]]) for t in texts]
 
     def save(self) -> None:
         if self.added:

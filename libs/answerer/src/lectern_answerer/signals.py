@@ -297,14 +297,10 @@ def unit_signals(
         _shape_signals(row, asked, unit, bag, lexical)
         if readings is not None:
             row[SIGNAL_AT["reader"]] = min(max(float(readings[index]), -READER_CLIP), READER_CLIP)
-    if margins is not None:
-        held = read_margins(margins)
-        holds = {i: float(m > 0) for i, m in held.items()}
-    else:
-        held = answer_holders(sources, units)
-        holds = dict.fromkeys(held, 1.0)
+    read = margins is not None  # the answerer's own reads, else the re-ranker's spans
+    held = read_margins(margins) if margins is not None else answer_holders(sources, units)
     for index, margin in held.items():
-        out[index, SIGNAL_AT["answer_span"]] = holds[index]
+        out[index, SIGNAL_AT["answer_span"]] = float(margin > 0) if read else 1.0
         out[index, SIGNAL_AT["answer_margin"]] = min(max(margin, -READER_CLIP), READER_CLIP)
     return out
 
