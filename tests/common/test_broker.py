@@ -6,7 +6,7 @@ import logging
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -428,6 +428,60 @@ async def test_a_service_started_before_jetstream_answers_starts_once_it_does(
     finally:
         await broker.stop()
         server.stop()
+
+
+async def test_a_start_retried_after_one_subscriber_failed_leaves_every_subscriber_consuming(
+    tmp_path: Path,
+) -> None:
+    """A start that fails at one subscriber (its consumer request timed out, as a cluster
+    electing a leader answers) is run again, and every subscriber then handles what it
+    fetches. A concurrent pull subscriber started before the failure used to take messages it
+    never handled: FastStream's second start swapped its queue under its running consumer."""
+    server = EmbeddedNats(tmp_path / "nats", port=free_port())
+    await asyncio.to_thread(server.start)
+    broker = create_broker(server.url, service_name="test")
+    subjects = [Subjects.DOCUMENTS_INDEXED, Subjects.DOCUMENTS_FAILED]
+    received: dict[str, asyncio.Queue[bytes]] = {s: asyncio.Queue() for s in subjects}
+
+    def handler(queue: asyncio.Queue[bytes]) -> Callable[[bytes], Awaitable[None]]:
+        async def handle(body: bytes) -> None:
+            await queue.put(body)
+
+        return handle
+
+    for subject in subjects:
+        broker.subscriber(
+            subject, stream=stream_for(subject), durable=f"test-{subject.split('.')[2]}",
+            pull_sub=PullSub(batch_size=5, timeout=1.0), max_workers=4,
+        )(handler(received[subject]))  # fmt: skip
+    # the last subscriber to start fails its first start; those before it have started
+    last = broker.subscribers[-1]
+    real_start = last.start
+    failed: list[bool] = []
+
+    async def fails_once() -> None:
+        if not failed:
+            failed.append(True)
+            raise nats.errors.TimeoutError
+        await real_start()
+
+    cast("Any", last).start = fails_once
+    nc = await nats.connect(server.url)
+    try:
+        await ensure_streams(nc.jetstream())
+        await start_broker(broker, timeout=30.0)
+        assert failed
+        sent = {s: {f"{s} {i}".encode() for i in range(12)} for s in subjects}
+        for subject, bodies in sent.items():
+            for body in bodies:
+                await nc.jetstream().publish(subject, body)
+        for subject, bodies in sent.items():
+            got = {await asyncio.wait_for(received[subject].get(), 10.0) for _ in bodies}
+            assert got == bodies, subject
+    finally:
+        await nc.close()
+        await broker.stop()
+        await asyncio.to_thread(server.stop)
 
 
 async def test_streams_declared_before_jetstream_answers_are_declared_once_it_does(

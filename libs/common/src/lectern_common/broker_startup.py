@@ -32,10 +32,32 @@ async def start_broker(broker: NatsBroker, *, timeout: float) -> None:
     cluster forms, or on a loaded machine, that request can time out or be refused as
     "temporarily unavailable" (seen: a service of a 3-node stack exited with "Application
     startup failed" and was restarted), and a server still starting may have no JetStream to
-    answer. FastStream creates a subscription only where none exists, so a second start picks
-    up where the first stopped; after ``timeout`` seconds the last error is raised.
+    answer. After ``timeout`` seconds the last error is raised.
+
+    A start that fails stops every subscriber before the next one. FastStream's
+    ``broker.start()`` starts each subscriber again, and a concurrent pull subscriber
+    (``max_workers`` > 1) that had started would swap its in-memory queue for a new one its
+    running consumer never reads: its pull loop fetched into that queue, so the replica took
+    messages it never handled, each redelivered only after its ack wait with a delivery
+    spent, until the queue filled and it stopped fetching (seen: an ingest replica of the
+    cluster test that indexed nothing while two uploads failed ``too_many_deliveries``).
     """
-    await until_jetstream_answers(broker.start, what="starting the subscribers", timeout=timeout)
+
+    async def start() -> None:
+        try:
+            await broker.start()
+        except _JETSTREAM_NOT_READY:
+            await stop_subscribers(broker)
+            raise
+
+    await until_jetstream_answers(start, what="starting the subscribers", timeout=timeout)
+
+
+async def stop_subscribers(broker: NatsBroker) -> None:
+    """Stop each of the broker's subscribers, started or not (its tasks, its subscription, its
+    queue), so that the next start begins afresh; the broker's connection stays open."""
+    for subscriber in broker.subscribers:
+        await subscriber.stop()
 
 
 async def declare_streams(js: JetStreamContext, *, replicas: int, timeout: float) -> None:
