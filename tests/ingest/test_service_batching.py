@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -156,6 +157,50 @@ async def test_small_documents_together_are_each_indexed_once(
         )
     }
     assert texts == set(FACTS), "each document keeps its own chunk and vector"
+
+
+class SlowEmbedder:
+    """The packaged MiniLM, ``delay_s`` slower a call: a list that stalls (as while NATS
+    elects a leader) while others wait."""
+
+    def __init__(self, inner: LocalEmbedder, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def embed_documents(self, texts: Sequence[str]) -> Any:
+        await asyncio.sleep(self.delay_s)
+        return await self.inner.embed_documents(texts)
+
+
+async def test_an_upload_waiting_behind_the_lists_in_flight_is_kept_alive(
+    settings: Settings, embedder: LocalEmbedder, db_pool: Any, nc: Any, tenant_id: str
+) -> None:
+    """A small upload tells JetStream it is alive from the moment it waits for a list, not
+    once its own list runs: one waiting behind stalled lists past its ack wait came again,
+    a delivery spent each time, until a good upload failed ``too_many_deliveries``."""
+    lists_of_two = settings.model_copy(update={"batch_documents": 2, "in_progress_interval_s": 0.1})
+    worker = make_worker(lists_of_two, SlowEmbedder(embedder, 1.0), db_pool, nc)
+    events = await stage_small(db_pool, nc, tenant_id, [f.encode() for f in FACTS[:6]])
+    beats: dict[uuid.UUID, list[float]] = {e.document_id: [] for e in events}
+    finished: list[float] = []
+
+    async def deliver(event: DocumentUploaded) -> str:
+        async def keepalive() -> None:
+            beats[event.document_id].append(time.monotonic())
+
+        outcome = await worker.process(event=event, deliveries=1, keepalive=keepalive)
+        finished.append(time.monotonic())
+        return outcome.status
+
+    assert await asyncio.gather(*(deliver(e) for e in events)) == ["indexed"] * len(events)
+    assert worker.small is not None and worker.small.collector.lists == 3
+    # two lists in flight at most: the third is taken once one of them is done, and its
+    # uploads were heard from before that
+    for event in events[4:]:
+        assert beats[event.document_id], "no keep-alive while waiting"
+        assert min(beats[event.document_id]) < min(finished)
 
 
 async def test_a_bad_document_fails_alone_in_a_batch(

@@ -1,5 +1,5 @@
-"""Gathering concurrent deliveries into lists (``Collector``), and waiting for a worker slot
-while telling JetStream the message is alive (``wait_with_keepalive``)."""
+"""Gathering concurrent deliveries into lists (``Collector``), and waiting (for a list, for a
+worker slot) while telling JetStream the message is alive (``with_keepalive``)."""
 
 from __future__ import annotations
 
@@ -116,6 +116,18 @@ async def wait_with_keepalive(
     if keepalive is None or not gate.locked():
         await gate.acquire()
         return
+    await with_keepalive(gate.acquire(), keepalive, every_s)
+
+
+async def with_keepalive(
+    work: Awaitable[ResultT],
+    keepalive: Callable[[], Awaitable[None]] | None,
+    every_s: float,
+) -> ResultT:
+    """``work``'s result, telling JetStream every ``every_s`` seconds meanwhile that the
+    message is alive (a failed keep-alive is logged; the work goes on)."""
+    if keepalive is None:
+        return await work
 
     async def beat() -> None:
         while True:
@@ -127,7 +139,7 @@ async def wait_with_keepalive(
 
     beating = asyncio.create_task(beat())
     try:
-        await gate.acquire()
+        return await work
     finally:
         beating.cancel()
         with contextlib.suppress(asyncio.CancelledError):

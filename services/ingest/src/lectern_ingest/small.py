@@ -28,7 +28,6 @@ Documents in a list publish no ``documents.progress``: they finish within a list
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import tempfile
 import time
@@ -48,7 +47,7 @@ from lectern_common.outbox import enqueue_many
 from lectern_common.text import embedding_text
 from lectern_ingest import language
 from lectern_ingest import repository as repo
-from lectern_ingest.batching import Collector
+from lectern_ingest.batching import Collector, with_keepalive
 from lectern_ingest.chunking import ChunkingConfig
 from lectern_ingest.config import Settings
 from lectern_ingest.outcomes import Outcome, indexed_event
@@ -126,14 +125,18 @@ class SmallDocuments:
         )
 
     async def process(self, delivery: Delivery) -> Outcome:
-        """The outcome of one small upload, indexed with those collected with it."""
-        return await self.collector.submit(delivery)
+        """The outcome of one small upload, indexed with those collected with it. JetStream
+        hears that the message is alive from its submission on: a delivery waiting behind the
+        lists in flight (slow while NATS elects a leader) would otherwise outlive its ack
+        wait and come again, a delivery spent each time, until a good upload failed
+        ``too_many_deliveries`` (seen in the cluster test)."""
+        interval = self.worker.settings.in_progress_interval_s
+        return await with_keepalive(self.collector.submit(delivery), delivery.keepalive, interval)
 
     async def _index(self, items: list[Delivery]) -> list[Outcome | BaseException]:
         worker = self.worker
         results: list[Outcome | None] = [None] * len(items)
         alone: set[int] = set()
-        beat = asyncio.create_task(self._keep_alive(items))
         try:
             async with asyncio.timeout(worker.settings.document_timeout_s):
                 await self._together(items, results, alone)
@@ -146,18 +149,11 @@ class SmallDocuments:
                 len(waiting), type(exc).__name__, exc,
             )  # fmt: skip
             alone.update(waiting)
-        finally:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
         order = sorted(alone)
+        # (no keep-alive of their own: each delivery's submission tells JetStream it is alive)
         outcomes = await asyncio.gather(
             *(
-                worker.process_alone(
-                    event=items[i].event,
-                    deliveries=items[i].deliveries,
-                    keepalive=items[i].keepalive,
-                )
+                worker.process_alone(event=items[i].event, deliveries=items[i].deliveries)
                 for i in order
             ),
             return_exceptions=True,
@@ -364,17 +360,6 @@ class SmallDocuments:
                 conn, [indexed_event(fresh[d.id], duration_ms=duration_ms) for d in stored]
             )
         return stored
-
-    async def _keep_alive(self, items: list[Delivery]) -> None:
-        """Tell JetStream every message of the list is alive while the list is worked on."""
-        beats = [d.keepalive for d in items if d.keepalive is not None]
-        while beats:
-            await asyncio.sleep(self.worker.settings.in_progress_interval_s)
-            for beat in beats:
-                try:
-                    await beat()
-                except Exception as exc:
-                    log.warning("in-progress ack failed: %s", exc)
 
 
 def _candidates(
