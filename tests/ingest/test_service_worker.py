@@ -453,6 +453,40 @@ async def test_bounded_deliveries_end_failed(
     assert (await worker.process(event=ghost, deliveries=2)).status == "indexed"
 
 
+async def test_deliveries_spent_before_any_attempt_do_not_fail_an_upload(
+    worker: IngestWorker, settings: Settings, nc: Any, db_pool: Any, tenant_id: str
+) -> None:
+    """Ingest gives up after its own count of attempts that started, not JetStream's count of
+    deliveries: a delivery can be spent with no attempt begun (a replica killed with the
+    upload fetched, a delivery waiting in a queue past its ack wait), and a good upload whose
+    first attempt comes on its sixth delivery is indexed. JetStream's own limit still ends
+    one that no attempt ever finishes, with a reason."""
+    assert settings.delivery_limit > settings.max_deliveries
+    event = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=MARKDOWN.encode(), filename="late.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    outcome = await worker.process(event=event, deliveries=settings.max_deliveries + 1)
+    assert outcome.status == "indexed"
+    row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", event.document_id)
+    assert row["attempts"] == 1
+
+    stuck = await stage_upload(
+        db_pool, nc, tenant_id=tenant_id, data=MARKDOWN.encode(), filename="stuck.md",
+        mime=filetype.MARKDOWN,
+    )  # fmt: skip
+    await ingest_repo.register_uploads(db_pool, [stuck])
+    await db_pool.execute(
+        "UPDATE ingest_documents SET status = 'processing', attempts = 1 WHERE id = $1",
+        stuck.document_id,
+    )  # fmt: skip
+    outcome = await worker.process(event=stuck, deliveries=settings.delivery_limit)
+    assert (outcome.status, outcome.gave_up) == ("failed", "too_many_deliveries")
+    row = await db_pool.fetchrow("SELECT * FROM ingest_documents WHERE id = $1", stuck.document_id)
+    assert (row["status"], row["error_reason"]) == ("failed", "too_many_deliveries")
+    assert row["error_message"].startswith(f"delivered {settings.delivery_limit} times")
+
+
 async def test_document_time_limit(
     app: Any, settings: Settings, embedder: Embedder, nc: Any, db_pool: Any, tenant_id: str
 ) -> None:
@@ -886,7 +920,7 @@ async def test_the_consumer_takes_this_releases_ack_wait(
     async with second.router.lifespan_context(second):
         info = await js.consumer_info(stream, INGEST_DURABLE)
     assert info.config.ack_wait == settings.ack_wait_s
-    assert info.config.max_deliver == settings.max_deliveries
+    assert info.config.max_deliver == settings.delivery_limit
 
 
 async def test_poison_messages_are_parked_for_an_operator(

@@ -162,7 +162,7 @@ def consumer_config(settings: Settings) -> ConsumerConfig:
         filter_subject=Subjects.DOCUMENTS_UPLOADED,
         ack_policy=AckPolicy.EXPLICIT,
         deliver_policy=DeliverPolicy.ALL,
-        max_deliver=settings.max_deliveries,
+        max_deliver=settings.delivery_limit,
         ack_wait=settings.ack_wait_s,
         max_ack_pending=1000,
     )

@@ -8,6 +8,12 @@ from pydantic_settings import SettingsConfigDict
 from lectern_common.broker import MAX_INGEST_DELIVERIES
 from lectern_common.settings import ServiceHttpSettings, shared
 
+#: JetStream's deliveries of one upload per attempt ingest allows (its consumer's
+#: ``max_deliver`` is ``max_deliveries`` times this): a delivery can be spent without an
+#: attempt starting (fetched by a replica killed before it began, or waiting in a replica's
+#: queue past its ack wait), and such deliveries must not fail a good upload
+DELIVERIES_PER_ATTEMPT = 4
+
 
 class Settings(ServiceHttpSettings):
     """Ingest worker settings."""
@@ -23,8 +29,11 @@ class Settings(ServiceHttpSettings):
     )  # fmt: skip
 
     max_deliveries: int = Field(
-        default=MAX_INGEST_DELIVERIES, ge=1, description="deliveries of one upload before failed"
-    )
+        default=MAX_INGEST_DELIVERIES, ge=1,
+        description="attempts at one upload before it is failed: deliveries that reached a "
+        "worker and started (JetStream itself delivers up to DELIVERIES_PER_ATTEMPT times as "
+        "many: a delivery can be spent without an attempt)",
+    )  # fmt: skip
     ack_wait_s: float = Field(
         default=30.0, gt=0,
         description="JetStream ack wait per delivery: a worker killed mid-document is "
@@ -122,3 +131,9 @@ class Settings(ServiceHttpSettings):
     chunk_max_tokens: int | None = Field(
         default=None, description="largest chunk (capped at the embedder's maximum input)"
     )
+
+    @property
+    def delivery_limit(self) -> int:
+        """JetStream's ``max_deliver`` of the uploads consumer: the deliveries after which it
+        delivers an upload no more (ingest fails it on that last one)."""
+        return self.max_deliveries * DELIVERIES_PER_ATTEMPT

@@ -152,20 +152,28 @@ async def lock_document(conn: Queryable, document_id: uuid.UUID) -> Any:
     )
 
 
-async def mark_processing(conn: Queryable, document_id: uuid.UUID, *, attempts: int) -> None:
-    """The document is being worked on (delivery ``attempts``)."""
-    await mark_processing_many(conn, [(document_id, attempts)])
+async def mark_processing(conn: Queryable, document_id: uuid.UUID) -> int:
+    """The document is being worked on: one more attempt started. The attempts started so
+    far, this one included (0 when it is no longer pending work)."""
+    started = await conn.fetchval(
+        """UPDATE ingest_documents
+           SET status = 'processing', attempts = attempts + 1, updated_at = now()
+           WHERE id = $1 AND status IN ('pending', 'processing')
+           RETURNING attempts""",
+        document_id,
+    )
+    return int(started or 0)
 
 
 async def record_retry(
-    conn: Queryable, document_id: uuid.UUID, *, attempts: int, stage: str, message: str
+    conn: Queryable, document_id: uuid.UUID, *, stage: str, message: str
 ) -> None:
     """Remember why the last attempt failed while the upload waits for redelivery."""
     await conn.execute(
-        """UPDATE ingest_documents SET attempts = $2, error_stage = $3, error_reason = 'retrying',
-               error_message = $4, updated_at = now()
+        """UPDATE ingest_documents SET error_stage = $2, error_reason = 'retrying',
+               error_message = $3, updated_at = now()
            WHERE id = $1 AND status IN ('pending', 'processing')""",
-        document_id, attempts, stage, message,
+        document_id, stage, message,
     )  # fmt: skip
 
 
@@ -467,15 +475,14 @@ async def get_documents(conn: Queryable, document_ids: Sequence[uuid.UUID]) -> d
     return {row["id"]: row for row in rows}
 
 
-async def mark_processing_many(conn: Queryable, attempts: Sequence[tuple[uuid.UUID, int]]) -> None:
-    """``mark_processing`` of many documents in one statement: (id, delivery attempts)."""
+async def mark_processing_many(conn: Queryable, document_ids: Sequence[uuid.UUID]) -> None:
+    """``mark_processing`` of many documents in one statement."""
     await conn.execute(
-        """UPDATE ingest_documents d
-           SET status = 'processing', attempts = v.attempts, updated_at = now()
-           FROM unnest($1::uuid[], $2::int[]) AS v(id, attempts)
-           WHERE d.id = v.id AND d.status IN ('pending', 'processing')""",
-        [a[0] for a in attempts], [a[1] for a in attempts],
-    )  # fmt: skip
+        """UPDATE ingest_documents
+           SET status = 'processing', attempts = attempts + 1, updated_at = now()
+           WHERE id = ANY($1::uuid[]) AND status IN ('pending', 'processing')""",
+        list(document_ids),
+    )
 
 
 async def lock_documents(

@@ -103,6 +103,16 @@ def _digest(text: str) -> str:
 
 
 @dataclass(frozen=True)
+class Try:
+    """One delivery of an upload that started an attempt: JetStream's delivery count and the
+    attempts started so far, this one included (ingest's own count: deliveries can be spent
+    without an attempt)."""
+
+    deliveries: int
+    attempt: int
+
+
+@dataclass(frozen=True)
 class _Stored:
     """A document's pipeline result as stored: ``indexed``, ``duplicate`` or None (the
     document changed meanwhile), with when its indexing and its storing began."""
@@ -228,27 +238,40 @@ class IngestWorker:
             gate.release()
 
     async def process_alone(
-        self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
+        self,
+        *,
+        event: DocumentUploaded,
+        deliveries: int,
+        keepalive: KeepAlive | None = None,
+        started: bool = False,
     ) -> Outcome:
         """Index one upload by itself: settle what is already decided, else run the pipeline,
-        store its outcome and clean up after it."""
+        store its outcome and clean up after it. ``started``: a list has already counted this
+        delivery's attempt (``repo.mark_processing_many``)."""
         async with self.pool.acquire() as conn:
             await repo.register_uploads(conn, [event])
             row = await repo.get_document(conn, event.document_id)
-        decided = await self._decided(event, row, deliveries)
+        earlier = row["attempts"] - (1 if started else 0)
+        decided = await self._decided(event, row, deliveries, earlier)
         if decided is not None:
             return decided
-        async with self.pool.acquire() as conn:
-            await repo.mark_processing(conn, event.document_id, attempts=deliveries)
-        attempt = await self._attempt(event, row, deliveries=deliveries, keepalive=keepalive)
+        if started:
+            tried = Try(deliveries, row["attempts"])
+        else:
+            async with self.pool.acquire() as conn:
+                tried = Try(deliveries, await repo.mark_processing(conn, event.document_id))
+        attempt = await self._attempt(event, row, tried=tried, keepalive=keepalive)
         if isinstance(attempt, Outcome):
             return attempt
         return await self._after_store(event, attempt, deliveries=deliveries)
 
-    async def _decided(self, event: DocumentUploaded, row: Any, deliveries: int) -> Outcome | None:
+    async def _decided(
+        self, event: DocumentUploaded, row: Any, deliveries: int, earlier: int
+    ) -> Outcome | None:
         """The outcome when ingest's record already settles the delivery (an outcome stored,
-        too many deliveries); None when it is to be indexed. The record exists: it is made
-        from the event before this is asked."""
+        too many attempts or deliveries); None when it is to be indexed. The record exists: it
+        is made from the event before this is asked. ``earlier``: the attempts started before
+        this delivery."""
         settings = self.settings
         status = row["status"]
         if status in ("indexed", "duplicate") and row["version"] == event.version:
@@ -264,22 +287,28 @@ class IngestWorker:
         if status not in ("pending", "processing"):
             log.info("document %s is %s; nothing to do", event.document_id, status)
             return Outcome(status)
-        if deliveries >= settings.max_deliveries and deliveries > 1:
-            last = row["error_message"] or "the worker stopped before finishing"
-            await self._fail(
-                event, IngestStage(row["error_stage"] or IngestStage.FETCH.value),
-                FailureReason.TOO_MANY_DELIVERIES,
-                f"gave up after {deliveries - 1} attempts; last error: {last}", deliveries,
-            )  # fmt: skip
-            return Outcome("failed", gave_up="too_many_deliveries")
-        return None
+        # attempts that started and never finished (a worker killed, a document that kills
+        # it); deliveries spent before any attempt began (a replica killed with the upload
+        # fetched, a queue outliving the ack wait) count only towards JetStream's own limit
+        if earlier >= settings.max_deliveries - 1 and earlier > 0:
+            given_up = f"gave up after {earlier} attempts"
+        elif deliveries >= settings.delivery_limit:
+            given_up = f"delivered {deliveries} times, {earlier} attempts started"
+        else:
+            return None
+        last = row["error_message"] or "the worker stopped before finishing"
+        await self._fail(
+            event, IngestStage(row["error_stage"] or IngestStage.FETCH.value),
+            FailureReason.TOO_MANY_DELIVERIES, f"{given_up}; last error: {last}", earlier,
+        )  # fmt: skip
+        return Outcome("failed", gave_up="too_many_deliveries")
 
     async def _attempt(
         self,
         event: DocumentUploaded,
         row: Any,
         *,
-        deliveries: int,
+        tried: Try,
         keepalive: KeepAlive | None,
     ) -> Outcome | _Stored:
         """Run the pipeline and store its result within the document's time limit; the
@@ -305,15 +334,15 @@ class IngestWorker:
             if not limit.expired():
                 # a timeout of its own inside, not the document's limit (Postgres lost while
                 # storing: asyncpg's connect times out): transient, tried again
-                return await self._failed_attempt(event, exc, progress.stage, deliveries)
+                return await self._failed_attempt(event, exc, progress.stage, tried)
             await self._fail(
                 event, progress.stage, FailureReason.TIMEOUT,
                 f"indexing took longer than the limit of {settings.document_timeout_s:.0f} s; "
-                "split the document or raise LECTERN_INGEST_DOCUMENT_TIMEOUT_S", deliveries,
+                "split the document or raise LECTERN_INGEST_DOCUMENT_TIMEOUT_S", tried.attempt,
             )  # fmt: skip
             return Outcome("failed")
         except IngestFailure as exc:
-            await self._fail(event, exc.stage, exc.failure, exc.message, deliveries)
+            await self._fail(event, exc.stage, exc.failure, exc.message, tried.attempt)
             return Outcome("failed")
         except ModelSwitched as exc:
             # re-indexed while this document was embedded: embed it again with the new model
@@ -322,10 +351,10 @@ class IngestWorker:
             return Outcome("retry", 0.0)
         except PermanentError as exc:
             reason = failure_reason(exc, default_reason(progress.stage))
-            await self._fail(event, progress.stage, reason, exc.message, deliveries)
+            await self._fail(event, progress.stage, reason, exc.message, tried.attempt)
             return Outcome("failed")
         except Exception as exc:
-            return await self._failed_attempt(event, exc, progress.stage, deliveries)
+            return await self._failed_attempt(event, exc, progress.stage, tried)
         finally:
             if alive is not None:
                 alive.cancel()
@@ -334,24 +363,28 @@ class IngestWorker:
         return _Stored(stored, result, started=started, store_started=store_started)
 
     async def _failed_attempt(
-        self, event: DocumentUploaded, exc: Exception, stage: IngestStage, deliveries: int
+        self, event: DocumentUploaded, exc: Exception, stage: IngestStage, tried: Try
     ) -> Outcome:
-        """A retry for a transient or unexpected error, or a failure on the last delivery."""
+        """A retry for a transient or unexpected error, or a failure on the last attempt (or
+        the delivery before JetStream's last, so that the failure is recorded)."""
         message = exc.message if isinstance(exc, RetryableError) else repr(exc)
         if not isinstance(exc, RetryableError):
             log.exception("ingest of %s failed at %s", event.document_id, stage)
-        if deliveries + 1 >= self.settings.max_deliveries:
+        settings = self.settings
+        if (
+            tried.attempt + 1 >= settings.max_deliveries
+            or tried.deliveries + 1 >= settings.delivery_limit
+        ):
             await self._fail(
                 event, stage, FailureReason.TOO_MANY_DELIVERIES,
-                f"gave up after {deliveries} attempts; last error: {message}", deliveries,
+                f"gave up after {tried.attempt} attempts; last error: {message}", tried.attempt,
             )  # fmt: skip
             return Outcome("failed", gave_up="too_many_deliveries")
         async with self.pool.acquire() as conn:
             await repo.record_retry(
-                conn, event.document_id, attempts=deliveries, stage=stage.value,
-                message=message[:2000],
-            )  # fmt: skip
-        return Outcome("retry", self.retry_delay_for(deliveries))
+                conn, event.document_id, stage=stage.value, message=message[:2000]
+            )
+        return Outcome("retry", self.retry_delay_for(tried.deliveries))
 
     async def _after_store(
         self, event: DocumentUploaded, attempt: _Stored, *, deliveries: int

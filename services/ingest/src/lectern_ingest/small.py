@@ -76,7 +76,12 @@ class Worker(Protocol):
     count_tokens: Callable[[str], int]
 
     async def process_alone(
-        self, *, event: DocumentUploaded, deliveries: int, keepalive: KeepAlive | None = None
+        self,
+        *,
+        event: DocumentUploaded,
+        deliveries: int,
+        keepalive: KeepAlive | None = None,
+        started: bool = False,
     ) -> Outcome: ...
 
     async def find_conflicts(self, *document_ids: uuid.UUID) -> None: ...
@@ -137,9 +142,10 @@ class SmallDocuments:
         worker = self.worker
         results: list[Outcome | None] = [None] * len(items)
         alone: set[int] = set()
+        counted: set[int] = set()  # items whose attempt the list has counted
         try:
             async with asyncio.timeout(worker.settings.document_timeout_s):
-                await self._together(items, results, alone)
+                await self._together(items, results, alone, counted)
         except Exception as exc:
             if isinstance(exc, ModelSwitched):
                 await worker.embedder.follow(exc.live)
@@ -153,7 +159,9 @@ class SmallDocuments:
         # (no keep-alive of their own: each delivery's submission tells JetStream it is alive)
         outcomes = await asyncio.gather(
             *(
-                worker.process_alone(event=items[i].event, deliveries=items[i].deliveries)
+                worker.process_alone(
+                    event=items[i].event, deliveries=items[i].deliveries, started=i in counted
+                )
                 for i in order
             ),
             return_exceptions=True,
@@ -171,7 +179,11 @@ class SmallDocuments:
         return done
 
     async def _together(
-        self, items: list[Delivery], results: list[Outcome | None], alone: set[int]
+        self,
+        items: list[Delivery],
+        results: list[Outcome | None],
+        alone: set[int],
+        counted: set[int],
     ) -> None:
         """Index the list's documents on the common path; those that leave it go to ``alone``."""
         worker = self.worker
@@ -183,9 +195,8 @@ class SmallDocuments:
         if not candidates:
             return
         async with worker.pool.acquire() as conn:
-            await repo.mark_processing_many(
-                conn, [(d.event.document_id, d.deliveries) for _, d, _ in candidates]
-            )
+            await repo.mark_processing_many(conn, [d.event.document_id for _, d, _ in candidates])
+        counted.update(i for i, _, _ in candidates)
         documents = await self._fetch_and_extract(candidates, alone)
         if not documents:
             return
