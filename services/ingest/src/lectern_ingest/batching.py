@@ -128,19 +128,21 @@ async def with_keepalive(
     message is alive (a failed keep-alive is logged; the work goes on)."""
     if keepalive is None:
         return await work
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(every_s)
-            try:
-                await keepalive()
-            except Exception as exc:
-                log.warning("in-progress ack failed: %s", exc)
-
-    beating = asyncio.create_task(beat())
+    beating = asyncio.create_task(keep_alive(keepalive, every_s))
     try:
         return await work
     finally:
         beating.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await beating
+
+
+async def keep_alive(keepalive: Callable[[], Awaitable[None]], every_s: float) -> None:
+    """Tell JetStream every ``every_s`` seconds that the message is alive, until cancelled (a
+    failed keep-alive is logged; the next one is tried all the same)."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await keepalive()
+        except Exception as exc:
+            log.warning("in-progress ack failed: %s", exc)

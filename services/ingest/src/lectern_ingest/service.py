@@ -53,7 +53,7 @@ from lectern_common.outbox import enqueue, enqueue_many
 from lectern_common.text import embedding_text
 from lectern_ingest import language
 from lectern_ingest import repository as repo
-from lectern_ingest.batching import wait_with_keepalive
+from lectern_ingest.batching import keep_alive, wait_with_keepalive
 from lectern_ingest.chunking import (
     ChunkDraft,
 )
@@ -319,7 +319,11 @@ class IngestWorker:
             after_s=settings.progress_after_s,
         )  # fmt: skip
         started = time.monotonic()
-        alive = asyncio.create_task(self._keep_alive(keepalive)) if keepalive else None
+        alive = (
+            asyncio.create_task(keep_alive(keepalive, settings.in_progress_interval_s))
+            if keepalive
+            else None
+        )
         model = self.embedder.name
         limit = asyncio.timeout(settings.document_timeout_s)
         try:
@@ -507,14 +511,6 @@ class IngestWorker:
             base_s=self.settings.retry_backoff_s,
             max_s=self.settings.retry_backoff_max_s,
         )
-
-    async def _keep_alive(self, keepalive: KeepAlive) -> None:
-        while True:
-            await asyncio.sleep(self.settings.in_progress_interval_s)
-            try:
-                await keepalive()
-            except Exception as exc:
-                log.warning("in-progress ack failed: %s", exc)
 
     async def _run(self, *, event: DocumentUploaded, progress: Progress) -> PipelineResult:
         with tempfile.TemporaryDirectory(prefix="lectern-ingest-") as tmp:
