@@ -33,6 +33,10 @@ class Servers:
     backend: str
 
 
+#: the session's servers while they run (one entry), for the module-start clean-up below
+_RUNNING: list[Servers] = []
+
+
 def _docker_available() -> bool:
     try:
         import docker
@@ -112,11 +116,45 @@ def lectern_servers() -> Iterator[Servers]:
                 embedding_dim=LOCAL_EMBEDDING_DIM,
             )
         )
+        _RUNNING.append(servers)
         yield servers
     finally:
+        _RUNNING.clear()
         for item in reversed(stack):
             item.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+async def _drop_uploads(nats_url: str) -> int:
+    """Empty the uploads' work queue (``LECTERN_DOCUMENTS``); the number of uploads dropped."""
+    import nats
+    from nats.js.errors import NotFoundError
+
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        try:
+            left = (await js.stream_info("LECTERN_DOCUMENTS")).state.messages
+        except NotFoundError:
+            return 0
+        if left:
+            await js.purge_stream("LECTERN_DOCUMENTS")
+        return int(left)
+    finally:
+        await nc.close()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_uploads_of_another_module() -> None:
+    """Each test module starts with an empty uploads queue. Uploads a module left undone (its
+    ingest consumer stopped first, or it had none) went to the next module's consumer in the
+    same xdist worker: in a CI run (2026-12-05) a test's 4-page PDF waited over 60 s, never
+    started, behind two such uploads, redelivered. Nothing of the previous module runs by now;
+    the session's servers are not started for this."""
+    import asyncio
+
+    if _RUNNING:
+        asyncio.run(_drop_uploads(_RUNNING[0].nats_url))
 
 
 @pytest.fixture(scope="session")
