@@ -106,9 +106,11 @@ async def test_curriculum_standards_reach_the_chunks(db_pool: Any, tenant_id: st
         sections=[SectionStandards(path=["1 Cells"], standards=["LS1-CELL"])],
     )  # fmt: skip
     async with TestNatsBroker(broker) as br:
-        raw = await br.request(tag.model_dump(mode="json"), Subjects.CHUNKS_CURRICULUM)
+        raw = await br.request(tag.model_dump(mode="json"), Subjects.CHUNKS_CURRICULUM, timeout=30)
         elsewhere = tag.model_copy(update={"tenant_id": f"{tenant_id}-b"})
-        other = await br.request(elsewhere.model_dump(mode="json"), Subjects.CHUNKS_CURRICULUM)
+        other = await br.request(
+            elsewhere.model_dump(mode="json"), Subjects.CHUNKS_CURRICULUM, timeout=30
+        )
     reply = ChunkCurriculumReply.model_validate_json(raw.body)
     assert (reply.error, reply.updated) == (None, 2)
     assert ChunkCurriculumReply.model_validate_json(other.body).updated == 0  # not its tenant's

@@ -148,10 +148,14 @@ async def test_flags_are_recorded_once_and_go_with_their_session_or_flagger(
 
 async def test_recall_answers_a_typed_request(memory_broker: NatsBroker, tenant_id: str) -> None:
     request = MemoryRecallRequest(tenant_id=tenant_id, user_id="stu", query="ionic bonds")
-    raw = await memory_broker.request(request.model_dump(mode="json"), Subjects.MEMORY_RECALL)
+    raw = await memory_broker.request(
+        request.model_dump(mode="json"), Subjects.MEMORY_RECALL, timeout=30
+    )
     reply = MemoryRecallReply.model_validate_json(raw.body)
     assert (reply.request_id, reply.error, reply.memories) == (request.request_id, None, [])
-    raw = await memory_broker.request({"tenant_id": tenant_id, "k": 0}, Subjects.MEMORY_RECALL)
+    raw = await memory_broker.request(
+        {"tenant_id": tenant_id, "k": 0}, Subjects.MEMORY_RECALL, timeout=30
+    )
     assert MemoryRecallReply.model_validate_json(raw.body).error == "bad_input"
 
 
@@ -189,7 +193,7 @@ async def remember(pool: Any, tenant_id: str, user_id: str, kind: str, topic: st
 
 
 async def ask(broker: NatsBroker, request: Request, reply_type: type[R]) -> R:
-    raw = await broker.request(request.model_dump(mode="json"), request.subject)
+    raw = await broker.request(request.model_dump(mode="json"), request.subject, timeout=30)
     reply = reply_type.model_validate_json(raw.body)
     assert reply.error is None and reply.request_id == request.request_id, reply
     return reply

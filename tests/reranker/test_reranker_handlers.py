@@ -55,7 +55,7 @@ async def answers_a_typed_request(url: str, *, real: bool) -> None:
         ],
     )
     async with TestNatsBroker(broker, with_real=real) as br:
-        raw = await br.request(rerank.model_dump(mode="json"), Subjects.RERANK, timeout=10)
+        raw = await br.request(rerank.model_dump(mode="json"), Subjects.RERANK, timeout=30)
         reply = RerankReply.model_validate_json(raw.body)
         on_rerank = broker.subscribers[0].calls[0].handler
         on_rerank.mock.assert_called_once_with(rerank.model_dump(mode="json"))
@@ -70,7 +70,9 @@ async def test_an_invalid_request_is_answered_bad_input() -> None:
     subscribe(broker, Reranker(settings=Settings(), scorer=WordOverlap()))
     request_id = uuid.uuid4()
     async with TestNatsBroker(broker) as br:
-        raw = await br.request({"request_id": str(request_id), "query": ""}, Subjects.RERANK)
+        raw = await br.request(
+            {"request_id": str(request_id), "query": ""}, Subjects.RERANK, timeout=30
+        )
     reply = RerankReply.model_validate_json(raw.body)
     assert reply.error == "bad_input"
     assert reply.request_id == request_id
@@ -82,7 +84,7 @@ async def test_a_failure_is_answered_with_its_reason() -> None:
     subscribe(broker, Reranker(settings=Settings()))  # no scorer loaded: not started
     request = RerankRequest(tenant_id="t1", query="q", candidates=[candidate("text")])
     async with TestNatsBroker(broker) as br:
-        raw = await br.request(request.model_dump(mode="json"), Subjects.RERANK)
+        raw = await br.request(request.model_dump(mode="json"), Subjects.RERANK, timeout=30)
     reply = RerankReply.model_validate_json(raw.body)
     assert reply.error is not None
     assert reply.request_id == request.request_id

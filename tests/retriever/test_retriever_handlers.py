@@ -28,12 +28,12 @@ async def test_on_retrieve_answers_a_typed_request(
     subscribe(broker, retriever)
     request = RetrieveRequest(tenant_id=tenant_id, query="how do cells divide?", rewrite=False)
     async with TestNatsBroker(broker) as br:
-        raw = await br.request(request.model_dump(mode="json"), Subjects.RETRIEVE)
+        raw = await br.request(request.model_dump(mode="json"), Subjects.RETRIEVE, timeout=30)
         # of the retriever's responders (search, the index's reads) only search was called
         called = [s for s in broker.subscribers if s.calls[0].handler.mock.call_count]
         assert len(called) == 1 and len(broker.subscribers) == 7
         called[0].calls[0].handler.mock.assert_called_once_with(request.model_dump(mode="json"))
-        bad = await br.request({"tenant_id": tenant_id, "query": ""}, Subjects.RETRIEVE)
+        bad = await br.request({"tenant_id": tenant_id, "query": ""}, Subjects.RETRIEVE, timeout=30)
     reply = RetrieveReply.model_validate_json(raw.body)
     assert reply.error is None and reply.request_id == request.request_id
     assert [(c.document_id, c.text) for c in reply.candidates] == [(document_id, text)]
@@ -51,7 +51,7 @@ async def test_on_vectors_answers_the_stored_vectors_of_the_index_model(
     subscribe(broker, retriever)
     request = IndexVectorsRequest(tenant_id=tenant_id, chunk_ids=[chunk_id], model=model)
     async with TestNatsBroker(broker) as br:
-        raw = await br.request(request.model_dump(mode="json"), Subjects.INDEX_VECTORS)
+        raw = await br.request(request.model_dump(mode="json"), Subjects.INDEX_VECTORS, timeout=30)
     reply = IndexVectorsReply.model_validate_json(raw.body)
     assert reply.error is None and reply.request_id == request.request_id
     (found,) = reply.vectors
