@@ -4,7 +4,8 @@ By default both are the embedded ones (the same code ``lectern up`` runs). When 
 engine is reachable, or ``LECTERN_TEST_BACKEND=docker`` is set, testcontainers starts
 ``pgvector/pgvector`` and ``nats`` (with JetStream) instead. ``LECTERN_TEST_BACKEND=embedded``
 forces the embedded ones. Migrations run once per session. Tests isolate themselves with
-the ``tenant_id`` fixture (a fresh tenant each) and unique subjects / durable names.
+the ``tenant_id`` fixture (a fresh tenant each) and unique subjects / durable names; each
+module starts with an empty uploads queue (the ingest consumer's work queue).
 """
 
 from __future__ import annotations
