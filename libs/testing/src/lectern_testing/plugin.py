@@ -126,21 +126,19 @@ def lectern_servers() -> Iterator[Servers]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-async def _drop_uploads(nats_url: str) -> int:
-    """Empty the uploads' work queue (``LECTERN_DOCUMENTS``); the number of uploads dropped."""
+async def _drop_uploads(nats_url: str) -> None:
+    """Empty the uploads' work queue (the stream of ``documents.uploaded``), if declared."""
     import nats
     from nats.js.errors import NotFoundError
 
+    from lectern_common.broker import stream_for
+    from lectern_common.events.base import Subjects
+
     nc = await nats.connect(nats_url)
     try:
-        js = nc.jetstream()
-        try:
-            left = (await js.stream_info("LECTERN_DOCUMENTS")).state.messages
-        except NotFoundError:
-            return 0
-        if left:
-            await js.purge_stream("LECTERN_DOCUMENTS")
-        return int(left)
+        await nc.jetstream().purge_stream(stream_for(Subjects.DOCUMENTS_UPLOADED).name)
+    except NotFoundError:
+        pass  # no module has declared the streams yet
     finally:
         await nc.close()
 
