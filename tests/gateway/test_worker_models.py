@@ -65,3 +65,19 @@ async def test_the_answerer_reads_with_the_reader_its_setting_names(
         offline_answerer_reader_model="/nonexistent/reader",
     )  # fmt: skip
     assert await _reader(missing) is None
+
+
+async def test_a_lazy_reader_with_a_span_head_reads_spans_as_the_loaded_one() -> None:
+    """The worker's reader of a span-headed reader (its card lists the head) says so before
+    it is loaded, so the answerer reads span margins there as the HTTP replica does."""
+    import lectern_answerer as answerer
+
+    lazy = LazyReader(reading.PACKAGED_L3_SPANS_NAME)
+    assert lazy.spans and lazy._lazy._model is None
+    assert answerer.OfflineAnswerer(reader=lazy).reads_spans
+    got = await lazy.score_readings(QUESTION, TEXTS)
+    want = await reading.named(reading.PACKAGED_L3_SPANS_NAME).score_readings(QUESTION, TEXTS)
+    assert [r.margin for r in got] == pytest.approx([r.margin for r in want], abs=1e-5)
+    assert got[0].start is not None and [r.start for r in got] == [r.start for r in want]
+    assert not LazyReader(reading.PACKAGED_L3_NAME).spans  # a relevance-only reader
+    assert not answerer.OfflineAnswerer(reader=LazyReader()).reads_spans

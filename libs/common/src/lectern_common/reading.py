@@ -273,6 +273,12 @@ def packaged(threads: int | None = None) -> Reader:
     return Reader.load(threads=threads)
 
 
+def has_span_head(folder: Path) -> bool:
+    """Whether a reader folder's card lists the span head (read without loading its model)."""
+    heads = json.loads((folder / "reader.json").read_text()).get("heads", ["relevance"])
+    return "span" in heads
+
+
 def folder_of(name: str) -> Path:
     """The folder a reader setting names: a packaged reader's name (``PACKAGED_FOLDERS``) or
     a folder's path."""

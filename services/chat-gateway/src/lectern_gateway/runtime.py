@@ -215,10 +215,13 @@ class LazyEmbedder:
 
 
 class LazyReader:
-    """The reader ``_reader`` loads (``name``: a setting's value), on its first use."""
+    """The reader ``_reader`` loads (``name``: a setting's value), on its first use; with a
+    span head (its card says) it reads spans as the loaded reader does."""
 
     def __init__(self, name: str = reading.PACKAGED_NAME) -> None:
         self._lazy = _Lazy(lambda: reading.named(name))
+        #: whether the named reader has a span head (``SpanReader``)
+        self.spans = reading.has_span_head(reading.folder_of(name))
 
     async def score_logits(
         self,
@@ -229,3 +232,13 @@ class LazyReader:
     ) -> NDArray[np.float32]:
         reader = await self._lazy.model()
         return await reader.score_logits(question, texts, kind=kind)
+
+    async def score_readings(
+        self,
+        question: str,
+        texts: Sequence[str],
+        *,
+        kind: Literal["sentence", "passage"] = "sentence",
+    ) -> list[reading.Reading]:
+        reader = await self._lazy.model()
+        return await reader.score_readings(question, texts, kind=kind)
