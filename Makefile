@@ -181,10 +181,10 @@ train-reader-l3: install ## Train the 3-layer reader with span and no-answer hea
 	$(PY) bench/train_reader.py train --layers 3 --spans --work $(HOME)/.cache/lectern/reader-train-l3s
 	$(PY) bench/train_reader.py export --work $(HOME)/.cache/lectern/reader-train-l3s --out libs/common/src/lectern_common/reader_l3_spans $(READER_EXPORT)
 
-# issue 59's reader: all 6 layers with span and no-answer heads, the answerer's reader when it
-# is kept (its units' span margins then reach the answerer's signals and refusal). 5,300 steps:
-# ~6.5 s a step in float32 on the AVX2-only EPYC (~9.5 hours; a session resumes it), ~2 hours
-# with bfloat16. `python bench/train_reader.py snapshot --work DIR` measures it mid-run.
+# issue 59's reader: all 6 layers with span and no-answer heads (measured, not kept: see
+# docs/benchmarks.md, forty-third session). 5,300 steps: ~6.5 s a step in float32 on the
+# AVX2-only EPYC (~9.5 hours; a session resumes it), 1.5 s with bfloat16 on the AVX-512 BF16
+# EPYC (2 h 16 min). `python bench/train_reader.py snapshot --work DIR` measures it mid-run.
 SPANS_WORK ?= $(HOME)/.cache/lectern/reader-train-l6s
 train-reader-spans: install ## Train the 6-layer reader with span and no-answer heads (resumable) and export it as int8 ONNX into reader_spans/
 	$(PY) bench/train_reader.py train --spans --work $(SPANS_WORK)
